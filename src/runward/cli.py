@@ -1,0 +1,157 @@
+"""runward's command line: parse, call an operation, render (human or --json).
+
+Kept thin and light: only argparse, json and os are imported before a command runs, so
+`runward --help` starts fast (check: python -X importtime -m runward --help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_CODES = """exit codes:
+  0  done and verified          3  target unreachable (a hop failed)
+  1  the operation failed       4  no such run
+  2  bad input or config        5  done but not verified
+"""
+
+
+def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
+    p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
+    p.add_argument("--config", metavar="PATH", help="runward.toml to use (default: found in . or a parent)")
+    if on:
+        p.add_argument("--on", metavar="TARGET",
+                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, or a name from runward.toml")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="runward",
+        description="Start, stop, restart and watch named runs on local, SSH and container targets. "
+                    "Every answer is verified.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version="runward 0.1.0")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    p = sub.add_parser("start", help="start a run; verified alive after settling")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("--env", action="append", metavar="K=V", help="environment for the job (repeatable)")
+    p.add_argument("--cwd", metavar="DIR")
+    p.add_argument("--log", metavar="PATH", help="log file on the target (appended; default under the run's dir)")
+    p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started (default 3)")
+    p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
+    p.add_argument("--ready-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
+    p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
+    p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
+    p.add_argument("--timeout", type=float, metavar="S", help="with --wait-gpus-free (default 300)")
+    p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
+    p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
+    p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
+    p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
+    p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
+
+    p = sub.add_parser("stop", help="stop a run; verified dead (the whole tree)")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("--grace", type=float, metavar="SECONDS")
+    p.add_argument("--signal", metavar="SIG")
+    p.add_argument("--gpu-timeout", type=float, metavar="S", help="how long to wait for GPU memory release (default 60)")
+
+    p = sub.add_parser("restart", help="verified stop, then verified start with the last spec")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("--env", action="append", metavar="K=V", help="override/add environment entries")
+    p.add_argument("--settle", type=float)
+    p.add_argument("--ready", metavar="REGEX")
+    p.add_argument("--grace", type=float)
+    p.add_argument("--signal", metavar="SIG")
+    p.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
+
+    p = sub.add_parser("status", help="state of runs: running, exited, lost, orphaned")
+    _add_common(p)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
+
+    p = sub.add_parser("logs", help="tail and follow a run's log (across restarts)")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("-n", type=int, default=20, metavar="LINES")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
+
+    p = sub.add_parser("lint", help="find self-kill and wrong-filesystem hazards in a shell command")
+    _add_common(p, on=False)
+    p.add_argument("command_line", metavar="'SHELL COMMAND'", help="the command, or - for stdin")
+    p.add_argument("--interactive", action="store_true",
+                   help="the command is typed at a prompt (no enclosing `bash -c` carries its text)")
+
+    p = sub.add_parser("demo", help="the whole story on this machine with the example job")
+    _add_common(p, on=False)
+    p.add_argument("--keep", action="store_true", help="keep the demo's state directory")
+    return ap
+
+
+# ---------------------------------------------------------------------------------------
+
+class Out:
+    """Human or JSON rendering; exactly one JSON document per command."""
+
+    def __init__(self, json_mode: bool):
+        self.json = json_mode
+        self.tty = sys.stdout.isatty()
+
+    def say(self, text: str = "") -> None:
+        if not self.json:
+            print(text, flush=True)
+
+    def doc(self, obj: dict) -> None:
+        if self.json:
+            sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n")
+            sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first `--` is the job's command, verbatim: argparse must not read
+    # `python train.py --lr 3e-4` as runward's own options.
+    tail = None
+    if "--" in argv:
+        i = argv.index("--")
+        argv, tail = argv[:i], argv[i + 1:]
+    args = ap.parse_args(argv)
+    if tail is not None:
+        if not hasattr(args, "command"):
+            ap.error(f"`runward {args.cmd}` takes no command after --")
+        args.command = tail
+    if not args.cmd:
+        ap.print_help()
+        return 2
+    out = Out(getattr(args, "json", False))
+    from .errors import RunwardError, BadInput
+    from . import commands
+    try:
+        return getattr(commands, "cmd_" + args.cmd)(args, out)
+    except RunwardError as e:
+        return _fail(out, args, e)
+    except KeyboardInterrupt:
+        if out.json:
+            out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
+        return 130
+
+
+def _fail(out: Out, args: argparse.Namespace, e) -> int:
+    if out.json:
+        out.doc({"ok": False, "command": args.cmd, "error": e.to_dict(), "result": e.result})
+    else:
+        from .render import render_error
+        print(render_error(args.cmd, e), file=sys.stderr)
+    return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""One function per verb: turn parsed arguments into an operation call and render it.
+Imported only once a command runs (cli.py stays light for --help)."""
+
+from __future__ import annotations
+
+import sys
+
+from . import config as _config
+from . import operations as ops
+from .errors import BadInput, EXIT_OK, RunwardError
+from .render import render_start, render_status, render_stop
+
+
+def _cfg(args):
+    return _config.load(getattr(args, "config", None))
+
+
+def _target(args, cfg, run: str | None = None):
+    import os
+    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
+        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    return cfg.target(getattr(args, "on", None), run)
+
+
+def _gpus(text: str | list | None) -> list[int] | None:
+    if text is None:
+        return None
+    if isinstance(text, list):
+        return [int(g) for g in text]
+    try:
+        gpus = [int(g) for g in str(text).split(",") if g.strip() != ""]
+    except ValueError:
+        raise BadInput(f"invalid --gpus {text!r}", "give GPU indices like 0,1,2")
+    if any(g < 0 for g in gpus):
+        raise BadInput(f"invalid --gpus {text!r}", "GPU indices are >= 0")
+    return gpus
+
+
+def _emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) -> int:
+    out.doc({"ok": code == EXIT_OK, "command": cmd, "target": str(target), "result": result})
+    out.say(text)
+    return code
+
+
+def start_kwargs_from_config(run: dict) -> dict:
+    kw = {}
+    if "command" in run:
+        kw["argv"] = list(run["command"])
+    if "sh" in run:
+        kw["sh"] = run["sh"]
+    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+        if k in run:
+            kw[k] = run[k]
+    if "gpus" in run:
+        kw["gpus"] = _gpus(run["gpus"])
+    if run.get("files"):
+        kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
+        kw["files"] = list(run["files"])
+    return kw
+
+
+def cmd_start(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    kw = start_kwargs_from_config(cfg.runs.get(args.name, {}))
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and args.sh is not None:
+        raise BadInput("both --sh and a command after -- were given", "use one of them")
+    if command:
+        kw["argv"] = command
+        kw.pop("sh", None)
+    if args.sh is not None:
+        kw["sh"], kw["argv"] = args.sh, None
+    kw["env"] = {**kw.get("env", {}), **ops.parse_env(args.env)}
+    for opt, key in (("cwd", "cwd"), ("log", "log"), ("settle", "settle"), ("ready", "ready"),
+                     ("ready_timeout", "ready_timeout"), ("stop_signal", "stop_signal"), ("grace", "grace")):
+        v = getattr(args, opt)
+        if v is not None:
+            kw[key] = v
+    if args.gpus is not None:
+        kw["gpus"] = _gpus(args.gpus)
+    if args.wait_gpus_free:
+        if kw.get("gpus") is None:
+            raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
+        kw["wait_gpus_free"] = {"timeout": args.timeout if args.timeout is not None else 300.0,
+                                "max_used_mib": args.max_used if args.max_used is not None else 1024.0}
+    kw["replace"] = args.replace
+    if not kw.get("argv") and kw.get("sh") is None:
+        raise BadInput(f"no command for run {args.name!r}",
+                       f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
+    res = ops.start(target, args.name, **kw)
+    return _emit(out, "start", target, res, render_start(res))
+
+
+def cmd_stop(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    res = ops.stop(target, args.name, grace=args.grace, signal=args.signal, gpu_timeout=args.gpu_timeout)
+    return _emit(out, "stop", target, res, render_stop(res))
+
+
+def cmd_restart(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    overrides = {"settle": args.settle, "ready": args.ready}
+    env = ops.parse_env(args.env)
+    deploy = None
+    if args.deploy:
+        from . import files as _files
+        run = cfg.runs.get(args.name)
+        if not run or not run.get("files"):
+            raise BadInput(f"--deploy: run {args.name!r} has no files in runward.toml",
+                           f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
+        deploy = lambda: _files.push(target, run["files"], progress=out.tty and not out.json)  # noqa: E731
+    res = ops.restart(target, args.name, overrides={**overrides, "env": env or None, "reuse_env": True},
+                      grace=args.grace, signal=args.signal, deploy=deploy)
+    st = res["steps"][-1]["result"]
+    text = "\n".join([render_stop(res["steps"][0]["result"]),
+                      *(["deployed: " + ", ".join(f["remote"] for f in s["result"].get("files", []))
+                         for s in res["steps"] if s["step"] == "deploy"]),
+                      render_start(st)])
+    return _emit(out, "restart", target, res, text)
+
+
+def cmd_status(args, out) -> int:
+    cfg = _cfg(args)
+    if args.all:
+        targets = cfg.named_targets()
+        if not targets:
+            raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
+        names = [args.name] if args.name else None
+        results = ops.fan_out(targets, lambda t: ops.status(t, names))
+        text = "\n".join(
+            f"== {r['target']}\n" + (render_status(r["result"], r["target"]) if r["ok"]
+                                     else f"  unreachable: {r['error']['message']}" + (
+                                         f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
+            for r in results)
+        code = EXIT_OK if all(r["ok"] for r in results) else 3
+        out.doc({"ok": code == EXIT_OK, "command": "status", "targets": results})
+        out.say(text)
+        return code
+    target = _target(args, cfg, args.name)
+    res = ops.status(target, [args.name] if args.name else None)
+    return _emit(out, "status", target, res, render_status(res, str(target)))
+
+
+def cmd_logs(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    if args.follow:
+        events = []
+
+        def on_line(ev: dict) -> None:
+            if "line" in ev:
+                if out.json:
+                    events.append(ev["line"])
+                else:
+                    print(ev["line"], flush=True)
+            elif "switch" in ev and not out.json:
+                print(f"--- runward: log switched to {ev['switch']}", file=sys.stderr, flush=True)
+        res = ops.logs(target, args.name, lines=args.n, follow=True, on_line=on_line, for_s=args.for_s)
+        res["lines"] = events
+        out.doc({"ok": True, "command": "logs", "target": str(target), "result": res})
+        return EXIT_OK
+    res = ops.logs(target, args.name, lines=args.n)
+    return _emit(out, "logs", target, res, "\n".join(res["lines"]))
+
+
+def cmd_lint(args, out) -> int:
+    from . import lint as _lint
+    text = sys.stdin.read() if args.command_line == "-" else args.command_line
+    findings = _lint.lint(text, assume_shell=not args.interactive)
+    code = 1 if any(f.severity == "error" for f in findings) else 0
+    out.doc({"ok": code == 0, "command": "lint", "result": {"command": text,
+                                                              "findings": [f.to_dict() for f in findings]}})
+    if not out.json:
+        out.say(_lint.format_findings(text, findings) if findings else "no findings")
+    return code
+
+
+def cmd_demo(args, out) -> int:
+    from . import demo
+    return demo.run(out, keep=args.keep)

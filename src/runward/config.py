@@ -1,0 +1,121 @@
+"""runward.toml: named targets and runs.
+
+Found in the current directory or its parents, or given with --config. Example:
+
+    [targets.gpu1]
+    on = "ssh://root@10.1.2.6:10638/pct:200"
+
+    [runs.train]
+    on = "gpu1"
+    command = ["python3", "train.py", "--lr", "3e-4"]   # or: sh = "python3 train.py | tee x"
+    cwd = "/root/work"
+    env = { TRAIN_PROFILE_INTERVAL = "60" }
+    files = ["train.py:/root/work/train.py"]            # LOCAL:REMOTE, deployed by `deploy`
+    settle = 5
+    ready = "^step 1 "
+    gpus = [0, 1]
+    stop_signal = "INT"
+    grace = 120
+
+    [runs.train.health]
+    min = { tok_s = 14500 }
+    stall = 300
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BadInput
+from .targets import Target, parse_target
+
+FILENAME = "runward.toml"
+RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
+            "stop_signal", "grace", "health", "wait_gpus_free"}
+TARGET_KEYS = {"on", "home"}
+
+
+@dataclass
+class Config:
+    path: Path | None = None
+    targets: dict[str, dict] = field(default_factory=dict)
+    runs: dict[str, dict] = field(default_factory=dict)
+    ssh_config: str | None = None
+
+    def target(self, text: str | None, run: str | None = None) -> Target:
+        """--on TEXT (a name from [targets] or a target string), else the run's `on`, else local."""
+        if text is None and run is not None and run in self.runs:
+            text = self.runs[run].get("on")
+        if text is None:
+            return Target(())
+        if text in self.targets:
+            t = self.targets[text]
+            return parse_target(t["on"], label=text, home=t.get("home"))
+        return parse_target(text)
+
+    def named_targets(self) -> list[Target]:
+        return [parse_target(t["on"], label=name, home=t.get("home")) for name, t in self.targets.items()]
+
+
+def find(start: Path | None = None) -> Path | None:
+    d = (start or Path.cwd()).resolve()
+    for p in (d, *d.parents):
+        cand = p / FILENAME
+        if cand.is_file():
+            return cand
+    return None
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    if path is None:
+        env_path = os.environ.get("RUNWARD_CONFIG")
+        p = Path(env_path) if env_path else find()
+        if p is None:
+            return Config()
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise BadInput(f"config file not found: {p}", "give an existing --config path")
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p}: invalid TOML: {e}", "fix the syntax (https://toml.io)")
+    return _validate(p, data)
+
+
+def _validate(p: Path, data: dict) -> Config:
+    cfg = Config(path=p)
+    unknown = set(data) - {"targets", "runs", "ssh"}
+    if unknown:
+        raise BadInput(f"{p}: unknown section(s) {', '.join(sorted(unknown))}", "sections are [targets.*], [runs.*], [ssh]")
+    ssh = data.get("ssh", {})
+    if "config" in ssh:
+        cfg.ssh_config = str((p.parent / os.path.expanduser(ssh["config"])).resolve())
+    for name, t in (data.get("targets") or {}).items():
+        if not isinstance(t, dict) or "on" not in t:
+            raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")
+        bad = set(t) - TARGET_KEYS
+        if bad:
+            raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(TARGET_KEYS))}")
+        parse_target(t["on"], label=name)  # validate now, name the section on error
+        cfg.targets[name] = t
+    for name, r in (data.get("runs") or {}).items():
+        if not isinstance(r, dict):
+            raise BadInput(f"{p}: [runs.{name}] must be a table", "see the example in docs")
+        bad = set(r) - RUN_KEYS
+        if bad:
+            raise BadInput(f"{p}: [runs.{name}] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(RUN_KEYS))}")
+        if "command" in r and "sh" in r:
+            raise BadInput(f"{p}: [runs.{name}] has both command and sh", "keep one")
+        if "command" in r and (not isinstance(r["command"], list) or not all(isinstance(a, str) for a in r["command"])):
+            raise BadInput(f"{p}: [runs.{name}] command must be a list of strings", 'command = ["python3", "train.py"]')
+        if "env" in r and not isinstance(r["env"], dict):
+            raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
+        cfg.runs[name] = r
+    return cfg

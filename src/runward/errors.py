@@ -1,0 +1,99 @@
+"""The error tree. Each class maps to one exit code (design.md interface contract) and
+carries the fields a person needs to act: the hop, the host, the exit status, a hint."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+EXIT_NO_SUCH_RUN = 4
+EXIT_NOT_VERIFIED = 5
+
+
+class RunwardError(Exception):
+    exit_code = EXIT_FAILED
+    kind = "Failed"
+
+    def __init__(self, message: str, hint: str | None = None, *, hop: str | None = None,
+                 details: dict | None = None, result: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.hop = hop
+        self.details = details or {}
+        self.result = result
+
+    def to_dict(self) -> dict:
+        d = {"type": self.kind, "message": self.message, "exit_code": self.exit_code}
+        if self.hint:
+            d["hint"] = self.hint
+        if self.hop:
+            d["hop"] = self.hop
+        if self.details:
+            d["details"] = self.details
+        return d
+
+
+class OperationFailed(RunwardError):
+    """The operation ran and failed, verifiably (the job exited early, already running)."""
+    kind = "OperationFailed"
+
+
+class BadInput(RunwardError):
+    exit_code = EXIT_BAD_INPUT
+    kind = "BadInput"
+
+
+class Unreachable(RunwardError):
+    """ssh could not connect: refused, timed out, name unknown, host key, auth."""
+    exit_code = EXIT_UNREACHABLE
+    kind = "Unreachable"
+
+
+class HopFailed(RunwardError):
+    """A hop was reached but could not run the next one: container absent or stopped,
+    python3 missing, the far side killed by a signal."""
+    exit_code = EXIT_UNREACHABLE
+    kind = "HopFailed"
+
+
+class AgentError(RunwardError):
+    """The agent answered with something that is not its JSON, or crashed."""
+    exit_code = EXIT_UNREACHABLE
+    kind = "AgentError"
+
+
+class RunNotFound(RunwardError):
+    exit_code = EXIT_NO_SUCH_RUN
+    kind = "RunNotFound"
+
+
+class NotVerified(RunwardError):
+    """Done, but the outcome could not be verified (survivors, GPUs not released)."""
+    exit_code = EXIT_NOT_VERIFIED
+    kind = "NotVerified"
+
+
+# Agent error types (agent.py AgentFailure.type) -> local classes.
+AGENT_TYPES = {
+    "BadInput": BadInput,
+    "RunNotFound": RunNotFound,
+    "NotVerified": NotVerified,
+    "AlreadyRunning": OperationFailed,
+    "ExitedEarly": OperationFailed,
+    "StartFailed": OperationFailed,
+    "Failed": OperationFailed,
+    "AgentError": AgentError,
+}
+
+
+def from_agent(err: dict, hop: str | None = None) -> RunwardError:
+    cls = AGENT_TYPES.get(err.get("type"), AgentError)
+    details = dict(err.get("details") or {})
+    result = details.pop("result", None)
+    if err.get("traceback"):
+        details["remote_traceback"] = err["traceback"]
+    e = cls(err.get("message", "agent error"), err.get("hint"), hop=hop, details=details, result=result)
+    e.kind = err.get("type", cls.kind) if err.get("type") in AGENT_TYPES else cls.kind
+    return e

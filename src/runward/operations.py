@@ -1,0 +1,132 @@
+"""The verbs. Each sends one request through the target's hop chain and returns the agent's
+result, which says what was verified; failures raise a RunwardError subclass."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Callable
+
+from . import transport
+from .errors import BadInput, NotVerified, RunwardError
+from .targets import Target
+
+DEFAULT_SETTLE = 3.0
+DEFAULT_GRACE = 30.0
+FANOUT = 16  # hosts queried at once by --all
+
+
+def _check_env(env: dict | None) -> dict:
+    return dict(env or {})
+
+
+def parse_env(items: list[str] | None) -> dict:
+    env = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise BadInput(f"invalid --env entry {item!r}: no '='", "write --env NAME=VALUE")
+        env[k] = v
+    return env
+
+
+def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str | None = None,
+          cwd: str | None = None, env: dict | None = None, log: str | None = None,
+          settle: float = DEFAULT_SETTLE, ready: str | None = None, ready_timeout: float = 600.0,
+          replace: bool = False, gpus: list[int] | None = None, stop_signal: str = "TERM",
+          grace: float = DEFAULT_GRACE, files: list[str] | None = None,
+          hash_files: list[str] | None = None, wait_gpus_free: dict | None = None) -> dict:
+    if not argv and sh is None:
+        raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
+    if settle < 0:
+        raise BadInput(f"invalid --settle {settle}", "give a number of seconds >= 0")
+    req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": _check_env(env),
+           "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
+           "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
+           "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free}
+    return transport.call(target, req)
+
+
+def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
+         gpu_timeout: float | None = None) -> dict:
+    if grace is not None and grace < 0:
+        raise BadInput(f"invalid --grace {grace}", "give a number of seconds >= 0")
+    res = transport.call(target, {"op": "stop", "name": name, "grace": grace, "signal": signal,
+                                  "gpu_timeout": gpu_timeout})
+    if not res.get("verified_dead"):
+        raise NotVerified(f"{name}: {len(res.get('survivors', []))} process(es) survived the stop",
+                          "see each survivor's state; a D-state process is stuck in the kernel (driver, NFS)",
+                          result=res)
+    return res
+
+
+def spec(target: Target, name: str) -> dict:
+    return transport.call(target, {"op": "spec", "name": name})
+
+
+def restart(target: Target, name: str, *, overrides: dict | None = None, grace: float | None = None,
+            signal: str | None = None, deploy: Callable[[], dict] | None = None) -> dict:
+    """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which."""
+    steps: list[dict] = []
+    try:
+        last = spec(target, name)
+    except RunwardError as e:
+        e.details.setdefault("failed_step", "read_spec")
+        raise
+    try:
+        steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal)})
+    except RunwardError as e:
+        e.details["failed_step"] = "stop"
+        e.message = f"restart stopped at step 'stop': {e.message} (nothing was started)"
+        raise
+    if deploy is not None:
+        try:
+            steps.append({"step": "deploy", "result": deploy()})
+        except RunwardError as e:
+            e.details["failed_step"] = "deploy"
+            e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
+            raise
+    kw = {k: v for k, v in (last.get("spec") or {}).items() if v is not None}
+    kw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    kw.pop("name", None)
+    try:
+        res = start(target, name, **_start_kwargs(kw))
+    except RunwardError as e:
+        e.details["failed_step"] = "start"
+        e.message = f"restart failed at step 'start': {e.message} (the old attempt was stopped)"
+        raise
+    steps.append({"step": "start", "result": res})
+    return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
+            "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
+
+
+def _start_kwargs(kw: dict) -> dict:
+    allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
+               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free"}
+    return {k: v for k, v in kw.items() if k in allowed}
+
+
+def status(target: Target, names: list[str] | None = None) -> dict:
+    return transport.call(target, {"op": "status", "names": names or None})
+
+
+def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FANOUT) -> list[dict]:
+    """Run fn on every target in parallel (bounded); one failing host never hides the others."""
+    def one(t: Target) -> dict:
+        try:
+            return {"target": t.display(), "ok": True, "result": fn(t)}
+        except RunwardError as e:
+            return {"target": t.display(), "ok": False, "error": e.to_dict()}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(limit, len(targets)))) as pool:
+        return list(pool.map(one, targets))
+
+
+def logs(target: Target, name: str, *, lines: int = 20, follow: bool = False,
+         on_line: Callable[[dict], None] | None = None, for_s: float | None = None) -> dict:
+    if lines < 0:
+        raise BadInput(f"invalid -n {lines}", "give a number of lines >= 0")
+    return transport.call(target, {"op": "logs", "name": name, "lines": lines, "follow": follow, "for_s": for_s},
+                          on_event=on_line)
+
+
+def ping(target: Target) -> dict:
+    return transport.call(target, {"op": "ping"})

@@ -1,0 +1,131 @@
+"""Human rendering of results and errors. JSON output needs none of this."""
+
+from __future__ import annotations
+
+import time
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def describe_exit(ex: dict | None) -> str:
+    if not ex:
+        return "exit status unknown"
+    if ex.get("signal"):
+        return f"killed by {ex['signal']}"
+    return f"exit code {ex.get('code')}"
+
+
+def render_error(cmd: str, e) -> str:
+    lines = [f"runward {cmd}: error: {e.message}"]
+    if e.hop:
+        lines.append(f"  at hop: {e.hop}")
+    d = e.details or {}
+    if d.get("stderr_tail"):
+        lines.append("  stderr: " + d["stderr_tail"].replace("\n", "\n          "))
+    if d.get("failed_step"):
+        lines.append(f"  failed step: {d['failed_step']}")
+    res = e.result or {}
+    if res.get("exit"):
+        lines.append(f"  the job ended: {describe_exit(res['exit'])}")
+    if res.get("last_lines"):
+        lines.append("  last log lines:")
+        lines += ["    | " + ln for ln in res["last_lines"]]
+    for s in res.get("survivors") or []:
+        lines.append(f"  survivor: pid {s['pid']} state {s.get('state', '?')} {s.get('note', '')} {s.get('cmd', '')}")
+    for g in res.get("gpus_held") or []:
+        lines.append(f"  {g}")
+    if d.get("remote_traceback"):
+        lines.append("  remote traceback:\n" + d["remote_traceback"])
+    if e.hint:
+        lines.append(f"  hint: {e.hint}")
+    return "\n".join(lines)
+
+
+def render_start(r: dict) -> str:
+    lines = [f"started {r['name']} attempt {r['attempt']}: pid {r['pid']}, alive after {r['settle_s']:g}s settle"
+             + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
+    if r.get("replaced") and not r["replaced"].get("already_stopped"):
+        lines.insert(0, f"stopped attempt {r['replaced'].get('attempt')} first (verified dead)")
+    if r.get("gpus") is not None:
+        lines.append(f"  gpus: {','.join(map(str, r['gpus']))}")
+    lines.append(f"  log: {r['log']}")
+    for ln in r.get("first_lines") or []:
+        lines.append("    | " + ln)
+    return "\n".join(lines)
+
+
+def render_stop(r: dict) -> str:
+    if r.get("already_stopped"):
+        return f"{r['name']}: already stopped (no process of the run alive; last state: {r.get('state')})"
+    procs = r.get("processes") or []
+    lines = [f"stopped {r['name']} attempt {r.get('attempt')}: {len(procs)} process(es) dead, verified "
+             f"({r['signal']}, {r.get('stop_s', 0):.2f}s)"]
+    for p in procs:
+        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}")
+    for g in r.get("gpu_release", {}).get("gpus", []) if r.get("gpu_release") else []:
+        lines.append(f"  gpu {g['index']}: {g['used_mib']} MiB used, released")
+    return "\n".join(lines)
+
+
+def render_status(res: dict, target: str) -> str:
+    runs = res.get("runs") or []
+    if not runs:
+        return f"no runs on {target}"
+    now = res.get("time") or time.time()
+    lines = []
+    for r in runs:
+        st = r["state"]
+        head = f"{r['name']:<16} {st:<9} attempt {r.get('attempt')}"
+        if st in ("running", "orphaned"):
+            t = r.get("tree") or {}
+            head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
+                     f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}")
+        elif st in ("exited", "failed"):
+            head += f"  {describe_exit(r.get('exit'))}"
+            if r.get("exit", {}) and r["exit"].get("at"):
+                head += f"  {ago(now - r['exit']['at'])} ago"
+            if r.get("duration_s") is not None:
+                head += f"  ran {ago(r['duration_s'])}"
+            if r.get("error"):
+                head += f"  ({r['error']})"
+        lines.append(head)
+        if r.get("note"):
+            lines.append(f"  note: {r['note']}")
+        if r.get("stray_processes"):
+            lines.append(f"  warning: processes of this run still alive: {r['stray_processes']} (runward stop {r['name']})")
+        for g in r.get("gpu_usage") or []:
+            lines.append(f"  gpu {g['index']}: {g.get('used_mib')} MiB")
+        for d in r.get("drift") or []:
+            lines.append(f"  code drift: {d['path']} changed on disk since this attempt started")
+        for d in r.get("local_drift") or []:
+            lines.append(f"  local drift: {d['local']} differs from the deployed {d['remote']}")
+        if r.get("metrics"):
+            lines.append("  " + "  ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                                          for k, v in r["metrics"].items()))
+        if r.get("sparkline"):
+            lines.append(f"  {r['sparkline']}")
+        lg = r.get("log") or {}
+        if lg.get("exists"):
+            lines.append(f"  log {lg['path']} ({human_bytes(lg.get('size'))}): {lg.get('last_line', '')[:100]}")
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""Target grammar and hops.
+
+A target is a chain of hops: `local`, `ssh://[user@]host[:port]`, then container hops
+`pct:ID`, `docker:NAME`, `podman:NAME`, `lxc:NAME`, joined with `/`
+(`ssh://root@10.1.2.6:10638/pct:200`), or a container hop alone for this machine.
+
+Each hop wraps an argv into the argv that runs it one level out. Only the ssh hop turns an
+argv into a string (the remote user's shell reads it), quoting every word once with POSIX
+rules; nobody writes nested quotes by hand.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from .errors import BadInput
+
+CONTAINER_KINDS = ("pct", "docker", "podman", "lxc")
+_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$")
+_CNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Hop:
+    kind: str                 # ssh | pct | docker | podman | lxc
+    name: str                 # host for ssh, container name or id otherwise
+    user: str | None = None
+    port: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "ssh":
+            s = self.name
+            if self.user:
+                s = f"{self.user}@{s}"
+            if self.port:
+                s = f"{s}:{self.port}"
+            return f"ssh://{s}"
+        return f"{self.kind}:{self.name}"
+
+    def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
+        """The argv that runs `argv` through this hop."""
+        if self.kind == "pct":
+            return ["pct", "exec", self.name, "--", *argv]
+        if self.kind in ("docker", "podman"):
+            return [self.kind, "exec", "-i", self.name, *argv]
+        if self.kind == "lxc":
+            return ["lxc-attach", "-n", self.name, "--", *argv]
+        if self.kind == "ssh":
+            base = list(ssh_base or ["ssh"])
+            if self.port:
+                base += ["-p", str(self.port)]
+            dest = f"{self.user}@{self.name}" if self.user else self.name
+            return [*base, "--", dest, quote_argv(argv)]
+        raise AssertionError(self.kind)
+
+
+def quote_argv(argv: list[str]) -> str:
+    """One string the remote POSIX shell splits back into exactly `argv`."""
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+@dataclass(frozen=True)
+class Target:
+    hops: tuple[Hop, ...] = field(default_factory=tuple)
+    label: str | None = None    # the name it was given in runward.toml, if any
+    home: str | None = None     # state dir on the target (None: the agent's default)
+
+    @property
+    def is_local(self) -> bool:
+        return not self.hops
+
+    def __str__(self) -> str:
+        return "/".join(str(h) for h in self.hops) if self.hops else "local"
+
+    def display(self) -> str:
+        return f"{self.label} ({self})" if self.label and self.label != str(self) else str(self)
+
+    def host_prefix(self) -> "Target":
+        """The target up to (and including) the last ssh hop: where the container's host lives."""
+        idx = max((i for i, h in enumerate(self.hops) if h.kind == "ssh"), default=-1)
+        return Target(self.hops[: idx + 1], home=None)
+
+    def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
+        for hop in reversed(self.hops):
+            argv = hop.wrap(argv, ssh_base)
+        return argv
+
+    def hop_names(self) -> list[str]:
+        return ["local", *(str(h) for h in self.hops)]
+
+
+def parse_target(text: str, *, label: str | None = None, home: str | None = None) -> Target:
+    """Parse the target grammar; BadInput names the part that is wrong."""
+    if not isinstance(text, str) or not text.strip():
+        raise BadInput("empty target", "use local, ssh://[user@]host[:port], or a container hop like podman:NAME")
+    text = text.strip()
+    if text == "local":
+        return Target((), label=label, home=home)
+    hops: list[Hop] = []
+    rest = text
+    if rest.startswith("ssh://"):
+        rest = rest[len("ssh://"):]
+        hostpart, _, rest = rest.partition("/")
+        m = _HOST_RE.match(hostpart)
+        if not m:
+            raise BadInput(f"invalid ssh host {hostpart!r} in target {text!r}",
+                           "write ssh://[user@]host[:port], e.g. ssh://root@10.1.2.6:10638")
+        port = int(m["port"]) if m["port"] else None
+        if port is not None and not 0 < port < 65536:
+            raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
+        hops.append(Hop("ssh", m["host"].strip("[]"), m["user"], port))
+    elif "://" in rest:
+        raise BadInput(f"unknown scheme in target {text!r}", "only ssh:// is supported; containers are kind:NAME")
+    for part in filter(None, rest.split("/")):
+        kind, sep, name = part.partition(":")
+        if not sep or kind not in CONTAINER_KINDS:
+            raise BadInput(f"invalid hop {part!r} in target {text!r}",
+                           f"a container hop is one of {', '.join(k + ':NAME' for k in CONTAINER_KINDS)}")
+        if not _CNAME_RE.match(name):
+            raise BadInput(f"invalid container name {name!r} in target {text!r}",
+                           "container names are letters, digits, '_', '.', '-'")
+        if kind == "pct" and not name.isdigit():
+            raise BadInput(f"pct hop needs a numeric container id, got {name!r}", "write pct:200")
+        hops.append(Hop(kind, name))
+    if not hops:
+        raise BadInput(f"invalid target {text!r}", "use local, ssh://host, or KIND:NAME")
+    if any(h.kind == "ssh" for h in hops[1:]):
+        raise BadInput(f"ssh hop after a container in {text!r}", "put the ssh hop first")
+    return Target(tuple(hops), label=label, home=home)

@@ -1,0 +1,248 @@
+"""Run the agent through a hop chain, one round trip per operation, and diagnose failures.
+
+The agent's command line is a fixed bootstrap (agent.BOOTSTRAP); the agent source, the
+request and any payload (file bytes) travel on stdin. A call that does not end in the
+agent's JSON reply is classified (ssh could not connect, container absent or stopped,
+python3 missing, the far side killed by a signal, a reply that is not JSON) into an error
+that names the hop, says why, and gives a hint: "no output" is never an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from . import agent as _agent
+from .errors import AgentError, HopFailed, RunwardError, Unreachable, from_agent
+from .targets import Hop, Target
+
+_SOURCE: bytes | None = None
+
+
+def agent_source() -> bytes:
+    global _SOURCE
+    if _SOURCE is None:
+        with open(_agent.__file__, "rb") as f:
+            _SOURCE = f.read()
+    return _SOURCE
+
+
+def local_home() -> str:
+    return os.path.abspath(os.path.expanduser(os.environ.get("RUNWARD_HOME") or "~/.runward"))
+
+
+def ssh_base(connect_timeout: float | None = None) -> list[str]:
+    """The system OpenSSH client (so ~/.ssh/config, agents and ProxyJump work) in batch
+    mode, multiplexed through a control socket in a 0700 directory of runward's own."""
+    sockdir = os.path.join(local_home(), "ssh")
+    os.makedirs(sockdir, mode=0o700, exist_ok=True)
+    os.chmod(sockdir, 0o700)
+    timeout = connect_timeout or float(os.environ.get("RUNWARD_CONNECT_TIMEOUT", "10"))
+    base = ["ssh", "-T",
+            "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={int(max(1, timeout))}",
+            "-o", "ControlMaster=auto",
+            "-o", f"ControlPath={sockdir}/%C",
+            "-o", f"ControlPersist={os.environ.get('RUNWARD_CONTROL_PERSIST', '300')}",
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
+            "-o", "LogLevel=ERROR"]
+    cfg = os.environ.get("RUNWARD_SSH_CONFIG")
+    if cfg:
+        base[1:1] = ["-F", cfg]
+    return base
+
+
+def agent_argv(target: Target) -> list[str]:
+    py = sys.executable if target.is_local else "python3"
+    return target.wrap([py, "-c", _agent.BOOTSTRAP], ssh_base())
+
+
+@dataclass
+class RawResult:
+    argv: list[str]
+    returncode: int
+    stdout_lines: list[bytes]
+    stderr: str
+    duration_s: float
+
+
+def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
+         on_event: Callable[[dict], None] | None = None, timeout: float | None = None) -> dict:
+    """One round trip: send the agent and the request, return the agent's result dict.
+    Raises a RunwardError subclass that says which hop failed and why."""
+    req = dict(request)
+    req.setdefault("v", _agent.PROTOCOL)
+    if target.home and "home" not in req:
+        req["home"] = target.home
+    argv = agent_argv(target)
+    src = agent_source()
+    head = b"%d\n" % len(src) + src + json.dumps(req).encode() + b"\n"
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile() as errf:
+        # stderr to a file, not a pipe: an ssh ControlPersist master forked by this call
+        # may keep the pipe open for minutes, and we would wait for its EOF.
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
+                                    start_new_session=False)
+        except FileNotFoundError as e:
+            raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
+                            f"install {argv[0]} or put it on PATH", hop=str(target.hops[0]) if target.hops else "local")
+        writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
+        writer.start()
+        reply, garbage = None, []
+        timer = None
+        if timeout:
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+        try:
+            for line in proc.stdout:
+                msg = _parse_line(line)
+                if msg is None:
+                    if len(garbage) < 20:
+                        garbage.append(line)
+                    continue
+                if "event" in msg and on_event is not None:
+                    on_event(msg["event"])
+                elif "ok" in msg:
+                    reply = msg
+        except KeyboardInterrupt:
+            proc.kill()
+            raise
+        finally:
+            rc = proc.wait()
+            if timer:
+                timer.cancel()
+        writer.join(timeout=5)
+        errf.seek(0)
+        stderr = errf.read().decode("utf-8", "replace")
+    raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
+    if reply is not None:
+        if reply.get("ok"):
+            return reply["result"]
+        raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]) if target.hops else "local")
+    raise diagnose(target, raw)
+
+
+def _feed(stdin, head: bytes, payload: Iterable[bytes] | None) -> None:
+    try:
+        stdin.write(head)
+        if payload is not None:
+            for chunk in payload:
+                stdin.write(chunk)
+        stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # the far side went away; the reader side diagnoses why
+
+
+def _parse_line(line: bytes) -> dict | None:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) and ("event" in msg or ("ok" in msg and "v" in msg)) else None
+
+
+# ---------------------------------------------------------------------------------------
+# Diagnosis: every way a call can end without the agent's reply gets its own message.
+# ---------------------------------------------------------------------------------------
+
+_SSH_FAILURES = [
+    (r"Could not resolve hostname", "host name could not be resolved",
+     "check the host name, or add it to ~/.ssh/config"),
+    (r"Connection refused", "connection refused: nothing listens for ssh there",
+     "check the port and that sshd runs on the host"),
+    (r"Connection timed out|Operation timed out|timed out during banner exchange|Connection timed out during",
+     "connect timeout: the host did not answer",
+     "check the address, a VPN or firewall; raise RUNWARD_CONNECT_TIMEOUT for slow links"),
+    (r"No route to host|Network is unreachable", "no route to the host", "check the address and the network"),
+    (r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|No \S+ host key is known",
+     "host key verification failed", "verify the host's key and add it to known_hosts (ssh once by hand)"),
+    (r"Permission denied", "authentication refused (Permission denied)",
+     "check the user, the key (ssh-add -l) and authorized_keys on the host"),
+    (r"Connection closed by|Connection reset|kex_exchange_identification|Broken pipe",
+     "the connection was closed by the remote side", "check sshd's logs on the host; retry"),
+]
+
+_CONTAINER_ABSENT = re.compile(
+    r"No such container|no such container|does not exist|Configuration file '.*' does not exist|"
+    r"unknown container|not found: container", re.I)
+_CONTAINER_STOPPED = re.compile(
+    r"is not running|not running|container state improper|Failed to get init pid|"
+    r"cannot exec in a stopped|is paused", re.I)
+_PYTHON_MISSING = re.compile(
+    r"python3?: (command )?not found|python3?: No such file|executable file [`'\"]?python3?[`'\"]? not found|"
+    r"exec: \"?python3\"?: executable file not found|Failed to exec \"?python3|"
+    r"No such file or directory.*python3|python3.*No such file or directory", re.I)
+
+
+def diagnose(target: Target, raw: RawResult) -> RunwardError:
+    rc, err = raw.returncode, raw.stderr.strip()
+    last = "\n".join(err.splitlines()[-5:])
+    details = {"exit_status": rc, "stderr_tail": last, "argv0": raw.argv[0]}
+    ssh_hop = next((h for h in target.hops if h.kind == "ssh"), None)
+    if ssh_hop is not None and rc == 255:
+        for pat, what, hint in _SSH_FAILURES:
+            if re.search(pat, err):
+                return Unreachable(f"{ssh_hop}: {what}", hint, hop=str(ssh_hop), details=details)
+        if not raw.stdout_lines:
+            return Unreachable(f"{ssh_hop}: ssh failed (exit 255): {last or 'no message'}",
+                               "run `runward doctor --on ...` or ssh -v by hand", hop=str(ssh_hop),
+                               details=details)
+    containers = [h for h in target.hops if h.kind != "ssh"]
+    if containers and rc != 0:
+        hop = containers[0]
+        if _CONTAINER_ABSENT.search(err) and not _PYTHON_MISSING.search(err):
+            return HopFailed(f"{hop}: container not found", _container_hint(hop, "absent"), hop=str(hop),
+                             details=details)
+        if _CONTAINER_STOPPED.search(err):
+            return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
+                             details=details)
+    if rc in (126, 127) or _PYTHON_MISSING.search(err):
+        hop = target.hops[-1] if target.hops else None
+        where = str(hop) if hop else "local"
+        if _PYTHON_MISSING.search(err) or rc == 127:
+            return HopFailed(f"{where}: python3 not found on the target", 
+                             "install python3 (>= 3.8) where the job runs: e.g. apt-get install -y python3-minimal",
+                             hop=where, details=details)
+    if rc < 0 or rc > 128:
+        signum = -rc if rc < 0 else rc - 128
+        name = _signame(signum)
+        who = "the local ssh/hop process" if rc < 0 else "the far side"
+        return HopFailed(f"{who} was killed by {name} before the agent answered (exit {rc})",
+                         "something on the target killed the agent (OOM killer? a pkill -f matching it?); "
+                         "check dmesg on the target", hop=str(target.hops[-1]) if target.hops else "local",
+                         details=details)
+    if raw.stdout_lines:
+        first = b"".join(raw.stdout_lines)[:200]
+        return AgentError(f"the reply was not the agent's JSON; it began with {first!r}",
+                          "a login script on the target prints to stdout (e.g. an echo in .bashrc); "
+                          "make it quiet for non-interactive shells", hop=str(target.hops[-1]) if target.hops else "local",
+                          details=details)
+    return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last if last else ''}",
+                      "run `runward doctor` on this target", hop=str(target.hops[-1]) if target.hops else "local",
+                      details=details)
+
+
+def _container_hint(hop: Hop, what: str) -> str:
+    cmds = {"docker": f"docker ps -a | grep {hop.name}; docker start {hop.name}",
+            "podman": f"podman ps -a | grep {hop.name}; podman start {hop.name}",
+            "lxc": f"lxc-info -n {hop.name}; lxc-start -n {hop.name}",
+            "pct": f"pct status {hop.name}; pct start {hop.name}"}
+    return ("check the container name/id and that it is running: " if what == "absent"
+            else "start it first: ") + cmds.get(hop.kind, "")
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
