@@ -34,7 +34,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           settle: float = DEFAULT_SETTLE, ready: str | None = None, ready_timeout: float = 600.0,
           replace: bool = False, gpus: list[int] | None = None, stop_signal: str = "TERM",
           grace: float = DEFAULT_GRACE, files: list[str] | None = None,
-          hash_files: list[str] | None = None, wait_gpus_free: dict | None = None) -> dict:
+          hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
+          reuse_env: bool = False) -> dict:
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -42,7 +43,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": _check_env(env),
            "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
            "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
-           "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free}
+           "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
+           "reuse_env": reuse_env}
     return transport.call(target, req)
 
 
@@ -86,7 +88,10 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
             raise
     kw = {k: v for k, v in (last.get("spec") or {}).items() if v is not None}
-    kw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    over = dict(overrides or {})
+    if over.get("env"):
+        kw["env"] = {**kw.get("env", {}), **over.pop("env")}
+    kw.update({k: v for k, v in over.items() if v is not None})
     kw.pop("name", None)
     try:
         res = start(target, name, **_start_kwargs(kw))
@@ -101,7 +106,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
 
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
-               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free"}
+               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env"}
     return {k: v for k, v in kw.items() if k in allowed}
 
 

@@ -1,0 +1,123 @@
+"""Shared fixtures: an isolated runward home per test, a CLI runner, and /proc ground truth.
+
+Everything here runs real processes; nothing about /proc is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "train.py"
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+class CLI:
+    def __init__(self, home: Path, cwd: Path):
+        self.home = home
+        self.cwd = cwd
+        self.env = dict(os.environ, RUNWARD_HOME=str(home), PYTHONPATH=str(ROOT / "src"))
+        self.env.pop("RUNWARD_CONFIG", None)
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "runward", *args]
+
+    def run(self, *args: str, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, input=input)
+
+    def json(self, *args: str, timeout: float = 120) -> tuple[int, dict]:
+        args = list(args)
+        args.insert(args.index("--") if "--" in args else len(args), "--json")
+        p = self.run(*args, timeout=timeout)
+        try:
+            doc = json.loads(p.stdout)
+        except ValueError:
+            raise AssertionError(f"not one JSON document: rc={p.returncode}\nstdout={p.stdout!r}\nstderr={p.stderr}")
+        return p.returncode, doc
+
+    def popen(self, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(*args), cwd=self.cwd, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, **kw)
+
+    def status(self, name: str) -> dict:
+        rc, doc = self.json("status", name)
+        assert rc == 0, doc
+        return doc["result"]["runs"][0]
+
+
+def read_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time) of a pid, or None if gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    return rest[0], int(rest[19])
+
+
+def alive(pid: int, start: int | None = None) -> bool:
+    st = read_stat(pid)
+    if st is None or st[0] in ("Z", "X"):
+        return False
+    return start is None or st[1] == start
+
+
+def marked(prefix: str) -> dict[int, int]:
+    """Ground truth from /proc: pid -> start of every live process whose RUNWARD_RUN starts with prefix."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{d}/environ").read_bytes()
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(b"RUNWARD_RUN=" + prefix.encode()):
+                st = read_stat(int(d))
+                if st and st[0] not in ("Z", "X"):
+                    out[int(d)] = st[1]
+    return out
+
+
+def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
+    """Wait on a real condition (bounded), polling; returns its value or fails the test."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+
+
+@pytest.fixture
+def cli(tmp_path):
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir()
+    c = CLI(home, work)
+    yield c
+    # cleanup: anything still marked by this home's runs is killed by pid+start
+    if (home / "runs").is_dir():
+        for name in os.listdir(home / "runs"):
+            if name.startswith("."):
+                continue
+            for pid, start in marked(name + ".").items():
+                if alive(pid, start):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass

@@ -1,0 +1,362 @@
+"""The verified lifecycle on the local target, with real processes and real process trees."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE, alive, marked, read_stat, wait_for
+
+PY = sys.executable
+
+
+def job(*env: str) -> list[str]:
+    """start arguments for the example job with TRAIN_* switches."""
+    args = []
+    for e in ("TRAIN_STEP_SECONDS=0.05", *env):
+        args += ["--env", e]
+    return [*args, "--", PY, str(EXAMPLE)]
+
+
+def test_start_status_stop_roundtrip(cli):
+    rc, doc = cli.json("start", "t", "--settle", "0.5", *job())
+    assert rc == 0, doc
+    res = doc["result"]
+    assert res["alive_after_settle"] is True and "alive_after_settle" in res["verified"]
+    pid = res["pid"]
+    # the reported pid is the real program's (python running train.py), not a wrapper
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert cmd[1].endswith(b"train.py"), cmd
+    assert Path(f"/proc/{pid}/environ").read_bytes().count(b"RUNWARD_RUN=t.1") == 1
+    st = cli.status("t")
+    assert st["state"] == "running" and st["pid"] == pid
+    assert st["tree"]["processes"] >= 3  # main + 2 workers (+ escapee)
+    assert st["log"]["exists"] and st["log"]["size"] > 0
+    before = marked("t.")
+    assert pid in before
+    rc, doc = cli.json("stop", "t", "--grace", "10")
+    assert rc == 0, doc
+    assert doc["result"]["verified_dead"] is True
+    assert not [p for p, s in before.items() if alive(p, s)]
+    st = cli.status("t")
+    assert st["state"] == "exited"
+    # the example job checkpoints on TERM and exits 0
+    assert st["exit"]["code"] == 0
+    assert "checkpoint saved" in Path(st["log"]["path"]).read_text()
+
+
+def test_stop_kills_escaped_double_fork_and_term_ignorer(cli):
+    rc, doc = cli.json("start", "esc", "--settle", "0.5",
+                       *job("TRAIN_ESCAPEE_LINGER=1", "TRAIN_IGNORE_TERM=1", "TRAIN_WORKERS=2"))
+    assert rc == 0, doc
+    tree = wait_for(lambda: (lambda m: m if len(m) >= 4 else None)(marked("esc.")), what="4 processes of the run")
+    # the escapee is in its own session, its parent is not the job: pgrp/sid differ
+    sids = {Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[3] for p in tree}
+    assert len(sids) >= 2, "expected the escapee in a session of its own"
+    rc, doc = cli.json("stop", "esc", "--grace", "1")
+    assert rc == 0, doc
+    res = doc["result"]
+    assert res["verified_dead"] is True
+    fates = {p["pid"]: p["fate"] for p in res["processes"]}
+    assert set(tree) <= set(fates), (tree, fates)
+    assert "killed" in fates.values(), "the TERM-ignoring worker must have been KILLed"
+    assert not [p for p, s in tree.items() if alive(p, s)]
+    assert not marked("esc.")
+
+
+@pytest.mark.skipif(not os.access("/sys/fs/cgroup/pids", os.W_OK) and not os.access("/sys/fs/cgroup", os.W_OK),
+                    reason="needs a writable cgroup hierarchy (root)")
+def test_cgroup_catches_child_that_clears_env_and_double_forks(cli, tmp_path):
+    pidfile = tmp_path / "hidden.pid"
+    script = f"setsid sh -c 'env -i sh -c \"echo \\$\\$ > {pidfile}; exec sleep 300\" &' ; exec sleep 300"
+    rc, doc = cli.json("start", "cg", "--settle", "0.3", "--sh", script)
+    assert rc == 0, doc
+    assert doc["result"]["cgroups"], "expected a cgroup for the run on this machine"
+    hidden = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="hidden pid"))
+    env = Path(f"/proc/{hidden}/environ").read_bytes()
+    assert b"RUNWARD_RUN" not in env  # it escaped the marker
+    start = read_stat(hidden)[1]
+    rc, doc = cli.json("stop", "cg", "--grace", "2")
+    assert rc == 0, doc
+    assert not alive(hidden, start)
+
+
+def test_stale_pid_is_never_signalled(cli, tmp_path):
+    rc, doc = cli.json("start", "stale", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0
+    rc, doc = cli.json("stop", "stale", "--grace", "5")
+    assert rc == 0
+    # an unrelated process now "owns" the recorded pid: forge the record to point at it
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        rec_path = cli.home / "runs" / "stale" / "attempts" / "1.json"
+        rec = json.loads(rec_path.read_text())
+        rec["job"]["pid"] = victim.pid  # same pid, but the recorded start time is the old job's
+        rec["exit"] = None
+        rec_path.write_text(json.dumps(rec))
+        st = cli.status("stale")
+        assert st["state"] != "running"
+        rc, doc = cli.json("stop", "stale", "--grace", "1")
+        assert rc == 0 and doc["result"]["already_stopped"] is True
+        assert alive(victim.pid), "runward signalled a pid whose start time did not match"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_stop_and_start_from_a_shell_whose_command_line_contains_the_job(cli):
+    # The classic trap: `pkill -f train.py` inside `bash -c '...train.py...'` kills the bash.
+    # runward's search never sees its own words in argv (the request is on stdin), and it never
+    # signals its ancestors, so the chain completes.
+    rc, doc = cli.json("start", "trap", "--settle", "0.3", *job())
+    assert rc == 0, doc
+    first_pid = doc["result"]["pid"]
+    base = " ".join(cli.argv())
+    line = (f"{base} stop trap --grace 5 && {base} start trap --settle 0.3 --env TRAIN_STEP_SECONDS=0.05 "
+            f"-- {PY} {EXAMPLE}; echo done")
+    p = subprocess.run(["bash", "-c", line], cwd=cli.cwd, env=cli.env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().endswith("done")
+    st = cli.status("trap")
+    assert st["state"] == "running" and st["attempt"] == 2 and st["pid"] != first_pid
+
+
+def test_exit_of_unattended_job_is_recorded(cli):
+    rc, doc = cli.json("start", "ends", "--settle", "0.1", "--sh", "sleep 0.6; exit 7")
+    assert rc == 0, doc
+    st = wait_for(lambda: (lambda s: s if s["state"] == "exited" else None)(cli.status("ends")),
+                  what="the job to exit")
+    assert st["exit"]["code"] == 7 and st["exit"]["signal"] is None
+    rc, doc = cli.json("start", "sig", "--settle", "0.1", "--sh", "sleep 0.5; kill -SEGV $$")
+    assert rc == 0, doc
+    st = wait_for(lambda: (lambda s: s if s["state"] == "exited" else None)(cli.status("sig")),
+                  what="the job to die")
+    assert st["exit"]["signal"] == "SIGSEGV"
+
+
+def test_early_exit_is_reported_at_once_with_log_tail(cli):
+    t0 = time.monotonic()
+    rc, doc = cli.json("start", "crash", "--settle", "30", *job("TRAIN_CRASH_AT=2"))
+    elapsed = time.monotonic() - t0
+    assert rc == 1
+    assert doc["ok"] is False and doc["error"]["type"] == "ExitedEarly"
+    assert doc["result"]["exit"]["code"] == 1
+    assert any("RuntimeError" in ln for ln in doc["result"]["last_lines"])
+    assert elapsed < 15, "an early exit must be reported when it happens, not after the settle"
+
+
+def test_concurrent_starts_give_one_job(cli):
+    procs = [cli.popen("start", "dup", "--settle", "0.5", "--json", "--", "sleep", "300") for _ in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 1], outs
+    loser = json.loads(next(o for p, o in zip(procs, outs) if p.returncode == 1)[0])
+    assert loser["error"]["type"] == "AlreadyRunning"
+    assert len(marked("dup.")) == 1
+
+
+def test_cli_killed_mid_start_then_status_is_true(cli):
+    p = cli.popen("start", "k9", "--settle", "5", "--", "sleep", "300")
+    rec = cli.home / "runs" / "k9" / "attempts" / "1.json"
+    wait_for(lambda: rec.exists() and json.loads(rec.read_text()).get("job"), what="the job record")
+    p.kill()
+    p.wait()
+    st = cli.status("k9")
+    truth = marked("k9.")
+    assert st["state"] == "running" and st["pid"] in truth
+
+
+def test_cli_killed_mid_stop_then_status_is_true(cli):
+    rc, _ = cli.json("start", "k9s", "--settle", "0.3", "--", PY, "-c",
+                     "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)")
+    assert rc == 0
+    p = cli.popen("stop", "k9s", "--grace", "3")
+    wait_for(lambda: _agent_child_of(p.pid), what="the stop's agent to run")
+    time.sleep(0.5)  # likely inside the grace period now; the truth is checked below, not assumed
+    p.kill()
+    p.wait()
+    st = cli.status("k9s")
+    truth = marked("k9s.")
+    assert (st["state"] == "running") == bool(truth)
+    # and a later stop finishes the job verifiably
+    rc, doc = cli.json("stop", "k9s", "--grace", "0.5")
+    assert rc == 0 and not marked("k9s.")
+    assert cli.status("k9s")["state"] == "exited"
+
+
+def _agent_child_of(pid: int) -> bool:
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"runward-agent" in cmd:
+                return True
+    return False
+
+
+def test_orphaned_and_lost_states(cli):
+    rc, doc = cli.json("start", "orph", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0
+    rec = json.loads((cli.home / "runs" / "orph" / "attempts" / "1.json").read_text())
+    os.kill(rec["shim"]["pid"], signal.SIGKILL)
+    wait_for(lambda: not alive(rec["shim"]["pid"]), what="the shim to die")
+    st = cli.status("orph")
+    assert st["state"] == "orphaned"
+    rc, doc = cli.json("stop", "orph", "--grace", "2")
+    assert rc == 0 and doc["result"]["verified_dead"]
+    # a record from another boot is "lost"
+    rc, _ = cli.json("start", "gone", "--settle", "0.2", "--", "sleep", "300")
+    path = cli.home / "runs" / "gone" / "attempts" / "1.json"
+    rec = json.loads(path.read_text())
+    pid, start = rec["job"]["pid"], rec["job"]["start"]
+    rec["boot_id"] = "00000000-0000-0000-0000-000000000000"
+    path.write_text(json.dumps(rec))
+    assert cli.status("gone")["state"] == "lost"
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_secrets_are_recorded_but_never_printed(cli, tmp_path):
+    proof = tmp_path / "proof"
+    secret = "s3cr3t-value-42"
+    p = cli.run("start", "sec", "--settle", "0.3", "--env", f"HF_TOKEN={secret}", "--env", "PLAIN=visible",
+                "--sh", f'printf %s "$HF_TOKEN" > {proof}; exec sleep 300')
+    assert p.returncode == 0, p.stderr
+    wait_for(lambda: proof.exists() and proof.read_text() == secret, what="the job to see its secret")
+    outputs = [p.stdout + p.stderr]
+    for args in (["status", "sec"], ["status", "sec", "--json"], ["start", "sec", "--json", "--", "true"],
+                 ["logs", "sec"], ["stop", "sec", "--json"]):
+        r = cli.run(*args)
+        outputs.append(r.stdout + r.stderr)
+    assert all(secret not in o for o in outputs)
+    rc, doc = cli.json("restart", "sec", "--settle", "0.3")
+    assert rc == 0, doc
+    assert secret not in json.dumps(doc)
+    # restart re-used the secret on the target without it ever leaving the target
+    st = cli.status("sec")
+    assert st["state"] == "running"
+    rec = json.loads((cli.home / "runs" / "sec" / "attempts" / "2.json").read_text())
+    assert rec["env"]["HF_TOKEN"] == secret and rec["env"]["PLAIN"] == "visible"
+    assert oct((cli.home / "runs" / "sec" / "attempts" / "2.json").stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["start", "../x", "--", "true"], "../x"),
+    (["start", "bad name", "--", "true"], "bad name"),
+    (["start", "x" * 65, "--", "true"], "x" * 65),
+    (["start", "ok", "--env", "NOEQUALS", "--", "true"], "NOEQUALS"),
+    (["start", "ok", "--cwd", "/nonexistent/dir", "--", "true"], "/nonexistent/dir"),
+    (["start", "ok", "--stop-signal", "FOO", "--", "true"], "FOO"),
+    (["start", "ok", "--", "no-such-command-xyz"], "no-such-command-xyz"),
+    (["start", "ok", "--settle", "-1", "--", "true"], "-1"),
+    (["start", "ok"], "no command"),
+    (["start", "ok", "--ready", "(unclosed", "--", "true"], "(unclosed"),
+    (["start", "ok", "--gpus", "a,b", "--", "true"], "a,b"),
+    (["start", "ok", "--on", "ftp://x", "--", "true"], "ftp://x"),
+])
+def test_bad_input_is_named_exit_2_and_leaves_no_record(cli, args, needle):
+    p = cli.run(*args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert needle in p.stderr and "hint" in p.stderr
+    runs = cli.home / "runs"
+    assert not runs.exists() or not [n for n in os.listdir(runs) if not n.startswith(".")]
+    rc, doc = cli.json(*args)
+    assert rc == 2 and doc["error"]["type"] == "BadInput" and doc["error"]["exit_code"] == 2
+
+
+def test_unknown_signal_on_stop_is_bad_input(cli):
+    rc, _ = cli.json("start", "sg", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0
+    p = cli.run("stop", "sg", "--signal", "NOPE")
+    assert p.returncode == 2 and "NOPE" in p.stderr
+    assert cli.status("sg")["state"] == "running"
+
+
+def test_stop_of_stopped_and_unknown_runs(cli):
+    rc, _ = cli.json("start", "once", "--settle", "0.2", "--", "sleep", "300")
+    assert cli.json("stop", "once")[0] == 0
+    rc, doc = cli.json("stop", "once")
+    assert rc == 0 and doc["result"]["already_stopped"] is True
+    rc, doc = cli.json("stop", "never")
+    assert rc == 4 and doc["error"]["type"] == "RunNotFound"
+    rc, doc = cli.json("status", "never")
+    assert rc == 4
+
+
+def test_already_running_refused_then_replace(cli):
+    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--", "sleep", "300")
+    first = doc["result"]["pid"]
+    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 1 and doc["error"]["type"] == "AlreadyRunning"
+    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--replace", "--", "sleep", "301")
+    assert rc == 0, doc
+    assert doc["result"]["replaced"]["verified_dead"] and not alive(first)
+    assert doc["result"]["attempt"] == 2
+
+
+def test_restart_keeps_logs_of_every_attempt(cli):
+    rc, doc = cli.json("start", "rs", "--settle", "0.2", "--sh", "echo first-attempt-line; exec sleep 300")
+    assert rc == 0
+    log = Path(doc["result"]["log"])
+    wait_for(lambda: "first-attempt-line" in log.read_text(), what="first line")
+    rc, doc = cli.json("restart", "rs", "--settle", "0.2")
+    assert rc == 0, doc
+    steps = [s["step"] for s in doc["result"]["steps"]]
+    assert steps == ["stop", "start"] and doc["result"]["attempt"] == 2
+    text = wait_for(lambda: (lambda t: t if t.splitlines().count("first-attempt-line") == 2 else None)(log.read_text()),
+                    what="second attempt's line")
+    assert "attempt 1 started" in text and "attempt 2 started" in text
+    assert text.index("attempt 1 started") < text.index("attempt 2 started")
+
+
+def test_restart_does_not_start_when_stop_cannot_be_verified(cli, tmp_path):
+    rc, _ = cli.json("start", "nv", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0
+    rc, doc = cli.json("restart", "never-was")
+    assert rc == 4
+
+
+def test_ready_regex(cli):
+    rc, doc = cli.json("start", "rdy", "--settle", "0.1", "--ready", r"^step 3 ", *job())
+    assert rc == 0, doc
+    assert doc["result"]["ready"] is True and doc["result"]["ready_line"].startswith("step 3 ")
+    rc, doc = cli.json("start", "nrdy", "--settle", "0.1", "--ready", "^never$", "--ready-timeout", "1",
+                       "--", "sleep", "300")
+    assert rc == 5 and doc["error"]["type"] == "NotVerified"
+
+
+def test_logs_tail_and_follow_across_restart(cli):
+    rc, doc = cli.json("start", "lf", "--settle", "0.2", "--sh", "for i in 1 2 3; do echo A$i; done; exec sleep 300")
+    assert rc == 0
+    log = Path(doc["result"]["log"])
+    wait_for(lambda: "A3" in log.read_text(), what="A3")
+    rc, doc = cli.json("logs", "lf", "-n", "2")
+    assert doc["result"]["lines"] == ["A2", "A3"]
+    f = cli.popen("logs", "lf", "-f", "-n", "1", "--for", "8")
+    time.sleep(1.0)  # let the follower reach the end of the file before the restart
+    rc, doc = cli.json("restart", "lf", "--settle", "0.2")
+    assert rc == 0
+    out, _ = f.communicate(timeout=30)
+    lines = out.splitlines()
+    assert lines[0] == "A3"
+    hdr = next(i for i, ln in enumerate(lines) if "attempt 2 started" in ln)
+    assert lines[hdr + 1:hdr + 4] == ["A1", "A2", "A3"], lines
+
+
+def test_help_is_fast_path_without_heavy_imports():
+    out = subprocess.run([PY, "-X", "importtime", "-m", "runward", "--help"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent / "src")))
+    assert out.returncode == 0
+    imported = {ln.split("|")[-1].strip() for ln in out.stderr.splitlines() if "|" in ln}
+    for heavy in ("runward.transport", "runward.agent", "runward.operations", "concurrent.futures",
+                  "subprocess", "matplotlib", "runward.lint"):
+        assert heavy not in imported, heavy
