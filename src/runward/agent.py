@@ -13,26 +13,40 @@ The same file is the shim: started detached (new session) as the parent of the j
 waits for the job and writes its exit status into the attempt record.
 """
 
-import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
 import select
 import signal
-import socket
 import sys
 import time
-import traceback
+
+# hashlib, socket, subprocess and traceback are imported where used: every operation pays
+# for the agent's start-up, so it imports only what the common verbs need.
 
 PROTOCOL = 1
-# The bootstrap is the only code on the command line. It reads the agent source from stdin
-# and hands it on (AGENT_SOURCE) so the shim can be started the same way, with no file on disk.
-BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;s=b.read(int(b.readline()));"
-    "exec(compile(s,'runward-agent','exec'),{'__name__':'__main__','AGENT_SOURCE':s})"
-)
+# The bootstrap is the only code on the command line; it carries no request data. It reads
+# "<length> <sha256>" and the agent source from stdin and hands the source on (AGENT_SOURCE)
+# so the shim is started the same way, with no agent file on disk. Compiling the source costs
+# more than the rest of a status call, so the code object is cached by the source's hash in a
+# 0700 directory of the user's own; a cache file that is not ours or is group/world-writable
+# is ignored (design.md rule 10).
+BOOTSTRAP = """import sys,os,marshal
+b=sys.stdin.buffer;n,h=b.readline().split();s=b.read(int(n));h=h.decode()
+d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')
+p=os.path.join(d,'agent-%s.%s'%(h[:32],sys.implementation.cache_tag))
+try:
+ f=open(p,'rb');st=os.fstat(f.fileno())
+ if st.st_uid!=os.getuid() or st.st_mode&0o22:raise OSError
+ c=marshal.loads(f.read());f.close()
+except Exception:
+ c=compile(s,'runward-agent','exec')
+ try:
+  os.makedirs(d,0o700,exist_ok=True);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
+  os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p)
+ except Exception:pass
+exec(c,{'__name__':'__main__','AGENT_SOURCE':s,'AGENT_SHA':h})"""
 SHIM_ARG = "runward-shim"
 MARKER = "RUNWARD_RUN"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -132,6 +146,7 @@ def tail_lines(path, n, max_bytes=1 << 20):
 
 
 def sha256_file(path):
+    import hashlib
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -261,9 +276,14 @@ def protected_pids(procs):
     for p in procs.values():
         if p.pid == 2 or p.ppid == 2:
             prot.add(p.pid)
-        elif SHIM_ARG in p.cmdline()[2:4]:
+        elif p.pid == p.sid and is_shim(p):  # shims lead their own session: cheap pre-filter
             prot.add(p.pid)
     return prot
+
+
+def is_shim(p):
+    cmd = p.cmdline()
+    return SHIM_ARG in cmd and BOOTSTRAP in cmd
 
 
 def descendants(roots, procs):
@@ -903,12 +923,12 @@ def spawn_shim(home, name, attempt, env):
     shim_env = dict(env)
     shim_env.pop(MARKER, None)  # the shim itself must never be found as a member of the run
     shim_env["RUNWARD_SHIM_ENV"] = json.dumps(env)
-    p = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, SHIM_ARG, home.path, name, str(attempt)],
+    p = subprocess.Popen([sys.executable, "-S", "-c", BOOTSTRAP, SHIM_ARG, home.path, name, str(attempt)],
                          stdin=subprocess.PIPE, stdout=w, stderr=errlog, close_fds=True,
                          start_new_session=True, env=shim_env)
     os.close(w)
     os.close(errlog)
-    p.stdin.write(b"%d\n" % len(src) + src)
+    p.stdin.write(b"%d %s\n" % (len(src), AGENT_SHA_HEX().encode()) + src)
     p.stdin.close()
     # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
     p.returncode = 0
@@ -1100,7 +1120,7 @@ def op_status(req, home):
         store = RunStore(home, nm)
         if store.exists():
             runs.append(status_of(store, procs, prot, bid, up, with_drift=bool(names)))
-    return {"runs": runs, "boot_id": bid, "time": time.time(), "host": socket.gethostname()}
+    return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
 
 
 def op_logs(req, home, emit):
@@ -1170,6 +1190,14 @@ OPS = {
 STREAM_OPS = {
     "logs": op_logs,
 }
+
+
+def AGENT_SHA_HEX():
+    g = globals()
+    if g.get("AGENT_SHA"):
+        return g["AGENT_SHA"]
+    import hashlib
+    return hashlib.sha256(AGENT_SOURCE_BYTES()).hexdigest()
 
 
 def AGENT_SOURCE_BYTES():
@@ -1313,6 +1341,7 @@ def serve(stdin, stdout):
     except BrokenPipeError:
         return 1
     except Exception as e:  # a bug: send it home with its traceback (rebuilt locally)
+        import traceback
         reply(stdout, {"v": PROTOCOL, "ok": False, "error": {
             "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
             "traceback": traceback.format_exc()}})

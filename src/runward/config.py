@@ -25,8 +25,6 @@ Found in the current directory or its parents, or given with --config. Example:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from .errors import BadInput
 from .targets import Target, parse_target
@@ -37,12 +35,12 @@ RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "read
 TARGET_KEYS = {"on", "home"}
 
 
-@dataclass
 class Config:
-    path: Path | None = None
-    targets: dict[str, dict] = field(default_factory=dict)
-    runs: dict[str, dict] = field(default_factory=dict)
-    ssh_config: str | None = None
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.targets: dict[str, dict] = {}
+        self.runs: dict[str, dict] = {}
+        self.ssh_config: str | None = None
 
     def target(self, text: str | None, run: str | None = None) -> Target:
         """--on TEXT (a name from [targets] or a target string), else the run's `on`, else local."""
@@ -59,44 +57,47 @@ class Config:
         return [parse_target(t["on"], label=name, home=t.get("home")) for name, t in self.targets.items()]
 
 
-def find(start: Path | None = None) -> Path | None:
-    d = (start or Path.cwd()).resolve()
-    for p in (d, *d.parents):
-        cand = p / FILENAME
-        if cand.is_file():
+def find(start: str | None = None) -> str | None:
+    d = os.path.realpath(start or os.getcwd())
+    while True:
+        cand = os.path.join(d, FILENAME)
+        if os.path.isfile(cand):
             return cand
-    return None
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
 
 
 def load(path: str | os.PathLike | None = None) -> Config:
     if path is None:
-        env_path = os.environ.get("RUNWARD_CONFIG")
-        p = Path(env_path) if env_path else find()
+        p = os.environ.get("RUNWARD_CONFIG") or find()
         if p is None:
             return Config()
     else:
-        p = Path(path)
-        if not p.is_file():
+        p = os.fspath(path)
+        if not os.path.isfile(p):
             raise BadInput(f"config file not found: {p}", "give an existing --config path")
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     try:
-        data = tomllib.loads(p.read_text())
+        with open(p, "rb") as f:
+            data = tomllib.loads(f.read().decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{p}: invalid TOML: {e}", "fix the syntax (https://toml.io)")
     return _validate(p, data)
 
 
-def _validate(p: Path, data: dict) -> Config:
+def _validate(p: str, data: dict) -> Config:
     cfg = Config(path=p)
     unknown = set(data) - {"targets", "runs", "ssh"}
     if unknown:
         raise BadInput(f"{p}: unknown section(s) {', '.join(sorted(unknown))}", "sections are [targets.*], [runs.*], [ssh]")
     ssh = data.get("ssh", {})
     if "config" in ssh:
-        cfg.ssh_config = str((p.parent / os.path.expanduser(ssh["config"])).resolve())
+        cfg.ssh_config = os.path.realpath(os.path.join(os.path.dirname(p), os.path.expanduser(ssh["config"])))
     for name, t in (data.get("targets") or {}).items():
         if not isinstance(t, dict) or "on" not in t:
             raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")

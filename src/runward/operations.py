@@ -3,7 +3,6 @@ result, which says what was verified; failures raise a RunwardError subclass."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Callable
 
 from . import transport
@@ -121,6 +120,7 @@ def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FA
             return {"target": t.display(), "ok": True, "result": fn(t)}
         except RunwardError as e:
             return {"target": t.display(), "ok": False, "error": e.to_dict()}
+    import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(limit, len(targets)))) as pool:
         return list(pool.map(one, targets))
 

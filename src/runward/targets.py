@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
-
 from .errors import BadInput
 
 CONTAINER_KINDS = ("pct", "docker", "podman", "lxc")
@@ -22,12 +20,26 @@ _HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]
 _CNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-@dataclass(frozen=True)
 class Hop:
-    kind: str                 # ssh | pct | docker | podman | lxc
-    name: str                 # host for ssh, container name or id otherwise
-    user: str | None = None
-    port: int | None = None
+    """One link of a target chain. (Plain class, not a dataclass: dataclasses costs the CLI
+    ~8 ms of start-up through `inspect`.)"""
+    __slots__ = ("kind", "name", "user", "port")
+
+    def __init__(self, kind: str, name: str, user: str | None = None, port: int | None = None):
+        self.kind = kind      # ssh | pct | docker | podman | lxc
+        self.name = name      # host for ssh, container name or id otherwise
+        self.user = user
+        self.port = port
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Hop) and (self.kind, self.name, self.user, self.port) == (
+            other.kind, other.name, other.user, other.port)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.name, self.user, self.port))
+
+    def __repr__(self) -> str:
+        return f"Hop({str(self)!r})"
 
     def __str__(self) -> str:
         if self.kind == "ssh":
@@ -61,11 +73,22 @@ def quote_argv(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-@dataclass(frozen=True)
 class Target:
-    hops: tuple[Hop, ...] = field(default_factory=tuple)
-    label: str | None = None    # the name it was given in runward.toml, if any
-    home: str | None = None     # state dir on the target (None: the agent's default)
+    __slots__ = ("hops", "label", "home")
+
+    def __init__(self, hops: tuple[Hop, ...] = (), label: str | None = None, home: str | None = None):
+        self.hops = tuple(hops)
+        self.label = label    # the name it was given in runward.toml, if any
+        self.home = home      # state dir on the target (None: the agent's default)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Target) and (self.hops, self.home) == (other.hops, other.home)
+
+    def __hash__(self) -> int:
+        return hash((self.hops, self.home))
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
 
     @property
     def is_local(self) -> bool:

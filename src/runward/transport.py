@@ -12,27 +12,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from . import agent as _agent
 from .errors import AgentError, HopFailed, RunwardError, Unreachable, from_agent
 from .targets import Hop, Target
 
-_SOURCE: bytes | None = None
+_SOURCE: tuple[bytes, str] | None = None
 
 
-def agent_source() -> bytes:
+def agent_source() -> tuple[bytes, str]:
+    """The agent's bytes and their sha256 (the far side caches the compiled code by it)."""
     global _SOURCE
     if _SOURCE is None:
+        import hashlib
         with open(_agent.__file__, "rb") as f:
-            _SOURCE = f.read()
+            src = f.read()
+        _SOURCE = (src, hashlib.sha256(src).hexdigest())
     return _SOURCE
 
 
@@ -62,17 +61,17 @@ def ssh_base(connect_timeout: float | None = None) -> list[str]:
 
 
 def agent_argv(target: Target) -> list[str]:
+    # -S: the agent is stdlib only; skipping site saves a good part of its start-up
     py = sys.executable if target.is_local else "python3"
-    return target.wrap([py, "-c", _agent.BOOTSTRAP], ssh_base())
+    return target.wrap([py, "-S", "-c", _agent.BOOTSTRAP], ssh_base() if target.hops else None)
 
 
-@dataclass
 class RawResult:
-    argv: list[str]
-    returncode: int
-    stdout_lines: list[bytes]
-    stderr: str
-    duration_s: float
+    __slots__ = ("argv", "returncode", "stdout_lines", "stderr", "duration_s")
+
+    def __init__(self, argv, returncode, stdout_lines, stderr, duration_s):
+        self.argv, self.returncode, self.stdout_lines = argv, returncode, stdout_lines
+        self.stderr, self.duration_s = stderr, duration_s
 
 
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
@@ -84,52 +83,73 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     if target.home and "home" not in req:
         req["home"] = target.home
     argv = agent_argv(target)
-    src = agent_source()
-    head = b"%d\n" % len(src) + src + json.dumps(req).encode() + b"\n"
+    src, sha = agent_source()
+    head = b"%d %s\n" % (len(src), sha.encode()) + src + json.dumps(req).encode() + b"\n"
     t0 = time.monotonic()
-    with tempfile.TemporaryFile() as errf:
-        # stderr to a file, not a pipe: an ssh ControlPersist master forked by this call
-        # may keep the pipe open for minutes, and we would wait for its EOF.
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
-                                    start_new_session=False)
-        except FileNotFoundError as e:
-            raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
-                            f"install {argv[0]} or put it on PATH", hop=str(target.hops[0]) if target.hops else "local")
-        writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
-        writer.start()
-        reply, garbage = None, []
-        timer = None
-        if timeout:
-            timer = threading.Timer(timeout, proc.kill)
-            timer.start()
-        try:
-            for line in proc.stdout:
-                msg = _parse_line(line)
-                if msg is None:
-                    if len(garbage) < 20:
-                        garbage.append(line)
-                    continue
-                if "event" in msg and on_event is not None:
-                    on_event(msg["event"])
-                elif "ok" in msg:
-                    reply = msg
-        except KeyboardInterrupt:
-            proc.kill()
-            raise
-        finally:
-            rc = proc.wait()
-            if timer:
-                timer.cancel()
-        writer.join(timeout=5)
-        errf.seek(0)
-        stderr = errf.read().decode("utf-8", "replace")
+    rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, uses_ssh=bool(target.hops))
     raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
     if reply is not None:
         if reply.get("ok"):
             return reply["result"]
         raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]) if target.hops else "local")
     raise diagnose(target, raw)
+
+
+def _exchange(argv, head, payload, on_event, timeout, uses_ssh):
+    if uses_ssh:
+        # stderr to a file, not a pipe: an ssh ControlPersist master forked by this call
+        # may keep the pipe open for minutes, and we would wait for its EOF.
+        import tempfile
+        errf = tempfile.TemporaryFile()
+    else:
+        errf = subprocess.PIPE
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf)
+    except FileNotFoundError as e:
+        raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
+                        f"install {argv[0]} or put it on PATH", hop="local")
+    writer = None
+    if payload is None:
+        # The agent reads its whole input before it writes a byte, so a plain write cannot
+        # deadlock here; a thread is only needed to stream a payload while we read.
+        _feed(proc.stdin, head, None)
+    else:
+        import threading
+        writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
+        writer.start()
+    timer = None
+    if timeout:
+        import threading
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+    reply, garbage = None, []
+    try:
+        for line in proc.stdout:
+            msg = _parse_line(line)
+            if msg is None:
+                if len(garbage) < 20:
+                    garbage.append(line)
+                continue
+            if "event" in msg and on_event is not None:
+                on_event(msg["event"])
+            elif "ok" in msg:
+                reply = msg
+    except KeyboardInterrupt:
+        proc.kill()
+        raise
+    finally:
+        if proc.stderr is not None and errf is subprocess.PIPE:
+            stderr = proc.stderr.read()
+        rc = proc.wait()
+        if timer:
+            timer.cancel()
+    if writer is not None:
+        writer.join(timeout=5)
+    if errf is not subprocess.PIPE:
+        errf.seek(0)
+        stderr = errf.read()
+        errf.close()
+    return rc, garbage, reply, stderr.decode("utf-8", "replace")
 
 
 def _feed(stdin, head: bytes, payload: Iterable[bytes] | None) -> None:
@@ -242,6 +262,7 @@ def _container_hint(hop: Hop, what: str) -> str:
 
 
 def _signame(num: int) -> str:
+    import signal
     try:
         return signal.Signals(num).name
     except ValueError:

@@ -1,0 +1,883 @@
+"""Training health read from a log file: metrics per line, alerts, incremental from an offset.
+
+This file is written to be moved verbatim into the agent (src/runward/agent.py), which is
+shipped to the target on every call: stdlib only, Python >= 3.8, every top-level name
+prefixed `lm_`/`Lm` so it cannot collide with the agent's own names, and no work at import
+beyond compiling regexes.
+
+One entry point, `lm_scan(log_path, state, rules, now)`: parse only the bytes written since
+the last call (the offset lives in `state`, which the caller keeps and hands back), and
+answer with the points (metrics per line), the alerts and the new state.
+
+How a line becomes metrics. Every number in the line is a slot: `loss=2.31`, `loss: 2.31`,
+`loss 2.31`, `'loss': 2.31`, `"loss": "2.31"` all name the slot after the text just before
+it. Lines of one program share a shape ("template": the line with its numbers taken out), so
+the naming is worked out once per template and cached; a line then costs one regex split,
+one dict look-up and the float conversions. That is the hot path the benchmark measures.
+"""
+import calendar
+import collections
+import math
+import os
+import re
+import time
+
+LM_VERSION = 1
+LM_CHUNK = 1 << 20  # bytes read per os-level read
+LM_MAX_BYTES = 64 << 20  # default cap on bytes parsed per call (rules["max_bytes"])
+LM_CARRY_MAX = 64 << 10  # a line longer than this is cut there; the rest of it is skipped
+LM_LINE_MAX = 500  # characters of a line kept in an alert
+LM_MAX_POINTS = 2000
+LM_TEMPLATE_CACHE = 4096
+LM_MAX_TRACKED = 64  # metrics whose early median is kept in the state
+LM_TB_MAX_LINES = 400  # a traceback whose exception line has not come after this many lines
+LM_MAX_TRACEBACKS = 16  # tracebacks in progress at once (one per rank prefix)
+LM_SIG_BYTES = 64  # bytes before the offset remembered to notice a log rewritten in place
+
+# A number: 14512, 14,512, 2.31, .5, 1.5E-04, -3, nan, NaN, inf, -inf, Infinity. Not one
+# glued to a word (acc1, fp16, E0321, v1.2): those stay part of the surrounding text. Nor a
+# "nan" that more words and a colon follow: Megatron's "number of nan iterations:   0".
+LM_NUM_RE = re.compile(
+    r"(?<![\w.])("
+    r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?"
+    r"|[-+]?\.\d+(?:[eE][-+]?\d+)?"
+    r"|[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:inity)?)(?!\w)(?![ \t]+[A-Za-z][A-Za-z_ ]*[:=])"
+    r")"
+)
+# The name before a number: the longest run of name characters that ends the gap, then an
+# optional `=` or `:` and an opening quote or bracket. `,` `|` `;` `:` `=` end a name.
+LM_NAME_TAIL_RE = re.compile(
+    r"(?<![A-Za-z0-9_])([A-Za-z_](?:[A-Za-z0-9_ /.%()#\-]*?[A-Za-z0-9_)%#])?)"
+    r"['\"]?\s*(?:[=:]\s*)?['\"]?\[*\s*$"
+)
+LM_UNIT_GLUED_RE = re.compile(r"^[A-Za-z%/]+")
+LM_SOURCE_RE = re.compile(r"\.(?:py|c|cc|cpp|cu|h|hpp|rs|go)$")
+# Where a log header starts inside a line (after a progress bar that had no newline).
+LM_HEADER_START_RE = re.compile(r"\[(?:rank\d+\]|[EWIF]\d{4} |[EWIF] )")
+LM_SUFFIX_RE = re.compile(r"^([kKMGT])(?:i?B)?(?![A-Za-z0-9])")
+LM_RATE_UNIT_RE = re.compile(r"^ ?([A-Za-z]*/[A-Za-z]+)(?![A-Za-z])")
+LM_NORM_RE = re.compile(r"[^a-z0-9]+")
+# What comes before the message on a log line and is not data: timestamps, [bracketed]
+# headers ([INFO], [rank0]:, [logging.py:69:log_dist]), (APIServer pid=1), glog headers
+# (E0321 02:07:08.408271257 123 ProcessGroupNCCL.cpp:607]), vLLM's `INFO 03-18 09:04:46`.
+LM_PREFIX_RE = re.compile(
+    r"^(?:\s*(?:"
+    r"\[[^\]\n]{0,120}\]:?"
+    r"|\([A-Za-z][^)\n]{0,80}\)"
+    r"|\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
+    r"|\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [\w./-]+:\d+\]"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b:?"
+    r"|[\w./-]+\.(?:py|cc|cpp|h|hpp):\d+(?::\w+)?\]"
+    r"|>>|\||-|:"
+    r")\s*)+"
+)
+# A timestamp that starts the line: ISO 8601, `[2024-05-01 12:00:00,123]`, vLLM `INFO 03-18 ...`.
+LM_TS_RE = re.compile(
+    r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
+    r"(Z|[+-]\d\d:?\d\d)?\]?"
+)
+LM_TS_MD_RE = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+LM_TS_FIRST = frozenset("[0123456789")
+LM_TS_MD_FIRST = frozenset("IWED")
+
+# Lines that are events, found over a whole chunk at once (they are rare; the scan is C).
+# Texts checked against real logs: PyTorch's caching allocator ("torch.OutOfMemoryError:
+# CUDA out of memory. Tried to allocate ..."; before 2.5 "torch.cuda.OutOfMemoryError", before
+# 1.13 "RuntimeError: CUDA out of memory"), the CUDA runtime ("CUDA error: out of memory",
+# cudaErrorMemoryAllocation), the driver API (CUDA_ERROR_OUT_OF_MEMORY), cuBLAS handle creation
+# ("CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), ROCm ("HIP out of
+# memory"), XLA ("RESOURCE_EXHAUSTED: Out of memory"); ProcessGroupNCCL ("Watchdog caught
+# collective operation timeout: WorkNCCL(...)", "watchdog got stuck", "NCCL error in: ...",
+# DistBackendError, ncclInternalError/ncclSystemError/...), NCCL_DEBUG=WARN output ("NCCL WARN
+# NET/IB : Got completion ..."); the shell's "Killed" after the kernel OOM killer sent SIGKILL,
+# and torchrun's "exitcode  : -9" / "Signal 9 (SIGKILL) received by PID".
+LM_EVENT_RE = re.compile(
+    r"(?P<traceback>Traceback \(most recent call last\):)"
+    r"|(?P<cuda_oom>CUDA out of memory|CUDA error: out of memory|HIP out of memory"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    r"|RESOURCE_EXHAUSTED: Out of memory)"
+    r"|(?P<nccl>NCCL WARN|NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
+    r"|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError"
+    r"|Watchdog caught collective operation timeout|watchdog got stuck"
+    r"|NCCL communicator was aborted|Some NCCL operations have failed or timed out)"
+    r"|(?P<oom_killed>^[ \t]*(?:Killed|\u5df2\u6740\u6b7b)[ \t\r]*$|: line \d+: +\d+ Killed "
+    r"|Signal 9 \(SIGKILL\) received by PID|exitcode *: -9\b|\(exitcode: -9\))",
+    re.M,
+)
+LM_TB_CHAIN = ("During handling of the above exception", "The above exception was the direct")
+LM_DIGITS_RE = re.compile(r"\d")
+
+LM_EVENT_DETAIL = {
+    "cuda_oom": "CUDA out of memory",
+    "nccl": "NCCL error or collective timeout",
+    "oom_killed": "killed by SIGKILL, most often the kernel OOM killer (the agent checks dmesg)",
+    "traceback": "Python traceback",
+}
+
+# Throughput names, best first: the main one is the first class that has a match.
+LM_THROUGHPUT_CLASSES = (
+    re.compile(r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)tgs($|_)|tokens?_?per_?sec"),
+    re.compile(r"samples?(_per)?_?s(ec(ond)?)?($|_)|samplespersec"),
+    re.compile(r"(^|_)(wps|words_s|words_per_s(ec(ond)?)?)($|_)"),
+    re.compile(r"throughput"),
+    re.compile(r"(^|_)(it_s|ups|steps?_per_s(ec(ond)?)?)($|_)"),
+    re.compile(r"(^|_)rate$"),
+)
+LM_NANCOUNT_RE = re.compile(r"(^|_)nan($|_)")
+LM_R_LOSS, LM_R_NANCOUNT, LM_R_BOUND, LM_R_DROP, LM_R_PROGRESS = 1, 2, 4, 8, 16  # roles
+LM_STEP_NAMES = frozenset(("step", "iter", "iteration", "global_step", "num_updates"))
+
+
+# --------------------------------------------------------------------------- names
+
+
+def lm_norm_name(name):
+    """`tok/s` -> `tok_s`, `lm loss` -> `lm_loss`, `elapsed time (ms)` -> `elapsed_time_ms`."""
+    return LM_NORM_RE.sub("_", name.lower()).strip("_")
+
+
+def lm_is_loss(name):
+    """Loss-like: the name says loss (but a loss *scale* is not a loss)."""
+    return "loss" in name and "scale" not in name
+
+
+def lm_throughput_class(name):
+    """Index of the throughput class NAME falls in (0 best), or None if it is no throughput."""
+    for i, rx in enumerate(LM_THROUGHPUT_CLASSES):
+        if rx.search(name):
+            return i
+    return None
+
+
+def lm_is_throughput(name):
+    return lm_throughput_class(name) is not None
+
+
+def lm_throughput_metric(names):
+    """The main throughput metric among NAMES, or None.
+
+    Tokens per second beat samples, words, anything called throughput, iterations and bare
+    rates; among equals, a current value beats a running average, generation beats prompt
+    (vLLM), then the shorter name.
+    """
+    best = None
+    for n in names:
+        c = lm_throughput_class(n)
+        if c is None:
+            continue
+        key = (c, "prompt" in n, any(w in n for w in ("avg", "running", "mean")), len(n), n)
+        if best is None or key < best[0]:
+            best = (key, n)
+    return best[1] if best else None
+
+
+# --------------------------------------------------------------------------- one line
+
+
+class LmSlot(object):
+    """How one number of a template becomes a metric."""
+
+    __slots__ = ("index", "name", "mult", "inv", "plain")
+
+    def __init__(self, index, name, mult=1.0, inv=False):
+        self.index, self.name, self.mult, self.inv = index, name, mult, inv
+        self.plain = mult == 1.0 and not inv  # an all-digit token is then an int
+
+
+def lm_name_from_gap(gap, first):
+    """The metric name that the text GAP (between two numbers) gives the number after it."""
+    if not first:
+        # A unit glued to the previous number ("123.45ms, mfu ", "5.42it/s, loss=") is not
+        # the start of the next name.
+        gap = LM_UNIT_GLUED_RE.sub("", gap, count=1)
+    m = LM_NAME_TAIL_RE.search(gap)
+    if not m:
+        return None
+    words = m.group(1).split()
+    if not words:
+        return None
+    if len(words) > 5:  # prose: "saving checkpoint for the run at step 500" -> step
+        words = words[-1:]
+    name = " ".join(words)
+    if LM_SOURCE_RE.search(name):
+        return None  # "ib_plugin.c:1615", "metrics.py:481": a source location, not data
+    name = lm_norm_name(name)
+    if not name or len(name) > 64 or name[0].isdigit():
+        return None
+    return name
+
+
+def lm_analyse(parts, prefix_end):
+    """Name the numbers of one line's template. PARTS is LM_NUM_RE.split(line)."""
+    if any("NCCL INFO" in p for p in parts[0::2]):
+        return ()  # NCCL_DEBUG=INFO chatter: channels, ranks, ports; no training metric
+    slots = []
+    seen = set()
+    pos = 0
+    count = len(parts) // 2
+    for i in range(count):
+        gap = parts[2 * i]
+        pos += len(gap)
+        token = parts[2 * i + 1]
+        start = pos
+        pos += len(token)
+        if start < prefix_end:
+            continue  # timestamps, [rank0], (pid=12), [file.py:69]: not data
+        after = parts[2 * i + 2]
+        name = lm_name_from_gap(gap, i == 0 or start <= prefix_end)
+        inv = False
+        if name is None:
+            if after.startswith("%|"):
+                name = "progress"  # tqdm: "45%|####  | 450/1000"
+            else:
+                m = LM_RATE_UNIT_RE.match(after)
+                if m:
+                    unit = m.group(1)
+                    if unit == "s/it":  # tqdm flips to seconds per iteration when slow
+                        name, inv = "it_s", True
+                    elif unit.startswith("/"):
+                        name = "rate"  # timm: "Time: 0.512s,  500.12/s"
+                    else:
+                        name = lm_norm_name(unit)
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        mult = 1.0
+        m = LM_SUFFIX_RE.match(after)
+        if m:
+            mult = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(1)]
+        slots.append(LmSlot(i, name, mult, inv))
+    return tuple(slots)
+
+
+def lm_number(token, mult, inv):
+    """The value of a number token: int for plain integers, float otherwise."""
+    if mult == 1.0 and not inv and token.isdigit():
+        return int(token)
+    if "," in token:
+        token = token.replace(",", "")
+    v = float(token) * mult
+    if inv:
+        v = 1.0 / v if v else math.inf
+    return v
+
+
+def lm_prefix_end(line):
+    m = LM_PREFIX_RE.match(line)
+    return m.end() if m else 0
+
+
+def lm_parse_line(line, cache=None):
+    """Metrics of one line as {name: value}, without configuration ({} when none)."""
+    parts = LM_NUM_RE.split(line)
+    if len(parts) == 1:
+        return {}
+    key = "\x00".join(parts[0::2])
+    spec = None if cache is None else cache.get(key)
+    if spec is None:
+        spec = lm_analyse(parts, lm_prefix_end(line))
+        if cache is not None:
+            if len(cache) >= LM_TEMPLATE_CACHE:
+                cache.clear()
+            cache[key] = spec
+    return {s.name: lm_number(parts[2 * s.index + 1], s.mult, s.inv) for s in spec}
+
+
+def lm_user_metrics(line, user):
+    """Metrics from the user's named regexes (runward.toml): {name: compiled regex}."""
+    out = {}
+    for name, rx in user:
+        m = rx.search(line)
+        if not m:
+            continue
+        groups = m.groupdict()
+        if groups:
+            for g, raw in groups.items():
+                if raw is not None:
+                    v = lm_value_of(raw)
+                    if v is not None:
+                        out[lm_norm_name(g)] = v
+        elif m.groups():
+            v = lm_value_of(m.group(1))
+            if v is not None:
+                out[name] = v
+    return out
+
+
+def lm_value_of(raw):
+    """A user regex's capture as a number, with K/M/G suffixes and separators; None if not."""
+    raw = raw.strip()
+    parts = LM_NUM_RE.split(raw)
+    if len(parts) < 3:
+        return None
+    m = LM_SUFFIX_RE.match(parts[2])
+    mult = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(1)] if m else 1.0
+    return lm_number(parts[1], mult, False)
+
+
+# --------------------------------------------------------------------------- time
+
+
+class LmClock(object):
+    """Line timestamps to epoch seconds; the date part of each is converted once."""
+
+    def __init__(self, now):
+        self.now = now
+        self.hours = {}
+
+    def parse(self, line):
+        """(epoch seconds or None, end of the timestamp in LINE)."""
+        c = line[:1]
+        if c in LM_TS_FIRST:
+            m = LM_TS_RE.match(line)
+            if not m:
+                return None, 0
+            y, mo, d, h, mi, s, frac, tz = m.groups()
+            key = (y, mo, d, h, tz)
+            base = self.hours.get(key)
+            if base is None:
+                base = self._hour(int(y), int(mo), int(d), int(h), tz)
+                self.hours[key] = base
+            t = base + int(mi) * 60 + int(s)
+            if frac:
+                t += int(frac) / (10.0 ** len(frac))
+            return t, m.end()
+        if c in LM_TS_MD_FIRST:
+            m = LM_TS_MD_RE.match(line)
+            if not m:
+                return None, 0
+            mo, d, h, mi, s = (int(x) for x in m.groups())
+            year = time.localtime(self.now).tm_year
+            try:
+                t = self._hour(year, mo, d, h, None) + mi * 60 + s
+                if t > self.now + 86400:  # no year in the log: December's lines in January
+                    t = self._hour(year - 1, mo, d, h, None) + mi * 60 + s
+            except (ValueError, OverflowError):
+                return None, 0
+            return t, 0  # keep the text: the prefix rule knows this header
+        return None, 0
+
+    @staticmethod
+    def _hour(y, mo, d, h, tz):
+        if tz is None:  # the log's local time is the target's, where this code runs
+            return time.mktime((y, mo, d, h, 0, 0, 0, 0, -1))
+        t = calendar.timegm((y, mo, d, h, 0, 0, 0, 0, 0))
+        if tz != "Z":
+            sign = -1 if tz[0] == "+" else 1
+            tz = tz[1:].replace(":", "")
+            t += sign * (int(tz[:2]) * 3600 + int(tz[2:]) * 60)
+        return t
+
+
+# --------------------------------------------------------------------------- the scan
+
+
+def lm_cut(line):
+    return line if len(line) <= LM_LINE_MAX else line[: LM_LINE_MAX - 3] + "..."
+
+
+def lm_alert(kind, t, detail, line_no=None, line=None, metric=None, value=None, **extra):
+    a = {"kind": kind, "line_no": line_no, "line": None if line is None else lm_cut(line),
+         "t": t, "metric": metric, "value": lm_json_value(value), "detail": detail}
+    a.update(extra)
+    return a
+
+
+def lm_json_value(v):
+    """JSON has no NaN or Infinity: say them as strings so any parser reads the answer."""
+    if isinstance(v, float) and (v != v or v in (math.inf, -math.inf)):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def lm_median(values):
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+class LmScan(object):
+    """One call of lm_scan: the state unpacked into attributes, the hot loop, the rules."""
+
+    def __init__(self, state, rules, now):
+        self.now = now
+        self.rules = rules
+        self.clock = LmClock(now)
+        self.cache = {}
+        self.user = [(lm_norm_name(k), re.compile(v)) for k, v in
+                     sorted((rules.get("metrics") or {}).items())]
+        self.max_points = int(rules.get("max_points", LM_MAX_POINTS))
+        self.points = collections.deque(maxlen=max(self.max_points, 0) or None)
+        self.npoints = 0
+        self.t = now  # time of the last line parsed
+        self.alerts = []
+        tail_n = int(rules.get("tail_lines") or 0)
+        self.tail = collections.deque(maxlen=min(tail_n, 1000)) if tail_n > 0 else None
+        self.mins = {self._rule_name(k): float(v) for k, v in (rules.get("min") or {}).items()}
+        self.maxs = {self._rule_name(k): float(v) for k, v in (rules.get("max") or {}).items()}
+        self.drop_fraction = rules.get("drop_fraction", 0.5)
+        self.drop_points = int(rules.get("drop_points", 3) or 3)
+        self.early_points = int(rules.get("early_points", 10) or 10)
+        dm = rules.get("drop_metrics")
+        self.drop_metrics = None if dm is None else set(self._rule_name(k) for k in dm)
+
+        self.lines = int(state.get("lines", 0))
+        self.last_line = state.get("last_line", "")
+        self.last_line_t = state.get("last_line_t")
+        self.growth_t = state.get("growth_t")
+        self.tbs = state.get("tbs") or {}  # prefix (digits as 0) -> traceback in progress
+        self.tracked = state.get("tracked") or {}  # name -> {"early", "med", "low", "hit"}
+        self.violating = set(state.get("violating") or ())  # "min:tok_s", "nan:loss", ...
+        self.quiet = state.get("quiet") or {}  # event kind -> line of its alert (burst)
+        self.names = set(state.get("names") or ())
+        self.main_tp = lm_throughput_metric(self.names)
+        self.roles = {}
+        self.exit_seen = state.get("exit_seen")
+        self.sigkill_seen = state.get("sigkill_seen", False)
+
+    @staticmethod
+    def _rule_name(k):
+        return "throughput" if k == "throughput" else lm_norm_name(k)
+
+    def state(self):
+        return {"lines": self.lines, "last_line": self.last_line, "last_line_t": self.last_line_t,
+                "growth_t": self.growth_t, "tbs": self.tbs, "tracked": self.tracked,
+                "violating": sorted(self.violating), "quiet": self.quiet,
+                "names": sorted(self.names)[:256], "exit_seen": self.exit_seen,
+                "sigkill_seen": self.sigkill_seen}
+
+    # ---------------------------------------------------------------- lines
+
+    def feed(self, text):
+        """Parse TEXT, a run of complete lines each ending with a newline."""
+        lines = text.split("\n")
+        lines.pop()  # after the last newline: empty
+        base = self.lines
+        events = None
+        if lm_may_have_events(text):
+            events = {}
+            count, last = 0, 0
+            for m in LM_EVENT_RE.finditer(text):
+                count += text.count("\n", last, m.start())
+                last = m.start()
+                if count not in events:
+                    events[count] = (m.lastgroup, m.start() - text.rfind("\n", 0, m.start()) - 1)
+        metrics_of = self._metrics
+        for idx, line in enumerate(lines):
+            if events is not None or self.tbs:
+                ev = events.get(idx) if events else None
+                if ev and ev[1] > 0:
+                    # Training output and an error on one physical line (a progress bar
+                    # without its newline, then the watchdog): its metrics come first.
+                    head = line[:ev[1]]
+                    m = LM_HEADER_START_RE.search(head)
+                    metrics_of(base + idx + 1, head[:m.start()] if m else head)
+                if self._special(base + idx + 1, line, ev[0] if ev else None):
+                    continue
+            metrics_of(base + idx + 1, line)
+        self.lines = base + len(lines)
+        if lines:
+            self.last_line = lines[-1].rstrip("\r").rsplit("\r", 1)[-1]
+            self.last_line_t = self.t
+            if self.tail is not None:
+                self.tail.extend(lines[-self.tail.maxlen:])
+
+    def _metrics(self, n, line):
+        """Metrics of line N (every carriage-return segment: tqdm redraws in place)."""
+        if "\r" in line:
+            segs = line.split("\r")
+        else:
+            segs = (line,)
+        for seg in segs:
+            if not seg:
+                continue
+            c = seg[0]
+            t = None
+            if c in LM_TS_FIRST or c in LM_TS_MD_FIRST:
+                t, tend = self.clock.parse(seg)
+                if tend:
+                    seg = seg[tend:]
+            if t is None:
+                t = self.now
+            self.t = t
+            parts = LM_NUM_RE.split(seg)
+            metrics = None
+            if len(parts) > 1:
+                key = "\x00".join(parts[0::2])
+                spec = self.cache.get(key)
+                if spec is None:
+                    spec = lm_analyse(parts, lm_prefix_end(seg))
+                    if len(self.cache) >= LM_TEMPLATE_CACHE:
+                        self.cache.clear()
+                    self.cache[key] = spec
+                if spec:
+                    metrics = {}
+                    for sl in spec:
+                        tok = parts[2 * sl.index + 1]
+                        if sl.plain and tok.isdigit():
+                            metrics[sl.name] = int(tok)
+                        else:
+                            metrics[sl.name] = lm_number(tok, sl.mult, sl.inv)
+            if self.user:
+                um = lm_user_metrics(seg, self.user)
+                if um:
+                    if metrics is None:
+                        metrics = um
+                    else:
+                        metrics.update(um)
+            if metrics:
+                self.points.append({"line": n, "t": t, "metrics": metrics})
+                self.npoints += 1
+                self._check(n, t, seg, metrics)
+
+    def feed_cut_line(self, line):
+        """A line longer than LM_CARRY_MAX: parse its start, count it, skip the rest."""
+        self.feed(line + "\n")
+
+    # ---------------------------------------------------------------- events
+
+    def _special(self, n, line, kind):
+        """Tracebacks in progress and event lines; True when LINE is used up by them."""
+        if self.tbs and self._traceback_line(n, line, kind):
+            return True
+        if kind is None:
+            return False
+        t, _ = self.clock.parse(line)
+        t = self.now if t is None else t
+        if kind == "traceback":
+            i = line.find("Traceback (most recent call last):")
+            prefix = LM_DIGITS_RE.sub("0", line[:i])
+            old = self.tbs.pop(prefix, None)
+            if old is not None:  # a new traceback before this prefix's last one ended
+                self._emit_traceback(old)
+            if len(self.tbs) >= LM_MAX_TRACEBACKS:
+                self._emit_traceback(self.tbs.pop(next(iter(self.tbs))))
+            self.tbs[prefix] = {"line_no": n, "t": t, "prefix": prefix, "seen": 0,
+                                "final": None, "final_no": None, "kind": None, "chain": False}
+            return True
+        self._event(kind, n, t, line)
+        return True
+
+    def _event(self, kind, n, t, line, **extra):
+        # One failure prints the same message once per rank and per retry: report the first
+        # line of a burst and count the rest, until a metric line shows training went on.
+        first = self.quiet.get(kind)
+        if first is not None:
+            for a in reversed(self.alerts):
+                if a["kind"] == kind and a["line_no"] == first:
+                    a["repeats"] = a.get("repeats", 0) + 1
+                    break
+            return
+        self.quiet[kind] = n
+        detail = extra.pop("detail", None) or LM_EVENT_DETAIL[kind] + ": " + line.strip()[:200]
+        if kind == "oom_killed":
+            extra.setdefault("evidence", "log line: " + line.strip()[:120])
+        self.alerts.append(lm_alert(kind, t, detail, n, line, **extra))
+
+    def _traceback_line(self, n, line, kind):
+        """Offer LINE to the tracebacks in progress; True when one of them takes it.
+
+        A traceback is its header, indented frames, then one unindented exception line. The
+        text before "Traceback" (`[rank1]: `, a logger header; digits aside) marks its lines
+        when ranks interleave, so each prefix has its own traceback in progress. "During
+        handling of the above exception..." chains the next traceback to it; the alert
+        carries the last exception line, the one that ended the program.
+        """
+        taken = False
+        for prefix, tb in list(self.tbs.items()):
+            plen = len(prefix)
+            if taken or LM_DIGITS_RE.sub("0", line[:plen]) != prefix:
+                self._traceback_stranger(tb)
+                continue
+            body = line[plen:]
+            if not body.strip():
+                if tb["final"] is not None:
+                    self._traceback_stranger(tb)
+                else:
+                    taken = True
+            elif body.startswith(LM_TB_CHAIN):
+                tb["chain"] = taken = True
+            elif body.startswith("Traceback (most recent call last):"):
+                if tb["chain"] or tb["final"] is None:
+                    tb["chain"], tb["final"] = False, None
+                    taken = True  # the next link of a chain
+                else:
+                    self._emit_traceback(self.tbs.pop(prefix))  # _special starts the new one
+            elif tb["final"] is not None:
+                self._emit_traceback(self.tbs.pop(prefix))
+            elif body[:1] in " \t":
+                tb["seen"] += 1
+                taken = True  # a frame, its source line, carets
+            else:
+                # The exception line: "ValueError: ...", "torch.OutOfMemoryError: CUDA ...".
+                tb["final"], tb["final_no"] = lm_cut(body.strip()), n
+                if kind in ("cuda_oom", "nccl") and tb["kind"] is None:
+                    tb["kind"] = kind
+                taken = True
+        return taken
+
+    def _traceback_stranger(self, tb):
+        """A line that is not TB's: the exception line is settled once one passes, and a
+        traceback that never gets one is reported after LM_TB_MAX_LINES lines."""
+        tb["seen"] += 1
+        if tb["final"] is not None or tb["seen"] > LM_TB_MAX_LINES:
+            self._emit_traceback(self.tbs.pop(tb["prefix"]))
+
+    def _emit_traceback(self, tb):
+        final = tb["final"]
+        if final is None:
+            detail = "Python traceback (its exception line has not appeared)"
+            self._event("traceback", tb["line_no"], tb["t"], "Traceback (most recent call last):",
+                        detail=detail, traceback_line_no=tb["line_no"])
+            return
+        kind = tb["kind"] or "traceback"
+        what = "Python traceback" if kind == "traceback" else LM_EVENT_DETAIL[kind]
+        detail = "%s: %s (traceback from line %d)" % (what, final, tb["line_no"])
+        self._event(kind, tb["final_no"], tb["t"], final, detail=detail,
+                    traceback_line_no=tb["line_no"])
+
+    # ---------------------------------------------------------------- rules on points
+
+    def _role(self, name):
+        """Which rules look at metric NAME (bits LM_R_*); cached, redone when the main
+        throughput metric changes."""
+        if name not in self.names:
+            self.names.add(name)
+            if lm_is_throughput(name):
+                main = lm_throughput_metric(self.names)
+                if main != self.main_tp:
+                    self.main_tp = main
+                    self.roles = {}
+        is_main = name == self.main_tp
+        role = 0
+        if lm_is_loss(name) or lm_is_throughput(name) or name in LM_STEP_NAMES:
+            role |= LM_R_PROGRESS
+        if lm_is_loss(name):
+            role |= LM_R_LOSS
+        elif LM_NANCOUNT_RE.search(name):
+            role |= LM_R_NANCOUNT
+        if name in self.mins or name in self.maxs or (is_main and (
+                "throughput" in self.mins or "throughput" in self.maxs)):
+            role |= LM_R_BOUND
+        if self.drop_fraction and (is_main if self.drop_metrics is None else (
+                name in self.drop_metrics or (is_main and "throughput" in self.drop_metrics))):
+            role |= LM_R_DROP
+        self.roles[name] = role
+        return role
+
+    def _check(self, n, t, line, metrics):
+        roles = self.roles
+        for name, v in metrics.items():
+            role = roles.get(name)
+            if role is None:
+                role = self._role(name)
+            if not role:
+                continue
+            if role & LM_R_PROGRESS and self.quiet:
+                self.quiet = {}  # training went on: the next error is a new burst
+            if role & LM_R_LOSS:
+                key = "nan:" + name
+                if v != v or v == math.inf or v == -math.inf:
+                    if key not in self.violating:
+                        self.violating.add(key)
+                        what = "NaN" if v != v else "Inf"
+                        self.alerts.append(lm_alert(
+                            "nan" if v != v else "inf", t, "%s is %s" % (name, what), n, line,
+                            name, v))
+                elif key in self.violating:
+                    self.violating.discard(key)
+            elif role & LM_R_NANCOUNT:
+                key = "nancount:" + name
+                if v > 0:
+                    if key not in self.violating:  # Megatron: "number of nan iterations: 3"
+                        self.violating.add(key)
+                        self.alerts.append(lm_alert("nan", t, "%s = %s" % (name, v), n, line,
+                                                    name, v))
+                else:
+                    self.violating.discard(key)
+            if role & LM_R_BOUND:
+                aliases = (name, "throughput") if name == self.main_tp else (name,)
+                for rname in aliases:
+                    lo = self.mins.get(rname)
+                    if lo is not None:
+                        self._bound("below_min", name, v, v < lo, lo, n, t, line)
+                    hi = self.maxs.get(rname)
+                    if hi is not None:
+                        self._bound("above_max", name, v, v > hi, hi, n, t, line)
+            if role & LM_R_DROP:
+                self._drop(name, v, n, t, line)
+
+    def _bound(self, kind, name, v, bad, limit, n, t, line):
+        key = kind + ":" + name
+        if bad:
+            if key not in self.violating:
+                self.violating.add(key)
+                word = "below the floor" if kind == "below_min" else "above the ceiling"
+                self.alerts.append(lm_alert(kind, t, "%s = %s, %s %s" % (name, v, word, limit),
+                                            n, line, name, v, limit=limit))
+        elif v == v:
+            self.violating.discard(key)
+
+    def _drop(self, name, v, n, t, line):
+        if v != v:
+            return
+        tr = self.tracked.get(name)
+        if tr is None:
+            if len(self.tracked) >= LM_MAX_TRACKED:
+                return
+            tr = self.tracked[name] = {"early": [], "med": None, "low": 0, "hit": False}
+        if tr["med"] is None:
+            tr["early"].append(v)
+            if len(tr["early"]) >= self.early_points:
+                tr["med"] = lm_median(tr["early"])
+                tr["early"] = []
+            return
+        floor = self.drop_fraction * tr["med"]
+        if v < floor:
+            tr["low"] += 1
+            if tr["low"] >= self.drop_points and not tr["hit"]:
+                tr["hit"] = True
+                self.alerts.append(lm_alert(
+                    "drop", t, "%s = %s for %d points in a row, below %g x its early median %g"
+                    % (name, v, tr["low"], self.drop_fraction, tr["med"]), n, line, name, v,
+                    median=tr["med"]))
+        else:
+            tr["low"] = 0
+            tr["hit"] = False
+
+    # ---------------------------------------------------------------- after the bytes
+
+    def finish(self, alive, exit_info):
+        # A traceback whose exception line is known is reported now even if a chained one
+        # might follow (that one then counts as a repeat); one still missing its exception
+        # line waits for the next call, unless the job is gone and nothing more will come.
+        for prefix, tb in list(self.tbs.items()):
+            if tb["final"] is not None or not alive:
+                self._emit_traceback(self.tbs.pop(prefix))
+        stall = self.rules.get("stall_seconds")
+        if alive and stall and self.growth_t is not None and self.now - self.growth_t > stall:
+            self.alerts.append(lm_alert(
+                "stall", self.now, "no new log output for %d s (stall limit %d s) while the "
+                "job is alive" % (self.now - self.growth_t, stall), metric=None,
+                value=round(self.now - self.growth_t, 1), since=self.growth_t))
+        if exit_info:
+            code, sig = exit_info.get("code"), exit_info.get("signal")
+            seen = [code, sig]
+            if self.exit_seen != seen:
+                self.exit_seen = seen
+                if sig:
+                    detail = "the job was killed by %s" % sig
+                else:
+                    detail = "the job exited with code %s" % code
+                self.alerts.append(lm_alert("exited", self.now, detail, code=code, signal=sig))
+            sigkill = str(sig or "").upper().replace("SIG", "") in ("KILL", "9") or code in (137, -9)
+            if sigkill and not self.sigkill_seen:
+                self.sigkill_seen = True
+                self.alerts.append(lm_alert(
+                    "oom_killed", self.now, "possibly OOM-killed: exit by SIGKILL (check dmesg "
+                    "for the kernel OOM killer)", evidence="exit by SIGKILL", certain=False))
+
+
+def lm_may_have_events(text):
+    """Cheap pre-filter: could TEXT hold an event line at all? (substring tests run in C)."""
+    return ("Traceback" in text or "memory" in text or "NCCL" in text or "nccl" in text
+            or "Killed" in text or "ALLOC_FAILED" in text or "MEMORY" in text
+            or "atchdog" in text or "SIGKILL" in text or "exitcode" in text
+            or "\u5df2\u6740\u6b7b" in text)
+
+
+def lm_scan(log_path, state, rules, now):
+    """Parse what LOG_PATH gained since STATE; see the module docstring and issue 6.
+
+    Returns {"state", "points", "points_dropped", "alerts", "last_line", "lines", "bytes",
+    "bytes_read", "more", "reset", "exists", "tail" (when rules["tail_lines"])}.
+    """
+    state = dict(state or {})
+    rules = rules or {}
+    scan = LmScan(state, rules, now)
+    offset = int(state.get("offset", 0))
+    carry = state.get("carry", "").encode("latin-1")
+    skip_long = bool(state.get("skip_long", False))
+    sig = state.get("sig", "")
+    max_bytes = int(rules.get("max_bytes", LM_MAX_BYTES))
+    reset = None
+    read = 0
+    more = False
+    exists = True
+    try:
+        f = open(log_path, "rb")
+    except FileNotFoundError:
+        f = None
+        exists = False
+    if f is not None:
+        with f:
+            st = os.fstat(f.fileno())
+            ino, dev = st.st_ino, st.st_dev
+            if "ino" in state and (state.get("ino"), state.get("dev")) != (ino, dev):
+                reset = "rotated"  # a new file under the same name (logrotate, re-created)
+            elif st.st_size < offset:
+                reset = "truncated"
+            elif sig and offset:
+                # Same file, at least as long: are the bytes before our offset still ours?
+                # (copytruncate and `> log` then rewriting would pass the size test.)
+                n = len(sig) // 2
+                f.seek(offset - n)
+                if f.read(n).hex() != sig:
+                    reset = "rewritten"
+            if reset:
+                offset, carry, skip_long = 0, b"", False
+                scan.lines, scan.tbs, scan.quiet, scan.last_line = 0, {}, {}, ""
+            f.seek(offset)
+            while read < max_bytes:
+                data = f.read(min(LM_CHUNK, max_bytes - read))
+                if not data:
+                    break
+                read += len(data)
+                if skip_long:
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        continue
+                    data = data[nl + 1:]
+                    skip_long = False
+                buf = carry + data if carry else data
+                nl = buf.rfind(b"\n")
+                if nl < 0:
+                    carry = buf
+                else:
+                    carry = buf[nl + 1:]
+                    scan.feed(buf[: nl + 1].decode("utf-8", "replace"))
+                if len(carry) > LM_CARRY_MAX:
+                    scan.feed_cut_line(carry[:LM_CARRY_MAX].decode("utf-8", "replace"))
+                    carry, skip_long = b"", True
+            offset += read
+            more = offset < os.fstat(f.fileno()).st_size
+            if read:
+                scan.growth_t = min(now, st.st_mtime) if st.st_mtime else now
+            elif scan.growth_t is None and st.st_size:
+                scan.growth_t = min(now, st.st_mtime)
+            if offset:
+                n = min(offset, LM_SIG_BYTES)
+                f.seek(offset - n)
+                sig = f.read(n).hex()
+            else:
+                sig = ""
+            state["ino"], state["dev"] = ino, dev
+    scan.finish(bool(rules.get("alive")), rules.get("exit"))
+    new_state = scan.state()
+    new_state.update({"v": LM_VERSION, "offset": offset, "carry": carry.decode("latin-1"),
+                      "skip_long": skip_long, "sig": sig})
+    if "ino" in state:
+        new_state["ino"], new_state["dev"] = state["ino"], state["dev"]
+    points = list(scan.points)
+    for p in points:
+        m = p["metrics"]
+        for k, v in m.items():
+            if isinstance(v, float) and (v != v or v in (math.inf, -math.inf)):
+                m[k] = lm_json_value(v)
+    out = {"state": new_state, "points": points, "points_dropped": scan.npoints - len(points),
+           "alerts": scan.alerts, "last_line": lm_cut(scan.last_line), "lines": scan.lines,
+           "bytes": offset, "bytes_read": read, "more": more, "reset": reset, "exists": exists}
+    if scan.tail is not None:
+        out["tail"] = [lm_cut(x) for x in scan.tail]
+    return out
