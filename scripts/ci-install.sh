@@ -40,6 +40,15 @@ done
 
 export DEBIAN_FRONTEND=noninteractive
 if [ "${#missing[@]}" -gt 0 ]; then
+  # Keep package scripts from starting daemons (the system sshd on :22, lxc-net's lxcbr0
+  # bridge with dnsmasq and NAT rules): the testbed starts only what it needs, by pid.
+  # A policy-rc.d that exits 101 is Debian's switch for that; ours is removed afterwards.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\n# ci-install.sh: no daemons started by package scripts\nexit 101\n' \
+      > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   log "installing: ${missing[*]}"
   apt-get update -qq
   # --no-install-recommends keeps podman from pulling in slirp/netavark
