@@ -23,12 +23,14 @@ die() { log "ERROR: $*"; exit 1; }
 # catatonit: the init podman's `--init` injects (a Recommends of podman,
 #   which --no-install-recommends would otherwise skip).
 # procps, psmisc: ps/pgrep/pkill/fuser, used by tests and by the testbed.
-# python3: the relay that adds latency is stdlib python3.
+# python3: the testbed script and its latency relay are stdlib python3.
+# python3-venv: .ci/run and scripts/test make a venv; Debian's python3 has no ensurepip
+#   without it ("ensurepip is not available").
 # ca-certificates: debootstrap fetches over the Debian mirror.
 PKGS=(
   openssh-server openssh-client iproute2
   podman runc catatonit debootstrap lxc
-  procps psmisc python3 ca-certificates
+  procps psmisc python3 python3-venv ca-certificates
 )
 
 missing=()
