@@ -5,6 +5,7 @@ diagnose. Each test skips with a reason when `scripts/testbed up` has not run (o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -66,16 +67,23 @@ def test_hosts_are_separate_network_namespaces_with_their_own_address():
 
 def test_sessions_share_the_hosts_pids_and_files():
     """The fake hosts differ from this machine only by network: a process they start is
-    visible here, and a file written there is here too (what real-parts.md promises)."""
+    visible here with the same pid, and a file written there is here too."""
     tb = testbed.require("ssh")
     name = os.path.join(tempfile.gettempdir(), unique())
+    tag = "%d.%04d" % (3000 + os.getpid() % 1000, uuid.uuid4().int % 10000)
+    p = ssh(tb, "rw2", "echo $$ > %s; sleep %s >/dev/null 2>&1 & echo $!" % (shlex.quote(name), tag))
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout)
     try:
-        p = ssh(tb, "rw2", "echo $$ > %s" % shlex.quote(name))
-        assert p.returncode == 0, p.stderr
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            assert f.read() == b"sleep\0" + tag.encode() + b"\0"
+        assert os.readlink("/proc/%d/ns/net" % pid) != os.readlink("/proc/self/ns/net")
+        assert os.readlink("/proc/%d/ns/pid" % pid) == os.readlink("/proc/self/ns/pid")
         with open(name) as f:
-            pid = int(f.read())
-        assert pid > 1
+            assert int(f.read()) > 1
     finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 15)
         if os.path.exists(name):
             os.unlink(name)
 
