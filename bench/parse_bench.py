@@ -29,7 +29,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=src
 def shapes(rng, step):
     """One block of lines, in the proportions a mixed real log has."""
     loss = 2.0 + rng.random()
-    tok = 14000 + rng.random() * 1000
+    tok = 14600 + rng.random() * 800
     pct = step % 100
     return [
         "step %d loss %.4f tok/s %.1f lr %.1e" % (step, loss, tok, 3e-4),

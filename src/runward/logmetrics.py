@@ -2,18 +2,21 @@
 
 This file is written to be moved verbatim into the agent (src/runward/agent.py), which is
 shipped to the target on every call: stdlib only, Python >= 3.8, every top-level name
-prefixed `lm_`/`Lm` so it cannot collide with the agent's own names, and no work at import
-beyond compiling regexes.
+prefixed `lm_`/`Lm` (constants `LM_`) so none collides with the agent's own, and no work at
+import beyond compiling regexes.
 
 One entry point, `lm_scan(log_path, state, rules, now)`: parse only the bytes written since
-the last call (the offset lives in `state`, which the caller keeps and hands back), and
-answer with the points (metrics per line), the alerts and the new state.
+the last call (the offset lives in `state`, which the caller keeps and hands back) and answer
+with the points (metrics per line), the alerts and the new state.
 
-How a line becomes metrics. Every number in the line is a slot: `loss=2.31`, `loss: 2.31`,
-`loss 2.31`, `'loss': 2.31`, `"loss": "2.31"` all name the slot after the text just before
-it. Lines of one program share a shape ("template": the line with its numbers taken out), so
-the naming is worked out once per template and cached; a line then costs one regex split,
-one dict look-up and the float conversions. That is the hot path the benchmark measures.
+How a line becomes metrics. Every number in a line is a slot, named after the text just
+before it: `loss=2.31`, `loss: 2.31`, `loss 2.31`, `'loss': 2.31`, `"loss": "2.31"`,
+`lm loss: 2.3E+00 |` (lm_analyse). Lines that one program prints share a skeleton, the line
+with its digits deleted; the naming is worked out once per skeleton and kept as a template: a
+regex of the line with every digit run as `\\d+` whose groups are the named numbers. A line
+then costs a `bytes.translate`, a dict look-up and one `fullmatch`, all in C, on the raw bytes
+(never decoded). Only the values that rules look at (loss for NaN, the throughput) are
+converted per line; the dicts of the points returned are built for the last `max_points` only.
 """
 import calendar
 import collections
@@ -23,7 +26,7 @@ import re
 import time
 
 LM_VERSION = 1
-LM_CHUNK = 1 << 20  # bytes read per os-level read
+LM_CHUNK = 1 << 20  # bytes per read
 LM_MAX_BYTES = 64 << 20  # default cap on bytes parsed per call (rules["max_bytes"])
 LM_CARRY_MAX = 64 << 10  # a line longer than this is cut there; the rest of it is skipped
 LM_LINE_MAX = 500  # characters of a line kept in an alert
@@ -33,17 +36,21 @@ LM_MAX_TRACKED = 64  # metrics whose early median is kept in the state
 LM_TB_MAX_LINES = 400  # a traceback whose exception line has not come after this many lines
 LM_MAX_TRACEBACKS = 16  # tracebacks in progress at once (one per rank prefix)
 LM_SIG_BYTES = 64  # bytes before the offset remembered to notice a log rewritten in place
+LM_DIGITS = b"0123456789"
 
 # A number: 14512, 14,512, 2.31, .5, 1.5E-04, -3, nan, NaN, inf, -inf, Infinity. Not one
 # glued to a word (acc1, fp16, E0321, v1.2): those stay part of the surrounding text. Nor a
 # "nan" that more words and a colon follow: Megatron's "number of nan iterations:   0".
-LM_NUM_RE = re.compile(
+LM_NUM_PAT = (
     r"(?<![\w.])("
     r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?"
     r"|[-+]?\.\d+(?:[eE][-+]?\d+)?"
     r"|[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:inity)?)(?!\w)(?![ \t]+[A-Za-z][A-Za-z_ ]*[:=])"
     r")"
 )
+LM_NUM_RE = re.compile(LM_NUM_PAT, re.ASCII)
+LM_NUM_RE_B = re.compile(LM_NUM_PAT.encode())
+LM_NAN_INF_RE_B = re.compile(rb"(?i)nan|inf")
 # The name before a number: the longest run of name characters that ends the gap, then an
 # optional `=` or `:` and an opening quote or bracket. `,` `|` `;` `:` `=` end a name.
 LM_NAME_TAIL_RE = re.compile(
@@ -51,12 +58,12 @@ LM_NAME_TAIL_RE = re.compile(
     r"['\"]?\s*(?:[=:]\s*)?['\"]?\[*\s*$"
 )
 LM_UNIT_GLUED_RE = re.compile(r"^[A-Za-z%/]+")
-LM_SOURCE_RE = re.compile(r"\.(?:py|c|cc|cpp|cu|h|hpp|rs|go)$")
-# Where a log header starts inside a line (after a progress bar that had no newline).
-LM_HEADER_START_RE = re.compile(r"\[(?:rank\d+\]|[EWIF]\d{4} |[EWIF] )")
 LM_SUFFIX_RE = re.compile(r"^([kKMGT])(?:i?B)?(?![A-Za-z0-9])")
+LM_SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 LM_RATE_UNIT_RE = re.compile(r"^ ?([A-Za-z]*/[A-Za-z]+)(?![A-Za-z])")
+LM_SOURCE_RE = re.compile(r"\.(?:py|c|cc|cpp|cu|h|hpp|rs|go)$")
 LM_NORM_RE = re.compile(r"[^a-z0-9]+")
+LM_DIGIT_RUN_B = re.compile(rb"\d+")
 # What comes before the message on a log line and is not data: timestamps, [bracketed]
 # headers ([INFO], [rank0]:, [logging.py:69:log_dist]), (APIServer pid=1), glog headers
 # (E0321 02:07:08.408271257 123 ProcessGroupNCCL.cpp:607]), vLLM's `INFO 03-18 09:04:46`.
@@ -72,14 +79,14 @@ LM_PREFIX_RE = re.compile(
     r"|>>|\||-|:"
     r")\s*)+"
 )
+# Where a log header starts inside a line (after a progress bar that had no newline).
+LM_HEADER_START_RE_B = re.compile(rb"\[(?:rank\d+\]|[EWIF]\d{4} |[EWIF] )")
 # A timestamp that starts the line: ISO 8601, `[2024-05-01 12:00:00,123]`, vLLM `INFO 03-18 ...`.
 LM_TS_RE = re.compile(
     r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
     r"(Z|[+-]\d\d:?\d\d)?\]?"
 )
 LM_TS_MD_RE = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
-LM_TS_FIRST = frozenset("[0123456789")
-LM_TS_MD_FIRST = frozenset("IWED")
 
 # Lines that are events, found over a whole chunk at once (they are rare; the scan is C).
 # Texts checked against real logs: PyTorch's caching allocator ("torch.OutOfMemoryError:
@@ -90,21 +97,28 @@ LM_TS_MD_FIRST = frozenset("IWED")
 # memory"), XLA ("RESOURCE_EXHAUSTED: Out of memory"); ProcessGroupNCCL ("Watchdog caught
 # collective operation timeout: WorkNCCL(...)", "watchdog got stuck", "NCCL error in: ...",
 # DistBackendError, ncclInternalError/ncclSystemError/...), NCCL_DEBUG=WARN output ("NCCL WARN
-# NET/IB : Got completion ..."); the shell's "Killed" after the kernel OOM killer sent SIGKILL,
-# and torchrun's "exitcode  : -9" / "Signal 9 (SIGKILL) received by PID".
+# NET/IB : Got completion ..."); the shell's "Killed" after the kernel OOM killer sent SIGKILL
+# (or its zh_CN "已杀死"), and torchrun's "exitcode  : -9" / "Signal 9 (SIGKILL) received by PID".
+# Triton's "OutOfResources: out of resource: shared memory" during autotuning is not one: the
+# autotuner skips that config and goes on.
 LM_EVENT_RE = re.compile(
-    r"(?P<traceback>Traceback \(most recent call last\):)"
-    r"|(?P<cuda_oom>CUDA out of memory|CUDA error: out of memory|HIP out of memory"
-    r"|CUBLAS_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
-    r"|RESOURCE_EXHAUSTED: Out of memory)"
-    r"|(?P<nccl>NCCL WARN|NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
-    r"|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError"
-    r"|Watchdog caught collective operation timeout|watchdog got stuck"
-    r"|NCCL communicator was aborted|Some NCCL operations have failed or timed out)"
-    r"|(?P<oom_killed>^[ \t]*(?:Killed|\u5df2\u6740\u6b7b)[ \t\r]*$|: line \d+: +\d+ Killed "
-    r"|Signal 9 \(SIGKILL\) received by PID|exitcode *: -9\b|\(exitcode: -9\))",
+    "(?P<traceback>Traceback \\(most recent call last\\):)"
+    "|(?P<cuda_oom>CUDA out of memory|CUDA error: out of memory|HIP out of memory"
+    "|CUBLAS_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    "|RESOURCE_EXHAUSTED: Out of memory)"
+    "|(?P<nccl>NCCL WARN|NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
+    "|ncclRemoteError|ncclInvalidUsage|ncclInvalidArgument|DistBackendError"
+    "|Watchdog caught collective operation timeout|watchdog got stuck"
+    "|NCCL communicator was aborted|Some NCCL operations have failed or timed out)"
+    "|(?P<oom_killed>^[ \\t]*(?:Killed|\u5df2\u6740\u6b7b)[ \\t\\r]*$|: line \\d+: +\\d+ Killed "
+    "|Signal 9 \\(SIGKILL\\) received by PID|exitcode *: -9\\b|\\(exitcode: -9\\))"
+    .encode("utf-8"),
     re.M,
 )
+LM_EVENT_HINTS = tuple(s.encode("utf-8") for s in (
+    "Traceback", "memory", "MEMORY", "ALLOC_FAILED", "NCCL", "nccl", "Killed", "SIGKILL",
+    "exitcode", "\u5df2\u6740\u6b7b"))  # every event pattern holds one: checked in C first
+LM_TB_HEAD = "Traceback (most recent call last):"
 LM_TB_CHAIN = ("During handling of the above exception", "The above exception was the direct")
 LM_DIGITS_RE = re.compile(r"\d")
 
@@ -175,16 +189,6 @@ def lm_throughput_metric(names):
 # --------------------------------------------------------------------------- one line
 
 
-class LmSlot(object):
-    """How one number of a template becomes a metric."""
-
-    __slots__ = ("index", "name", "mult", "inv", "plain")
-
-    def __init__(self, index, name, mult=1.0, inv=False):
-        self.index, self.name, self.mult, self.inv = index, name, mult, inv
-        self.plain = mult == 1.0 and not inv  # an all-digit token is then an int
-
-
 def lm_name_from_gap(gap, first):
     """The metric name that the text GAP (between two numbers) gives the number after it."""
     if not first:
@@ -209,19 +213,20 @@ def lm_name_from_gap(gap, first):
 
 
 def lm_analyse(parts, prefix_end):
-    """Name the numbers of one line's template. PARTS is LM_NUM_RE.split(line)."""
+    """Name the numbers of one line. PARTS is LM_NUM_RE.split(line): text, number, text, ...
+
+    Returns (index of the number, name, multiplier, inverse) for each named number.
+    """
     if any("NCCL INFO" in p for p in parts[0::2]):
         return ()  # NCCL_DEBUG=INFO chatter: channels, ranks, ports; no training metric
     slots = []
     seen = set()
     pos = 0
-    count = len(parts) // 2
-    for i in range(count):
+    for i in range(len(parts) // 2):
         gap = parts[2 * i]
         pos += len(gap)
-        token = parts[2 * i + 1]
         start = pos
-        pos += len(token)
+        pos += len(parts[2 * i + 1])
         if start < prefix_end:
             continue  # timestamps, [rank0], (pid=12), [file.py:69]: not data
         after = parts[2 * i + 2]
@@ -243,21 +248,20 @@ def lm_analyse(parts, prefix_end):
         if not name or name in seen:
             continue
         seen.add(name)
-        mult = 1.0
         m = LM_SUFFIX_RE.match(after)
-        if m:
-            mult = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(1)]
-        slots.append(LmSlot(i, name, mult, inv))
+        slots.append((i, name, LM_SUFFIX[m.group(1)] if m else 1.0, inv))
     return tuple(slots)
 
 
-def lm_number(token, mult, inv):
-    """The value of a number token: int for plain integers, float otherwise."""
-    if mult == 1.0 and not inv and token.isdigit():
-        return int(token)
-    if "," in token:
-        token = token.replace(",", "")
-    v = float(token) * mult
+def lm_number(token, mult=1.0, inv=False):
+    """The float a number token (str or bytes) stands for: separators, K/M/G, s/it."""
+    try:
+        v = float(token)
+    except ValueError:  # thousands separators: 14,512
+        v = float(token.replace(b",", b"") if isinstance(token, bytes) else
+                  token.replace(",", ""))
+    if mult != 1.0:
+        v *= mult
     if inv:
         v = 1.0 / v if v else math.inf
     return v
@@ -268,24 +272,31 @@ def lm_prefix_end(line):
     return m.end() if m else 0
 
 
-def lm_parse_line(line, cache=None):
-    """Metrics of one line as {name: value}, without configuration ({} when none)."""
+def lm_parse_line(line):
+    """Metrics of one line as {name: float}, without configuration ({} when none).
+
+    The reference for what lm_scan's templates extract; lm_scan's timestamp handling aside
+    (a leading timestamp is a prefix here, so it gives no metric either way).
+    """
     parts = LM_NUM_RE.split(line)
     if len(parts) == 1:
         return {}
-    key = "\x00".join(parts[0::2])
-    spec = None if cache is None else cache.get(key)
-    if spec is None:
-        spec = lm_analyse(parts, lm_prefix_end(line))
-        if cache is not None:
-            if len(cache) >= LM_TEMPLATE_CACHE:
-                cache.clear()
-            cache[key] = spec
-    return {s.name: lm_number(parts[2 * s.index + 1], s.mult, s.inv) for s in spec}
+    return {name: lm_number(parts[2 * i + 1], mult, inv)
+            for i, name, mult, inv in lm_analyse(parts, lm_prefix_end(line))}
+
+
+def lm_value_of(raw):
+    """A user regex's capture as a number (K/M/G suffix, separators), or None."""
+    parts = LM_NUM_RE.split(raw.strip())
+    if len(parts) < 3:
+        return None
+    m = LM_SUFFIX_RE.match(parts[2])
+    return lm_number(parts[1], LM_SUFFIX[m.group(1)] if m else 1.0)
 
 
 def lm_user_metrics(line, user):
-    """Metrics from the user's named regexes (runward.toml): {name: compiled regex}."""
+    """Metrics from the user's named regexes (runward.toml), [(name, compiled regex)]: one
+    group names the metric after the regex; named groups name it after themselves."""
     out = {}
     for name, rx in user:
         m = rx.search(line)
@@ -294,26 +305,62 @@ def lm_user_metrics(line, user):
         groups = m.groupdict()
         if groups:
             for g, raw in groups.items():
-                if raw is not None:
-                    v = lm_value_of(raw)
-                    if v is not None:
-                        out[lm_norm_name(g)] = v
-        elif m.groups():
+                v = None if raw is None else lm_value_of(raw)
+                if v is not None:
+                    out[lm_norm_name(g)] = v
+        elif m.groups() and m.group(1) is not None:
             v = lm_value_of(m.group(1))
             if v is not None:
                 out[name] = v
     return out
 
 
-def lm_value_of(raw):
-    """A user regex's capture as a number, with K/M/G suffixes and separators; None if not."""
-    raw = raw.strip()
-    parts = LM_NUM_RE.split(raw)
-    if len(parts) < 3:
-        return None
-    m = LM_SUFFIX_RE.match(parts[2])
-    mult = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(1)] if m else 1.0
-    return lm_number(parts[1], mult, False)
+class LmTemplate(object):
+    """A line skeleton's regex and what its groups are."""
+
+    __slots__ = ("match", "names", "convs", "ts", "checks", "progress", "event")
+
+    def __init__(self, match, names, convs, ts, event=False):
+        self.match = match  # compiled fullmatch over the raw line bytes
+        self.names = names  # metric name of each group
+        self.convs = convs  # None when every group is a plain float, else (mult, inv) each
+        self.ts = ts  # the line starts with a timestamp the clock reads
+        self.checks = ()  # (group, name, roles, conversion, nan key): groups rules look at
+        self.progress = False  # a metric that shows training going on (loss, step, tok/s)
+        self.event = event  # lines of this skeleton were events (checked again per line)
+
+    def values(self, m):
+        groups = m.groups()
+        if self.convs is None:
+            return dict(zip(self.names, map(float, groups)))
+        return {name: lm_number(g, *conv) for name, g, conv in zip(self.names, groups,
+                                                                   self.convs)}
+
+
+def lm_template(line_b, line):
+    """The template of raw line LINE_B (LINE decoded), or None if it is no event and names
+    no number."""
+    event = LM_EVENT_RE.search(line_b) is not None
+    parts_b = LM_NUM_RE_B.split(line_b)
+    parts = [p.decode("utf-8", "replace") for p in parts_b]
+    slots = lm_analyse(parts, lm_prefix_end(line))
+    if not slots:
+        return LmTemplate(None, (), None, False, True) if event else None
+    named = {}
+    for gi, (i, name, mult, inv) in enumerate(slots):
+        named[i] = gi
+    pieces = []
+    for j, p in enumerate(parts_b):
+        rx = LM_DIGIT_RUN_B.sub(rb"\\d+", re.escape(p))
+        if j % 2 and (j // 2) in named:
+            rx = b"(" + rx + b")"
+        pieces.append(rx)
+    plain = all(mult == 1.0 and not inv and b"," not in parts_b[2 * i + 1]
+                for i, name, mult, inv in slots)
+    convs = None if plain else tuple((mult, inv) for i, name, mult, inv in slots)
+    ts = bool(LM_TS_RE.match(line) or LM_TS_MD_RE.match(line))
+    return LmTemplate(re.compile(b"".join(pieces), re.S).fullmatch,
+                      tuple(s[1] for s in slots), convs, ts, event)
 
 
 # --------------------------------------------------------------------------- time
@@ -324,39 +371,42 @@ class LmClock(object):
 
     def __init__(self, now):
         self.now = now
+        self.year = time.localtime(now).tm_year
         self.hours = {}
 
     def parse(self, line):
         """(epoch seconds or None, end of the timestamp in LINE)."""
-        c = line[:1]
-        if c in LM_TS_FIRST:
-            m = LM_TS_RE.match(line)
-            if not m:
-                return None, 0
+        m = LM_TS_RE.match(line)
+        if m:
             y, mo, d, h, mi, s, frac, tz = m.groups()
             key = (y, mo, d, h, tz)
             base = self.hours.get(key)
             if base is None:
-                base = self._hour(int(y), int(mo), int(d), int(h), tz)
+                try:
+                    base = self._hour(int(y), int(mo), int(d), int(h), tz)
+                except (ValueError, OverflowError):
+                    return None, 0
                 self.hours[key] = base
             t = base + int(mi) * 60 + int(s)
             if frac:
                 t += int(frac) / (10.0 ** len(frac))
             return t, m.end()
-        if c in LM_TS_MD_FIRST:
-            m = LM_TS_MD_RE.match(line)
-            if not m:
-                return None, 0
+        m = LM_TS_MD_RE.match(line)
+        if m:
             mo, d, h, mi, s = (int(x) for x in m.groups())
-            year = time.localtime(self.now).tm_year
             try:
-                t = self._hour(year, mo, d, h, None) + mi * 60 + s
+                t = self._hour(self.year, mo, d, h, None) + mi * 60 + s
                 if t > self.now + 86400:  # no year in the log: December's lines in January
-                    t = self._hour(year - 1, mo, d, h, None) + mi * 60 + s
+                    t = self._hour(self.year - 1, mo, d, h, None) + mi * 60 + s
             except (ValueError, OverflowError):
                 return None, 0
-            return t, 0  # keep the text: the prefix rule knows this header
+            return t, 0
         return None, 0
+
+    def of(self, line):
+        """Time of LINE: its timestamp, else the time of this scan."""
+        t = self.parse(line)[0]
+        return self.now if t is None else t
 
     @staticmethod
     def _hour(y, mo, d, h, tz):
@@ -370,18 +420,11 @@ class LmClock(object):
         return t
 
 
-# --------------------------------------------------------------------------- the scan
+# --------------------------------------------------------------------------- alerts
 
 
 def lm_cut(line):
     return line if len(line) <= LM_LINE_MAX else line[: LM_LINE_MAX - 3] + "..."
-
-
-def lm_alert(kind, t, detail, line_no=None, line=None, metric=None, value=None, **extra):
-    a = {"kind": kind, "line_no": line_no, "line": None if line is None else lm_cut(line),
-         "t": t, "metric": metric, "value": lm_json_value(value), "detail": detail}
-    a.update(extra)
-    return a
 
 
 def lm_json_value(v):
@@ -391,10 +434,24 @@ def lm_json_value(v):
     return v
 
 
+def lm_alert(kind, t, detail, line_no=None, line=None, metric=None, value=None, **extra):
+    a = {"kind": kind, "line_no": line_no, "line": None if line is None else lm_cut(line),
+         "t": t, "metric": metric, "value": lm_json_value(value), "detail": detail}
+    a.update(extra)
+    return a
+
+
 def lm_median(values):
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def lm_decode(b):
+    return b.decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------- the scan
 
 
 class LmScan(object):
@@ -404,21 +461,21 @@ class LmScan(object):
         self.now = now
         self.rules = rules
         self.clock = LmClock(now)
-        self.cache = {}
+        self.templates = {}  # line skeleton (digits deleted) -> LmTemplate or None
+        self.plain = {}  # line without digits -> 0 nothing, 1 event, 2 a NaN/Inf maybe
         self.user = [(lm_norm_name(k), re.compile(v)) for k, v in
                      sorted((rules.get("metrics") or {}).items())]
-        self.max_points = int(rules.get("max_points", LM_MAX_POINTS))
-        self.points = collections.deque(maxlen=max(self.max_points, 0) or None)
+        self.points = collections.deque(maxlen=max(0, int(rules.get("max_points",
+                                                                    LM_MAX_POINTS))))
         self.npoints = 0
-        self.t = now  # time of the last line parsed
         self.alerts = []
-        tail_n = int(rules.get("tail_lines") or 0)
-        self.tail = collections.deque(maxlen=min(tail_n, 1000)) if tail_n > 0 else None
+        tail_n = min(int(rules.get("tail_lines") or 0), 1000)
+        self.tail = collections.deque(maxlen=tail_n) if tail_n > 0 else None
         self.mins = {self._rule_name(k): float(v) for k, v in (rules.get("min") or {}).items()}
         self.maxs = {self._rule_name(k): float(v) for k, v in (rules.get("max") or {}).items()}
         self.drop_fraction = rules.get("drop_fraction", 0.5)
-        self.drop_points = int(rules.get("drop_points", 3) or 3)
-        self.early_points = int(rules.get("early_points", 10) or 10)
+        self.drop_points = int(rules.get("drop_points") or 3)
+        self.early_points = int(rules.get("early_points") or 10)
         dm = rules.get("drop_metrics")
         self.drop_metrics = None if dm is None else set(self._rule_name(k) for k in dm)
 
@@ -428,11 +485,12 @@ class LmScan(object):
         self.growth_t = state.get("growth_t")
         self.tbs = state.get("tbs") or {}  # prefix (digits as 0) -> traceback in progress
         self.tracked = state.get("tracked") or {}  # name -> {"early", "med", "low", "hit"}
-        self.violating = set(state.get("violating") or ())  # "min:tok_s", "nan:loss", ...
-        self.quiet = state.get("quiet") or {}  # event kind -> line of its alert (burst)
+        self.violating = dict(state.get("violating") or {})  # "min:tok_s" -> points back OK
+        self.quiet = state.get("quiet") or {}  # event kind -> line of its alert (a burst)
         self.names = set(state.get("names") or ())
         self.main_tp = lm_throughput_metric(self.names)
         self.roles = {}
+        self.roles_dirty = False
         self.exit_seen = state.get("exit_seen")
         self.sigkill_seen = state.get("sigkill_seen", False)
 
@@ -443,97 +501,217 @@ class LmScan(object):
     def state(self):
         return {"lines": self.lines, "last_line": self.last_line, "last_line_t": self.last_line_t,
                 "growth_t": self.growth_t, "tbs": self.tbs, "tracked": self.tracked,
-                "violating": sorted(self.violating), "quiet": self.quiet,
+                "violating": self.violating, "quiet": self.quiet,
                 "names": sorted(self.names)[:256], "exit_seen": self.exit_seen,
                 "sigkill_seen": self.sigkill_seen}
 
     # ---------------------------------------------------------------- lines
 
-    def feed(self, text):
-        """Parse TEXT, a run of complete lines each ending with a newline."""
-        lines = text.split("\n")
+    def feed(self, buf):
+        """Parse BUF, raw bytes of complete lines, each ending with a newline."""
+        lines = buf.split(b"\n")
         lines.pop()  # after the last newline: empty
-        base = self.lines
-        events = None
-        if lm_may_have_events(text):
-            events = {}
-            count, last = 0, 0
-            for m in LM_EVENT_RE.finditer(text):
-                count += text.count("\n", last, m.start())
-                last = m.start()
-                if count not in events:
-                    events[count] = (m.lastgroup, m.start() - text.rfind("\n", 0, m.start()) - 1)
-        metrics_of = self._metrics
-        for idx, line in enumerate(lines):
-            if events is not None or self.tbs:
-                ev = events.get(idx) if events else None
-                if ev and ev[1] > 0:
-                    # Training output and an error on one physical line (a progress bar
-                    # without its newline, then the watchdog): its metrics come first.
-                    head = line[:ev[1]]
-                    m = LM_HEADER_START_RE.search(head)
-                    metrics_of(base + idx + 1, head[:m.start()] if m else head)
-                if self._special(base + idx + 1, line, ev[0] if ev else None):
+        templates = self.templates
+        get = templates.get
+        append = self.points.append
+        violating = self.violating
+        tbs = self.tbs  # changed in place only
+        slow = self._slow
+        check = self._check
+        kept = 0
+        for n, seg in enumerate(lines, self.lines + 1):
+            if tbs and self._pending(n, seg):
+                continue  # a line of a traceback in progress
+            if b"\r" in seg or self.user:
+                self._line(n, seg)  # tqdm redraws, or the user's own regexes
+                continue
+            # What follows is _one() inlined: this loop is the hot path.
+            key = seg.translate(None, LM_DIGITS)
+            tpl = get(key)
+            if tpl is None:
+                if key not in templates:
+                    if len(key) == len(seg):  # no digit: an event, "loss: nan", or nothing
+                        self._plain(n, seg)
+                        continue
+                    tpl = self._template(seg, key)
+                if tpl is None:
+                    continue  # numbers, but none named
+            if tpl.event:  # this skeleton was an event line: is this one?
+                if self._event_line(n, seg):
                     continue
-            metrics_of(base + idx + 1, line)
-        self.lines = base + len(lines)
+                if tpl.match is None:
+                    continue
+            m = tpl.match(seg)
+            if m is None:  # same skeleton, other shape (".5" where "0.5" was)
+                slow(n, seg)
+                continue
+            append((n, m, tpl, None))
+            kept += 1
+            if self.quiet and tpl.progress:
+                self.quiet = {}  # training went on: the next error is a new burst
+            for g, name, role, conv, key in tpl.checks:
+                v = float(m.group(g)) if conv is None else lm_number(m.group(g), *conv)
+                if role == LM_R_LOSS and v - v == 0.0:  # a finite loss: the usual case
+                    if key in violating:
+                        del violating[key]
+                    continue
+                check(n, seg, tpl.ts, name, v, role)
+        self.npoints += kept
+        self.lines += len(lines)
         if lines:
-            self.last_line = lines[-1].rstrip("\r").rsplit("\r", 1)[-1]
-            self.last_line_t = self.t
+            self.last_line = lm_decode(lines[-1].rstrip(b"\r").rsplit(b"\r", 1)[-1])
+            self.last_line_t = None  # worked out in finish(), for the last line only
             if self.tail is not None:
                 self.tail.extend(lines[-self.tail.maxlen:])
 
-    def _metrics(self, n, line):
-        """Metrics of line N (every carriage-return segment: tqdm redraws in place)."""
-        if "\r" in line:
-            segs = line.split("\r")
-        else:
-            segs = (line,)
-        for seg in segs:
-            if not seg:
-                continue
-            c = seg[0]
-            t = None
-            if c in LM_TS_FIRST or c in LM_TS_MD_FIRST:
-                t, tend = self.clock.parse(seg)
-                if tend:
-                    seg = seg[tend:]
-            if t is None:
-                t = self.now
-            self.t = t
-            parts = LM_NUM_RE.split(seg)
-            metrics = None
-            if len(parts) > 1:
-                key = "\x00".join(parts[0::2])
-                spec = self.cache.get(key)
-                if spec is None:
-                    spec = lm_analyse(parts, lm_prefix_end(seg))
-                    if len(self.cache) >= LM_TEMPLATE_CACHE:
-                        self.cache.clear()
-                    self.cache[key] = spec
-                if spec:
-                    metrics = {}
-                    for sl in spec:
-                        tok = parts[2 * sl.index + 1]
-                        if sl.plain and tok.isdigit():
-                            metrics[sl.name] = int(tok)
-                        else:
-                            metrics[sl.name] = lm_number(tok, sl.mult, sl.inv)
-            if self.user:
-                um = lm_user_metrics(seg, self.user)
-                if um:
-                    if metrics is None:
-                        metrics = um
-                    else:
-                        metrics.update(um)
-            if metrics:
-                self.points.append({"line": n, "t": t, "metrics": metrics})
-                self.npoints += 1
-                self._check(n, t, seg, metrics)
+    def _plain(self, n, seg):
+        """A line without a digit. Most repeat ("Saving checkpoint..."), so what each is, an
+        event, a NaN or nothing, is remembered (bounded)."""
+        what = self.plain.get(seg)
+        if what is None:
+            if len(self.plain) >= LM_TEMPLATE_CACHE:
+                self.plain.clear()
+            what = self.plain[seg] = (
+                1 if LM_EVENT_RE.search(seg) else 2 if LM_NAN_INF_RE_B.search(seg) else 0)
+        if what == 1:
+            self._event_line(n, seg)
+        elif what == 2:
+            self._slow(n, seg)
 
-    def feed_cut_line(self, line):
-        """A line longer than LM_CARRY_MAX: parse its start, count it, skip the rest."""
-        self.feed(line + "\n")
+    def _event_line(self, n, seg):
+        """If SEG is an event line, handle it (metrics before it first) and say True."""
+        m = LM_EVENT_RE.search(seg)
+        if m is None:
+            return False
+        start = m.start()
+        if start > 0:
+            # Training output and an error on one physical line (a progress bar without its
+            # newline, then the watchdog's message): its metrics come first.
+            head = seg[:start]
+            h = LM_HEADER_START_RE_B.search(head)
+            self._line(n, head[:h.start()] if h else head)
+        self._special(n, lm_decode(seg).rstrip("\r"), m.lastgroup)
+        return True
+
+    def _pending(self, n, seg):
+        """A line while tracebacks are in progress: True when it is used up."""
+        m = LM_EVENT_RE.search(seg)
+        if m is not None:
+            return self._event_line(n, seg)
+        return self._special(n, lm_decode(seg).rstrip("\r"), None)
+
+    def _template(self, seg, key):
+        if len(self.templates) >= LM_TEMPLATE_CACHE:
+            self.templates.clear()
+        tpl = lm_template(seg, lm_decode(seg))
+        self.templates[key] = tpl
+        if tpl is not None:
+            for name in tpl.names:
+                self._role(name)
+            self._checks_of(tpl)
+            self._refresh_roles()
+        return tpl
+
+    def _checks_of(self, tpl):
+        checks = []
+        progress = False
+        for gi, name in enumerate(tpl.names):
+            role = self.roles.get(name)
+            if role is None:
+                role = self._role(name)
+            if role & ~LM_R_PROGRESS:
+                conv = None if tpl.convs is None else tpl.convs[gi]
+                checks.append((gi + 1, name, role & ~LM_R_PROGRESS, conv, "nan:" + name))
+            progress = progress or bool(role & LM_R_PROGRESS)
+        tpl.progress = progress
+        tpl.checks = tuple(checks)
+
+    def _refresh_roles(self):
+        """The main throughput metric changed (a new name): every template's checks again."""
+        while self.roles_dirty:
+            self.roles_dirty = False
+            for tpl in self.templates.values():
+                if tpl is not None:
+                    self._checks_of(tpl)
+
+    def _line(self, n, raw):
+        """A line by the general path: an event, or every carriage-return segment (tqdm
+        redraws in place) for metrics."""
+        if any([h in raw for h in LM_EVENT_HINTS]) and self._event_line(n, raw):
+            return
+        for seg in raw.split(b"\r"):
+            if seg:
+                if self.user:
+                    self._slow(n, seg)
+                else:
+                    self._one(n, seg)
+
+    def _one(self, n, seg):
+        """Metrics of one line segment by its template (feed() has this inlined)."""
+        key = seg.translate(None, LM_DIGITS)
+        tpl = self.templates.get(key)
+        if tpl is None:
+            if key in self.templates:
+                return
+            if len(key) == len(seg):
+                if LM_NAN_INF_RE_B.search(seg):
+                    self._slow(n, seg)
+                return
+            tpl = self._template(seg, key)
+            if tpl is None:
+                return
+        if tpl.match is None:
+            return
+        m = tpl.match(seg)
+        if m is None:
+            self._slow(n, seg)
+            return
+        self.points.append((n, m, tpl, None))
+        self.npoints += 1
+        if self.quiet and tpl.progress:
+            self.quiet = {}
+        for g, name, role, conv, key in tpl.checks:
+            v = float(m.group(g)) if conv is None else lm_number(m.group(g), *conv)
+            self._check(n, seg, tpl.ts, name, v, role)
+
+    def _slow(self, n, seg):
+        """Metrics of one segment without a template (and with the user's regexes)."""
+        line = lm_decode(seg)
+        t, tend = self.clock.parse(line)
+        metrics = lm_parse_line(line[tend:]) if tend else lm_parse_line(line)
+        if self.user:
+            um = lm_user_metrics(line, self.user)
+            if um:
+                metrics.update(um)
+        if not metrics:
+            return
+        t = self.now if t is None else t
+        self.points.append((n, None, metrics, t))
+        self.npoints += 1
+        for name, v in metrics.items():
+            role = self.roles.get(name)
+            if role is None:
+                role = self._role(name)
+            if role & LM_R_PROGRESS and self.quiet:
+                self.quiet = {}
+            if role & ~LM_R_PROGRESS:
+                self._check(n, line, t, name, v, role)
+        self._refresh_roles()
+
+    def materialize(self):
+        """The kept points as the JSON-able dicts lm_scan returns."""
+        out = []
+        for n, m, tpl, t in self.points:
+            if m is None:
+                metrics = tpl  # the slow path stored the dict itself
+            else:
+                metrics = tpl.values(m)
+                t = self.clock.of(lm_decode(m.string[:48])) if tpl.ts else self.now
+            for k, v in metrics.items():
+                if v != v or v in (math.inf, -math.inf):
+                    metrics[k] = lm_json_value(v)
+            out.append({"line": n, "t": t, "metrics": metrics})
+        return out
 
     # ---------------------------------------------------------------- events
 
@@ -543,10 +721,9 @@ class LmScan(object):
             return True
         if kind is None:
             return False
-        t, _ = self.clock.parse(line)
-        t = self.now if t is None else t
+        t = self.clock.of(line)
         if kind == "traceback":
-            i = line.find("Traceback (most recent call last):")
+            i = line.find(LM_TB_HEAD)
             prefix = LM_DIGITS_RE.sub("0", line[:i])
             old = self.tbs.pop(prefix, None)
             if old is not None:  # a new traceback before this prefix's last one ended
@@ -598,7 +775,7 @@ class LmScan(object):
                     taken = True
             elif body.startswith(LM_TB_CHAIN):
                 tb["chain"] = taken = True
-            elif body.startswith("Traceback (most recent call last):"):
+            elif body.startswith(LM_TB_HEAD):
                 if tb["chain"] or tb["final"] is None:
                     tb["chain"], tb["final"] = False, None
                     taken = True  # the next link of a chain
@@ -628,8 +805,8 @@ class LmScan(object):
         final = tb["final"]
         if final is None:
             detail = "Python traceback (its exception line has not appeared)"
-            self._event("traceback", tb["line_no"], tb["t"], "Traceback (most recent call last):",
-                        detail=detail, traceback_line_no=tb["line_no"])
+            self._event("traceback", tb["line_no"], tb["t"], LM_TB_HEAD, detail=detail,
+                        traceback_line_no=tb["line_no"])
             return
         kind = tb["kind"] or "traceback"
         what = "Python traceback" if kind == "traceback" else LM_EVENT_DETAIL[kind]
@@ -640,8 +817,8 @@ class LmScan(object):
     # ---------------------------------------------------------------- rules on points
 
     def _role(self, name):
-        """Which rules look at metric NAME (bits LM_R_*); cached, redone when the main
-        throughput metric changes."""
+        """Which rules look at metric NAME (bits LM_R_*); redone for every name when the
+        main throughput metric changes."""
         if name not in self.names:
             self.names.add(name)
             if lm_is_throughput(name):
@@ -649,6 +826,7 @@ class LmScan(object):
                 if main != self.main_tp:
                     self.main_tp = main
                     self.roles = {}
+                    self.roles_dirty = True
         is_main = name == self.main_tp
         role = 0
         if lm_is_loss(name) or lm_is_throughput(name) or name in LM_STEP_NAMES:
@@ -666,60 +844,65 @@ class LmScan(object):
         self.roles[name] = role
         return role
 
-    def _check(self, n, t, line, metrics):
-        roles = self.roles
-        for name, v in metrics.items():
-            role = roles.get(name)
-            if role is None:
-                role = self._role(name)
-            if not role:
-                continue
-            if role & LM_R_PROGRESS and self.quiet:
-                self.quiet = {}  # training went on: the next error is a new burst
-            if role & LM_R_LOSS:
-                key = "nan:" + name
-                if v != v or v == math.inf or v == -math.inf:
-                    if key not in self.violating:
-                        self.violating.add(key)
-                        what = "NaN" if v != v else "Inf"
-                        self.alerts.append(lm_alert(
-                            "nan" if v != v else "inf", t, "%s is %s" % (name, what), n, line,
-                            name, v))
-                elif key in self.violating:
-                    self.violating.discard(key)
-            elif role & LM_R_NANCOUNT:
-                key = "nancount:" + name
-                if v > 0:
-                    if key not in self.violating:  # Megatron: "number of nan iterations: 3"
-                        self.violating.add(key)
-                        self.alerts.append(lm_alert("nan", t, "%s = %s" % (name, v), n, line,
-                                                    name, v))
-                else:
-                    self.violating.discard(key)
-            if role & LM_R_BOUND:
-                aliases = (name, "throughput") if name == self.main_tp else (name,)
-                for rname in aliases:
-                    lo = self.mins.get(rname)
-                    if lo is not None:
-                        self._bound("below_min", name, v, v < lo, lo, n, t, line)
-                    hi = self.maxs.get(rname)
-                    if hi is not None:
-                        self._bound("above_max", name, v, v > hi, hi, n, t, line)
-            if role & LM_R_DROP:
-                self._drop(name, v, n, t, line)
+    def _check(self, n, line, t, name, v, role):
+        """Rules on one value. LINE is str or the raw bytes; T a time or, with raw bytes,
+        whether the line has a timestamp (both are worked out only for an alert)."""
+        if role & LM_R_LOSS:
+            key = "nan:" + name
+            if v != v or v == math.inf or v == -math.inf:
+                if key not in self.violating:
+                    self.violating[key] = 0
+                    line, t = self._where(line, t)
+                    what = "NaN" if v != v else "Inf"
+                    self.alerts.append(lm_alert("nan" if v != v else "inf", t,
+                                                "%s is %s" % (name, what), n, line, name, v))
+            elif key in self.violating:
+                del self.violating[key]
+        elif role & LM_R_NANCOUNT:
+            key = "nancount:" + name
+            if v > 0:
+                if key not in self.violating:  # Megatron: "number of nan iterations: 3"
+                    self.violating[key] = 0
+                    line, t = self._where(line, t)
+                    self.alerts.append(lm_alert("nan", t, "%s = %g: the framework counts "
+                                                "NaN steps" % (name, v), n, line, name, v))
+            elif key in self.violating:
+                del self.violating[key]
+        if role & LM_R_BOUND:
+            for rname in ((name, "throughput") if name == self.main_tp else (name,)):
+                lo = self.mins.get(rname)
+                if lo is not None:
+                    self._bound("below_min", name, v, v < lo, lo, n, line, t)
+                hi = self.maxs.get(rname)
+                if hi is not None:
+                    self._bound("above_max", name, v, v > hi, hi, n, line, t)
+        if role & LM_R_DROP:
+            self._drop(name, v, n, line, t)
 
-    def _bound(self, kind, name, v, bad, limit, n, t, line):
+    def _where(self, line, t):
+        """(line text, time) for an alert, from what _check was given."""
+        if isinstance(line, bytes):
+            line = lm_decode(line)
+            t = self.clock.of(line) if t else self.now
+        return line, t
+
+    def _bound(self, kind, name, v, bad, limit, n, line, t):
+        # Alert when the value crosses the limit; again only after it was back within it for
+        # drop_points values in a row (a value that hovers at the limit would alert each line).
         key = kind + ":" + name
         if bad:
             if key not in self.violating:
-                self.violating.add(key)
+                line, t = self._where(line, t)
                 word = "below the floor" if kind == "below_min" else "above the ceiling"
-                self.alerts.append(lm_alert(kind, t, "%s = %s, %s %s" % (name, v, word, limit),
+                self.alerts.append(lm_alert(kind, t, "%s = %g, %s %g" % (name, v, word, limit),
                                             n, line, name, v, limit=limit))
-        elif v == v:
-            self.violating.discard(key)
+            self.violating[key] = 0
+        elif v == v and key in self.violating:
+            self.violating[key] += 1
+            if self.violating[key] >= self.drop_points:
+                del self.violating[key]
 
-    def _drop(self, name, v, n, t, line):
+    def _drop(self, name, v, n, line, t):
         if v != v:
             return
         tr = self.tracked.get(name)
@@ -733,13 +916,13 @@ class LmScan(object):
                 tr["med"] = lm_median(tr["early"])
                 tr["early"] = []
             return
-        floor = self.drop_fraction * tr["med"]
-        if v < floor:
+        if v < self.drop_fraction * tr["med"]:
             tr["low"] += 1
             if tr["low"] >= self.drop_points and not tr["hit"]:
                 tr["hit"] = True
+                line, t = self._where(line, t)
                 self.alerts.append(lm_alert(
-                    "drop", t, "%s = %s for %d points in a row, below %g x its early median %g"
+                    "drop", t, "%s = %g for %d points in a row, below %g x its early median %g"
                     % (name, v, tr["low"], self.drop_fraction, tr["med"]), n, line, name, v,
                     median=tr["med"]))
         else:
@@ -749,18 +932,20 @@ class LmScan(object):
     # ---------------------------------------------------------------- after the bytes
 
     def finish(self, alive, exit_info):
-        # A traceback whose exception line is known is reported now even if a chained one
+        # A traceback whose exception line is known is reported now, even if a chained one
         # might follow (that one then counts as a repeat); one still missing its exception
         # line waits for the next call, unless the job is gone and nothing more will come.
         for prefix, tb in list(self.tbs.items()):
             if tb["final"] is not None or not alive:
                 self._emit_traceback(self.tbs.pop(prefix))
+        if self.last_line and self.last_line_t is None:
+            self.last_line_t = self.clock.of(self.last_line)
         stall = self.rules.get("stall_seconds")
         if alive and stall and self.growth_t is not None and self.now - self.growth_t > stall:
+            quiet = self.now - self.growth_t
             self.alerts.append(lm_alert(
-                "stall", self.now, "no new log output for %d s (stall limit %d s) while the "
-                "job is alive" % (self.now - self.growth_t, stall), metric=None,
-                value=round(self.now - self.growth_t, 1), since=self.growth_t))
+                "stall", self.now, "no new log output for %d s (stall limit %g s) while the job "
+                "is alive" % (quiet, stall), value=round(quiet, 1), since=self.growth_t))
         if exit_info:
             code, sig = exit_info.get("code"), exit_info.get("signal")
             seen = [code, sig]
@@ -771,27 +956,21 @@ class LmScan(object):
                 else:
                     detail = "the job exited with code %s" % code
                 self.alerts.append(lm_alert("exited", self.now, detail, code=code, signal=sig))
-            sigkill = str(sig or "").upper().replace("SIG", "") in ("KILL", "9") or code in (137, -9)
+            sigkill = (str(sig or "").upper().replace("SIG", "") in ("KILL", "9")
+                       or code in (137, -9))
             if sigkill and not self.sigkill_seen:
                 self.sigkill_seen = True
                 self.alerts.append(lm_alert(
-                    "oom_killed", self.now, "possibly OOM-killed: exit by SIGKILL (check dmesg "
-                    "for the kernel OOM killer)", evidence="exit by SIGKILL", certain=False))
-
-
-def lm_may_have_events(text):
-    """Cheap pre-filter: could TEXT hold an event line at all? (substring tests run in C)."""
-    return ("Traceback" in text or "memory" in text or "NCCL" in text or "nccl" in text
-            or "Killed" in text or "ALLOC_FAILED" in text or "MEMORY" in text
-            or "atchdog" in text or "SIGKILL" in text or "exitcode" in text
-            or "\u5df2\u6740\u6b7b" in text)
+                    "oom_killed", self.now, "possibly OOM-killed: the job ended by SIGKILL (the "
+                    "kernel OOM killer sends it; dmesg tells)", evidence="exit by SIGKILL",
+                    certain=False))
 
 
 def lm_scan(log_path, state, rules, now):
-    """Parse what LOG_PATH gained since STATE; see the module docstring and issue 6.
+    """Parse what LOG_PATH gained since STATE (see the module docstring).
 
     Returns {"state", "points", "points_dropped", "alerts", "last_line", "lines", "bytes",
-    "bytes_read", "more", "reset", "exists", "tail" (when rules["tail_lines"])}.
+    "bytes_read", "more", "reset", "exists"}, and "tail" when rules["tail_lines"].
     """
     state = dict(state or {})
     rules = rules or {}
@@ -800,27 +979,25 @@ def lm_scan(log_path, state, rules, now):
     carry = state.get("carry", "").encode("latin-1")
     skip_long = bool(state.get("skip_long", False))
     sig = state.get("sig", "")
+    ident = (state.get("ino"), state.get("dev"))
     max_bytes = int(rules.get("max_bytes", LM_MAX_BYTES))
     reset = None
     read = 0
     more = False
-    exists = True
     try:
         f = open(log_path, "rb")
     except FileNotFoundError:
         f = None
-        exists = False
     if f is not None:
         with f:
             st = os.fstat(f.fileno())
-            ino, dev = st.st_ino, st.st_dev
-            if "ino" in state and (state.get("ino"), state.get("dev")) != (ino, dev):
-                reset = "rotated"  # a new file under the same name (logrotate, re-created)
+            if ident[0] is not None and ident != (st.st_ino, st.st_dev):
+                reset = "rotated"  # another file under the name (logrotate, re-created)
             elif st.st_size < offset:
                 reset = "truncated"
             elif sig and offset:
-                # Same file, at least as long: are the bytes before our offset still ours?
-                # (copytruncate and `> log` then rewriting would pass the size test.)
+                # Same file, not shorter: are the bytes before our offset still the ones we
+                # read? (copytruncate, or `> log` and a rewrite, would pass the size test.)
                 n = len(sig) // 2
                 f.seek(offset - n)
                 if f.read(n).hex() != sig:
@@ -828,13 +1005,14 @@ def lm_scan(log_path, state, rules, now):
             if reset:
                 offset, carry, skip_long = 0, b"", False
                 scan.lines, scan.tbs, scan.quiet, scan.last_line = 0, {}, {}, ""
+            ident = (st.st_ino, st.st_dev)
             f.seek(offset)
             while read < max_bytes:
                 data = f.read(min(LM_CHUNK, max_bytes - read))
                 if not data:
                     break
                 read += len(data)
-                if skip_long:
+                if skip_long:  # the rest of a line already cut at LM_CARRY_MAX
                     nl = data.find(b"\n")
                     if nl < 0:
                         continue
@@ -846,38 +1024,30 @@ def lm_scan(log_path, state, rules, now):
                     carry = buf
                 else:
                     carry = buf[nl + 1:]
-                    scan.feed(buf[: nl + 1].decode("utf-8", "replace"))
+                    scan.feed(buf[: nl + 1])
                 if len(carry) > LM_CARRY_MAX:
-                    scan.feed_cut_line(carry[:LM_CARRY_MAX].decode("utf-8", "replace"))
+                    scan.feed(carry[:LM_CARRY_MAX] + b"\n")
                     carry, skip_long = b"", True
             offset += read
-            more = offset < os.fstat(f.fileno()).st_size
+            end = os.fstat(f.fileno()).st_size
+            more = offset < end
             if read:
-                scan.growth_t = min(now, st.st_mtime) if st.st_mtime else now
-            elif scan.growth_t is None and st.st_size:
+                scan.growth_t = min(now, st.st_mtime)
+            elif scan.growth_t is None and end:
                 scan.growth_t = min(now, st.st_mtime)
             if offset:
                 n = min(offset, LM_SIG_BYTES)
                 f.seek(offset - n)
                 sig = f.read(n).hex()
-            else:
-                sig = ""
-            state["ino"], state["dev"] = ino, dev
     scan.finish(bool(rules.get("alive")), rules.get("exit"))
     new_state = scan.state()
     new_state.update({"v": LM_VERSION, "offset": offset, "carry": carry.decode("latin-1"),
-                      "skip_long": skip_long, "sig": sig})
-    if "ino" in state:
-        new_state["ino"], new_state["dev"] = state["ino"], state["dev"]
-    points = list(scan.points)
-    for p in points:
-        m = p["metrics"]
-        for k, v in m.items():
-            if isinstance(v, float) and (v != v or v in (math.inf, -math.inf)):
-                m[k] = lm_json_value(v)
+                      "skip_long": skip_long, "sig": sig, "ino": ident[0], "dev": ident[1]})
+    points = scan.materialize()
     out = {"state": new_state, "points": points, "points_dropped": scan.npoints - len(points),
            "alerts": scan.alerts, "last_line": lm_cut(scan.last_line), "lines": scan.lines,
-           "bytes": offset, "bytes_read": read, "more": more, "reset": reset, "exists": exists}
+           "bytes": offset, "bytes_read": read, "more": more, "reset": reset,
+           "exists": f is not None}
     if scan.tail is not None:
-        out["tail"] = [lm_cut(x) for x in scan.tail]
+        out["tail"] = [lm_cut(lm_decode(x.rstrip(b"\r"))) for x in scan.tail]
     return out
