@@ -495,11 +495,11 @@ class Home(object):
         self.path = os.path.abspath(os.path.expanduser(path))
 
     def ensure(self):
-        for d in (self.path, os.path.join(self.path, "runs")):
-            try:
-                os.mkdir(d, 0o700)
-            except FileExistsError:
-                pass
+        os.makedirs(self.path, 0o700, exist_ok=True)
+        try:
+            os.mkdir(os.path.join(self.path, "runs"), 0o700)
+        except FileExistsError:
+            pass
         st = os.stat(self.path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
             # design.md rule 10: nothing world-writable is trusted
@@ -769,6 +769,10 @@ def status_of(store, procs, prot, bid, up, with_drift=True):
         d = drift(att)
         if d:
             out["drift"] = d
+    if with_drift:
+        dep = read_json(os.path.join(store.dir, "deployed.json"))
+        if dep:
+            out["deployed"] = dep
     return out
 
 
@@ -1180,8 +1184,200 @@ def op_ping(req, home):
     return {"python": sys.version.split()[0], "pid": os.getpid(), "boot_id": boot_id(), "time": time.time()}
 
 
+def op_exec(req, home):
+    """Run a command where the job lives; return code, signal, output, duration. The command
+    is our child: if it kills its own shell (pkill -f matching it), we survive to say so."""
+    import subprocess
+    argv = req.get("argv")
+    sh = req.get("sh")
+    if sh is not None:
+        argv = ["/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh", "-c", sh]
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise bad_input("no command given", "runward exec --on TARGET -- COMMAND [ARG]...")
+    cwd = os.path.expanduser(req.get("cwd") or "~")
+    if not os.path.isdir(cwd):
+        raise bad_input("working directory does not exist on the target: %s" % cwd, "pass an existing --cwd")
+    env = build_env(req.get("env"))
+    limit = int(req.get("max_output", 16 << 20))
+    timeout = req.get("timeout")
+    t0 = time.time()
+    try:
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
+    except FileNotFoundError:
+        raise bad_input("command not found on the target: %s" % argv[0], "install it, or give an absolute path")
+    except PermissionError:
+        raise bad_input("command is not executable on the target: %s" % argv[0], "chmod +x it")
+    timed_out = False
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = p.communicate()
+    rc = p.returncode
+    res = {"argv": argv, "sh": sh, "duration_s": round(time.time() - t0, 4), "timed_out": timed_out,
+           "stdout": out[:limit].decode("utf-8", "replace"), "stderr": err[:limit].decode("utf-8", "replace"),
+           "truncated": len(out) > limit or len(err) > limit}
+    if rc < 0:
+        res.update({"code": None, "signal": signal_name(-rc)})
+    else:
+        res.update({"code": rc, "signal": None})
+    res["diagnosis"] = diagnose_exit(res, sh is not None or os.path.basename(argv[0]) in ("bash", "sh", "dash", "zsh"))
+    return res
+
+
+def diagnose_exit(res, is_shell):
+    sig = res.get("signal")
+    code = res.get("code")
+    if res.get("timed_out"):
+        return "timed out; the command's process group was killed"
+    if sig is None and code is not None and code > 128 and code - 128 in (9, 15):
+        sig = signal_name(code - 128)
+    if sig in ("SIGKILL", "SIGTERM") and is_shell:
+        return ("the shell was killed by %s: the command may have killed its own shell "
+                "(pkill -f / pgrep -f | xargs kill match the shell's command line); "
+                "use `runward kill PATTERN` or `runward stop NAME` instead" % sig)
+    if sig:
+        return "killed by %s" % sig
+    if code == 127:
+        return "command not found (exit 127)"
+    if code == 126:
+        return "found but not executable (exit 126)"
+    return None
+
+
+def op_doctor(req, home):
+    """What works here and what does not."""
+    import shutil
+    import subprocess
+    checks = {"python": sys.version.split()[0], "python_ok": sys.version_info >= (3, 8),
+              "executable": sys.executable, "user": os.getuid(), "host": os.uname().nodename,
+              "kernel": os.uname().release, "boot_id": boot_id(), "time": time.time(),
+              "pidfd": hasattr(os, "pidfd_open")}
+    try:
+        home.ensure()
+        probe = os.path.join(home.path, ".doctor.%d" % os.getpid())
+        write_atomic(probe, b"ok")
+        os.unlink(probe)
+        checks["state_dir"] = {"path": home.path, "writable": True}
+    except (OSError, AgentFailure) as e:
+        checks["state_dir"] = {"path": home.path, "writable": False, "error": str(e)}
+    smi = shutil.which("nvidia-smi")
+    checks["nvidia_smi"] = {"path": smi}
+    if smi:
+        try:
+            p = subprocess.run([smi, "-L"], capture_output=True, timeout=20)
+            checks["nvidia_smi"].update({"exit": p.returncode,
+                                         "output": (p.stdout + p.stderr).decode("utf-8", "replace")[:2000]})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            checks["nvidia_smi"]["error"] = str(e)
+    name = "doctor-%d" % os.getpid()
+    made = cgroup_create(name, 0)
+    checks["cgroups"] = {"can_create": bool(made), "roots": [r for _, r in cgroup_roots()]}
+    cgroup_remove(made)
+    if made:
+        for p in made:
+            try:
+                os.rmdir(os.path.dirname(p)) if not os.listdir(os.path.dirname(p)) else None
+            except OSError:
+                pass
+    checks["in_container"] = in_container()
+    return checks
+
+
+def in_container():
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    env1 = read_text("/proc/1/environ", "") or ""
+    return "container=" in env1
+
+
+def read_exact(stdin, n, h):
+    """Read exactly n bytes from stdin in chunks, feeding hash h; yield the chunks."""
+    left = n
+    while left > 0:
+        chunk = stdin.read(min(left, 1 << 20))
+        if not chunk:
+            raise AgentFailure("Failed", "the byte stream ended early (%d bytes missing)" % left,
+                               "the connection dropped or the local file shrank; push again")
+        h.update(chunk)
+        left -= len(chunk)
+        yield chunk
+
+
+def op_push(req, home, emit, stdin):
+    """Write files sent after the request: each one to a temp file beside its destination,
+    fsync, sha256 checked against the sender's, then renamed into place (atomic), mode kept."""
+    import hashlib
+    done = []
+    for ent in req.get("files") or []:
+        dest = os.path.expanduser(ent["remote"])
+        if not os.path.isabs(dest):
+            dest = os.path.join(os.path.expanduser("~"), dest)
+        if ent.get("type") == "dir":
+            os.makedirs(dest, exist_ok=True)
+            os.chmod(dest, int(ent.get("mode", 0o755)))
+            done.append({"remote": dest, "type": "dir"})
+            continue
+        d = os.path.dirname(dest)
+        if not os.path.isdir(d):
+            os.makedirs(d)
+        tmp = os.path.join(d, ".%s.runward-tmp.%d" % (os.path.basename(dest), os.getpid()))
+        h = hashlib.sha256()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for chunk in read_exact(stdin, int(ent["size"]), h):
+                os.write(fd, chunk)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        sent = stdin.read(65).decode("ascii", "replace").strip()
+        got = h.hexdigest()
+        if sent != got:
+            os.unlink(tmp)
+            raise AgentFailure("Failed", "sha256 mismatch for %s: sent %s, received %s" % (dest, sent[:16], got[:16]),
+                               "the bytes changed in transit or the local file changed while being read; push again")
+        os.chmod(tmp, int(ent.get("mode", 0o644)) & 0o7777)
+        os.rename(tmp, dest)
+        # verify what is now at the destination, read back from the filesystem the job sees
+        on_disk = sha256_file(dest)
+        if on_disk != got:
+            raise AgentFailure("Failed", "%s reads back with another sha256 after rename" % dest, "check the disk")
+        done.append({"remote": dest, "sha256": on_disk, "size": int(ent["size"]), "mode": oct(ent.get("mode", 0o644))})
+        emit({"pushed": dest})
+    if req.get("run"):
+        store = RunStore(home, req["run"])
+        store.home.ensure()
+        try:
+            os.mkdir(store.dir, 0o700)
+        except FileExistsError:
+            pass
+        dep = read_json(os.path.join(store.dir, "deployed.json"), {}) or {}
+        for f in done:
+            if f.get("sha256"):
+                dep[f["remote"]] = {"sha256": f["sha256"], "at": time.time()}
+        write_json(os.path.join(store.dir, "deployed.json"), dep)
+    return {"files": done, "verified": ["sha256_on_target"], "host": os.uname().nodename,
+            "in_container": in_container()}
+
+
+def op_hash(req, home):
+    return {"hashes": file_hashes([os.path.expanduser(p) for p in req.get("paths") or []])}
+
+
+
 OPS = {
     "start": op_start,
+    "exec": op_exec,
+    "doctor": op_doctor,
+    "hash": op_hash,
     "stop": op_stop,
     "status": op_status,
     "spec": op_spec,
@@ -1189,6 +1385,9 @@ OPS = {
 }
 STREAM_OPS = {
     "logs": op_logs,
+}
+IO_OPS = {
+    "push": op_push,
 }
 
 
@@ -1331,6 +1530,8 @@ def serve(stdin, stdout):
             result = OPS[op](req, home)
         elif op in STREAM_OPS:
             result = STREAM_OPS[op](req, home, lambda ev: reply(stdout, {"event": ev}))
+        elif op in IO_OPS:
+            result = IO_OPS[op](req, home, lambda ev: reply(stdout, {"event": ev}), stdin)
         else:
             raise bad_input("unknown operation %r" % op)
         reply(stdout, {"v": PROTOCOL, "ok": True, "result": result})

@@ -83,6 +83,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
 
+    p = sub.add_parser("exec", help="run a command on a target; exit code, signal, output, diagnosis")
+    _add_common(p)
+    p.add_argument("--sh", metavar="STRING", help="one shell command line (linted first)")
+    p.add_argument("--force", action="store_true", help="run --sh even when the linter finds an error")
+    p.add_argument("--cwd", metavar="DIR")
+    p.add_argument("--env", action="append", metavar="K=V")
+    p.add_argument("--timeout", type=float, metavar="S")
+    p.add_argument("command", nargs="*", help="-- COMMAND [ARG]...")
+
+    p = sub.add_parser("push", help="send files through the hop chain; atomic, sha256-checked")
+    _add_common(p)
+    p.add_argument("specs", nargs="+", metavar="LOCAL:REMOTE")
+
+    p = sub.add_parser("deploy", help="push the run's files (runward.toml) to where it runs")
+    _add_common(p)
+    p.add_argument("name")
+
+    p = sub.add_parser("doctor", help="what works on a target, hop by hop")
+    _add_common(p)
+
     p = sub.add_parser("lint", help="find self-kill and wrong-filesystem hazards in a shell command")
     _add_common(p, on=False)
     p.add_argument("command_line", metavar="'SHELL COMMAND'", help="the command, or - for stdin")

@@ -113,7 +113,8 @@ def cmd_restart(args, out) -> int:
         if not run or not run.get("files"):
             raise BadInput(f"--deploy: run {args.name!r} has no files in runward.toml",
                            f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
-        deploy = lambda: _files.push(target, run["files"], progress=out.tty and not out.json)  # noqa: E731
+        deploy = lambda: _files.push(target, run["files"], run=args.name, progress=not out.json,  # noqa: E731
+                                     base=_cfg_dir(cfg))
     res = ops.restart(target, args.name, overrides={**overrides, "env": env or None, "reuse_env": True},
                       grace=args.grace, signal=args.signal, deploy=deploy)
     st = res["steps"][-1]["result"]
@@ -143,7 +144,85 @@ def cmd_status(args, out) -> int:
         return code
     target = _target(args, cfg, args.name)
     res = ops.status(target, [args.name] if args.name else None)
+    run = cfg.runs.get(args.name) if args.name else None
+    if run and run.get("files") and res.get("runs"):
+        from . import files as _files
+        d = _files.local_drift(res["runs"][0], run["files"], base=_cfg_dir(cfg))
+        if d:
+            res["runs"][0]["local_drift"] = d
     return _emit(out, "status", target, res, render_status(res, str(target)))
+
+
+def _cfg_dir(cfg) -> str | None:
+    import os
+    return os.path.dirname(cfg.path) if cfg.path else None
+
+
+def cmd_exec(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg)
+    command = list(args.command or [])
+    if command and args.sh is not None:
+        raise BadInput("both --sh and a command after -- were given", "use one of them")
+    if not command and args.sh is None:
+        raise BadInput("no command given", "runward exec --on TARGET -- COMMAND [ARG]..., or --sh 'LINE'")
+    lint_findings = []
+    if args.sh is not None:
+        from . import lint as _lint
+        lint_findings = _lint.lint(args.sh)
+        errors = [f for f in lint_findings if f.severity == "error"]
+        if errors and not args.force:
+            raise BadInput("refusing to run: the linter found " + "; ".join(f.message for f in errors),
+                           "fix the command (see `runward lint`), or pass --force", details={
+                               "findings": [f.to_dict() for f in lint_findings]})
+    res = ops.exec_(target, argv=command or None, sh=args.sh, cwd=args.cwd, env=ops.parse_env(args.env),
+                    timeout=args.timeout)
+    res["lint"] = [f.to_dict() for f in lint_findings]
+    ok = res["code"] == 0
+    out.doc({"ok": ok, "command": "exec", "target": str(target), "result": res})
+    if not out.json:
+        sys.stdout.write(res["stdout"])
+        sys.stderr.write(res["stderr"])
+        if not ok:
+            what = f"killed by {res['signal']}" if res.get("signal") else f"exit code {res['code']}"
+            print(f"runward exec: {what} after {res['duration_s']:.2f}s on {target}"
+                  + (f"\n  diagnosis: {res['diagnosis']}" if res.get("diagnosis") else ""), file=sys.stderr)
+    return 0 if ok else 1
+
+
+def cmd_push(args, out) -> int:
+    from . import files as _files
+    cfg = _cfg(args)
+    target = _target(args, cfg)
+    res = _files.push(target, args.specs, progress=not out.json)
+    text = "\n".join(f"pushed {f.get('local', '?')} -> {target}:{f['remote']}  sha256 {f['sha256'][:12]} verified"
+                     for f in res["files"] if f.get("sha256"))
+    return _emit(out, "push", target, res, text or "nothing to push")
+
+
+def cmd_deploy(args, out) -> int:
+    from . import files as _files
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    run = cfg.runs.get(args.name)
+    if not run or not run.get("files"):
+        raise BadInput(f"run {args.name!r} has no files in runward.toml",
+                       f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
+    res = _files.push(target, run["files"], run=args.name, progress=not out.json, base=_cfg_dir(cfg))
+    text = "\n".join(f"deployed {f.get('local', '?')} -> {target}:{f['remote']}  sha256 {f['sha256'][:12]} verified"
+                     for f in res["files"] if f.get("sha256"))
+    return _emit(out, "deploy", target, res, text)
+
+
+def cmd_doctor(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg)
+    res = ops.doctor(target)
+    from .render import render_doctor
+    code = 0 if res["ok"] else 3
+    out.doc({"ok": res["ok"], "command": "doctor", "target": str(target), "result": res})
+    out.say(render_doctor(res))
+    return code
 
 
 def cmd_logs(args, out) -> int:

@@ -135,3 +135,32 @@ def logs(target: Target, name: str, *, lines: int = 20, follow: bool = False,
 
 def ping(target: Target) -> dict:
     return transport.call(target, {"op": "ping"})
+
+
+def exec_(target: Target, *, argv: list[str] | None = None, sh: str | None = None, cwd: str | None = None,
+          env: dict | None = None, timeout: float | None = None) -> dict:
+    return transport.call(target, {"op": "exec", "argv": argv, "sh": sh, "cwd": cwd, "env": env or {},
+                                   "timeout": timeout})
+
+
+def doctor(target: Target) -> dict:
+    """Each hop in turn: reached or not (with the diagnosis), and what works there."""
+    import time
+    from .targets import Target as T
+    hops = []
+    ok = True
+    prefixes = [T(target.hops[:i], home=target.home) for i in range(0 if not target.hops else 1, len(target.hops) + 1)]
+    for t in prefixes:
+        t0 = time.time()
+        try:
+            res = transport.call(t, {"op": "doctor"})
+            t1 = time.time()
+            res["clock_skew_s"] = round(res["time"] - (t0 + t1) / 2, 3)
+            res["round_trip_s"] = round(t1 - t0, 3)
+            hops.append({"hop": str(t.hops[-1]) if t.hops else "local", "target": str(t), "reached": True, "checks": res})
+        except RunwardError as e:
+            ok = False
+            hops.append({"hop": str(t.hops[-1]) if t.hops else "local", "target": str(t), "reached": False,
+                         "error": e.to_dict()})
+            break
+    return {"target": str(target), "ok": ok, "hops": hops}

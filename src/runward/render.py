@@ -129,3 +129,25 @@ def render_status(res: dict, target: str) -> str:
         if lg.get("exists"):
             lines.append(f"  log {lg['path']} ({human_bytes(lg.get('size'))}): {lg.get('last_line', '')[:100]}")
     return "\n".join(lines)
+
+
+def render_doctor(res: dict) -> str:
+    lines = [f"doctor {res['target']}"]
+    for h in res["hops"]:
+        if not h["reached"]:
+            e = h["error"]
+            lines.append(f"  {h['hop']:<24} NOT REACHED: {e['message']}")
+            if e.get("hint"):
+                lines.append(f"  {'':<24} hint: {e['hint']}")
+            continue
+        c = h["checks"]
+        smi = c.get("nvidia_smi") or {}
+        smi_s = "absent" if not smi.get("path") else ("ok" if smi.get("exit") == 0 else f"fails (exit {smi.get('exit')})")
+        lines.append(f"  {h['hop']:<24} reached in {c['round_trip_s']:.3f}s: python {c['python']}"
+                     f"{'' if c['python_ok'] else ' (TOO OLD: need >= 3.8)'}, {c['host']} kernel {c['kernel']}")
+        lines.append(f"  {'':<24} state dir {c['state_dir']['path']} "
+                     f"{'writable' if c['state_dir']['writable'] else 'NOT writable: ' + c['state_dir'].get('error', '')}"
+                     f", cgroups {'yes' if c['cgroups']['can_create'] else 'no'}, pidfd {'yes' if c['pidfd'] else 'no'}"
+                     f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s, boot {c['boot_id'][:8]}"
+                     f"{', in a container' if c.get('in_container') else ''}")
+    return "\n".join(lines)

@@ -18,7 +18,7 @@ import time
 from typing import Callable, Iterable
 
 from . import agent as _agent
-from .errors import AgentError, HopFailed, RunwardError, Unreachable, from_agent
+from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
 from .targets import Hop, Target
 
 _SOURCE: tuple[bytes, str] | None = None
@@ -42,9 +42,7 @@ def local_home() -> str:
 def ssh_base(connect_timeout: float | None = None) -> list[str]:
     """The system OpenSSH client (so ~/.ssh/config, agents and ProxyJump work) in batch
     mode, multiplexed through a control socket in a 0700 directory of runward's own."""
-    sockdir = os.path.join(local_home(), "ssh")
-    os.makedirs(sockdir, mode=0o700, exist_ok=True)
-    os.chmod(sockdir, 0o700)
+    sockdir = control_dir()
     timeout = connect_timeout or float(os.environ.get("RUNWARD_CONNECT_TIMEOUT", "10"))
     base = ["ssh", "-T",
             "-o", "BatchMode=yes",
@@ -60,10 +58,40 @@ def ssh_base(connect_timeout: float | None = None) -> list[str]:
     return base
 
 
+# On a remote target the agent runs under a small sh that names the signal if the agent is
+# killed: OpenSSH turns a remote death by signal into a bare exit 255 with no message, the
+# same as a dropped connection, and "no output" must never be the answer.
+_REPORT_SIGNAL = ('"$@"; s=$?; if [ $s -gt 128 ] && [ $s -lt 192 ]; then '
+                  'echo "runward: the agent was killed by signal $((s-128))" >&2; fi; exit $s')
+_KILLED_RE = re.compile(r"runward: the agent was killed by signal (\d+)")
+
+
+def control_dir() -> str:
+    """A 0700 directory of our own for ssh control sockets. A unix socket path must fit in
+    108 bytes, and ssh appends 40 (%C) plus a temporary suffix of 17, so a long home falls
+    back to a short directory under /tmp, named after the home, checked to be ours."""
+    home = local_home()
+    d = os.path.join(home, "ssh")
+    if len(d) > 48:
+        import hashlib
+        d = os.path.join("/tmp", f"runward-{os.getuid()}-{hashlib.sha1(home.encode()).hexdigest()[:10]}")
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot create the ssh control directory {d}: {e.strerror}", "check RUNWARD_HOME")
+    st = os.lstat(d)
+    if st.st_uid != os.getuid() or (st.st_mode & 0o077) or not os.path.isdir(d) or os.path.islink(d):
+        raise BadInput(f"ssh control directory {d} is not ours or is open to others",
+                       f"remove it (rm -r {d}) and retry; runward recreates it with mode 0700")
+    return d
+
+
 def agent_argv(target: Target) -> list[str]:
     # -S: the agent is stdlib only; skipping site saves a good part of its start-up
-    py = sys.executable if target.is_local else "python3"
-    return target.wrap([py, "-S", "-c", _agent.BOOTSTRAP], ssh_base() if target.hops else None)
+    if target.is_local:
+        return [sys.executable, "-S", "-c", _agent.BOOTSTRAP]
+    inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", "python3", "-S", "-c", _agent.BOOTSTRAP]
+    return target.wrap(inner, ssh_base())
 
 
 class RawResult:
@@ -209,14 +237,17 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     last = "\n".join(err.splitlines()[-5:])
     details = {"exit_status": rc, "stderr_tail": last, "argv0": raw.argv[0]}
     ssh_hop = next((h for h in target.hops if h.kind == "ssh"), None)
+    killed = _KILLED_RE.search(err)
+    if killed:
+        where = str(target.hops[-1])
+        name = _signame(int(killed.group(1)))
+        return HopFailed(f"{where}: the agent was killed by {name} before it answered",
+                         "something on the target killed it: the OOM killer (check dmesg), a `pkill -f` "
+                         "whose pattern matched it, or a container/session timeout", hop=where, details=details)
     if ssh_hop is not None and rc == 255:
         for pat, what, hint in _SSH_FAILURES:
             if re.search(pat, err):
                 return Unreachable(f"{ssh_hop}: {what}", hint, hop=str(ssh_hop), details=details)
-        if not raw.stdout_lines:
-            return Unreachable(f"{ssh_hop}: ssh failed (exit 255): {last or 'no message'}",
-                               "run `runward doctor --on ...` or ssh -v by hand", hop=str(ssh_hop),
-                               details=details)
     containers = [h for h in target.hops if h.kind != "ssh"]
     if containers and rc != 0:
         hop = containers[0]
@@ -233,7 +264,17 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
             return HopFailed(f"{where}: python3 not found on the target", 
                              "install python3 (>= 3.8) where the job runs: e.g. apt-get install -y python3-minimal",
                              hop=where, details=details)
-    if rc < 0 or rc > 128:
+    if ssh_hop is not None and rc == 255:
+        # no known ssh message and no container message: the channel itself ended badly
+        if not raw.stdout_lines and not last:
+            return HopFailed(f"{ssh_hop}: ssh ended with 255 and no message: the connection dropped, or the "
+                             "remote side was killed by a signal", "retry; check the host's sshd log and dmesg",
+                             hop=str(ssh_hop), details=details)
+        if not raw.stdout_lines:
+            return Unreachable(f"{ssh_hop}: ssh failed (exit 255): {last or 'no message'}",
+                               "run `runward doctor --on ...` or ssh -v by hand", hop=str(ssh_hop),
+                               details=details)
+    if rc < 0 or 128 < rc < 192:
         signum = -rc if rc < 0 else rc - 128
         name = _signame(signum)
         who = "the local ssh/hop process" if rc < 0 else "the far side"
