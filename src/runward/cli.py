@@ -103,6 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="what works on a target, hop by hop")
     _add_common(p)
 
+    p = sub.add_parser("ps", help="safe pgrep -af: never lists itself, its ancestors or its own session")
+    _add_common(p)
+    p.add_argument("pattern", help="extended regex against the full command line")
+
+    p = sub.add_parser("kill", help="safe pkill -f: shows what it would signal; --yes to do it, verified")
+    _add_common(p)
+    p.add_argument("pattern", help="extended regex against the full command line")
+    p.add_argument("--signal", default="TERM", metavar="SIG")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS", help="before KILL (default 10)")
+    p.add_argument("--tree", action="store_true", help="also every descendant of a match")
+    p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
+    p.add_argument("--max", type=int, default=32, help="refuse when more processes match (default 32)")
+
     p = sub.add_parser("lint", help="find self-kill and wrong-filesystem hazards in a shell command")
     _add_common(p, on=False)
     p.add_argument("command_line", metavar="'SHELL COMMAND'", help="the command, or - for stdin")

@@ -262,3 +262,28 @@ def cmd_lint(args, out) -> int:
 def cmd_demo(args, out) -> int:
     from . import demo
     return demo.run(out, keep=args.keep)
+
+
+def cmd_ps(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg)
+    res = ops.ps(target, args.pattern)
+    from .render import render_procs
+    return _emit(out, "ps", target, res, render_procs(res["processes"]) or f"no process matches {args.pattern!r}")
+
+
+def cmd_kill(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg)
+    res = ops.kill(target, args.pattern, signal=args.signal, grace=args.grace, tree=args.tree, yes=args.yes,
+                   max_matches=args.max)
+    from .render import render_procs
+    if res.get("dry_run"):
+        text = (f"would send {res['signal']} to {len(res['matched'])} process(es) (dry run; add --yes):\n"
+                + render_procs(res["matched"])) if res["matched"] else f"no process matches {args.pattern!r}"
+    elif not res["processes"]:
+        text = f"no process matches {args.pattern!r}"
+    else:
+        text = f"killed {len(res['processes'])} process(es), verified dead:\n" + "\n".join(
+            f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:90]}" for p in res["processes"])
+    return _emit(out, "kill", target, res, text)

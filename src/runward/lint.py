@@ -672,21 +672,22 @@ _INTERVAL = re.compile(r"\{(\d*)(,?)(\d*)\}")
 
 
 @lru_cache(maxsize=512)
-def _compile_posix(pattern: str, mode: str = "E", icase: bool = False, exact: bool = False,
+def _compile_posix(pattern: str, mode: str = "ere", icase: bool = False, exact: bool = False,
                    word: bool = False) -> re.Pattern | None:
-    """Compile a pattern as regcomp(3) would, into an equivalent Python regex.
+    """Compile a pattern as the tool would, into an equivalent Python regex.
 
-    mode: "E" extended (pgrep, pkill, killall -r, grep -E), "G" basic (grep), "F" fixed
-    strings (grep -F), "P" Perl (grep -P, approximated by Python's re). None when the
-    pattern is invalid there: the tool then fails and signals nothing.
+    mode: "ere" is regcomp(3) with REG_EXTENDED, as pgrep, pkill and killall -r use it;
+    "grep-ere" is grep -E, "grep-bre" plain grep (GNU basic syntax), "fixed" grep -F,
+    "perl" grep -P (approximated by Python's re). None when the pattern is invalid there:
+    the tool then fails and signals nothing.
     """
     try:
-        if mode == "F":
+        if mode == "fixed":
             body = "|".join(re.escape(p) for p in pattern.split("\n"))
-        elif mode == "P":
+        elif mode == "perl":
             body = pattern
         else:
-            body = _translate_posix(pattern, basic=mode == "G")
+            body = _translate_posix(pattern, mode)
         if word:
             body = rf"(?<!\w)(?:{body})(?!\w)"
         if exact:
@@ -697,12 +698,20 @@ def _compile_posix(pattern: str, mode: str = "E", icase: bool = False, exact: bo
         return None
 
 
-def _translate_posix(p: str, basic: bool) -> str:
-    """POSIX ERE (or GNU BRE when basic) to Python re syntax; ValueError when invalid."""
-    return _build_regex(_regex_tokens(p, basic))
+def _translate_posix(p: str, mode: str) -> str:
+    """POSIX ERE/BRE to Python re syntax; ValueError where the tool rejects the pattern.
+
+    The flavours differ at the edges (checked against pgrep and GNU grep 3.8): regcomp
+    rejects a leading `*` and a `{` that opens no interval, grep -E ignores the `*` and
+    reads the `{` literally, and in a basic regex both are literal.
+    """
+    basic = mode == "grep-bre"
+    strict = mode == "ere"
+    leading = "literal" if basic else "error" if strict else "drop"
+    return _build_regex(_regex_tokens(p, basic, strict), leading)
 
 
-def _regex_tokens(p: str, basic: bool) -> list[tuple[str, str]]:
+def _regex_tokens(p: str, basic: bool, strict: bool) -> list[tuple[str, str]]:
     """(kind, text) tokens: lit, atom, anchor, quant, open, close, alt."""
     out: list[tuple[str, str]] = []
     i, n = 0, len(p)
@@ -745,6 +754,8 @@ def _regex_tokens(p: str, basic: bool) -> list[tuple[str, str]]:
             if m and (m.group(1) or m.group(3)):
                 out.append(("quant", _interval_text(m.group(1), m.group(2), m.group(3))))
                 i = m.end()
+            elif strict:
+                raise ValueError("unmatched {")
             else:
                 out.append(("lit", "{"))
                 i += 1
@@ -833,8 +844,11 @@ def _class_char(ch: str) -> str:
     return "\\" + ch if ch in "\\]^-[&~|" else ch
 
 
-def _build_regex(tokens: list[tuple[str, str]]) -> str:
-    """Assemble tokens; a quantifier on a quantified atom wraps it (ERE `a**`, not possessive)."""
+def _build_regex(tokens: list[tuple[str, str]], leading: str) -> str:
+    """Assemble tokens; a quantifier on a quantified atom wraps it (ERE `a**`, not possessive).
+
+    leading: what a quantifier with nothing to repeat means: "error", "drop" or "literal".
+    """
     groups: list[list[list[list]]] = [[[]]]  # group -> alternatives -> [text, quantified]
     for kind, text in tokens:
         alt = groups[-1][-1]
@@ -846,7 +860,10 @@ def _build_regex(tokens: list[tuple[str, str]]) -> str:
             alt.append([text, None])  # None: nothing to repeat
         elif kind == "quant":
             if not alt or alt[-1][1] is None:
-                alt.append([re.escape(text), False])  # a leading '*' is literal
+                if leading == "error":
+                    raise ValueError("nothing to repeat")
+                if leading == "literal":
+                    alt.append([re.escape(text), False])
             else:
                 if alt[-1][1]:
                     alt[-1][0] = "(?:" + alt[-1][0] + ")"
@@ -1564,7 +1581,7 @@ class _Linter:
         names = tuple(w.value for w in operands)
         if flags & {"-r", "--regexp"}:
             icase = bool(flags & {"-I", "--ignore-case"})
-            regexes = tuple(r for r in (_compile_posix(n, "E", icase) for n in names) if r)
+            regexes = tuple(r for r in (_compile_posix(n, "ere", icase) for n in names) if r)
             if not regexes:
                 return
             query = _Query("killall", " ".join(names), operands[0], "name", (_Stage(regexes),))
@@ -1893,7 +1910,7 @@ def _pgrep_query(words: list[_Word]) -> tuple[_Query | None, int | None]:
     if not operands or not operands[0].literal:
         return None, signal  # selects by -u/-P/... only, or a pattern known only at run time
     pattern = operands[0]
-    regex = _compile_posix(pattern.value, "E", bool(flags & {"-i", "--ignore-case"}),
+    regex = _compile_posix(pattern.value, "ere", bool(flags & {"-i", "--ignore-case"}),
                            bool(flags & {"-x", "--exact"}))
     if regex is None:
         return None, signal  # pkill rejects an invalid regex and signals nothing
@@ -1910,12 +1927,13 @@ def _grep_stage(words: list[_Word]) -> tuple[_Stage, str, _Word | None] | None:
     flags = {f for f, _ in opts}
     if flags & {"-f", "--file"}:
         return None
-    mode = {"egrep": "E", "fgrep": "F"}.get(name, "G")
-    for flag, letter in (("-E", "E"), ("-F", "F"), ("-G", "G"), ("-P", "P"),
-                         ("--extended-regexp", "E"), ("--fixed-strings", "F"),
-                         ("--basic-regexp", "G"), ("--perl-regexp", "P")):
+    mode = {"egrep": "grep-ere", "fgrep": "fixed"}.get(name, "grep-bre")
+    for flag, flavour in (("-E", "grep-ere"), ("-F", "fixed"), ("-G", "grep-bre"),
+                          ("-P", "perl"), ("--extended-regexp", "grep-ere"),
+                          ("--fixed-strings", "fixed"), ("--basic-regexp", "grep-bre"),
+                          ("--perl-regexp", "perl")):
         if flag in flags:
-            mode = letter
+            mode = flavour
     patterns = [v for f, v in opts if f in ("-e", "--regexp") and v is not None]
     pattern_word = None
     if not patterns:

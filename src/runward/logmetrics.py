@@ -81,8 +81,10 @@ LM_PREFIX_RE = re.compile(
 )
 # Where a log header starts inside a line (after a progress bar that had no newline).
 LM_HEADER_START_RE_B = re.compile(rb"\[(?:rank\d+\]|[EWIF]\d{4} |[EWIF] )")
-# A timestamp that starts the line: ISO 8601, `[2024-05-01 12:00:00,123]`, vLLM `INFO 03-18 ...`.
+# A timestamp that starts the line: ISO 8601, `[2024-05-01 12:00:00,123]`, vLLM `INFO 03-18 ...`;
+# also after one logger header (`[INFO|trainer.py:398] 2021-01-15 10:28:50,371 >> ...`).
 LM_TS_RE = re.compile(
+    r"(?:\[[A-Za-z][^\]\n]{0,60}\] ?|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):? )?"
     r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
     r"(Z|[+-]\d\d:?\d\d)?\]?"
 )
@@ -120,7 +122,13 @@ LM_EVENT_HINTS = tuple(s.encode("utf-8") for s in (
     "exitcode", "\u5df2\u6740\u6b7b"))  # every event pattern holds one: checked in C first
 LM_TB_HEAD = "Traceback (most recent call last):"
 LM_TB_CHAIN = ("During handling of the above exception", "The above exception was the direct")
-LM_DIGITS_RE = re.compile(r"\d")
+# A traceback's prefix, as a key: digits of times and counters vary line to line and are
+# zeroed; those naming a rank or a process ("[rank3]:", "pid=4009") tell tracebacks apart.
+LM_PREFIX_DIGITS_RE = re.compile(r"((?:[Rr]ank|pid)[ =:]?)?\d+")
+
+
+def lm_prefix_key(prefix):
+    return LM_PREFIX_DIGITS_RE.sub(lambda m: m.group(0) if m.group(1) else "0", prefix)
 
 LM_EVENT_DETAIL = {
     "cuda_oom": "CUDA out of memory",
@@ -706,7 +714,7 @@ class LmScan(object):
                 metrics = tpl  # the slow path stored the dict itself
             else:
                 metrics = tpl.values(m)
-                t = self.clock.of(lm_decode(m.string[:48])) if tpl.ts else self.now
+                t = self.clock.of(lm_decode(m.string[:128])) if tpl.ts else self.now
             for k, v in metrics.items():
                 if v != v or v in (math.inf, -math.inf):
                     metrics[k] = lm_json_value(v)
@@ -724,7 +732,7 @@ class LmScan(object):
         t = self.clock.of(line)
         if kind == "traceback":
             i = line.find(LM_TB_HEAD)
-            prefix = LM_DIGITS_RE.sub("0", line[:i])
+            prefix = lm_prefix_key(line[:i])
             old = self.tbs.pop(prefix, None)
             if old is not None:  # a new traceback before this prefix's last one ended
                 self._emit_traceback(old)
@@ -764,15 +772,13 @@ class LmScan(object):
         taken = False
         for prefix, tb in list(self.tbs.items()):
             plen = len(prefix)
-            if taken or LM_DIGITS_RE.sub("0", line[:plen]) != prefix:
+            if taken or lm_prefix_key(line[:plen]) != prefix:
                 self._traceback_stranger(tb)
                 continue
             body = line[plen:]
             if not body.strip():
-                if tb["final"] is not None:
-                    self._traceback_stranger(tb)
-                else:
-                    taken = True
+                tb["seen"] += 1
+                taken = True  # blank: inside a traceback, or before "During handling..."
             elif body.startswith(LM_TB_CHAIN):
                 tb["chain"] = taken = True
             elif body.startswith(LM_TB_HEAD):

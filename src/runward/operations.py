@@ -3,6 +3,7 @@ result, which says what was verified; failures raise a RunwardError subclass."""
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from . import transport
@@ -164,3 +165,37 @@ def doctor(target: Target) -> dict:
                          "error": e.to_dict()})
             break
     return {"target": str(target), "ok": ok, "hops": hops}
+
+
+def _caller() -> dict:
+    """This CLI and its ancestors as (pid, start time), with the boot id: when the target is
+    this same machine, the agent excludes them (their argv carries the pattern)."""
+    out = {"boot_id": None, "procs": []}
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            out["boot_id"] = f.read().strip()
+        pid = os.getpid()
+        while pid > 1 and len(out["procs"]) < 64:
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            out["procs"].append({"pid": pid, "start": int(rest[19])})
+            pid = int(rest[1])
+    except OSError:
+        pass  # not Linux: nothing of ours can be on the target's machine under the same boot id
+    return out
+
+
+def ps(target: Target, pattern: str) -> dict:
+    return transport.call(target, {"op": "ps", "pattern": pattern, "caller": _caller()})
+
+
+def kill(target: Target, pattern: str, *, signal: str = "TERM", grace: float = 10.0, tree: bool = False,
+         yes: bool = False, max_matches: int = 32) -> dict:
+    if max_matches < 1:
+        raise BadInput(f"invalid --max {max_matches}", "give a positive number")
+    res = transport.call(target, {"op": "kill", "pattern": pattern, "signal": signal, "grace": grace, "tree": tree,
+                                  "yes": yes, "max": max_matches, "caller": _caller()})
+    if yes and not res.get("verified_dead"):
+        raise NotVerified(f"{len(res.get('survivors', []))} matching process(es) survived", 
+                          "see each survivor's state; a D-state process is stuck in the kernel", result=res)
+    return res

@@ -151,3 +151,11 @@ def render_doctor(res: dict) -> str:
                      f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s, boot {c['boot_id'][:8]}"
                      f"{', in a container' if c.get('in_container') else ''}")
     return "\n".join(lines)
+
+
+def render_procs(procs: list[dict]) -> str:
+    lines = []
+    for p in procs:
+        started = time.strftime("%H:%M:%S", time.localtime(p["started_at"])) if p.get("started_at") else "?"
+        lines.append(f"{p['pid']:>7} {started} {p['user']:<8} {(p.get('run') or '-'):<14} {p['cmd'][:120]}")
+    return "\n".join(lines)
