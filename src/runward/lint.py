@@ -864,6 +864,8 @@ def _build_regex(tokens: list[tuple[str, str]], leading: str) -> str:
                     raise ValueError("nothing to repeat")
                 if leading == "literal":
                     alt.append([re.escape(text), False])
+                elif alt and text.startswith(("*", "?", "{0")):
+                    alt.pop()  # grep -E: `^*` repeats the anchor zero times, so drops it
             else:
                 if alt[-1][1]:
                     alt[-1][0] = "(?:" + alt[-1][0] + ")"
@@ -1716,24 +1718,27 @@ class _Linter:
             return ""
         shown = (_bracketed_command(words, word, bracketed) if words
                  else _always_quote(bracketed))
-        works = self._bracket_works(word, bracketed, span, rule)
-        if works is False:
-            action = "kill" if rule == "self-kill" else "check"
-            return (f". The bracket trick ({_always_quote(bracketed)}) does not help here: "
-                    f"other text in the same shell line matches the pattern too (the command "
-                    f"that starts the job?), so make the {action} a call of its own")
-        caveat = "" if works else " (check that nothing else on that line matches)"
-        return f", or the bracket trick: {shown}, whose own text no longer matches{caveat}"
+        fixed = self._with_bracket(word, bracketed)
+        if fixed is None or not self.suggest:
+            return (f", or the bracket trick: {shown}, whose own text no longer matches "
+                    f"(check that nothing else on that line does)")
+        again = _Linter(fixed, self.assume_shell, suggest=False).run()
+        if not any(f.rule == rule and f.start == span[0] for f in again):
+            return f", or the bracket trick: {shown}, whose own text no longer matches"
+        action = "kill" if rule == "self-kill" else "check"
+        return (f". The bracket trick ({_always_quote(bracketed)}) does not help here: "
+                f"{_still_matching(query, fixed)} on the same line matches the pattern too, "
+                f"so make the {action} a call of its own")
 
-    def _bracket_works(self, word: _Word, bracketed: str, span, rule: str) -> bool | None:
-        if not self.suggest or not word.pos:
+    def _with_bracket(self, word: _Word, bracketed: str) -> str | None:
+        """The top-level command with the pattern word rewritten, or None if it is not
+        spelled out contiguously there (escapes between its chars)."""
+        if not word.pos:
             return None
         first, last = word.pos[0], word.pos[-1]
         if last - first + 1 != len(word.value) or self.command[first:last + 1] != word.value:
-            return None  # escapes between the chars: no clean place to put the brackets
-        fixed = self.command[:first] + bracketed + self.command[last + 1:]
-        again = _Linter(fixed, self.assume_shell, suggest=False).run()
-        return not any(f.rule == rule and f.start == span[0] for f in again)
+            return None
+        return self.command[:first] + bracketed + self.command[last + 1:]
 
     # ---- other rules
 
@@ -2112,6 +2117,18 @@ def _inside_container(copy_domain: tuple, use_domain: tuple) -> bool:
     extra = use_domain[len(copy_domain):]
     return (len(use_domain) > len(copy_domain) and use_domain[:len(copy_domain)] == copy_domain
             and all(kind in _CONTAINER_KINDS for kind, _ in extra))
+
+
+def _still_matching(query: _Query, text: str) -> str:
+    """The word of `text` that the query's first positive regex still finds, for messages."""
+    stage = next((st for st in query.stages if not st.invert), None)
+    m = stage.regexes[0].search(text) if stage else None
+    if m is None:
+        return "other text"
+    begin = max(text.rfind(" ", 0, m.start()), text.rfind("'", 0, m.start()),
+                text.rfind('"', 0, m.start()), text.rfind(";", 0, m.start())) + 1
+    ends = [k for k in (text.find(c, m.end()) for c in " '\";") if k >= 0]
+    return f"`{text[begin:min(ends, default=len(text))]}`"
 
 
 def _safe_kill_fix(query: _Query, ctx: _Ctx) -> str:
