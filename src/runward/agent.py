@@ -27,13 +27,14 @@ import time
 
 PROTOCOL = 1
 # The bootstrap is the only code on the command line; it carries no request data. It reads
-# "<length> <sha256>" and the agent source from stdin and hands the source on (AGENT_SOURCE)
+# "<length> <sha256>" and the zlib-compressed agent source from stdin, and hands the
+# compressed source on (AGENT_SOURCE)
 # so the shim is started the same way, with no agent file on disk. Compiling the source costs
 # more than the rest of a status call, so the code object is cached by the source's hash in a
 # 0700 directory of the user's own; a cache file that is not ours or is group/world-writable
 # is ignored (design.md rule 10).
-BOOTSTRAP = """import sys,os,marshal
-b=sys.stdin.buffer;n,h=b.readline().split();s=b.read(int(n));h=h.decode()
+BOOTSTRAP = """import sys,os,marshal,zlib
+b=sys.stdin.buffer;n,h=b.readline().split();z=b.read(int(n));h=h.decode()
 d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')
 p=os.path.join(d,'agent-%s.%s'%(h[:32],sys.implementation.cache_tag))
 try:
@@ -41,12 +42,12 @@ try:
  if st.st_uid!=os.getuid() or st.st_mode&0o22:raise OSError
  c=marshal.loads(f.read());f.close()
 except Exception:
- c=compile(s,'runward-agent','exec')
+ c=compile(zlib.decompress(z),'runward-agent','exec')
  try:
   os.makedirs(d,0o700,exist_ok=True);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
   os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p)
  except Exception:pass
-exec(c,{'__name__':'__main__','AGENT_SOURCE':s,'AGENT_SHA':h})"""
+exec(c,{'__name__':'__main__','AGENT_SOURCE':z,'AGENT_SHA':h})"""
 SHIM_ARG = "runward-shim"
 MARKER = "RUNWARD_RUN"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -1534,15 +1535,18 @@ def AGENT_SHA_HEX():
     if g.get("AGENT_SHA"):
         return g["AGENT_SHA"]
     import hashlib
-    return hashlib.sha256(AGENT_SOURCE_BYTES()).hexdigest()
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def AGENT_SOURCE_BYTES():
+    """The agent as the bootstrap reads it: zlib-compressed source."""
     g = globals()
     if g.get("AGENT_SOURCE"):
         return g["AGENT_SOURCE"]
+    import zlib
     with open(os.path.abspath(__file__), "rb") as f:
-        return f.read()
+        return zlib.compress(f.read(), 9)
 
 
 # ---------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .targets import Target, parse_target
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
             "stop_signal", "grace", "health", "wait_gpus_free"}
-TARGET_KEYS = {"on", "home"}
+TARGET_KEYS = {"on", "home", "python"}
 
 
 class Config:
@@ -50,11 +50,12 @@ class Config:
             return Target(())
         if text in self.targets:
             t = self.targets[text]
-            return parse_target(t["on"], label=text, home=t.get("home"))
+            return parse_target(t["on"], label=text, home=t.get("home"), python=t.get("python"))
         return parse_target(text)
 
     def named_targets(self) -> list[Target]:
-        return [parse_target(t["on"], label=name, home=t.get("home")) for name, t in self.targets.items()]
+        return [parse_target(t["on"], label=name, home=t.get("home"), python=t.get("python"))
+                for name, t in self.targets.items()]
 
 
 def find(start: str | None = None) -> str | None:

@@ -130,6 +130,17 @@ LM_PREFIX_DIGITS_RE = re.compile(r"((?:[Rr]ank|pid)[ =:]?)?\d+")
 def lm_prefix_key(prefix):
     return LM_PREFIX_DIGITS_RE.sub(lambda m: m.group(0) if m.group(1) else "0", prefix)
 
+
+def lm_prefix_pattern(prefix):
+    """A regex matching PREFIX with its zeroed digit runs of any length."""
+    out, pos = [], 0
+    for m in LM_PREFIX_DIGITS_RE.finditer(prefix):
+        out.append(re.escape(prefix[pos:m.start()]))
+        out.append(re.escape(m.group(0)) if m.group(1) else r"\d+")
+        pos = m.end()
+    out.append(re.escape(prefix[pos:]))
+    return "".join(out)
+
 LM_EVENT_DETAIL = {
     "cuda_oom": "CUDA out of memory",
     "nccl": "NCCL error or collective timeout",
@@ -263,11 +274,10 @@ def lm_analyse(parts, prefix_end):
 
 def lm_number(token, mult=1.0, inv=False):
     """The float a number token (str or bytes) stands for: separators, K/M/G, s/it."""
-    try:
-        v = float(token)
-    except ValueError:  # thousands separators: 14,512
-        v = float(token.replace(b",", b"") if isinstance(token, bytes) else
-                  token.replace(",", ""))
+    if isinstance(token, bytes):
+        v = float(token.replace(b",", b"") if b"," in token else token)
+    else:
+        v = float(token.replace(",", "") if "," in token else token)
     if mult != 1.0:
         v *= mult
     if inv:
@@ -323,6 +333,19 @@ def lm_user_metrics(line, user):
     return out
 
 
+def lm_unsep(token):
+    """A number token with thousands separators (14,512) as a float."""
+    return float(token.replace(b",", b""))
+
+
+def lm_converter(mult, inv, comma):
+    """The function turning one slot's token (bytes) into its float: `float` itself when
+    the skeleton says the token is a plain number, which is nearly always."""
+    if mult == 1.0 and not inv:
+        return lm_unsep if comma else float
+    return lambda token: lm_number(token, mult, inv)
+
+
 class LmTemplate(object):
     """A line skeleton's regex and what its groups are."""
 
@@ -331,9 +354,9 @@ class LmTemplate(object):
     def __init__(self, match, names, convs, ts, event=False):
         self.match = match  # compiled fullmatch over the raw line bytes
         self.names = names  # metric name of each group
-        self.convs = convs  # None when every group is a plain float, else (mult, inv) each
+        self.convs = convs  # converter of each group, or None when every one is `float`
         self.ts = ts  # the line starts with a timestamp the clock reads
-        self.checks = ()  # (group, name, roles, conversion, nan key): groups rules look at
+        self.checks = ()  # (group, name, roles, converter, floor, ceiling): what rules read
         self.progress = False  # a metric that shows training going on (loss, step, tok/s)
         self.event = event  # lines of this skeleton were events (checked again per line)
 
@@ -341,8 +364,7 @@ class LmTemplate(object):
         groups = m.groups()
         if self.convs is None:
             return dict(zip(self.names, map(float, groups)))
-        return {name: lm_number(g, *conv) for name, g, conv in zip(self.names, groups,
-                                                                   self.convs)}
+        return {name: conv(g) for name, g, conv in zip(self.names, groups, self.convs)}
 
 
 def lm_template(line_b, line):
@@ -363,9 +385,10 @@ def lm_template(line_b, line):
         if j % 2 and (j // 2) in named:
             rx = b"(" + rx + b")"
         pieces.append(rx)
-    plain = all(mult == 1.0 and not inv and b"," not in parts_b[2 * i + 1]
-                for i, name, mult, inv in slots)
-    convs = None if plain else tuple((mult, inv) for i, name, mult, inv in slots)
+    convs = tuple(lm_converter(mult, inv, b"," in parts_b[2 * i + 1])
+                  for i, name, mult, inv in slots)
+    if all(c is float for c in convs):
+        convs = None
     ts = bool(LM_TS_RE.match(line) or LM_TS_MD_RE.match(line))
     return LmTemplate(re.compile(b"".join(pieces), re.S).fullmatch,
                       tuple(s[1] for s in slots), convs, ts, event)
@@ -492,6 +515,7 @@ class LmScan(object):
         self.last_line_t = state.get("last_line_t")
         self.growth_t = state.get("growth_t")
         self.tbs = state.get("tbs") or {}  # prefix (digits as 0) -> traceback in progress
+        self.prefix_rx = {}  # a traceback's prefix pattern -> compiled
         self.tracked = state.get("tracked") or {}  # name -> {"early", "med", "low", "hit"}
         self.violating = dict(state.get("violating") or {})  # "min:tok_s" -> points back OK
         self.quiet = state.get("quiet") or {}  # event kind -> line of its alert (a burst)
@@ -522,8 +546,10 @@ class LmScan(object):
         templates = self.templates
         get = templates.get
         append = self.points.append
-        violating = self.violating
-        tbs = self.tbs  # changed in place only
+        violating = self.violating  # these three are changed in place only
+        tracked = self.tracked
+        frac = self.drop_fraction
+        tbs = self.tbs
         slow = self._slow
         check = self._check
         kept = 0
@@ -557,12 +583,19 @@ class LmScan(object):
             kept += 1
             if self.quiet and tpl.progress:
                 self.quiet = {}  # training went on: the next error is a new burst
-            for g, name, role, conv, key in tpl.checks:
-                v = float(m.group(g)) if conv is None else lm_number(m.group(g), *conv)
-                if role == LM_R_LOSS and v - v == 0.0:  # a finite loss: the usual case
-                    if key in violating:
-                        del violating[key]
-                    continue
+            for g, name, role, conv, lo, hi in tpl.checks:
+                v = conv(m.group(g))
+                # All quiet, the usual case, decided here: a finite value within its limits,
+                # no alert condition open, no NaN count, the drop rule's median known and
+                # the value above its floor. Anything else goes to _check.
+                if (v - v == 0.0 and lo <= v <= hi and not violating
+                        and (not role & LM_R_NANCOUNT or v <= 0)):
+                    if not role & LM_R_DROP:
+                        continue
+                    tr = tracked.get(name)
+                    if (tr is not None and not tr["low"] and tr["med"] is not None
+                            and v >= frac * tr["med"]):
+                        continue
                 check(n, seg, tpl.ts, name, v, role)
         self.npoints += kept
         self.lines += len(lines)
@@ -628,8 +661,12 @@ class LmScan(object):
             if role is None:
                 role = self._role(name)
             if role & ~LM_R_PROGRESS:
-                conv = None if tpl.convs is None else tpl.convs[gi]
-                checks.append((gi + 1, name, role & ~LM_R_PROGRESS, conv, "nan:" + name))
+                conv = float if tpl.convs is None else tpl.convs[gi]
+                rnames = (name, "throughput") if name == self.main_tp else (name,)
+                los = [self.mins[r] for r in rnames if r in self.mins]
+                his = [self.maxs[r] for r in rnames if r in self.maxs]
+                checks.append((gi + 1, name, role & ~LM_R_PROGRESS, conv,
+                               max(los) if los else -math.inf, min(his) if his else math.inf))
             progress = progress or bool(role & LM_R_PROGRESS)
         tpl.progress = progress
         tpl.checks = tuple(checks)
@@ -678,9 +715,8 @@ class LmScan(object):
         self.npoints += 1
         if self.quiet and tpl.progress:
             self.quiet = {}
-        for g, name, role, conv, key in tpl.checks:
-            v = float(m.group(g)) if conv is None else lm_number(m.group(g), *conv)
-            self._check(n, seg, tpl.ts, name, v, role)
+        for g, name, role, conv, lo, hi in tpl.checks:
+            self._check(n, seg, tpl.ts, name, conv(m.group(g)), role)
 
     def _slow(self, n, seg):
         """Metrics of one segment without a template (and with the user's regexes)."""
@@ -739,6 +775,7 @@ class LmScan(object):
             if len(self.tbs) >= LM_MAX_TRACEBACKS:
                 self._emit_traceback(self.tbs.pop(next(iter(self.tbs))))
             self.tbs[prefix] = {"line_no": n, "t": t, "prefix": prefix, "seen": 0,
+                                "rx": lm_prefix_pattern(line[:i]),
                                 "final": None, "final_no": None, "kind": None, "chain": False}
             return True
         self._event(kind, n, t, line)
@@ -771,11 +808,14 @@ class LmScan(object):
         """
         taken = False
         for prefix, tb in list(self.tbs.items()):
-            plen = len(prefix)
-            if taken or lm_prefix_key(line[:plen]) != prefix:
+            rx = self.prefix_rx.get(tb["rx"])
+            if rx is None:
+                rx = self.prefix_rx[tb["rx"]] = re.compile(tb["rx"])
+            m = None if taken else rx.match(line)
+            if m is None:
                 self._traceback_stranger(tb)
                 continue
-            body = line[plen:]
+            body = line[m.end():]
             if not body.strip():
                 tb["seen"] += 1
                 taken = True  # blank: inside a traceback, or before "During handling..."

@@ -150,7 +150,7 @@ def doctor(target: Target) -> dict:
     from .targets import Target as T
     hops = []
     ok = True
-    prefixes = [T(target.hops[:i], home=target.home) for i in range(0 if not target.hops else 1, len(target.hops) + 1)]
+    prefixes = [T(target.hops[:i], home=target.home, python=target.python) for i in range(0 if not target.hops else 1, len(target.hops) + 1)]
     for t in prefixes:
         t0 = time.time()
         try:

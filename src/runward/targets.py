@@ -74,12 +74,14 @@ def quote_argv(argv: list[str]) -> str:
 
 
 class Target:
-    __slots__ = ("hops", "label", "home")
+    __slots__ = ("hops", "label", "home", "python")
 
-    def __init__(self, hops: tuple[Hop, ...] = (), label: str | None = None, home: str | None = None):
+    def __init__(self, hops: tuple[Hop, ...] = (), label: str | None = None, home: str | None = None,
+                 python: str | None = None):
         self.hops = tuple(hops)
         self.label = label    # the name it was given in runward.toml, if any
         self.home = home      # state dir on the target (None: the agent's default)
+        self.python = python  # the far side's interpreter (None: python3 from the remote PATH)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Target) and (self.hops, self.home) == (other.hops, other.home)
@@ -103,7 +105,7 @@ class Target:
     def host_prefix(self) -> "Target":
         """The target up to (and including) the last ssh hop: where the container's host lives."""
         idx = max((i for i, h in enumerate(self.hops) if h.kind == "ssh"), default=-1)
-        return Target(self.hops[: idx + 1], home=None)
+        return Target(self.hops[: idx + 1], home=None, python=self.python)
 
     def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
         for hop in reversed(self.hops):
@@ -114,13 +116,14 @@ class Target:
         return ["local", *(str(h) for h in self.hops)]
 
 
-def parse_target(text: str, *, label: str | None = None, home: str | None = None) -> Target:
+def parse_target(text: str, *, label: str | None = None, home: str | None = None,
+                 python: str | None = None) -> Target:
     """Parse the target grammar; BadInput names the part that is wrong."""
     if not isinstance(text, str) or not text.strip():
         raise BadInput("empty target", "use local, ssh://[user@]host[:port], or a container hop like podman:NAME")
     text = text.strip()
     if text == "local":
-        return Target((), label=label, home=home)
+        return Target((), label=label, home=home, python=python)
     hops: list[Hop] = []
     rest = text
     if rest.startswith("ssh://"):
@@ -151,4 +154,4 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
         raise BadInput(f"invalid target {text!r}", "use local, ssh://host, or KIND:NAME")
     if any(h.kind == "ssh" for h in hops[1:]):
         raise BadInput(f"ssh hop after a container in {text!r}", "put the ssh hop first")
-    return Target(tuple(hops), label=label, home=home)
+    return Target(tuple(hops), label=label, home=home, python=python)
