@@ -1,8 +1,8 @@
 """Training health for people: sparklines, one-line alerts, the last values, plots.
 
-The parsing and the alerts happen where the log lives (the agent's "health" op, whose code is
-runward.logmetrics until it moves into runward.agent); this module only renders what comes
-back: points [{"line", "t", "metrics"}] and alerts [{"kind", "line_no", "line", "t", ...}].
+The parsing and the alerts happen where the log lives (the agent's "health" op; its code is
+imported below, once, so the move into runward.agent is a one-line change); this module
+only renders what comes back: points [{"line", "t", "metrics"}] and alerts [{"kind", "line_no", "line", "t", ...}].
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def sparkline(values: Iterable, width: int = 30) -> str:
         if not _finite(v):
             out.append(BAD)
         elif hi == lo:
-            out.append(BLOCKS[len(BLOCKS) // 2])
+            out.append(BLOCKS[(len(BLOCKS) - 1) // 2])
         else:
             out.append(BLOCKS[min(len(BLOCKS) - 1, int((v - lo) / (hi - lo) * len(BLOCKS)))])
     return "".join(out)
@@ -116,12 +116,25 @@ def _names(points: Sequence[dict]) -> list[str]:
     return list(seen)
 
 
+def step_metric(points: Sequence[dict]) -> str | None:
+    """The step-like metric printed most often (nanoGPT prints `iter` each line and `step`
+    only at evaluations: the axis is `iter`); ties go to STEP_NAMES order."""
+    counts: dict[str, int] = {}
+    for p in points:
+        for k in p.get("metrics", {}):
+            if k in STEP_NAMES:
+                counts[k] = counts.get(k, 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda n: (counts[n], -STEP_NAMES.index(n)))
+
+
 def main_metrics(points: Sequence[dict]) -> list[str]:
     """The metrics a person looks at first, in this order: the step, the loss, the main
     throughput, the learning rate, the gradient norm (each when the log has it)."""
     names = _names(points)
     out = []
-    step = next((n for n in STEP_NAMES if n in names), None)
+    step = step_metric(points)
     if step:
         out.append(step)
     losses = [n for n in names if _lm.lm_is_loss(n)]
@@ -155,8 +168,7 @@ def series(points: Sequence[dict], metric: str, x: str = "step") -> tuple[list, 
     before it, else its line number; x="time": its time (epoch seconds)."""
     if x not in ("step", "time"):
         raise ValueError("x must be 'step' or 'time', not %r" % (x,))
-    names = _names(points)
-    step_name = next((n for n in STEP_NAMES if n in names), None)
+    step_name = step_metric(points)
     xs, ys = [], []
     last_step = None
     for p in points:
@@ -181,8 +193,7 @@ def _alert_x(alert: dict, points: Sequence[dict], x: str):
     if x == "time":
         return alert.get("t")
     line_no = alert.get("line_no")
-    names = _names(points)
-    step_name = next((n for n in STEP_NAMES if n in names), None)
+    step_name = step_metric(points)
     last = None
     for p in points:
         if line_no is not None and p.get("line", 0) > line_no:
@@ -255,7 +266,7 @@ def plot(points: Sequence[dict], alerts: Sequence[dict], metrics: Sequence[str] 
         top.annotate(KIND_LABEL.get(kind, kind), xy=(conv(ax_x), 1.0),
                      xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
                      fontsize=8, color=colors.get(kind, "black"))
-    axes[-1, 0].set_xlabel("time" if x == "time" else "step")
+    axes[-1, 0].set_xlabel("time" if x == "time" else (step_metric(points) or "log line"))
     fig.tight_layout()
     fig.savefig(out_path)
     plt.close(fig)

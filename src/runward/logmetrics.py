@@ -151,7 +151,7 @@ LM_EVENT_DETAIL = {
 # Throughput names, best first: the main one is the first class that has a match.
 LM_THROUGHPUT_CLASSES = (
     re.compile(r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)tgs($|_)|tokens?_?per_?sec"),
-    re.compile(r"samples?(_per)?_?s(ec(ond)?)?($|_)|samplespersec"),
+    re.compile(r"samples?_(per_)?s(ec(ond)?)?($|_)|samplespersec"),
     re.compile(r"(^|_)(wps|words_s|words_per_s(ec(ond)?)?)($|_)"),
     re.compile(r"throughput"),
     re.compile(r"(^|_)(it_s|ups|steps?_per_s(ec(ond)?)?)($|_)"),
@@ -550,13 +550,15 @@ class LmScan(object):
         tracked = self.tracked
         frac = self.drop_fraction
         tbs = self.tbs
+        quiet = self.quiet  # cleared, never replaced
+        user = self.user
         slow = self._slow
         check = self._check
         kept = 0
         for n, seg in enumerate(lines, self.lines + 1):
             if tbs and self._pending(n, seg):
                 continue  # a line of a traceback in progress
-            if b"\r" in seg or self.user:
+            if user or b"\r" in seg:
                 self._line(n, seg)  # tqdm redraws, or the user's own regexes
                 continue
             # What follows is _one() inlined: this loop is the hot path.
@@ -581,8 +583,8 @@ class LmScan(object):
                 continue
             append((n, m, tpl, None))
             kept += 1
-            if self.quiet and tpl.progress:
-                self.quiet = {}  # training went on: the next error is a new burst
+            if quiet and tpl.progress:
+                quiet.clear()  # training went on: the next error is a new burst
             for g, name, role, conv, lo, hi in tpl.checks:
                 v = conv(m.group(g))
                 # All quiet, the usual case, decided here: a finite value within its limits,
@@ -714,7 +716,7 @@ class LmScan(object):
         self.points.append((n, m, tpl, None))
         self.npoints += 1
         if self.quiet and tpl.progress:
-            self.quiet = {}
+            self.quiet.clear()
         for g, name, role, conv, lo, hi in tpl.checks:
             self._check(n, seg, tpl.ts, name, conv(m.group(g)), role)
 
@@ -737,7 +739,7 @@ class LmScan(object):
             if role is None:
                 role = self._role(name)
             if role & LM_R_PROGRESS and self.quiet:
-                self.quiet = {}
+                self.quiet.clear()
             if role & ~LM_R_PROGRESS:
                 self._check(n, line, t, name, v, role)
         self._refresh_roles()
@@ -1050,7 +1052,9 @@ def lm_scan(log_path, state, rules, now):
                     reset = "rewritten"
             if reset:
                 offset, carry, skip_long = 0, b"", False
-                scan.lines, scan.tbs, scan.quiet, scan.last_line = 0, {}, {}, ""
+                scan.lines, scan.last_line = 0, ""
+                scan.tbs.clear()
+                scan.quiet.clear()
             ident = (st.st_ino, st.st_dev)
             f.seek(offset)
             while read < max_bytes:
