@@ -51,6 +51,8 @@ LM_NUM_PAT = (
 LM_NUM_RE = re.compile(LM_NUM_PAT, re.ASCII)
 LM_NUM_RE_B = re.compile(LM_NUM_PAT.encode())
 LM_NAN_INF_RE_B = re.compile(rb"(?i)nan|inf")
+# A NaN or Inf value leaves its letters in a line's skeleton: without this, none can be there.
+LM_NAN_WORD_RE_B = re.compile(rb"(?i)(?<![a-z])(?:nan|inf)")
 # The name before a number: the longest run of name characters that ends the gap, then an
 # optional `=` or `:` and an opening quote or bracket. `,` `|` `;` `:` `=` end a name.
 LM_NAME_TAIL_RE = re.compile(
@@ -349,7 +351,8 @@ def lm_converter(mult, inv, comma):
 class LmTemplate(object):
     """A line skeleton's regex and what its groups are."""
 
-    __slots__ = ("match", "names", "convs", "ts", "checks", "progress", "event")
+    __slots__ = ("match", "names", "convs", "ts", "checks", "progress", "event", "finite",
+                 "losses", "lazy", "fast")
 
     def __init__(self, match, names, convs, ts, event=False):
         self.match = match  # compiled fullmatch over the raw line bytes
@@ -359,6 +362,10 @@ class LmTemplate(object):
         self.checks = ()  # (group, name, roles, converter, floor, ceiling): what rules read
         self.progress = False  # a metric that shows training going on (loss, step, tok/s)
         self.event = event  # lines of this skeleton were events (checked again per line)
+        self.finite = False  # the skeleton has no nan/inf word: every value is finite
+        self.losses = ()  # NaN keys of loss slots whose finite values need no check
+        self.lazy = False  # finite and nothing to check: match only if kept as a point
+        self.fast = False  # lazy and no event: the hot loop's first test
 
     def values(self, m):
         groups = m.groups()
@@ -390,8 +397,10 @@ def lm_template(line_b, line):
     if all(c is float for c in convs):
         convs = None
     ts = bool(LM_TS_RE.match(line) or LM_TS_MD_RE.match(line))
-    return LmTemplate(re.compile(b"".join(pieces), re.S).fullmatch,
-                      tuple(s[1] for s in slots), convs, ts, event)
+    tpl = LmTemplate(re.compile(b"".join(pieces), re.S).fullmatch,
+                     tuple(s[1] for s in slots), convs, ts, event)
+    tpl.finite = not LM_NAN_WORD_RE_B.search(line_b.translate(None, LM_DIGITS))
+    return tpl
 
 
 # --------------------------------------------------------------------------- time
@@ -552,6 +561,7 @@ class LmScan(object):
         tbs = self.tbs
         quiet = self.quiet  # cleared, never replaced
         user = self.user
+        digits = LM_DIGITS
         slow = self._slow
         check = self._check
         kept = 0
@@ -562,8 +572,20 @@ class LmScan(object):
                 self._line(n, seg)  # tqdm redraws, or the user's own regexes
                 continue
             # What follows is _one() inlined: this loop is the hot path.
-            key = seg.translate(None, LM_DIGITS)
+            key = seg.translate(None, digits)
             tpl = get(key)
+            if tpl is not None and tpl.fast:
+                # Nothing to check and every value finite (see LmTemplate): the line is
+                # matched only if it is among the points kept, which most of a long scan
+                # is not.
+                append((n, seg, tpl, None))
+                kept += 1
+                if violating and tpl.losses:
+                    for nan_key in tpl.losses:  # a finite loss ends a run of NaN
+                        violating.pop(nan_key, None)
+                if quiet and tpl.progress:
+                    quiet.clear()  # training went on: the next error is a new burst
+                continue
             if tpl is None:
                 if key not in templates:
                     if len(key) == len(seg):  # no digit: an event, "loss: nan", or nothing
@@ -577,6 +599,15 @@ class LmScan(object):
                     continue
                 if tpl.match is None:
                     continue
+            if violating and tpl.losses:
+                for nan_key in tpl.losses:
+                    violating.pop(nan_key, None)
+            if tpl.lazy:
+                append((n, seg, tpl, None))
+                kept += 1
+                if quiet and tpl.progress:
+                    quiet.clear()
+                continue
             m = tpl.match(seg)
             if m is None:  # same skeleton, other shape (".5" where "0.5" was)
                 slow(n, seg)
@@ -657,11 +688,16 @@ class LmScan(object):
 
     def _checks_of(self, tpl):
         checks = []
+        losses = []
         progress = False
         for gi, name in enumerate(tpl.names):
             role = self.roles.get(name)
             if role is None:
                 role = self._role(name)
+            if tpl.finite and role & ~LM_R_PROGRESS == LM_R_LOSS:
+                losses.append("nan:" + name)  # finite by its skeleton: only a NaN run ends
+                progress = True
+                continue
             if role & ~LM_R_PROGRESS:
                 conv = float if tpl.convs is None else tpl.convs[gi]
                 rnames = (name, "throughput") if name == self.main_tp else (name,)
@@ -672,6 +708,9 @@ class LmScan(object):
             progress = progress or bool(role & LM_R_PROGRESS)
         tpl.progress = progress
         tpl.checks = tuple(checks)
+        tpl.losses = tuple(losses)
+        tpl.lazy = tpl.finite and not checks and tpl.match is not None
+        tpl.fast = tpl.lazy and not tpl.event
 
     def _refresh_roles(self):
         """The main throughput metric changed (a new name): every template's checks again."""
@@ -709,6 +748,9 @@ class LmScan(object):
                 return
         if tpl.match is None:
             return
+        if self.violating and tpl.losses:
+            for key in tpl.losses:
+                self.violating.pop(key, None)
         m = tpl.match(seg)
         if m is None:
             self._slow(n, seg)
@@ -751,6 +793,18 @@ class LmScan(object):
             if m is None:
                 metrics = tpl  # the slow path stored the dict itself
             else:
+                if isinstance(m, bytes):  # a lazy line: matched only now
+                    seg = m
+                    m = tpl.match(seg)
+                    if m is None:  # same skeleton, other shape: the general parser
+                        line = lm_decode(seg)
+                        t, tend = self.clock.parse(line)
+                        metrics = lm_parse_line(line[tend:])
+                        if metrics:
+                            out.append({"line": n, "t": self.now if t is None else t,
+                                        "metrics": {k: lm_json_value(v)
+                                                    for k, v in metrics.items()}})
+                        continue
                 metrics = tpl.values(m)
                 t = self.clock.of(lm_decode(m.string[:128])) if tpl.ts else self.now
             for k, v in metrics.items():
