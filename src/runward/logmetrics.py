@@ -52,7 +52,8 @@ LM_NUM_RE = re.compile(LM_NUM_PAT, re.ASCII)
 LM_NUM_RE_B = re.compile(LM_NUM_PAT.encode())
 LM_NAN_INF_RE_B = re.compile(rb"(?i)nan|inf")
 # A NaN or Inf value leaves its letters in a line's skeleton: without this, none can be there.
-LM_NAN_WORD_RE_B = re.compile(rb"(?i)(?<![a-z])(?:nan|inf)")
+# (A value token has no word character after it, so "INFO" is no such word.)
+LM_NAN_WORD_RE_B = re.compile(rb"(?i)(?<![a-z_])(?:nan|inf(?:inity)?)(?![a-z_])")
 # The name before a number: the longest run of name characters that ends the gap, then an
 # optional `=` or `:` and an opening quote or bracket. `,` `|` `;` `:` `=` end a name.
 LM_NAME_TAIL_RE = re.compile(
