@@ -932,3 +932,26 @@ def test_runs_on_python_38(tmp_path):
                           str(LOGS / "cuda_oom.log")], capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(out) == [1, ["cuda_oom"]]
+
+
+def test_progress_bar_redrawn_in_place_is_read_as_it_goes(tmp_path):
+    """Lightning/tqdm to a file: one "line" per epoch, redrawn with carriage returns. Its
+    finished redraws are read at once, past 64 KiB too, and only once."""
+    log = tmp_path / "train.log"
+    bar = "\rEpoch 0:  %2d%%|###       | %d/5000 [00:%02d<01:40, 5.42it/s, loss=%s, v_num=0]"
+    text = "".join(bar % (i // 50, i, i % 60, "2.31" if i < 1900 else "nan")
+                   for i in range(2000))
+    assert len(text) > 128 << 10 and "\n" not in text
+    log.write_text(text)
+    r1 = scan(log, alive=True)
+    assert r1["lines"] == 0 and len(r1["state"]["carry"]) < 200  # only the last redraw
+    assert kinds(r1) == [("nan", 1)]
+    assert r1["points"][-1]["metrics"]["loss"] == "nan"
+    assert r1["points"][-1]["metrics"]["progress"] == 39.0  # redraw 1999 is unfinished
+    assert r1["last_line"].startswith("Epoch 0:  39%")
+    with open(log, "a") as f:
+        f.write(bar % (40, 2000, 0, "1.50") + "\n")
+    r2 = scan(log, r1["state"], alive=True)
+    assert r2["lines"] == 1 and r2["alerts"] == []
+    assert [p["line"] for p in r2["points"]] == [1, 1]  # the last two redraws of line 1
+    assert r2["points"][-1]["metrics"]["loss"] == 1.5

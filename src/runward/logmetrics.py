@@ -633,11 +633,20 @@ class LmScan(object):
                 check(n, seg, tpl.ts, name, v, role)
         self.npoints += kept
         self.lines += len(lines)
-        if lines:
-            self.last_line = lm_decode(lines[-1].rstrip(b"\r").rsplit(b"\r", 1)[-1])
+        last = lines[-1].rstrip(b"\r").rsplit(b"\r", 1)[-1] if lines else b""
+        if last:  # the last line with text (a CRLF split by a read leaves an empty one)
+            self.last_line = lm_decode(last)
             self.last_line_t = None  # worked out in finish(), for the last line only
+        if lines:
             if self.tail is not None:
                 self.tail.extend(lines[-self.tail.maxlen:])
+
+    def feed_redraws(self, part):
+        """PART: finished carriage-return segments of the line still being written."""
+        if part.strip(b"\r"):
+            self._line(self.lines + 1, part)
+            self.last_line = lm_decode(part.rstrip(b"\r").rsplit(b"\r", 1)[-1])
+            self.last_line_t = None
 
     def _plain(self, n, seg):
         """A line without a digit. Most repeat ("Saving checkpoint..."), so what each is, an
@@ -1130,6 +1139,12 @@ def lm_scan(log_path, state, rules, now):
                 else:
                     carry = buf[nl + 1:]
                     scan.feed(buf[: nl + 1])
+                cr = carry.rfind(b"\r")
+                if cr >= 0:
+                    # A progress bar redrawn in place (tqdm, Lightning) ends its line only
+                    # when the epoch ends: its finished redraws are read now, not 64 KiB on.
+                    scan.feed_redraws(carry[:cr])
+                    carry = carry[cr + 1:]
                 if len(carry) > LM_CARRY_MAX:
                     scan.feed(carry[:LM_CARRY_MAX] + b"\n")
                     carry, skip_long = b"", True
