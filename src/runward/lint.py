@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 __all__ = ["Finding", "RULES", "format_findings", "lint"]
 
@@ -252,7 +252,7 @@ class _Lexer:
             return tok
         if c in "<>" and s.startswith("(", self.i + 1):
             return self._word()  # process substitution <(...) >(...)
-        for op in _OPERATORS:
+        for op in _OPERATORS if c in ";&|()<>" else ():
             if s.startswith(op, self.i):
                 if op in ("<<", "<<-"):
                     self.want_delimiter = op == "<<-"
@@ -567,7 +567,6 @@ class _Script:
     compound: bool  # if/while/for/case/subshells/groups: shells do not exec inside those
 
 
-_SEPARATORS = {";", "&", "&&", "||", "\n", ";;", ";&", ";;&"}
 _PREFIX_KEYWORDS = {"!", "{", "}", "then", "do", "else", "elif", "if", "while", "until",
                     "time", "fi", "done", "esac"}
 _HEADER_KEYWORDS = {"for", "select", "case", "function"}
@@ -940,15 +939,15 @@ class _Proc:
     state: str = "alive"  # alive | exec-lone | exec-last | exec: replaced by the command
     catches: bool = False  # catches ordinary signals (sudo, doas, timeout relay them)
 
-    @property
+    @cached_property
     def cmdline(self) -> str:
         return " ".join(self.argv)
 
-    @property
+    @cached_property
     def name(self) -> str:
         return _basename(self.argv[0]) if self.argv else ""
 
-    @property
+    @cached_property
     def comm(self) -> str:
         # The kernel's comm: basename of the executed file, cut to 15 chars (TASK_COMM_LEN).
         return self.name.lstrip("-")[:15]
@@ -1019,10 +1018,12 @@ class _Query:
     def selects(self, proc: _Proc) -> bool:
         if self.exact_names:
             return any(n == proc.name or n[:15] == proc.comm for n in self.exact_names)
-        subject = {"cmdline": proc.cmdline, "comm": proc.comm, "name": proc.name,
-                   "psline": _ps_line(proc.cmdline)}[self.subject]
-        if self.subject == "cmdline" and not proc.cmdline:
-            subject = proc.comm
+        if self.subject == "cmdline":
+            subject = proc.cmdline or proc.comm  # kernel threads have no cmdline
+        elif self.subject == "psline":
+            subject = _ps_line(proc.cmdline)
+        else:
+            subject = proc.comm if self.subject == "comm" else proc.name
         return all(stage.keeps(subject) for stage in self.stages)
 
 
@@ -1293,6 +1294,7 @@ _FIX_PARSE = (
 # --------------------------------------------------------------------------- the linter
 
 _MAX_DEPTH = 24
+_MAX_VERIFICATIONS = 16
 
 
 @dataclass
@@ -1332,7 +1334,10 @@ class _Linter:
     def __init__(self, command: str, assume_shell: bool, suggest: bool = True):
         self.command = command
         self.assume_shell = assume_shell
-        self.suggest = suggest  # verify bracket-trick suggestions by linting the fixed line
+        # Bracket-trick suggestions are verified by linting the fixed line again: a bounded
+        # number of times, so that a long script with many kills stays fast.
+        self.suggest = suggest
+        self.verifications_left = _MAX_VERIFICATIONS
         self.findings: list[Finding] = []
         self.seq = 0
         self.kills: list[_KillEvent] = []
@@ -1351,7 +1356,8 @@ class _Linter:
         except _ParseError as e:
             return [self._parse_error(top, e, nested=False)]
         self._walk_script(script, self._top_context())
-        self._finish()
+        if self.suggest:  # a verification pass only needs the self-match findings
+            self._finish()
         unique = {(f.rule, f.start, f.end, f.message): f for f in self.findings}
         return sorted(unique.values(), key=lambda f: (f.start, _SEVERITY_RANK[f.severity],
                                                       f.end, f.rule))
@@ -1719,9 +1725,10 @@ class _Linter:
         shown = (_bracketed_command(words, word, bracketed) if words
                  else _always_quote(bracketed))
         fixed = self._with_bracket(word, bracketed)
-        if fixed is None or not self.suggest:
+        if fixed is None or not self.suggest or self.verifications_left <= 0:
             return (f", or the bracket trick: {shown}, whose own text no longer matches "
                     f"(check that nothing else on that line does)")
+        self.verifications_left -= 1
         again = _Linter(fixed, self.assume_shell, suggest=False).run()
         if not any(f.rule == rule and f.start == span[0] for f in again):
             return f", or the bracket trick: {shown}, whose own text no longer matches"
@@ -1795,9 +1802,10 @@ class _Linter:
                                    for c in self.copies):
                 continue
             self.reported_copies.add(id(copy))
+            owner = copy.where.removeprefix("on ")
             message = (f"`{_command_text(command.words)}` uses {path} {ctx.where}, but "
-                       f"`{copy.text}` copied it to the filesystem of {copy.where.removeprefix('on ')}, "
-                       f"which this container does not see")
+                       f"`{copy.text}` copied it to the filesystem of {owner}, which this "
+                       f"container does not see")
             on = ctx.target or "TARGET"
             fix = (f"copy into the container's own filesystem: `runward push --on {on} "
                    f"LOCAL:{path}` (through the hop chain, sha256-checked), or `pct push ID "
