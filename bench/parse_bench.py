@@ -20,10 +20,10 @@ import tempfile
 import time
 
 try:
-    from runward import logmetrics as _lm  # becomes runward.agent once the code moves there
+    from runward import agent as _lm  # the lm_* section of the agent
 except ImportError:  # run from a checkout without PYTHONPATH=src
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from runward import logmetrics as _lm
+    from runward import agent as _lm
 
 
 def shapes(rng, step):

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from runward import logmetrics as lm  # noqa: E402
+from runward import agent as lm  # noqa: E402  (the lm_* section of the agent)
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 NOW = 1_700_000_000.0
@@ -880,9 +880,9 @@ def test_event_bursts_coalesce_until_training_goes_on(tmp_path):
 # --------------------------------------------------------------------------- agent fit
 
 def test_module_fits_the_agent():
-    """logmetrics.py moves verbatim into the agent: stdlib only, Python 3.8 syntax, every
-    top-level name prefixed, no relative imports."""
-    src = (ROOT / "src" / "runward" / "logmetrics.py").read_text()
+    """The agent (which carries the parser) is stdlib only, Python 3.8 syntax, no relative
+    imports; the parser's top-level names are prefixed so none collides with the agent's."""
+    src = (ROOT / "src" / "runward" / "agent.py").read_text()
     tree = ast.parse(src, feature_version=(3, 8))
     stdlib = set(getattr(sys, "stdlib_module_names", ())) or {
         "calendar", "collections", "math", "os", "re", "time"}
@@ -892,6 +892,7 @@ def test_module_fits_the_agent():
         elif isinstance(node, ast.Import):
             for a in node.names:
                 assert a.name.split(".")[0] in stdlib, a.name
+    defined = {}
     for node in tree.body:
         names = []
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -899,7 +900,9 @@ def test_module_fits_the_agent():
         elif isinstance(node, ast.Assign):
             names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
         for name in names:
-            assert name.startswith(("lm_", "Lm", "LM_")), name
+            assert name not in defined or not name.startswith(("lm_", "Lm", "LM_")), f"{name} defined twice"
+            defined[name] = True
+    assert "lm_scan" in defined and "LmScan" in defined
 
 
 def _python38():
@@ -928,7 +931,7 @@ def test_runs_on_python_38(tmp_path):
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
             "r = m.lm_scan(sys.argv[2], {}, {'min': {'tok_s': 1}}, 1.7e9)\n"
             "print(json.dumps([len(r['points']), [a['kind'] for a in r['alerts']]]))\n")
-    out = subprocess.run([py38, "-c", code, str(ROOT / "src" / "runward" / "logmetrics.py"),
+    out = subprocess.run([py38, "-c", code, str(ROOT / "src" / "runward" / "agent.py"),
                           str(LOGS / "cuda_oom.log")], capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(out) == [1, ["cuda_oom"]]
@@ -955,3 +958,12 @@ def test_progress_bar_redrawn_in_place_is_read_as_it_goes(tmp_path):
     assert r2["lines"] == 1 and r2["alerts"] == []
     assert [p["line"] for p in r2["points"]] == [1, 1]  # the last two redraws of line 1
     assert r2["points"][-1]["metrics"]["loss"] == 1.5
+
+
+def test_a_setting_named_like_nan_is_no_nan(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text("init pid=1 switches=TRAIN_NAN_AT=10,TRAIN_STEP_SECONDS=0.05\n"
+                   "step 1 loss 2.5 tok/s 14000\n"
+                   " iteration 10/ 100 | lm loss: 7.1E+00 | number of nan iterations:   2 |\n")
+    res = lm.lm_scan(str(log), {}, {}, 1.7e9)
+    assert [(a["kind"], a["line_no"]) for a in res["alerts"]] == [("nan", 3)]

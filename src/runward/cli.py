@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="what works on a target, hop by hop")
     _add_common(p)
 
+    p = sub.add_parser("gpus", help="each GPU: memory, utilization, and the processes on it mapped to their runs")
+    _add_common(p)
+    p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
+    p.add_argument("--map", choices=("auto", "memory"), default="auto",
+                   help="inside a container: auto reads the host's NSpid lines through the host hop; "
+                        "memory attributes by the runs recorded on each GPU")
+
     p = sub.add_parser("ps", help="safe pgrep -af: never lists itself, its ancestors or its own session")
     _add_common(p)
     p.add_argument("pattern", help="extended regex against the full command line")
@@ -115,6 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", action="store_true", help="also every descendant of a match")
     p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
     p.add_argument("--max", type=int, default=32, help="refuse when more processes match (default 32)")
+
+    p = sub.add_parser("watch", help="follow a run's health; exit 1 on the first alert")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("--for", dest="for_s", type=float, default=60.0, metavar="S", help="window (default 60)")
+    p.add_argument("--min", action="append", metavar="METRIC=V", help="alert below this floor, e.g. tok_s=14500")
+    p.add_argument("--max", action="append", metavar="METRIC=V", help="alert above this ceiling")
+    p.add_argument("--stall", type=float, metavar="S", help="alert when the log is silent this long while alive")
+    p.add_argument("--drop", type=float, metavar="FRACTION",
+                   help="alert when throughput stays under FRACTION of its early median (default 0.5)")
+
+    p = sub.add_parser("plot", help="draw a run's metrics to a PNG (needs matplotlib)")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("--metric", action="append", metavar="M", help="metric(s) to draw (default: the main ones)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    p.add_argument("--x", choices=("step", "time"), default="step")
 
     p = sub.add_parser("lint", help="find self-kill and wrong-filesystem hazards in a shell command")
     _add_common(p, on=False)

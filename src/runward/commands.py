@@ -53,6 +53,9 @@ def start_kwargs_from_config(run: dict) -> dict:
             kw[k] = run[k]
     if "gpus" in run:
         kw["gpus"] = _gpus(run["gpus"])
+    if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
+        w = run["wait_gpus_free"]
+        kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
     if run.get("files"):
         kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
         kw["files"] = list(run["files"])
@@ -214,6 +217,28 @@ def cmd_deploy(args, out) -> int:
     return _emit(out, "deploy", target, res, text)
 
 
+def cmd_gpus(args, out) -> int:
+    from .render import render_gpus
+    cfg = _cfg(args)
+    if args.all:
+        targets = cfg.named_targets()
+        if not targets:
+            raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
+        results = ops.fan_out(targets, lambda t: ops.gpus(t, mapping=args.map))
+        text = "\n".join(
+            f"== {r['target']}\n" + (render_gpus(r["result"]) if r["ok"]
+                                     else f"  error: {r['error']['message']}" + (
+                                         f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
+            for r in results)
+        code = max([EXIT_OK] + [r["error"].get("exit_code", 1) for r in results if not r["ok"]])
+        out.doc({"ok": code == EXIT_OK, "command": "gpus", "targets": results})
+        out.say(text)
+        return code
+    target = _target(args, cfg)
+    res = ops.gpus(target, mapping=args.map)
+    return _emit(out, "gpus", target, res, render_gpus(res))
+
+
 def cmd_doctor(args, out) -> int:
     cfg = _cfg(args)
     target = _target(args, cfg)
@@ -287,3 +312,47 @@ def cmd_kill(args, out) -> int:
         text = f"killed {len(res['processes'])} process(es), verified dead:\n" + "\n".join(
             f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:90]}" for p in res["processes"])
     return _emit(out, "kill", target, res, text)
+
+
+def cmd_watch(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    rules = ops.health_rules(cfg.runs.get(args.name), mins=ops.parse_limits(args.min, "--min"),
+                             maxs=ops.parse_limits(args.max, "--max"), stall=args.stall, drop=args.drop)
+    from .health import format_alert
+
+    def on_points(ev: dict) -> None:
+        if not out.json and out.tty:
+            pts = ev.get("points") or []
+            if pts:
+                m = pts[-1].get("metrics", {})
+                print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
+    res = ops.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points)
+    if res["healthy"]:
+        text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"
+                + (f"; {res['throughput_metric']} last {res['metrics'].get(res['throughput_metric'])}"
+                   if res.get("throughput_metric") else ""))
+        return _emit(out, "watch", target, res, text)
+    text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
+    out.doc({"ok": False, "command": "watch", "target": str(target), "result": res,
+             "error": {"type": "Alert", "message": res["alert"].get("detail", res["alert"]["kind"]),
+                       "exit_code": 1}})
+    if not out.json:
+        print(text, file=sys.stderr)
+    return 1
+
+
+def cmd_plot(args, out) -> int:
+    cfg = _cfg(args)
+    target = _target(args, cfg, args.name)
+    res = ops.health(target, args.name, ops.health_rules(cfg.runs.get(args.name)), points=True)
+    from . import health as _health
+    try:
+        path = _health.plot(res["series"], res["all_alerts"], args.metric, args.output, x=args.x)
+    except ImportError as e:
+        raise BadInput(str(e), "pip install matplotlib (or: pip install 'runward[plot]')")
+    except ValueError as e:
+        raise BadInput(str(e), "check --metric against the metrics in `runward status NAME --json`")
+    res = {"name": args.name, "output": str(path or args.output), "points": len(res["series"]),
+           "alerts": len(res["all_alerts"])}
+    return _emit(out, "plot", target, res, f"wrote {res['output']} ({res['points']} points, {res['alerts']} alerts)")

@@ -84,6 +84,8 @@ AGENT_TYPES = {
     "ExitedEarly": OperationFailed,
     "StartFailed": OperationFailed,
     "Failed": OperationFailed,
+    "GpuUnavailable": OperationFailed,   # nvidia-smi fails: driver not loaded, NVML error
+    "GpusBusy": OperationFailed,         # start --wait-gpus-free timed out; names the holders
     "AgentError": AgentError,
 }
 

@@ -11,7 +11,7 @@ import math
 import time
 from typing import Iterable, Sequence
 
-from runward import logmetrics as _lm  # the one import of the parser: becomes runward.agent
+from runward import agent as _lm  # the one import of the parser (the lm_* section of the agent)
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 BAD = "!"  # a NaN or an infinity in a sparkline

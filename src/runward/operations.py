@@ -45,7 +45,15 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
            "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
            "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
            "reuse_env": reuse_env}
-    return transport.call(target, req)
+    try:
+        return transport.call(target, req)
+    except RunwardError as e:
+        res = e.result or {}
+        if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):
+            if _name_holders(target, res["gpus"], res.get("pidns")):
+                res["gpus_held"] = [_held(g, "holds") for g in res["gpus"] if not g.get("free")]
+                e.message = f"GPUs not free after {res.get('timeout_s', 0):g}s: " + "; ".join(res["gpus_held"])
+        raise
 
 
 def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
@@ -57,6 +65,17 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
     if not res.get("verified_dead"):
         raise NotVerified(f"{name}: {len(res.get('survivors', []))} process(es) survived the stop",
                           "see each survivor's state; a D-state process is stuck in the kernel (driver, NFS)",
+                          result=res)
+    rel = res.get("gpu_release") or {}
+    if rel.get("checked") and not rel.get("verified"):
+        if rel.get("gpus") and not rel.get("pids_are_local", True) and _name_holders(target, rel["gpus"],
+                                                                                     rel.get("pidns")):
+            res["gpus_held"] = [_held(g) for g in rel["gpus"] if not g.get("released")]
+        held = "; ".join(res.get("gpus_held") or [rel.get("message", "GPU release not verified")])
+        raise NotVerified(f"{name}: every process is dead, but {held}"
+                          + (f" after {rel['timeout_s']:g}s" if rel.get("timeout_s") is not None else ""),
+                          "another job or a leaked child holds the GPU (state D: stuck in the driver); "
+                          "`runward gpus` names every holder; raise --gpu-timeout if the driver frees memory slowly",
                           result=res)
     return res
 
@@ -199,3 +218,124 @@ def kill(target: Target, pattern: str, *, signal: str = "TERM", grace: float = 1
         raise NotVerified(f"{len(res.get('survivors', []))} matching process(es) survived", 
                           "see each survivor's state; a D-state process is stuck in the kernel", result=res)
     return res
+
+
+# --- GPUs -------------------------------------------------------------------------------
+
+def _held(g: dict, verb: str = "still holds") -> str:
+    from . import agent as _agent
+    return _agent.held_message(g, verb)
+
+
+def gpus(target: Target, *, mapping: str = "auto") -> dict:
+    """Every GPU on the target with the processes on it, each mapped to its run. Inside a
+    container nvidia-smi's pids are the host's: with a host hop before the container (ssh,
+    or this machine for a container hop alone) they are matched through the host's
+    /proc/PID/status NSpid line (mapping "nspid"); otherwise, or with mapping="memory",
+    the agent's attribution by memory stands (mapping "memory"). Where the pids are the
+    target's own the agent reads the run marker directly (mapping "direct")."""
+    if mapping not in ("auto", "memory"):
+        raise BadInput(f"invalid --map {mapping!r}", "use auto or memory")
+    res = transport.call(target, {"op": "gpus"})
+    if res.get("pids_are_local") or mapping == "memory":
+        return res
+    procs = [p for g in res.get("gpus") or () for p in g.get("processes") or ()]
+    procs += res.get("unattributed_processes") or []
+    if not target.hops or target.host_prefix().hops == target.hops:
+        res["mapping_note"] = ("nvidia-smi's pids here are the host's and this target has no host hop to read "
+                               "them on: processes are attributed by memory")
+        return res
+    if procs:
+        try:
+            _map_host_pids(target, procs, res.get("pidns"))
+        except RunwardError as e:
+            res["mapping_note"] = (f"could not read the host's /proc through {target.host_prefix()}: "
+                                   f"{e.message}; processes are attributed by memory")
+            return res
+    res["mapping"] = "nspid"
+    res["mapping_host"] = str(target.host_prefix())
+    return res
+
+
+def _map_host_pids(target: Target, procs: list[dict], pidns: str | None) -> None:
+    """One call to the container's host: the NSpid line, pid namespace and run marker of each
+    host pid; a process is the target's when its pid namespace is the target's."""
+    pids = sorted({p["pid"] for p in procs if isinstance(p.get("pid"), int)})
+    if not pids:
+        return
+    info = transport.call(target.host_prefix(), {"op": "nspid", "pids": pids}).get("pids") or {}
+    for p in procs:
+        if not isinstance(p.get("pid"), int):
+            continue
+        i = info.get(str(p["pid"]))
+        p["host_pid"] = p["pid"]
+        p.pop("pid_is_host_pid", None)
+        p.pop("candidates", None)
+        p.update(run=None, attempt=None, mapped_by="nspid")
+        if i is None:
+            p.update(pid=None, note="no such pid on the host (it exited since nvidia-smi listed it)")
+            continue
+        p["state"], p["cmd"] = i.get("state"), i.get("cmd")
+        if pidns is None or i.get("pidns") == pidns:
+            p["pid"] = (i.get("nspid") or [None])[-1]
+            p["run"], p["attempt"] = i.get("run"), i.get("attempt")
+            if pidns is None:
+                p["note"] = "the target's pid namespace could not be read: assumed to be the innermost"
+        else:
+            p.update(pid=None, outside_target=True,
+                     note="not in this container: a process of the host or of another container"
+                     + (f" (its run marker: {i['run']}.{i['attempt']})" if i.get("run") else ""))
+
+
+def _name_holders(target: Target, states: list[dict], pidns: str | None) -> bool:
+    """Best effort: name the holders of a GPU through the host (stop/start answers inside a
+    container). False when there is no host hop or it could not be read."""
+    if not target.hops or target.host_prefix().hops == target.hops:
+        return False
+    holders = [h for s in states for h in s.get("holders") or ()]
+    try:
+        _map_host_pids(target, holders, pidns)
+    except RunwardError:
+        return False
+    return True
+
+
+def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict | None = None,
+                 stall: float | None = None, drop: float | None = None) -> dict:
+    """Rules for the agent's log scan: runward.toml's [runs.NAME.health], then flags."""
+    h = dict((run_cfg or {}).get("health") or {})
+    rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
+             "stall_seconds": h.get("stall"), "drop_fraction": h.get("drop_fraction"),
+             "metrics": h.get("metrics")}
+    rules["min"].update(mins or {})
+    rules["max"].update(maxs or {})
+    if stall is not None:
+        rules["stall_seconds"] = stall
+    if drop is not None:
+        rules["drop_fraction"] = drop
+    return {k: v for k, v in rules.items() if v not in (None, {}, [])}
+
+
+def parse_limits(items: list[str] | None, flag: str) -> dict:
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        try:
+            if not sep or not k:
+                raise ValueError
+            out[k.strip()] = float(v.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise BadInput(f"invalid {flag} {item!r}", f"write {flag} METRIC=NUMBER, e.g. {flag} tok_s=14500")
+    return out
+
+
+def health(target: Target, name: str, rules: dict | None = None, points: bool = False) -> dict:
+    return transport.call(target, {"op": "health", "name": name, "rules": rules or {}, "points": points})
+
+
+def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
+          on_points: Callable[[dict], None] | None = None) -> dict:
+    if for_s <= 0:
+        raise BadInput(f"invalid --for {for_s}", "give a number of seconds > 0")
+    return transport.call(target, {"op": "watch", "name": name, "for_s": for_s, "rules": rules or {}},
+                          on_event=on_points)

@@ -36,6 +36,12 @@ def describe_exit(ex: dict | None) -> str:
     return f"exit code {ex.get('code')}"
 
 
+def _num(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}" if abs(v) < 1e6 else f"{v:.4g}"
+    return str(v)
+
+
 def render_error(cmd: str, e) -> str:
     lines = [f"runward {cmd}: error: {e.message}"]
     if e.hop:
@@ -68,7 +74,8 @@ def render_start(r: dict) -> str:
     if r.get("replaced") and not r["replaced"].get("already_stopped"):
         lines.insert(0, f"stopped attempt {r['replaced'].get('attempt')} first (verified dead)")
     if r.get("gpus") is not None:
-        lines.append(f"  gpus: {','.join(map(str, r['gpus']))}")
+        lines.append(f"  gpus: {','.join(map(str, r['gpus']))}"
+                     + (f" (free after waiting {r['gpu_wait']['waited_s']:.1f}s)" if r.get("gpu_wait") else ""))
     lines.append(f"  log: {r['log']}")
     for ln in r.get("first_lines") or []:
         lines.append("    | " + ln)
@@ -77,15 +84,26 @@ def render_start(r: dict) -> str:
 
 def render_stop(r: dict) -> str:
     if r.get("already_stopped"):
-        return f"{r['name']}: already stopped (no process of the run alive; last state: {r.get('state')})"
+        return "\n".join([f"{r['name']}: already stopped (no process of the run alive; last state: {r.get('state')})",
+                          *_gpu_release_lines(r)])
     procs = r.get("processes") or []
     lines = [f"stopped {r['name']} attempt {r.get('attempt')}: {len(procs)} process(es) dead, verified "
              f"({r['signal']}, {r.get('stop_s', 0):.2f}s)"]
     for p in procs:
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}")
-    for g in r.get("gpu_release", {}).get("gpus", []) if r.get("gpu_release") else []:
-        lines.append(f"  gpu {g['index']}: {g['used_mib']} MiB used, released")
+    lines += _gpu_release_lines(r)
     return "\n".join(lines)
+
+
+def _gpu_release_lines(r: dict) -> list[str]:
+    rel = r.get("gpu_release") or {}
+    lines = [f"  gpu {g['index']}: {_mib(g.get('used_mib'), g.get('raw'))} used, "
+             + ("released" if g.get("released") else "NOT released") for g in rel.get("gpus") or []]
+    if rel.get("verified"):
+        lines.append(f"  gpus released, verified ({rel.get('method')}, waited {rel.get('waited_s', 0):.2f}s)")
+    elif rel.get("note") or rel.get("message"):
+        lines.append(f"  {rel.get('note') or rel.get('message')}")
+    return lines
 
 
 def render_status(res: dict, target: str) -> str:
@@ -115,16 +133,24 @@ def render_status(res: dict, target: str) -> str:
         if r.get("stray_processes"):
             lines.append(f"  warning: processes of this run still alive: {r['stray_processes']} (runward stop {r['name']})")
         for g in r.get("gpu_usage") or []:
-            lines.append(f"  gpu {g['index']}: {g.get('used_mib')} MiB")
+            lines.append(f"  gpu {g['index']}: {_mib(g.get('used_mib'))} / {_mib(g.get('total_mib'))} used"
+                         + (f", this run {_mib(g['run_mib'])}" if g.get("run_mib") is not None else "")
+                         + (f" ({g['note']})" if g.get("note") else ""))
+        if r.get("gpu_note"):
+            lines.append(f"  gpus: {r['gpu_note']}")
         for d in r.get("drift") or []:
             lines.append(f"  code drift: {d['path']} changed on disk since this attempt started")
         for d in r.get("local_drift") or []:
             lines.append(f"  local drift: {d['local']} differs from the deployed {d['remote']}")
-        if r.get("metrics"):
-            lines.append("  " + "  ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                                          for k, v in r["metrics"].items()))
-        if r.get("sparkline"):
-            lines.append(f"  {r['sparkline']}")
+        h = r.get("health") or {}
+        if h.get("metrics"):
+            lines.append("  metrics: " + "  ".join(f"{k}={_num(v)}" for k, v in h["metrics"].items()))
+        if h.get("throughput_series"):
+            from .health import sparkline
+            lines.append(f"  {h['throughput_metric']}: {sparkline(h['throughput_series'])}")
+        for a in h.get("alerts") or []:
+            from .health import format_alert
+            lines.append(f"  alert: {format_alert(a)}")
         lg = r.get("log") or {}
         if lg.get("exists"):
             lines.append(f"  log {lg['path']} ({human_bytes(lg.get('size'))}): {lg.get('last_line', '')[:100]}")
@@ -159,3 +185,53 @@ def render_procs(procs: list[dict]) -> str:
         started = time.strftime("%H:%M:%S", time.localtime(p["started_at"])) if p.get("started_at") else "?"
         lines.append(f"{p['pid']:>7} {started} {p['user']:<8} {(p.get('run') or '-'):<14} {p['cmd'][:120]}")
     return "\n".join(lines)
+
+
+def _mib(v, raw: dict | None = None, key: str = "used_mib") -> str:
+    if v is None:
+        return (raw or {}).get(key, "?")
+    return f"{v:,.0f} MiB" if isinstance(v, (int, float)) else str(v)
+
+
+_MAPPING = {"direct": "pids read in this target's own /proc, by the run marker",
+            "nspid": "host pids matched through the host's /proc/PID/status NSpid line",
+            "memory": "pids are the host's; each process attributed to the one run recorded on its GPU"}
+
+
+def render_gpus(res: dict) -> str:
+    gpus = res.get("gpus") or []
+    if not gpus:
+        return res.get("note") or "no GPU listed by nvidia-smi"
+    lines = []
+    for g in gpus:
+        raw = g.get("raw") or {}
+        util = f"{g['utilization_pct']}%" if g.get("utilization_pct") is not None else raw.get("utilization_pct", "?")
+        lines.append(f"GPU {g.get('index') if g.get('index') is not None else raw.get('index', '?')}  "
+                     f"{g.get('name')}  {g.get('uuid')}  {_mib(g.get('used_mib'), raw)} / "
+                     f"{_mib(g.get('total_mib'), raw, 'total_mib')}  util {util}")
+        for p in g.get("processes") or []:
+            lines.append("    " + _proc_line(p))
+        if not g.get("processes"):
+            lines.append("    no compute process")
+    for p in res.get("unattributed_processes") or []:
+        lines.append(f"on {p.get('gpu_uuid')} (not a GPU uuid listed above): " + _proc_line(p))
+    m = res.get("mapping")
+    lines.append(f"mapping: {m} ({_MAPPING.get(m, '')})")
+    if res.get("mapping_note"):
+        lines.append(f"  note: {res['mapping_note']}")
+    return "\n".join(lines)
+
+
+def _proc_line(p: dict) -> str:
+    raw = p.get("raw") or {}
+    if p.get("pid") is not None:
+        who = f"pid {p['pid']}" + (f" (host pid {p['host_pid']})" if p.get("host_pid") not in (None, p["pid"]) else "")
+    elif p.get("host_pid") is not None:
+        who = f"host pid {p['host_pid']}"
+    else:
+        who = f"pid {raw.get('pid', '?')}"
+    run = (f"run {p['run']} attempt {p.get('attempt')}" + (" (by memory)" if p.get("mapped_by") == "memory" else "")
+           if p.get("run") else "no run" + (f" (one of {', '.join(p['candidates'])})" if p.get("candidates") else ""))
+    tail = f"  [{p['state']}] {p.get('cmd') or ''}".rstrip() if p.get("state") else ""
+    note = f"  ({p['note']})" if p.get("note") else ""
+    return f"{who:<24} {_mib(p.get('used_mib'), raw):>12}  {run}{tail}{note}"
