@@ -70,13 +70,36 @@ def run(out, keep: bool = False) -> int:
         story.record("status", st["runs"][0]["state"] == "running" and tree.get("processes", 0) >= 3,
                      processes=tree.get("processes"))
 
-        story.step("restart: a verified stop, then a verified start with a new setting")
-        res = ops.restart(target, RUN, overrides={"env": {"TRAIN_PROFILE_INTERVAL": "5"}, "settle": 1.0,
+        story.step("health: metrics read from the log where it lives, then `watch` through a window")
+        from .health import sparkline
+        h = ops.health(target, RUN)
+        out.say(f"metrics: {h['metrics']}  {h['throughput_metric']}: {sparkline(h['throughput_series'])}")
+        out.say(f"$ runward watch {RUN} --for 2 --min tok_s=10000")
+        w = ops.watch(target, RUN, for_s=2.0, rules={"min": {"tok_s": 10000}})
+        out.say(f"healthy through {w['watched_s']:.1f}s" if w["healthy"] else f"alert: {w['alert']}")
+        story.record("metrics", h.get("throughput_metric") == "tok_s" and w["healthy"], metrics=h["metrics"])
+
+        story.step("restart with a setting that makes the loss NaN: a verified stop, a verified start")
+        out.say(f"$ runward restart {RUN} --env TRAIN_NAN_AT=15")
+        res = ops.restart(target, RUN, overrides={"env": {"TRAIN_NAN_AT": "15"}, "settle": 1.0,
                                                   "reuse_env": True})
         stop_res = res["steps"][0]["result"]
         out.say(render_stop(stop_res))
         out.say(render_start(res["steps"][-1]["result"]))
         story.record("restart", stop_res["verified_dead"] and res["attempt"] == 2, attempt=res["attempt"])
+        out.say(f"$ runward watch {RUN} --for 30")
+        w = ops.watch(target, RUN, for_s=30.0)
+        from .health import format_alert
+        out.say("ALERT " + format_alert(w["alert"]) if not w["healthy"] else "no alert (unexpected)")
+        story.record("nan caught by watch", not w["healthy"] and w["alert"]["kind"] == "nan")
+
+        story.step("lint: the self-killing one-liner, caught before it runs")
+        from . import lint as _lint
+        line = "ssh root@host \"pct exec 200 -- bash -lc 'pkill -f train.py; nohup python3 train.py > log 2>&1 &'\""
+        out.say(f"$ runward lint {line!r}")
+        findings = _lint.lint(line)
+        out.say(_lint.format_findings(line, findings))
+        story.record("lint", any(f.severity == "error" and f.rule == "self-kill" for f in findings))
 
         story.step("crash: a job that dies at once is reported at once, with its exit code and log tail")
         t = time.monotonic()
