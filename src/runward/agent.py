@@ -59,6 +59,26 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+class _LazyRe(object):
+    """A regular expression compiled on first use, which then takes its own place among the
+    module's globals. Every operation pays for the agent's start-up, and compiling the log
+    parser's patterns costs more than a whole status call's work that never uses them."""
+    __slots__ = ("_name", "_args")
+
+    def __init__(self, name, *args):
+        self._name = name
+        self._args = args
+
+    def __getattr__(self, attr):
+        rx = re.compile(*self._args)
+        globals()[self._name] = rx
+        return getattr(rx, attr)
+
+
+def lazy_re(name, *args):
+    return _LazyRe(name, *args)
+
+
 class AgentFailure(Exception):
     """An error that becomes the reply: type maps to one exit code on the CLI side."""
 
@@ -2045,29 +2065,29 @@ LM_NUM_PAT = (
     r"|[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:inity)?)(?!\w)(?![ \t]+[A-Za-z][A-Za-z_ ]*[:=])"
     r")"
 )
-LM_NUM_RE = re.compile(LM_NUM_PAT, re.ASCII)
-LM_NUM_RE_B = re.compile(LM_NUM_PAT.encode())
-LM_NAN_INF_RE_B = re.compile(rb"(?i)nan|inf")
+LM_NUM_RE = lazy_re("LM_NUM_RE", LM_NUM_PAT, re.ASCII)
+LM_NUM_RE_B = lazy_re("LM_NUM_RE_B", LM_NUM_PAT.encode())
+LM_NAN_INF_RE_B = lazy_re("LM_NAN_INF_RE_B", rb"(?i)nan|inf")
 # A NaN or Inf value leaves its letters in a line's skeleton: without this, none can be there.
 # (A value token has no word character after it, so "INFO" is no such word.)
-LM_NAN_WORD_RE_B = re.compile(rb"(?i)(?<![a-z_])(?:nan|inf(?:inity)?)(?![a-z_])")
+LM_NAN_WORD_RE_B = lazy_re("LM_NAN_WORD_RE_B", rb"(?i)(?<![a-z_])(?:nan|inf(?:inity)?)(?![a-z_])")
 # The name before a number: the longest run of name characters that ends the gap, then an
 # optional `=` or `:` and an opening quote or bracket. `,` `|` `;` `:` `=` end a name.
-LM_NAME_TAIL_RE = re.compile(
+LM_NAME_TAIL_RE = lazy_re("LM_NAME_TAIL_RE", 
     r"(?<![A-Za-z0-9_])([A-Za-z_](?:[A-Za-z0-9_ /.%()#\-]*?[A-Za-z0-9_)%#])?)"
     r"['\"]?\s*(?:[=:]\s*)?['\"]?\[*\s*$"
 )
-LM_UNIT_GLUED_RE = re.compile(r"^[A-Za-z%/]+")
-LM_SUFFIX_RE = re.compile(r"^([kKMGT])(?:i?B)?(?![A-Za-z0-9])")
+LM_UNIT_GLUED_RE = lazy_re("LM_UNIT_GLUED_RE", r"^[A-Za-z%/]+")
+LM_SUFFIX_RE = lazy_re("LM_SUFFIX_RE", r"^([kKMGT])(?:i?B)?(?![A-Za-z0-9])")
 LM_SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-LM_RATE_UNIT_RE = re.compile(r"^ ?([A-Za-z]*/[A-Za-z]+)(?![A-Za-z])")
-LM_SOURCE_RE = re.compile(r"\.(?:py|c|cc|cpp|cu|h|hpp|rs|go)$")
-LM_NORM_RE = re.compile(r"[^a-z0-9]+")
-LM_DIGIT_RUN_B = re.compile(rb"\d+")
+LM_RATE_UNIT_RE = lazy_re("LM_RATE_UNIT_RE", r"^ ?([A-Za-z]*/[A-Za-z]+)(?![A-Za-z])")
+LM_SOURCE_RE = lazy_re("LM_SOURCE_RE", r"\.(?:py|c|cc|cpp|cu|h|hpp|rs|go)$")
+LM_NORM_RE = lazy_re("LM_NORM_RE", r"[^a-z0-9]+")
+LM_DIGIT_RUN_B = lazy_re("LM_DIGIT_RUN_B", rb"\d+")
 # What comes before the message on a log line and is not data: timestamps, [bracketed]
 # headers ([INFO], [rank0]:, [logging.py:69:log_dist]), (APIServer pid=1), glog headers
 # (E0321 02:07:08.408271257 123 ProcessGroupNCCL.cpp:607]), vLLM's `INFO 03-18 09:04:46`.
-LM_PREFIX_RE = re.compile(
+LM_PREFIX_RE = lazy_re("LM_PREFIX_RE", 
     r"^(?:\s*(?:"
     r"\[[^\]\n]{0,120}\]:?"
     r"|\([A-Za-z][^)\n]{0,80}\)"
@@ -2080,15 +2100,15 @@ LM_PREFIX_RE = re.compile(
     r")\s*)+"
 )
 # Where a log header starts inside a line (after a progress bar that had no newline).
-LM_HEADER_START_RE_B = re.compile(rb"\[(?:rank\d+\]|[EWIF]\d{4} |[EWIF] )")
+LM_HEADER_START_RE_B = lazy_re("LM_HEADER_START_RE_B", rb"\[(?:rank\d+\]|[EWIF]\d{4} |[EWIF] )")
 # A timestamp that starts the line: ISO 8601, `[2024-05-01 12:00:00,123]`, vLLM `INFO 03-18 ...`;
 # also after one logger header (`[INFO|trainer.py:398] 2021-01-15 10:28:50,371 >> ...`).
-LM_TS_RE = re.compile(
+LM_TS_RE = lazy_re("LM_TS_RE", 
     r"(?:\[[A-Za-z][^\]\n]{0,60}\] ?|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):? )?"
     r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
     r"(Z|[+-]\d\d:?\d\d)?\]?"
 )
-LM_TS_MD_RE = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+LM_TS_MD_RE = lazy_re("LM_TS_MD_RE", r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 
 # Lines that are events, found over a whole chunk at once (they are rare; the scan is C).
 # Texts checked against real logs: PyTorch's caching allocator ("torch.OutOfMemoryError:
@@ -2103,7 +2123,7 @@ LM_TS_MD_RE = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d
 # (or its zh_CN "已杀死"), and torchrun's "exitcode  : -9" / "Signal 9 (SIGKILL) received by PID".
 # Triton's "OutOfResources: out of resource: shared memory" during autotuning is not one: the
 # autotuner skips that config and goes on.
-LM_EVENT_RE = re.compile(
+LM_EVENT_RE = lazy_re("LM_EVENT_RE", 
     "(?P<traceback>Traceback \\(most recent call last\\):)"
     "|(?P<cuda_oom>CUDA out of memory|CUDA error: out of memory|HIP out of memory"
     "|CUBLAS_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
@@ -2124,7 +2144,7 @@ LM_TB_HEAD = "Traceback (most recent call last):"
 LM_TB_CHAIN = ("During handling of the above exception", "The above exception was the direct")
 # A traceback's prefix, as a key: digits of times and counters vary line to line and are
 # zeroed; those naming a rank or a process ("[rank3]:", "pid=4009") tell tracebacks apart.
-LM_PREFIX_DIGITS_RE = re.compile(r"((?:[Rr]ank|pid)[ =:]?)?\d+")
+LM_PREFIX_DIGITS_RE = lazy_re("LM_PREFIX_DIGITS_RE", r"((?:[Rr]ank|pid)[ =:]?)?\d+")
 
 
 def lm_prefix_key(prefix):
@@ -2159,7 +2179,7 @@ LM_THROUGHPUT_CLASSES = (
 )
 # a counter of NaN steps (Megatron's "number of nan iterations"), not any name with "nan" in
 # it: an echoed setting like TRAIN_NAN_AT=10 is no NaN
-LM_NANCOUNT_RE = re.compile(r"(^|_)nan_(iter|iters|iterations|steps|count|skipped)($|_)|"
+LM_NANCOUNT_RE = lazy_re("LM_NANCOUNT_RE", r"(^|_)nan_(iter|iters|iterations|steps|count|skipped)($|_)|"
                             r"(^|_)(number_of|num|n|count)_nan(_|$)")
 LM_R_LOSS, LM_R_NANCOUNT, LM_R_BOUND, LM_R_DROP, LM_R_PROGRESS = 1, 2, 4, 8, 16  # roles
 LM_STEP_NAMES = frozenset(("step", "iter", "iteration", "global_step", "num_updates"))
