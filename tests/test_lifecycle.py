@@ -360,3 +360,38 @@ def test_help_is_fast_path_without_heavy_imports():
     for heavy in ("runward.transport", "runward.agent", "runward.operations", "concurrent.futures",
                   "subprocess", "matplotlib", "runward.lint"):
         assert heavy not in imported, heavy
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.mark.skipif(not (FREEZER / "cgroup.procs").exists() or not os.access(FREEZER, os.W_OK),
+                    reason="needs the cgroup v1 freezer, writable (root)")
+def test_unkillable_survivor_is_reported_and_restart_starts_nothing(cli):
+    """A frozen process cannot die, even of SIGKILL, until thawed: the kernel condition of a
+    task stuck in uninterruptible sleep. stop must report it as a survivor (exit 5), never hang,
+    and restart must not start a second attempt beside it."""
+    rc, doc = cli.json("start", "frz", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0
+    pid = doc["result"]["pid"]
+    cg = FREEZER / f"runward-test-{os.getpid()}"
+    cg.mkdir()
+    try:
+        (cg / "cgroup.procs").write_text(str(pid))
+        (cg / "freezer.state").write_text("FROZEN")
+        wait_for(lambda: (cg / "freezer.state").read_text().strip() == "FROZEN", what="frozen")
+        t0 = time.monotonic()
+        rc, doc = cli.json("restart", "frz", "--grace", "0.3")
+        assert rc == 5, doc
+        assert time.monotonic() - t0 < 60
+        assert doc["error"]["details"]["failed_step"] == "stop"
+        surv = doc["result"]["survivors"]
+        assert [s["pid"] for s in surv] == [pid]
+        st = cli.status("frz")
+        assert st["attempt"] == 1, "restart started a new attempt beside an unverified stop"
+        p = cli.run("stop", "frz", "--grace", "0.2")
+        assert p.returncode == 5 and "survivor: pid" in p.stderr
+    finally:
+        (cg / "freezer.state").write_text("THAWED")
+        wait_for(lambda: not alive(pid), what="the thawed process to die of its pending KILL")
+        cg.rmdir()

@@ -432,7 +432,7 @@ def signal_name(num):
         return "SIG%s" % num
 
 
-def terminate(members, procs, sig, grace, find_more=None, kill_rounds=3, kill_wait=5.0, group=None):
+def terminate(members, procs, sig, grace, find_more=None, kill_rounds=2, kill_wait=3.0, group=None):
     """Signal a set of processes, wait (pidfd) up to grace, escalate to KILL, verify.
 
     members: {pid: Proc}. find_more(): rescans and returns {pid: Proc} of current members
