@@ -1,0 +1,488 @@
+"""GPU awareness (issue 5) without a GPU: `gpus`, `start --gpus --wait-gpus-free`, the verified
+release after `stop`, and `status` — against the nvidia-smi stand-in (tests/bin/nvidia-smi) on
+PATH, with real processes (the example job, plain sleeps) attached to its fake GPUs. Inside
+real containers (podman, from the testbed) the stand-in is pushed to /usr/bin/nvidia-smi and
+reports the job's host pid, as the real tool does there; runward maps it back through NSpid."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import fakegpu
+import testbed
+from conftest import CLI, EXAMPLE, alive, marked, wait_for
+from runward import agent
+
+PY = sys.executable
+
+
+@pytest.fixture
+def gcli(cli, tmp_path):
+    """The CLI with the stand-in first on PATH and a fresh 4-GPU state; cli.state is its path."""
+    cli.state = fakegpu.create_state(tmp_path / "smi.json", gpus=4)
+    cli.env = fakegpu.env_with_standin(cli.state, cli.env)
+    return cli
+
+
+@pytest.fixture
+def holders():
+    """Plain processes that hold fake GPU memory; killed at the end."""
+    procs = []
+
+    def hold(gpu, mib, state, seconds=300, release_delay=0.0):
+        p = subprocess.Popen(["sleep", str(seconds)])
+        procs.append(p)
+        fakegpu.attach(state, gpu, p.pid, mib, release_delay)
+        return p
+    yield hold
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def train(*env: str) -> list[str]:
+    args = []
+    for e in ("TRAIN_STEP_SECONDS=0.05", *env):
+        args += ["--env", e]
+    return [*args, "--", PY, str(EXAMPLE)]
+
+
+def set_state(path, **changes):
+    def change(s):
+        for i, g in changes.pop("gpu_fields", {}).items():
+            s["gpus"][i].update(g)
+        s.update(changes)
+    fakegpu.update(path, change)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_cells_sentinels_and_units():
+    assert agent.smi_cell("[N/A]") == (None, "[N/A]")
+    assert agent.smi_cell(" [Not Supported]") == (None, "[Not Supported]")
+    assert agent.smi_cell("[Insufficient Permissions]") == (None, "[Insufficient Permissions]")
+    assert agent.smi_cell("81559 MiB") == (81559, None)
+    assert agent.smi_cell("100 %") == (100, None)
+    assert agent.smi_cell("12.5") == (12.5, None)
+    assert agent.smi_cell("NVIDIA H100 80GB HBM3", number=False) == ("NVIDIA H100 80GB HBM3", None)
+
+
+def test_header_captures_are_read_by_column_name():
+    text = (fakegpu.FIXTURES / "h100-mig__query-compute-apps__csv.txt").read_text()
+    rows = agent.smi_rows(text, agent.SMI_APP_COLS)
+    assert [(r["pid"], r["used_memory"]) for r in rows] == [("21180", "2296 MiB"), ("21181", "1272 MiB"),
+                                                            ("21198", "7484 MiB")]
+    # a capture without the uuid column cannot be read as the agent's query: a clear error
+    text = (fakegpu.FIXTURES / "h100-x8__query-gpu__csv.txt").read_text()
+    with pytest.raises(agent.AgentFailure) as e:
+        agent.smi_rows(text, agent.SMI_GPU_COLS)
+    assert e.value.type == "GpuUnavailable"
+
+
+# --------------------------------------------------------------------------- gpus: scenarios
+
+
+def test_several_gpus_and_a_real_job_mapped_to_its_run(gcli, holders):
+    rc, doc = gcli.json("start", "g", "--gpus", "2", "--settle", "0.5", *train("TRAIN_GPU_MIB=4096"))
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    wait_for(lambda: any(p["pid"] == job for p in fakegpu.read_state(gcli.state)["procs"]), what="job attached")
+    other = holders(0, 1500, gcli.state)
+    rc, doc = gcli.json("gpus")
+    assert rc == 0, doc
+    res = doc["result"]
+    assert res["mapping"] == "direct" and res["pids_are_local"] is True
+    assert [g["index"] for g in res["gpus"]] == [0, 1, 2, 3]
+    g0, g1, g2 = res["gpus"][:3]
+    assert g2["uuid"] == fakegpu.gpu_uuid(2) and g2["name"] == fakegpu.H100
+    assert (g2["used_mib"], g2["total_mib"], g2["utilization_pct"]) == (4096, fakegpu.H100_MIB, 0)
+    assert [(p["pid"], p["used_mib"], p["run"], p["attempt"], p["mapped_by"]) for p in g2["processes"]] == [
+        (job, 4096, "g", 1, "direct")]
+    assert [(p["pid"], p["used_mib"], p["run"], p["state"]) for p in g0["processes"]] == [(other.pid, 1500, None, "S")]
+    assert g1["processes"] == [] and g1["used_mib"] == 0
+    human = gcli.run("gpus").stdout
+    assert "run g attempt 1" in human and f"pid {job}" in human and "mapping: direct" in human
+    st = gcli.status("g")
+    assert st["gpu_usage"] == [{"index": 2, "used_mib": 4096, "total_mib": fakegpu.H100_MIB, "run_mib": 4096,
+                                "processes": 1}]
+    assert "gpu 2: 4,096 MiB / 81,559 MiB used, this run 4,096 MiB" in gcli.run("status").stdout
+
+
+def test_sentinels_become_none_with_the_raw_text_kept(gcli):
+    set_state(gcli.state, gpu_fields={0: {"util": "[N/A]"}, 1: {"used": "[Insufficient Permissions]"},
+                                      2: {"total": "[Not Supported]"}})
+    rc, doc = gcli.json("gpus")
+    assert rc == 0, doc
+    g = doc["result"]["gpus"]
+    assert g[0]["utilization_pct"] is None and g[0]["raw"] == {"utilization_pct": "[N/A]"}
+    assert g[1]["used_mib"] is None and g[1]["raw"] == {"used_mib": "[Insufficient Permissions]"}
+    assert g[2]["total_mib"] is None and g[2]["raw"] == {"total_mib": "[Not Supported]"}
+    assert "[Insufficient Permissions] / 81,559 MiB" in gcli.run("gpus").stdout
+
+
+def test_mig_processes_are_listed_under_the_parent_gpu(gcli, holders):
+    def mig_on(s):
+        s["gpus"][1].pop("util")   # with MIG on, the stand-in reads utilization as [N/A], as the capture
+        s["gpus"][1]["mig_devices"] = [{"profile": "3g.40gb", "uuid": "MIG-a"}, {"profile": "3g.40gb", "uuid": "MIG-b"}]
+    fakegpu.update(gcli.state, mig_on)
+    p = holders(1, 7484, gcli.state)
+    rc, doc = gcli.json("gpus")
+    g1 = doc["result"]["gpus"][1]
+    assert g1["utilization_pct"] is None and g1["raw"]["utilization_pct"] == "[N/A]"
+    assert [x["pid"] for x in g1["processes"]] == [p.pid]
+
+
+def test_real_mig_capture_replayed(gcli):
+    set_state(gcli.state, fixture={
+        "query-gpu": str(fakegpu.FIXTURES / "h100-mig__query-gpu__csv__projected.txt"),
+        "query-compute-apps": str(fakegpu.FIXTURES / "h100-mig__query-compute-apps__csv.txt")})
+    rc, doc = gcli.json("gpus")
+    assert rc == 0, doc
+    [g] = doc["result"]["gpus"]
+    assert (g["index"], g["used_mib"], g["total_mib"], g["utilization_pct"]) == (0, 11125, 81559, None)
+    assert [(p["pid"], p["used_mib"]) for p in g["processes"]] == [(21180, 2296), (21181, 1272), (21198, 7484)]
+
+
+def test_insufficient_permissions_in_a_container_capture(gcli):
+    uuid_ = "GPU-ae3738d5-9aa2-e1c9-53be-65b6d373d3d9"
+    set_state(gcli.state, gpus=[{"index": 0, "uuid": uuid_, "name": "NVIDIA A100-SXM4-40GB", "total": 40960,
+                                 "used": "[Insufficient Permissions]"}],
+              fixture={"query-compute-apps": str(
+                  fakegpu.FIXTURES / "mig-container__query-compute-apps__insufficient-permissions.txt")})
+    rc, doc = gcli.json("gpus")
+    assert rc == 0, doc
+    [p] = doc["result"]["gpus"][0]["processes"]
+    assert p["pid"] is None and p["raw"]["pid"] == "[Insufficient Permissions]"
+    # memory that cannot be read is never taken for free
+    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--", "sleep", "30")
+    assert rc == 1 and doc["error"]["type"] == "GpusBusy", doc
+    assert "unreadable" in doc["error"]["message"]
+
+
+def test_no_devices_is_an_empty_answer(gcli):
+    set_state(gcli.state, scenario="no-devices")
+    rc, doc = gcli.json("gpus")
+    assert rc == 0, doc
+    assert doc["result"]["gpus"] == [] and "No devices were found" in doc["result"]["note"]
+
+
+@pytest.mark.parametrize("scenario,needle,hint", [
+    ("driver-failure", "couldn't communicate with the NVIDIA driver", "driver is not loaded"),
+    ("version-mismatch", "Driver/library version mismatch", "reboot"),
+    ("nvml-unknown-error", "Failed to initialize NVML: Unknown Error", "NVML could not start"),
+])
+def test_driver_failures_are_clear_errors(gcli, scenario, needle, hint):
+    set_state(gcli.state, scenario=scenario)
+    rc, doc = gcli.json("gpus")
+    assert rc == 1, doc
+    assert doc["error"]["type"] == "GpuUnavailable" and needle in doc["error"]["message"]
+    assert hint in doc["error"]["hint"]
+    p = gcli.run("gpus")
+    assert p.returncode == 1 and needle in p.stderr and "hint:" in p.stderr
+
+
+def test_no_nvidia_smi_at_all(cli, tmp_path):
+    path = "/usr/bin:/bin"
+    if shutil.which("nvidia-smi", path=path):
+        pytest.skip("this machine has a real nvidia-smi in /usr/bin or /bin")
+    cli.env["PATH"] = path
+    rc, doc = cli.json("gpus")
+    assert rc == 0, doc
+    assert doc["result"]["gpus"] == [] and doc["result"]["note"] == "no nvidia-smi on this target"
+    assert "no nvidia-smi on this target" in cli.run("gpus").stdout
+    # a run with GPUs stops fine there: the release is said to be unchecked, not failed
+    rc, doc = cli.json("start", "ng", "--gpus", "0", "--settle", "0.2", "--", "sleep", "30")
+    assert rc == 0, doc
+    rc, doc = cli.json("stop", "ng")
+    assert rc == 0, doc
+    assert doc["result"]["gpu_release"] == {"checked": False, "verified": False,
+                                            "note": "GPU release not checked: no nvidia-smi"}
+    # --wait-gpus-free cannot be honoured: refused, nothing started
+    rc, doc = cli.json("start", "ng2", "--gpus", "0", "--wait-gpus-free", "--", "sleep", "30")
+    assert rc == 1 and doc["error"]["type"] == "GpuUnavailable" and "no nvidia-smi" in doc["error"]["message"]
+
+
+def test_status_calls_nvidia_smi_only_for_runs_with_gpus(cli, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
+                   "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n")
+    smi.chmod(0o755)
+    cli.env["PATH"] = f"{bindir}:{cli.env['PATH']}"
+    rc, doc = cli.json("start", "cpu", "--settle", "0.2", "--", "sleep", "30")
+    assert rc == 0, doc
+    st = cli.status("cpu")
+    assert "gpu_usage" not in st and not calls.exists()
+    rc, doc = cli.json("start", "gpu", "--gpus", "0", "--settle", "0.2", "--", "sleep", "30")
+    assert rc == 0, doc
+    assert not calls.exists(), "start without --wait-gpus-free does not need nvidia-smi"
+    st = cli.status("gpu")
+    assert st["gpu_usage"] == [] and "couldn't communicate" in st["gpu_note"]
+    assert calls.exists()
+    # stop: the tree is dead (verified) but the GPUs could not be checked: not verified, exit 5
+    rc, doc = cli.json("stop", "gpu")
+    assert rc == 5 and doc["result"]["verified_dead"] is True, doc
+    assert "couldn't communicate" in doc["error"]["message"]
+    cli.json("stop", "cpu")
+
+
+# --------------------------------------------------------------------------- stop: release
+
+
+def test_stop_waits_for_the_delayed_release(gcli):
+    rc, doc = gcli.json("start", "rel", "--gpus", "1", "--settle", "0.5",
+                        *train("TRAIN_GPU_MIB=30000", "TRAIN_GPU_RELEASE_SECONDS=1.5"))
+    assert rc == 0, doc
+    wait_for(lambda: fakegpu.query_gpus(gcli.state)[1]["used"] == "30000", what="memory attached")
+    rc, doc = gcli.json("stop", "rel", "--grace", "10")
+    assert rc == 0, doc
+    rel = doc["result"]["gpu_release"]
+    assert rel["verified"] is True and rel["method"] == "direct" and rel["checked"] is True
+    assert rel["waited_s"] >= 1.2, rel   # the stand-in frees the memory 1.5 s after it sees the exit
+    assert rel["gpus"][0]["index"] == 1 and rel["gpus"][0]["released"] and rel["gpus"][0]["holders"] == []
+    assert "gpu_released" in doc["result"]["verified"]
+    assert fakegpu.query_gpus(gcli.state)[1]["used"] == "0"
+
+
+def test_gpu_still_held_after_stop_is_exit_5_naming_the_holder(gcli, holders):
+    rc, doc = gcli.json("start", "held", "--gpus", "1", "--settle", "0.3", "--", "sleep", "300")
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    other = holders(1, 71302, gcli.state)
+    t0 = time.monotonic()
+    rc, doc = gcli.json("stop", "held", "--gpu-timeout", "2")
+    took = time.monotonic() - t0
+    assert rc == 5, doc
+    assert doc["result"]["verified_dead"] is True and not alive(job)
+    assert doc["error"]["type"] == "NotVerified"
+    assert f"GPU 1 still holds 71,302 MiB (pid {other.pid}, state S)" in doc["error"]["message"]
+    rel = doc["result"]["gpu_release"]
+    assert rel["verified"] is False and rel["waited_s"] >= 2.0
+    assert [h["pid"] for h in rel["gpus"][0]["holders"]] == [other.pid]
+    assert took < 15, f"stop took {took:.1f}s with --gpu-timeout 2"
+    p = gcli.run("stop", "held", "--gpu-timeout", "0")
+    assert p.returncode == 5 and f"GPU 1 still holds 71,302 MiB (pid {other.pid}, state S)" in p.stderr
+    # once the holder is gone, the next stop verifies the release
+    other.kill()
+    other.wait()
+    rc, doc = gcli.json("stop", "held", "--gpu-timeout", "10")
+    assert rc == 0 and doc["result"]["gpu_release"]["verified"], doc
+
+
+def test_a_leaked_child_of_the_run_is_named_with_its_run(gcli):
+    """The escapee outlives main and keeps its GPU memory: stop kills it (it carries the marker)
+    and the release follows; the holder seen before the stop is the run's."""
+    rc, doc = gcli.json("start", "leak", "--gpus", "0", "--settle", "0.5",
+                        *train("TRAIN_ESCAPEE_GPU_MIB=70000", "TRAIN_ESCAPEE_LINGER=1"))
+    assert rc == 0, doc
+    main = doc["result"]["pid"]
+    wait_for(lambda: fakegpu.query_gpus(gcli.state)[0]["used"] == "70000", what="escapee attached")
+    rc, doc = gcli.json("gpus")
+    [p] = doc["result"]["gpus"][0]["processes"]
+    assert p["run"] == "leak" and p["attempt"] == 1 and p["pid"] != main
+    rc, doc = gcli.json("stop", "leak", "--grace", "5")
+    assert rc == 0 and doc["result"]["gpu_release"]["verified"], doc
+
+
+# --------------------------------------------------------------------------- start --wait-gpus-free
+
+
+def test_wait_gpus_free_refuses_naming_the_holder_and_makes_no_record(gcli):
+    rc, doc = gcli.json("start", "hog", "--gpus", "1", "--settle", "0.5", *train("TRAIN_GPU_MIB=20000"))
+    assert rc == 0, doc
+    hog = doc["result"]["pid"]
+    wait_for(lambda: fakegpu.query_gpus(gcli.state)[1]["used"] == "20000", what="hog attached")
+    t0 = time.monotonic()
+    rc, doc = gcli.json("start", "w", "--gpus", "0,1", "--wait-gpus-free", "--timeout", "1", "--", "sleep", "30")
+    assert rc == 1, doc
+    assert time.monotonic() - t0 >= 1.0
+    err = doc["error"]
+    assert err["type"] == "GpusBusy"
+    assert f"GPU 1 holds 20,000 MiB (pid {hog}, state S, run hog attempt 1)" in err["message"], err
+    assert "GPU 0" not in err["message"]
+    assert "runward stop hog" in err["hint"]
+    assert not (gcli.home / "runs" / "w").exists(), "a refused start must leave no record"
+    rc, doc = gcli.json("status", "w")
+    assert rc == 4
+    p = gcli.run("start", "w", "--gpus", "1", "--wait-gpus-free", "--timeout", "0", "--", "sleep", "30")
+    assert p.returncode == 1 and f"pid {hog}" in p.stderr and "hint:" in p.stderr
+
+
+def test_wait_gpus_free_succeeds_when_the_holder_exits_during_the_wait(gcli, holders):
+    h = holders(0, 50000, gcli.state, seconds=1.5, release_delay=0.5)
+    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "30", "--settle", "0.3",
+                        "--", "sleep", "30")
+    assert rc == 0, doc
+    gw = doc["result"]["gpu_wait"]
+    assert gw["waited_s"] >= 1.0 and gw["gpus"][0]["free"] and gw["polls"] >= 2, gw
+    assert h.poll() is not None
+    assert gcli.status("w")["state"] == "running"
+
+
+def test_max_used_threshold_and_memory_without_a_process(gcli):
+    set_state(gcli.state, gpu_fields={0: {"base_used": 800}})
+    rc, doc = gcli.json("start", "a", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--settle", "0.2",
+                        "--", "sleep", "30")
+    assert rc == 0, doc   # 800 MiB <= the default 1024
+    rc, doc = gcli.json("start", "b", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--max-used", "100",
+                        "--", "sleep", "30")
+    assert rc == 1, doc
+    assert "GPU 0 holds 800 MiB (no process listed" in doc["error"]["message"]
+    rc, doc = gcli.json("start", "c", "--gpus", "7", "--wait-gpus-free", "--", "sleep", "30")
+    assert rc == 2 and "GPU 7 is not on this target" in doc["error"]["message"], doc
+    rc, doc = gcli.json("start", "d", "--wait-gpus-free", "--", "sleep", "30")
+    assert rc == 2 and "--wait-gpus-free needs --gpus" in doc["error"]["message"]
+
+
+# --------------------------------------------------------------------------- --all
+
+
+def test_gpus_all_fans_out_over_named_targets(gcli, tmp_path):
+    (gcli.cwd / "runward.toml").write_text(
+        f'[targets.a]\non = "local"\nhome = "{tmp_path}/ha"\n\n[targets.b]\non = "local"\nhome = "{tmp_path}/hb"\n')
+    rc, doc = gcli.json("gpus", "--all")
+    assert rc == 0, doc
+    assert [r["ok"] for r in doc["targets"]] == [True, True]
+    assert all(len(r["result"]["gpus"]) == 4 for r in doc["targets"])
+    out = gcli.run("gpus", "--all").stdout
+    assert out.count("== ") == 2 and out.count("GPU 3") == 2
+
+
+# --------------------------------------------------------------------------- containers: NSpid (testbed)
+
+STANDIN_DIR = "/usr/local/lib/rw-fake-smi"
+
+
+@pytest.fixture
+def ccli(tmp_path):
+    tb = testbed.require("podman")
+    testbed.require("ssh")
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    (tmp_path / "work").mkdir(exist_ok=True)
+    c.env = testbed.env(tb, c.env)
+    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
+    c.tag = uuid.uuid4().hex[:8]
+    home = f"/tmp/rw-gpu-{c.tag}"
+    (tmp_path / "work" / "runward.toml").write_text(
+        f'[targets.pod]\non = "podman:{tb["podman"]}"\nhome = "{home}/pod"\n\n'
+        f'[targets.h1pod]\non = "ssh://rw1/podman:{tb["podman"]}"\nhome = "{home}/h1pod"\n')
+    yield c
+
+
+def nspid(pid: int) -> list[int]:
+    """The NSpid line of /proc/PID/status: the pid in each namespace, the innermost last."""
+    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("NSpid:"))
+    return [int(x) for x in line.split()[1:]]
+
+
+def _in_container(c, on, *argv):
+    rc, doc = c.json("exec", "--on", on, "--", *argv)
+    assert rc in (0, 1), doc
+    return doc["result"]
+
+
+@pytest.mark.parametrize("on", ["pod", "h1pod"])
+def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
+    name = f"gj{ccli.tag}"
+    if _in_container(ccli, on, "sh", "-c", "test -e /usr/bin/nvidia-smi")["code"] == 0:
+        pytest.skip("the container already has a /usr/bin/nvidia-smi")
+    wrapper = tmp_path / "nvidia-smi"
+    wrapper.write_text(f"#!/bin/sh\nRUNWARD_FAKE_SMI_STATE={STANDIN_DIR}/state.json "
+                       f"exec python3 {STANDIN_DIR}/nvidia-smi \"$@\"\n")
+    wrapper.chmod(0o755)
+    outside = subprocess.Popen(["sleep", "300"])   # a host process on GPU 1, not in the container
+    try:
+        rc, doc = ccli.json("start", name, "--on", on, "--gpus", "0", "--settle", "0.3", "--", "sleep", "300")
+        assert rc == 0, doc
+        cpid, cstart = doc["result"]["pid"], doc["result"]["start_time"]
+        host = wait_for(lambda: [p for p in marked(name + ".")], what="the job in the host's /proc")
+        [hpid] = [p for p in host if nspid(p)[-1] == cpid]
+        assert hpid != cpid, "the container has a pid namespace of its own"
+        state = fakegpu.create_state(tmp_path / "state.json", gpus=2)
+        fakegpu.update(state, lambda s: s["procs"].extend([
+            {"gpu": 0, "pid": cpid, "starttime": cstart, "report_pid": hpid, "mib": 4096, "release_delay": 1.0},
+            {"gpu": 1, "pid": 1, "report_pid": outside.pid, "mib": 1000}]))
+        rc, doc = ccli.json("push", "--on", on, f"{fakegpu.STANDIN}:{STANDIN_DIR}/nvidia-smi",
+                            f"{state}:{STANDIN_DIR}/state.json", f"{wrapper}:/usr/bin/nvidia-smi")
+        assert rc == 0, doc
+
+        rc, doc = ccli.json("gpus", "--on", on)
+        assert rc == 0, doc
+        res = doc["result"]
+        assert res["pids_are_local"] is False and res["mapping"] == "nspid", res
+        [p0] = res["gpus"][0]["processes"]
+        assert (p0["pid"], p0["host_pid"], p0["run"], p0["attempt"], p0["mapped_by"]) == (cpid, hpid, name, 1, "nspid")
+        [p1] = res["gpus"][1]["processes"]
+        assert p1["pid"] is None and p1["host_pid"] == outside.pid and p1["outside_target"] and p1["run"] is None
+        assert "mapping: nspid" in ccli.run("gpus", "--on", on).stdout
+
+        # the fallback: no host lookup, attribution by the run recorded on the GPU
+        rc, doc = ccli.json("gpus", "--on", on, "--map", "memory")
+        res = doc["result"]
+        assert res["mapping"] == "memory"
+        [p0] = res["gpus"][0]["processes"]
+        assert (p0["pid"], p0["run"], p0["mapped_by"], p0["pid_is_host_pid"]) == (hpid, name, "memory", True)
+        [p1] = res["gpus"][1]["processes"]
+        assert p1["run"] is None   # no run here records GPU 1
+
+        rc, doc = ccli.json("status", name, "--on", on)
+        [u] = doc["result"]["runs"][0]["gpu_usage"]
+        assert (u["index"], u["used_mib"], u["run_mib"]) == (0, 4096, None)
+
+        rc, doc = ccli.json("stop", name, "--on", on, "--gpu-timeout", "20")
+        assert rc == 0, doc
+        rel = doc["result"]["gpu_release"]
+        assert rel["verified"] and rel["method"] == "memory" and rel["waited_s"] >= 0.5, rel
+    finally:
+        outside.kill()
+        outside.wait()
+        ccli.run("exec", "--on", on, "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
+        ccli.run("exec", "--on", on, "--", "rm", "-rf", f"/tmp/rw-gpu-{ccli.tag}")
+        for pid, start in marked(name + ".").items():
+            if alive(pid, start):
+                os.kill(pid, 9)
+
+
+def test_holder_of_a_container_gpu_after_stop_is_named_through_the_host(ccli, tmp_path):
+    on = "pod"
+    name = f"gh{ccli.tag}"
+    if _in_container(ccli, on, "sh", "-c", "test -e /usr/bin/nvidia-smi")["code"] == 0:
+        pytest.skip("the container already has a /usr/bin/nvidia-smi")
+    wrapper = tmp_path / "nvidia-smi"
+    wrapper.write_text(f"#!/bin/sh\nRUNWARD_FAKE_SMI_STATE={STANDIN_DIR}/state.json "
+                       f"exec python3 {STANDIN_DIR}/nvidia-smi \"$@\"\n")
+    wrapper.chmod(0o755)
+    outside = subprocess.Popen(["sleep", "300"])
+    try:
+        rc, doc = ccli.json("start", name, "--on", on, "--gpus", "0", "--settle", "0.3", "--", "sleep", "300")
+        assert rc == 0, doc
+        state = fakegpu.create_state(tmp_path / "state.json", gpus=1)
+        fakegpu.update(state, lambda s: s["procs"].append({"gpu": 0, "pid": 1, "report_pid": outside.pid,
+                                                            "mib": 9000}))
+        rc, doc = ccli.json("push", "--on", on, f"{fakegpu.STANDIN}:{STANDIN_DIR}/nvidia-smi",
+                            f"{state}:{STANDIN_DIR}/state.json", f"{wrapper}:/usr/bin/nvidia-smi")
+        assert rc == 0, doc
+        rc, doc = ccli.json("stop", name, "--on", on, "--gpu-timeout", "1")
+        assert rc == 5, doc
+        msg = doc["error"]["message"]
+        assert f"GPU 0 still holds 9,000 MiB (host pid {outside.pid}, state S" in msg and "outside this target" in msg
+    finally:
+        outside.kill()
+        outside.wait()
+        ccli.run("exec", "--on", on, "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
+        ccli.run("exec", "--on", on, "--", "rm", "-rf", f"/tmp/rw-gpu-{ccli.tag}")
+        for pid, start in marked(name + ".").items():
+            if alive(pid, start):
+                os.kill(pid, 9)
