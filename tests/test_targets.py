@@ -368,3 +368,34 @@ def test_status_all_in_parallel_one_unreachable_never_hides_the_others(rcli):
     assert all(by[f"n{i}"]["ok"] for i in range(1, 9))
     p = rcli.run("status", "--all")
     assert "== down" in p.stdout and "unreachable" in p.stdout
+
+
+def test_no_process_carries_the_request_in_its_command_line(rcli):
+    """The run name travels on stdin: neither the ssh client, nor the remote shell, nor the
+    agent has it in argv (a `pkill -f NAME` on the host could never hit them)."""
+    name = "req" + uuid.uuid4().hex[:8]
+    rc, doc = rcli.json("start", name, "--on", "h1", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0
+    try:
+        p = rcli.popen("logs", name, "--on", "h1", "-f", "--for", "3")
+        seen = []
+
+        def agent_running():
+            found = False
+            for d in os.listdir("/proc"):
+                if not d.isdigit() or int(d) in (p.pid, os.getpid()):
+                    continue
+                try:
+                    cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"import sys,os,marshal" in cmd:
+                    found = True
+                if name.encode() in cmd and b"sleep" not in cmd:
+                    seen.append(cmd)
+            return found
+        wait_for(agent_running, what="the remote agent")
+        p.communicate(timeout=30)
+        assert not seen, seen
+    finally:
+        _kill_marked(f"{name}.")

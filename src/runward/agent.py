@@ -971,12 +971,14 @@ def spawn_shim(home, name, attempt, env):
     shim_env = dict(env)
     shim_env.pop(MARKER, None)  # the shim itself must never be found as a member of the run
     shim_env["RUNWARD_SHIM_ENV"] = json.dumps(env)
-    p = subprocess.Popen([sys.executable, "-S", "-c", BOOTSTRAP, SHIM_ARG, home.path, name, str(attempt)],
+    # the run's name goes on stdin like every request: a `pkill -f NAME` must not find the shim
+    p = subprocess.Popen([sys.executable, "-S", "-c", BOOTSTRAP, SHIM_ARG],
                          stdin=subprocess.PIPE, stdout=w, stderr=errlog, close_fds=True,
                          start_new_session=True, env=shim_env)
     os.close(w)
     os.close(errlog)
-    p.stdin.write(b"%d %s\n" % (len(src), AGENT_SHA_HEX().encode()) + src)
+    params = json.dumps({"home": home.path, "name": name, "attempt": attempt}).encode()
+    p.stdin.write(b"%d %s\n" % (len(src), AGENT_SHA_HEX().encode()) + src + params + b"\n")
     p.stdin.close()
     # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
     p.returncode = 0
@@ -3495,7 +3497,8 @@ def serve(stdin, stdout):
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == SHIM_ARG:
-        shim_main(*sys.argv[2:5])
+        params = json.loads(sys.stdin.buffer.readline().decode())
+        shim_main(params["home"], params["name"], params["attempt"])
         return 0
     return serve(sys.stdin.buffer, sys.stdout.buffer)
 
