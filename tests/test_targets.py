@@ -203,7 +203,9 @@ def test_connect_timeout_is_diagnosed(tmp_path, tb):
 
 
 def test_agent_killed_by_signal_is_named(rcli):
-    p = rcli.popen("exec", "--on", "h1", "--json", "--", "sleep", "30")
+    # a sleep with a duration no other test uses; its parent is this call's agent
+    naptime = "30.%d" % (os.getpid() % 1000)
+    p = rcli.popen("exec", "--on", "h1", "--json", "--", "sleep", naptime)
 
     def remote_agent():
         for d in os.listdir("/proc"):
@@ -213,19 +215,18 @@ def test_agent_killed_by_signal_is_named(rcli):
                     stat = Path(f"/proc/{d}/stat").read_text()
                 except OSError:
                     continue
-                if b"-S" in cmd and any(a.startswith(b"import sys,os,marshal") for a in cmd) \
-                        and b"runward-shim" not in cmd:
+                if cmd[:2] == [b"sleep", naptime.encode()]:
                     ppid = int(stat.rsplit(")", 1)[1].split()[1])
                     try:
                         parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
                     except OSError:
                         continue
-                    if parent.startswith(b"/bin/sh\0-c\0"):
-                        return int(d)
+                    if b"import sys,os,marshal" in parent:
+                        return ppid
         return None
     pid = wait_for(remote_agent, what="the remote agent")
     os.kill(pid, signal.SIGKILL)
-    out, err = p.communicate(timeout=30)
+    out, err = p.communicate(timeout=60)
     doc = json.loads(out)
     assert p.returncode == 3
     assert doc["error"]["type"] == "HopFailed" and "killed by SIGKILL" in doc["error"]["message"]
