@@ -17,11 +17,30 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from . import agent as _agent
 from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
 from .targets import Hop, Target
 
+_AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
 _SOURCE: tuple[bytes, str] | None = None
+_WIRE: tuple[int, str] | None = None
+
+
+def wire_constants() -> tuple[int, str]:
+    """PROTOCOL and BOOTSTRAP, read from the agent's source text: importing the agent module
+    (thousands of lines) would cost the CLI's start-up more than the rest of a status call.
+    tests/test_protocol.py checks they equal the module's own values."""
+    global _WIRE
+    if _WIRE is None:
+        text = agent_source_text()
+        proto = int(re.search(r"^PROTOCOL = (\d+)$", text, re.M).group(1))
+        start = text.index('BOOTSTRAP = """') + len('BOOTSTRAP = """')
+        _WIRE = (proto, text[start:text.index('"""', start)])
+    return _WIRE
+
+
+def agent_source_text() -> str:
+    with open(_AGENT_PATH, "rb") as f:
+        return f.read().decode()
 
 
 def agent_source() -> tuple[bytes, str]:
@@ -31,7 +50,7 @@ def agent_source() -> tuple[bytes, str]:
     if _SOURCE is None:
         import hashlib
         import zlib
-        with open(_agent.__file__, "rb") as f:
+        with open(_AGENT_PATH, "rb") as f:
             src = f.read()
         _SOURCE = (zlib.compress(src, 1), hashlib.sha256(src).hexdigest())
     return _SOURCE
@@ -91,9 +110,9 @@ def control_dir() -> str:
 def agent_argv(target: Target) -> list[str]:
     # -S: the agent is stdlib only; skipping site saves a good part of its start-up
     if target.is_local:
-        return [sys.executable, "-S", "-c", _agent.BOOTSTRAP]
+        return [sys.executable, "-S", "-c", wire_constants()[1]]
     py = target.python or os.environ.get("RUNWARD_PYTHON") or "python3"
-    inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", py, "-S", "-c", _agent.BOOTSTRAP]
+    inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", py, "-S", "-c", wire_constants()[1]]
     return target.wrap(inner, ssh_base())
 
 
@@ -110,7 +129,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     """One round trip: send the agent and the request, return the agent's result dict.
     Raises a RunwardError subclass that says which hop failed and why."""
     req = dict(request)
-    req.setdefault("v", _agent.PROTOCOL)
+    req.setdefault("v", wire_constants()[0])
     if target.home and "home" not in req:
         req["home"] = target.home
     argv = agent_argv(target)
