@@ -1384,7 +1384,9 @@ class _Linter:
 
     def _walk_script(self, script: _Script, ctx: _Ctx) -> None:
         for idx, pipeline in enumerate(script.pipelines):
-            self._walk_pipeline(pipeline, self._runner_state(script, idx, ctx))
+            pipeline_ctx = self._runner_state(script, idx, ctx)
+            handled = self._check_loop_kills(script, idx, pipeline_ctx)
+            self._walk_pipeline(pipeline, pipeline_ctx, handled, script, idx)
             self._check_sleep(script, idx, ctx)
 
     def _runner_state(self, script: _Script, idx: int, ctx: _Ctx) -> _Ctx:
@@ -1413,9 +1415,10 @@ class _Linter:
             state = "exec"
         return ctx.with_runner_state(state)
 
-    def _walk_pipeline(self, pipeline: _Pipeline, ctx: _Ctx) -> None:
-        handled: set[int] = set()
-        self._check_process_pipeline(pipeline, ctx, handled)
+    def _walk_pipeline(self, pipeline: _Pipeline, ctx: _Ctx, handled: set[int] | None = None,
+                       script: _Script | None = None, idx: int = 0) -> None:
+        handled = set() if handled is None else handled
+        self._check_process_pipeline(pipeline, ctx, handled, script, idx)
         for command in pipeline.commands:
             self._walk_command(command, ctx, handled)
         if pipeline.background:
@@ -1602,30 +1605,53 @@ class _Linter:
                                   handled: set[int]) -> None:
         """`kill $(pgrep -f P)`, `kill \\`ps aux | grep P | awk ...\\``: the list is the kill."""
         signal = _kill_signal(words[1:])
-        sub_ctx = replace(ctx.with_runner_state("alive"), depth=ctx.depth + 1)
         for word in words[1:]:
             for sub in word.subs:
-                try:
-                    script = _parse(sub)
-                except _ParseError:
-                    continue
-                if len(script.pipelines) != 1:
-                    continue
-                pipeline = script.pipelines[0]
-                progs = [_unwrap(c.words) for c in pipeline.commands]
-                found = _lister_at(progs, 0)
-                if found is None:
-                    continue
-                handled.add(id(sub))
-                query, _ = found
-                wrappers = [_Proc(_values(w), ctx.domain, ctx.level, "wrapper", ctx.where)
-                            for w in progs[0][0]]
-                self._evaluate(query, sub_ctx, signal=signal, span=command.span(),
-                               text=_command_text(words), words=None, extra=wrappers)
+                self._check_listed_then_killed(sub, signal, command.span(),
+                                               _command_text(words), ctx, handled)
 
-    def _check_process_pipeline(self, pipeline: _Pipeline, ctx: _Ctx,
-                                handled: set[int]) -> None:
-        """pgrep -f P, `ps aux | grep P`, and either one piped to `xargs kill`."""
+    def _check_loop_kills(self, script: _Script, idx: int, ctx: _Ctx) -> set[int]:
+        """`for p in $(pgrep -f P); do kill $p; done`: the substitution feeds a kill."""
+        handled: set[int] = set()
+        for command in script.pipelines[idx].commands:
+            head = command.skipped
+            if len(head) < 4 or head[0].value != "for" or head[2].value != "in":
+                continue
+            found = _loop_kill(script, idx + 1, head[1].value)
+            if found is None:
+                continue
+            signal, kill_words = found
+            text = f"for {head[1].value} in ...; kill ... ${head[1].value}"
+            for word in head[3:]:
+                for sub in word.subs:
+                    self._check_listed_then_killed(sub, signal, command.span(), text, ctx,
+                                                   handled)
+        return handled
+
+    def _check_listed_then_killed(self, sub: _Source, signal: int, span, text: str,
+                                  ctx: _Ctx, handled: set[int]) -> None:
+        try:
+            script = _parse(sub)
+        except _ParseError:
+            return
+        if len(script.pipelines) != 1:
+            return
+        progs = [_unwrap(c.words) for c in script.pipelines[0].commands]
+        found = _lister_at(progs, 0)
+        if found is None:
+            return
+        handled.add(id(sub))
+        # The substitution runs in a subshell while this shell waits: this shell is alive.
+        sub_ctx = replace(ctx.with_runner_state("alive"), depth=ctx.depth + 1)
+        wrappers = [_Proc(_values(w), ctx.domain, ctx.level, "wrapper", ctx.where)
+                    for w in progs[0][0]]
+        self._evaluate(found[0], sub_ctx, signal=signal, span=span, text=text, words=None,
+                       extra=wrappers)
+
+    def _check_process_pipeline(self, pipeline: _Pipeline, ctx: _Ctx, handled: set[int],
+                                script: _Script | None = None, idx: int = 0) -> None:
+        """pgrep -f P, `ps aux | grep P`, and either one piped to `xargs kill` or to
+        `while read p; do kill $p; done`."""
         progs = [_unwrap(c.words) for c in pipeline.commands]
         i = 0
         while i < len(progs):
@@ -1635,7 +1661,7 @@ class _Linter:
                 continue
             query, end = found
             handled.update(id(c) for c in pipeline.commands[i:end])
-            consumer = _kill_consumer(progs, end)
+            consumer = _kill_consumer(progs, end, script, idx)
             last = consumer[0] if consumer else end - 1
             span = (pipeline.commands[i].span()[0], pipeline.commands[last].span()[1])
             text = " | ".join(_command_text(c.words) for c in pipeline.commands[i:last + 1])
@@ -2014,16 +2040,34 @@ def _ps_shows_args(args: list[_Word]) -> bool:
     return False
 
 
-def _kill_consumer(progs: list, j: int) -> tuple[int, int] | None:
-    """After a lister: ... | awk '{print $2}' | xargs kill -9 -> (stage index, signal)."""
+def _kill_consumer(progs: list, j: int, script: _Script | None,
+                   idx: int) -> tuple[int, int] | None:
+    """After a lister: `... | awk '{print $2}' | xargs kill -9`, or `| while read p; do kill
+    $p; done`: (stage index, signal)."""
     while j < len(progs) and progs[j][1] and _basename(progs[j][1][0].value) in _PASSTHROUGH:
         j += 1
     if j >= len(progs) or not progs[j][1]:
         return None
     wrappers, words = progs[j]
-    if any(_basename(w[0].value) == "xargs" for w in wrappers) and _basename(
-            words[0].value) == "kill":
+    name = _basename(words[0].value)
+    if any(_basename(w[0].value) == "xargs" for w in wrappers) and name == "kill":
         return j, _kill_signal(words[1:])
+    if name == "read" and script is not None and len(words) > 1:
+        found = _loop_kill(script, idx + 1, words[-1].value)
+        if found is not None:
+            return j, found[0]
+    return None
+
+
+def _loop_kill(script: _Script, start: int, var: str) -> tuple[int, list[_Word]] | None:
+    """A later `kill ... $var` in the same script: (its signal, its words)."""
+    refs = {f"${var}", f"${{{var}}}"}
+    for pipeline in script.pipelines[start:]:
+        for command in pipeline.commands:
+            _, words = _unwrap(command.words)
+            if words and _basename(words[0].value) == "kill" and any(
+                    w.value in refs for w in words[1:]):
+                return _kill_signal(words[1:]), words
     return None
 
 
