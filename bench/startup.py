@@ -38,10 +38,13 @@ def main() -> int:
     # would measure the compiler instead of runward.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     py = sys.executable
+    # the console script, as users run it; `python -m runward` where it is not installed
+    script = Path(py).with_name("runward")
+    rw = [str(script)] if script.exists() else [py, "-m", "runward"]
     cases = {
         "python3 -c pass": [py, "-c", "pass"],
-        "runward --help": [py, "-m", "runward", "--help"],
-        "runward status --json": [py, "-m", "runward", "status", "--json"],
+        "runward --help": [*rw, "--help"],
+        "runward status --json": [*rw, "status", "--json"],
     }
     for argv in cases.values():  # warm the page cache and the agent's code cache
         timed(argv, env, 3)
