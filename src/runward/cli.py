@@ -1,13 +1,12 @@
 """runward's command line: parse, call an operation, render (human or --json).
 
-Kept thin and light: only argparse, json and os are imported before a command runs, so
+Kept thin and light: only argparse and os are imported before a command runs, so
 `runward --help` starts fast (check: python -X importtime -m runward --help).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -16,6 +15,20 @@ EXIT_CODES = """exit codes:
   1  the operation failed       4  no such run
   2  bad input or config        5  done but not verified
 """
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse sizes help to the terminal through shutil, which (with its compression
+    modules) costs --help more than argparse itself; os.get_terminal_size is enough."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        if width is None:
+            try:
+                width = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
+            except (ValueError, OSError, AttributeError):
+                width = 80
+            width -= 2
+        super().__init__(prog, indent_increment, max_help_position, width)
 
 
 def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
@@ -31,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="runward",
         description="Start, stop, restart and watch named runs on local, SSH and container targets. "
                     "Every answer is verified.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXIT_CODES, formatter_class=_Formatter)
     ap.add_argument("--version", action="version", version="runward 0.1.0")
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_parser_class())
 
     p = sub.add_parser("start", help="start a run; verified alive after settling")
     _add_common(p)
@@ -154,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------------------------
 
+def _parser_class():
+    class Parser(argparse.ArgumentParser):
+        def __init__(self, *a, **kw):
+            kw.setdefault("formatter_class", _Formatter)
+            super().__init__(*a, **kw)
+    return Parser
+
+
 class Out:
     """Human or JSON rendering; exactly one JSON document per command."""
 
@@ -167,6 +188,7 @@ class Out:
 
     def doc(self, obj: dict) -> None:
         if self.json:
+            import json
             sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n")
             sys.stdout.flush()
 
