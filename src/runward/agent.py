@@ -1162,9 +1162,11 @@ def op_status(req, home):
         if missing:
             raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
                                "`runward status` lists the runs here")
+    bid = boot_id()
+    if not (names or all_names):
+        return {"runs": [], "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
     procs = scan_procs()
     prot = protected_pids(procs)
-    bid = boot_id()
     up = uptime_seconds()
     runs = []
     for nm in names or all_names:

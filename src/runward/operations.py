@@ -4,7 +4,7 @@ result, which says what was verified; failures raise a RunwardError subclass."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from . import transport
 from .errors import BadInput, NotVerified, RunwardError
