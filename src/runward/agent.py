@@ -546,6 +546,14 @@ def check_name(name):
     return name
 
 
+def existing_run(home, name):
+    store = RunStore(home, name)
+    if not store.exists():
+        raise AgentFailure("RunNotFound", "no run named %s on this target" % store.name,
+                           "`runward status` lists the runs here")
+    return store
+
+
 class RunStore(object):
     """One run's records: run.json (spec of the last attempt, attempt counter),
     attempts/N.json (one per start), log (appended, never truncated)."""
@@ -1091,10 +1099,7 @@ def first_lines(path, pos, n):
 
 
 def op_stop(req, home):
-    store = RunStore(home, req.get("name"))
-    if not store.exists():
-        raise AgentFailure("RunNotFound", "no run named %s on this target" % store.name,
-                           "`runward status` lists the runs here")
+    store = existing_run(home, req.get("name"))
     sig = req.get("signal")
     grace = req.get("grace")
     fd = store.lock()
@@ -1177,10 +1182,7 @@ def op_status(req, home):
 
 
 def op_logs(req, home, emit):
-    store = RunStore(home, req.get("name"))
-    if not store.exists():
-        raise AgentFailure("RunNotFound", "no run named %s on this target" % store.name,
-                           "`runward status` lists the runs here")
+    store = existing_run(home, req.get("name"))
     att = store.latest()
     log = att.get("log")
     n = int(req.get("lines", 20))
@@ -1219,10 +1221,7 @@ def op_logs(req, home, emit):
 def op_spec(req, home):
     """The last attempt's spec, for restart. Secret values stay on the target: a start with
     reuse_env takes them from the attempt record there."""
-    store = RunStore(home, req.get("name"))
-    if not store.exists():
-        raise AgentFailure("RunNotFound", "no run named %s on this target" % store.name,
-                           "`runward status` lists the runs here")
+    store = existing_run(home, req.get("name"))
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
@@ -3262,10 +3261,7 @@ def health_summary(saved, series_len=60):
 
 
 def _health_store(req, home):
-    store = RunStore(home, req.get("name"))
-    if not store.exists():
-        raise AgentFailure("RunNotFound", "no run named %s on this target" % store.name,
-                           "`runward status` lists the runs here")
+    store = existing_run(home, req.get("name"))
     att = store.latest()
     if not att or not att.get("log"):
         raise AgentFailure("RunNotFound", "run %s has no attempt yet" % store.name, "start it first")
