@@ -395,3 +395,13 @@ def test_unkillable_survivor_is_reported_and_restart_starts_nothing(cli):
         (cg / "freezer.state").write_text("THAWED")
         wait_for(lambda: not alive(pid), what="the thawed process to die of its pending KILL")
         cg.rmdir()
+
+
+def test_cgroup_of_a_run_that_ended_by_itself_is_removed(cli):
+    rc, doc = cli.json("start", "cgend", "--settle", "0.1", "--sh", "sleep 0.3")
+    assert rc == 0, doc
+    cgs = doc["result"]["cgroups"]
+    if not cgs:
+        pytest.skip("no writable cgroup hierarchy here")
+    wait_for(lambda: cli.status("cgend")["state"] == "exited", what="the job to end")
+    wait_for(lambda: not any(os.path.isdir(c) for c in cgs), what="the shim to remove the empty cgroups")
