@@ -1374,10 +1374,12 @@ def op_doctor(req, home):
 
 
 def in_container():
+    """In a container when its marker files exist, or when this /proc is not the machine's
+    first pid namespace (kthreadd is not pid 2). /proc/1/environ's container= is not used:
+    some VM inits set it on the host itself."""
     if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
         return True
-    env1 = read_text("/proc/1/environ", "") or ""
-    return "container=" in env1
+    return not in_host_pidns()
 
 
 def read_exact(stdin, n, h):
