@@ -176,6 +176,7 @@ def doctor(target: Target) -> dict:
             res = transport.call(t, {"op": "doctor"})
             t1 = time.time()
             res["clock_skew_s"] = round(res["time"] - (t0 + t1) / 2, 3)
+            res["clock_skew_uncertainty_s"] = round((t1 - t0) / 2, 3)  # the far side read its clock somewhere in the round trip
             res["round_trip_s"] = round(t1 - t0, 3)
             hops.append({"hop": str(t.hops[-1]) if t.hops else "local", "target": str(t), "reached": True, "checks": res})
         except RunwardError as e:

@@ -174,7 +174,8 @@ def render_doctor(res: dict) -> str:
         lines.append(f"  {'':<24} state dir {c['state_dir']['path']} "
                      f"{'writable' if c['state_dir']['writable'] else 'NOT writable: ' + c['state_dir'].get('error', '')}"
                      f", cgroups {'yes' if c['cgroups']['can_create'] else 'no'}, pidfd {'yes' if c['pidfd'] else 'no'}"
-                     f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s, boot {c['boot_id'][:8]}"
+                     f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s (±{c['clock_skew_uncertainty_s']:.3f}s)"
+                     f", boot {c['boot_id'][:8]}"
                      f"{', in a container' if c.get('in_container') else ''}")
     return "\n".join(lines)
 
