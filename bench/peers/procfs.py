@@ -180,10 +180,21 @@ def wait_until(cond, timeout: float, interval: float = 0.02):
         time.sleep(interval)
 
 
-def sweep(text: str, timeout: float = 10.0) -> list[str]:
+def sweep(text: str, timeout: float = 10.0, shim_grace: float = 5.0) -> list[str]:
     """KILL every live process mentioning TEXT (cmdline or environ), by pid + start time,
-    until none is left. Returns descriptions of what was killed."""
+    until none is left. Returns descriptions of what was killed.
+    runward's shims are spared for SHIM_GRACE s after their jobs die: a shim records the exit and
+    removes the run's cgroups, and a clean-up must not stand in the way of what is measured."""
     killed = []
+    first = [p for p in mentioning(text) if "runward-shim" not in cmdline(p.pid)]
+    shims = [p for p in mentioning(text) if "runward-shim" in cmdline(p.pid)]
+    if shims:
+        for p in first:
+            desc = f"{p.pid} {' '.join(cmdline(p.pid))[:80] or p.comm}"
+            if signal_ident(p.ident, signal.SIGKILL):
+                killed.append(desc)
+        wait_dead([p.ident for p in first], 5.0)
+        wait_dead([p.ident for p in shims], shim_grace)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = mentioning(text)

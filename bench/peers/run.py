@@ -79,7 +79,8 @@ class Install:
                 return p.stdout.decode().strip().splitlines()[-1] if p.stdout.strip() else "?"
             except (OSError, subprocess.TimeoutExpired) as e:
                 return f"? ({e})"
-        head = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %s"], stdout=subprocess.PIPE).stdout
+        head = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %s", "--", "src"],
+                              stdout=subprocess.PIPE).stdout
         dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "src"],
                                stdout=subprocess.PIPE).stdout.strip()
         return {
@@ -87,7 +88,7 @@ class Install:
                          f"{out(['sh', '-c', 'nohup --version | head -1'])}",
             "supervisord": "supervisor " + out([self.supervisord, "--version"]),
             "pm2": "pm2 " + out([self.pm2, "--version"], pm2_env),
-            "runward": out([self.runward, "--version"]) + f" (git {head.decode().strip()[:60]}"
+            "runward": out([self.runward, "--version"]) + f" (src/ at git {head.decode().strip()[:70]}"
                        + (", src/ has uncommitted changes" if dirty else "") + ")",
         }
 
@@ -363,13 +364,16 @@ def sc_stale_pid(cell):
     return PASS, f"the unrelated process survived ({how}; exit {res.rc})"
 
 
-def sc_concurrent(cell, trials=6):
-    """Two starts issued at the same instant, TRIALS times (a race that is lost once is lost)."""
+def sc_concurrent(cell, trials=10):
+    """Two starts issued at the same instant, TRIALS times, each time for a job the tool has never
+    started (a fresh name: the first start of a name is where a check-then-act race lives).
+    A race lost once is lost; a pass is evidence over TRIALS tries, not proof."""
     t = cell.tool
-    t.setup([cell.job(TRAIN_ESCAPEE="0")])
+    names = [f"j{i}" for i in range(trials)]
+    t.setup([cell.job(name=n, TRAIN_ESCAPEE="0") for n in names])
     seen = []
-    for trial in range(trials):
-        argv, env, cwd = t.cmd("start", "j")
+    for name in names:
+        argv, env, cwd = t.cmd("start", name)
         ps = [subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE) for _ in range(2)]
         rcs, said = [], []
@@ -390,24 +394,28 @@ def sc_concurrent(cell, trials=6):
                    "other start's `pgrep -f` (its argv holds the pattern)")
         elif n == 0:
             why = "no job started"
+        elif isinstance(t, PM2) and n > 1:
+            why = f"`pm2 jlist` lists {sum(1 for a in t.jlist() if a.get('name') == name)} apps named {name}"
         else:
             why = ""
         # reset: end the job (harness, by pid + start time), then let the tool see it gone
         kill_tree(cell)
         if isinstance(t, Runward):
-            procfs.wait_until(lambda: (t.run_status("j") or {}).get("state") != "running", 5, 0.1)
+            procfs.wait_until(lambda: (t.run_status(name) or {}).get("state") != "running", 5, 0.1)
         elif isinstance(t, PM2):
-            procfs.wait_until(lambda: (t.app("j") or {}).get("pm2_env", {}).get("status") != "online", 5, 0.1)
+            procfs.wait_until(lambda: all(a["pm2_env"].get("status") != "online" for a in t.jlist()), 5, 0.1)
         elif isinstance(t, Supervisor):
-            procfs.wait_until(lambda: "RUNNING" not in t.status("j").out, 5, 0.1)
+            procfs.wait_until(lambda: "RUNNING" not in t.status(name).out, 5, 0.1)
         else:
-            procfs.wait_until(lambda: t.status("j").rc != 0, 5, 0.1)
+            procfs.wait_until(lambda: t.status(name).rc != 0, 5, 0.1)
         if n != 1:
             break
-    desc = "; ".join(f"{n} job{'s' if n != 1 else ''} (start exits {a} and {b})" for n, (a, b) in seen)
     if all(n == 1 for n, _ in seen):
-        return PASS, f"{len(seen)} trials, one job each: {desc}"
-    return FAIL, f"trial {len(seen)} of {trials} gave {desc.split('; ')[-1]}" + (f": {why}" if why else "")
+        exits = sorted({f"{a}/{b}" for _, (a, b) in seen})
+        return PASS, f"{len(seen)} trials, one job each (start exits seen: {', '.join(exits)})"
+    n, (a, b) = seen[-1]
+    return FAIL, (f"trial {len(seen)} of {trials} gave {n} job{'s' if n != 1 else ''} (start exits {a} and {b})"
+                  + (f": {why}" if why else ""))
 
 
 SCENARIOS = [
@@ -421,7 +429,7 @@ SCENARIOS = [
      sc_self_kill),
     ("restart-logs", "logs of the previous attempt survive a restart", sc_restart_logs),
     ("stale-pid", "a stale pid that now belongs to another process is not killed", sc_stale_pid),
-    ("concurrent", "two concurrent starts give one job", sc_concurrent),
+    ("concurrent", "two concurrent starts give one job (10 trials, a fresh name each)", sc_concurrent),
 ]
 
 
@@ -681,7 +689,7 @@ def speed_status(root, inst, prefix, rounds, S, sizes, feasibility, budget_s=240
             if one.dt * sh["n"] > 20:
                 sample = max(10, min(sh["n"], int(4.0 / max(one.dt, 1e-3))))
                 S.note(metric, "shell", f"EST: extrapolated: the loop timed over the first {sample} of "
-                       f"{sh['n']} pid files, times {sh['n'] / sample:g} (one pgrep took {one.dt:.2f} s "
+                       f"{sh['n']} pid files, scaled by {sh['n'] / sample:.1f} (one pgrep took {one.dt:.2f} s "
                        f"with /proc this full; the whole loop would take about {one.dt * sh['n']:.0f} s a round)")
         for x in tools:  # warm-up
             t = x["t"]
@@ -863,6 +871,8 @@ def main() -> int:
         inst.ensure()
         data["install_s"] = inst.seconds
         data["machine"] = machine()
+        data["src_head"] = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h", "--", "src"],
+                                          stdout=subprocess.PIPE).stdout.decode().strip()
         data["versions"] = inst.versions(clean_env(PM2_HOME=os.path.join(root, "pm2-version")))
         procfs.sweep(os.path.join(root, "pm2-version"))
         data["config"] = {c.key: c.CONFIG for c in (Shell, Supervisor, PM2, Runward)}
@@ -890,6 +900,11 @@ def main() -> int:
             log(f"final sweep killed {len(leftover)}: {leftover[:5]}")
         data["cgroups_removed"] = remove_cgroups(prefix)
     data["seconds"] = time.perf_counter() - t_all
+    head_end = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h", "--", "src"],
+                              stdout=subprocess.PIPE).stdout.decode().strip()
+    if data.get("src_head") and head_end != data["src_head"]:
+        data["versions"]["runward"] += (f" — NOTE: src/ changed during this run ({data['src_head']} -> {head_end}): "
+                                        "figures taken before and after the change are mixed")
     data["load_after"] = os.getloadavg()
     data["samples"] = {f"{m}|{t}": v for (m, t), v in S.data.items()}
     data["notes"] = {f"{m}|{t}": v for (m, t), v in S.notes.items()}
