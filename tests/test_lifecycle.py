@@ -405,3 +405,23 @@ def test_cgroup_of_a_run_that_ended_by_itself_is_removed(cli):
         pytest.skip("no writable cgroup hierarchy here")
     wait_for(lambda: cli.status("cgend")["state"] == "exited", what="the job to end")
     wait_for(lambda: not any(os.path.isdir(c) for c in cgs), what="the shim to remove the empty cgroups")
+
+
+def test_same_run_name_in_two_homes_are_two_runs(cli, tmp_path):
+    """bench/peers found a stop in one RUNWARD_HOME killing a same-named run of another."""
+    other = dict(cli.env, RUNWARD_HOME=str(tmp_path / "other-home"))
+    rc, a = cli.json("start", "twin", "--settle", "0.2", "--", "sleep", "301")
+    assert rc == 0
+    import subprocess as sp
+    p = sp.run(cli.argv("start", "twin", "--settle", "0.2", "--json", "--", "sleep", "302"), env=other,
+               cwd=cli.cwd, capture_output=True, text=True)
+    b = json.loads(p.stdout)
+    assert p.returncode == 0, b
+    try:
+        rc, doc = cli.json("stop", "twin", "--grace", "2")
+        assert rc == 0 and [x["pid"] for x in doc["result"]["processes"]] == [a["result"]["pid"]]
+        assert alive(b["result"]["pid"], b["result"]["start_time"])
+        assert cli.status("twin")["state"] == "exited"
+    finally:
+        sp.run(cli.argv("stop", "twin", "--grace", "1"), env=other, cwd=cli.cwd, capture_output=True)
+    assert not alive(b["result"]["pid"], b["result"]["start_time"])

@@ -52,6 +52,9 @@ except Exception:
 exec(c,{'__name__':'__main__','AGENT_SOURCE':z,'AGENT_SHA':h})"""
 SHIM_ARG = "runward-shim"
 MARKER = "RUNWARD_RUN"
+# Which state directory the run belongs to: two homes on one machine (two users' tools, the
+# testbed's hosts) may each have a run named "train", and a stop must only touch its own.
+HOME_MARKER = "RUNWARD_HOME_ID"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 LOG_TAIL_LINES = 20
@@ -275,7 +278,7 @@ class ProcTable(dict):
         return self._groups
 
     def markers(self):
-        """run name -> pids whose RUNWARD_RUN is <name>.<attempt> (environ read once each)."""
+        """run name -> [(pid, home id)] for RUNWARD_RUN=<name>.<attempt> (environ read once each)."""
         if self._markers is None:
             self._markers = {}
             for p in self.values():
@@ -285,7 +288,7 @@ class ProcTable(dict):
                 if m:
                     name, _, n = m.rpartition(".")
                     if n.isdigit():
-                        self._markers.setdefault(name, []).append(p.pid)
+                        self._markers.setdefault(name, []).append((p.pid, p.env(HOME_MARKER)))
         return self._markers
 
     def children(self):
@@ -556,6 +559,11 @@ class Home(object):
         path = path or os.environ.get("RUNWARD_HOME") or os.path.join(os.path.expanduser("~"), ".runward")
         self.path = os.path.abspath(os.path.expanduser(path))
 
+    @property
+    def id(self):
+        import hashlib
+        return hashlib.sha1(("%d:%s" % (os.getuid(), self.path)).encode()).hexdigest()[:10]
+
     def ensure(self):
         os.makedirs(self.path, 0o700, exist_ok=True)
         try:
@@ -658,14 +666,16 @@ def cgroup_roots():
     return out
 
 
-def cgroup_create(name, attempt):
-    """Try to make runward/<name>.<attempt> in each writable hierarchy; return the paths made."""
+def cgroup_create(name, attempt, home_id=""):
+    """Try to make runward/<home id>-<name>.<attempt> in each writable hierarchy; return the
+    paths made."""
     made = []
+    leaf = "%s-%s.%d" % (home_id, name, attempt) if home_id else "%s.%d" % (name, attempt)
     for kind, root in cgroup_roots():
         base = os.path.join(root, "runward")
         try:
-            os.makedirs(os.path.join(base, "%s.%d" % (name, attempt)), exist_ok=True)
-            made.append(os.path.join(base, "%s.%d" % (name, attempt)))
+            os.makedirs(os.path.join(base, leaf), exist_ok=True)
+            made.append(os.path.join(base, leaf))
         except OSError:
             continue
     return made
@@ -703,8 +713,10 @@ def run_members(name, att, procs, prot):
         members[jp.pid] = jp
         for pid in procs.groups().get(jp.pid, ()):
             members[pid] = procs[pid]  # its session and its process group (both are its pid)
-    for pid in procs.markers().get(name, ()):
-        if pid not in prot:
+    hid = att.get("home_id") if att else None
+    for pid, phid in procs.markers().get(name, ()):
+        # a record or a process from before home ids were kept matches on the name alone
+        if pid not in prot and (hid is None or phid is None or phid == hid):
             members[pid] = procs[pid]
     for pid in cgroup_pids(att.get("cgroups") if att else ()):
         p = procs.get(pid)
@@ -958,6 +970,7 @@ def op_start(req, home):
         n = max([run.get("attempt", 0)] + store.attempts()) + 1
         marker = "%s.%d" % (store.name, n)
         env[MARKER] = marker
+        env[HOME_MARKER] = home.id
         if req.get("gpus") is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in req["gpus"])
             # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi (and so the
@@ -973,7 +986,8 @@ def op_start(req, home):
             "boot_id": bid, "created_at": time.time(), "started_at": None,
             "stop_signal": signal_name(stop_sig), "grace": float(req.get("grace", 30.0)),
             "gpus": req.get("gpus"), "hashes": file_hashes(hashed), "files": req.get("files") or [],
-            "cgroups": cgroup_create(store.name, n) if req.get("cgroup", True) else [],
+            "cgroups": cgroup_create(store.name, n, home.id) if req.get("cgroup", True) else [],
+            "home_id": home.id,
             "settle": settle, "ready": ready,
         }
         write_json(store.attempt_path(n), att)
