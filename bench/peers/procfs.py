@@ -136,9 +136,9 @@ def signal_ident(ident: tuple[int, int], sig: int) -> bool:
         os.close(fd)
 
 
-def wait_dead(idents, timeout: float) -> list[tuple[int, int]]:
-    """Wait (pidfd poll, no sleep loop) until every ident is dead or TIMEOUT passes.
-    Returns the idents still alive. Exit counts at once (zombie = dead)."""
+def open_pidfds(idents) -> dict:
+    """{pidfd: ident} for the idents (pid, start time) still alive; a pid whose start time no
+    longer matches (reused) is left out, its pidfd closed."""
     fds = {}
     for ident in idents:
         try:
@@ -150,6 +150,13 @@ def wait_dead(idents, timeout: float) -> list[tuple[int, int]]:
             os.close(fd)
             continue
         fds[fd] = ident
+    return fds
+
+
+def wait_dead(idents, timeout: float) -> list[tuple[int, int]]:
+    """Wait (pidfd poll, no sleep loop) until every ident is dead or TIMEOUT passes.
+    Returns the idents still alive. Exit counts at once (zombie = dead)."""
+    fds = open_pidfds(idents)
     deadline = time.monotonic() + timeout
     poller = select.poll()
     for fd in fds:

@@ -462,17 +462,7 @@ def rotate(xs, r):
 
 def timed_stop(argv, env, cwd, idents, timeout=60.0):
     """Issue a stop; return (seconds until every ident is dead per pidfd, seconds until it returned, rc)."""
-    fds = {}
-    for ident in idents:
-        try:
-            fd = os.pidfd_open(ident[0])
-        except OSError:
-            continue
-        s = procfs.stat(ident[0])
-        if s is None or s.start != ident[1]:
-            os.close(fd)
-            continue
-        fds[fd] = ident
+    fds = procfs.open_pidfds(idents)
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
