@@ -748,6 +748,18 @@ def attempt_state(att, procs, bid):
     return "lost"
 
 
+def own_procs(att):
+    """The attempt's job and shim as a procs table: all attempt_state needs, without a scan
+    of the whole of /proc."""
+    out = {}
+    for ident in ((att or {}).get("job"), (att or {}).get("shim")):
+        if ident and ident.get("pid"):
+            p = read_proc(int(ident["pid"]))
+            if p is not None:
+                out[p.pid] = p
+    return out
+
+
 def _alive_in(procs, ident):
     p = procs.get(ident["pid"])
     return p is not None and p.start == ident["start"] and not p.dead
@@ -1202,7 +1214,8 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
             w.close()
         cgroup_remove((att or {}).get("cgroups"))
         stop_gpu_check(res, store, att, fates, gpu_timeout)
-    res["state"] = attempt_state(store.latest(), scan_procs(), boot_id())
+    latest = store.latest()
+    res["state"] = attempt_state(latest, own_procs(latest), boot_id())
     return res
 
 
