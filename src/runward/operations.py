@@ -15,10 +15,6 @@ DEFAULT_GRACE = 30.0
 FANOUT = 16  # hosts queried at once by --all
 
 
-def _check_env(env: dict | None) -> dict:
-    return dict(env or {})
-
-
 def parse_env(items: list[str] | None) -> dict:
     env = {}
     for item in items or []:
@@ -40,7 +36,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
         raise BadInput(f"invalid --settle {settle}", "give a number of seconds >= 0")
-    req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": _check_env(env),
+    req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": dict(env or {}),
            "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
            "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
            "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
