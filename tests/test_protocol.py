@@ -29,3 +29,104 @@ def test_wire_cache_gives_the_same_bytes_as_computing_them(tmp_path, monkeypatch
     src = open(agent.__file__, "rb").read()
     assert first == second
     assert zlib.decompress(second[0]) == src and second[1] == hashlib.sha256(src).hexdigest()
+
+
+# --- the agent's start-up: what a status call imports, and the shortcuts that avoid re/json
+
+import json as _json_mod
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+
+from hypothesis import given, settings, strategies as st
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=20)
+
+
+def _same(a, b):
+    # NaN != NaN: compare through json's own text
+    return _json_mod.dumps(a, sort_keys=True) == _json_mod.dumps(b, sort_keys=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_agent_json_codec_is_json(value):
+    text = agent.json_dumps(value)
+    assert text == _json_mod.dumps(value)
+    assert _same(agent.json_loads(text), value)
+    assert _same(agent.json_loads(text.encode()), value)
+    assert _same(agent.json_loads("\n " + text + " \r\n"), value)
+
+
+def test_agent_json_codec_refuses_what_json_refuses():
+    for bad in ("", " ", "[1,", '{"a": 1} x', "nul", "{'a': 1}", '"\x01"', "[1] [2]"):
+        try:
+            agent.json_loads(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"accepted {bad!r}")
+    try:
+        agent.json_dumps({"a": object()})
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("encoded an object json cannot")
+    try:
+        loop = []
+        loop.append(loop)
+        agent.json_dumps(loop)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("encoded a circular list")
+
+
+def test_agent_json_codec_falls_back_to_json_without_the_accelerator(monkeypatch):
+    monkeypatch.setitem(sys.modules, "_json", None)  # import _json now fails
+    monkeypatch.setattr(agent, "_JSON", [])
+    assert agent.json_loads(agent.json_dumps({"x": [1.5, "é"]})) == {"x": [1.5, "é"]}
+    assert agent._JSON[0] is _json_mod.loads
+
+
+def test_signal_names_are_the_signal_modules():
+    for n in range(0, 70):
+        try:
+            want = signal.Signals(n).name
+        except ValueError:
+            want = f"SIG{n}"
+        assert agent.signal_name(n) == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ab9Z._-/ é\n", max_size=70))
+def test_valid_name_is_the_documented_pattern(name):
+    assert agent.valid_name(name) == bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name))
+
+
+def test_secret_names_any_case():
+    assert agent.is_secret_name("hf_token") and agent.is_secret_name("AWS_SECRET_ACCESS_KEY")
+    assert agent.is_secret_name("db_Password") and not agent.is_secret_name("LR")
+
+
+def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
+    """The agent's start-up is part of every call; these three were half of it."""
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
+    packed, sha = transport.agent_source()
+    req = _json_mod.dumps({"v": agent.PROTOCOL, "op": "status"}).encode() + b"\n"
+    stdin = b"%d %s\n" % (len(packed), sha.encode()) + packed + req
+    argv = [sys.executable, "-S", "-X", "importtime", "-c", agent.BOOTSTRAP]
+    for _ in range(2):  # the first compiles and caches, the second is the usual call
+        p = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert _json_mod.loads(p.stdout)["ok"] is True
+    imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert "marshal" in imported  # the check can see imports at all
+    assert not imported & {"re", "json", "enum", "signal", "zlib"}, sorted(imported)

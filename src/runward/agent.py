@@ -13,19 +13,15 @@ The same file is the shim: started detached (new session) as the parent of the j
 waits for the job and writes its exit status into the attempt record.
 """
 
-import collections
-import fcntl
-import json
-import math
 import os
-import re
-import select
-import signal
 import sys
 import time
 
-# hashlib, socket, subprocess and traceback are imported where used: every operation pays
-# for the agent's start-up, so it imports only what the common verbs need.
+# hashlib, socket, subprocess and traceback are imported where used, and re, json,
+# collections, fcntl, math and select on first use (see _LazyModule): every operation pays
+# for the agent's start-up, so it imports only what the common verbs need. json and re
+# together were half of a bare agent's start-up; a status call needs neither (see
+# json_dumps, json_loads, valid_name), nor signal's enums (see _signal below).
 
 PROTOCOL = 1
 # The bootstrap is the only code on the command line; it carries no request data. It reads
@@ -35,7 +31,7 @@ PROTOCOL = 1
 # more than the rest of a status call, so the code object is cached by the source's hash in a
 # 0700 directory of the user's own; a cache file that is not ours or is group/world-writable
 # is ignored (design.md rule 10).
-BOOTSTRAP = """import sys,os,marshal,zlib
+BOOTSTRAP = """import sys,os,marshal
 b=sys.stdin.buffer;n,h=b.readline().split();z=b.read(int(n));h=h.decode()
 d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')
 p=os.path.join(d,'agent-%s.%s'%(h[:32],sys.implementation.cache_tag))
@@ -44,7 +40,7 @@ try:
  if st.st_uid!=os.getuid() or st.st_mode&0o22:raise OSError
  c=marshal.loads(f.read());f.close()
 except Exception:
- c=compile(zlib.decompress(z),'runward-agent','exec')
+ import zlib;c=compile(zlib.decompress(z),'runward-agent','exec')
  try:
   os.makedirs(d,0o700,exist_ok=True);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
   os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p)
@@ -55,11 +51,116 @@ MARKER = "RUNWARD_RUN"
 # Which state directory the run belongs to: two homes on one machine (two users' tools, the
 # testbed's hosts) may each have a run named "train", and a stop must only touch its own.
 HOME_MARKER = "RUNWARD_HOME_ID"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+NAME_CHARS = NAME_FIRST | frozenset("._-")
+# an environment variable whose name holds one of these (any case) is never printed
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 LOG_TAIL_LINES = 20
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class _LazyModule(object):
+    """A stdlib module imported on first use, which then takes its own place among the
+    module's globals."""
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        mod = __import__(self._name)
+        globals()[self._name] = mod
+        return getattr(mod, attr)
+
+
+try:
+    # the C module under signal: signal.py wraps it in enums, which import enum, functools
+    # and collections (9 ms); plain ints serve every use here
+    import _signal as signal
+except ImportError:
+    import signal
+re = _LazyModule("re")
+fcntl = _LazyModule("fcntl")
+math = _LazyModule("math")
+select = _LazyModule("select")
+json = _LazyModule("json")
+collections = _LazyModule("collections")
+
+
+_JSON = []
+
+
+def _json_codec():
+    """(loads, dumps) through json's own C accelerator, driven directly: json's Python layer
+    imports re, and re imports enum, which together cost more than the rest of a status call.
+    Checked once on a sample; where _json is missing or behaves otherwise, plain json."""
+    if _JSON:
+        return _JSON
+    try:
+        import _json
+
+        class Ctx(object):
+            strict = True
+            object_hook = None
+            object_pairs_hook = None
+            parse_float = float
+            parse_int = int
+            parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
+                              "-Infinity": float("-inf")}.__getitem__
+
+        scan = _json.make_scanner(Ctx())
+
+        def loads(s):
+            if isinstance(s, bytes):
+                s = s.decode()
+            t = s.strip(" \t\n\r")  # JSON's whitespace, and only that
+            try:
+                obj, end = scan(t, 0)
+            except StopIteration:
+                raise ValueError("not JSON: expecting a value at the start")
+            if end != len(t):
+                raise ValueError("not JSON: extra data at character %d" % end)
+            return obj
+
+        def default(o):
+            raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+        def dumps(obj):
+            enc = _json.make_encoder({}, default, _json.encode_basestring_ascii, None,
+                                     ": ", ", ", False, False, True)
+            return "".join(enc(obj, 0))
+
+        sample = {"a": [1, -2.5, None, True, False, "x\u00e9\n\"", {"1": {}}], "b": 1e300}
+        text = dumps(sample)
+        if loads(text) != sample or text != (
+                '{"a": [1, -2.5, null, true, false, "x\\u00e9\\n\\"", {"1": {}}], "b": 1e+300}'):
+            raise ValueError("_json differs")
+        _JSON[:] = [loads, dumps]
+    except Exception:
+        import json as json_
+        _JSON[:] = [json_.loads, json_.dumps]
+    return _JSON
+
+
+def json_loads(s):
+    return _json_codec()[0](s)
+
+
+def json_dumps(obj):
+    """json.dumps(obj) with its defaults (ensure_ascii, ", " and ": ", NaN allowed)."""
+    return _json_codec()[1](obj)
+
+
+def valid_name(n):
+    """A run name: ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, checked without importing re."""
+    return (isinstance(n, str) and 0 < len(n) <= 64 and n[0] in NAME_FIRST
+            and all(c in NAME_CHARS for c in n))
+
+
+def is_secret_name(k):
+    u = k.upper()
+    return any(w in u for w in SECRET_WORDS)
 
 
 class _LazyRe(object):
@@ -73,6 +174,7 @@ class _LazyRe(object):
         self._args = args
 
     def __getattr__(self, attr):
+        import re
         rx = re.compile(*self._args)
         globals()[self._name] = rx
         return getattr(rx, attr)
@@ -131,7 +233,7 @@ def write_json(path, obj):
 def read_json(path, default=None):
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read().decode())
+            return json_loads(f.read().decode())
     except FileNotFoundError:
         return default
     except ValueError:
@@ -186,7 +288,7 @@ def boot_id():
 
 def redact_env(env):
     """Secret-looking values are kept on disk (mode 0600) but never sent back or printed."""
-    return {k: ("[secret]" if SECRET_RE.search(k) else v) for k, v in (env or {}).items()}
+    return {k: ("[secret]" if is_secret_name(k) else v) for k, v in (env or {}).items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -467,11 +569,15 @@ def parse_signal(s):
     raise bad_input("unknown signal %r" % s, "use a name such as TERM, INT, KILL, USR1 or a number")
 
 
+# number -> name, the first name in alphabetical order where a number has two (SIGABRT, not
+# SIGIOT), as signal.Signals names them
+SIGNAL_NAMES = {}
+for _n in sorted(SIGNALS):
+    SIGNAL_NAMES.setdefault(SIGNALS[_n], _n)
+
+
 def signal_name(num):
-    try:
-        return signal.Signals(num).name
-    except (ValueError, TypeError):
-        return "SIG%s" % num
+    return SIGNAL_NAMES.get(num, "SIG%s" % num)
 
 
 def terminate(members, procs, sig, grace, find_more=None, kill_rounds=2, kill_wait=3.0, group=None):
@@ -581,13 +687,13 @@ class Home(object):
 
     def run_names(self):
         try:
-            return sorted(n for n in os.listdir(os.path.join(self.path, "runs")) if NAME_RE.match(n))
+            return sorted(n for n in os.listdir(os.path.join(self.path, "runs")) if valid_name(n))
         except FileNotFoundError:
             return []
 
 
 def check_name(name):
-    if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not valid_name(name) or name in (".", ".."):
         raise bad_input("invalid run name %r" % (name,),
                         "a run name is 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit")
     return name
@@ -1040,14 +1146,14 @@ def spawn_shim(home, name, attempt, env):
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     shim_env = dict(env)
     shim_env.pop(MARKER, None)  # the shim itself must never be found as a member of the run
-    shim_env["RUNWARD_SHIM_ENV"] = json.dumps(env)
+    shim_env["RUNWARD_SHIM_ENV"] = json_dumps(env)
     # the run's name goes on stdin like every request: a `pkill -f NAME` must not find the shim
     p = subprocess.Popen([sys.executable, "-S", "-c", BOOTSTRAP, SHIM_ARG],
                          stdin=subprocess.PIPE, stdout=w, stderr=errlog, close_fds=True,
                          start_new_session=True, env=shim_env)
     os.close(w)
     os.close(errlog)
-    params = json.dumps({"home": home.path, "name": name, "attempt": attempt}).encode()
+    params = json_dumps({"home": home.path, "name": name, "attempt": attempt}).encode()
     p.stdin.write(b"%d %s\n" % (len(src), AGENT_SHA_HEX().encode()) + src + params + b"\n")
     p.stdin.close()
     # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
@@ -1070,7 +1176,7 @@ def read_msg(fd, timeout, buf=None):
         if not chunk:
             return None
         data += chunk
-    return json.loads(data.split(b"\n", 1)[0].decode())
+    return json_loads(data.split(b"\n", 1)[0].decode())
 
 
 def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_timeout, replaced):
@@ -2133,7 +2239,7 @@ LM_NUM_PAT = (
     r"|[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:inity)?)(?!\w)(?![ \t]+[A-Za-z][A-Za-z_ ]*[:=])"
     r")"
 )
-LM_NUM_RE = lazy_re("LM_NUM_RE", LM_NUM_PAT, re.ASCII)
+LM_NUM_RE = lazy_re("LM_NUM_RE", "(?a)" + LM_NUM_PAT)
 LM_NUM_RE_B = lazy_re("LM_NUM_RE_B", LM_NUM_PAT.encode())
 LM_NAN_INF_RE_B = lazy_re("LM_NAN_INF_RE_B", rb"(?i)nan|inf")
 # A NaN or Inf value leaves its letters in a line's skeleton: without this, none can be there.
@@ -2191,8 +2297,8 @@ LM_TS_MD_RE = lazy_re("LM_TS_MD_RE", r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d
 # (or its zh_CN "已杀死"), and torchrun's "exitcode  : -9" / "Signal 9 (SIGKILL) received by PID".
 # Triton's "OutOfResources: out of resource: shared memory" during autotuning is not one: the
 # autotuner skips that config and goes on.
-LM_EVENT_RE = lazy_re("LM_EVENT_RE", 
-    "(?P<traceback>Traceback \\(most recent call last\\):)"
+LM_EVENT_RE = lazy_re("LM_EVENT_RE",
+    "(?m)(?P<traceback>Traceback \\(most recent call last\\):)"
     "|(?P<cuda_oom>CUDA out of memory|CUDA error: out of memory|HIP out of memory"
     "|CUBLAS_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
     "|RESOURCE_EXHAUSTED: Out of memory)"
@@ -2203,7 +2309,6 @@ LM_EVENT_RE = lazy_re("LM_EVENT_RE",
     "|(?P<oom_killed>^[ \\t]*(?:Killed|\u5df2\u6740\u6b7b)[ \\t\\r]*$|: line \\d+: +\\d+ Killed "
     "|Signal 9 \\(SIGKILL\\) received by PID|exitcode *: -9\\b|\\(exitcode: -9\\))"
     .encode("utf-8"),
-    re.M,
 )
 LM_EVENT_HINTS = tuple(s.encode("utf-8") for s in (
     "Traceback", "memory", "MEMORY", "ALLOC_FAILED", "NCCL", "nccl", "Killed", "SIGKILL",
@@ -2237,14 +2342,15 @@ LM_EVENT_DETAIL = {
 }
 
 # Throughput names, best first: the main one is the first class that has a match.
-LM_THROUGHPUT_CLASSES = (
-    re.compile(r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)tgs($|_)|tokens?_?per_?sec"),
-    re.compile(r"samples?_(per_)?s(ec(ond)?)?($|_)|samplespersec"),
-    re.compile(r"(^|_)(wps|words_s|words_per_s(ec(ond)?)?)($|_)"),
-    re.compile(r"throughput"),
-    re.compile(r"(^|_)(it_s|ups|steps?_per_s(ec(ond)?)?)($|_)"),
-    re.compile(r"(^|_)rate$"),
+LM_THROUGHPUT_PATS = (
+    r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)tgs($|_)|tokens?_?per_?sec",
+    r"samples?_(per_)?s(ec(ond)?)?($|_)|samplespersec",
+    r"(^|_)(wps|words_s|words_per_s(ec(ond)?)?)($|_)",
+    r"throughput",
+    r"(^|_)(it_s|ups|steps?_per_s(ec(ond)?)?)($|_)",
+    r"(^|_)rate$",
 )
+LM_THROUGHPUT_CLASSES = []  # compiled on first use
 # a counter of NaN steps (Megatron's "number of nan iterations"), not any name with "nan" in
 # it: an echoed setting like TRAIN_NAN_AT=10 is no NaN
 LM_NANCOUNT_RE = lazy_re("LM_NANCOUNT_RE", r"(^|_)nan_(iter|iters|iterations|steps|count|skipped)($|_)|"
@@ -2268,6 +2374,8 @@ def lm_is_loss(name):
 
 def lm_throughput_class(name):
     """Index of the throughput class NAME falls in (0 best), or None if it is no throughput."""
+    if not LM_THROUGHPUT_CLASSES:
+        LM_THROUGHPUT_CLASSES[:] = [re.compile(p) for p in LM_THROUGHPUT_PATS]
     for i, rx in enumerate(LM_THROUGHPUT_CLASSES):
         if rx.search(name):
             return i
@@ -3432,7 +3540,7 @@ def shim_main(home_path, name, attempt):
     store = RunStore(home, name)
     n = int(attempt)
     att = store.attempt(n)
-    env = json.loads(os.environ.get("RUNWARD_SHIM_ENV", "{}"))
+    env = json_loads(os.environ.get("RUNWARD_SHIM_ENV", "{}"))
     status_fd = 1
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}
@@ -3508,7 +3616,7 @@ def shim_main(home_path, name, attempt):
 
 def _say(fd, obj):
     try:
-        os.write(fd, (json.dumps(obj) + "\n").encode())
+        os.write(fd, (json_dumps(obj) + "\n").encode())
     except OSError:
         pass  # nobody is listening any more: the record is the truth
 
@@ -3518,14 +3626,14 @@ def _say(fd, obj):
 # ---------------------------------------------------------------------------------------
 
 def reply(out, obj):
-    out.write((json.dumps(obj) + "\n").encode())
+    out.write((json_dumps(obj) + "\n").encode())
     out.flush()
 
 
 def serve(stdin, stdout):
     line = stdin.readline()
     try:
-        req = json.loads(line.decode())
+        req = json_loads(line.decode())
     except ValueError:
         reply(stdout, {"v": PROTOCOL, "ok": False, "error": {
             "type": "AgentError", "message": "request is not valid JSON: %r" % line[:80]}})
@@ -3563,7 +3671,7 @@ def serve(stdin, stdout):
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == SHIM_ARG:
-        params = json.loads(sys.stdin.buffer.readline().decode())
+        params = json_loads(sys.stdin.buffer.readline().decode())
         shim_main(params["home"], params["name"], params["attempt"])
         return 0
     return serve(sys.stdin.buffer, sys.stdout.buffer)
