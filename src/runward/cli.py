@@ -39,16 +39,7 @@ def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
                        help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, or a name from runward.toml")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="runward",
-        description="Start, stop, restart and watch named runs on local, SSH and container targets. "
-                    "Every answer is verified.",
-        epilog=EXIT_CODES, formatter_class=_Formatter)
-    ap.add_argument("--version", action="version", version="runward 0.1.0")
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_parser_class())
-
-    p = sub.add_parser("start", help="start a run; verified alive after settling")
+def _args_start(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
     p.add_argument("--env", action="append", metavar="K=V", help="environment for the job (repeatable)")
@@ -67,14 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
-    p = sub.add_parser("stop", help="stop a run; verified dead (the whole tree)")
+
+def _args_stop(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
     p.add_argument("--grace", type=float, metavar="SECONDS")
     p.add_argument("--signal", metavar="SIG")
     p.add_argument("--gpu-timeout", type=float, metavar="S", help="how long to wait for GPU memory release (default 60)")
 
-    p = sub.add_parser("restart", help="verified stop, then verified start with the last spec")
+
+def _args_restart(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
     p.add_argument("--env", action="append", metavar="K=V", help="override/add environment entries")
@@ -84,19 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--signal", metavar="SIG")
     p.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
 
-    p = sub.add_parser("status", help="state of runs: running, exited, lost, orphaned")
+
+def _args_status(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name", nargs="?")
     p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
 
-    p = sub.add_parser("logs", help="tail and follow a run's log (across restarts)")
+
+def _args_logs(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
     p.add_argument("-n", type=int, default=20, metavar="LINES")
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
 
-    p = sub.add_parser("exec", help="run a command on a target; exit code, signal, output, diagnosis")
+
+def _args_exec(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("--sh", metavar="STRING", help="one shell command line (linted first)")
     p.add_argument("--force", action="store_true", help="run --sh even when the linter finds an error")
@@ -105,29 +101,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="S")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]...")
 
-    p = sub.add_parser("push", help="send files through the hop chain; atomic, sha256-checked")
+
+def _args_push(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("specs", nargs="+", metavar="LOCAL:REMOTE")
 
-    p = sub.add_parser("deploy", help="push the run's files (runward.toml) to where it runs")
+
+def _args_deploy(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
 
-    p = sub.add_parser("doctor", help="what works on a target, hop by hop")
+
+def _args_doctor(p: argparse.ArgumentParser) -> None:
     _add_common(p)
 
-    p = sub.add_parser("gpus", help="each GPU: memory, utilization, and the processes on it mapped to their runs")
+
+def _args_gpus(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
     p.add_argument("--map", choices=("auto", "memory"), default="auto",
                    help="inside a container: auto reads the host's NSpid lines through the host hop; "
                         "memory attributes by the runs recorded on each GPU")
 
-    p = sub.add_parser("ps", help="safe pgrep -af: never lists itself, its ancestors or its own session")
+
+def _args_ps(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("pattern", help="extended regex against the full command line")
 
-    p = sub.add_parser("kill", help="safe pkill -f: shows what it would signal; --yes to do it, verified")
+
+def _args_kill(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("pattern", help="extended regex against the full command line")
     p.add_argument("--signal", default="TERM", metavar="SIG")
@@ -136,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
     p.add_argument("--max", type=int, default=32, help="refuse when more processes match (default 32)")
 
-    p = sub.add_parser("watch", help="follow a run's health; exit 1 on the first alert")
+
+def _args_watch(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
     p.add_argument("--for", dest="for_s", type=float, default=60.0, metavar="S", help="window (default 60)")
@@ -146,23 +149,74 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop", type=float, metavar="FRACTION",
                    help="alert when throughput stays under FRACTION of its early median (default 0.5)")
 
-    p = sub.add_parser("plot", help="draw a run's metrics to a PNG (needs matplotlib)")
+
+def _args_plot(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     p.add_argument("name")
     p.add_argument("--metric", action="append", metavar="M", help="metric(s) to draw (default: the main ones)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png")
     p.add_argument("--x", choices=("step", "time"), default="step")
 
-    p = sub.add_parser("lint", help="find self-kill and wrong-filesystem hazards in a shell command")
+
+def _args_lint(p: argparse.ArgumentParser) -> None:
     _add_common(p, on=False)
     p.add_argument("command_line", metavar="'SHELL COMMAND'", help="the command, or - for stdin")
     p.add_argument("--interactive", action="store_true",
                    help="the command is typed at a prompt (no enclosing `bash -c` carries its text)")
 
-    p = sub.add_parser("demo", help="the whole story on this machine with the example job")
+
+def _args_demo(p: argparse.ArgumentParser) -> None:
     _add_common(p, on=False)
     p.add_argument("--keep", action="store_true", help="keep the demo's state directory")
+
+
+# Each verb, its one-line help, and the function that adds its arguments.
+VERBS = (
+    ("start", "start a run; verified alive after settling", _args_start),
+    ("stop", "stop a run; verified dead (the whole tree)", _args_stop),
+    ("restart", "verified stop, then verified start with the last spec", _args_restart),
+    ("status", "state of runs: running, exited, lost, orphaned", _args_status),
+    ("logs", "tail and follow a run's log (across restarts)", _args_logs),
+    ("exec", "run a command on a target; exit code, signal, output, diagnosis", _args_exec),
+    ("push", "send files through the hop chain; atomic, sha256-checked", _args_push),
+    ("deploy", "push the run's files (runward.toml) to where it runs", _args_deploy),
+    ("doctor", "what works on a target, hop by hop", _args_doctor),
+    ("gpus", "each GPU: memory, utilization, and the processes on it mapped to their runs", _args_gpus),
+    ("ps", "safe pgrep -af: never lists itself, its ancestors or its own session", _args_ps),
+    ("kill", "safe pkill -f: shows what it would signal; --yes to do it, verified", _args_kill),
+    ("watch", "follow a run's health; exit 1 on the first alert", _args_watch),
+    ("plot", "draw a run's metrics to a PNG (needs matplotlib)", _args_plot),
+    ("lint", "find self-kill and wrong-filesystem hazards in a shell command", _args_lint),
+    ("demo", "the whole story on this machine with the example job", _args_demo),
+)
+
+
+def build_parser(only: str | None = None, bare: bool = False) -> argparse.ArgumentParser:
+    """The whole parser; with `only`, just that verb's subparser (a call parses one verb,
+    and building all sixteen costs more start-up than argparse itself); with `bare`, every
+    verb without its arguments (enough for the top-level help and for a bad verb's error)."""
+    ap = argparse.ArgumentParser(
+        prog="runward",
+        description="Start, stop, restart and watch named runs on local, SSH and container targets. "
+                    "Every answer is verified.",
+        epilog=EXIT_CODES, formatter_class=_Formatter)
+    ap.add_argument("--version", action="version", version="runward 0.1.0")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_parser_class())
+    for name, help_, add_args in VERBS:
+        if only is None or name == only:
+            p = sub.add_parser(name, help=help_)
+            if not bare:
+                add_args(p)
     return ap
+
+
+def _verb_in(argv: list[str]) -> str | None:
+    """The verb a command line names: its first word that is not an option (runward's own
+    options take no value), if that word is a verb."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if any(a == v[0] for v in VERBS) else None
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -194,7 +248,6 @@ class Out:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` is the job's command, verbatim: argparse must not read
     # `python train.py --lr 3e-4` as runward's own options.
@@ -202,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, tail = argv[:i], argv[i + 1:]
+    verb = _verb_in(argv)
+    ap = build_parser(only=verb) if verb else build_parser(bare=True)
     args = ap.parse_args(argv)
     if tail is not None:
         if not hasattr(args, "command"):

@@ -12,12 +12,12 @@ rules; nobody writes nested quotes by hand.
 from __future__ import annotations
 
 import re
-import shlex
 from .errors import BadInput
 
 CONTAINER_KINDS = ("pct", "docker", "podman", "lxc")
-_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$")
-_CNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# compiled on first use (re caches them): a local target needs neither
+_HOST_PAT = r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$"
+_CNAME_PAT = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
 class Hop:
@@ -70,6 +70,7 @@ class Hop:
 
 def quote_argv(argv: list[str]) -> str:
     """One string the remote POSIX shell splits back into exactly `argv`."""
+    import shlex
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -129,7 +130,7 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
     if rest.startswith("ssh://"):
         rest = rest[len("ssh://"):]
         hostpart, _, rest = rest.partition("/")
-        m = _HOST_RE.match(hostpart)
+        m = re.match(_HOST_PAT, hostpart)
         if not m:
             raise BadInput(f"invalid ssh host {hostpart!r} in target {text!r}",
                            "write ssh://[user@]host[:port], e.g. ssh://root@10.1.2.6:10638")
@@ -144,7 +145,7 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
         if not sep or kind not in CONTAINER_KINDS:
             raise BadInput(f"invalid hop {part!r} in target {text!r}",
                            f"a container hop is one of {', '.join(k + ':NAME' for k in CONTAINER_KINDS)}")
-        if not _CNAME_RE.match(name):
+        if not re.match(_CNAME_PAT, name):
             raise BadInput(f"invalid container name {name!r} in target {text!r}",
                            "container names are letters, digits, '_', '.', '-'")
         if kind == "pct" and not name.isdigit():

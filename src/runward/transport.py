@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -117,7 +116,8 @@ def ssh_base(connect_timeout: float | None = None) -> list[str]:
 # same as a dropped connection, and "no output" must never be the answer.
 _REPORT_SIGNAL = ('"$@"; s=$?; if [ $s -gt 128 ] && [ $s -lt 192 ]; then '
                   'echo "runward: the agent was killed by signal $((s-128))" >&2; fi; exit $s')
-_KILLED_RE = re.compile(r"runward: the agent was killed by signal (\d+)")
+# patterns are compiled on first use (re caches them): most calls never diagnose
+_KILLED_PAT = r"runward: the agent was killed by signal (\d+)"
 
 
 def control_dir() -> str:
@@ -179,15 +179,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
 
 
 def _exchange(argv, head, payload, on_event, timeout, uses_ssh):
-    if uses_ssh:
-        # stderr to a file, not a pipe: an ssh ControlPersist master forked by this call
-        # may keep the pipe open for minutes, and we would wait for its EOF.
-        import tempfile
-        errf = tempfile.TemporaryFile()
-    else:
-        errf = subprocess.PIPE
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf)
+        proc = Spawned(argv)
     except FileNotFoundError as e:
         raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
                         f"install {argv[0]} or put it on PATH", hop="local")
@@ -221,18 +214,132 @@ def _exchange(argv, head, payload, on_event, timeout, uses_ssh):
         proc.kill()
         raise
     finally:
-        if proc.stderr is not None and errf is subprocess.PIPE:
-            stderr = proc.stderr.read()
         rc = proc.wait()
         if timer:
             timer.cancel()
+        stderr = proc.stderr_bytes()
     if writer is not None:
         writer.join(timeout=5)
-    if errf is not subprocess.PIPE:
-        errf.seek(0)
-        stderr = errf.read()
-        errf.close()
     return rc, garbage, reply, stderr.decode("utf-8", "replace")
+
+
+class Spawned:
+    """One call's far end: a child with stdin and stdout on pipes and stderr in an unlinked
+    file. It replaces subprocess.Popen, whose imports (selectors, threading, locale,
+    contextlib) cost every call about 5 ms before it starts; os.posix_spawn does what a call
+    needs. stderr goes to a file, not a pipe: an ssh ControlPersist master forked by the call
+    keeps a pipe open for minutes (we would wait for its EOF), and an agent writing more than
+    a pipe's 64 KiB there before its reply would stall on a pipe read only at the end.
+
+    Like Popen(close_fds=True), the child inherits no descriptor but 0, 1 and 2, and SIGPIPE
+    and SIGXFSZ are back to their defaults there (Python ignores SIGPIPE in itself)."""
+
+    def __init__(self, argv: list[str]):
+        from _signal import SIGPIPE, SIGXFSZ
+        from _thread import allocate_lock
+        self._lock = allocate_lock()
+        self.returncode: int | None = None
+        fds: list[int] = []
+        try:
+            for make in (_unlinked_file, os.pipe, os.pipe):
+                got = make()
+                for fd in (got if isinstance(got, tuple) else (got,)):
+                    fds.append(fd)
+                    fds[-1] = _high_fd(fd)
+            err, in_r, in_w, out_r, out_w = fds
+            actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                       (os.POSIX_SPAWN_DUP2, err, 2)]
+            actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
+            self.pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions,
+                                       setsigdef=(SIGPIPE, SIGXFSZ))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        os.close(in_r)
+        os.close(out_w)
+        self._err = err
+        self.stdin = os.fdopen(in_w, "wb")
+        self.stdout = os.fdopen(out_r, "rb")
+
+    def kill(self) -> None:
+        # under the lock, and only before wait() has reaped the child: its pid cannot have
+        # been given to another process yet
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    os.kill(self.pid, 9)
+                except ProcessLookupError:
+                    pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+            with self._lock:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            self.stdout.close()
+            try:
+                self.stdin.close()
+            except OSError:
+                pass  # the far side went away with our input unread
+        return self.returncode
+
+    def stderr_bytes(self) -> bytes:
+        """Everything the child wrote to stderr (call after wait())."""
+        if self._err < 0:
+            return b""
+        os.lseek(self._err, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(self._err, 1 << 16):
+            chunks.append(chunk)
+        os.close(self._err)
+        self._err = -1
+        return b"".join(chunks)
+
+
+def _unlinked_file() -> int:
+    d = os.environ.get("TMPDIR") or "/tmp"
+    try:
+        return os.open(d, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError):  # not Linux, or a filesystem without O_TMPFILE
+        import tempfile
+        with tempfile.TemporaryFile() as f:
+            return os.dup(f.fileno())
+
+
+def _high_fd(fd: int) -> int:
+    """fd moved to 3 or above: where the CLI runs with 0, 1 or 2 closed, a pipe can take
+    one of them, and a spawn's dup2 onto the same number would leave it close-on-exec."""
+    if fd > 2:
+        return fd
+    import fcntl
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return new
+
+
+def _inheritable_fds() -> list[int]:
+    """Descriptors above 2 that would survive exec: inherited from whoever started the CLI
+    (Python opens its own close-on-exec)."""
+    for d in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(d)
+            break
+        except OSError:
+            continue
+    else:
+        return []
+    fds = []
+    for n in names:
+        fd = int(n)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    fds.append(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+    return fds
 
 
 def _feed(stdin, head: bytes, payload: Iterable[bytes] | None) -> None:
@@ -275,16 +382,16 @@ _SSH_FAILURES = [
      "the connection was closed by the remote side", "check sshd's logs on the host; retry"),
 ]
 
-_CONTAINER_ABSENT = re.compile(
-    r"No such container|no such container|does not exist|Configuration file '.*' does not exist|"
-    r"unknown container|not found: container", re.I)
-_CONTAINER_STOPPED = re.compile(
-    r"is not running|not running|container state improper|Failed to get init pid|"
-    r"cannot exec in a stopped|is paused", re.I)
-_PYTHON_MISSING = re.compile(
-    r"python3?: (command )?not found|python3?: No such file|executable file [`'\"]?python3?[`'\"]? not found|"
+_CONTAINER_ABSENT = (
+    r"(?i)No such container|no such container|does not exist|Configuration file '.*' does not exist|"
+    r"unknown container|not found: container")
+_CONTAINER_STOPPED = (
+    r"(?i)is not running|not running|container state improper|Failed to get init pid|"
+    r"cannot exec in a stopped|is paused")
+_PYTHON_MISSING = (
+    r"(?i)python3?: (command )?not found|python3?: No such file|executable file [`'\"]?python3?[`'\"]? not found|"
     r"exec: \"?python3\"?: executable file not found|Failed to exec \"?python3|"
-    r"No such file or directory.*python3|python3.*No such file or directory", re.I)
+    r"No such file or directory.*python3|python3.*No such file or directory")
 
 
 def diagnose(target: Target, raw: RawResult) -> RunwardError:
@@ -292,7 +399,7 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     last = "\n".join(err.splitlines()[-5:])
     details = {"exit_status": rc, "stderr_tail": last, "argv0": raw.argv[0]}
     ssh_hop = next((h for h in target.hops if h.kind == "ssh"), None)
-    killed = _KILLED_RE.search(err)
+    killed = re.search(_KILLED_PAT, err)
     if killed:
         where = str(target.hops[-1])
         name = _signame(int(killed.group(1)))
@@ -306,16 +413,16 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     containers = [h for h in target.hops if h.kind != "ssh"]
     if containers and rc != 0:
         hop = containers[0]
-        if _CONTAINER_ABSENT.search(err) and not _PYTHON_MISSING.search(err):
+        if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
             return HopFailed(f"{hop}: container not found", _container_hint(hop, "absent"), hop=str(hop),
                              details=details)
-        if _CONTAINER_STOPPED.search(err):
+        if re.search(_CONTAINER_STOPPED, err):
             return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
                              details=details)
-    if rc in (126, 127) or _PYTHON_MISSING.search(err):
+    if rc in (126, 127) or re.search(_PYTHON_MISSING, err):
         hop = target.hops[-1] if target.hops else None
         where = str(hop) if hop else "local"
-        if _PYTHON_MISSING.search(err) or rc == 127:
+        if re.search(_PYTHON_MISSING, err) or rc == 127:
             return HopFailed(f"{where}: python3 not found on the target", 
                              "install python3 (>= 3.8) where the job runs: e.g. apt-get install -y python3-minimal",
                              hop=where, details=details)
