@@ -59,6 +59,7 @@ def _same(a, b):
 def test_agent_json_codec_is_json(value):
     text = agent.json_dumps(value)
     assert text == _json_mod.dumps(value)
+    assert agent.json_dumps(value, sort_keys=True) == _json_mod.dumps(value, sort_keys=True)
     assert _same(agent.json_loads(text), value)
     assert _same(agent.json_loads(text.encode()), value)
     assert _same(agent.json_loads("\n " + text + " \r\n"), value)

@@ -126,9 +126,9 @@ def _json_codec():
         def default(o):
             raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
 
-        def dumps(obj):
+        def dumps(obj, sort_keys=False):
             enc = _json.make_encoder({}, default, _json.encode_basestring_ascii, None,
-                                     ": ", ", ", False, False, True)
+                                     ": ", ", ", sort_keys, False, True)
             return "".join(enc(obj, 0))
 
         sample = {"a": [1, -2.5, None, True, False, "x\u00e9\n\"", {"1": {}}], "b": 1e300}
@@ -147,9 +147,10 @@ def json_loads(s):
     return _json_codec()[0](s)
 
 
-def json_dumps(obj):
-    """json.dumps(obj) with its defaults (ensure_ascii, ", " and ": ", NaN allowed)."""
-    return _json_codec()[1](obj)
+def json_dumps(obj, sort_keys=False):
+    """json.dumps(obj, sort_keys=sort_keys) with its defaults otherwise (ensure_ascii,
+    ", " and ": ", NaN allowed)."""
+    return _json_codec()[1](obj, sort_keys=sort_keys)
 
 
 def valid_name(n):
@@ -297,7 +298,7 @@ def redact_env(env):
 
 class Proc(object):
     __slots__ = ("pid", "ppid", "pgrp", "sid", "state", "start", "utime", "stime",
-                 "rss", "comm", "uid", "_env", "_cmd")
+                 "rss", "comm", "uid", "_env", "_cmd", "_raw_cmd")
 
     def __init__(self, pid, fields, comm):
         self.pid = pid
@@ -312,7 +313,7 @@ class Proc(object):
         self.rss = int(fields[21]) * PAGE_SIZE
         self.uid = None
         self._env = None
-        self._cmd = None
+        self._cmd = self._raw_cmd = None
 
     @property
     def dead(self):
@@ -333,13 +334,19 @@ class Proc(object):
         j = data.find(b"\0", i + len(key))
         return data[i + len(key): j if j >= 0 else len(data)].decode("utf-8", "replace")
 
-    def cmdline(self):
-        if self._cmd is None:
+    def cmdline_raw(self):
+        """/proc/PID/cmdline as it is: each argument followed by a NUL."""
+        if self._raw_cmd is None:
             try:
                 with open("/proc/%d/cmdline" % self.pid, "rb") as f:
-                    raw = f.read()
+                    self._raw_cmd = f.read()
             except OSError:
-                raw = b""
+                self._raw_cmd = b""
+        return self._raw_cmd
+
+    def cmdline(self):
+        if self._cmd is None:
+            raw = self.cmdline_raw()
             self._cmd = [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]] if raw else []
         return self._cmd
 
@@ -445,9 +452,15 @@ def protected_pids(procs):
     return prot
 
 
+_SHIM_ARG_Z = ("\0" + SHIM_ARG + "\0").encode()
+_BOOTSTRAP_Z = ("\0" + BOOTSTRAP + "\0").encode()
+
+
 def is_shim(p):
-    cmd = p.cmdline()
-    return SHIM_ARG in cmd and BOOTSTRAP in cmd
+    """SHIM_ARG and BOOTSTRAP are both whole arguments of its command line (checked on the
+    raw bytes: a status call asks this of every session leader on the machine)."""
+    raw = b"\0" + p.cmdline_raw()
+    return _SHIM_ARG_Z in raw and _BOOTSTRAP_Z in raw
 
 
 def descendants(roots, procs):
@@ -3402,6 +3415,7 @@ def health_scan(store, att, req_rules):
             # a new attempt: its part of the (appended) log starts after its header
             saved = {"attempt": att.get("attempt"), "lm": {"offset": int(att.get("log_offset") or 0)},
                      "points": [], "alerts": []}
+        before = json_dumps(saved, sort_keys=True)
         rules = health_rules(req_rules, att, None)
         res = lm_scan(att["log"], saved.get("lm") or {}, rules, time.time())
         saved["lm"] = res["state"]
@@ -3409,7 +3423,8 @@ def health_scan(store, att, req_rules):
         saved["alerts"] = (saved.get("alerts", []) + res["alerts"])[-HEALTH_ALERTS:]
         saved["last_line"] = res.get("last_line") or saved.get("last_line", "")
         saved["alive"] = rules["alive"]
-        write_json(path, saved)
+        if json_dumps(saved, sort_keys=True) != before:  # a quiet log changes nothing: no write, no fsync
+            write_json(path, saved)
         return saved, res["alerts"], res["points"]
     finally:
         os.close(lock)
