@@ -80,15 +80,56 @@ def load(path: str | os.PathLike | None = None) -> Config:
         if not os.path.isfile(p):
             raise BadInput(f"config file not found: {p}", "give an existing --config path")
     try:
+        with open(p, "rb") as f:
+            raw = f.read()
+            st = os.fstat(f.fileno())
+    except OSError as e:
+        raise BadInput(f"cannot read config {p}: {e.strerror}", "check the path and its permissions")
+    data = _parsed(p, raw, st)
+    return _validate(p, data)
+
+
+def _parsed(p: str, raw: bytes, st: os.stat_result) -> dict:
+    """The TOML of raw, parsed. tomllib's imports (datetime, string, its regexes) cost a
+    call more than the rest of its config handling, so the parsed form is kept in the cache
+    with the exact bytes it came from, and used only when the file's bytes are those bytes:
+    no timestamp can make it stale."""
+    import marshal
+    from .transport import local_home
+    cache = os.path.join(local_home(), "cache", f"config-{st.st_dev}-{st.st_ino}")
+    try:
+        with open(cache, "rb") as f:
+            cst = os.fstat(f.fileno())
+            if cst.st_uid != os.getuid() or cst.st_mode & 0o022:
+                raise OSError("not ours")
+            kept_raw, kept = marshal.loads(f.read())
+        if kept_raw == raw and isinstance(kept, dict):
+            return kept
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     try:
-        with open(p, "rb") as f:
-            data = tomllib.loads(f.read().decode())
+        data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{p}: invalid TOML: {e}", "fix the syntax (https://toml.io)")
-    return _validate(p, data)
+    try:
+        blob = marshal.dumps((raw, data))  # ValueError for a TOML date: then no cache
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.rename(tmp, cache)
+        except OSError:
+            os.unlink(tmp)
+            raise
+    except (OSError, ValueError):
+        pass  # a read-only home: parse each time
+    return data
 
 
 def _validate(p: str, data: dict) -> Config:
