@@ -55,7 +55,10 @@ def main() -> int:
                 RUNWARD_CONFIG=str(scratch / "runward.toml"))
     base.pop("PYTHONDONTWRITEBYTECODE", None)
     env = dict(base, RUNWARD_HOME=str(scratch / "home"))
-    rw = [sys.executable, "-m", "runward"]
+    # the console script, as users run it (as bench/startup.py); `python -m runward` where
+    # it is not installed
+    script = Path(sys.executable).with_name("runward")
+    rw = [str(script)] if script.exists() else [sys.executable, "-m", "runward"]
     t(rw + ["start", "b1", "--on", "h1", "--settle", "0.2", "--", "sleep", "600"], env)
     sys.path.insert(0, str(ROOT / "src"))
     os.environ.update(env)
