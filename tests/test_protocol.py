@@ -34,6 +34,7 @@ def test_wire_cache_gives_the_same_bytes_as_computing_them(tmp_path, monkeypatch
 # --- the agent's start-up: what a status call imports, and the shortcuts that avoid re/json
 
 import json as _json_mod
+import pytest
 import math
 import os
 import re
@@ -131,3 +132,68 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
                 if line.startswith("import time:")}
     assert "marshal" in imported  # the check can see imports at all
     assert not imported & {"re", "json", "enum", "signal", "zlib"}, sorted(imported)
+
+
+# --- the agent's source travels only while the far side may lack it
+
+from runward.targets import parse_target
+
+
+@pytest.fixture
+def spy(monkeypatch, tmp_path):
+    """Every exchange's stdin header, with the real exchange still made."""
+    monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))  # the cli fixture's home
+    monkeypatch.setattr(transport, "_SOURCE", None)
+    heads = []
+    real = transport._exchange
+
+    def exchange(argv, head, *a, **kw):
+        heads.append(head.split(b"\n", 1)[0].split()[0])  # the source length sent
+        return real(argv, head, *a, **kw)
+    monkeypatch.setattr(transport, "_exchange", exchange)
+    return heads
+
+
+def test_a_far_side_that_ran_the_agent_gets_its_hash_alone(spy, tmp_path):
+    local = parse_target("local")
+    transport.call(local, {"op": "status"})
+    transport.call(local, {"op": "status"})
+    assert spy[0] != b"0" and spy[1] == b"0"
+    assert (tmp_path / "home" / "cache" / "far-agents").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_far_side_that_lost_its_cache_gets_the_source_again(spy, tmp_path):
+    local = parse_target("local")
+    transport.call(local, {"op": "status"})
+    for f in (tmp_path / "home" / "cache").glob("agent-*"):
+        f.unlink()  # as a wiped or rebuilt machine behind the same name
+    res = transport.call(local, {"op": "status"})
+    assert res["runs"] == [] and spy == [spy[0], b"0", spy[0]] and spy[0] != b"0"
+    transport.call(local, {"op": "status"})
+    assert spy[-1] == b"0"
+
+
+def test_start_always_carries_the_source_for_its_shim(spy, cli):
+    local = parse_target("local")
+    transport.call(local, {"op": "status"})
+    res = transport.call(local, {"op": "start", "name": "s1", "argv": ["sleep", "30"], "settle": 0.3})
+    try:
+        assert res["verified"] and spy[-1] != b"0"
+    finally:
+        transport.call(local, {"op": "stop", "name": "s1", "grace": 5})
+    assert spy[-1] == b"0"  # stop needs no shim
+
+
+def test_the_bootstrap_says_when_it_could_not_cache_the_agent(tmp_path):
+    (tmp_path / "cache").write_text("a file where the cache directory would be")
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
+    packed, sha = transport.agent_source()
+    req = _json_mod.dumps({"v": agent.PROTOCOL, "op": "ping"}).encode() + b"\n"
+    p = subprocess.run([sys.executable, "-S", "-c", agent.BOOTSTRAP], env=env, capture_output=True,
+                       input=b"%d %s\n" % (len(packed), sha.encode()) + packed + req, timeout=60)
+    assert _json_mod.loads(p.stdout)["uncached"] is True
+    # and without the source it answers AgentMissing, having run nothing
+    p = subprocess.run([sys.executable, "-S", "-c", agent.BOOTSTRAP], env=env, capture_output=True,
+                       input=b"0 %s\n" % sha.encode() + req, timeout=60)
+    reply = _json_mod.loads(p.stdout)
+    assert p.returncode == 3 and reply["error"]["type"] == "AgentMissing" and reply["v"] == agent.PROTOCOL

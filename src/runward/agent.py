@@ -25,7 +25,9 @@ import time
 
 PROTOCOL = 1
 # The bootstrap is the only code on the command line; it carries no request data. It reads
-# "<length> <sha256>" and the zlib-compressed agent source from stdin, and hands the
+# "<length> <sha256>" and the zlib-compressed agent source from stdin (length 0: none, the
+# caller believes it is cached here; if it is not, the one reply is AgentMissing and nothing
+# ran, so the caller sends it again with the source), and hands the
 # compressed source on (AGENT_SOURCE)
 # so the shim is started the same way, with no agent file on disk. Compiling the source costs
 # more than the rest of a status call, so the code object is cached by the source's hash in a
@@ -38,14 +40,15 @@ p=os.path.join(d,'agent-%s.%s'%(h[:32],sys.implementation.cache_tag))
 try:
  f=open(p,'rb');st=os.fstat(f.fileno())
  if st.st_uid!=os.getuid() or st.st_mode&0o22:raise OSError
- c=marshal.loads(f.read());f.close()
+ c=marshal.loads(f.read());f.close();k=1
 except Exception:
- import zlib;c=compile(zlib.decompress(z),'runward-agent','exec')
+ if not z:print('{"v": 1, "ok": false, "error": {"type": "AgentMissing", "message": "agent %s is not cached here"}}'%h[:12]);sys.exit(3)
+ import zlib;c=compile(zlib.decompress(z),'runward-agent','exec');k=0
  try:
   os.makedirs(d,0o700,exist_ok=True);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
-  os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p)
+  os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p);k=1
  except Exception:pass
-exec(c,{'__name__':'__main__','AGENT_SOURCE':z,'AGENT_SHA':h})"""
+exec(c,{'__name__':'__main__','AGENT_SOURCE':z,'AGENT_SHA':h,'AGENT_CACHED':k})"""
 SHIM_ARG = "runward-shim"
 MARKER = "RUNWARD_RUN"
 # Which state directory the run belongs to: two homes on one machine (two users' tools, the
@@ -3534,6 +3537,10 @@ def AGENT_SOURCE_BYTES():
     g = globals()
     if g.get("AGENT_SOURCE"):
         return g["AGENT_SOURCE"]
+    if g.get("AGENT_SHA"):  # started by the bootstrap from its cache, without the source
+        raise AgentFailure("AgentMissing", "this operation needs the agent's source, and the "
+                           "request came without it", "a runward bug: the CLI sends the source "
+                           "with every operation that starts a shim")
     import zlib
     with open(os.path.abspath(__file__), "rb") as f:
         return zlib.compress(f.read(), 9)
@@ -3641,6 +3648,10 @@ def _say(fd, obj):
 # ---------------------------------------------------------------------------------------
 
 def reply(out, obj):
+    if "ok" in obj and globals().get("AGENT_CACHED") == 0:
+        # the bootstrap could not cache the agent here (a read-only home): the caller must
+        # keep sending the source instead of its hash alone
+        obj["uncached"] = True
     out.write((json_dumps(obj) + "\n").encode())
     out.flush()
 

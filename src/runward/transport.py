@@ -157,25 +157,106 @@ class RawResult:
         self.stderr, self.duration_s = stderr, duration_s
 
 
+# Operations that start a shim, which is handed the agent's source: they always carry it.
+_SOURCE_ALWAYS = frozenset({"start"})
+
+
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
          on_event: Callable[[dict], None] | None = None, timeout: float | None = None) -> dict:
     """One round trip: send the agent and the request, return the agent's result dict.
-    Raises a RunwardError subclass that says which hop failed and why."""
+    Raises a RunwardError subclass that says which hop failed and why.
+
+    The agent's ~40 KB travel only while the far side may lack them: once a target has run
+    this agent (and cached it), calls send its sha256 alone. On a link whose TCP window has
+    gone cold that saves one or two round trips. If the far side lost its cache, its one
+    reply is AgentMissing, nothing has run, and the call is made again with the source."""
     req = dict(request)
     req.setdefault("v", wire_constants()[0])
     if target.home and "home" not in req:
         req["home"] = target.home
     argv = agent_argv(target)
     src, sha = agent_source()
-    head = b"%d %s\n" % (len(src), sha.encode()) + src + json.dumps(req).encode() + b"\n"
-    t0 = time.monotonic()
-    rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, uses_ssh=bool(target.hops))
+    body = json.dumps(req).encode() + b"\n"
+    key = _far_key(target)
+    # a payload is a stream that cannot be sent twice: it never risks the retry
+    send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or not _far_has(key, sha)
+    while True:
+        agent = src if send_src else b""
+        head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
+        t0 = time.monotonic()
+        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, uses_ssh=bool(target.hops))
+        if (not send_src and reply is not None and not reply.get("ok")
+                and (reply.get("error") or {}).get("type") == "AgentMissing"):
+            send_src = True
+            continue
+        break
     raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
     if reply is not None:
+        if send_src and not reply.get("uncached"):
+            _far_remember(key, sha)
         if reply.get("ok"):
             return reply["result"]
         raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]) if target.hops else "local")
     raise diagnose(target, raw)
+
+
+def _far_key(target: Target) -> str:
+    """Which far side a target reaches, as far as the agent's cache goes: the hop chain, the
+    python it runs (a cache file per interpreter version) and the home."""
+    py = sys.executable if target.is_local else (target.python or os.environ.get("RUNWARD_PYTHON") or "python3")
+    return json.dumps([str(target), py, target.home or ""])
+
+
+def _far_path() -> str:
+    return os.path.join(local_home(), "cache", "far-agents")
+
+
+def _far_lines() -> list[str]:
+    try:
+        fd = os.open(_far_path(), os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return []  # not ours, or others could make us skip the source: ignore it
+        data = b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def _far_has(key: str, sha: str) -> bool:
+    return f"{sha} {key}" in _far_lines()
+
+
+def _far_remember(key: str, sha: str) -> None:
+    """Record that the far side behind key has agent sha cached: one line appended to a 0600
+    file, which is rewritten without lines of other agent versions when it grows past 64 KiB."""
+    line = f"{sha} {key}"
+    lines = _far_lines()
+    if line in lines:
+        return
+    path = _far_path()
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if sum(len(x) + 1 for x in lines) > 1 << 16:
+            keep = [x for x in lines if x.startswith(sha + " ")] + [line]
+            tmp = f"{path}.{os.getpid()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(x + "\n" for x in keep))
+            os.rename(tmp, path)
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode())  # one small O_APPEND write: never torn
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a read-only home: the source goes with every call
 
 
 def _exchange(argv, head, payload, on_event, timeout, uses_ssh):
