@@ -118,6 +118,31 @@ def test_several_gpus_and_a_real_job_mapped_to_its_run(gcli, holders):
     assert "gpu 2: 4,096 MiB / 81,559 MiB used, this run 4,096 MiB" in gcli.run("status").stdout
 
 
+def test_a_same_named_run_of_another_home_is_not_claimed(gcli, tmp_path):
+    """Two runward homes on one GPU machine, each with a run named "g": each `gpus` names only
+    its own, and says whose the other process is."""
+    rc, doc = gcli.json("start", "g", "--gpus", "1", "--settle", "0.5", *train("TRAIN_GPU_MIB=2048"))
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    other = CLI(tmp_path / "home-b", gcli.cwd)
+    other.env = dict(gcli.env, RUNWARD_HOME=str(tmp_path / "home-b"))
+    rc, doc_b = other.json("start", "g", "--gpus", "1", "--settle", "0.5", *train("TRAIN_GPU_MIB=1024"))
+    try:
+        assert rc == 0, doc_b
+        job_b = doc_b["result"]["pid"]
+        wait_for(lambda: {job, job_b} <= {p["pid"] for p in fakegpu.read_state(gcli.state)["procs"]},
+                 what="both jobs attached")
+        for c, mine, theirs in ((gcli, job, job_b), (other, job_b, job)):
+            rc, doc = c.json("gpus")
+            assert rc == 0, doc
+            procs = {p["pid"]: p for p in doc["result"]["gpus"][1]["processes"]}
+            assert (procs[mine]["run"], procs[mine]["attempt"]) == ("g", 1)
+            assert procs[theirs]["run"] is None and procs[theirs]["other_home_run"] == "g.1"
+            assert "of another runward home" in c.run("gpus").stdout
+    finally:
+        other.run("stop", "g", "--grace", "5")
+
+
 def test_sentinels_become_none_with_the_raw_text_kept(gcli):
     set_state(gcli.state, gpu_fields={0: {"util": "[N/A]"}, 1: {"used": "[Insufficient Permissions]"},
                                       2: {"total": "[Not Supported]"}})

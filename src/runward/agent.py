@@ -1973,6 +1973,12 @@ class GpuView(object):
         h["state"] = p.state
         h["cmd"] = p.describe()["cmd"][:200]
         name, n = marker_run(p.env(MARKER))
+        phid = p.env(HOME_MARKER) if name is not None else None
+        if phid and self.home is not None and phid != self.home.id:
+            # a run of the same name may live in another runward home on this machine
+            h.update(other_home_run="%s.%s" % (name, n),
+                     note="a run of another runward home on this machine (RUNWARD_HOME_ID %s)" % phid)
+            return h
         if name is None:
             name, n = self.member_of(pid)
         if name is not None:
@@ -2011,6 +2017,8 @@ def holder_text(h, with_mib=True):
     if h.get("run"):
         parts.append("run %s attempt %s%s" % (h["run"], h.get("attempt"),
                                               " (inferred from memory)" if h.get("mapped_by") == "memory" else ""))
+    if h.get("other_home_run"):
+        parts.append("run %s of another runward home" % h["other_home_run"])
     if h.get("outside_target"):
         parts.append("outside this target")
     return ", ".join(parts)
@@ -2177,6 +2185,7 @@ def op_gpus(req, home):
     gpus, stray = view.table(snap)
     res = {"host": os.uname().nodename, "nvidia_smi": snap["nvidia_smi"], "in_container": in_container(),
            "pids_are_local": view.direct, "pidns": pid_namespace(), "gpus": gpus,
+           "home_id": home.id if home is not None else None,
            "mapping": "direct" if view.direct else "memory", "time": snap["at"]}
     if stray:
         res["unattributed_processes"] = stray
@@ -2203,7 +2212,8 @@ def op_nspid(req, home):
                 nspid = [int(x) for x in ln.split()[1:] if x.isdigit()]
         name, n = marker_run(p.env(MARKER))
         out[str(pid)] = {"nspid": nspid, "pidns": pid_namespace(pid), "state": p.state, "start": p.start,
-                         "run": name, "attempt": n, "cmd": p.describe()["cmd"][:200]}
+                         "run": name, "attempt": n, "home_id": p.env(HOME_MARKER) if name else None,
+                         "cmd": p.describe()["cmd"][:200]}
     return {"host": os.uname().nodename, "pids": out, "pids_are_local": in_host_pidns()}
 
 

@@ -244,7 +244,7 @@ def gpus(target: Target, *, mapping: str = "auto") -> dict:
         return res
     if procs:
         try:
-            _map_host_pids(target, procs, res.get("pidns"))
+            _map_host_pids(target, procs, res.get("pidns"), res.get("home_id"))
         except RunwardError as e:
             res["mapping_note"] = (f"could not read the host's /proc through {target.host_prefix()}: "
                                    f"{e.message}; processes are attributed by memory")
@@ -254,7 +254,7 @@ def gpus(target: Target, *, mapping: str = "auto") -> dict:
     return res
 
 
-def _map_host_pids(target: Target, procs: list[dict], pidns: str | None) -> None:
+def _map_host_pids(target: Target, procs: list[dict], pidns: str | None, home_id: str | None = None) -> None:
     """One call to the container's host: the NSpid line, pid namespace and run marker of each
     host pid; a process is the target's when its pid namespace is the target's."""
     pids = sorted({p["pid"] for p in procs if isinstance(p.get("pid"), int)})
@@ -275,7 +275,11 @@ def _map_host_pids(target: Target, procs: list[dict], pidns: str | None) -> None
         p["state"], p["cmd"] = i.get("state"), i.get("cmd")
         if pidns is None or i.get("pidns") == pidns:
             p["pid"] = (i.get("nspid") or [None])[-1]
-            p["run"], p["attempt"] = i.get("run"), i.get("attempt")
+            if i.get("run") and home_id and i.get("home_id") and i["home_id"] != home_id:
+                p.update(other_home_run=f"{i['run']}.{i['attempt']}",
+                         note=f"a run of another runward home in this container (RUNWARD_HOME_ID {i['home_id']})")
+            else:
+                p["run"], p["attempt"] = i.get("run"), i.get("attempt")
             if pidns is None:
                 p["note"] = "the target's pid namespace could not be read: assumed to be the innermost"
         else:

@@ -232,7 +232,8 @@ def _proc_line(p: dict) -> str:
     else:
         who = f"pid {raw.get('pid', '?')}"
     run = (f"run {p['run']} attempt {p.get('attempt')}" + (" (by memory)" if p.get("mapped_by") == "memory" else "")
-           if p.get("run") else "no run" + (f" (one of {', '.join(p['candidates'])})" if p.get("candidates") else ""))
+           if p.get("run") else f"run {p['other_home_run']} of another runward home" if p.get("other_home_run")
+           else "no run" + (f" (one of {', '.join(p['candidates'])})" if p.get("candidates") else ""))
     tail = f"  [{p['state']}] {p.get('cmd') or ''}".rstrip() if p.get("state") else ""
     note = f"  ({p['note']})" if p.get("note") else ""
     return f"{who:<24} {_mib(p.get('used_mib'), raw):>12}  {run}{tail}{note}"
