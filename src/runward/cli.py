@@ -193,20 +193,26 @@ VERBS = (
 
 def build_parser(only: str | None = None, bare: bool = False) -> argparse.ArgumentParser:
     """The whole parser; with `only`, just that verb's subparser (a call parses one verb,
-    and building all sixteen costs more start-up than argparse itself); with `bare`, every
-    verb without its arguments (enough for the top-level help and for a bad verb's error)."""
+    and building all sixteen costs more start-up than argparse itself); with `bare`, the
+    verbs as a list of names and one-line helps (all the top-level help and a bad verb's
+    error need)."""
     ap = argparse.ArgumentParser(
         prog="runward",
         description="Start, stop, restart and watch named runs on local, SSH and container targets. "
                     "Every answer is verified.",
         epilog=EXIT_CODES, formatter_class=_Formatter)
     ap.add_argument("--version", action="version", version="runward 0.1.0")
+    if bare:
+        w = max(len(name) for name, _, _ in VERBS)
+        ap.description += "\n\ncommands:\n" + "\n".join(f"  {name:<{w}}  {help_}" for name, help_, _ in VERBS)
+        ap.epilog = "`runward COMMAND --help` shows a command's options.\n\n" + EXIT_CODES
+        ap.add_argument("cmd", nargs="?", metavar="COMMAND", choices=[name for name, _, _ in VERBS],
+                        help="one of the commands above, then its own arguments")
+        return ap
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_parser_class())
     for name, help_, add_args in VERBS:
         if only is None or name == only:
-            p = sub.add_parser(name, help=help_)
-            if not bare:
-                add_args(p)
+            add_args(sub.add_parser(name, help=help_))
     return ap
 
 
