@@ -418,15 +418,25 @@ def _in_container(c, on, *argv):
     return doc["result"]
 
 
+def _fake_smi_in(c, on, tmp_path, procs, gpus=2):
+    """The nvidia-smi stand-in inside the container, with these GPUs and processes on them
+    (pids the container's, reported as the host's, as the real tool does there)."""
+    wrapper = tmp_path / "nvidia-smi"
+    wrapper.write_text(f"#!/bin/sh\nRUNWARD_FAKE_SMI_STATE={STANDIN_DIR}/state.json "
+                       f"exec python3 {STANDIN_DIR}/nvidia-smi \"$@\"\n")
+    wrapper.chmod(0o755)
+    state = fakegpu.create_state(tmp_path / "state.json", gpus=gpus)
+    fakegpu.update(state, lambda s: s["procs"].extend(procs))
+    rc, doc = c.json("push", "--on", on, f"{fakegpu.STANDIN}:{STANDIN_DIR}/nvidia-smi",
+                     f"{state}:{STANDIN_DIR}/state.json", f"{wrapper}:/usr/bin/nvidia-smi")
+    assert rc == 0, doc
+
+
 @pytest.mark.parametrize("on", ["pod", "h1pod"])
 def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
     name = f"gj{ccli.tag}"
     if _in_container(ccli, on, "sh", "-c", "test -e /usr/bin/nvidia-smi")["code"] == 0:
         pytest.skip("the container already has a /usr/bin/nvidia-smi")
-    wrapper = tmp_path / "nvidia-smi"
-    wrapper.write_text(f"#!/bin/sh\nRUNWARD_FAKE_SMI_STATE={STANDIN_DIR}/state.json "
-                       f"exec python3 {STANDIN_DIR}/nvidia-smi \"$@\"\n")
-    wrapper.chmod(0o755)
     outside = subprocess.Popen(["sleep", "300"])   # a host process on GPU 1, not in the container
     try:
         rc, doc = ccli.json("start", name, "--on", on, "--gpus", "0", "--settle", "0.3", "--", "sleep", "300")
@@ -435,13 +445,9 @@ def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
         host = wait_for(lambda: [p for p in marked(name + ".")], what="the job in the host's /proc")
         [hpid] = [p for p in host if nspid(p)[-1] == cpid]
         assert hpid != cpid, "the container has a pid namespace of its own"
-        state = fakegpu.create_state(tmp_path / "state.json", gpus=2)
-        fakegpu.update(state, lambda s: s["procs"].extend([
+        _fake_smi_in(ccli, on, tmp_path, [
             {"gpu": 0, "pid": cpid, "starttime": cstart, "report_pid": hpid, "mib": 4096, "release_delay": 1.0},
-            {"gpu": 1, "pid": 1, "report_pid": outside.pid, "mib": 1000}]))
-        rc, doc = ccli.json("push", "--on", on, f"{fakegpu.STANDIN}:{STANDIN_DIR}/nvidia-smi",
-                            f"{state}:{STANDIN_DIR}/state.json", f"{wrapper}:/usr/bin/nvidia-smi")
-        assert rc == 0, doc
+            {"gpu": 1, "pid": 1, "report_pid": outside.pid, "mib": 1000}])
 
         rc, doc = ccli.json("gpus", "--on", on)
         assert rc == 0, doc
@@ -480,25 +486,50 @@ def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
                 os.kill(pid, 9)
 
 
+def test_a_same_named_run_of_another_home_in_the_container_is_not_claimed(ccli, tmp_path):
+    name = f"gk{ccli.tag}"
+    cfg = ccli.cwd / "runward.toml"
+    cfg.write_text(cfg.read_text() + f'\n[targets.pod2]\non = "podman:{testbed.require("podman")["podman"]}"\n'
+                                     f'home = "/tmp/rw-gpu-{ccli.tag}/pod2"\n')
+    if _in_container(ccli, "pod", "sh", "-c", "test -e /usr/bin/nvidia-smi")["code"] == 0:
+        pytest.skip("the container already has a /usr/bin/nvidia-smi")
+    try:
+        jobs = {}
+        for on in ("pod", "pod2"):
+            rc, doc = ccli.json("start", name, "--on", on, "--gpus", "0", "--settle", "0.3", "--", "sleep", "300")
+            assert rc == 0, doc
+            jobs[on] = (doc["result"]["pid"], doc["result"]["start_time"])
+        host = wait_for(lambda: (lambda m: m if len(m) == 2 else None)(marked(name + ".")), what="both jobs")
+        hpid = {nspid(p)[-1]: p for p in host}
+        _fake_smi_in(ccli, "pod", tmp_path, [
+            {"gpu": 0, "pid": cpid, "starttime": cstart, "report_pid": hpid[cpid], "mib": 1000}
+            for cpid, cstart in jobs.values()])
+        rc, doc = ccli.json("gpus", "--on", "pod")
+        assert rc == 0 and doc["result"]["mapping"] == "nspid", doc
+        procs = {p["pid"]: p for p in doc["result"]["gpus"][0]["processes"]}
+        mine, theirs = procs[jobs["pod"][0]], procs[jobs["pod2"][0]]
+        assert (mine["run"], mine["attempt"]) == (name, 1)
+        assert theirs["run"] is None and theirs["other_home_run"] == f"{name}.1"
+    finally:
+        for on in ("pod", "pod2"):
+            ccli.run("stop", name, "--on", on, "--grace", "5", "--gpu-timeout", "0")
+        ccli.run("exec", "--on", "pod", "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
+        ccli.run("exec", "--on", "pod", "--", "rm", "-rf", f"/tmp/rw-gpu-{ccli.tag}")
+        for pid, start in marked(name + ".").items():
+            if alive(pid, start):
+                os.kill(pid, 9)
+
+
 def test_holder_of_a_container_gpu_after_stop_is_named_through_the_host(ccli, tmp_path):
     on = "pod"
     name = f"gh{ccli.tag}"
     if _in_container(ccli, on, "sh", "-c", "test -e /usr/bin/nvidia-smi")["code"] == 0:
         pytest.skip("the container already has a /usr/bin/nvidia-smi")
-    wrapper = tmp_path / "nvidia-smi"
-    wrapper.write_text(f"#!/bin/sh\nRUNWARD_FAKE_SMI_STATE={STANDIN_DIR}/state.json "
-                       f"exec python3 {STANDIN_DIR}/nvidia-smi \"$@\"\n")
-    wrapper.chmod(0o755)
     outside = subprocess.Popen(["sleep", "300"])
     try:
         rc, doc = ccli.json("start", name, "--on", on, "--gpus", "0", "--settle", "0.3", "--", "sleep", "300")
         assert rc == 0, doc
-        state = fakegpu.create_state(tmp_path / "state.json", gpus=1)
-        fakegpu.update(state, lambda s: s["procs"].append({"gpu": 0, "pid": 1, "report_pid": outside.pid,
-                                                            "mib": 9000}))
-        rc, doc = ccli.json("push", "--on", on, f"{fakegpu.STANDIN}:{STANDIN_DIR}/nvidia-smi",
-                            f"{state}:{STANDIN_DIR}/state.json", f"{wrapper}:/usr/bin/nvidia-smi")
-        assert rc == 0, doc
+        _fake_smi_in(ccli, on, tmp_path, [{"gpu": 0, "pid": 1, "report_pid": outside.pid, "mib": 9000}], gpus=1)
         rc, doc = ccli.json("stop", name, "--on", on, "--gpu-timeout", "1")
         assert rc == 5, doc
         msg = doc["error"]["message"]

@@ -2095,7 +2095,8 @@ def gpu_wait_free(gpus, spec, home):
             ",".join(map(str, missing)), ",".join(map(str, have)) or "none"), "pick --gpus from that list")
     states, snap, waited, polls = gpu_poll(gpus, max_used, timeout, home)
     res = {"gpus": states, "waited_s": waited, "polls": polls, "max_used_mib": max_used, "timeout_s": timeout,
-           "pids_are_local": in_host_pidns(), "pidns": pid_namespace()}
+           "pids_are_local": in_host_pidns(), "pidns": pid_namespace(),
+           "home_id": home.id if home is not None else None}
     busy = [s for s in states if not s["free"]]
     if busy:
         held = [held_message(s, "holds") for s in busy]
@@ -2115,7 +2116,8 @@ def gpu_release(att, fates, timeout, max_used, home=None):
     max_used = GPU_MAX_USED_MIB if max_used is None else float(max_used)
     direct = in_host_pidns()
     out = {"checked": True, "method": "direct" if direct else "memory", "timeout_s": timeout,
-           "max_used_mib": max_used, "pids_are_local": direct, "pidns": pid_namespace()}
+           "max_used_mib": max_used, "pids_are_local": direct, "pidns": pid_namespace(),
+           "home_id": home.id if home is not None else None}
     try:
         states, snap, waited, polls = gpu_poll(gpus, max_used, timeout, home)
     except AgentFailure as e:

@@ -46,7 +46,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     except RunwardError as e:
         res = e.result or {}
         if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):
-            if _name_holders(target, res["gpus"], res.get("pidns")):
+            if _name_holders(target, res["gpus"], res.get("pidns"), res.get("home_id")):
                 res["gpus_held"] = [_held(g, "holds") for g in res["gpus"] if not g.get("free")]
                 e.message = f"GPUs not free after {res.get('timeout_s', 0):g}s: " + "; ".join(res["gpus_held"])
         raise
@@ -64,8 +64,8 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
                           result=res)
     rel = res.get("gpu_release") or {}
     if rel.get("checked") and not rel.get("verified"):
-        if rel.get("gpus") and not rel.get("pids_are_local", True) and _name_holders(target, rel["gpus"],
-                                                                                     rel.get("pidns")):
+        if rel.get("gpus") and not rel.get("pids_are_local", True) and _name_holders(
+                target, rel["gpus"], rel.get("pidns"), rel.get("home_id")):
             res["gpus_held"] = [_held(g) for g in rel["gpus"] if not g.get("released")]
         held = "; ".join(res.get("gpus_held") or [rel.get("message", "GPU release not verified")])
         raise NotVerified(f"{name}: every process is dead, but {held}"
@@ -288,14 +288,14 @@ def _map_host_pids(target: Target, procs: list[dict], pidns: str | None, home_id
                      + (f" (its run marker: {i['run']}.{i['attempt']})" if i.get("run") else ""))
 
 
-def _name_holders(target: Target, states: list[dict], pidns: str | None) -> bool:
+def _name_holders(target: Target, states: list[dict], pidns: str | None, home_id: str | None) -> bool:
     """Best effort: name the holders of a GPU through the host (stop/start answers inside a
     container). False when there is no host hop or it could not be read."""
     if not target.hops or target.host_prefix().hops == target.hops:
         return False
     holders = [h for s in states for h in s.get("holders") or ()]
     try:
-        _map_host_pids(target, holders, pidns)
+        _map_host_pids(target, holders, pidns, home_id)
     except RunwardError:
         return False
     return True
