@@ -184,7 +184,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         agent = src if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
         t0 = time.monotonic()
-        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, uses_ssh=bool(target.hops))
+        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout)
         if (not send_src and reply is not None and not reply.get("ok")
                 and (reply.get("error") or {}).get("type") == "AgentMissing"):
             send_src = True
@@ -259,7 +259,7 @@ def _far_remember(key: str, sha: str) -> None:
         pass  # a read-only home: the source goes with every call
 
 
-def _exchange(argv, head, payload, on_event, timeout, uses_ssh):
+def _exchange(argv, head, payload, on_event, timeout):
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
