@@ -425,3 +425,28 @@ def test_same_run_name_in_two_homes_are_two_runs(cli, tmp_path):
     finally:
         sp.run(cli.argv("stop", "twin", "--grace", "1"), env=other, cwd=cli.cwd, capture_output=True)
     assert not alive(b["result"]["pid"], b["result"]["start_time"])
+
+
+def test_a_cgroup_removed_while_it_is_read_reads_as_empty(monkeypatch):
+    """The shim removes a run's cgroup the moment it empties; a stop reading cgroup.procs
+    then may have opened the file before the rmdir and read it after: the kernel answers
+    ENODEV. Forced here: the open happens, then the rmdir, then the read."""
+    from runward import agent
+    roots = agent.cgroup_roots()
+    if not roots:
+        pytest.skip("needs a writable cgroup hierarchy (root)")
+    cg = Path(roots[0][1]) / ("runward-test-enodev-%d" % os.getpid())
+    cg.mkdir()
+    real_open = open
+
+    def open_then_remove(path, *a, **kw):
+        f = real_open(path, *a, **kw)
+        if str(path).startswith(str(cg)):
+            cg.rmdir()
+        return f
+    monkeypatch.setattr(agent, "open", open_then_remove, raising=False)
+    try:
+        assert agent.cgroup_pids([str(cg)]) == set()
+    finally:
+        if cg.exists():
+            cg.rmdir()

@@ -246,12 +246,21 @@ def read_json(path, default=None):
                            "inspect or remove the file by hand")
 
 
+ENODEV = 19  # errno's, without importing it: Linux's number on every architecture
+
+
 def read_text(path, default=None):
     try:
         with open(path, "rb") as f:
             return f.read().decode("utf-8", "replace")
     except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
         return default
+    except OSError as e:
+        # a cgroup removed between our open and our read (the shim removes a run's cgroup
+        # the moment it empties, while a stop may be reading it) reads ENODEV: it is gone
+        if e.errno == ENODEV:
+            return default
+        raise
 
 
 def tail_lines(path, n, max_bytes=1 << 20):
