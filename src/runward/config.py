@@ -95,18 +95,14 @@ def _parsed(p: str, raw: bytes, st: os.stat_result) -> dict:
     with the exact bytes it came from, and used only when the file's bytes are those bytes:
     no timestamp can make it stale."""
     import marshal
-    from .transport import local_home
-    cache = os.path.join(local_home(), "cache", f"config-{st.st_dev}-{st.st_ino}")
+    from .transport import cache_path, read_cache, write_cache
+    cache = cache_path(f"config-{st.st_dev}-{st.st_ino}")
     try:
-        with open(cache, "rb") as f:
-            cst = os.fstat(f.fileno())
-            if cst.st_uid != os.getuid() or cst.st_mode & 0o022:
-                raise OSError("not ours")
-            kept_raw, kept = marshal.loads(f.read())
+        kept_raw, kept = marshal.loads(read_cache(cache) or b"")
         if kept_raw == raw and isinstance(kept, dict):
             return kept
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
+    except (ValueError, EOFError, TypeError):
+        pass  # missing, not ours, or torn
     try:
         import tomllib
     except ImportError:  # Python 3.10
@@ -116,19 +112,9 @@ def _parsed(p: str, raw: bytes, st: os.stat_result) -> dict:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{p}: invalid TOML: {e}", "fix the syntax (https://toml.io)")
     try:
-        blob = marshal.dumps((raw, data))  # ValueError for a TOML date: then no cache
-        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-        tmp = f"{cache}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.rename(tmp, cache)
-        except OSError:
-            os.unlink(tmp)
-            raise
-    except (OSError, ValueError):
-        pass  # a read-only home: parse each time
+        write_cache(cache, marshal.dumps((raw, data)))
+    except ValueError:
+        pass  # marshal cannot keep a TOML date: parse each time
     return data
 
 

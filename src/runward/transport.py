@@ -50,42 +50,63 @@ def agent_source() -> tuple[bytes, str]:
     global _SOURCE
     if _SOURCE is None:
         st = os.stat(_AGENT_PATH)
-        cache = os.path.join(local_home(), "cache", f"wire-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
-        try:
-            fd = os.open(cache, os.O_RDONLY)
-            try:
-                cst = os.fstat(fd)
-                if cst.st_uid != os.getuid() or cst.st_mode & 0o022:
-                    raise OSError("not ours")
-                data = b""
-                while chunk := os.read(fd, 1 << 20):
-                    data += chunk
-            finally:
-                os.close(fd)
-            sha, _, packed = data.partition(b"\n")
-            if len(sha) != 64:
-                raise OSError("torn")
+        cache = cache_path(f"wire-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
+        sha, _, packed = (read_cache(cache) or b"").partition(b"\n")
+        if len(sha) == 64:
             _SOURCE = (packed, sha.decode())
-        except OSError:
+        else:  # missing, not ours, or torn
             import hashlib
             import zlib
             with open(_AGENT_PATH, "rb") as f:
                 src = f.read()
             _SOURCE = (zlib.compress(src, 1), hashlib.sha256(src).hexdigest())
-            _save_wire_cache(cache, _SOURCE)
+            write_cache(cache, _SOURCE[1].encode() + b"\n" + _SOURCE[0])
     return _SOURCE
 
 
-def _save_wire_cache(path: str, wire: tuple[bytes, str]) -> None:
+# The local cache ($RUNWARD_HOME/cache): what makes a call cheap, all safe to delete.
+
+def cache_path(name: str) -> str:
+    return os.path.join(local_home(), "cache", name)
+
+
+def read_cache(path: str) -> bytes | None:
+    """A cache file's bytes, or None when it is missing or not safely ours: owned by
+    another user or writable by others, its contents could steer what we send or skip."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_cache(path: str, data: bytes) -> None:
+    """Replace a cache file whole (temporary file, then rename), mode 0600 in a 0700
+    directory. A home we cannot write is no error: the cache is then recomputed each time."""
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(wire[1].encode() + b"\n" + wire[0])
-        os.rename(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.rename(tmp, path)
+        except OSError:
+            os.unlink(tmp)
+            raise
     except OSError:
-        pass  # a read-only home: compute it each time
+        pass
 
 
 def local_home() -> str:
@@ -177,9 +198,10 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     argv = agent_argv(target)
     src, sha = agent_source()
     body = json.dumps(req).encode() + b"\n"
-    key = _far_key(target)
+    known = _far_lines()
+    entry = f"{sha} {_far_key(target)}"
     # a payload is a stream that cannot be sent twice: it never risks the retry
-    send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or not _far_has(key, sha)
+    send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
     while True:
         agent = src if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
@@ -192,8 +214,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         break
     raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
     if reply is not None:
-        if send_src and not reply.get("uncached"):
-            _far_remember(key, sha)
+        if send_src and entry not in known and not reply.get("uncached"):
+            _far_remember(entry, sha, known)
         if reply.get("ok"):
             return reply["result"]
         raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]) if target.hops else "local")
@@ -207,52 +229,26 @@ def _far_key(target: Target) -> str:
     return json.dumps([str(target), py, target.home or ""])
 
 
-def _far_path() -> str:
-    return os.path.join(local_home(), "cache", "far-agents")
-
-
 def _far_lines() -> list[str]:
-    try:
-        fd = os.open(_far_path(), os.O_RDONLY)
-    except OSError:
-        return []
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return []  # not ours, or others could make us skip the source: ignore it
-        data = b""
-        while chunk := os.read(fd, 1 << 16):
-            data += chunk
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "replace").splitlines()
+    """cache/far-agents: one "<agent sha256> <far key>" line per far side known to have
+    that agent cached."""
+    return (read_cache(cache_path("far-agents")) or b"").decode("utf-8", "replace").splitlines()
 
 
-def _far_has(key: str, sha: str) -> bool:
-    return f"{sha} {key}" in _far_lines()
-
-
-def _far_remember(key: str, sha: str) -> None:
-    """Record that the far side behind key has agent sha cached: one line appended to a 0600
-    file, which is rewritten without lines of other agent versions when it grows past 64 KiB."""
-    line = f"{sha} {key}"
-    lines = _far_lines()
-    if line in lines:
+def _far_remember(entry: str, sha: str, known: list[str]) -> None:
+    """Add entry to cache/far-agents (known: its lines as read before the call): one small
+    O_APPEND write, never torn; past 64 KiB the file is rewritten with the lines of this
+    agent version only."""
+    path = cache_path("far-agents")
+    if sum(len(x) + 1 for x in known) > 1 << 16:
+        keep = [x for x in known if x.startswith(sha + " ")] + [entry]
+        write_cache(path, "".join(x + "\n" for x in keep).encode())
         return
-    path = _far_path()
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        if sum(len(x) + 1 for x in lines) > 1 << 16:
-            keep = [x for x in lines if x.startswith(sha + " ")] + [line]
-            tmp = f"{path}.{os.getpid()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write("".join(x + "\n" for x in keep))
-            os.rename(tmp, path)
-            return
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, (line + "\n").encode())  # one small O_APPEND write: never torn
+            os.write(fd, (entry + "\n").encode())
         finally:
             os.close(fd)
     except OSError:
