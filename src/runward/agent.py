@@ -333,11 +333,7 @@ class Proc(object):
 
     def env(self, name):
         if self._env is None:
-            try:
-                with open("/proc/%d/environ" % self.pid, "rb") as f:
-                    self._env = f.read()
-            except OSError:
-                self._env = b""
+            self._env = proc_bytes(self.pid, "environ")
         key = b"\0" + name.encode() + b"="
         data = b"\0" + self._env
         i = data.find(key)
@@ -349,11 +345,7 @@ class Proc(object):
     def cmdline_raw(self):
         """/proc/PID/cmdline as it is: each argument followed by a NUL."""
         if self._raw_cmd is None:
-            try:
-                with open("/proc/%d/cmdline" % self.pid, "rb") as f:
-                    self._raw_cmd = f.read()
-            except OSError:
-                self._raw_cmd = b""
+            self._raw_cmd = proc_bytes(self.pid, "cmdline")
         return self._raw_cmd
 
     def cmdline(self):
@@ -369,6 +361,15 @@ class Proc(object):
         cmd = self.cmdline()
         return {"pid": self.pid, "start": self.start, "state": self.state,
                 "cmd": " ".join(cmd) if cmd else "[%s]" % self.comm}
+
+
+def proc_bytes(pid, leaf):
+    """/proc/PID/LEAF as it is, or b"" when the process is gone or not ours to read."""
+    try:
+        with open("/proc/%d/%s" % (pid, leaf), "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def read_proc(pid):
@@ -718,7 +719,7 @@ class Home(object):
 
 
 def check_name(name):
-    if not isinstance(name, str) or not valid_name(name) or name in (".", ".."):
+    if not valid_name(name):  # a str, and never "." or "..": it starts with a letter or digit
         raise bad_input("invalid run name %r" % (name,),
                         "a run name is 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit")
     return name
