@@ -432,6 +432,15 @@ def _fake_smi_in(c, on, tmp_path, procs, gpus=2):
     assert rc == 0, doc
 
 
+def _clean_container(c, on, name):
+    """Take the stand-in and the homes out of the container; kill what the run left."""
+    c.run("exec", "--on", on, "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
+    c.run("exec", "--on", on, "--", "rm", "-rf", f"/tmp/rw-gpu-{c.tag}")
+    for pid, start in marked(name + ".").items():
+        if alive(pid, start):
+            os.kill(pid, 9)
+
+
 @pytest.mark.parametrize("on", ["pod", "h1pod"])
 def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
     name = f"gj{ccli.tag}"
@@ -479,11 +488,7 @@ def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
     finally:
         outside.kill()
         outside.wait()
-        ccli.run("exec", "--on", on, "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
-        ccli.run("exec", "--on", on, "--", "rm", "-rf", f"/tmp/rw-gpu-{ccli.tag}")
-        for pid, start in marked(name + ".").items():
-            if alive(pid, start):
-                os.kill(pid, 9)
+        _clean_container(ccli, on, name)
 
 
 def test_a_same_named_run_of_another_home_in_the_container_is_not_claimed(ccli, tmp_path):
@@ -513,11 +518,7 @@ def test_a_same_named_run_of_another_home_in_the_container_is_not_claimed(ccli, 
     finally:
         for on in ("pod", "pod2"):
             ccli.run("stop", name, "--on", on, "--grace", "5", "--gpu-timeout", "0")
-        ccli.run("exec", "--on", "pod", "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
-        ccli.run("exec", "--on", "pod", "--", "rm", "-rf", f"/tmp/rw-gpu-{ccli.tag}")
-        for pid, start in marked(name + ".").items():
-            if alive(pid, start):
-                os.kill(pid, 9)
+        _clean_container(ccli, "pod", name)
 
 
 def test_holder_of_a_container_gpu_after_stop_is_named_through_the_host(ccli, tmp_path):
@@ -537,8 +538,4 @@ def test_holder_of_a_container_gpu_after_stop_is_named_through_the_host(ccli, tm
     finally:
         outside.kill()
         outside.wait()
-        ccli.run("exec", "--on", on, "--", "rm", "-rf", "/usr/bin/nvidia-smi", STANDIN_DIR)
-        ccli.run("exec", "--on", on, "--", "rm", "-rf", f"/tmp/rw-gpu-{ccli.tag}")
-        for pid, start in marked(name + ".").items():
-            if alive(pid, start):
-                os.kill(pid, 9)
+        _clean_container(ccli, on, name)
