@@ -128,23 +128,31 @@ def cmd_restart(args, out) -> int:
     return _emit(out, "restart", target, res, text)
 
 
+def _on_all(cfg, out, command: str, op, render, *, failed: str, exit_code) -> int:
+    """`COMMAND --all`: op on every named target of runward.toml at once, one section each;
+    exit 0 when every target answered, else exit_code(the failed results)."""
+    targets = cfg.named_targets()
+    if not targets:
+        raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
+    results = ops.fan_out(targets, op)
+    text = "\n".join(
+        f"== {r['target']}\n" + (render(r) if r["ok"] else f"  {failed}: {r['error']['message']}" + (
+            f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
+        for r in results)
+    failures = [r for r in results if not r["ok"]]
+    code = exit_code(failures) if failures else EXIT_OK
+    out.doc({"ok": code == EXIT_OK, "command": command, "targets": results})
+    out.say(text)
+    return code
+
+
 def cmd_status(args, out) -> int:
     cfg = _cfg(args)
     if args.all:
-        targets = cfg.named_targets()
-        if not targets:
-            raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
         names = [args.name] if args.name else None
-        results = ops.fan_out(targets, lambda t: ops.status(t, names))
-        text = "\n".join(
-            f"== {r['target']}\n" + (render_status(r["result"], r["target"]) if r["ok"]
-                                     else f"  unreachable: {r['error']['message']}" + (
-                                         f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
-            for r in results)
-        code = EXIT_OK if all(r["ok"] for r in results) else 3
-        out.doc({"ok": code == EXIT_OK, "command": "status", "targets": results})
-        out.say(text)
-        return code
+        return _on_all(cfg, out, "status", lambda t: ops.status(t, names),
+                       lambda r: render_status(r["result"], r["target"]), failed="unreachable",
+                       exit_code=lambda failures: 3)
     target = _target(args, cfg, args.name)
     res = ops.status(target, [args.name] if args.name else None)
     run = cfg.runs.get(args.name) if args.name else None
@@ -221,19 +229,9 @@ def cmd_gpus(args, out) -> int:
     from .render import render_gpus
     cfg = _cfg(args)
     if args.all:
-        targets = cfg.named_targets()
-        if not targets:
-            raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
-        results = ops.fan_out(targets, lambda t: ops.gpus(t, mapping=args.map))
-        text = "\n".join(
-            f"== {r['target']}\n" + (render_gpus(r["result"]) if r["ok"]
-                                     else f"  error: {r['error']['message']}" + (
-                                         f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
-            for r in results)
-        code = max([EXIT_OK] + [r["error"].get("exit_code", 1) for r in results if not r["ok"]])
-        out.doc({"ok": code == EXIT_OK, "command": "gpus", "targets": results})
-        out.say(text)
-        return code
+        return _on_all(cfg, out, "gpus", lambda t: ops.gpus(t, mapping=args.map),
+                       lambda r: render_gpus(r["result"]), failed="error",
+                       exit_code=lambda failures: max(r["error"].get("exit_code", 1) for r in failures))
     target = _target(args, cfg)
     res = ops.gpus(target, mapping=args.map)
     return _emit(out, "gpus", target, res, render_gpus(res))
