@@ -3569,6 +3569,165 @@ def AGENT_SOURCE_BYTES():
 
 
 # ---------------------------------------------------------------------------------------
+# The resident: this agent kept running on an ssh target, for the read-only verbs
+# ---------------------------------------------------------------------------------------
+#
+# Over ssh, a command that reads its stdin gets its first byte one round trip after it
+# starts (sshd opens the session's window only once the exec request is done), and each call
+# pays a shell's and a Python's start-up there. The resident removes all three from the
+# verbs that only read: it listens on a unix socket in the home's 0700 cache directory, and
+# the CLI reaches it through its ssh control master (a streamlocal forward), so a status is
+# one channel opening plus one exchange. It is started by an ordinary call that asks for it
+# ("resident" in the request), serves each connection in a forked child exactly as an
+# agent started over ssh would (same request and reply bytes), and exits after `idle`
+# seconds without a connection, or once its socket is removed or replaced. Its command line
+# is the bootstrap and RESIDENT_ARG, like the shim's: no request data. Every operation that
+# changes something (start, stop, kill, exec, push) still runs in a fresh agent.
+
+RESIDENT_ARG = "runward-resident"
+RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
+RESIDENT_PATH_MAX = 100  # sun_path holds 108 bytes; the resident binds "<path>.<pid>" first
+
+
+def resident_path(home):
+    return os.path.join(home.path, "cache", "resident-%s.sock" % AGENT_SHA_HEX()[:16])
+
+
+def resident_wanted(req):
+    want = req.get("resident")
+    return (isinstance(want, dict) and req.get("op") in RESIDENT_OPS and not req.get("follow")
+            and globals().get("AGENT_CACHED") == 1)
+
+
+def resident_ensure(req, home):
+    """{"path", "alive"} for the caller's reply: the resident serving this home, started
+    now unless one holds its lock. None where there can be none: an agent the bootstrap
+    could not cache (the resident starts from that cache), a path too long for a socket, or
+    a cache directory that is not ours alone (design.md rule 10)."""
+    path = resident_path(home)
+    if len(path) + 8 > RESIDENT_PATH_MAX:
+        return None
+    try:
+        home.ensure()  # 0700, ours (its parents' modes are not ours to set)
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        st = os.lstat(os.path.dirname(path))
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or (st.st_mode & 0o170000) != 0o040000:
+            return None
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except (OSError, AgentFailure):
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return {"path": path, "alive": True}  # it holds the lock for as long as it lives
+    finally:
+        os.close(fd)  # releases ours: the resident takes it itself
+    try:
+        idle = min(max(float(req["resident"].get("idle", 600)), 1.0), 86400.0)
+    except (TypeError, ValueError):
+        idle = 600.0
+    import subprocess
+    log = os.open(path[:-len(".sock")] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        p = subprocess.Popen([sys.executable, "-S", "-c", BOOTSTRAP, RESIDENT_ARG],
+                             stdin=subprocess.PIPE, stdout=log, stderr=log, close_fds=True,
+                             start_new_session=True)
+    except OSError:
+        return None
+    finally:
+        os.close(log)
+    # from the code cache (AGENT_CACHED): the header carries the hash alone
+    p.stdin.write(b"0 %s\n" % AGENT_SHA_HEX().encode() + json_dumps({"path": path, "idle": idle}).encode() + b"\n")
+    p.stdin.close()
+    p.returncode = 0  # never waited for: it outlives us
+    return {"path": path, "alive": False}
+
+
+def resident_main(params):
+    import socket
+    path, idle = params["path"], float(params["idle"])
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another one serves this home
+    os.umask(0o077)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = "%s.%d" % (path, os.getpid())
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    srv.bind(tmp)
+    srv.listen(64)
+    os.rename(tmp, path)  # a connect never finds the path bound but not yet listening
+    ino = os.stat(path).st_ino
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
+    last = time.monotonic()
+    try:
+        while True:
+            left = last + idle - time.monotonic()
+            if left <= 0:
+                return 0
+            if not select.select([srv], [], [], min(left, 5.0))[0]:
+                try:
+                    if os.stat(path).st_ino != ino:
+                        return 0  # replaced
+                except OSError:
+                    return 0  # removed
+                continue
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            last = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                rc = 1
+                try:
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the ops wait for their own children
+                    srv.close()
+                    os.close(lock)
+                    rc = resident_serve(conn)
+                finally:
+                    os._exit(rc)
+            conn.close()
+    finally:
+        try:
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def resident_serve(conn):
+    """One connection, as the agent serves its stdin and stdout: "<length> <sha256>", the
+    source if any (we run it already), the request line; events and one reply back."""
+    rf, wf = conn.makefile("rb"), conn.makefile("wb")
+    head = rf.readline().split()
+    if len(head) != 2 or not head[0].isdigit():
+        return 2
+    if int(head[0]) and len(rf.read(int(head[0]))) != int(head[0]):
+        return 2
+    if head[1].decode("ascii", "replace") != AGENT_SHA_HEX():
+        reply(wf, {"v": PROTOCOL, "ok": False, "error": {
+            "type": "AgentMissing", "message": "the resident runs agent %s" % AGENT_SHA_HEX()[:12]}})
+        return 3
+    try:
+        return serve(rf, wf)
+    finally:
+        try:
+            wf.close()
+            conn.close()
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------------------------
 # The shim
 # ---------------------------------------------------------------------------------------
 
@@ -3669,7 +3828,12 @@ def _say(fd, obj):
 # Entry
 # ---------------------------------------------------------------------------------------
 
+RESIDENT_REPLY = None  # where this call found or started the resident, for the caller
+
+
 def reply(out, obj):
+    if "ok" in obj and RESIDENT_REPLY is not None:
+        obj["resident"] = RESIDENT_REPLY
     if "ok" in obj and globals().get("AGENT_CACHED") == 0:
         # the bootstrap could not cache the agent here (a read-only home): the caller must
         # keep sending the source instead of its hash alone
@@ -3692,8 +3856,11 @@ def serve(stdin, stdout):
                 PROTOCOL, req.get("v") if isinstance(req, dict) else None)}})
         return 2
     op = req.get("op")
+    global RESIDENT_REPLY
     try:
         home = Home(req.get("home"))
+        if resident_wanted(req):
+            RESIDENT_REPLY = resident_ensure(req, home)
         if op in OPS:
             result = OPS[op](req, home)
         elif op in STREAM_OPS:
@@ -3722,6 +3889,8 @@ def main():
         params = json_loads(sys.stdin.buffer.readline().decode())
         shim_main(params["home"], params["name"], params["attempt"])
         return 0
+    if len(sys.argv) >= 2 and sys.argv[1] == RESIDENT_ARG:
+        return resident_main(json_loads(sys.stdin.buffer.readline().decode()))
     return serve(sys.stdin.buffer, sys.stdout.buffer)
 
 
