@@ -180,6 +180,11 @@ class RawResult:
 
 # Operations that start a shim, which is handed the agent's source: they always carry it.
 _SOURCE_ALWAYS = frozenset({"start"})
+# Operations that only read: on an ssh target they may be served by the far side's resident
+# agent (agent.py, "The resident"; docs/protocol.md). Equal to agent.RESIDENT_OPS (tested).
+_RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
+_RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
+LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 
 
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
@@ -195,11 +200,23 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     req.setdefault("v", wire_constants()[0])
     if target.home and "home" not in req:
         req["home"] = target.home
+    global LAST_ROUTE
     argv = agent_argv(target)
     src, sha = agent_source()
-    body = json.dumps(req).encode() + b"\n"
     known = _far_lines()
     entry = f"{sha} {_far_key(target)}"
+    resident = _Resident(target, req, payload, entry, known)
+    if resident.forward:
+        reply = resident.call(b"0 %s\n" % sha.encode() + json.dumps(req).encode() + b"\n", on_event, timeout)
+        if reply is not None:
+            LAST_ROUTE = "resident"
+            if reply.get("ok"):
+                return reply["result"]
+            raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]))
+    if resident.wanted:
+        req["resident"] = {"idle": resident.idle}
+    LAST_ROUTE = "exec"
+    body = json.dumps(req).encode() + b"\n"
     # a payload is a stream that cannot be sent twice: it never risks the retry
     send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
     while True:
@@ -216,10 +233,132 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     if reply is not None:
         if send_src and entry not in known and not reply.get("uncached"):
             _far_remember(entry, sha, known)
+        if resident.wanted and isinstance(reply.get("resident"), dict):
+            resident.found(reply["resident"])
         if reply.get("ok"):
             return reply["result"]
         raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]) if target.hops else "local")
     raise diagnose(target, raw)
+
+
+class _Resident:
+    """The way to the far side's resident agent, for one call.
+
+    Its state lives in cache/far-agents beside the agent's own lines, keyed by the same
+    "<sha256> <far key>": "@<key>\t<name>" records a forward of the control master from
+    the local socket <control dir>/r-<name> to the resident's socket there, "@<key>\t!" a
+    try that failed. After _RESIDENT_FAILS_MAX failures in a row (forwarding refused by
+    sshd, a resident killed each time its session ends) this agent version stops trying
+    that far side and every call goes the ordinary way.
+
+    Only read-only operations are sent there, so a try that ends without a reply is made
+    again the ordinary way, which also starts a resident again if it is gone."""
+
+    def __init__(self, target: Target, req: dict, payload, entry: str, known: list[str]):
+        self.target, self.entry, self.known = target, entry, known
+        self.forward: str | None = None
+        self.stale: str | None = None
+        self.fails = 0
+        self.wanted = (payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
+                       and len(target.hops) == 1 and target.hops[0].kind == "ssh"
+                       and os.environ.get("RUNWARD_RESIDENT", "1") != "0")
+        if not self.wanted:
+            return
+        self.idle = float(os.environ.get("RUNWARD_RESIDENT_IDLE") or 600)
+        prefix = "@" + entry + "\t"
+        name = None
+        for line in known:
+            if line.startswith(prefix):
+                state = line[len(prefix):]
+                if state == "!":
+                    self.fails += 1
+                else:
+                    name, self.fails = state, 0
+        if self.fails >= _RESIDENT_FAILS_MAX:
+            self.wanted = False
+        elif name:
+            self.forward = os.path.join(control_dir(), "r-" + name)
+
+    def call(self, data: bytes, on_event, timeout) -> dict | None:
+        """The reply through the forward, or None (then the call goes the ordinary way):
+        no forward (the control master is gone: set up again after the call), or a
+        connection that ended without a reply (counted as a failure)."""
+        import _socket
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            try:
+                s.connect(self.forward)
+            except OSError:
+                self.stale, self.forward = self.forward, None
+                return None
+            buf, reply, events = b"", None, False
+            try:
+                s.sendall(data)
+                while chunk := s.recv(1 << 16):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        msg = _parse_line(line)
+                        if msg is None:
+                            continue
+                        if "event" in msg:
+                            events = True
+                            if on_event is not None:
+                                on_event(msg["event"])
+                        elif "ok" in msg:
+                            reply = msg
+            except OSError:
+                pass
+            if reply is not None and not reply.get("ok") and (reply.get("error") or {}).get("type") == "AgentMissing":
+                reply = None  # a resident of another agent version there: not ours to use
+            if reply is None:
+                if events:  # what it said cannot be taken back by asking again
+                    raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
+                                    "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+                self._record("!")
+                self.fails += 1
+            elif self.fails:
+                self._record(os.path.basename(self.forward)[2:])  # it works again
+            return reply
+        finally:
+            s.close()
+
+    def found(self, info: dict) -> None:
+        """The ordinary call's agent reports the resident (found alive or started now): set
+        up the control master's forward to it, unless the one we have still connects."""
+        if self.forward or self.fails >= _RESIDENT_FAILS_MAX:
+            return
+        remote = info.get("path")
+        if not isinstance(remote, str) or not remote.startswith("/") or ":" in remote:
+            return
+        name = os.urandom(6).hex()
+        local = os.path.join(control_dir(), "r-" + name)
+        hop = self.target.hops[0]
+        argv = ssh_base()
+        if hop.port:
+            argv += ["-p", str(hop.port)]
+        argv += ["-O", "forward", "-L", f"{local}:{remote}", "--",
+                 f"{hop.user}@{hop.name}" if hop.user else hop.name]
+        try:
+            proc = Spawned(argv)
+        except OSError:
+            return
+        proc.stdin.close()
+        proc.stdout.read()
+        ok = proc.wait() == 0
+        proc.stderr_bytes()
+        if ok:
+            self._record(name)
+            if self.stale:  # a forward of a master that has exited: its socket file stays
+                try:
+                    os.unlink(self.stale)
+                except OSError:
+                    pass
+
+    def _record(self, state: str) -> None:
+        _far_remember(f"@{self.entry}\t{state}", self.entry.split(" ", 1)[0], self.known)
+        self.known.append(f"@{self.entry}\t{state}")
 
 
 def _far_key(target: Target) -> str:
@@ -241,7 +380,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
     agent version only."""
     path = cache_path("far-agents")
     if sum(len(x) + 1 for x in known) > 1 << 16:
-        keep = [x for x in known if x.startswith(sha + " ")] + [entry]
+        keep = [x for x in known if x.startswith((sha + " ", "@" + sha + " "))] + [entry]
         write_cache(path, "".join(x + "\n" for x in keep).encode())
         return
     try:

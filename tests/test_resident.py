@@ -1,0 +1,270 @@
+"""The resident agent: the read-only verbs over ssh served by an agent kept running on the
+host, reached through the ssh control master's forward of its unix socket (agent.py, "The
+resident"; docs/protocol.md). Real sshd hosts of the testbed, real processes and sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+import testbed
+from conftest import CLI, alive, wait_for
+from runward import agent, transport
+from runward.targets import parse_target
+
+RESIDENT = agent.RESIDENT_ARG.encode()
+
+
+def test_the_cli_sends_the_agents_read_only_verbs_only():
+    assert transport._RESIDENT_OPS == agent.RESIDENT_OPS
+    assert not {"start", "stop", "kill", "exec", "push", "doctor", "watch"} & agent.RESIDENT_OPS
+
+
+@pytest.mark.parametrize("on,req,payload,wanted", [
+    ("ssh://rw1", {"op": "status"}, None, True),
+    ("ssh://rw1", {"op": "logs", "follow": False}, None, True),
+    ("ssh://rw1", {"op": "logs", "follow": True}, None, False),   # a stream cannot be asked again
+    ("ssh://rw1", {"op": "stop"}, None, False),                   # changes something
+    ("ssh://rw1", {"op": "push"}, iter([b""]), False),
+    ("ssh://rw1/podman:c", {"op": "status"}, None, False),        # its socket is in the container
+    ("podman:c", {"op": "status"}, None, False),
+    ("local", {"op": "status"}, None, False),
+])
+def test_which_calls_may_go_to_a_resident(on, req, payload, wanted, monkeypatch, tmp_path):
+    monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
+    r = transport._Resident(parse_target(on), req, payload, "sha key", [])
+    assert r.wanted is wanted
+    monkeypatch.setenv("RUNWARD_RESIDENT", "0")
+    assert not transport._Resident(parse_target(on), req, payload, "sha key", []).wanted
+
+
+@pytest.fixture
+def far(tmp_path, monkeypatch):
+    """In-process calls (transport.LAST_ROUTE says which way each went) to testbed host rw1,
+    with a local home and a far home of this test's own."""
+    tb = testbed.require("ssh")
+    remote_home = f"/tmp/rw-res-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RUNWARD_SSH_CONFIG", tb["ssh_config"])
+    monkeypatch.setenv("RUNWARD_RESIDENT_IDLE", "60")
+    monkeypatch.delenv("RUNWARD_RESIDENT", raising=False)
+    target = parse_target("ssh://rw1", home=remote_home, python="/usr/bin/python3")
+
+    class Far:
+        home = remote_home
+
+        def call(self, req, **kw):
+            return transport.call(target, dict(req), **kw)
+
+        def entry(self):
+            return f"{transport.agent_source()[1]} {transport._far_key(target)}"
+
+        def listening(self):
+            """The resident's socket once it accepts connections (a stale one refuses)."""
+            for sock in (Path(remote_home) / "cache").glob("resident-*.sock"):
+                if not _refused(sock):
+                    return sock
+            return None
+
+        def resident(self):
+            """pid of the resident serving this far home: the process holding its lock."""
+            return _lock_holder(Path(remote_home) / "cache")
+
+    f = Far()
+    f.target = target
+    f.tb = tb
+    yield f
+    pid = f.resident()
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    subprocess.run(["rm", "-rf", remote_home])
+
+
+def _lock_holder(cache: Path) -> int | None:
+    locks = {str(p) for p in cache.glob("resident-*.sock.lock")}
+    if not locks:
+        return None
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if RESIDENT not in Path(f"/proc/{d}/cmdline").read_bytes():
+                continue
+            for fd in os.listdir(f"/proc/{d}/fd"):
+                if os.readlink(f"/proc/{d}/fd/{fd}") in locks:
+                    return int(d)
+        except OSError:
+            continue
+    return None
+
+
+def test_first_call_starts_it_and_the_next_calls_go_through_it(far):
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "exec"
+    pid = wait_for(far.resident, what="the resident to take its lock")
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    # its command line is the bootstrap and its role: no home, no request (the pkill -f rule)
+    assert cmd[-2:] == [RESIDENT, b""] and far.home.encode() not in b"\0".join(cmd)
+    sock = wait_for(far.listening, what="the resident's socket")
+    assert stat.S_ISSOCK(sock.stat().st_mode) and not sock.stat().st_mode & 0o077
+    assert not (Path(far.home) / "cache").stat().st_mode & 0o077
+    # the control master forwards a socket in runward's own 0700 directory to it
+    rec = [ln for ln in transport._far_lines() if ln.startswith("@" + far.entry() + "\t")]
+    assert len(rec) == 1
+    local = Path(transport.control_dir()) / ("r-" + rec[0].split("\t")[1])
+    assert stat.S_ISSOCK(local.stat().st_mode)
+    got = far.call({"op": "ping"})
+    assert transport.LAST_ROUTE == "resident"
+    assert got["pid"] != pid and _ppid(got["pid"]) in (pid, None)  # a forked child served it
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None  # it has exited already
+
+
+def test_it_answers_as_a_fresh_agent_would(far, tmp_path):
+    c = CLI(tmp_path / "clihome", tmp_path)
+    c.env = testbed.env(far.tb, c.env)
+    c.env.update(RUNWARD_SSH_CONFIG=far.tb["ssh_config"], RUNWARD_HOME=os.environ["RUNWARD_HOME"])
+    (tmp_path / "runward.toml").write_text(f'[targets.h]\non = "ssh://rw1"\nhome = "{far.home}"\n'
+                                           f'python = "/usr/bin/python3"\n')
+    name = "res" + uuid.uuid4().hex[:6]
+    rc, doc = c.json("start", name, "--on", "h", "--settle", "0.3", "--", "sleep", "300")
+    assert rc == 0, doc
+    try:
+        far.call({"op": "status"})
+        wait_for(far.listening, what="the resident's socket")
+        via_resident = far.call({"op": "status", "names": [name]})["runs"][0]
+        assert transport.LAST_ROUTE == "resident"
+        os.environ["RUNWARD_RESIDENT"] = "0"
+        try:
+            via_exec = far.call({"op": "status", "names": [name]})["runs"][0]
+            assert transport.LAST_ROUTE == "exec"
+        finally:
+            del os.environ["RUNWARD_RESIDENT"]
+        for k in ("name", "state", "attempt", "pid", "start_time", "argv"):
+            assert via_resident[k] == via_exec[k]
+        assert via_resident["state"] == "running" and alive(via_resident["pid"], via_resident["start_time"])
+        assert via_resident["tree"]["pids"] == via_exec["tree"]["pids"]
+        # a run that does not exist is the same error both ways
+        with pytest.raises(Exception) as e:
+            far.call({"op": "logs", "name": "nosuch" + name})
+        assert transport.LAST_ROUTE == "resident" and e.value.kind == "RunNotFound"
+    finally:
+        rc, doc = c.json("stop", name, "--on", "h")
+        assert rc == 0, doc
+
+
+def test_a_killed_resident_is_replaced_and_no_call_fails(far):
+    far.call({"op": "status"})
+    first = wait_for(far.resident, what="the resident")
+    wait_for(far.listening, what="its socket")
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "resident"
+    for _ in range(3):  # more than _RESIDENT_FAILS_MAX times: a success in between resets the count
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: not alive(first), what="the resident to die")
+        far.call({"op": "status"})  # the forward leads nowhere: asked again the ordinary way
+        assert transport.LAST_ROUTE == "exec"
+        second = wait_for(lambda: (far.resident() or 0) not in (0, first) and far.resident(),
+                          what="a new resident")
+        wait_for(far.listening, what="its socket")
+        far.call({"op": "status"})
+        assert transport.LAST_ROUTE == "resident"
+        first = second
+
+
+def test_a_new_control_master_gets_a_new_forward(far):
+    far.call({"op": "status"})
+    wait_for(far.listening, what="the resident's socket")
+    old = [ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + far.entry() + "\t")][-1]
+    subprocess.run(transport.ssh_base() + ["-O", "exit", "rw1"], capture_output=True, check=True)
+    wait_for(lambda: _refused(Path(transport.control_dir()) / ("r-" + old)), what="the master to go")
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "exec"
+    new = [ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + far.entry() + "\t")][-1]
+    assert new != old and not (Path(transport.control_dir()) / ("r-" + old)).exists()
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "resident"
+
+
+def _refused(path: Path) -> bool:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(str(path))
+        return False
+    except OSError:
+        return True
+    finally:
+        s.close()
+
+
+def test_a_forward_that_never_answers_is_given_up(far):
+    """sshd refusing streamlocal forwarding looks like this: the forward accepts and closes.
+    Two such tries and the far side is left alone (for this agent version)."""
+    far.call({"op": "status"})  # the ordinary way: the source is cached there
+    entry = far.entry()
+    transport._far_remember(f"@{entry}\tdeadbeef0000", entry.split()[0], transport._far_lines())
+    path = Path(transport.control_dir()) / "r-deadbeef0000"
+    path.unlink(missing_ok=True)
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(8)
+    accepted = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        for want in (1, 2, 2, 2):
+            res = far.call({"op": "status"})
+            assert transport.LAST_ROUTE == "exec" and res["runs"] == []
+            assert len(accepted) == want
+        assert [ln for ln in transport._far_lines() if ln.startswith("@" + entry)][-2:] == [
+            f"@{entry}\t!", f"@{entry}\t!"]
+    finally:
+        srv.close()
+
+
+def test_it_refuses_another_agent_version(far):
+    far.call({"op": "status"})
+    sock = wait_for(far.listening, what="its socket")
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(sock))
+    s.sendall(b"0 " + b"0" * 64 + b"\n" + b'{"v": 1, "op": "status"}\n')
+    data = b""
+    while chunk := s.recv(4096):
+        data += chunk
+    s.close()
+    assert b'"AgentMissing"' in data and b'"ok": false' in data
+
+
+def test_it_exits_when_idle_or_when_its_socket_is_removed(far, monkeypatch):
+    monkeypatch.setenv("RUNWARD_RESIDENT_IDLE", "1")
+    far.call({"op": "status"})
+    pid = wait_for(far.resident, what="the resident")
+    wait_for(lambda: not alive(pid), timeout=30, what="the idle resident to exit")
+    assert not list((Path(far.home) / "cache").glob("resident-*.sock"))  # it removed its socket
+    monkeypatch.setenv("RUNWARD_RESIDENT_IDLE", "600")
+    transport.call(far.target, {"op": "status", "resident": None})
+    pid = wait_for(far.resident, what="a new resident")
+    sock = wait_for(far.listening, what="its socket")
+    sock.unlink()
+    wait_for(lambda: not alive(pid), timeout=30, what="the resident to notice its socket is gone")
