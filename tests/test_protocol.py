@@ -22,13 +22,20 @@ def test_wire_cache_gives_the_same_bytes_as_computing_them(tmp_path, monkeypatch
     import zlib
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
     monkeypatch.setattr(transport, "_SOURCE", None)
-    first = transport.agent_source()
+    monkeypatch.setattr(transport, "_WIRE", None)
+    first = transport.agent_source(), transport.wire_constants()
     assert list((tmp_path / "cache").glob("wire-*")), "the cache file was not written"
     monkeypatch.setattr(transport, "_SOURCE", None)
-    second = transport.agent_source()
-    src = open(agent.__file__, "rb").read()
-    assert first == second
-    assert zlib.decompress(second[0]) == src and second[1] == hashlib.sha256(src).hexdigest()
+    monkeypatch.setattr(transport, "_WIRE", None)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    second = transport.wire_constants(), transport.agent_source()
+    assert transport._AGENT_PATH not in opened  # from the cache: the source is not read
+    src = real_open(agent.__file__, "rb").read()
+    assert first == second[::-1]
+    assert zlib.decompress(second[1][0]) == src and second[1][1] == hashlib.sha256(src).hexdigest()
+    assert second[0] == (agent.PROTOCOL, agent.BOOTSTRAP)
 
 
 # --- the agent's start-up: what a status call imports, and the shortcuts that avoid re/json

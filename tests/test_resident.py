@@ -268,3 +268,14 @@ def test_it_exits_when_idle_or_when_its_socket_is_removed(far, monkeypatch):
     sock = wait_for(far.listening, what="its socket")
     sock.unlink()
     wait_for(lambda: not alive(pid), timeout=30, what="the resident to notice its socket is gone")
+
+
+def test_a_forward_record_is_only_ever_a_name_we_made(monkeypatch, tmp_path):
+    """far-agents is ours (0600), but what it names is joined to a path: only [0-9a-z]."""
+    monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
+    t = parse_target("ssh://rw1")
+    for bad in ("../../tmp/x", "a/b", ""):
+        r = transport._Resident(t, {"op": "status"}, None, "sha key", [f"@sha key\t{bad}"])
+        assert r.wanted and r.forward is None
+    r = transport._Resident(t, {"op": "status"}, None, "sha key", ["@sha key\tab12"])
+    assert r.forward == os.path.join(transport.control_dir(), "r-ab12")

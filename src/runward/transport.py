@@ -28,12 +28,8 @@ def wire_constants() -> tuple[int, str]:
     """PROTOCOL and BOOTSTRAP, read from the agent's source text: importing the agent module
     (thousands of lines) would cost the CLI's start-up more than the rest of a status call.
     tests/test_protocol.py checks they equal the module's own values."""
-    global _WIRE
     if _WIRE is None:
-        text = agent_source_text()
-        proto = int(re.search(r"^PROTOCOL = (\d+)$", text, re.M).group(1))
-        start = text.index('BOOTSTRAP = """') + len('BOOTSTRAP = """')
-        _WIRE = (proto, text[start:text.index('"""', start)])
+        _load_wire()
     return _WIRE
 
 
@@ -44,24 +40,40 @@ def agent_source_text() -> str:
 
 def agent_source() -> tuple[bytes, str]:
     """The agent's bytes, zlib-compressed (a quarter of the size on a slow link), and the
-    sha256 of the source (the far side caches the compiled code by it). Both are kept in a
-    0600 file of the local cache, keyed by agent.py's inode, size and mtime, so a call pays
-    for neither hashlib nor zlib (about 3 ms of start-up)."""
-    global _SOURCE
+    sha256 of the source (the far side caches the compiled code by it)."""
     if _SOURCE is None:
-        st = os.stat(_AGENT_PATH)
-        cache = cache_path(f"wire-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
-        sha, _, packed = (read_cache(cache) or b"").partition(b"\n")
-        if len(sha) == 64:
-            _SOURCE = (packed, sha.decode())
-        else:  # missing, not ours, or torn
-            import hashlib
-            import zlib
-            with open(_AGENT_PATH, "rb") as f:
-                src = f.read()
-            _SOURCE = (zlib.compress(src, 1), hashlib.sha256(src).hexdigest())
-            write_cache(cache, _SOURCE[1].encode() + b"\n" + _SOURCE[0])
+        _load_wire()
     return _SOURCE
+
+
+def _load_wire() -> None:
+    """agent_source() and wire_constants(), kept in a 0600 file of the local cache keyed by
+    agent.py's inode, size and mtime, so a call pays for neither reading and searching the
+    source nor hashlib and zlib (about 4 ms of start-up):
+    "<sha256> <protocol> <len(bootstrap)>\n<bootstrap><compressed source>"."""
+    global _SOURCE, _WIRE
+    st = os.stat(_AGENT_PATH)
+    cache = cache_path(f"wire-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
+    head, _, rest = (read_cache(cache) or b"").partition(b"\n")
+    fields = head.split()
+    if len(fields) == 3 and len(fields[0]) == 64 and fields[1].isdigit() and fields[2].isdigit():
+        n = int(fields[2])
+        _WIRE = (int(fields[1]), rest[:n].decode())
+        _SOURCE = (rest[n:], fields[0].decode())
+        return
+    # missing, not ours, or torn
+    import hashlib
+    import zlib
+    with open(_AGENT_PATH, "rb") as f:
+        src = f.read()
+    text = src.decode()
+    proto = int(re.search(r"^PROTOCOL = (\d+)$", text, re.M).group(1))
+    start = text.index('BOOTSTRAP = """') + len('BOOTSTRAP = """')
+    boot = text[start:text.index('"""', start)]
+    _WIRE = (proto, boot)
+    _SOURCE = (zlib.compress(src, 1), hashlib.sha256(src).hexdigest())
+    bb = boot.encode()
+    write_cache(cache, b"%s %d %d\n" % (_SOURCE[1].encode(), proto, len(bb)) + bb + _SOURCE[0])
 
 
 # The local cache ($RUNWARD_HOME/cache): what makes a call cheap, all safe to delete.
@@ -272,7 +284,7 @@ class _Resident:
                 state = line[len(prefix):]
                 if state == "!":
                     self.fails += 1
-                else:
+                elif state.isalnum():  # a name we made (os.urandom hex): never a path
                     name, self.fails = state, 0
         if self.fails >= _RESIDENT_FAILS_MAX:
             self.wanted = False
