@@ -112,3 +112,31 @@ def test_top_level_help_still_lists_every_verb(cli):
         assert verb in p.stdout
     bad = cli.run("nosuchverb")
     assert bad.returncode == 2 and "invalid choice: 'nosuchverb'" in bad.stderr and "demo" in bad.stderr
+
+
+# --------------------------------------------------------------------------- cli.entry
+
+
+def test_entry_flushes_everything_before_it_leaves_without_teardown(cli):
+    """entry() ends the process with os._exit: what main() printed must all be out, and its
+    exit code kept, for big output, errors and argparse's own exits."""
+    big = cli.run("exec", "--json", "--", sys.executable, "-c", "print('x' * 300000)")
+    assert big.returncode == 0
+    import json
+    assert json.loads(big.stdout)["result"]["stdout"] == "x" * 300000 + "\n"
+    missing = cli.run("status", "nosuch", "--json")
+    assert missing.returncode == 4 and json.loads(missing.stdout)["error"]["type"] == "RunNotFound"
+    text = cli.run("status", "nosuch")
+    assert text.returncode == 4 and "nosuch" in text.stderr
+    bad = cli.run("nosuchverb")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    assert cli.run("--version").stdout.strip() == "runward 0.1.0"
+
+
+def test_entry_is_the_console_script_and_python_m():
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    with open(root / "pyproject.toml", "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["runward"] == "runward.cli:entry"
+    assert "entry()" in (root / "src" / "runward" / "__main__.py").read_text()
