@@ -114,7 +114,7 @@ def test_top_level_help_still_lists_every_verb(cli):
     assert bad.returncode == 2 and "invalid choice: 'nosuchverb'" in bad.stderr and "demo" in bad.stderr
 
 
-# --------------------------------------------------------------------------- cli.entry
+# --------------------------------------------------------------------------- launch.entry
 
 
 def test_entry_flushes_everything_before_it_leaves_without_teardown(cli):
@@ -138,5 +138,5 @@ def test_entry_is_the_console_script_and_python_m():
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
     with open(root / "pyproject.toml", "rb") as f:
-        assert tomllib.load(f)["project"]["scripts"]["runward"] == "runward.cli:entry"
+        assert tomllib.load(f)["project"]["scripts"]["runward"] == "runward.launch:entry"
     assert "entry()" in (root / "src" / "runward" / "__main__.py").read_text()

@@ -290,22 +290,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def entry() -> None:
-    """The console script (and `python -m runward`): main(), then out without the
-    interpreter's teardown, which frees every module's objects one by one: 6-7 ms, a fifth
-    of a warm status. Output is flushed first, and every thread and child the CLI starts is
-    done with by the time main() returns. An exception or a SystemExit (argparse's errors,
-    --help) leaves the ordinary way."""
-    code = main()
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:  # None: started with that descriptor closed
-                stream.flush()
-    except OSError:  # a closed pipe: let the interpreter report it as it always does
-        sys.exit(code)
-    os._exit(code)
-
-
 def _fail(out: Out, args: argparse.Namespace, e) -> int:
     if out.json:
         out.doc({"ok": False, "command": args.cmd, "error": e.to_dict(), "result": e.result})
@@ -316,4 +300,4 @@ def _fail(out: Out, args: argparse.Namespace, e) -> int:
 
 
 if __name__ == "__main__":
-    entry()
+    sys.exit(main())

@@ -95,7 +95,7 @@ def _parsed(p: str, raw: bytes, st: os.stat_result) -> dict:
     with the exact bytes it came from, and used only when the file's bytes are those bytes:
     no timestamp can make it stale."""
     import marshal
-    from .transport import cache_path, read_cache, write_cache
+    from .launch import cache_path, read_cache, write_cache
     cache = cache_path(f"config-{st.st_dev}-{st.st_ino}")
     try:
         kept_raw, kept = marshal.loads(read_cache(cache) or b"")

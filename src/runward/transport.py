@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
+from .launch import cache_path, local_home, read_cache, write_cache
 from .targets import Hop, Target
 
 _AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
@@ -74,55 +75,6 @@ def _load_wire() -> None:
     _SOURCE = (zlib.compress(src, 1), hashlib.sha256(src).hexdigest())
     bb = boot.encode()
     write_cache(cache, b"%s %d %d\n" % (_SOURCE[1].encode(), proto, len(bb)) + bb + _SOURCE[0])
-
-
-# The local cache ($RUNWARD_HOME/cache): what makes a call cheap, all safe to delete.
-
-def cache_path(name: str) -> str:
-    return os.path.join(local_home(), "cache", name)
-
-
-def read_cache(path: str) -> bytes | None:
-    """A cache file's bytes, or None when it is missing or not safely ours: owned by
-    another user or writable by others, its contents could steer what we send or skip."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def write_cache(path: str, data: bytes) -> None:
-    """Replace a cache file whole (temporary file, then rename), mode 0600 in a 0700
-    directory. A home we cannot write is no error: the cache is then recomputed each time."""
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.rename(tmp, path)
-        except OSError:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        pass
-
-
-def local_home() -> str:
-    return os.path.abspath(os.path.expanduser(os.environ.get("RUNWARD_HOME") or "~/.runward"))
 
 
 def ssh_base(connect_timeout: float | None = None) -> list[str]:
@@ -295,15 +247,18 @@ class _Resident:
         """The reply through the forward, or None (then the call goes the ordinary way):
         no forward (the control master is gone: set up again after the call), or a
         connection that ended without a reply (counted as a failure)."""
-        import _socket
-        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        from . import launch
+        s = launch.PRECONNECTED.pop(self.forward, None)  # opened while the CLI started
         try:
+            if s is None:
+                import _socket
+                s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+                try:
+                    s.connect(self.forward)
+                except OSError:
+                    self.stale, self.forward = self.forward, None
+                    return None
             s.settimeout(timeout)
-            try:
-                s.connect(self.forward)
-            except OSError:
-                self.stale, self.forward = self.forward, None
-                return None
             buf, reply, events = b"", None, False
             try:
                 s.sendall(data)
@@ -330,8 +285,10 @@ class _Resident:
                                     "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
                 self._record("!")
                 self.fails += 1
-            elif self.fails:
-                self._record(os.path.basename(self.forward)[2:])  # it works again
+            else:
+                launch.USED.append(self.forward)
+                if self.fails:
+                    self._record(os.path.basename(self.forward)[2:])  # it works again
             return reply
         finally:
             s.close()
