@@ -371,6 +371,31 @@ def test_status_all_in_parallel_one_unreachable_never_hides_the_others(rcli):
     assert "== down" in p.stdout and "unreachable" in p.stdout
 
 
+def test_status_of_one_run_on_all_targets_says_where_it_is(rcli):
+    """`status NAME --all`: a target without NAME answers "not here" (no failure, unless no
+    target has it: 4, as on one target); a target that cannot be reached still fails (3)."""
+    name = "where" + uuid.uuid4().hex[:6]
+    rc, doc = rcli.json("start", name, "--on", "n2", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    try:
+        rc, doc = rcli.json("status", name, "--all")
+        by = {t["target"].split(" ")[0]: t for t in doc["targets"]}
+        assert rc == 0 and doc["ok"], doc
+        assert by["n2"]["ok"] and by["n2"]["result"]["runs"][0]["state"] == "running"
+        assert not by["n1"]["ok"] and by["n1"]["error"]["type"] == "RunNotFound"
+        p = rcli.run("status", name, "--all")
+        assert p.returncode == 0 and "== n1 (ssh://rw1)\n  not here: " in p.stdout and "unreachable" not in p.stdout
+        rc, doc = rcli.json("status", "nosuch" + name, "--all")
+        assert rc == 4 and not doc["ok"]
+        work = rcli.cwd
+        (work / "runward.toml").write_text((work / "runward.toml").read_text() + '\n[targets.down]\non = "ssh://rw-down"\n')
+        p = rcli.run("status", name, "--all")
+        assert p.returncode == 3 and "== down (ssh://rw-down)\n  unreachable: " in p.stdout
+    finally:
+        rc, doc = rcli.json("stop", name, "--on", "n2")
+        assert rc == 0, doc
+
+
 def test_no_process_carries_the_request_in_its_command_line(rcli):
     """The run name travels on stdin: neither the ssh client, nor the remote shell, nor the
     agent has it in argv (a `pkill -f NAME` on the host could never hit them)."""

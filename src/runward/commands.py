@@ -128,19 +128,20 @@ def cmd_restart(args, out) -> int:
     return _emit(out, "restart", target, res, text)
 
 
-def _on_all(cfg, out, command: str, op, render, *, failed: str, exit_code) -> int:
+def _on_all(cfg, out, command: str, op, render, *, failed, exit_code) -> int:
     """`COMMAND --all`: op on every named target of runward.toml at once, one section each;
-    exit 0 when every target answered, else exit_code(the failed results)."""
+    a target's failure is labelled failed(error); the exit code is exit_code(the failed
+    results, all results)."""
     targets = cfg.named_targets()
     if not targets:
         raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
     results = ops.fan_out(targets, op)
     text = "\n".join(
-        f"== {r['target']}\n" + (render(r) if r["ok"] else f"  {failed}: {r['error']['message']}" + (
+        f"== {r['target']}\n" + (render(r) if r["ok"] else f"  {failed(r['error'])}: {r['error']['message']}" + (
             f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
         for r in results)
     failures = [r for r in results if not r["ok"]]
-    code = exit_code(failures) if failures else EXIT_OK
+    code = exit_code(failures, results) if failures else EXIT_OK
     out.doc({"ok": code == EXIT_OK, "command": command, "targets": results})
     out.say(text)
     return code
@@ -151,8 +152,8 @@ def cmd_status(args, out) -> int:
     if args.all:
         names = [args.name] if args.name else None
         return _on_all(cfg, out, "status", lambda t: ops.status(t, names),
-                       lambda r: render_status(r["result"], r["target"]), failed="unreachable",
-                       exit_code=lambda failures: 3)
+                       lambda r: render_status(r["result"], r["target"]), failed=_status_failed,
+                       exit_code=_status_all_code)
     target = _target(args, cfg, args.name)
     res = ops.status(target, [args.name] if args.name else None)
     run = cfg.runs.get(args.name) if args.name else None
@@ -162,6 +163,21 @@ def cmd_status(args, out) -> int:
         if d:
             res["runs"][0]["local_drift"] = d
     return _emit(out, "status", target, res, render_status(res, str(target)))
+
+
+def _status_failed(error: dict) -> str:
+    if error["type"] == "RunNotFound":
+        return "not here"
+    return "unreachable" if error.get("exit_code") == 3 else "error"
+
+
+def _status_all_code(failures: list[dict], results: list[dict]) -> int:
+    """`status NAME --all` asks where NAME is: a target without it is an answer, not a
+    failure, unless no target has it (4, as on one target). Any other failure decides."""
+    others = [r["error"].get("exit_code", 1) for r in failures if r["error"]["type"] != "RunNotFound"]
+    if others:
+        return max(others)
+    return 4 if len(failures) == len(results) else EXIT_OK
 
 
 def _cfg_dir(cfg) -> str | None:
@@ -230,8 +246,8 @@ def cmd_gpus(args, out) -> int:
     cfg = _cfg(args)
     if args.all:
         return _on_all(cfg, out, "gpus", lambda t: ops.gpus(t, mapping=args.map),
-                       lambda r: render_gpus(r["result"]), failed="error",
-                       exit_code=lambda failures: max(r["error"].get("exit_code", 1) for r in failures))
+                       lambda r: render_gpus(r["result"]), failed=lambda error: "error",
+                       exit_code=lambda failures, _: max(r["error"].get("exit_code", 1) for r in failures))
     target = _target(args, cfg)
     res = ops.gpus(target, mapping=args.map)
     return _emit(out, "gpus", target, res, render_gpus(res))
