@@ -45,6 +45,7 @@ import pytest
 import math
 import os
 import re
+import time
 import signal
 import subprocess
 import sys
@@ -204,3 +205,40 @@ def test_the_bootstrap_says_when_it_could_not_cache_the_agent(tmp_path):
                        input=b"0 %s\n" % sha.encode() + req, timeout=60)
     reply = _json_mod.loads(p.stdout)
     assert p.returncode == 3 and reply["error"]["type"] == "AgentMissing" and reply["v"] == agent.PROTOCOL
+
+
+def test_a_version_compiled_here_prunes_other_versions_older_than_a_week(tmp_path):
+    """The far side's code cache: one file per agent version (and each version's resident
+    leaves a lock and a log). A fresh compile removes the other versions' week-old files,
+    and only those; a cache hit removes nothing."""
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    packed, sha = transport.agent_source()
+    week = time.time() - agent.CACHE_KEEP_S - 3600
+    old = [cache / "agent-0123456789abcdef0123456789abcdef.cpython-311", cache / "resident-0123456789abcdef.log",
+           cache / "agent-fedcba9876543210fedcba9876543210.cpython-311.4242"]
+    recent = cache / "agent-00000000000000000000000000000000.cpython-311"
+    other = cache / "far-agents"  # not the agent's: never touched
+    for f in old + [recent, other]:
+        f.write_bytes(b"x")
+    for f in old + [other]:
+        os.utime(f, (week, week))
+    req = _json_mod.dumps({"v": agent.PROTOCOL, "op": "ping"}).encode() + b"\n"
+
+    def run():
+        p = subprocess.run([sys.executable, "-S", "-c", agent.BOOTSTRAP], env=env, capture_output=True,
+                           input=b"%d %s\n" % (len(packed), sha.encode()) + packed + req, timeout=60)
+        assert _json_mod.loads(p.stdout)["ok"], p
+    # compiled here now: the week-old files of other versions go, nothing else
+    run()
+    mine = next(cache.glob(f"agent-{sha[:32]}.*"))
+    assert not any(f.exists() for f in old)
+    assert recent.exists() and other.exists()
+    # a cache hit that still got the source (the CLI did not know): nothing goes
+    os.utime(mine, (week, week))
+    for f in old:
+        f.write_bytes(b"x")
+        os.utime(f, (week, week))
+    run()
+    assert all(f.exists() for f in old) and mine.exists()

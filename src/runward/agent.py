@@ -3884,6 +3884,34 @@ def serve(stdin, stdout):
         return 1
 
 
+CACHE_KEEP_S = 7 * 86400
+
+
+def prune_cache():
+    """The code cache keeps one compiled agent per version (~250 KB), and each version's
+    resident leaves a lock and a log: when this version has just been compiled here (its
+    cache file is under a minute old; a cache hit never gets here with a fresh file), the
+    other versions' files older than a week go. Called after the reply; rare by nature."""
+    sha = globals().get("AGENT_SHA")
+    if not sha or not globals().get("AGENT_SOURCE") or globals().get("AGENT_CACHED") != 1:
+        return
+    d = os.path.join(os.environ.get("RUNWARD_HOME") or os.path.expanduser("~/.runward"), "cache")
+    own = ("agent-%s." % sha[:32], "resident-%s." % sha[:16])
+    try:
+        names = os.listdir(d)
+        mine = [n for n in names if n.startswith(own[0])]
+        now = time.time()
+        if not mine or now - os.stat(os.path.join(d, mine[0])).st_mtime > 60:
+            return
+        for n in names:
+            if n.startswith(("agent-", "resident-")) and not n.startswith(own):
+                p = os.path.join(d, n)
+                if now - os.lstat(p).st_mtime > CACHE_KEEP_S:
+                    os.unlink(p)
+    except OSError:
+        pass
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == SHIM_ARG:
         params = json_loads(sys.stdin.buffer.readline().decode())
@@ -3891,7 +3919,9 @@ def main():
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == RESIDENT_ARG:
         return resident_main(json_loads(sys.stdin.buffer.readline().decode()))
-    return serve(sys.stdin.buffer, sys.stdout.buffer)
+    rc = serve(sys.stdin.buffer, sys.stdout.buffer)
+    prune_cache()
+    return rc
 
 
 if __name__ == "__main__":
