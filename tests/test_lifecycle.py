@@ -318,6 +318,30 @@ def test_restart_keeps_logs_of_every_attempt(cli):
     assert text.index("attempt 1 started") < text.index("attempt 2 started")
 
 
+def test_restart_carries_every_start_setting(cli, tmp_path, monkeypatch):
+    """What start was given, restart gives again: the ready timeout, the GPU wait and the
+    extra files hashed for drift too (they were dropped from the stored spec)."""
+    from runward import operations as ops
+    from runward.targets import parse_target
+    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+    extra = tmp_path / "conf.yaml"
+    extra.write_text("lr: 3e-4\n")
+    local = parse_target("local")
+    ops.start(local, "carry", argv=["sleep", "300"], settle=0.2, hash_files=[str(extra)],
+              wait_gpus_free={"timeout": 5.0, "max_used_mib": 512.0}, ready_timeout=42.0)
+    try:
+        before = ops.spec(local, "carry")["spec"]
+        ops.restart(local, "carry", overrides={"settle": 0.2, "reuse_env": True})
+        after = ops.spec(local, "carry")
+        assert after["attempt"] == 2
+        for spec in (before, after["spec"]):
+            assert spec["hash_files"] == [str(extra)] and spec["ready_timeout"] == 42.0
+            assert spec["wait_gpus_free"] == {"timeout": 5.0, "max_used_mib": 512.0}
+        assert cli.status("carry")["state"] == "running"
+    finally:
+        ops.stop(local, "carry", grace=5)
+
+
 def test_restart_does_not_start_when_stop_cannot_be_verified(cli, tmp_path):
     rc, _ = cli.json("start", "nv", "--settle", "0.2", "--", "sleep", "300")
     assert rc == 0

@@ -1136,7 +1136,8 @@ def op_start(req, home):
         }
         write_json(store.attempt_path(n), att)
         run.update({"attempt": n, "spec": {k: req.get(k) for k in (
-            "argv", "sh", "cwd", "env", "log", "settle", "ready", "gpus", "stop_signal", "grace", "files")}})
+            "argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus", "wait_gpus_free",
+            "stop_signal", "grace", "files", "hash_files")}})
         write_json(os.path.join(store.dir, "run.json"), run)
         header = "=== runward: %s attempt %d started %s: %s ===\n" % (
             store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"), sh if sh is not None else " ".join(argv))
