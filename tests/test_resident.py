@@ -243,6 +243,26 @@ def test_a_forward_that_never_answers_is_given_up(far):
         srv.close()
 
 
+def test_a_host_that_refuses_unix_socket_forwarding_is_given_up(far):
+    """rw-nofwd: rw1's sshd on a port with AllowStreamLocalForwarding no. Every call still
+    answers; the forward is tried twice, then never again for this agent version."""
+    testbed.require("nofwd")
+    target = parse_target("ssh://rw-nofwd", home=far.home, python="/usr/bin/python3")
+    entry = f"{transport.agent_source()[1]} {transport._far_key(target)}"
+    routes, records = [], []
+    for _ in range(5):
+        res = transport.call(target, {"op": "status"})
+        assert res["runs"] == []
+        wait_for(far.listening, what="the resident's socket")  # it runs: sshd will not reach it
+        routes.append(transport.LAST_ROUTE)
+        records.append([ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + entry + "\t")])
+    assert routes == ["exec"] * 5
+    assert records[0] and records[0][0].isalnum()     # the forward, set up after the first call
+    assert records[1][1:] == ["!"] and records[2][1:] == ["!", "!"]
+    assert records[4] == records[2]                    # no third try
+    assert transport._Resident(target, {"op": "status"}, None, entry, transport._far_lines()).wanted is False
+
+
 def test_it_refuses_another_agent_version(far):
     far.call({"op": "status"})
     sock = wait_for(far.listening, what="its socket")

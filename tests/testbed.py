@@ -32,6 +32,7 @@ FEATURES = {
     "timeout": "timeout_host",
     "badkey": "badkey_host",
     "badhostkey": "badhostkey_host",
+    "nofwd": "nofwd_host",
 }
 
 
@@ -67,7 +68,7 @@ def require(feature: str = "ssh") -> dict:
     """Return the testbed, or pytest.skip with a clear reason when `feature` is unavailable.
 
     Features: ssh, slow, podman, podman_stopped, podman_nopy, docker, lxc, lxc_stopped, pct,
-    unreachable, timeout, badkey, badhostkey.
+    unreachable, timeout, badkey, badhostkey, nofwd.
     """
     import pytest
 
