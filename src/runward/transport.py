@@ -159,12 +159,15 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     The agent's ~40 KB travel only while the far side may lack them: once a target has run
     this agent (and cached it), calls send its sha256 alone. On a link whose TCP window has
     gone cold that saves one or two round trips. If the far side lost its cache, its one
-    reply is AgentMissing, nothing has run, and the call is made again with the source."""
+    reply is AgentMissing, nothing has run, and the call is made again with the source.
+
+    A read-only call to an ssh host goes first to the host's resident agent, if there is a
+    way to it (_Resident); where that gives no reply it is made the ordinary way."""
+    global LAST_ROUTE
     req = dict(request)
     req.setdefault("v", wire_constants()[0])
     if target.home and "home" not in req:
         req["home"] = target.home
-    global LAST_ROUTE
     argv = agent_argv(target)
     src, sha = agent_source()
     known = _far_lines()
