@@ -3629,19 +3629,21 @@ def resident_ensure(req, home):
     except (TypeError, ValueError):
         idle = 600.0
     import subprocess
-    log = os.open(path[:-len(".sock")] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    log = None
     try:
+        log = os.open(path[:-len(".sock")] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         p = subprocess.Popen([sys.executable, "-S", "-c", BOOTSTRAP, RESIDENT_ARG],
                              stdin=subprocess.PIPE, stdout=log, stderr=log, close_fds=True,
                              start_new_session=True)
-    except OSError:
+        p.returncode = 0  # never waited for: it outlives us
+        # from the code cache (AGENT_CACHED): the header carries the hash alone
+        p.stdin.write(b"0 %s\n" % AGENT_SHA_HEX().encode() + json_dumps({"path": path, "idle": idle}).encode() + b"\n")
+        p.stdin.close()
+    except OSError:  # no resident this time: the call itself is unaffected
         return None
     finally:
-        os.close(log)
-    # from the code cache (AGENT_CACHED): the header carries the hash alone
-    p.stdin.write(b"0 %s\n" % AGENT_SHA_HEX().encode() + json_dumps({"path": path, "idle": idle}).encode() + b"\n")
-    p.stdin.close()
-    p.returncode = 0  # never waited for: it outlives us
+        if log is not None:
+            os.close(log)
     return {"path": path, "alive": False}
 
 
