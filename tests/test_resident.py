@@ -375,3 +375,32 @@ def test_the_hot_key_is_one_line():
     from runward import launch
     key = launch._hot_key(["status", "a\tb", "c\nd", "é"])
     assert "\t" not in key and "\n" not in key and "é" in key
+
+
+def test_doctor_shows_the_resident_and_the_way_to_it(far, monkeypatch):
+    testbed.require("nofwd")
+    testbed.require("podman")
+    from runward import operations as ops
+    from runward.render import render_doctor
+
+    def resident(target):
+        res = ops.doctor(target)
+        assert res["ok"], res
+        return res["hops"][-1]["checks"].get("resident"), render_doctor(res)
+    r, _ = resident(far.target)  # doctor looks, and starts nothing
+    assert r["alive"] is False and r["route"] == "not yet"
+    assert far.resident() is None
+    far.call({"op": "status"})
+    wait_for(far.listening, what="the resident's socket")
+    r, text = resident(far.target)
+    assert r["alive"] is True and r["route"] == "forward" and r["path"].startswith(far.home + "/cache/")
+    assert "resident agent: running, reached through the ssh control master's forward" in text
+    nofwd = parse_target("ssh://rw-nofwd", home=far.home, python="/usr/bin/python3")
+    for _ in range(3):
+        transport.call(nofwd, {"op": "status"})
+    r, text = resident(nofwd)
+    assert r["route"] == "given up" and "AllowStreamLocalForwarding" in text
+    monkeypatch.setenv("RUNWARD_RESIDENT", "0")
+    assert resident(far.target)[0]["route"] == "off"
+    chain = ops.doctor(parse_target("ssh://rw1/podman:" + far.tb["podman"], home=far.home))
+    assert chain["ok"] and not any("resident" in h["checks"] for h in chain["hops"])

@@ -1530,6 +1530,7 @@ def op_doctor(req, home):
             except OSError:
                 pass
     checks["in_container"] = in_container()
+    checks["resident"] = resident_state(home)
     return checks
 
 
@@ -3617,13 +3618,8 @@ def resident_ensure(req, home):
         fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except (OSError, AgentFailure):
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return {"path": path, "alive": True}  # it holds the lock for as long as it lives
-    finally:
-        os.close(fd)  # releases ours: the resident takes it itself
+    if resident_lock_held(fd):
+        return {"path": path, "alive": True}
     try:
         idle = min(max(float(req["resident"].get("idle", 600)), 1.0), 86400.0)
     except (TypeError, ValueError):
@@ -3645,6 +3641,28 @@ def resident_ensure(req, home):
         if log is not None:
             os.close(log)
     return {"path": path, "alive": False}
+
+
+def resident_lock_held(fd):
+    """Whether a resident holds the lock open on fd (it does for as long as it lives).
+    Closes fd, releasing our own try: the resident takes the lock itself."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def resident_state(home):
+    """For doctor: the resident of this agent version and home, looked at, not started."""
+    path = resident_path(home)
+    try:
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return {"path": path, "alive": False}
+    return {"path": path, "alive": resident_lock_held(fd)}
 
 
 def resident_main(params):

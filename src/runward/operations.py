@@ -174,6 +174,11 @@ def doctor(target: Target) -> dict:
             res["clock_skew_s"] = round(res["time"] - (t0 + t1) / 2, 3)
             res["clock_skew_uncertainty_s"] = round((t1 - t0) / 2, 3)  # the far side read its clock somewhere in the round trip
             res["round_trip_s"] = round(t1 - t0, 3)
+            route = transport.resident_route(t) if t == target else None
+            if route is not None and isinstance(res.get("resident"), dict):
+                res["resident"]["route"] = route
+            else:
+                res.pop("resident", None)  # only an ssh host's read-only calls have one
             hops.append({"hop": str(t.hops[-1]) if t.hops else "local", "target": str(t), "reached": True, "checks": res})
         except RunwardError as e:
             ok = False

@@ -177,7 +177,23 @@ def render_doctor(res: dict) -> str:
                      f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s (±{c['clock_skew_uncertainty_s']:.3f}s)"
                      f", boot {c['boot_id'][:8]}"
                      f"{', in a container' if c.get('in_container') else ''}")
+        if c.get("resident"):
+            lines.append(f"  {'':<24} resident agent: {_resident_text(c['resident'])}")
     return "\n".join(lines)
+
+
+def _resident_text(r: dict) -> str:
+    route = r.get("route")
+    if route == "off":
+        return "not used (RUNWARD_RESIDENT=0)"
+    if route == "given up":
+        return ("NOT used: two tries in a row got no reply (does sshd refuse unix-socket forwarding? "
+                "AllowStreamLocalForwarding)")
+    if not r.get("alive"):
+        return "not running: the next read-only call starts it"
+    if route == "forward":
+        return "running, reached through the ssh control master's forward"
+    return "running; the next read-only call sets up the control master's forward to it"
 
 
 def render_procs(procs: list[dict]) -> str:

@@ -208,6 +208,19 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     raise diagnose(target, raw)
 
 
+def resident_route(target: Target) -> str | None:
+    """How this CLI reaches the target's resident agent (for doctor): "forward" (a forward
+    of the control master is recorded), "not yet" (the next read-only call starts or finds
+    it), "given up" (two failed tries in a row with this agent version), "off"
+    (RUNWARD_RESIDENT=0); None where there is none (not a single ssh hop)."""
+    if len(target.hops) != 1 or target.hops[0].kind != "ssh":
+        return None
+    if os.environ.get("RUNWARD_RESIDENT", "1") == "0":
+        return "off"
+    r = _Resident(target, {"op": "status"}, None, f"{agent_source()[1]} {_far_key(target)}", _far_lines())
+    return "forward" if r.forward else "given up" if not r.wanted else "not yet"
+
+
 class _Resident:
     """The way to the far side's resident agent, for one call.
 
