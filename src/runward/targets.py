@@ -60,12 +60,15 @@ class Hop:
         if self.kind == "lxc":
             return ["lxc-attach", "-n", self.name, "--", *argv]
         if self.kind == "ssh":
-            base = list(ssh_base or ["ssh"])
-            if self.port:
-                base += ["-p", str(self.port)]
-            dest = f"{self.user}@{self.name}" if self.user else self.name
-            return [*base, "--", dest, quote_argv(argv)]
+            return self.ssh_argv(ssh_base or ["ssh"], [], quote_argv(argv))
         raise AssertionError(self.kind)
+
+    def ssh_argv(self, base: list[str], options: list[str], remote: str | None = None) -> list[str]:
+        """ssh to this hop: base, its port, options, the destination, and the remote command
+        line (none for a request to the control master, `-O ...`)."""
+        port = ["-p", str(self.port)] if self.port else []
+        dest = f"{self.user}@{self.name}" if self.user else self.name
+        return [*base, *port, *options, "--", dest, *([remote] if remote is not None else [])]
 
 
 def quote_argv(argv: list[str]) -> str:

@@ -168,7 +168,6 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     req.setdefault("v", wire_constants()[0])
     if target.home and "home" not in req:
         req["home"] = target.home
-    argv = agent_argv(target)
     src, sha = agent_source()
     known = _far_lines()
     entry = f"{sha} {_far_key(target)}"
@@ -183,6 +182,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     if resident.wanted:
         req["resident"] = {"idle": resident.idle}
     LAST_ROUTE = "exec"
+    argv = agent_argv(target)
     body = json.dumps(req).encode() + b"\n"
     # a payload is a stream that cannot be sent twice: it never risks the retry
     send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
@@ -191,8 +191,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
         t0 = time.monotonic()
         rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout)
-        if (not send_src and reply is not None and not reply.get("ok")
-                and (reply.get("error") or {}).get("type") == "AgentMissing"):
+        if not send_src and _agent_missing(reply):
             send_src = True
             continue
         break
@@ -208,14 +207,24 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     raise diagnose(target, raw)
 
 
+def _single_ssh(target: Target) -> bool:
+    """A target whose resident is reachable: an ssh host itself (in a container behind it,
+    the resident's socket would be out of sshd's reach)."""
+    return len(target.hops) == 1 and target.hops[0].kind == "ssh"
+
+
+def _resident_on() -> bool:
+    return os.environ.get("RUNWARD_RESIDENT", "1") != "0"
+
+
 def resident_route(target: Target) -> str | None:
     """How this CLI reaches the target's resident agent (for doctor): "forward" (a forward
     of the control master is recorded), "not yet" (the next read-only call starts or finds
     it), "given up" (two failed tries in a row with this agent version), "off"
     (RUNWARD_RESIDENT=0); None where there is none (not a single ssh hop)."""
-    if len(target.hops) != 1 or target.hops[0].kind != "ssh":
+    if not _single_ssh(target):
         return None
-    if os.environ.get("RUNWARD_RESIDENT", "1") == "0":
+    if not _resident_on():
         return "off"
     r = _Resident(target, {"op": "status"}, None, f"{agent_source()[1]} {_far_key(target)}", _far_lines())
     return "forward" if r.forward else "given up" if not r.wanted else "not yet"
@@ -240,8 +249,7 @@ class _Resident:
         self.stale: str | None = None
         self.fails = 0
         self.wanted = (payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
-                       and len(target.hops) == 1 and target.hops[0].kind == "ssh"
-                       and os.environ.get("RUNWARD_RESIDENT", "1") != "0")
+                       and _single_ssh(target) and _resident_on())
         if not self.wanted:
             return
         self.idle = float(os.environ.get("RUNWARD_RESIDENT_IDLE") or 600)
@@ -275,28 +283,19 @@ class _Resident:
                     self.stale, self.forward = self.forward, None
                     return None
             s.settimeout(timeout)
-            buf, reply, events = b"", None, False
+            got, buf = _Replies(on_event), b""
             try:
                 s.sendall(data)
                 while chunk := s.recv(1 << 16):
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
+                    *lines, buf = (buf + chunk).split(b"\n")
                     for line in lines:
-                        msg = _parse_line(line)
-                        if msg is None:
-                            continue
-                        if "event" in msg:
-                            events = True
-                            if on_event is not None:
-                                on_event(msg["event"])
-                        elif "ok" in msg:
-                            reply = msg
+                        got.take(line)
             except OSError:
                 pass
-            if reply is not None and not reply.get("ok") and (reply.get("error") or {}).get("type") == "AgentMissing":
-                reply = None  # a resident of another agent version there: not ours to use
+            # AgentMissing: a resident of another agent version there, not ours to use
+            reply = None if _agent_missing(got.reply) else got.reply
             if reply is None:
-                if events:  # what it said cannot be taken back by asking again
+                if got.events:  # what it said cannot be taken back by asking again
                     raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
                                     "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
                 self._record("!")
@@ -319,21 +318,12 @@ class _Resident:
             return
         name = os.urandom(6).hex()
         local = os.path.join(control_dir(), "r-" + name)
-        hop = self.target.hops[0]
-        argv = ssh_base()
-        if hop.port:
-            argv += ["-p", str(hop.port)]
-        argv += ["-O", "forward", "-L", f"{local}:{remote}", "--",
-                 f"{hop.user}@{hop.name}" if hop.user else hop.name]
+        argv = self.target.hops[0].ssh_argv(ssh_base(), ["-O", "forward", "-L", f"{local}:{remote}"])
         try:
-            proc = Spawned(argv)
-        except OSError:
+            rc = _exchange(argv, b"", None, None, None)[0]
+        except (RunwardError, OSError):
             return
-        proc.stdin.close()
-        proc.stdout.read()
-        ok = proc.wait() == 0
-        proc.stderr_bytes()
-        if ok:
+        if rc == 0:
             self._record(name)
             if self.stale:  # a forward of a master that has exited: its socket file stays
                 try:
@@ -399,18 +389,10 @@ def _exchange(argv, head, payload, on_event, timeout):
         import threading
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
-    reply, garbage = None, []
+    got = _Replies(on_event)
     try:
         for line in proc.stdout:
-            msg = _parse_line(line)
-            if msg is None:
-                if len(garbage) < 20:
-                    garbage.append(line)
-                continue
-            if "event" in msg and on_event is not None:
-                on_event(msg["event"])
-            elif "ok" in msg:
-                reply = msg
+            got.take(line)
     except KeyboardInterrupt:
         proc.kill()
         raise
@@ -421,7 +403,36 @@ def _exchange(argv, head, payload, on_event, timeout):
         stderr = proc.stderr_bytes()
     if writer is not None:
         writer.join(timeout=5)
-    return rc, garbage, reply, stderr.decode("utf-8", "replace")
+    return rc, got.garbage, got.reply, stderr.decode("utf-8", "replace")
+
+
+class _Replies:
+    """What an agent writes, line by line: its events handed on as they come, its one reply
+    kept, and the first lines that are not its JSON (the diagnosis shows them)."""
+
+    def __init__(self, on_event: Callable[[dict], None] | None):
+        self.on_event = on_event
+        self.reply: dict | None = None
+        self.garbage: list[bytes] = []
+        self.events = False
+
+    def take(self, line: bytes) -> None:
+        msg = _parse_line(line)
+        if msg is None:
+            if len(self.garbage) < 20:
+                self.garbage.append(line)
+        elif "event" in msg:
+            self.events = True
+            if self.on_event is not None:
+                self.on_event(msg["event"])
+        else:
+            self.reply = msg
+
+
+def _agent_missing(reply: dict | None) -> bool:
+    """The far side does not have this agent version (it ran nothing)."""
+    return (reply is not None and not reply.get("ok")
+            and (reply.get("error") or {}).get("type") == "AgentMissing")
 
 
 class Spawned:
