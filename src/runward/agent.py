@@ -3916,7 +3916,7 @@ def prune_cache():
     sha = globals().get("AGENT_SHA")
     if not sha or not globals().get("AGENT_SOURCE") or globals().get("AGENT_CACHED") != 1:
         return
-    d = os.path.join(os.environ.get("RUNWARD_HOME") or os.path.expanduser("~/.runward"), "cache")
+    d = os.path.join(Home().path, "cache")  # the bootstrap's: by RUNWARD_HOME, not the request
     own = ("agent-%s." % sha[:32], "resident-%s." % sha[:16])
     try:
         names = os.listdir(d)
