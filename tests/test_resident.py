@@ -88,6 +88,11 @@ def far(tmp_path, monkeypatch):
     subprocess.run(["rm", "-rf", remote_home])
 
 
+def _records(entry: str) -> list[str]:
+    """The states cache/far-agents records for a far side's resident, oldest first."""
+    return [ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + entry + "\t")]
+
+
 def _lock_holder(cache: Path) -> int | None:
     locks = {str(p) for p in cache.glob("resident-*.sock.lock")}
     if not locks:
@@ -117,9 +122,9 @@ def test_first_call_starts_it_and_the_next_calls_go_through_it(far):
     assert stat.S_ISSOCK(sock.stat().st_mode) and not sock.stat().st_mode & 0o077
     assert not (Path(far.home) / "cache").stat().st_mode & 0o077
     # the control master forwards a socket in runward's own 0700 directory to it
-    rec = [ln for ln in transport._far_lines() if ln.startswith("@" + far.entry() + "\t")]
+    rec = _records(far.entry())
     assert len(rec) == 1
-    local = Path(transport.control_dir()) / ("r-" + rec[0].split("\t")[1])
+    local = Path(transport.control_dir()) / ("r-" + rec[0])
     assert stat.S_ISSOCK(local.stat().st_mode)
     got = far.call({"op": "ping"})
     assert transport.LAST_ROUTE == "resident"
@@ -188,12 +193,12 @@ def test_a_killed_resident_is_replaced_and_no_call_fails(far):
 def test_a_new_control_master_gets_a_new_forward(far):
     far.call({"op": "status"})
     wait_for(far.listening, what="the resident's socket")
-    old = [ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + far.entry() + "\t")][-1]
+    old = _records(far.entry())[-1]
     subprocess.run(transport.ssh_base() + ["-O", "exit", "rw1"], capture_output=True, check=True)
     wait_for(lambda: _refused(Path(transport.control_dir()) / ("r-" + old)), what="the master to go")
     far.call({"op": "status"})
     assert transport.LAST_ROUTE == "exec"
-    new = [ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + far.entry() + "\t")][-1]
+    new = _records(far.entry())[-1]
     assert new != old and not (Path(transport.control_dir()) / ("r-" + old)).exists()
     far.call({"op": "status"})
     assert transport.LAST_ROUTE == "resident"
@@ -255,7 +260,7 @@ def test_a_host_that_refuses_unix_socket_forwarding_is_given_up(far):
         assert res["runs"] == []
         wait_for(far.listening, what="the resident's socket")  # it runs: sshd will not reach it
         routes.append(transport.LAST_ROUTE)
-        records.append([ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + entry + "\t")])
+        records.append(_records(entry))
     assert routes == ["exec"] * 5
     assert records[0] and records[0][0].isalnum()     # the forward, set up after the first call
     assert records[1][1:] == ["!"] and records[2][1:] == ["!", "!"]
@@ -310,8 +315,7 @@ def test_a_connection_opened_early_is_used_only_for_its_own_socket(far):
     wait_for(far.listening, what="the resident's socket")
     far.call({"op": "status"})
     assert transport.LAST_ROUTE == "resident"
-    fw = transport.control_dir() + "/r-" + [ln.split("\t")[1] for ln in transport._far_lines()
-                                            if ln.startswith("@" + far.entry() + "\t")][-1]
+    fw = transport.control_dir() + "/r-" + _records(far.entry())[-1]
     early = socket.socket(socket.AF_UNIX)
     early.connect(fw)
     other = socket.socket(socket.AF_UNIX)
