@@ -315,8 +315,8 @@ def matches_by_grep(pattern: str, flavour: str) -> list[bool] | None:
 
 
 def matches_by_lint(pattern: str, mode: str, subjects=REGEX_TEXTS) -> list[bool] | None:
-    from runward.lint import _compile_posix  # the translation under test
-    regex = _compile_posix(pattern, mode)
+    from runward.lint.regex import compile_posix  # the translation under test
+    regex = compile_posix(pattern, mode)
     return None if regex is None else [bool(regex.search(t)) for t in subjects]
 
 
