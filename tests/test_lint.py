@@ -8,6 +8,7 @@ match: `bash -c 'pkill -9 -f TOKEN; echo survived'` really kills its own shell.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import secrets
@@ -289,6 +290,25 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=src), check=True).stdout.split()
     assert not {"subprocess", "json", "shlex", "hypothesis", "asyncio"} & set(out), out
+
+
+def test_lint_package_stays_readable():
+    """Issue 12: no module of runward/lint over 600 lines, no function over 60."""
+    root = Path(__file__).resolve().parent.parent / "src" / "runward" / "lint"
+    modules = sorted(root.rglob("*.py"))
+    assert len(modules) > 1, modules
+    too_long = []
+    for path in modules:
+        text = path.read_text()
+        where = path.relative_to(root)
+        if len(text.splitlines()) > 600:
+            too_long.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{where}:{node.lineno} {node.name}: {length} lines")
+    assert not too_long, too_long
 
 
 # ---------------------------------------------------------------- regex semantics

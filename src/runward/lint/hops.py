@@ -14,6 +14,18 @@ from .lexer import Source, Word
 from .parse import Command, Pipeline, argv_of, basename, getopt, getopt_permuted, join_words
 from .processes import LOOPBACK, SHELLS, Ctx, Proc
 
+# Options that take an argument, so that the word after them is not the host or command.
+SSH_WITH_ARG = {"-" + c for c in "BbcDEeFIiJLlmOoPpQRSWw"}
+DOCKER_EXEC_WITH_ARG = {"-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir",
+                        "--detach-keys", "--preserve-fds"}
+LXC_ATTACH_WITH_ARG = {"-n", "--name", "-a", "--arch", "-s", "--namespaces", "-u", "--uid",
+                       "-g", "--gid", "-f", "--rcfile", "-P", "--lxcpath", "-o", "--logfile",
+                       "-l", "--logpriority", "-v", "--set-var", "--keep-var"}
+KUBECTL_WITH_ARG = {"-n", "--namespace", "-c", "--container", "--context", "--kubeconfig",
+                    "--cluster", "--user", "-f", "--filename", "--pod-running-timeout", "-s",
+                    "--server"}
+SHELL_WITH_ARG = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
+
 
 @dataclass(frozen=True)
 class Inner:
@@ -135,20 +147,6 @@ def watch(words: list[Word], ctx: Ctx) -> Inner | None:
                  family="sh")
     inner = ctx.push(watch_proc, shell, level=ctx.level + 1, runner=len(ctx.enclosing) + 1)
     return Inner(inner, joined)
-
-
-SSH_WITH_ARG = {"-" + c for c in "BbcDEeFIiJLlmOoPpQRSWw"}
-
-
-DOCKER_EXEC_WITH_ARG = {"-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir",
-                        "--detach-keys", "--preserve-fds"}
-LXC_ATTACH_WITH_ARG = {"-n", "--name", "-a", "--arch", "-s", "--namespaces", "-u", "--uid",
-                       "-g", "--gid", "-f", "--rcfile", "-P", "--lxcpath", "-o", "--logfile",
-                       "-l", "--logpriority", "-v", "--set-var", "--keep-var"}
-KUBECTL_WITH_ARG = {"-n", "--namespace", "-c", "--container", "--context", "--kubeconfig",
-                    "--cluster", "--user", "-f", "--filename", "--pod-running-timeout", "-s",
-                    "--server"}
-SHELL_WITH_ARG = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
 
 
 def container_hop(words: list[Word]) -> tuple[str, str, str, list[Word]] | None:

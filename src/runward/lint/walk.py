@@ -25,8 +25,6 @@ class Linter:
     def _relint(self, command: str) -> list[Finding]:
         return Linter(command, self.scan.assume_shell, suggest=False).run()
 
-    # ---- driving
-
     def run(self) -> list[Finding]:
         command = self.scan.command
         top = Source(command, tuple(range(len(command))))

@@ -15,8 +15,7 @@ from dataclasses import replace
 from ..lexer import ParseError, Source, Word
 from ..parse import Command, Pipeline, Script, argv_of, basename, parse, unwrap
 from ..processes import HARMLESS_SIGNALS, SIGNAL_NAMES, Ctx, Proc, harmed, kill_signal, sees
-from ..queries import (Query, lister_at, kill_consumer, killall_query, loop_kill,
-                       pgrep_query)
+from ..queries import Query, kill_consumer, killall_query, lister_at, loop_kill, pgrep_query
 from ..regex import bracket_trick
 from ..report import always_quote, command_text, display_argv, quote
 from ..scan import KillEvent, Scan
@@ -60,13 +59,13 @@ def kill_command(scan: Scan, words: list[Word], command: Command, ctx: Ctx) -> N
 
 
 def kill_substitutions(scan: Scan, words: list[Word], command: Command, ctx: Ctx,
-                              handled: set[int]) -> None:
+                       handled: set[int]) -> None:
     """`kill $(pgrep -f P)`, `kill \\`ps aux | grep P | awk ...\\``: the list is the kill."""
     signal = kill_signal(words[1:])
     for word in words[1:]:
         for sub in word.subs:
             listed_then_killed(scan, sub, signal, command.span(),
-                                           command_text(words), ctx, handled)
+                               command_text(words), ctx, handled)
 
 
 def loop_kills(scan: Scan, script: Script, idx: int, ctx: Ctx) -> set[int]:
@@ -83,13 +82,13 @@ def loop_kills(scan: Scan, script: Script, idx: int, ctx: Ctx) -> set[int]:
         text = f"for {head[1].value} in ...; kill ... ${head[1].value}"
         for word in head[3:]:
             for sub in word.subs:
-                listed_then_killed(scan, sub, signal, command.span(), text, ctx,
-                                               handled)
+                listed_then_killed(scan, sub, signal, command.span(), text, ctx, handled)
     return handled
 
 
 def listed_then_killed(scan: Scan, sub: Source, signal: int, span, text: str,
-                              ctx: Ctx, handled: set[int]) -> None:
+                       ctx: Ctx, handled: set[int]) -> None:
+    """A substitution whose output a kill takes: a lister there is a kill."""
     try:
         script = parse(sub)
     except ParseError:
@@ -106,11 +105,11 @@ def listed_then_killed(scan: Scan, sub: Source, signal: int, span, text: str,
     wrappers = [Proc(argv_of(w), ctx.domain, ctx.level, "wrapper", ctx.where)
                 for w in progs[0][0]]
     evaluate(scan, found[0], sub_ctx, signal=signal, span=span, text=text, words=None,
-                   extra=wrappers)
+             extra=wrappers)
 
 
 def listers(scan: Scan, pipeline: Pipeline, ctx: Ctx, handled: set[int],
-                            script: Script | None = None, idx: int = 0) -> None:
+            script: Script | None = None, idx: int = 0) -> None:
     """pgrep -f P, `ps aux | grep P`, and either one piped to `xargs kill` or to
     `while read p; do kill $p; done`."""
     progs = [unwrap(c.words) for c in pipeline.commands]
@@ -132,13 +131,19 @@ def listers(scan: Scan, pipeline: Pipeline, ctx: Ctx, handled: set[int],
                     for k, c in enumerate(pipeline.commands)
                     if k != i or query.tool == "ps|grep"]
         evaluate(scan, query, ctx, signal=consumer[1] if consumer else None, span=span,
-                       text=text, words=None, extra=own, siblings=siblings)
+                 text=text, words=None, extra=own, siblings=siblings)
         i = end
 
 
 def evaluate(scan: Scan, query: Query, ctx: Ctx, *, signal: int | None, span, text: str,
-              words: list[Word] | None, extra: list[Proc] = (),
-              siblings: list[Proc] = ()) -> None:
+             words: list[Word] | None, extra: list[Proc] = (),
+             siblings: list[Proc] = ()) -> None:
+    """Which processes around the command the query selects, and what that does to them.
+
+    A signal that harms a selected process that is alive is a self-kill; one that only
+    spares a shell because that shell exec'd this command is fragile; a listing (no signal)
+    that shows one of them, or a process of its own pipeline, is a self-match.
+    """
     visible = [p for p in ctx.enclosing if sees(ctx.domain, p.domain)] + list(extra)
     if query.ignores_ancestors:
         visible = []
@@ -237,9 +242,6 @@ def with_bracket(command: str, word: Word, bracketed: str) -> str | None:
     if last - first + 1 != len(word.value) or command[first:last + 1] != word.value:
         return None
     return command[:first] + bracketed + command[last + 1:]
-
-# ---- other rules
-
 
 
 def still_matching(query: Query, text: str) -> str:

@@ -98,7 +98,7 @@ def sleep_before_check(scan: Scan, script: Script, idx: int) -> None:
         message = (f"`{sleep_text}` then `{check_text}`: a fixed sleep stands in for "
                    f"verification")
         scan.add("sleep-as-verification", pipeline.commands[0].span(), message,
-                  WHY_SLEEP, FIX_SLEEP)
+                 WHY_SLEEP, FIX_SLEEP)
 
 
 def record_launch(scan: Scan, pipeline: Pipeline, ctx: Ctx) -> None:
@@ -130,7 +130,7 @@ def finish(scan: Scan) -> None:
                        f"in one shell invocation: pattern {kill.query.pattern!r} matches "
                        f"the command line `{display_argv(start.proc.argv)}`")
             scan.add("kill-then-start", kill.span, message, WHY_KILL_THEN_START,
-                      FIX_KILL_THEN_START)
+                     FIX_KILL_THEN_START)
     for launch in scan.launches:
         if not any(seq > launch.seq and sees(domain, launch.domain)
                    for seq, domain in scan.checks):
