@@ -309,7 +309,7 @@ def test_a_forward_record_is_only_ever_a_name_we_made(monkeypatch, tmp_path):
 def test_doctor_shows_the_resident_and_the_way_to_it(far, monkeypatch):
     testbed.require("nofwd")
     testbed.require("podman")
-    from runward import operations as ops
+    from runward import api as ops
     from runward.render import render_doctor
 
     def resident(target):

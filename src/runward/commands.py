@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from . import config as _config
-from . import operations as ops
+from . import api as ops
 from .errors import BadInput, EXIT_OK, RunwardError
 from .render import render_start, render_status, render_stop
 

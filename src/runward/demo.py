@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import operations as ops
+from . import api as ops
 from .errors import RunwardError
 from .render import render_start, render_status, render_stop
 from .targets import Target
