@@ -1,6 +1,6 @@
 """Shell-command hazard checks behind `runward lint`.
 
-The failure this module exists for (design.md, failures 1 and 2): `pkill -f PATTERN` matches
+The failure this module exists for (docs/from-shell.md, "Stop, then start again"): `pkill -f PATTERN` matches
 PATTERN against the whole command line of every process (/proc/PID/cmdline, NULs read as
 spaces) and skips only its own pid. Inside `bash -c '...'`, `ssh HOST '...'` (sshd runs the
 login shell with -c and the joined words) or `pct exec ID -- bash -lc '...'`, the shell that
@@ -1229,7 +1229,7 @@ _WHY_SELF_KILL = (
     "with -c (by bash -c, by sshd for `ssh HOST CMD`, by an agent tool) keeps the whole "
     "script, this pattern included, in its argv, so it is signalled too: the commands after "
     "this one in that shell never run, its exit status is the signal's, and `|| true` cannot "
-    "help (design.md, failures 1 and 2).")
+    "help (docs/from-shell.md, \"Stop, then start again, in one ssh call\").")
 _WHY_KILLALL = (
     "killall matches process names (the comm that `ps -o comm` shows, the basename of the "
     "program), and this name or regex matches the name of a process that encloses the "
@@ -1238,7 +1238,7 @@ _WHY_PS_GREP_KILL = (
     "ps lists every process with its whole command line and grep keeps the lines that match: "
     "the shell running this pipeline carries the pattern in its own command line, so its pid "
     "is in the list that kill receives, and the shell is killed along with the target "
-    "(design.md, failure 2).")
+    "(docs/from-shell.md, \"Kill by pattern\").")
 _WHY_FRAGILE = (
     "pkill -f skips only its own pid. Here the only shell whose command line matches "
     "replaces itself with this command (exec) because it is the only or last command of its "
@@ -1255,7 +1255,7 @@ _WHY_KILL_THEN_START = (
     "once the signal is sent, not once the old run has exited (it may still hold GPUs and "
     "ports while it checkpoints), and a pattern that matches the new run or the shell that "
     "starts it takes the start with it. A stop verified dead and a start verified alive are "
-    "separate steps (design.md, rule 6).")
+    "separate steps (docs/from-shell.md, \"Stop, then start again, in one ssh call\").")
 _FIX_KILL_THEN_START = (
     "do them as separate calls: `runward stop NAME` (verified dead, GPUs released), then "
     "`runward start NAME -- COMMAND` (verified alive); or `runward restart NAME`, which "
@@ -1263,12 +1263,14 @@ _FIX_KILL_THEN_START = (
 _WHY_HOST_PATH = (
     "A container (pct/lxc, docker, podman) has its own root filesystem: /root inside it is "
     "not the host's /root. The job inside keeps running whatever file the container has at "
-    "that path, the old code or none at all, and nothing says so (design.md, failure 3). "
+    "that path, the old code or none at all, and nothing says so (docs/from-shell.md, "
+    "\"Copy the patched file, then run\"). "
     "Only a path bind-mounted into the container is shared.")
 _WHY_NOHUP = (
     "A background launch returns at once, whatever happens to the job: a typo, a missing "
     "file, a CUDA OOM in the first second all look exactly like success, and `no output` "
-    "cannot be told from `never started` (design.md, failures 4 and 5).")
+    "cannot be told from `never started` (docs/from-shell.md, \"Is it running? Did it "
+    "crash? With what code?\").")
 _FIX_NOHUP = (
     "`runward start NAME -- COMMAND` launches it detached, watches it for a settle period and "
     "reports an early exit at once with its exit code and last log lines; short of that, "
@@ -1276,7 +1278,7 @@ _FIX_NOHUP = (
 _WHY_SLEEP = (
     "A fixed sleep is a guess: too short and the job has not failed yet (or the GPUs are "
     "not freed yet), too long and it wastes time; one look after it only proves the job was "
-    "alive at that instant (design.md, failure 5).")
+    "alive at that instant (docs/from-shell.md, \"A fixed sleep as verification\").")
 _FIX_SLEEP = (
     "`runward start NAME -- COMMAND` verifies the job alive after a settle period and "
     "reports an early exit at once; `runward stop NAME` waits until it is verified dead and "
