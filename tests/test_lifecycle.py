@@ -321,7 +321,7 @@ def test_restart_keeps_logs_of_every_attempt(cli):
 def test_restart_carries_every_start_setting(cli, tmp_path, monkeypatch):
     """What start was given, restart gives again: the ready timeout, the GPU wait and the
     extra files hashed for drift too (they were dropped from the stored spec)."""
-    from runward import operations as ops
+    from runward import api as ops
     from runward.targets import parse_target
     monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
     extra = tmp_path / "conf.yaml"
@@ -381,7 +381,7 @@ def test_help_is_fast_path_without_heavy_imports():
                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent / "src")))
     assert out.returncode == 0
     imported = {ln.split("|")[-1].strip() for ln in out.stderr.splitlines() if "|" in ln}
-    for heavy in ("runward.transport", "runward.agent", "runward.operations", "concurrent.futures",
+    for heavy in ("runward.transport", "runward.agent", "runward.api", "concurrent.futures",
                   "subprocess", "matplotlib", "runward.lint"):
         assert heavy not in imported, heavy
 

@@ -1,6 +1,6 @@
 """runward lint: real-world command shapes, properties, and the premise itself.
 
-The shapes are the commands people and agents actually type (design.md's failures first);
+The shapes are the commands people and agents actually type (docs/from-shell.md's one-liners first);
 each lists every finding expected, so a false positive fails as loudly as a miss. The last
 tests run the trap for real, with a random token so that only the test's own processes can
 match: `bash -c 'pkill -9 -f TOKEN; echo survived'` really kills its own shell.
@@ -38,7 +38,7 @@ def shape(command, *expected, assume_shell=True, id=None):
 
 
 SHAPES = [
-    # design.md, "The failures it is built against"
+    # the one-liners of docs/from-shell.md, the failures runward is built against
     shape(DESIGN_1, ("self-kill", E), ("kill-then-start", W), ("self-match-list", W),
           ("sleep-as-verification", I), id="design-1-pkill-run.sh-in-pct-bash-lc"),
     shape(DESIGN_2, ("self-kill", E), ("kill-then-start", W), ("unverified-nohup", I),

@@ -306,86 +306,11 @@ def test_a_forward_record_is_only_ever_a_name_we_made(monkeypatch, tmp_path):
     assert r.forward == os.path.join(transport.control_dir(), "r-ab12")
 
 
-# --------------------------------------------------------------------------- launch: connections opened early
-
-
-def test_a_connection_opened_early_is_used_only_for_its_own_socket(far):
-    from runward import launch
-    far.call({"op": "status"})
-    wait_for(far.listening, what="the resident's socket")
-    far.call({"op": "status"})
-    assert transport.LAST_ROUTE == "resident"
-    fw = transport.control_dir() + "/r-" + _records(far.entry())[-1]
-    early = socket.socket(socket.AF_UNIX)
-    early.connect(fw)
-    other = socket.socket(socket.AF_UNIX)
-    launch.PRECONNECTED.update({fw: early, "/nonexistent/r-0": other})
-    launch.USED.clear()
-    try:
-        far.call({"op": "ping"})
-        assert transport.LAST_ROUTE == "resident"
-        assert fw not in launch.PRECONNECTED and early.fileno() == -1  # taken, used, closed
-        assert launch.PRECONNECTED == {"/nonexistent/r-0": other}     # never another's
-        assert launch.USED == [fw]
-    finally:
-        other.close()
-        launch.PRECONNECTED.clear()
-        launch.USED.clear()
-
-
-def test_entry_opens_what_the_command_line_used_last_time(far, tmp_path):
-    """The console script's entry: a guess in cache/hot is connected before anything else,
-    is never sent a byte unless transport chose that very socket, and is replaced by the
-    forward the call really used."""
-    from runward import launch
-    c = CLI(Path(os.environ["RUNWARD_HOME"]), tmp_path)
-    c.env = testbed.env(far.tb, c.env)
-    c.env.update(RUNWARD_SSH_CONFIG=far.tb["ssh_config"], RUNWARD_RESIDENT_IDLE="60")
-    (tmp_path / "runward.toml").write_text(f'[targets.h]\non = "ssh://rw1"\nhome = "{far.home}"\n'
-                                           f'python = "/usr/bin/python3"\n')
-    assert c.run("status", "--on", "h").returncode == 0  # the ordinary way: starts the resident
-    assert not (Path(c.home) / "cache" / "hot").exists()  # nothing went through a resident yet
-    wait_for(far.listening, what="the resident's socket")
-    assert c.run("status", "--on", "h").returncode == 0
-    hot = (Path(c.home) / "cache" / "hot").read_text().splitlines()
-    assert len(hot) == 1
-    key, fw = hot[0].split("\t")
-    assert Path(fw).parent == Path(transport.control_dir()) and stat.S_ISSOCK(Path(fw).stat().st_mode)
-    # a wrong guess for this command line: a listener of ours
-    decoy = tmp_path / "decoy.sock"
-    srv = socket.socket(socket.AF_UNIX)
-    srv.bind(str(decoy))
-    srv.listen(4)
-    (Path(c.home) / "cache" / "hot").write_text(f"{key}\t{decoy}\n")
-    p = c.run("status", "--on", "h")
-    assert p.returncode == 0 and "no runs on ssh://rw1" in p.stdout
-    srv.settimeout(5)
-    conn, _ = srv.accept()  # connected first thing...
-    conn.settimeout(5)
-    assert conn.recv(100) == b""  # ...and never sent a byte
-    conn.close()
-    srv.close()
-    hot = (Path(c.home) / "cache" / "hot").read_text().splitlines()
-    assert hot == [f"{key}\t{fw}"]
-
-
-def test_entry_remembers_nothing_for_calls_that_used_no_resident(cli):
-    assert cli.run("status").returncode == 0
-    assert cli.run("exec", "--", "true").returncode == 0
-    assert not (cli.home / "cache" / "hot").exists()
-
-
-def test_the_hot_key_is_one_line():
-    from runward import launch
-    key = launch._hot_key(["status", "a\tb", "c\nd", "é"])
-    assert "\t" not in key and "\n" not in key and "é" in key
-
-
 def test_doctor_shows_the_resident_and_the_way_to_it(far, monkeypatch):
     testbed.require("nofwd")
     testbed.require("podman")
-    from runward import operations as ops
-    from runward.render import render_doctor
+    from runward import api as ops
+    from runward.verbs.doctor import render_doctor
 
     def resident(target):
         res = ops.doctor(target)

@@ -433,7 +433,7 @@ class Runward:
               "--cwd DIR --env K=V... -- CMD`, `runward stop NAME --grace 3 --json`, `runward restart NAME "
               "--json`, `runward status --json`; the floor start is `--settle 0`. Run names carry a per-bench "
               "prefix (runward's cgroup and marker names are per machine, not per RUNWARD_HOME). N runs "
-              "for the status figure are started through runward's Python API (`operations.start`, "
+              "for the status figure are started through runward's Python API (`api.start`, "
               "settle 0), 8 at a time: set-up only, not measured.")
 
     def __init__(self, inst, d, prefix=""):
@@ -518,11 +518,11 @@ class Runward:
     def add_many(self, names, argv, env):
         helper = (
             "import sys, json\nfrom concurrent.futures import ThreadPoolExecutor\n"
-            "from runward import operations\nfrom runward.targets import Target\n"
+            "from runward import api\nfrom runward.targets import Target\n"
             "names, argv, env = json.loads(sys.stdin.read())\n"
             "def go(n):\n"
             "    try:\n"
-            "        operations.start(Target(()), n, argv=argv, env=env, settle=0)\n"
+            "        api.start(Target(()), n, argv=argv, env=env, settle=0)\n"
             "        return 1\n"
             "    except Exception as e:\n"
             "        print(n, e, file=sys.stderr); return 0\n"

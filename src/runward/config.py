@@ -82,40 +82,22 @@ def load(path: str | os.PathLike | None = None) -> Config:
     try:
         with open(p, "rb") as f:
             raw = f.read()
-            st = os.fstat(f.fileno())
     except OSError as e:
         raise BadInput(f"cannot read config {p}: {e.strerror}", "check the path and its permissions")
-    data = _parsed(p, raw, st)
-    return _validate(p, data)
+    return _validate(p, _parsed(p, raw))
 
 
-def _parsed(p: str, raw: bytes, st: os.stat_result) -> dict:
-    """The TOML of raw, parsed. tomllib's imports (datetime, string, its regexes) cost a
-    call more than the rest of its config handling, so the parsed form is kept in the cache
-    with the exact bytes it came from, and used only when the file's bytes are those bytes:
-    no timestamp can make it stale."""
-    import marshal
-    from .launch import cache_path, read_cache, write_cache
-    cache = cache_path(f"config-{st.st_dev}-{st.st_ino}")
-    try:
-        kept_raw, kept = marshal.loads(read_cache(cache) or b"")
-        if kept_raw == raw and isinstance(kept, dict):
-            return kept
-    except (ValueError, EOFError, TypeError):
-        pass  # missing, not ours, or torn
+def _parsed(p: str, raw: bytes) -> dict:
+    """The TOML of raw, parsed each call: never kept elsewhere, since runward.toml may hold
+    secrets (env values) that a cache file would copy."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     try:
-        data = tomllib.loads(raw.decode())
+        return tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{p}: invalid TOML: {e}", "fix the syntax (https://toml.io)")
-    try:
-        write_cache(cache, marshal.dumps((raw, data)))
-    except ValueError:
-        pass  # marshal cannot keep a TOML date: parse each time
-    return data
 
 
 def _validate(p: str, data: dict) -> Config:

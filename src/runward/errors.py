@@ -1,4 +1,4 @@
-"""The error tree. Each class maps to one exit code (design.md interface contract) and
+"""The error tree. Each class maps to one exit code (README.md, the exit code table) and
 carries the fields a person needs to act: the hop, the host, the exit status, a hint."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Human rendering of results and errors. JSON output needs none of this."""
+"""Human rendering shared by several verbs, and of errors (a verb's own rendering lives in
+its module under verbs/). JSON output needs none of this."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def render_stop(r: dict) -> str:
 
 def _gpu_release_lines(r: dict) -> list[str]:
     rel = r.get("gpu_release") or {}
-    lines = [f"  gpu {g['index']}: {_mib(g.get('used_mib'), g.get('raw'))} used, "
+    lines = [f"  gpu {g['index']}: {mib(g.get('used_mib'), g.get('raw'))} used, "
              + ("released" if g.get("released") else "NOT released") for g in rel.get("gpus") or []]
     if rel.get("verified"):
         lines.append(f"  gpus released, verified ({rel.get('method')}, waited {rel.get('waited_s', 0):.2f}s)")
@@ -133,8 +134,8 @@ def render_status(res: dict, target: str) -> str:
         if r.get("stray_processes"):
             lines.append(f"  warning: processes of this run still alive: {r['stray_processes']} (runward stop {r['name']})")
         for g in r.get("gpu_usage") or []:
-            lines.append(f"  gpu {g['index']}: {_mib(g.get('used_mib'))} / {_mib(g.get('total_mib'))} used"
-                         + (f", this run {_mib(g['run_mib'])}" if g.get("run_mib") is not None else "")
+            lines.append(f"  gpu {g['index']}: {mib(g.get('used_mib'))} / {mib(g.get('total_mib'))} used"
+                         + (f", this run {mib(g['run_mib'])}" if g.get("run_mib") is not None else "")
                          + (f" ({g['note']})" if g.get("note") else ""))
         if r.get("gpu_note"):
             lines.append(f"  gpus: {r['gpu_note']}")
@@ -157,45 +158,6 @@ def render_status(res: dict, target: str) -> str:
     return "\n".join(lines)
 
 
-def render_doctor(res: dict) -> str:
-    lines = [f"doctor {res['target']}"]
-    for h in res["hops"]:
-        if not h["reached"]:
-            e = h["error"]
-            lines.append(f"  {h['hop']:<24} NOT REACHED: {e['message']}")
-            if e.get("hint"):
-                lines.append(f"  {'':<24} hint: {e['hint']}")
-            continue
-        c = h["checks"]
-        smi = c.get("nvidia_smi") or {}
-        smi_s = "absent" if not smi.get("path") else ("ok" if smi.get("exit") == 0 else f"fails (exit {smi.get('exit')})")
-        lines.append(f"  {h['hop']:<24} reached in {c['round_trip_s']:.3f}s: python {c['python']}"
-                     f"{'' if c['python_ok'] else ' (TOO OLD: need >= 3.8)'}, {c['host']} kernel {c['kernel']}")
-        lines.append(f"  {'':<24} state dir {c['state_dir']['path']} "
-                     f"{'writable' if c['state_dir']['writable'] else 'NOT writable: ' + c['state_dir'].get('error', '')}"
-                     f", cgroups {'yes' if c['cgroups']['can_create'] else 'no'}, pidfd {'yes' if c['pidfd'] else 'no'}"
-                     f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s (±{c['clock_skew_uncertainty_s']:.3f}s)"
-                     f", boot {c['boot_id'][:8]}"
-                     f"{', in a container' if c.get('in_container') else ''}")
-        if c.get("resident"):
-            lines.append(f"  {'':<24} resident agent: {_resident_text(c['resident'])}")
-    return "\n".join(lines)
-
-
-def _resident_text(r: dict) -> str:
-    route = r.get("route")
-    if route == "off":
-        return "not used (RUNWARD_RESIDENT=0)"
-    if route == "given up":
-        return ("NOT used: two tries in a row got no reply (does sshd refuse unix-socket forwarding? "
-                "AllowStreamLocalForwarding)")
-    if not r.get("alive"):
-        return "not running: the next read-only call starts it"
-    if route == "forward":
-        return "running, reached through the ssh control master's forward"
-    return "running; the next read-only call sets up the control master's forward to it"
-
-
 def render_procs(procs: list[dict]) -> str:
     lines = []
     for p in procs:
@@ -204,52 +166,7 @@ def render_procs(procs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _mib(v, raw: dict | None = None, key: str = "used_mib") -> str:
+def mib(v, raw: dict | None = None, key: str = "used_mib") -> str:
     if v is None:
         return (raw or {}).get(key, "?")
     return f"{v:,.0f} MiB" if isinstance(v, (int, float)) else str(v)
-
-
-_MAPPING = {"direct": "pids read in this target's own /proc, by the run marker",
-            "nspid": "host pids matched through the host's /proc/PID/status NSpid line",
-            "memory": "pids are the host's; each process attributed to the one run recorded on its GPU"}
-
-
-def render_gpus(res: dict) -> str:
-    gpus = res.get("gpus") or []
-    if not gpus:
-        return res.get("note") or "no GPU listed by nvidia-smi"
-    lines = []
-    for g in gpus:
-        raw = g.get("raw") or {}
-        util = f"{g['utilization_pct']}%" if g.get("utilization_pct") is not None else raw.get("utilization_pct", "?")
-        lines.append(f"GPU {g.get('index') if g.get('index') is not None else raw.get('index', '?')}  "
-                     f"{g.get('name')}  {g.get('uuid')}  {_mib(g.get('used_mib'), raw)} / "
-                     f"{_mib(g.get('total_mib'), raw, 'total_mib')}  util {util}")
-        for p in g.get("processes") or []:
-            lines.append("    " + _proc_line(p))
-        if not g.get("processes"):
-            lines.append("    no compute process")
-    for p in res.get("unattributed_processes") or []:
-        lines.append(f"on {p.get('gpu_uuid')} (not a GPU uuid listed above): " + _proc_line(p))
-    m = res.get("mapping")
-    lines.append(f"mapping: {m} ({_MAPPING.get(m, '')})")
-    if res.get("mapping_note"):
-        lines.append(f"  note: {res['mapping_note']}")
-    return "\n".join(lines)
-
-
-def _proc_line(p: dict) -> str:
-    raw = p.get("raw") or {}
-    if p.get("pid") is not None:
-        who = f"pid {p['pid']}" + (f" (host pid {p['host_pid']})" if p.get("host_pid") not in (None, p["pid"]) else "")
-    elif p.get("host_pid") is not None:
-        who = f"host pid {p['host_pid']}"
-    else:
-        who = f"pid {raw.get('pid', '?')}"
-    run = (f"run {p['run']} attempt {p.get('attempt')}" + (" (by memory)" if p.get("mapped_by") == "memory" else "")
-           if p.get("run") else f"run {p['other_home_run']} of another runward home" if p.get("other_home_run")
-           else "no run" + (f" (one of {', '.join(p['candidates'])})" if p.get("candidates") else ""))
-    tail = f"  [{p['state']}] {p.get('cmd') or ''}".rstrip() if p.get("state") else ""
-    note = f"  ({p['note']})" if p.get("note") else ""
-    return f"{who:<24} {_mib(p.get('used_mib'), raw):>12}  {run}{tail}{note}"

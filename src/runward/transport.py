@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
-from .launch import cache_path, local_home, read_cache, write_cache
+from .cache import cache_path, local_home, read_cache, write_cache
 from .targets import Hop, Target
 
 _AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
@@ -271,17 +271,14 @@ class _Resident:
         """The reply through the forward, or None (then the call goes the ordinary way):
         no forward (the control master is gone: set up again after the call), or a
         connection that ended without a reply (counted as a failure)."""
-        from . import launch
-        s = launch.PRECONNECTED.pop(self.forward, None)  # opened while the CLI started
+        import _socket
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            if s is None:
-                import _socket
-                s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-                try:
-                    s.connect(self.forward)
-                except OSError:
-                    self.stale, self.forward = self.forward, None
-                    return None
+            try:
+                s.connect(self.forward)
+            except OSError:
+                self.stale, self.forward = self.forward, None
+                return None
             s.settimeout(timeout)
             got, buf = _Replies(on_event), b""
             try:
@@ -300,10 +297,8 @@ class _Resident:
                                     "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
                 self._record("!")
                 self.fails += 1
-            else:
-                launch.USED.append(self.forward)
-                if self.fails:
-                    self._record(os.path.basename(self.forward)[2:])  # it works again
+            elif self.fails:
+                self._record(os.path.basename(self.forward)[2:])  # it works again
             return reply
         finally:
             s.close()

@@ -1,6 +1,6 @@
 """Shell-command hazard checks behind `runward lint`.
 
-The failure this package exists for (design.md, failures 1 and 2): `pkill -f PATTERN` matches
+The failure this package exists for (docs/from-shell.md, "Stop, then start again"): `pkill -f PATTERN` matches
 PATTERN against the whole command line of every process (/proc/PID/cmdline, NULs read as
 spaces) and skips only its own pid. Inside `bash -c '...'`, `ssh HOST '...'` (sshd runs the
 login shell with -c and the joined words) or `pct exec ID -- bash -lc '...'`, the shell that

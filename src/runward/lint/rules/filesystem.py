@@ -1,6 +1,6 @@
 """Filesystem: files copied to one filesystem and used in a container that has another.
 
-host-path-in-container (design.md, failure 3): `scp run.sh root@host:/root/` and then
+host-path-in-container (docs/from-shell.md, "Copy the patched file, then run"): `scp run.sh root@host:/root/` and then
 `ssh root@host "pct exec 200 -- /root/run.sh"` runs the container's own /root/run.sh.
 """
 
@@ -27,7 +27,8 @@ CP_WITH_ARG = {"-t", "--target-directory", "-S", "--suffix"}
 WHY_HOST_PATH = (
     "A container (pct/lxc, docker, podman) has its own root filesystem: /root inside it is "
     "not the host's /root. The job inside keeps running whatever file the container has at "
-    "that path, the old code or none at all, and nothing says so (design.md, failure 3). "
+    "that path, the old code or none at all, and nothing says so (docs/from-shell.md, "
+    "\"Copy the patched file, then run\"). "
     "Only a path bind-mounted into the container is shared.")
 
 

@@ -26,7 +26,7 @@ WHY_SELF_KILL = (
     "with -c (by bash -c, by sshd for `ssh HOST CMD`, by an agent tool) keeps the whole "
     "script, this pattern included, in its argv, so it is signalled too: the commands after "
     "this one in that shell never run, its exit status is the signal's, and `|| true` cannot "
-    "help (design.md, failures 1 and 2).")
+    "help (docs/from-shell.md, \"Stop, then start again, in one ssh call\").")
 WHY_KILLALL = (
     "killall matches process names (the comm that `ps -o comm` shows, the basename of the "
     "program), and this name or regex matches the name of a process that encloses the "
@@ -35,7 +35,7 @@ WHY_PS_GREP_KILL = (
     "ps lists every process with its whole command line and grep keeps the lines that match: "
     "the shell running this pipeline carries the pattern in its own command line, so its pid "
     "is in the list that kill receives, and the shell is killed along with the target "
-    "(design.md, failure 2).")
+    "(docs/from-shell.md, \"Kill by pattern\").")
 WHY_FRAGILE = (
     "pkill -f skips only its own pid. Here the only shell whose command line matches "
     "replaces itself with this command (exec) because it is the only or last command of its "

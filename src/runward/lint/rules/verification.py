@@ -1,6 +1,6 @@
 """Verification: a job started, restarted or waited for with nothing that verifies it.
 
-kill-then-start: one line kills a program and starts it again (design.md, rule 6).
+kill-then-start: one line kills a program and starts it again (docs/from-shell.md, "Stop, then start again").
 unverified-nohup: a background launch with no check after it (failures 4 and 5).
 sleep-as-verification: a fixed sleep, then one look (failure 5).
 """
@@ -45,7 +45,7 @@ WHY_KILL_THEN_START = (
     "once the signal is sent, not once the old run has exited (it may still hold GPUs and "
     "ports while it checkpoints), and a pattern that matches the new run or the shell that "
     "starts it takes the start with it. A stop verified dead and a start verified alive are "
-    "separate steps (design.md, rule 6).")
+    "separate steps (docs/from-shell.md, \"Stop, then start again, in one ssh call\").")
 FIX_KILL_THEN_START = (
     "do them as separate calls: `runward stop NAME` (verified dead, GPUs released), then "
     "`runward start NAME -- COMMAND` (verified alive); or `runward restart NAME`, which "
@@ -55,7 +55,8 @@ FIX_KILL_THEN_START = (
 WHY_NOHUP = (
     "A background launch returns at once, whatever happens to the job: a typo, a missing "
     "file, a CUDA OOM in the first second all look exactly like success, and `no output` "
-    "cannot be told from `never started` (design.md, failures 4 and 5).")
+    "cannot be told from `never started` (docs/from-shell.md, \"Is it running? Did it "
+    "crash? With what code?\").")
 FIX_NOHUP = (
     "`runward start NAME -- COMMAND` launches it detached, watches it for a settle period and "
     "reports an early exit at once with its exit code and last log lines; short of that, "
@@ -63,7 +64,7 @@ FIX_NOHUP = (
 WHY_SLEEP = (
     "A fixed sleep is a guess: too short and the job has not failed yet (or the GPUs are "
     "not freed yet), too long and it wastes time; one look after it only proves the job was "
-    "alive at that instant (design.md, failure 5).")
+    "alive at that instant (docs/from-shell.md, \"A fixed sleep as verification\").")
 FIX_SLEEP = (
     "`runward start NAME -- COMMAND` verifies the job alive after a settle period and "
     "reports an early exit at once; `runward stop NAME` waits until it is verified dead and "

@@ -1,5 +1,13 @@
-"""The verbs. Each sends one request through the target's hop chain and returns the agent's
-result, which says what was verified; failures raise a RunwardError subclass."""
+"""runward's public Python API: what the CLI's verbs, a future MCP server and users call.
+
+Each function sends one request through the target's hop chain and returns the agent's
+result, which says what was verified; failures raise a RunwardError subclass (errors.py).
+Names and signatures here are a promise: change them as a library's, not as internals.
+
+    from runward import api
+    from runward.targets import parse_target
+    res = api.start(parse_target("ssh://gpu1/pct:200"), "train", argv=["python3", "train.py"])
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,56 @@
+"""The local cache ($RUNWARD_HOME/cache): what makes a call cheap, all safe to delete.
+
+Imports nothing of runward's (and nothing but os), so any module may use it without
+making an import cycle, and the console script may use it before anything else loads.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def local_home() -> str:
+    return os.path.abspath(os.path.expanduser(os.environ.get("RUNWARD_HOME") or "~/.runward"))
+
+
+def cache_path(name: str) -> str:
+    return os.path.join(local_home(), "cache", name)
+
+
+def read_cache(path: str) -> bytes | None:
+    """A cache file's bytes, or None when it is missing or not safely ours: owned by
+    another user or writable by others, its contents could steer what we send or skip."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_cache(path: str, data: bytes) -> None:
+    """Replace a cache file whole (temporary file, then rename), mode 0600 in a 0700
+    directory. A home we cannot write is no error: the cache is then recomputed each time."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.rename(tmp, path)
+        except OSError:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

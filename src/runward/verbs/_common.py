@@ -1,0 +1,84 @@
+"""What the verbs share: output, runward.toml and --on resolution, --gpus, and `--all`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import EXIT_OK, BadInput
+
+
+class Out:
+    """Human or JSON rendering; exactly one JSON document per command."""
+
+    def __init__(self, json_mode: bool):
+        self.json = json_mode
+        self.tty = sys.stdout.isatty()
+
+    def say(self, text: str = "") -> None:
+        if not self.json:
+            print(text, flush=True)
+
+    def doc(self, obj: dict) -> None:
+        if self.json:
+            import json
+            sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n")
+            sys.stdout.flush()
+
+
+def load_config(args):
+    from .. import config
+    return config.load(getattr(args, "config", None))
+
+
+def target_of(args, cfg, run: str | None = None):
+    """--on, else the run's `on` in runward.toml, else local; runward.toml's [ssh] config
+    applies unless RUNWARD_SSH_CONFIG already names one."""
+    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
+        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    return cfg.target(getattr(args, "on", None), run)
+
+
+def config_dir(cfg) -> str | None:
+    """The directory runward.toml's relative LOCAL paths are read from."""
+    return os.path.dirname(cfg.path) if cfg.path else None
+
+
+def gpu_list(text: str | list | None) -> list[int] | None:
+    if text is None:
+        return None
+    if isinstance(text, list):
+        return [int(g) for g in text]
+    try:
+        gpus = [int(g) for g in str(text).split(",") if g.strip() != ""]
+    except ValueError:
+        raise BadInput(f"invalid --gpus {text!r}", "give GPU indices like 0,1,2")
+    if any(g < 0 for g in gpus):
+        raise BadInput(f"invalid --gpus {text!r}", "GPU indices are >= 0")
+    return gpus
+
+
+def emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) -> int:
+    out.doc({"ok": code == EXIT_OK, "command": cmd, "target": str(target), "result": result})
+    out.say(text)
+    return code
+
+
+def on_all(cfg, out, command: str, op, render, *, failed, exit_code) -> int:
+    """`COMMAND --all`: op on every named target of runward.toml at once, one section each;
+    a target's failure is labelled failed(error); the exit code is exit_code(the failed
+    results, all results)."""
+    from .. import api
+    targets = cfg.named_targets()
+    if not targets:
+        raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
+    results = api.fan_out(targets, op)
+    text = "\n".join(
+        f"== {r['target']}\n" + (render(r) if r["ok"] else f"  {failed(r['error'])}: {r['error']['message']}" + (
+            f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
+        for r in results)
+    failures = [r for r in results if not r["ok"]]
+    code = exit_code(failures, results) if failures else EXIT_OK
+    out.doc({"ok": code == EXIT_OK, "command": command, "targets": results})
+    out.say(text)
+    return code

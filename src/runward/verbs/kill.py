@@ -1,0 +1,34 @@
+"""runward kill PATTERN: a safe pkill -f; a dry run unless --yes, then verified dead."""
+
+from __future__ import annotations
+
+from ..render import render_procs
+from ._common import emit, load_config, target_of
+
+
+def add_arguments(p) -> None:
+    p.add_argument("pattern", help="extended regex against the full command line")
+    p.add_argument("--signal", default="TERM", metavar="SIG")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS", help="before KILL (default 10)")
+    p.add_argument("--tree", action="store_true", help="also every descendant of a match")
+    p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
+    p.add_argument("--max", type=int, default=32, help="refuse when more processes match (default 32)")
+
+
+def run(args, out) -> int:
+    from .. import api
+    cfg = load_config(args)
+    target = target_of(args, cfg)
+    res = api.kill(target, args.pattern, signal=args.signal, grace=args.grace, tree=args.tree, yes=args.yes,
+                   max_matches=args.max)
+    return emit(out, "kill", target, res, render_kill(res, args.pattern))
+
+
+def render_kill(res: dict, pattern: str) -> str:
+    if res.get("dry_run"):
+        return (f"would send {res['signal']} to {len(res['matched'])} process(es) (dry run; add --yes):\n"
+                + render_procs(res["matched"])) if res["matched"] else f"no process matches {pattern!r}"
+    if not res["processes"]:
+        return f"no process matches {pattern!r}"
+    return f"killed {len(res['processes'])} process(es), verified dead:\n" + "\n".join(
+        f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:90]}" for p in res["processes"])

@@ -1,0 +1,38 @@
+"""runward logs NAME [-n LINES] [-f]: the run's log, followed across restarts."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import EXIT_OK
+from ._common import emit, load_config, target_of
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name")
+    p.add_argument("-n", type=int, default=20, metavar="LINES")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
+
+
+def run(args, out) -> int:
+    from .. import api
+    cfg = load_config(args)
+    target = target_of(args, cfg, args.name)
+    if args.follow:
+        events = []
+
+        def on_line(ev: dict) -> None:
+            if "line" in ev:
+                if out.json:
+                    events.append(ev["line"])
+                else:
+                    print(ev["line"], flush=True)
+            elif "switch" in ev and not out.json:
+                print(f"--- runward: log switched to {ev['switch']}", file=sys.stderr, flush=True)
+        res = api.logs(target, args.name, lines=args.n, follow=True, on_line=on_line, for_s=args.for_s)
+        res["lines"] = events
+        out.doc({"ok": True, "command": "logs", "target": str(target), "result": res})
+        return EXIT_OK
+    res = api.logs(target, args.name, lines=args.n)
+    return emit(out, "logs", target, res, "\n".join(res["lines"]))

@@ -1,0 +1,89 @@
+"""runward start NAME [--on TARGET] ... -- COMMAND [ARG]...: verified alive after settling."""
+
+from __future__ import annotations
+
+from ..errors import BadInput
+from ..render import render_start
+from ._common import emit, gpu_list, load_config, target_of
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name")
+    p.add_argument("--env", action="append", metavar="K=V", help="environment for the job (repeatable)")
+    p.add_argument("--cwd", metavar="DIR")
+    p.add_argument("--log", metavar="PATH", help="log file on the target (appended; default under the run's dir)")
+    p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started (default 3)")
+    p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
+    p.add_argument("--ready-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
+    p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
+    p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
+    p.add_argument("--timeout", type=float, metavar="S", help="with --wait-gpus-free (default 300)")
+    p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
+    p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
+    p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
+    p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
+    p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
+
+
+def start_kwargs_from_config(run: dict) -> dict:
+    """api.start's keyword arguments from a [runs.NAME] table of runward.toml."""
+    kw = {}
+    if "command" in run:
+        kw["argv"] = list(run["command"])
+    if "sh" in run:
+        kw["sh"] = run["sh"]
+    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+        if k in run:
+            kw[k] = run[k]
+    if "gpus" in run:
+        kw["gpus"] = gpu_list(run["gpus"])
+    if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
+        w = run["wait_gpus_free"]
+        kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
+    if run.get("files"):
+        kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
+        kw["files"] = list(run["files"])
+    return kw
+
+
+def run(args, out) -> int:
+    from .. import api
+    cfg = load_config(args)
+    target = target_of(args, cfg, args.name)
+    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(args.name, {})))
+    if args.wait_gpus_free:
+        if kw.get("gpus") is None:
+            raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
+        kw["wait_gpus_free"] = {"timeout": args.timeout if args.timeout is not None else 300.0,
+                                "max_used_mib": args.max_used if args.max_used is not None else 1024.0}
+    kw["replace"] = args.replace
+    if not kw.get("argv") and kw.get("sh") is None:
+        raise BadInput(f"no command for run {args.name!r}",
+                       f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
+    res = api.start(target, args.name, **kw)
+    return emit(out, "start", target, res, render_start(res))
+
+
+def _over_config(args, kw: dict) -> dict:
+    """The command line over runward.toml's kw: the command (after -- or --sh, which
+    replaces the config's either way), the env entries added, then each option given."""
+    from ..api import parse_env
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and args.sh is not None:
+        raise BadInput("both --sh and a command after -- were given", "use one of them")
+    if command:
+        kw["argv"] = command
+        kw.pop("sh", None)
+    if args.sh is not None:
+        kw["sh"], kw["argv"] = args.sh, None
+    kw["env"] = {**kw.get("env", {}), **parse_env(args.env)}
+    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+        v = getattr(args, opt)
+        if v is not None:
+            kw[opt] = v
+    if args.gpus is not None:
+        kw["gpus"] = gpu_list(args.gpus)
+    return kw

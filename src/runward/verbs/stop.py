@@ -1,0 +1,21 @@
+"""runward stop NAME [--on TARGET]: the whole tree verified dead (and its GPUs released)."""
+
+from __future__ import annotations
+
+from ..render import render_stop
+from ._common import emit, load_config, target_of
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name")
+    p.add_argument("--grace", type=float, metavar="SECONDS")
+    p.add_argument("--signal", metavar="SIG")
+    p.add_argument("--gpu-timeout", type=float, metavar="S", help="how long to wait for GPU memory release (default 60)")
+
+
+def run(args, out) -> int:
+    from .. import api
+    cfg = load_config(args)
+    target = target_of(args, cfg, args.name)
+    res = api.stop(target, args.name, grace=args.grace, signal=args.signal, gpu_timeout=args.gpu_timeout)
+    return emit(out, "stop", target, res, render_stop(res))

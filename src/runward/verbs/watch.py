@@ -1,0 +1,46 @@
+"""runward watch NAME: follow a run's health through a window; exit 1 on the first alert."""
+
+from __future__ import annotations
+
+import sys
+
+from ._common import emit, load_config, target_of
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name")
+    p.add_argument("--for", dest="for_s", type=float, default=60.0, metavar="S", help="window (default 60)")
+    p.add_argument("--min", action="append", metavar="METRIC=V", help="alert below this floor, e.g. tok_s=14500")
+    p.add_argument("--max", action="append", metavar="METRIC=V", help="alert above this ceiling")
+    p.add_argument("--stall", type=float, metavar="S", help="alert when the log is silent this long while alive")
+    p.add_argument("--drop", type=float, metavar="FRACTION",
+                   help="alert when throughput stays under FRACTION of its early median (default 0.5)")
+
+
+def run(args, out) -> int:
+    from .. import api
+    cfg = load_config(args)
+    target = target_of(args, cfg, args.name)
+    rules = api.health_rules(cfg.runs.get(args.name), mins=api.parse_limits(args.min, "--min"),
+                             maxs=api.parse_limits(args.max, "--max"), stall=args.stall, drop=args.drop)
+    from ..health import format_alert
+
+    def on_points(ev: dict) -> None:
+        if not out.json and out.tty:
+            pts = ev.get("points") or []
+            if pts:
+                m = pts[-1].get("metrics", {})
+                print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
+    res = api.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points)
+    if res["healthy"]:
+        text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"
+                + (f"; {res['throughput_metric']} last {res['metrics'].get(res['throughput_metric'])}"
+                   if res.get("throughput_metric") else ""))
+        return emit(out, "watch", target, res, text)
+    text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
+    out.doc({"ok": False, "command": "watch", "target": str(target), "result": res,
+             "error": {"type": "Alert", "message": res["alert"].get("detail", res["alert"]["kind"]),
+                       "exit_code": 1}})
+    if not out.json:
+        print(text, file=sys.stderr)
+    return 1

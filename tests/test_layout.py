@@ -1,0 +1,156 @@
+"""The shape of the source tree (issue 12): no import cycle among runward's modules, a local
+cache that depends on nothing of runward's, a CLI side that reaches into the agent only
+through its boot and logmetrics modules, and a top-level --help that loads no verb.
+
+Imports are read with ast, at module level and inside functions alike (a function-level
+import closes a cycle as surely as a module-level one, only later, at run time)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+PKG = SRC / "runward"
+AGENT = "runward.agent"  # the far side: one node, whether a module or a package
+AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.logmetrics")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module under src/runward by dotted name (a package by its own name)."""
+    found = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imported_names(name: str, path: Path) -> list[tuple[str, int]]:
+    """(dotted name, line) of each runward name this module imports: `import runward.x`
+    gives runward.x; `from P import n` gives P.n (a submodule or an attribute of P: the
+    name says which once resolved against MODULES)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "runward"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                base = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            if base.split(".")[0] == "runward":
+                names += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+    return names
+
+
+def _module_of(dotted: str) -> str | None:
+    """The runward module a dotted name lives in (the longest known prefix), as a graph
+    node: anything of the agent is the one node AGENT."""
+    if dotted == AGENT or dotted.startswith(AGENT + "."):
+        return AGENT
+    while dotted:
+        if dotted in MODULES:
+            return dotted
+        dotted = dotted.rpartition(".")[0]
+    return None
+
+
+def _node(name: str) -> str:
+    return AGENT if name == AGENT or name.startswith(AGENT + ".") else name
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        edges = graph.setdefault(_node(name), set())
+        for dotted, _ in _imported_names(name, path):
+            target = _module_of(dotted)
+            if target is not None and target != _node(name):
+                edges.add(target)
+    # cli imports each verb's module by name (importlib), out of ast's sight
+    graph["runward.cli"] |= {m for m in MODULES if m.startswith("runward.verbs.")}
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path a -> ... -> a, or None (depth-first, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        path.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return path[path.index(m):] + [m]
+            if m not in state and (found := visit(m)):
+                return found
+        path.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (found := visit(n)):
+            return found
+    return None
+
+
+def test_the_module_walk_sees_every_kind_of_import():
+    names = {d for d, _ in _imported_names("runward.verbs.status", MODULES["runward.verbs.status"])}
+    assert "runward.api" in names            # `from .. import api`, inside run()
+    assert "runward.render.render_status" in names  # `from ..render import render_status`
+    assert _module_of("runward.render.render_status") == "runward.render"
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_among_runward_modules():
+    cycle = _find_cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cache_imports_nothing_of_runward():
+    names = _imported_names("runward.cache", MODULES["runward.cache"])
+    assert names == [], f"runward/cache.py imports {names}"
+
+
+def test_the_cli_side_uses_only_the_agents_boot_and_logmetrics():
+    """Checked by name, so it holds before runward.agent becomes a package and after."""
+    bad = []
+    for name, path in MODULES.items():
+        if _node(name) == AGENT:
+            continue
+        for dotted, line in _imported_names(name, path):
+            if _node(dotted) == AGENT and not any(dotted == a or dotted.startswith(a + ".") for a in AGENT_ALLOWED):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {dotted}")
+    if bad and (PKG / "agent.py").is_file():
+        # runward.agent is still one module: boot and logmetrics do not exist yet to be
+        # imported instead (the agent's own move makes them); strict once it is a package
+        pytest.xfail("runward.agent is still a module; until it is a package: " + "; ".join(bad))
+    assert not bad, "\n".join(bad)
+
+
+def test_top_level_help_loads_no_verb_and_nothing_heavy():
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "runward", "--help"], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(SRC)))
+    assert p.returncode == 0, p.stderr
+    imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+    assert "runward.cli" in imported  # the check can see runward's imports at all
+    verbs = sorted(m for m in imported if m == "runward.verbs" or m.startswith("runward.verbs."))
+    assert verbs == [], verbs
+    heavy = sorted(m for m in imported if m in ("json", "runward.transport") or _node(m) == AGENT)
+    assert heavy == [], heavy
