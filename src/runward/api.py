@@ -24,13 +24,90 @@ FANOUT = 16  # hosts queried at once by --all
 
 
 def parse_env(items: list[str] | None) -> dict:
-    env = {}
+    """--env K=V entries; `--env NAME` (no '=') takes NAME's value from this process's own
+    environment, so a secret never has to be typed on a command line (where /proc/PID/cmdline
+    and the shell's history keep it)."""
+    return read_env(items)[0]
+
+
+def read_env(items: list[str] | None, files: list[str] | None = None) -> tuple[dict, dict]:
+    """(values, sources) of --env-file PATH files (read first) and --env entries (over them).
+    sources names each entry whose value came from the CLI's environment ("environment") or
+    a file ("file:PATH"): the target stores those names and where they came from, never
+    their values, and `restart` reads them again from the same place."""
+    values: dict = {}
+    sources: dict = {}
+    for path in files or []:
+        for k, v in read_env_file(path).items():
+            values[k], sources[k] = v, "file:" + os.path.abspath(path)
     for item in items or []:
         k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise BadInput(f"invalid --env entry {item!r}: no '='", "write --env NAME=VALUE")
-        env[k] = v
-    return env
+        if not k or "\0" in item:
+            raise BadInput(f"invalid --env entry {item!r}", "write --env NAME=VALUE, or --env NAME to pass NAME "
+                           "from this shell's environment")
+        if sep:
+            values[k] = v
+            sources.pop(k, None)
+        elif k in os.environ:
+            values[k], sources[k] = os.environ[k], "environment"
+        else:
+            raise BadInput(f"--env {k}: {k} is not set in this environment",
+                           f"export {k}=... first, or write --env {k}=VALUE")
+    return values, sources
+
+
+def read_env_file(path: str) -> dict:
+    """Docker's --env-file format: KEY=VALUE per line, taken verbatim (no quotes removed, no
+    variables expanded); blank lines and lines starting with # are skipped; a leading
+    `export ` is allowed; a bare KEY takes its value from this environment."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise BadInput(f"--env-file {path}: {e.strerror}", "give a readable file of KEY=VALUE lines")
+    except UnicodeDecodeError:
+        raise BadInput(f"--env-file {path}: not UTF-8 text", "give a text file of KEY=VALUE lines")
+    out = {}
+    for n, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        if text.startswith("export "):
+            text = text[len("export "):].lstrip()
+        k, sep, v = text.partition("=")
+        k = k.strip()
+        if not k or any(c.isspace() for c in k) or "\0" in line:
+            raise BadInput(f"--env-file {path}, line {n}: not KEY=VALUE", "write one KEY=VALUE per line")
+        if sep:
+            out[k] = line.split("=", 1)[1]
+        elif k in os.environ:
+            out[k] = os.environ[k]
+        else:
+            raise BadInput(f"--env-file {path}, line {n}: {k} has no value and is not set in this environment",
+                           f"write {k}=VALUE")
+    return out
+
+
+def resolve_env_from(env_from: dict | None) -> dict:
+    """The values of a stored spec's env_from ({NAME: "environment" | "file:PATH"}), read
+    again from the same places, for restart."""
+    values = {}
+    files: dict = {}
+    for k, src in (env_from or {}).items():
+        if src == "environment":
+            if k not in os.environ:
+                raise BadInput(f"{k} was taken from the environment at start, and is not set now",
+                               f"export {k}=... and restart again, or give --env {k}=VALUE")
+            values[k] = os.environ[k]
+        elif isinstance(src, str) and src.startswith("file:"):
+            path = src[len("file:"):]
+            if path not in files:
+                files[path] = read_env_file(path)
+            if k not in files[path]:
+                raise BadInput(f"{k} was read from {path} at start, and that file no longer has it",
+                               f"add it back to {path}, or give --env {k}=VALUE")
+            values[k] = files[path][k]
+    return values
 
 
 def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str | None = None,
@@ -39,7 +116,12 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           replace: bool = False, gpus: list[int] | None = None, stop_signal: str = "TERM",
           grace: float = DEFAULT_GRACE, files: list[str] | None = None,
           hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
-          reuse_env: bool = False) -> dict:
+          reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
+          replace_grace: float | None = None) -> dict:
+    """Start NAME, verified alive after settle seconds. env_from names the env entries whose
+    values must not be stored on the target (taken from the CLI's environment or an env
+    file: see read_env); replace_grace is the grace for the attempt --replace stops (default:
+    that attempt's own)."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -48,7 +130,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
            "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
            "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
            "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
-           "reuse_env": reuse_env}
+           "reuse_env": reuse_env, "env_from": dict(env_from or {}), "lock_timeout": lock_timeout,
+           "replace_grace": replace_grace}
     try:
         return transport.call(target, req)
     except RunwardError as e:
@@ -61,11 +144,11 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
 
 
 def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
-         gpu_timeout: float | None = None) -> dict:
+         gpu_timeout: float | None = None, lock_timeout: float | None = None) -> dict:
     if grace is not None and grace < 0:
         raise BadInput(f"invalid --grace {grace}", "give a number of seconds >= 0")
     res = transport.call(target, {"op": "stop", "name": name, "grace": grace, "signal": signal,
-                                  "gpu_timeout": gpu_timeout})
+                                  "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout})
     if not res.get("verified_dead"):
         raise NotVerified(f"{name}: {len(res.get('survivors', []))} process(es) survived the stop",
                           "see each survivor's state; a D-state process is stuck in the kernel (driver, NFS)",
@@ -89,7 +172,8 @@ def spec(target: Target, name: str) -> dict:
 
 
 def restart(target: Target, name: str, *, overrides: dict | None = None, grace: float | None = None,
-            signal: str | None = None, deploy: Callable[[], dict] | None = None) -> dict:
+            signal: str | None = None, deploy: Callable[[], dict] | None = None,
+            lock_timeout: float | None = None) -> dict:
     """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which."""
     steps: list[dict] = []
     try:
@@ -98,7 +182,8 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         e.details.setdefault("failed_step", "read_spec")
         raise
     try:
-        steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal)})
+        steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
+                                                     lock_timeout=lock_timeout)})
     except RunwardError as e:
         e.details["failed_step"] = "stop"
         e.message = f"restart stopped at step 'stop': {e.message} (nothing was started)"
@@ -112,9 +197,13 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             raise
     kw = {k: v for k, v in (last.get("spec") or {}).items() if v is not None}
     over = dict(overrides or {})
-    if over.get("env"):
-        kw["env"] = {**kw.get("env", {}), **over.pop("env")}
+    # values the target never stored (--env NAME, --env-file) are read again where the
+    # start took them from; entries given now win
+    env_from = {**(kw.get("env_from") or {}), **(over.pop("env_from", None) or {})}
+    kw["env"] = {**kw.get("env", {}), **resolve_env_from(env_from), **(over.pop("env", None) or {})}
+    kw["env_from"] = {k: v for k, v in env_from.items() if k in kw["env"]}
     kw.update({k: v for k, v in over.items() if v is not None})
+    kw["lock_timeout"] = lock_timeout
     kw.pop("name", None)
     try:
         res = start(target, name, **_start_kwargs(kw))
@@ -129,7 +218,8 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
 
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
-               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env"}
+               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
+               "lock_timeout"}
     return {k: v for k, v in kw.items() if k in allowed}
 
 

@@ -86,6 +86,10 @@ AGENT_TYPES = {
     "Failed": OperationFailed,
     "GpuUnavailable": OperationFailed,   # nvidia-smi fails: driver not loaded, NVML error
     "GpusBusy": OperationFailed,         # start --wait-gpus-free timed out; names the holders
+    "DiskFull": OperationFailed,         # ENOSPC/EDQUOT on the target: nothing half-written was left
+    "LockTimeout": OperationFailed,      # another verb held the run's lock past --lock-timeout
+    "Cancelled": OperationFailed,        # a start cancelled by a stop (settling or waiting for GPUs)
+    "Orphaned": NotVerified,             # the shim died while the job lives: alive, unsupervised
     "AgentError": AgentError,
 }
 

@@ -417,9 +417,16 @@ class _Replies:
             if len(self.garbage) < 20:
                 self.garbage.append(line)
         elif "event" in msg:
+            ev = msg["event"]
+            if isinstance(ev, dict) and "notice" in ev:
+                # what the far side says while the call waits (a run lock held by another
+                # verb): for the person, on stderr, whatever the call's own events are
+                sys.stderr.write(f"runward: {ev['notice']}\n")
+                sys.stderr.flush()
+                return
             self.events = True
             if self.on_event is not None:
-                self.on_event(msg["event"])
+                self.on_event(ev)
         else:
             self.reply = msg
 

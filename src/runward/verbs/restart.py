@@ -9,7 +9,11 @@ from ._common import config_dir, emit, load_config, target_of
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("--env", action="append", metavar="K=V", help="override/add environment entries")
+    p.add_argument("--env", action="append", metavar="K=V|NAME",
+                   help="override/add environment entries; a bare NAME passes NAME from this shell's environment")
+    p.add_argument("--env-file", action="append", metavar="PATH", help="KEY=VALUE lines (docker's format), never stored")
+    p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
+                   help="give up after this long if another verb holds the run (default 30)")
     p.add_argument("--settle", type=float)
     p.add_argument("--ready", metavar="REGEX")
     p.add_argument("--grace", type=float)
@@ -22,7 +26,7 @@ def run(args, out) -> int:
     cfg = load_config(args)
     target = target_of(args, cfg, args.name)
     overrides = {"settle": args.settle, "ready": args.ready}
-    env = api.parse_env(args.env)
+    env, env_from = api.read_env(args.env, args.env_file)
     deploy = None
     if args.deploy:
         from .. import files as _files
@@ -32,8 +36,9 @@ def run(args, out) -> int:
                            f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
         deploy = lambda: _files.push(target, run_cfg["files"], run=args.name, progress=not out.json,  # noqa: E731
                                      base=config_dir(cfg))
-    res = api.restart(target, args.name, overrides={**overrides, "env": env or None, "reuse_env": True},
-                      grace=args.grace, signal=args.signal, deploy=deploy)
+    res = api.restart(target, args.name, overrides={**overrides, "env": env or None, "env_from": env_from,
+                                                        "reuse_env": True},
+                      grace=args.grace, signal=args.signal, deploy=deploy, lock_timeout=args.lock_timeout)
     st = res["steps"][-1]["result"]
     text = "\n".join([render_stop(res["steps"][0]["result"]),
                       *(["deployed: " + ", ".join(f["remote"] for f in s["result"].get("files", []))

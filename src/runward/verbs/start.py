@@ -9,13 +9,21 @@ from ._common import emit, gpu_list, load_config, target_of
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("--env", action="append", metavar="K=V", help="environment for the job (repeatable)")
+    p.add_argument("--env", action="append", metavar="K=V|NAME",
+                   help="environment for the job (repeatable); a bare NAME passes NAME from this shell's "
+                        "environment, and its value is never stored on the target")
+    p.add_argument("--env-file", action="append", metavar="PATH",
+                   help="KEY=VALUE lines (docker's format); values are passed, never stored; restart reads the file again")
     p.add_argument("--cwd", metavar="DIR")
     p.add_argument("--log", metavar="PATH", help="log file on the target (appended; default under the run's dir)")
     p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started (default 3)")
     p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
     p.add_argument("--ready-timeout", type=float, metavar="SECONDS")
     p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
+    p.add_argument("--replace-grace", type=float, metavar="SECONDS",
+                   help="with --replace: the old attempt's grace (default: the grace it was started with)")
+    p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
+                   help="give up after this long if another verb holds the run (default 30)")
     p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
     p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
     p.add_argument("--timeout", type=float, metavar="S", help="with --wait-gpus-free (default 300)")
@@ -58,6 +66,8 @@ def run(args, out) -> int:
         kw["wait_gpus_free"] = {"timeout": args.timeout if args.timeout is not None else 300.0,
                                 "max_used_mib": args.max_used if args.max_used is not None else 1024.0}
     kw["replace"] = args.replace
+    kw["replace_grace"] = args.replace_grace
+    kw["lock_timeout"] = args.lock_timeout
     if not kw.get("argv") and kw.get("sh") is None:
         raise BadInput(f"no command for run {args.name!r}",
                        f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
@@ -68,7 +78,7 @@ def run(args, out) -> int:
 def _over_config(args, kw: dict) -> dict:
     """The command line over runward.toml's kw: the command (after -- or --sh, which
     replaces the config's either way), the env entries added, then each option given."""
-    from ..api import parse_env
+    from ..api import read_env
     command = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]
@@ -79,7 +89,9 @@ def _over_config(args, kw: dict) -> dict:
         kw.pop("sh", None)
     if args.sh is not None:
         kw["sh"], kw["argv"] = args.sh, None
-    kw["env"] = {**kw.get("env", {}), **parse_env(args.env)}
+    values, sources = read_env(args.env, args.env_file)
+    kw["env"] = {**kw.get("env", {}), **values}
+    kw["env_from"] = sources
     for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
         v = getattr(args, opt)
         if v is not None:
