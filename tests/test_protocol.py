@@ -145,6 +145,8 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
                 if line.startswith("import time:")}
     assert "marshal" in imported  # the check can see imports at all
     assert not imported & {"re", "json", "enum", "signal", "zlib"}, sorted(imported)
+    assert "runward_agent.ops.lifecycle" in imported  # the package's own modules are seen too
+    assert not [m for m in imported if "logmetrics" in m], sorted(imported)  # nor the log parser
 
 
 # --- the agent's source travels only while the far side may lack it
