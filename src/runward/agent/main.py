@@ -41,18 +41,18 @@ def handler(op):
     return getattr(__import__(module, globals(), None, [name], 1), name), kind
 
 
-def _request(line, stdout):
+def _request(line, stdout, extra):
     """The request dict, or None after replying why there is none."""
     try:
         req = json_loads(line.decode())
     except ValueError:
         reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
-            "type": "AgentError", "message": "request is not valid JSON: %r" % line[:80]}})
+            "type": "AgentError", "message": "request is not valid JSON: %r" % line[:80]}}, extra)
         return None
     if not isinstance(req, dict) or req.get("v") != boot.PROTOCOL:
         reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
             "type": "AgentError", "message": "protocol version mismatch: agent speaks %d, request %r" % (
-                boot.PROTOCOL, req.get("v") if isinstance(req, dict) else None)}})
+                boot.PROTOCOL, req.get("v") if isinstance(req, dict) else None)}}, extra)
         return None
     return req
 
@@ -64,10 +64,6 @@ def _run(req, home, stdin, stdout, extra):
             where = resident.ensure(req, home)
             if where is not None:
                 extra["resident"] = where  # where this call found or started the resident
-    if boot.SHIPPED.get("cached") == 0:
-        # the bootstrap could not cache the agent here (a read-only home): the caller must
-        # keep sending the blob instead of its hash alone
-        extra["uncached"] = True
     fn, kind = handler(req.get("op"))
     if kind == PLAIN:
         return fn(req, home)
@@ -76,10 +72,14 @@ def _run(req, home, stdin, stdout, extra):
 
 
 def serve(stdin, stdout):
-    req = _request(stdin.readline(), stdout)
+    extra = {}  # added to the reply
+    if boot.SHIPPED.get("cached") == 0:
+        # the bootstrap could not cache the agent here (a read-only home): the caller must
+        # keep sending the blob instead of its hash alone
+        extra["uncached"] = True
+    req = _request(stdin.readline(), stdout, extra)
     if req is None:
         return 2
-    extra = {}
     try:
         result = _run(req, Home(req.get("home")), stdin, stdout, extra)
         reply(stdout, {"v": boot.PROTOCOL, "ok": True, "result": result}, extra)
