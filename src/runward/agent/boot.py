@@ -20,7 +20,7 @@ PROTOCOL = 1
 # (AGENT_SOURCE) so the shim is started the same way, with no agent file on disk. Compiling
 # the sources costs more than the rest of a status call, so the code objects are cached by
 # the blob's hash in a 0700 directory of the user's own; a cache file that is not ours or is
-# group/world-writable is ignored (nothing world-writable is trusted: README, "State").
+# group/world-writable is ignored (nothing world-writable is trusted: docs/protocol.md).
 BOOTSTRAP = """import sys,os,marshal
 b=sys.stdin.buffer;n,h=b.readline().split();z=b.read(int(n));h=h.decode()
 d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')

@@ -53,7 +53,7 @@ class Home(object):
             pass
         st = os.stat(self.path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            # nothing world-writable is trusted (README, "State")
+            # nothing world-writable is trusted (docs/protocol.md, README on state)
             raise AgentFailure("AgentError", "state directory %s is writable by others or not ours" % self.path,
                                "chmod 700 %s, or set RUNWARD_HOME to a directory of your own" % self.path)
 
