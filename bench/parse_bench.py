@@ -6,7 +6,7 @@
 Writes a synthetic training log of mixed real shapes (plain `step N loss X tok/s Y`, Hugging
 Face Trainer dicts and tqdm bars, DeepSpeed, Megatron-LM, vLLM, nanoGPT, fairseq, timm, JSON
 lines, chatter without numbers) into a temporary directory, then times, best of --repeat:
-  - lm_scan over the whole file in one call (max_bytes above the file size), and
+  - logmetrics.scan over the whole file in one call (max_bytes above the file size), and
   - `grep -c step FILE`, the floor any line-oriented reader is compared with.
 Prints lines/s and MB/s for both and the ratio. Nothing leaves the temporary directory.
 """
@@ -20,10 +20,10 @@ import tempfile
 import time
 
 try:
-    from runward import agent as _lm  # the lm_* section of the agent
+    from runward.agent import logmetrics as _lm  # the parser the agent runs
 except ImportError:  # run from a checkout without PYTHONPATH=src
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from runward import agent as _lm
+    from runward.agent import logmetrics as _lm
 
 
 def shapes(rng, step):
@@ -98,7 +98,7 @@ def main(argv=None):
         rules = {"max_bytes": size + 1, "min": {"tok_s": 14500}, "max_points": 2000}
 
         def scan():
-            return _lm.lm_scan(path, {}, rules, time.time())
+            return _lm.scan(path, {}, rules, time.time())
 
         t_scan, res = best_of(args.repeat, scan)
         if res["lines"] != n or res["more"]:

@@ -20,7 +20,7 @@ import pytest
 import fakegpu
 import testbed
 from conftest import CLI, EXAMPLE, alive, marked, wait_for
-from runward import agent
+from runward.agent import gpus, wire
 
 PY = sys.executable
 
@@ -68,24 +68,24 @@ def set_state(path, **changes):
 
 
 def test_cells_sentinels_and_units():
-    assert agent.smi_cell("[N/A]") == (None, "[N/A]")
-    assert agent.smi_cell(" [Not Supported]") == (None, "[Not Supported]")
-    assert agent.smi_cell("[Insufficient Permissions]") == (None, "[Insufficient Permissions]")
-    assert agent.smi_cell("81559 MiB") == (81559, None)
-    assert agent.smi_cell("100 %") == (100, None)
-    assert agent.smi_cell("12.5") == (12.5, None)
-    assert agent.smi_cell("NVIDIA H100 80GB HBM3", number=False) == ("NVIDIA H100 80GB HBM3", None)
+    assert gpus.cell("[N/A]") == (None, "[N/A]")
+    assert gpus.cell(" [Not Supported]") == (None, "[Not Supported]")
+    assert gpus.cell("[Insufficient Permissions]") == (None, "[Insufficient Permissions]")
+    assert gpus.cell("81559 MiB") == (81559, None)
+    assert gpus.cell("100 %") == (100, None)
+    assert gpus.cell("12.5") == (12.5, None)
+    assert gpus.cell("NVIDIA H100 80GB HBM3", number=False) == ("NVIDIA H100 80GB HBM3", None)
 
 
 def test_header_captures_are_read_by_column_name():
     text = (fakegpu.FIXTURES / "h100-mig__query-compute-apps__csv.txt").read_text()
-    rows = agent.smi_rows(text, agent.SMI_APP_COLS)
+    rows = gpus.rows(text, gpus.APP_COLS)
     assert [(r["pid"], r["used_memory"]) for r in rows] == [("21180", "2296 MiB"), ("21181", "1272 MiB"),
                                                             ("21198", "7484 MiB")]
     # a capture without the uuid column cannot be read as the agent's query: a clear error
     text = (fakegpu.FIXTURES / "h100-x8__query-gpu__csv.txt").read_text()
-    with pytest.raises(agent.AgentFailure) as e:
-        agent.smi_rows(text, agent.SMI_GPU_COLS)
+    with pytest.raises(wire.AgentFailure) as e:
+        gpus.rows(text, gpus.GPU_COLS)
     assert e.value.type == "GpuUnavailable"
 
 

@@ -13,13 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from runward import health  # noqa: E402
-from runward import agent as lm  # noqa: E402  (the lm_* section of the agent)
+from runward.agent import logmetrics as lm  # noqa: E402  (the parser, as the agent runs it)
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 
 
 def scan(name, **rules):
-    return lm.lm_scan(str(LOGS / name), {}, rules, time.time())
+    return lm.scan(str(LOGS / name), {}, rules, time.time())
 
 
 def test_sparkline_scales_lowest_to_highest():
@@ -117,6 +117,7 @@ def test_plot_without_matplotlib_names_the_install(tmp_path, monkeypatch):
 
 
 def test_health_imports_the_parser_in_one_place():
-    """The parser lives in runward.agent (shipped to targets); health.py imports it once."""
+    """The parser lives in runward.agent.logmetrics (shipped to targets); health.py imports
+    it once."""
     src = (ROOT / "src" / "runward" / "health.py").read_text()
-    assert src.count("from runward import agent as _lm") == 1
+    assert src.count("from .agent import logmetrics as _lm") == 1

@@ -199,7 +199,7 @@ def _agent_child_of(pid: int) -> bool:
                 cmd = Path(f"/proc/{d}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"runward-agent" in cmd:
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"import sys,os,marshal" in cmd:
                 return True
     return False
 
@@ -455,8 +455,8 @@ def test_a_cgroup_removed_while_it_is_read_reads_as_empty(monkeypatch):
     """The shim removes a run's cgroup the moment it empties; a stop reading cgroup.procs
     then may have opened the file before the rmdir and read it after: the kernel answers
     ENODEV. Forced here: the open happens, then the rmdir, then the read."""
-    from runward import agent
-    roots = agent.cgroup_roots()
+    from runward.agent import cgroups, procfs
+    roots = cgroups.roots()
     if not roots:
         pytest.skip("needs a writable cgroup hierarchy (root)")
     cg = Path(roots[0][1]) / ("runward-test-enodev-%d" % os.getpid())
@@ -468,9 +468,9 @@ def test_a_cgroup_removed_while_it_is_read_reads_as_empty(monkeypatch):
         if str(path).startswith(str(cg)):
             cg.rmdir()
         return f
-    monkeypatch.setattr(agent, "open", open_then_remove, raising=False)
+    monkeypatch.setattr(procfs, "open", open_then_remove, raising=False)  # cgroups.pids reads through it
     try:
-        assert agent.cgroup_pids([str(cg)]) == set()
+        assert cgroups.pids([str(cg)]) == set()
     finally:
         if cg.exists():
             cg.rmdir()

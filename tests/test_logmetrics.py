@@ -1,4 +1,4 @@
-"""runward.logmetrics: metrics and alerts read from real log shapes, incrementally.
+"""runward.agent.logmetrics: metrics and alerts read from real log shapes, incrementally.
 
 Fixtures in tests/fixtures/logs/ are real training-log formats (SOURCES.md says where each is
 from); every one is asserted here by value. The incremental tests append to real files
@@ -22,14 +22,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from runward import agent as lm  # noqa: E402  (the lm_* section of the agent)
+from runward.agent import logmetrics as lm  # noqa: E402
+from runward.agent.logmetrics import reader as lm_reader  # noqa: E402  (its CHUNK)
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 NOW = 1_700_000_000.0
 
 
 def scan(path, state=None, now=NOW, **rules):
-    res = lm.lm_scan(str(path), state or {}, rules, now)
+    res = lm.scan(str(path), state or {}, rules, now)
     json.dumps(res, allow_nan=False)  # the agent sends this as JSON: it must be plain JSON
     return res
 
@@ -103,7 +104,7 @@ def _deepspeed(res):
                            "maxmemallocated": 9.39e9})
     assert [p["t"] for p in res["points"]][0] == pytest.approx(
         time.mktime((2022, 3, 11, 2, 6, 58, 0, 0, -1)) + 0.985)
-    assert lm.lm_throughput_metric(m[2]) == "samplespersec"
+    assert lm.throughput_metric(m[2]) == "samplespersec"
 
 
 def _deepspeed_megatron(res):
@@ -115,7 +116,7 @@ def _deepspeed_megatron(res):
                            "approx_flops_per_gpu": 112.9, "lm_loss": 11.18602,
                            "number_of_skipped_iterations": 0.0, "number_of_nan_iterations": 0.0})
     # Current samples/s beats the running average as the main throughput.
-    assert lm.lm_throughput_metric(m[1]) == "currsamplespersec"
+    assert lm.throughput_metric(m[1]) == "currsamplespersec"
 
 
 def _megatron(res):
@@ -148,7 +149,7 @@ def _vllm_v0(res):
     year = time.localtime(NOW).tm_year
     t = [p["t"] for p in res["points"]]
     assert t[0] == pytest.approx(time.mktime((year, 1, 22, 18, 27, 20, 0, 0, -1)))
-    assert lm.lm_throughput_metric(m[1]) == "avg_generation_throughput"
+    assert lm.throughput_metric(m[1]) == "avg_generation_throughput"
 
 
 def _vllm_v1(res):
@@ -190,7 +191,7 @@ def _fairseq_legacy(res):
     assert m[2] == approx({"epoch": 1.0, "valid_loss": 8.11462, "valid_nll_loss": 6.8871,
                            "valid_ppl": 118.43, "num_updates": 600.0})
     assert m[3]["wps"] == 12876.0 and m[3]["loss"] == pytest.approx(6.363)
-    assert lm.lm_throughput_metric(m[1]) == "wps"
+    assert lm.throughput_metric(m[1]) == "wps"
 
 
 def _fairseq_hydra(res):
@@ -221,7 +222,7 @@ def _timm(res):
     assert m[2] == approx({"train": 0.0, "loss": 6.9304, "time": 0.392, "rate": 2612.24,
                            "lr": 1e-06, "data": 0.012})
     assert m[3] == approx({"test": 0.0, "time": 2.245, "loss": 6.877})
-    assert lm.lm_throughput_metric(m[2]) == "rate"
+    assert lm.throughput_metric(m[2]) == "rate"
 
 
 def _accelerate(res):
@@ -353,7 +354,7 @@ def test_fixture_same_answer_in_small_chunks_and_one_line_at_a_time(name, tmp_pa
     whether the file is read at once, 7 bytes per read, or grown line by line."""
     path = LOGS / name
     whole = scan(path)
-    monkeypatch.setattr(lm, "LM_CHUNK", 7)
+    monkeypatch.setattr(lm_reader, "CHUNK", 7)
     assert scan(path)["points"] == whole["points"]
     assert kinds(scan(path)) == kinds(whole)
     monkeypatch.undo()
@@ -374,17 +375,17 @@ def test_fixture_same_answer_in_small_chunks_and_one_line_at_a_time(name, tmp_pa
 
 
 def test_templates_agree_with_the_reference_parser():
-    """lm_scan's per-skeleton templates extract what lm_parse_line, the slow reference,
+    """scan's per-skeleton templates extract what parse_line, the slow reference,
     extracts from every fixture line."""
     for path in sorted(LOGS.glob("*.log")):
         res = scan(path)
         got = by_line(res)
         for n, raw in enumerate(path.read_text().splitlines(), 1):
-            if n not in got or "\r" in raw or lm.LM_EVENT_RE.search(raw.encode()):
+            if n not in got or "\r" in raw or lm.EVENT_RE.search(raw.encode()):
                 continue  # an event line's metrics are those before the event
-            ref = lm.lm_parse_line(raw[lm.LM_TS_RE.match(raw).end():]
-                                   if lm.LM_TS_RE.match(raw) else raw)
-            ref = {k: lm.lm_json_value(v) for k, v in ref.items()}
+            ref = lm.parse_line(raw[lm.TS_RE.match(raw).end():]
+                                if lm.TS_RE.match(raw) else raw)
+            ref = {k: lm.json_value(v) for k, v in ref.items()}
             assert got[n] == ref, (path.name, n)
 
 
@@ -429,7 +430,7 @@ def test_templates_agree_with_the_reference_parser():
     ("samples/sec=12.5 TFLOPs: 78.3", {"samples_sec": 12.5, "tflops": 78.3}),
 ])
 def test_line_shapes(line, want):
-    got = lm.lm_parse_line(line)
+    got = lm.parse_line(line)
     assert set(got) == set(want), got
     for k, v in want.items():
         if isinstance(v, float) and math.isnan(v):
@@ -439,14 +440,14 @@ def test_line_shapes(line, want):
 
 
 def test_names_are_normalised():
-    assert lm.lm_norm_name("tok/s") == "tok_s"
-    assert lm.lm_norm_name("lm loss") == "lm_loss"
-    assert lm.lm_norm_name("tokens/s") == "tokens_s"
-    assert lm.lm_norm_name("Elapsed time per iteration (ms)") == "elapsed_time_per_iteration_ms"
+    assert lm.norm_name("tok/s") == "tok_s"
+    assert lm.norm_name("lm loss") == "lm_loss"
+    assert lm.norm_name("tokens/s") == "tokens_s"
+    assert lm.norm_name("Elapsed time per iteration (ms)") == "elapsed_time_per_iteration_ms"
 
 
 def test_throughput_metric_choice():
-    f = lm.lm_throughput_metric
+    f = lm.throughput_metric
     assert f(["loss", "step"]) is None
     assert f(["loss", "tok_s", "it_s"]) == "tok_s"
     assert f(["tokens_s", "samples_sec"]) == "tokens_s"
@@ -459,8 +460,8 @@ def test_throughput_metric_choice():
     assert f(["throughput"]) == "throughput"
     assert f(["consumed_samples", "consumed_tokens", "samples_per_second"]) == \
         "samples_per_second"  # a count of samples is no rate
-    assert not lm.lm_is_throughput("loss_scale") and lm.lm_is_loss("lm_loss")
-    assert not lm.lm_is_loss("loss_scale")
+    assert not lm.is_throughput("loss_scale") and lm.is_loss("lm_loss")
+    assert not lm.is_loss("loss_scale")
 
 
 def test_timestamps(tmp_path):
@@ -673,7 +674,7 @@ def test_one_gib_log_second_scan_reads_only_the_appended_bytes(tmp_path):
     state, calls = {}, 0
     t0 = time.monotonic()
     while True:
-        res = lm.lm_scan(str(log), state, rules, time.time())
+        res = lm.scan(str(log), state, rules, time.time())
         state = res["state"]
         calls += 1
         assert res["bytes_read"] == min(256 << 20, size - (calls - 1) * (256 << 20))
@@ -689,7 +690,7 @@ def test_one_gib_log_second_scan_reads_only_the_appended_bytes(tmp_path):
     with open(log, "ab") as f:
         f.write(new)
     t0 = time.monotonic()
-    res = lm.lm_scan(str(log), state, rules, time.time())
+    res = lm.scan(str(log), state, rules, time.time())
     second = time.monotonic() - t0
     assert res["bytes_read"] == len(new) and res["bytes"] == size + len(new)
     assert res["lines"] == 1024 * data.count(b"\n") + 3
@@ -728,7 +729,7 @@ def test_traceback_across_scans_and_chunks(tmp_path, monkeypatch):
         "".join('  File "train.py", line %d, in f%d\n    f%d()\n' % (i, i, i + 1)
                 for i in range(200))
     log.write_text(head)
-    monkeypatch.setattr(lm, "LM_CHUNK", 64)  # the traceback spans ~200 reads
+    monkeypatch.setattr(lm_reader, "CHUNK", 64)  # the traceback spans ~200 reads
     r1 = scan(log, alive=True)
     assert r1["alerts"] == []  # the exception line has not come: wait for it
     assert r1["state"]["tbs"]
@@ -879,30 +880,53 @@ def test_event_bursts_coalesce_until_training_goes_on(tmp_path):
 
 # --------------------------------------------------------------------------- agent fit
 
-def test_module_fits_the_agent():
-    """The agent (which carries the parser) is stdlib only, Python 3.8 syntax, no relative
-    imports; the parser's top-level names are prefixed so none collides with the agent's."""
-    src = (ROOT / "src" / "runward" / "agent.py").read_text()
-    tree = ast.parse(src, feature_version=(3, 8))
+PKG = Path(lm.__file__).resolve().parent
+PUBLIC = {"scan", "is_loss", "is_throughput", "throughput_metric", "norm_name", "parse_line",
+          "json_value", "EVENT_RE", "TS_RE"}
+
+
+def _package_files():
+    files = sorted(PKG.glob("*.py"))
+    assert PKG.name == "logmetrics" and len(files) > 1 and PKG / "__init__.py" in files
+    return files
+
+
+def test_package_fits_the_agent():
+    """The parser ships inside the agent: stdlib only, Python 3.8 syntax, relative imports
+    only of its own modules (it runs as runward.agent.logmetrics here and as
+    runward_agent.logmetrics on targets, and needs nothing else of the agent); its names
+    carry no lm_ prefix any more, none is defined twice in a module, and __init__ only
+    re-exports the public API."""
+    own = {p.stem for p in _package_files()}
     stdlib = set(getattr(sys, "stdlib_module_names", ())) or {
         "calendar", "collections", "math", "os", "re", "time"}
-    for node in ast.walk(tree):
+    for path in _package_files():
+        tree = ast.parse(path.read_text(), feature_version=(3, 8))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and node.module in own, (path.name, node.module)
+            elif isinstance(node, ast.ImportFrom):
+                assert node.module.split(".")[0] in stdlib, (path.name, node.module)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    assert a.name.split(".")[0] in stdlib, (path.name, a.name)
+        defined = set()
+        for node in tree.body:
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                assert node.name not in defined, f"{path.name}: {node.name} defined twice"
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            for name in names:
+                assert not name.startswith(("lm_", "Lm", "LM_")), f"{path.name}: {name}"
+                defined.add(name)
+    init = ast.parse((PKG / "__init__.py").read_text())
+    for node in init.body:
+        assert isinstance(node, (ast.Expr, ast.ImportFrom, ast.Assign)), ast.dump(node)
         if isinstance(node, ast.ImportFrom):
-            assert node.level == 0 and node.module.split(".")[0] in stdlib, node.module
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                assert a.name.split(".")[0] in stdlib, a.name
-    defined = {}
-    for node in tree.body:
-        names = []
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        for name in names:
-            assert name not in defined or not name.startswith(("lm_", "Lm", "LM_")), f"{name} defined twice"
-            defined[name] = True
-    assert "lm_scan" in defined and "LmScan" in defined
+            assert node.level == 1 and {a.name for a in node.names} <= PUBLIC
+    assert set(lm.__all__) == PUBLIC and all(hasattr(lm, name) for name in PUBLIC)
 
 
 def _python38():
@@ -924,17 +948,24 @@ PY38 = _python38()
 
 @pytest.mark.skipif(PY38 is None, reason="no Python 3.8 on this machine")
 def test_runs_on_python_38(tmp_path):
-    """The agent's floor is Python 3.8: the module runs there, not only parses."""
-    py38 = PY38
-    code = ("import importlib.util, json, sys\n"
-            "s = importlib.util.spec_from_file_location('lm', sys.argv[1])\n"
-            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
-            "r = m.lm_scan(sys.argv[2], {}, {'min': {'tok_s': 1}}, 1.7e9)\n"
-            "print(json.dumps([len(r['points']), [a['kind'] for a in r['alerts']]]))\n")
-    out = subprocess.run([py38, "-c", code, str(ROOT / "src" / "runward" / "agent.py"),
-                          str(LOGS / "cuda_oom.log")], capture_output=True, text=True,
-                         check=True).stdout
-    assert json.loads(out) == [1, ["cuda_oom"]]
+    """The agent's floor is Python 3.8: the package runs there, not only parses, under the
+    name it has on targets and with nothing of runward beside it."""
+    shutil.copytree(PKG, tmp_path / "runward_agent" / "logmetrics",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "runward_agent" / "__init__.py").write_text("")
+    code = ("import json, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "before = set(sys.modules)\n"
+            "from runward_agent import logmetrics as m\n"
+            "r = m.scan(sys.argv[2], {}, {'min': {'tok_s': 1}}, 1.7e9)\n"
+            "new = sorted(set(k.split('.')[0] for k in set(sys.modules) - before))\n"
+            "print(json.dumps([len(r['points']), [a['kind'] for a in r['alerts']], new]))\n")
+    out = subprocess.run([PY38, "-I", "-c", code, str(tmp_path), str(LOGS / "cuda_oom.log")],
+                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    points, kinds_, imported = json.loads(out)
+    assert [points, kinds_] == [1, ["cuda_oom"]]
+    stdlib = set(getattr(sys, "stdlib_module_names", ())) or set(imported) - {"runward_agent"}
+    assert "runward_agent" in imported and not set(imported) - stdlib - {"runward_agent"}
 
 
 def test_progress_bar_redrawn_in_place_is_read_as_it_goes(tmp_path):
@@ -965,5 +996,5 @@ def test_a_setting_named_like_nan_is_no_nan(tmp_path):
     log.write_text("init pid=1 switches=TRAIN_NAN_AT=10,TRAIN_STEP_SECONDS=0.05\n"
                    "step 1 loss 2.5 tok/s 14000\n"
                    " iteration 10/ 100 | lm loss: 7.1E+00 | number of nan iterations:   2 |\n")
-    res = lm.lm_scan(str(log), {}, {}, 1.7e9)
+    res = lm.scan(str(log), {}, {}, 1.7e9)
     assert [(a["kind"], a["line_no"]) for a in res["alerts"]] == [("nan", 3)]

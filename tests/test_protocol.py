@@ -1,45 +1,50 @@
-"""The wire constants the CLI reads from the agent's text are the agent's own."""
+"""The wire constants the CLI sends are the agent's own (runward.agent.boot)."""
 
-from runward import agent, transport
+from runward import transport
+from runward.agent import boot, main as agent_main, store, terminate, wire
 
 
 def test_wire_constants_match_the_agent_module():
-    proto, boot = transport.wire_constants()
-    assert proto == agent.PROTOCOL and boot == agent.BOOTSTRAP
+    proto, bootstrap = transport.wire_constants()
+    assert proto == boot.PROTOCOL and bootstrap == boot.BOOTSTRAP
 
 
 def test_request_of_another_version_is_refused(cli):
     import io
     import json
     out = io.BytesIO()
-    rc = agent.serve(io.BytesIO(json.dumps({"v": 999, "op": "ping"}).encode() + b"\n"), out)
+    rc = agent_main.serve(io.BytesIO(json.dumps({"v": 999, "op": "ping"}).encode() + b"\n"), out)
     reply = json.loads(out.getvalue())
     assert rc == 2 and reply["ok"] is False and "protocol version" in reply["error"]["message"]
 
 
-def test_wire_cache_gives_the_same_bytes_as_computing_them(tmp_path, monkeypatch):
-    import hashlib
-    import zlib
+def test_the_cached_sha_is_the_blobs_and_follows_the_files(tmp_path, monkeypatch):
+    """transport keeps the blob's sha256 in the local cache, keyed by the files' inode, size
+    and mtime: a second process reads no agent source, and a changed file is seen."""
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
-    monkeypatch.setattr(transport, "_SOURCE", None)
-    monkeypatch.setattr(transport, "_WIRE", None)
-    first = transport.agent_source(), transport.wire_constants()
-    assert list((tmp_path / "cache").glob("wire-*")), "the cache file was not written"
-    monkeypatch.setattr(transport, "_SOURCE", None)
-    monkeypatch.setattr(transport, "_WIRE", None)
+    monkeypatch.setattr(transport, "_SHA", None)
+    first = transport.agent_sha()
+    assert (tmp_path / "cache" / "blob-sha").exists(), "the cache file was not written"
+    monkeypatch.setattr(transport, "_SHA", None)
     opened = []
     real_open = open
     monkeypatch.setattr("builtins.open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
-    second = transport.wire_constants(), transport.agent_source()
-    assert transport._AGENT_PATH not in opened  # from the cache: the source is not read
-    src = real_open(agent.__file__, "rb").read()
-    assert first == second[::-1]
-    assert zlib.decompress(second[1][0]) == src and second[1][1] == hashlib.sha256(src).hexdigest()
-    assert second[0] == (agent.PROTOCOL, agent.BOOTSTRAP)
+    assert transport.agent_sha() == first
+    assert not [p for p in opened if str(p).endswith(".py")]  # from the cache: no source read
+    monkeypatch.undo()
+    raw, sha = boot.read_blob(transport._AGENT_DIR)
+    assert first == sha == hashlib.sha256(raw).hexdigest()
+    # a tree that differs from the recorded one (here: another signature) is hashed again
+    monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
+    monkeypatch.setattr(transport, "_SHA", None)
+    cache = tmp_path / "cache" / "blob-sha"
+    cache.write_text("0" * 64 + "\n" + cache.read_text().split("\n", 1)[1] + "x")
+    assert transport.agent_sha() == sha
 
 
 # --- the agent's start-up: what a status call imports, and the shortcuts that avoid re/json
 
+import hashlib
 import json as _json_mod
 import pytest
 import math
@@ -66,24 +71,24 @@ def _same(a, b):
 @settings(max_examples=300, deadline=None)
 @given(_json_values)
 def test_agent_json_codec_is_json(value):
-    text = agent.json_dumps(value)
+    text = wire.json_dumps(value)
     assert text == _json_mod.dumps(value)
-    assert agent.json_dumps(value, sort_keys=True) == _json_mod.dumps(value, sort_keys=True)
-    assert _same(agent.json_loads(text), value)
-    assert _same(agent.json_loads(text.encode()), value)
-    assert _same(agent.json_loads("\n " + text + " \r\n"), value)
+    assert wire.json_dumps(value, sort_keys=True) == _json_mod.dumps(value, sort_keys=True)
+    assert _same(wire.json_loads(text), value)
+    assert _same(wire.json_loads(text.encode()), value)
+    assert _same(wire.json_loads("\n " + text + " \r\n"), value)
 
 
 def test_agent_json_codec_refuses_what_json_refuses():
     for bad in ("", " ", "[1,", '{"a": 1} x', "nul", "{'a': 1}", '"\x01"', "[1] [2]"):
         try:
-            agent.json_loads(bad)
+            wire.json_loads(bad)
         except ValueError:
             pass
         else:
             raise AssertionError(f"accepted {bad!r}")
     try:
-        agent.json_dumps({"a": object()})
+        wire.json_dumps({"a": object()})
     except TypeError:
         pass
     else:
@@ -91,7 +96,7 @@ def test_agent_json_codec_refuses_what_json_refuses():
     try:
         loop = []
         loop.append(loop)
-        agent.json_dumps(loop)
+        wire.json_dumps(loop)
     except ValueError:
         pass
     else:
@@ -100,9 +105,9 @@ def test_agent_json_codec_refuses_what_json_refuses():
 
 def test_agent_json_codec_falls_back_to_json_without_the_accelerator(monkeypatch):
     monkeypatch.setitem(sys.modules, "_json", None)  # import _json now fails
-    monkeypatch.setattr(agent, "_JSON", [])
-    assert agent.json_loads(agent.json_dumps({"x": [1.5, "é"]})) == {"x": [1.5, "é"]}
-    assert agent._JSON[0] is _json_mod.loads
+    monkeypatch.setattr(wire, "_JSON", [])
+    assert wire.json_loads(wire.json_dumps({"x": [1.5, "é"]})) == {"x": [1.5, "é"]}
+    assert wire._JSON[0] is _json_mod.loads
 
 
 def test_signal_names_are_the_signal_modules():
@@ -111,27 +116,27 @@ def test_signal_names_are_the_signal_modules():
             want = signal.Signals(n).name
         except ValueError:
             want = f"SIG{n}"
-        assert agent.signal_name(n) == want
+        assert terminate.signal_name(n) == want
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet="ab9Z._-/ é\n", max_size=70))
 def test_valid_name_is_the_documented_pattern(name):
-    assert agent.valid_name(name) == bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name))
+    assert store.valid_name(name) == bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name))
 
 
 def test_secret_names_any_case():
-    assert agent.is_secret_name("hf_token") and agent.is_secret_name("AWS_SECRET_ACCESS_KEY")
-    assert agent.is_secret_name("db_Password") and not agent.is_secret_name("LR")
+    assert store.is_secret_name("hf_token") and store.is_secret_name("AWS_SECRET_ACCESS_KEY")
+    assert store.is_secret_name("db_Password") and not store.is_secret_name("LR")
 
 
 def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
     """The agent's start-up is part of every call; these three were half of it."""
     env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
     packed, sha = transport.agent_source()
-    req = _json_mod.dumps({"v": agent.PROTOCOL, "op": "status"}).encode() + b"\n"
+    req = _json_mod.dumps({"v": boot.PROTOCOL, "op": "status"}).encode() + b"\n"
     stdin = b"%d %s\n" % (len(packed), sha.encode()) + packed + req
-    argv = [sys.executable, "-S", "-X", "importtime", "-c", agent.BOOTSTRAP]
+    argv = [sys.executable, "-S", "-X", "importtime", "-c", boot.BOOTSTRAP]
     for _ in range(2):  # the first compiles and caches, the second is the usual call
         p = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=60)
         assert p.returncode == 0, p.stderr
@@ -140,6 +145,8 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
                 if line.startswith("import time:")}
     assert "marshal" in imported  # the check can see imports at all
     assert not imported & {"re", "json", "enum", "signal", "zlib"}, sorted(imported)
+    assert "runward_agent.ops.lifecycle" in imported  # the package's own modules are seen too
+    assert not [m for m in imported if "logmetrics" in m], sorted(imported)  # nor the log parser
 
 
 # --- the agent's source travels only while the far side may lack it
@@ -196,15 +203,15 @@ def test_the_bootstrap_says_when_it_could_not_cache_the_agent(tmp_path):
     (tmp_path / "cache").write_text("a file where the cache directory would be")
     env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
     packed, sha = transport.agent_source()
-    req = _json_mod.dumps({"v": agent.PROTOCOL, "op": "ping"}).encode() + b"\n"
-    p = subprocess.run([sys.executable, "-S", "-c", agent.BOOTSTRAP], env=env, capture_output=True,
+    req = _json_mod.dumps({"v": boot.PROTOCOL, "op": "ping"}).encode() + b"\n"
+    p = subprocess.run([sys.executable, "-S", "-c", boot.BOOTSTRAP], env=env, capture_output=True,
                        input=b"%d %s\n" % (len(packed), sha.encode()) + packed + req, timeout=60)
     assert _json_mod.loads(p.stdout)["uncached"] is True
     # and without the source it answers AgentMissing, having run nothing
-    p = subprocess.run([sys.executable, "-S", "-c", agent.BOOTSTRAP], env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-S", "-c", boot.BOOTSTRAP], env=env, capture_output=True,
                        input=b"0 %s\n" % sha.encode() + req, timeout=60)
     reply = _json_mod.loads(p.stdout)
-    assert p.returncode == 3 and reply["error"]["type"] == "AgentMissing" and reply["v"] == agent.PROTOCOL
+    assert p.returncode == 3 and reply["error"]["type"] == "AgentMissing" and reply["v"] == boot.PROTOCOL
 
 
 def test_a_version_compiled_here_prunes_other_versions_older_than_a_week(tmp_path):
@@ -215,7 +222,7 @@ def test_a_version_compiled_here_prunes_other_versions_older_than_a_week(tmp_pat
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
     packed, sha = transport.agent_source()
-    week = time.time() - agent.CACHE_KEEP_S - 3600
+    week = time.time() - agent_main.CACHE_KEEP_S - 3600
     old = [cache / "agent-0123456789abcdef0123456789abcdef.cpython-311", cache / "resident-0123456789abcdef.log",
            cache / "agent-fedcba9876543210fedcba9876543210.cpython-311.4242"]
     recent = cache / "agent-00000000000000000000000000000000.cpython-311"
@@ -224,10 +231,10 @@ def test_a_version_compiled_here_prunes_other_versions_older_than_a_week(tmp_pat
         f.write_bytes(b"x")
     for f in old + [other]:
         os.utime(f, (week, week))
-    req = _json_mod.dumps({"v": agent.PROTOCOL, "op": "ping"}).encode() + b"\n"
+    req = _json_mod.dumps({"v": boot.PROTOCOL, "op": "ping"}).encode() + b"\n"
 
     def run():
-        p = subprocess.run([sys.executable, "-S", "-c", agent.BOOTSTRAP], env=env, capture_output=True,
+        p = subprocess.run([sys.executable, "-S", "-c", boot.BOOTSTRAP], env=env, capture_output=True,
                            input=b"%d %s\n" % (len(packed), sha.encode()) + packed + req, timeout=60)
         assert _json_mod.loads(p.stdout)["ok"], p
     # compiled here now: the week-old files of other versions go, nothing else

@@ -1,6 +1,6 @@
 """The resident agent: the read-only verbs over ssh served by an agent kept running on the
-host, reached through the ssh control master's forward of its unix socket (agent.py, "The
-resident"; docs/protocol.md). Real sshd hosts of the testbed, real processes and sockets."""
+host, reached through the ssh control master's forward of its unix socket
+(runward/agent/resident.py; docs/protocol.md). Real sshd hosts of the testbed, real processes and sockets."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ import pytest
 
 import testbed
 from conftest import CLI, alive, wait_for
-from runward import agent, transport
+from runward import transport
+from runward.agent import boot, resident
 from runward.targets import parse_target
 
-RESIDENT = agent.RESIDENT_ARG.encode()
+RESIDENT = boot.RESIDENT_ARG.encode()
 
 
 def test_the_cli_sends_the_agents_read_only_verbs_only():
-    assert transport._RESIDENT_OPS == agent.RESIDENT_OPS
-    assert not {"start", "stop", "kill", "exec", "push", "doctor", "watch"} & agent.RESIDENT_OPS
+    assert transport._RESIDENT_OPS == resident.OPS
+    assert not {"start", "stop", "kill", "exec", "push", "doctor", "watch"} & resident.OPS
 
 
 @pytest.mark.parametrize("on,req,payload,wanted", [
@@ -65,7 +66,7 @@ def far(tmp_path, monkeypatch):
             return transport.call(target, dict(req), **kw)
 
         def entry(self):
-            return f"{transport.agent_source()[1]} {transport._far_key(target)}"
+            return f"{transport.agent_sha()} {transport._far_key(target)}"
 
         def listening(self):
             """The resident's socket once it accepts connections (a stale one refuses)."""
@@ -253,7 +254,7 @@ def test_a_host_that_refuses_unix_socket_forwarding_is_given_up(far):
     answers; the forward is tried twice, then never again for this agent version."""
     testbed.require("nofwd")
     target = parse_target("ssh://rw-nofwd", home=far.home, python="/usr/bin/python3")
-    entry = f"{transport.agent_source()[1]} {transport._far_key(target)}"
+    entry = f"{transport.agent_sha()} {transport._far_key(target)}"
     routes, records = [], []
     for _ in range(5):
         res = transport.call(target, {"op": "status"})

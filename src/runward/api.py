@@ -323,8 +323,8 @@ def kill(target: Target, pattern: str, *, signal: str = "TERM", grace: float = 1
 # --- GPUs -------------------------------------------------------------------------------
 
 def _held(g: dict, verb: str = "still holds") -> str:
-    from . import agent as _agent
-    return _agent.held_message(g, verb)
+    from .agent import boot  # the message the agent prints too, shared on purpose
+    return boot.held_message(g, verb)
 
 
 def gpus(target: Target, *, mapping: str = "auto") -> dict:

@@ -75,7 +75,7 @@ class NotVerified(RunwardError):
     kind = "NotVerified"
 
 
-# Agent error types (agent.py AgentFailure.type) -> local classes.
+# Agent error types (agent/wire.py AgentFailure.type) -> local classes.
 AGENT_TYPES = {
     "BadInput": BadInput,
     "RunNotFound": RunNotFound,

@@ -1,7 +1,7 @@
 """Training health for people: sparklines, one-line alerts, the last values, plots.
 
-The parsing and the alerts happen where the log lives (the agent's "health" op; its code is
-imported below, once, so the move into runward.agent is a one-line change); this module
+The parsing and the alerts happen where the log lives (the agent's "health" op; its code,
+runward.agent.logmetrics, is imported below, once, for the names it gives metrics); this module
 only renders what comes back: points [{"line", "t", "metrics"}] and alerts [{"kind", "line_no", "line", "t", ...}].
 """
 
@@ -11,7 +11,7 @@ import math
 import time
 from typing import Iterable, Sequence
 
-from runward import agent as _lm  # the one import of the parser (the lm_* section of the agent)
+from .agent import logmetrics as _lm  # the one import of the parser
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 BAD = "!"  # a NaN or an infinity in a sparkline
@@ -137,12 +137,12 @@ def main_metrics(points: Sequence[dict]) -> list[str]:
     step = step_metric(points)
     if step:
         out.append(step)
-    losses = [n for n in names if _lm.lm_is_loss(n)]
+    losses = [n for n in names if _lm.is_loss(n)]
     if losses:
         # "loss" itself if printed, else the most frequent loss-like name (lm_loss, ...).
         counts = {n: sum(1 for p in points if n in p.get("metrics", {})) for n in losses}
         out.append("loss" if "loss" in counts else max(losses, key=lambda n: counts[n]))
-    tp = _lm.lm_throughput_metric(names)
+    tp = _lm.throughput_metric(names)
     if tp:
         out.append(tp)
     for group in (LR_NAMES, GRAD_NAMES):
@@ -226,7 +226,7 @@ def plot(points: Sequence[dict], alerts: Sequence[dict], metrics: Sequence[str] 
         raise ValueError("x must be 'step' or 'time', not %r" % (x,))
     names = list(metrics) if metrics else [n for n in main_metrics(points)
                                            if n not in STEP_NAMES or x == "time"]
-    names = [_lm.lm_norm_name(n) for n in names]
+    names = [_lm.norm_name(n) for n in names]
     if not names:
         raise ValueError("no metric to plot: the log has no metric lines yet")
     fig, axes = plt.subplots(len(names), 1, sharex=True, squeeze=False,

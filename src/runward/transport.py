@@ -1,6 +1,6 @@
 """Run the agent through a hop chain, one round trip per operation, and diagnose failures.
 
-The agent's command line is a fixed bootstrap (agent.BOOTSTRAP); the agent source, the
+The agent's command line is a fixed bootstrap (agent.boot.BOOTSTRAP); the agent blob, the
 request and any payload (file bytes) travel on stdin. A call that does not end in the
 agent's JSON reply is classified (ssh could not connect, container absent or stopped,
 python3 missing, the far side killed by a signal, a reply that is not JSON) into an error
@@ -16,65 +16,50 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
+from .agent import boot as _boot
 from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
 from .cache import cache_path, local_home, read_cache, write_cache
 from .targets import Hop, Target
 
-_AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
+_AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
+_SHA: str | None = None
 _SOURCE: tuple[bytes, str] | None = None
-_WIRE: tuple[int, str] | None = None
 
 
 def wire_constants() -> tuple[int, str]:
-    """PROTOCOL and BOOTSTRAP, read from the agent's source text: importing the agent module
-    (thousands of lines) would cost the CLI's start-up more than the rest of a status call.
-    tests/test_protocol.py checks they equal the module's own values."""
-    if _WIRE is None:
-        _load_wire()
-    return _WIRE
+    """PROTOCOL and BOOTSTRAP, from the one agent module the CLI shares on purpose."""
+    return _boot.PROTOCOL, _boot.BOOTSTRAP
 
 
-def agent_source_text() -> str:
-    with open(_AGENT_PATH, "rb") as f:
-        return f.read().decode()
+def agent_sha() -> str:
+    """The sha256 that names the agent package's blob (most calls send it alone). Kept in a
+    0600 file of the local cache with the files' inode, size and mtime, checked on every
+    call: reading and hashing the files (and importing hashlib) costs a status about 4 ms
+    more than listing them and reading one file (bench/startup.py, -X importtime)."""
+    global _SHA
+    if _SHA is None:
+        sig = _AGENT_DIR + "\n" + "".join(f"{rel} {st.st_ino} {st.st_size} {st.st_mtime_ns}\n" for rel, st in _agent_files())
+        path = cache_path("blob-sha")
+        sha, _, rest = (read_cache(path) or b"").decode("utf-8", "replace").partition("\n")
+        if len(sha) != 64 or rest != sig:  # missing, torn, or the tree changed
+            sha = _boot.read_blob(_AGENT_DIR)[1]
+            write_cache(path, f"{sha}\n{sig}".encode())
+        _SHA = sha
+    return _SHA
+
+
+def _agent_files() -> list[tuple[str, os.stat_result]]:
+    return [(rel, os.stat(os.path.join(_AGENT_DIR, rel))) for rel in _boot.sources(_AGENT_DIR)]
 
 
 def agent_source() -> tuple[bytes, str]:
-    """The agent's bytes, zlib-compressed (a quarter of the size on a slow link), and the
-    sha256 of the source (the far side caches the compiled code by it)."""
+    """The agent package as one blob, zlib-compressed (a quarter of the size on a slow
+    link), and its sha256 (the far side caches the compiled code by it); compressed only
+    when a call sends it (agent.boot.build_blob)."""
+    global _SOURCE
     if _SOURCE is None:
-        _load_wire()
+        _SOURCE = _boot.build_blob(_AGENT_DIR)
     return _SOURCE
-
-
-def _load_wire() -> None:
-    """agent_source() and wire_constants(), kept in a 0600 file of the local cache keyed by
-    agent.py's inode, size and mtime, so a call pays for neither reading and searching the
-    source nor hashlib and zlib (about 4 ms of start-up):
-    "<sha256> <protocol> <len(bootstrap)>\n<bootstrap><compressed source>"."""
-    global _SOURCE, _WIRE
-    st = os.stat(_AGENT_PATH)
-    cache = cache_path(f"wire-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
-    head, _, rest = (read_cache(cache) or b"").partition(b"\n")
-    fields = head.split()
-    if len(fields) == 3 and len(fields[0]) == 64 and fields[1].isdigit() and fields[2].isdigit():
-        n = int(fields[2])
-        _WIRE = (int(fields[1]), rest[:n].decode())
-        _SOURCE = (rest[n:], fields[0].decode())
-        return
-    # missing, not ours, or torn
-    import hashlib
-    import zlib
-    with open(_AGENT_PATH, "rb") as f:
-        src = f.read()
-    text = src.decode()
-    proto = int(re.search(r"^PROTOCOL = (\d+)$", text, re.M).group(1))
-    start = text.index('BOOTSTRAP = """') + len('BOOTSTRAP = """')
-    boot = text[start:text.index('"""', start)]
-    _WIRE = (proto, boot)
-    _SOURCE = (zlib.compress(src, 1), hashlib.sha256(src).hexdigest())
-    bb = boot.encode()
-    write_cache(cache, b"%s %d %d\n" % (_SOURCE[1].encode(), proto, len(bb)) + bb + _SOURCE[0])
 
 
 def ssh_base(connect_timeout: float | None = None) -> list[str]:
@@ -145,7 +130,7 @@ class RawResult:
 # Operations that start a shim, which is handed the agent's source: they always carry it.
 _SOURCE_ALWAYS = frozenset({"start"})
 # Operations that only read: on an ssh target they may be served by the far side's resident
-# agent (agent.py, "The resident"; docs/protocol.md). Equal to agent.RESIDENT_OPS (tested).
+# agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
 _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
@@ -168,7 +153,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     req.setdefault("v", wire_constants()[0])
     if target.home and "home" not in req:
         req["home"] = target.home
-    src, sha = agent_source()
+    sha = agent_sha()
     known = _far_lines()
     entry = f"{sha} {_far_key(target)}"
     resident = _Resident(target, req, payload, entry, known)
@@ -187,7 +172,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     # a payload is a stream that cannot be sent twice: it never risks the retry
     send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
     while True:
-        agent = src if send_src else b""
+        agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
         t0 = time.monotonic()
         rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout)
@@ -226,7 +211,7 @@ def resident_route(target: Target) -> str | None:
         return None
     if not _resident_on():
         return "off"
-    r = _Resident(target, {"op": "status"}, None, f"{agent_source()[1]} {_far_key(target)}", _far_lines())
+    r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {_far_key(target)}", _far_lines())
     return "forward" if r.forward else "given up" if not r.wanted else "not yet"
 
 

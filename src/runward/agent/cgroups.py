@@ -1,0 +1,54 @@
+"""cgroups: the one container a double-forking child that clears its environment cannot
+leave. A run gets runward/<home id>-<name>.<attempt> in each writable hierarchy."""
+
+import os
+
+from .procfs import read_text
+
+
+def roots():
+    """Writable cgroup hierarchies: v2 (unified) if we can create under it, else v1 pids/memory."""
+    out = []
+    cands = []
+    if os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
+        cands.append(("v2", "/sys/fs/cgroup"))
+    else:
+        for c in ("pids", "memory", "unified"):
+            p = "/sys/fs/cgroup/" + c
+            if os.path.isfile(os.path.join(p, "cgroup.procs")):
+                cands.append(("v2" if c == "unified" else "v1", p))
+    for kind, p in cands:
+        if os.access(p, os.W_OK):
+            out.append((kind, p))
+    return out
+
+
+def create(name, attempt, home_id=""):
+    """Try to make runward/<home id>-<name>.<attempt> in each writable hierarchy; return the
+    paths made."""
+    made = []
+    leaf = "%s-%s.%d" % (home_id, name, attempt) if home_id else "%s.%d" % (name, attempt)
+    for kind, root in roots():
+        base = os.path.join(root, "runward")
+        try:
+            os.makedirs(os.path.join(base, leaf), exist_ok=True)
+            made.append(os.path.join(base, leaf))
+        except OSError:
+            continue
+    return made
+
+
+def pids(paths):
+    out = set()
+    for p in paths or ():
+        txt = read_text(os.path.join(p, "cgroup.procs"), "") or ""
+        out.update(int(x) for x in txt.split() if x.isdigit())
+    return out
+
+
+def remove(paths):
+    for p in paths or ():
+        try:
+            os.rmdir(p)
+        except OSError:
+            pass

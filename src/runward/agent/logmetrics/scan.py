@@ -1,0 +1,112 @@
+"""One call of the parser: the state unpacked into its collaborators, the new bytes read,
+the rules that run after them, the answer."""
+
+import os
+
+from .alerts import cut, decode
+from .clock import Clock
+from .events import Events
+from .feed import Feed
+from .job import ExitWatch, stall_alert
+from .points import materialize
+from .reader import MAX_BYTES, Cursor, changed, read_new, signature
+from .rules import Rules
+
+VERSION = 1
+
+
+class Scan(object):
+    """The parts of one call that live in its state: lines and points (Feed), event alerts
+    and tracebacks (Events), rules on values (Rules), the job's end (ExitWatch)."""
+
+    def __init__(self, state, rules, now):
+        self.now = now
+        self.config = rules
+        self.clock = Clock(now)
+        self.alerts = []
+        self.events = Events(state, self.alerts, self.clock)
+        self.rules = Rules(rules, state, self.alerts, self.clock)
+        self.feed = Feed(rules, state, self.rules, self.events, self.clock)
+        self.growth_t = state.get("growth_t")
+        self.exits = ExitWatch(state)
+
+    def restart(self):
+        """The log was replaced: count its lines from the start; nothing is in progress."""
+        self.feed.lines, self.feed.last_line = 0, ""
+        self.events.tracebacks.open.clear()
+        self.events.quiet.clear()
+
+    def read(self, f, cursor):
+        """Read the open log F on from CURSOR. Returns (reset reason, bytes read, more)."""
+        st = os.fstat(f.fileno())
+        reset = changed(f, st, cursor)
+        if reset:
+            cursor.restart()
+            self.restart()
+        cursor.ident = (st.st_ino, st.st_dev)
+        f.seek(cursor.offset)
+        read = read_new(f, cursor, int(self.config.get("max_bytes", MAX_BYTES)), self.feed)
+        cursor.offset += read
+        end = os.fstat(f.fileno()).st_size
+        if read:
+            self.growth_t = min(self.now, st.st_mtime)
+        elif self.growth_t is None and end:
+            self.growth_t = min(self.now, st.st_mtime)
+        if cursor.offset:
+            cursor.sig = signature(f, cursor.offset)
+        return reset, read, cursor.offset < end
+
+    def finish(self, alive, exit_info):
+        self.events.tracebacks.settle(alive)
+        feed = self.feed
+        if feed.last_line and feed.last_line_t is None:
+            feed.last_line_t = self.clock.of(feed.last_line)
+        stall = self.config.get("stall_seconds")
+        if alive and stall:
+            a = stall_alert(self.now, self.growth_t, stall)
+            if a is not None:
+                self.alerts.append(a)
+        if exit_info:
+            self.alerts.extend(self.exits.alerts(exit_info, self.now))
+
+    def state(self, cursor):
+        feed, rules = self.feed, self.rules
+        state = {"lines": feed.lines, "last_line": feed.last_line,
+                 "last_line_t": feed.last_line_t, "growth_t": self.growth_t,
+                 "tbs": self.events.tracebacks.open, "tracked": rules.tracked,
+                 "violating": rules.violating, "quiet": self.events.quiet,
+                 "names": sorted(rules.names)[:256], "exit_seen": self.exits.exit_seen,
+                 "sigkill_seen": self.exits.sigkill_seen, "v": VERSION}
+        state.update(cursor.state())
+        return state
+
+
+def scan(log_path, state, rules, now):
+    """Parse what LOG_PATH gained since STATE (see the package docstring).
+
+    Returns {"state", "points", "points_dropped", "alerts", "last_line", "lines", "bytes",
+    "bytes_read", "more", "reset", "exists"}, and "tail" when rules["tail_lines"].
+    """
+    state = dict(state or {})
+    rules = rules or {}
+    sc = Scan(state, rules, now)
+    cursor = Cursor(state)
+    reset, read, more = None, 0, False
+    try:
+        f = open(log_path, "rb")
+    except FileNotFoundError:
+        f = None
+    if f is not None:
+        with f:
+            reset, read, more = sc.read(f, cursor)
+    sc.finish(bool(rules.get("alive")), rules.get("exit"))
+    new_state = sc.state(cursor)
+    feed = sc.feed
+    points = materialize(feed.points, sc.clock)
+    out = {"state": new_state, "points": points, "points_dropped": feed.npoints - len(points),
+           "alerts": sc.alerts, "last_line": cut(feed.last_line), "lines": feed.lines,
+           "bytes": cursor.offset, "bytes_read": read, "more": more, "reset": reset,
+           "exists": f is not None}
+    if feed.tail is not None:
+        out["tail"] = [cut(decode(x.rstrip(b"\r"))) for x in feed.tail]
+    return out

@@ -1,0 +1,136 @@
+"""The agent's entry: one request from stdin, events and one reply on stdout; or, by its
+argv word, the shim or the resident. The op table names each op's module and function; a
+module is imported only when its op is asked for, so a status never imports the log parser,
+re or json."""
+
+import os
+import sys
+import time
+
+from . import boot
+from .store import Home
+from .wire import AgentFailure, bad_input, json_loads, reply
+
+PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
+OPS = {
+    "start": ("ops.lifecycle", "start", PLAIN),
+    "stop": ("ops.lifecycle", "stop", PLAIN),
+    "status": ("ops.lifecycle", "status", PLAIN),
+    "spec": ("ops.lifecycle", "spec", PLAIN),
+    "ping": ("ops.lifecycle", "ping", PLAIN),
+    "logs": ("ops.lifecycle", "logs", STREAM),
+    "exec": ("ops.execute", "execute", PLAIN),
+    "push": ("ops.files", "push", IO),
+    "hash": ("ops.files", "hashes", PLAIN),
+    "ps": ("ops.pskill", "ps", PLAIN),
+    "kill": ("ops.pskill", "kill", PLAIN),
+    "gpus": ("ops.gpus", "gpus", PLAIN),
+    "nspid": ("ops.gpus", "nspid", PLAIN),
+    "health": ("ops.health", "health", PLAIN),
+    "watch": ("ops.health", "watch", STREAM),
+    "doctor": ("ops.doctor", "doctor", PLAIN),
+}
+CACHE_KEEP_S = 7 * 86400
+
+
+def handler(op):
+    """(function, kind) serving op, its module imported now (relative to this package)."""
+    if op not in OPS:
+        raise bad_input("unknown operation %r" % (op,))
+    module, name, kind = OPS[op]
+    return getattr(__import__(module, globals(), None, [name], 1), name), kind
+
+
+def _request(line, stdout, extra):
+    """The request dict, or None after replying why there is none."""
+    try:
+        req = json_loads(line.decode())
+    except ValueError:
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
+            "type": "AgentError", "message": "request is not valid JSON: %r" % line[:80]}}, extra)
+        return None
+    if not isinstance(req, dict) or req.get("v") != boot.PROTOCOL:
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
+            "type": "AgentError", "message": "protocol version mismatch: agent speaks %d, request %r" % (
+                boot.PROTOCOL, req.get("v") if isinstance(req, dict) else None)}}, extra)
+        return None
+    return req
+
+
+def _run(req, home, stdin, stdout, extra):
+    if req.get("resident") is not None:
+        from . import resident
+        if resident.wanted(req):
+            where = resident.ensure(req, home)
+            if where is not None:
+                extra["resident"] = where  # where this call found or started the resident
+    fn, kind = handler(req.get("op"))
+    if kind == PLAIN:
+        return fn(req, home)
+    emit = lambda ev: reply(stdout, {"event": ev})  # noqa: E731
+    return fn(req, home, emit) if kind == STREAM else fn(req, home, emit, stdin)
+
+
+def serve(stdin, stdout):
+    extra = {}  # added to the reply
+    if boot.SHIPPED.get("cached") == 0:
+        # the bootstrap could not cache the agent here (a read-only home): the caller must
+        # keep sending the blob instead of its hash alone
+        extra["uncached"] = True
+    req = _request(stdin.readline(), stdout, extra)
+    if req is None:
+        return 2
+    try:
+        result = _run(req, Home(req.get("home")), stdin, stdout, extra)
+        reply(stdout, {"v": boot.PROTOCOL, "ok": True, "result": result}, extra)
+        return 0
+    except AgentFailure as e:
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": e.to_dict()}, extra)
+        return 1
+    except BrokenPipeError:
+        return 1
+    except Exception as e:  # a bug: send it home with its traceback (rebuilt locally)
+        import traceback
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
+            "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
+            "traceback": traceback.format_exc()}}, extra)
+        return 1
+
+
+def prune_cache():
+    """The code cache keeps one compiled agent per version (~250 KB), and each version's
+    resident leaves a lock and a log: when this version has just been compiled here (its
+    cache file is under a minute old; a cache hit never gets here with a fresh file), the
+    other versions' files older than a week go. Called after the reply; rare by nature."""
+    sha = boot.SHIPPED.get("sha")
+    if not sha or not boot.SHIPPED.get("source") or boot.SHIPPED.get("cached") != 1:
+        return
+    d = os.path.join(Home().path, "cache")  # the bootstrap's: by RUNWARD_HOME, not the request
+    own = ("agent-%s." % sha[:32], "resident-%s." % sha[:16])
+    try:
+        names = os.listdir(d)
+        mine = [n for n in names if n.startswith(own[0])]
+        now = time.time()
+        if not mine or now - os.stat(os.path.join(d, mine[0])).st_mtime > 60:
+            return
+        for n in names:
+            if n.startswith(("agent-", "resident-")) and not n.startswith(own):
+                p = os.path.join(d, n)
+                if now - os.lstat(p).st_mtime > CACHE_KEEP_S:
+                    os.unlink(p)
+    except OSError:
+        pass
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
+        from . import shim
+        params = json_loads(sys.stdin.buffer.readline().decode())
+        shim.main(params["home"], params["name"], params["attempt"])
+        return 0
+    if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:
+        from . import resident
+        return resident.main(json_loads(sys.stdin.buffer.readline().decode()), serve)
+    rc = serve(sys.stdin.buffer, sys.stdout.buffer)
+    prune_cache()
+    return rc

@@ -1,0 +1,493 @@
+"""start, stop, status, logs, spec and ping: a run's life on this target.
+
+Start means verified alive (watched through a settle period, an early exit reported at once);
+stop means verified dead (terminate.py); status reads the records against /proc."""
+
+import os
+import sys
+import time
+
+from .. import cgroups, gpus, shim
+from ..boot import PROTOCOL
+from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan, uptime
+from ..runs import attempt_state, drift, log_info, members, own_procs, summarize_tree
+from ..store import (RunStore, check_name, file_hashes, first_lines, read_from, read_json, redact_env, tail_lines,
+                     write_json)
+from ..terminate import PidWatch, parse_signal, signal_name, terminate
+from ..wire import AgentFailure, bad_input
+
+LOG_TAIL_LINES = 20
+SPEC_KEYS = ("argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus", "wait_gpus_free",
+             "stop_signal", "grace", "files", "hash_files")
+
+
+# --- start
+
+def resolve_command(argv, env, cwd):
+    prog = argv[0]
+    if "/" in prog:
+        path = prog if os.path.isabs(prog) else os.path.join(cwd, prog)
+        if not os.path.exists(path):
+            raise bad_input("command not found: %s (looked at %s)" % (prog, path),
+                            "check the path; relative paths are taken from the run's cwd %s" % cwd)
+        if not os.access(path, os.X_OK) or os.path.isdir(path):
+            raise bad_input("command is not executable: %s" % path, "chmod +x it, or run it through an interpreter")
+        return path
+    for d in (env.get("PATH") or os.defpath).split(os.pathsep):
+        cand = os.path.join(d or ".", prog)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    raise bad_input("command not found: %s (not on PATH of the target)" % prog,
+                    "install it on the target, give an absolute path, or set PATH with --env")
+
+
+def build_env(req_env, inherit=True):
+    env = dict(os.environ) if inherit else {}
+    for k in ("RUNWARD_HOME",):
+        env.pop(k, None)
+    for k, v in (req_env or {}).items():
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k or "\0" in str(v):
+            raise bad_input("invalid environment entry %r" % (k,), "use --env NAME=VALUE")
+        env[k] = str(v)
+    return env
+
+
+def shell_argv(sh):
+    return ["/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh", "-c", sh]
+
+
+def _plan(req, home, store):
+    """Everything a start needs, checked before anything is written: argv, cwd, env, the
+    ready regex, the stop signal, the executable and the log path."""
+    argv = req.get("argv") or []
+    sh = req.get("sh")
+    if sh is not None:
+        if not isinstance(sh, str) or not sh.strip():
+            raise bad_input("empty shell command", "give --sh 'COMMAND LINE'")
+        argv = shell_argv(sh)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise bad_input("no command given", "put the command after --, e.g. runward start NAME -- python train.py")
+    cwd = os.path.expanduser(req.get("cwd") or os.path.expanduser("~"))
+    if not os.path.isdir(cwd):
+        raise bad_input("working directory does not exist on the target: %s" % cwd,
+                        "create it, or pass an existing --cwd")
+    req["env"] = _request_env(req, home)
+    env = build_env(req["env"])
+    plan = {"argv": argv, "sh": sh, "cwd": cwd, "env": env, "settle": float(req.get("settle", 3.0)),
+            "ready": req.get("ready"), "ready_re": _ready_re(req.get("ready")),
+            "stop_sig": parse_signal(req.get("stop_signal", "TERM")), "exe": resolve_command(argv, env, cwd)}
+    log = os.path.expanduser(req.get("log") or os.path.join(store.dir, "log"))
+    if not os.path.isabs(log):
+        log = os.path.join(cwd, log)
+    if os.path.isdir(log) or not os.path.isdir(os.path.dirname(log)) and req.get("log"):
+        raise bad_input("log path is not usable: %s" % log, "give a file path whose directory exists")
+    plan["log"] = log
+    return plan
+
+
+def _request_env(req, home):
+    """The request's env; with reuse_env, the last attempt's env under it (secret values,
+    which never left the target, are taken from the record)."""
+    req_env = dict(req.get("env") or {})
+    if req.get("reuse_env") and RunStore(home, req.get("name")).exists():
+        last = RunStore(home, req.get("name")).latest() or {}
+        merged = dict(last.get("env") or {})
+        merged.update({k: v for k, v in req_env.items() if v != "[secret]"})
+        req_env = merged
+    return req_env
+
+
+def _ready_re(ready):
+    if not ready:
+        return None
+    import re
+    try:
+        return re.compile(ready)
+    except re.error as e:
+        raise bad_input("invalid --ready regex %r: %s" % (ready, e), "use a Python regular expression")
+
+
+def _replace_old(store, req, procs):
+    """Refuse when the run is alive, unless replacing: then stop it, verified (and its GPUs
+    released when it recorded some). Returns the stop's result, or None."""
+    prev = store.latest()
+    state = attempt_state(prev, procs, boot_id())
+    if state not in ("running", "orphaned", "starting"):
+        return None
+    if not req.get("replace"):
+        raise AgentFailure("AlreadyRunning", "run %s is already running (attempt %s, pid %s)" % (
+            store.name, prev.get("attempt"), (prev.get("job") or {}).get("pid")),
+            "use `runward restart %s`, or start with --replace" % store.name,
+            attempt=prev.get("attempt"), pid=(prev.get("job") or {}).get("pid"))
+    replaced = stop_locked(store, prev, procs, protected(procs),
+                           req.get("replace_signal") or prev.get("stop_signal", "TERM"),
+                           float(req.get("grace", prev.get("grace", 30.0))), req.get("gpu_timeout"))
+    if not replaced["verified_dead"]:
+        raise AgentFailure("NotVerified", "could not verify the old attempt dead; not starting",
+                           "see the survivors below", stop=replaced)
+    if (replaced.get("gpu_release") or {}).get("checked") and not replaced["gpu_release"]["verified"]:
+        raise AgentFailure("NotVerified", "the old attempt's GPUs are not released; not starting: %s"
+                           % replaced["gpu_release"].get("message"), "see `runward gpus`", result=replaced)
+    return replaced
+
+
+def _job_env(plan, req, home, marker):
+    env = plan["env"]
+    env[MARKER] = marker
+    env[HOME_MARKER] = home.id
+    if req.get("gpus") is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in req["gpus"])
+        # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi (and so the
+        # wait and release checks) by PCI bus id: make --gpus mean the same GPUs to both
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def _hashed_files(req, argv, cwd):
+    """The files whose sha256 the attempt records: --hash-files, and the script argv runs."""
+    hashed = [p if os.path.isabs(p) else os.path.join(cwd, p) for p in req.get("hash_files") or []]
+    script = next((a for a in argv[1:] if not a.startswith("-") and os.path.isfile(os.path.join(cwd, a))), None)
+    if script:
+        hashed.append(os.path.join(cwd, script))
+    return hashed
+
+
+def _new_attempt(store, req, home, plan):
+    """Write the attempt record, the run record, and the attempt's header in the log.
+    Returns (attempt number, offset in the log where its output begins)."""
+    if not os.path.isdir(os.path.dirname(plan["log"])):
+        os.makedirs(os.path.dirname(plan["log"]), 0o700)
+    for d in (store.dir, os.path.join(store.dir, "attempts")):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
+    n = max([run.get("attempt", 0)] + store.attempts()) + 1
+    marker = "%s.%d" % (store.name, n)
+    _job_env(plan, req, home, marker)
+    att = {
+        "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"], "sh": plan["sh"],
+        "cwd": plan["cwd"], "env": req.get("env") or {}, "log": plan["log"], "marker": marker,
+        "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
+        "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
+        "gpus": req.get("gpus"), "hashes": file_hashes(_hashed_files(req, plan["argv"], plan["cwd"])),
+        "files": req.get("files") or [],
+        "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
+        "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
+    }
+    write_json(store.attempt_path(n), att)
+    run.update({"attempt": n, "spec": {k: req.get(k) for k in SPEC_KEYS}})
+    write_json(os.path.join(store.dir, "run.json"), run)
+    header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
+        store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
+    lfd = os.open(plan["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log_start = os.fstat(lfd).st_size
+    os.write(lfd, header)
+    os.close(lfd)
+    att["log_offset"] = log_start + len(header)  # where this attempt's output begins
+    write_json(store.attempt_path(n), att)
+    return n, att["log_offset"]
+
+
+def start(req, home):
+    store = RunStore(home, req.get("name"))
+    plan = _plan(req, home, store)
+    fd = store.lock()
+    try:
+        replaced = _replace_old(store, req, scan())
+        gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home) \
+            if req.get("wait_gpus_free") and req.get("gpus") else None
+        n, log_from = _new_attempt(store, req, home, plan)
+        _, pipe = shim.spawn(home, store.name, n, plan["env"])
+        msg = shim.read_msg(pipe, 30.0)
+        if msg is None or "error" in msg:
+            err = (msg or {}).get("error") or "the shim did not report the job started"
+            raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
+                               "check the command and its cwd on the target", attempt=n)
+        job = msg["job"]
+    finally:
+        os.close(fd)
+    res = watch_settle(store, n, job, pipe, plan["log"], log_from, plan["settle"], plan["ready_re"],
+                       float(req.get("ready_timeout", 600.0)), replaced)
+    if gpu_wait is not None:
+        res["gpu_wait"] = gpu_wait
+    return res
+
+
+def _watch(pipe, log, log_from, settle, ready_re, ready_timeout):
+    """Until the settle period is over (and the ready line seen, when asked), or the shim
+    says the job ended. Returns (the shim's exit message or None, the ready line or None)."""
+    import select
+    t0 = time.monotonic()
+    ready_line = None
+    ready_deadline = t0 + ready_timeout if ready_re else None
+    read_pos, pending = log_from, b""
+    while True:
+        now = time.monotonic()
+        settle_left = settle - (now - t0)
+        if settle_left <= 0 and (ready_re is None or ready_line is not None):
+            return None, ready_line
+        if ready_re is not None and ready_line is None and now >= ready_deadline:
+            return None, ready_line
+        wait = settle_left if ready_re is None else min(0.05, max(settle_left, 0.05))
+        r, _, _ = select.select([pipe], [], [], max(0.0, wait))
+        if r:
+            return shim.read_msg(pipe, 5.0) or {"exit": None}, ready_line
+        if ready_re is not None and ready_line is None:
+            # no inotify in the stdlib: read what the log gained every 50 ms
+            chunk, read_pos = read_from(log, read_pos)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            ready_line = next((s for s in (ln.decode("utf-8", "replace") for ln in lines) if ready_re.search(s)),
+                              None)
+
+
+def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_timeout, replaced):
+    """Start means verified alive: watch the job for the settle period. An early exit is
+    reported the moment it happens (the shim writes it to our pipe), not after the settle."""
+    t0 = time.monotonic()
+    exit_msg, ready_line = _watch(pipe, log, log_from, settle, ready_re, ready_timeout)
+    os.close(pipe)
+    att = store.attempt(n)
+    res = {"name": store.name, "attempt": n, "pid": job["pid"], "start_time": job["start"],
+           "log": log, "first_lines": first_lines(log, log_from, 10), "settle_s": settle, "replaced": replaced,
+           "waited_s": round(time.monotonic() - t0, 3), "gpus": att.get("gpus"),
+           "env": redact_env(att.get("env")), "cgroups": att.get("cgroups")}
+    if exit_msg is not None:
+        ex = (store.attempt(n) or {}).get("exit") or exit_msg.get("exit") or {}
+        res.update({"alive_after_settle": False, "exit": ex, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
+        raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)" % (store.name, describe_exit(ex)),
+                           "see the last log lines; `runward logs %s`" % store.name, result=res)
+    if live(job) is None:
+        res.update({"alive_after_settle": False, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
+        raise AgentFailure("ExitedEarly", "%s is gone after the settle period" % store.name, result=res)
+    res["alive_after_settle"] = True
+    res["verified"] = ["alive_after_settle"]
+    if ready_re is not None:
+        if ready_line is None:
+            res["ready"] = False
+            raise AgentFailure("NotVerified", "%s is alive but printed no line matching --ready within %ss" % (
+                store.name, ready_timeout), "raise --ready-timeout or check the regex", result=res)
+        res["ready"] = True
+        res["ready_line"] = ready_line
+        res["verified"].append("ready_line")
+    return res
+
+
+def describe_exit(ex):
+    if not ex:
+        return "exit status unknown"
+    if ex.get("signal"):
+        return "killed by %s" % ex["signal"]
+    return "exit code %s" % ex.get("code")
+
+
+# --- stop
+
+def stop(req, home):
+    store = RunStore.existing(home, req.get("name"))
+    sig = req.get("signal")
+    grace = req.get("grace")
+    fd = store.lock()
+    try:
+        att = store.latest()
+        procs = scan()
+        prot = protected(procs)
+        sig = sig or (att or {}).get("stop_signal", "TERM")
+        grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
+        return stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+    finally:
+        os.close(fd)
+
+
+def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
+    signum = parse_signal(sig)
+    found = members(store.name, att, procs, prot)
+    res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
+           "grace_s": grace}
+    if not found:
+        res.update({"already_stopped": True, "verified_dead": True, "processes": [],
+                    "state": attempt_state(att, procs, boot_id())})
+        res["verified"] = ["no_process_of_run_alive"]
+        return gpus.stop_check(res, store, att, [], gpu_timeout)
+    job = (att or {}).get("job")
+    group = job["pid"] if job and job["pid"] in found else None
+
+    def find_more():
+        ps = scan()
+        return members(store.name, att, ps, protected(ps))
+
+    t0 = time.monotonic()
+    fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
+    survivors = [f for f in fates if f["fate"] == "survived"]
+    for pid, p in find_more().items():
+        if not any(f["pid"] == pid for f in survivors):
+            survivors.append(dict(p.describe(), fate="survived"))
+    res.update({"already_stopped": False, "processes": fates, "survivors": survivors,
+                "verified_dead": not survivors, "stop_s": round(time.monotonic() - t0, 4)})
+    if not survivors:
+        res["verified"] = ["no_process_of_run_alive"]
+        _let_shim_record(att)
+        cgroups.remove((att or {}).get("cgroups"))
+        gpus.stop_check(res, store, att, fates, gpu_timeout)
+    latest = store.latest()
+    res["state"] = attempt_state(latest, own_procs(latest), boot_id())
+    return res
+
+
+def _let_shim_record(att):
+    """Wait (2 s at most) for the shim to record the exit before we answer, so a `status`
+    right after is true."""
+    shim_ident = (att or {}).get("shim")
+    sp = live(shim_ident) if shim_ident else None
+    if sp is not None:
+        w = PidWatch()
+        if w.add(sp):
+            w.wait(2.0)
+        w.close()
+
+
+# --- status
+
+def status(req, home):
+    names = req.get("names")
+    if names:
+        for nm in names:
+            check_name(nm)
+    all_names = home.run_names()
+    if names:
+        missing = [nm for nm in names if nm not in all_names or not RunStore(home, nm).exists()]
+        if missing:
+            raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
+                               "`runward status` lists the runs here")
+    bid = boot_id()
+    if not (names or all_names):
+        return {"runs": [], "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
+    procs = scan()
+    prot = protected(procs)
+    up = uptime()
+    runs = []
+    for nm in names or all_names:
+        store = RunStore(home, nm)
+        if store.exists():
+            runs.append(status_of(store, procs, prot, bid, up, with_drift=bool(names)))
+    return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
+
+
+def status_of(store, procs, prot, bid, up, with_drift=True):
+    att = store.latest()
+    state = attempt_state(att, procs, bid)
+    out = {"name": store.name, "state": state, "attempt": att.get("attempt") if att else None}
+    if att is None:
+        return out
+    out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
+                "log": log_info(att.get("log")), "gpus": att.get("gpus")})
+    if att.get("job"):
+        out["pid"] = att["job"]["pid"]
+        out["start_time"] = att["job"]["start"]
+    found = members(store.name, att, procs, prot) if state != "lost" else {}
+    if found:
+        out["tree"] = summarize_tree(found, up, att["job"]["pid"] if att.get("job") else None)
+        out["tree"]["pids"] = sorted(found)
+    if att.get("gpus") and state in ("running", "orphaned"):
+        out.update(gpus.usage(att, found))
+    if state in ("exited", "failed") and found:
+        out["stray_processes"] = sorted(found)
+    _ending(out, att, state, bid)
+    if with_drift:
+        _details(out, store, att, state)
+    return out
+
+
+def _ending(out, att, state, bid):
+    """How the attempt ended, or why its state is what it is."""
+    if att.get("exit"):
+        ex = att["exit"]
+        out["exit"] = ex
+        if att.get("started_at") and ex.get("at"):
+            out["duration_s"] = round(ex["at"] - att["started_at"], 3)
+    if att.get("error"):
+        out["error"] = att["error"]
+    if state == "lost":
+        out["note"] = ("the machine rebooted since this attempt started (boot id changed)"
+                       if att.get("boot_id") != bid else
+                       "the shim died and the job is gone without an exit record")
+    if state == "orphaned":
+        out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
+
+
+def _details(out, store, att, state):
+    """A status of named runs also says: files changed since the start, what deploy wrote,
+    and the health read from the log (the only place status imports the log parser)."""
+    if state in ("running", "orphaned"):
+        d = drift(att)
+        if d:
+            out["drift"] = d
+    dep = read_json(os.path.join(store.dir, "deployed.json"))
+    if dep:
+        out["deployed"] = dep
+    if att.get("log") and state != "lost":
+        from . import health
+        try:
+            saved, _, _ = health.scan(store, att, None)
+            out["health"] = health.summary(saved)
+        except (OSError, ValueError) as e:
+            out["health"] = {"error": "could not read the log: %s" % e}
+
+
+# --- logs, spec, ping
+
+def logs(req, home, emit):
+    store = RunStore.existing(home, req.get("name"))
+    att = store.latest()
+    log = att.get("log")
+    lines = tail_lines(log, int(req.get("lines", 20)))
+    if not req.get("follow"):
+        return {"name": store.name, "log": log, "lines": lines}
+    for ln in lines:
+        emit({"line": ln})
+    try:
+        pos = os.stat(log).st_size
+    except OSError:
+        pos = 0
+    return _follow(store, att, log, pos, emit, float(req["for_s"]) if req.get("for_s") else None)
+
+
+def _follow(store, att, log, pos, emit, for_s):
+    pending = b""
+    deadline = time.monotonic() + for_s if for_s else None
+    last_check = 0.0
+    while deadline is None or time.monotonic() < deadline:
+        # no inotify in the stdlib: poll the file every 100 ms; a restart appends to the same
+        # log (or switches it: re-read the latest attempt once a second)
+        if time.monotonic() - last_check > 1.0:
+            last_check = time.monotonic()
+            latest = store.latest() or att
+            if latest.get("log") != log:
+                log, pos, pending = latest["log"], 0, b""
+                emit({"switch": log})
+        data, pos = read_from(log, pos)
+        if data:
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for ln in lines:
+                emit({"line": ln.decode("utf-8", "replace")})
+        else:
+            time.sleep(0.1)
+    return {"name": store.name, "log": log, "followed": True}
+
+
+def spec(req, home):
+    """The last attempt's spec, for restart. Secret values stay on the target: a start with
+    reuse_env takes them from the attempt record there."""
+    store = RunStore.existing(home, req.get("name"))
+    run = store.run()
+    sp = dict(run.get("spec") or {})
+    sp["env"] = redact_env(sp.get("env"))
+    return {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
+
+
+def ping(req, home):
+    return {"python": sys.version.split()[0], "pid": os.getpid(), "boot_id": boot_id(), "time": time.time()}

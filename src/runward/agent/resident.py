@@ -1,0 +1,219 @@
+"""The resident: this agent kept running on an ssh target, for the read-only verbs.
+
+Over ssh, a command that reads its stdin gets its first byte one round trip after it
+starts (sshd opens the session's window only once the exec request is done), and each call
+pays a shell's and a Python's start-up there. The resident removes all three from the
+verbs that only read: it listens on a unix socket in the home's 0700 cache directory, and
+the CLI reaches it through its ssh control master (a streamlocal forward), so a status is
+one channel opening plus one exchange. It is started by an ordinary call that asks for it
+("resident" in the request), serves each connection in a forked child exactly as an
+agent started over ssh would (same request and reply bytes), and exits after `idle`
+seconds without a connection, or once its socket is removed or replaced. Its command line
+is the bootstrap and RESIDENT_ARG, like the shim's: no request data. Every operation that
+changes something (start, stop, kill, exec, push) still runs in a fresh agent.
+"""
+
+import fcntl
+import os
+import sys
+import time
+
+from . import boot
+from .terminate import signal
+from .wire import AgentFailure, json_dumps, reply
+
+OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
+PATH_MAX = 100  # sun_path holds 108 bytes; the resident binds "<path>.<pid>" first
+
+
+def path(home):
+    return os.path.join(home.path, "cache", "resident-%s.sock" % boot.own_sha()[:16])
+
+
+def wanted(req):
+    want = req.get("resident")
+    return (isinstance(want, dict) and req.get("op") in OPS and not req.get("follow")
+            and boot.SHIPPED.get("cached") == 1)
+
+
+def _lock_fd(sock):
+    """The lock file's fd, opened in the home's cache directory, or None where that is not
+    ours alone (nothing world-writable is trusted)."""
+    try:
+        os.makedirs(os.path.dirname(sock), 0o700, exist_ok=True)
+        st = os.lstat(os.path.dirname(sock))
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or (st.st_mode & 0o170000) != 0o040000:
+            return None
+        return os.open(sock + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+
+
+def ensure(req, home):
+    """{"path", "alive"} for the caller's reply: the resident serving this home, started
+    now unless one holds its lock. None where there can be none: an agent the bootstrap
+    could not cache (the resident starts from that cache), a path too long for a socket, or
+    a cache directory that is not ours alone."""
+    sock = path(home)
+    if len(sock) + 8 > PATH_MAX:
+        return None
+    try:
+        home.ensure()  # 0700, ours (its parents' modes are not ours to set)
+    except (OSError, AgentFailure):
+        return None
+    fd = _lock_fd(sock)
+    if fd is None:
+        return None
+    if lock_held(fd):
+        return {"path": sock, "alive": True}
+    try:
+        idle = min(max(float(req["resident"].get("idle", 600)), 1.0), 86400.0)
+    except (TypeError, ValueError):
+        idle = 600.0
+    if not _start(sock, idle):
+        return None
+    return {"path": sock, "alive": False}
+
+
+def _start(sock, idle):
+    """Start the resident, detached; False if it could not be (the call is unaffected)."""
+    import subprocess
+    log = None
+    try:
+        log = os.open(sock[:-len(".sock")] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        p = subprocess.Popen([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.RESIDENT_ARG],
+                             stdin=subprocess.PIPE, stdout=log, stderr=log, close_fds=True,
+                             start_new_session=True)
+        p.returncode = 0  # never waited for: it outlives us
+        # from the code cache (SHIPPED["cached"]): the header carries the hash alone
+        p.stdin.write(b"0 %s\n" % boot.own_sha().encode() + json_dumps({"path": sock, "idle": idle}).encode() + b"\n")
+        p.stdin.close()
+        return True
+    except OSError:
+        return False
+    finally:
+        if log is not None:
+            os.close(log)
+
+
+def lock_held(fd):
+    """Whether a resident holds the lock open on fd (it does for as long as it lives).
+    Closes fd, releasing our own try: the resident takes the lock itself."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def state(home):
+    """For doctor: the resident of this agent version and home, looked at, not started."""
+    sock = path(home)
+    try:
+        fd = os.open(sock + ".lock", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return {"path": sock, "alive": False}
+    return {"path": sock, "alive": lock_held(fd)}
+
+
+def _listen(sock):
+    """A listening unix socket at sock, bound under a temporary name and renamed, so a
+    connect never finds the path bound but not yet listening. Returns (socket, inode)."""
+    import socket
+    os.umask(0o077)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = "%s.%d" % (sock, os.getpid())
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    srv.bind(tmp)
+    srv.listen(64)
+    os.rename(tmp, sock)
+    return srv, os.stat(sock).st_ino
+
+
+def main(params, serve):
+    """Serve connections, each in a forked child running serve(stdin, stdout), until idle
+    for params["idle"] seconds or the socket is removed or replaced."""
+    sock, idle = params["path"], float(params["idle"])
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    lock = os.open(sock + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another one serves this home
+    srv, ino = _listen(sock)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
+    try:
+        _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve))
+        return 0
+    finally:
+        try:
+            if os.stat(sock).st_ino == ino:
+                os.unlink(sock)
+        except OSError:
+            pass
+
+
+def _accept_loop(srv, sock, ino, idle, handle):
+    import select
+    last = time.monotonic()
+    while True:
+        left = last + idle - time.monotonic()
+        if left <= 0:
+            return
+        if not select.select([srv], [], [], min(left, 5.0))[0]:
+            try:
+                if os.stat(sock).st_ino != ino:
+                    return  # replaced
+            except OSError:
+                return  # removed
+            continue
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            continue
+        last = time.monotonic()
+        if os.fork() == 0:
+            handle(conn)
+        conn.close()
+
+
+def _child(conn, srv, lock, serve):
+    """The forked child of one connection: serves it and exits."""
+    rc = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the ops wait for their own children
+        srv.close()
+        os.close(lock)
+        rc = serve_connection(conn, serve)
+    finally:
+        os._exit(rc)
+
+
+def serve_connection(conn, serve):
+    """One connection, as the agent serves its stdin and stdout: "<length> <sha256>", the
+    source if any (we run it already), the request line; events and one reply back."""
+    rf, wf = conn.makefile("rb"), conn.makefile("wb")
+    head = rf.readline().split()
+    if len(head) != 2 or not head[0].isdigit():
+        return 2
+    if int(head[0]) and len(rf.read(int(head[0]))) != int(head[0]):
+        return 2
+    if head[1].decode("ascii", "replace") != boot.own_sha():
+        reply(wf, {"v": boot.PROTOCOL, "ok": False, "error": {
+            "type": "AgentMissing", "message": "the resident runs agent %s" % boot.own_sha()[:12]}})
+        return 3
+    try:
+        return serve(rf, wf)
+    finally:
+        try:
+            wf.close()
+            conn.close()
+        except OSError:
+            pass

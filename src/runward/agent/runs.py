@@ -1,0 +1,98 @@
+"""What is true of a run now, from its records and /proc: its live processes, the state of
+an attempt, its tree's size, and the files that changed since it started."""
+
+import os
+
+from . import cgroups
+from .procfs import CLK_TCK, ProcTable, age, alive_in, descendants, read_proc
+from .store import sha256_file, tail_lines
+
+
+def members(name, att, procs, prot):
+    """Every live process of a run: the job, its session and group, descendants, every
+    process carrying the marker (any attempt of this run), members of its cgroups."""
+    if not isinstance(procs, ProcTable):
+        procs = ProcTable(procs)
+    found = {}
+    job = att.get("job") if att else None
+    jp = procs.get(job["pid"]) if job else None
+    if jp is not None and jp.start == job["start"] and not jp.dead:
+        found[jp.pid] = jp
+        for pid in procs.groups().get(jp.pid, ()):
+            found[pid] = procs[pid]  # its session and its process group (both are its pid)
+    hid = att.get("home_id") if att else None
+    for pid, phid in procs.markers().get(name, ()):
+        # a record or a process from before home ids were kept matches on the name alone
+        if pid not in prot and (hid is None or phid is None or phid == hid):
+            found[pid] = procs[pid]
+    for pid in cgroups.pids(att.get("cgroups") if att else ()):
+        p = procs.get(pid)
+        if p is not None:
+            found[pid] = p
+    for pid in descendants(list(found), procs):
+        found[pid] = procs[pid]
+    return {pid: p for pid, p in found.items() if pid not in prot and not p.dead}
+
+
+def attempt_state(att, procs, bid):
+    """running | exited | failed | lost | orphaned | starting"""
+    if att is None:
+        return "none"
+    if att.get("boot_id") and att["boot_id"] != bid:
+        return "lost"
+    job = att.get("job")
+    shim = att.get("shim")
+    job_alive = bool(job) and alive_in(procs, job)
+    shim_alive = bool(shim) and alive_in(procs, shim)
+    if att.get("exit"):
+        return "exited" if job else "failed"
+    if job_alive:
+        return "running" if shim_alive else "orphaned"
+    if shim_alive:
+        return "starting"
+    if att.get("error"):
+        return "failed"
+    return "lost"
+
+
+def own_procs(att):
+    """The attempt's job and shim as a procs table: all attempt_state needs, without a scan
+    of the whole of /proc."""
+    out = {}
+    for ident in ((att or {}).get("job"), (att or {}).get("shim")):
+        if ident and ident.get("pid"):
+            p = read_proc(int(ident["pid"]))
+            if p is not None:
+                out[p.pid] = p
+    return out
+
+
+def summarize_tree(procs, up, job_pid=None):
+    cpu = sum(p.utime + p.stime for p in procs.values()) / float(CLK_TCK)
+    rss = sum(p.rss for p in procs.values())
+    jp = procs.get(job_pid)
+    return {"processes": len(procs), "cpu_seconds": round(cpu, 2), "rss_bytes": rss,
+            "uptime_s": round(age(jp, up), 1) if jp else None}
+
+
+def log_info(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {"path": path, "exists": False}
+    last = tail_lines(path, 1)
+    return {"path": path, "exists": True, "size": st.st_size, "mtime": st.st_mtime,
+            "last_line": last[-1] if last else ""}
+
+
+def drift(att):
+    """Files whose bytes on disk differ from those the attempt started with."""
+    changed = []
+    for path, h in sorted((att or {}).get("hashes", {}).items()):
+        try:
+            now = sha256_file(path)
+        except OSError:
+            now = None
+        if now != h:
+            changed.append({"path": path, "started_with": h, "on_disk": now})
+    return changed

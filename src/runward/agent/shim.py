@@ -1,0 +1,175 @@
+"""The shim: the agent, started detached (new session) as the parent of the job. It forks
+the job into a session of its own, joins it to the run's cgroups, waits for it, and writes
+its exit code or signal into the attempt record. It is never in the job's output path: the
+job writes straight to its log file."""
+
+import os
+import sys
+import time
+
+from . import boot, cgroups
+from .procfs import MARKER, read_proc
+from .store import Home, RunStore, write_json
+from .terminate import signal, signal_name
+from .wire import AgentFailure, json_dumps, json_loads
+
+_QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
+
+
+def spawn(home, name, attempt, env):
+    """Start the shim detached (new session): the job's parent, never in its output path.
+    Returns (Popen, read end of its status pipe)."""
+    import subprocess
+    src, sha = boot.blob()
+    if not src:  # started by the bootstrap from its cache, without the blob
+        raise AgentFailure("AgentMissing", "this operation needs the agent's source, and the "
+                           "request came without it", "a runward bug: the CLI sends the source "
+                           "with every operation that starts a shim")
+    r, w = os.pipe()
+    errlog = os.open(os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    shim_env = dict(env)
+    shim_env.pop(MARKER, None)  # the shim itself must never be found as a member of the run
+    shim_env["RUNWARD_SHIM_ENV"] = json_dumps(env)
+    # the run's name goes on stdin like every request: a `pkill -f NAME` must not find the shim
+    p = subprocess.Popen([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.SHIM_ARG],
+                         stdin=subprocess.PIPE, stdout=w, stderr=errlog, close_fds=True,
+                         start_new_session=True, env=shim_env)
+    os.close(w)
+    os.close(errlog)
+    params = json_dumps({"home": home.path, "name": name, "attempt": attempt}).encode()
+    p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n")
+    p.stdin.close()
+    # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
+    p.returncode = 0
+    return p, r
+
+
+def read_msg(fd, timeout):
+    """One JSON line from the shim's status pipe, or None on EOF/timeout."""
+    import select
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        r, _, _ = select.select([fd], [], [], left)
+        if not r:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        data += chunk
+    return json_loads(data.split(b"\n", 1)[0].decode())
+
+
+def say(fd, obj):
+    try:
+        os.write(fd, (json_dumps(obj) + "\n").encode())
+    except OSError:
+        pass  # nobody is listening any more: the record is the truth
+
+
+def main(home_path, name, attempt):
+    """Parent of the job. Detached in its own session by spawn. Forks the job into a new
+    session of its own (so stop can signal its process group), joins it to the run's
+    cgroups, waits for it, records exit code or signal atomically."""
+    for s in _QUIET:
+        signal.signal(s, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    store = RunStore(Home(home_path), name)
+    n = int(attempt)
+    att = store.attempt(n)
+    env = json_loads(os.environ.get("RUNWARD_SHIM_ENV", "{}"))
+    status_fd = 1
+    me = read_proc(os.getpid())
+    att["shim"] = {"pid": me.pid, "start": me.start}
+    write_json(store.attempt_path(n), att)
+    pid, err = _fork_job(att, env, devnull)
+    if err:
+        att["error"] = err.decode("utf-8", "replace")
+        att["exit"] = None
+        write_json(store.attempt_path(n), att)
+        say(status_fd, {"error": att["error"]})
+        return
+    jp = read_proc(pid)
+    att["job"] = {"pid": pid, "start": jp.start if jp else None}
+    att["started_at"] = time.time()
+    write_json(store.attempt_path(n), att)
+    say(status_fd, {"job": att["job"]})
+    ex = _wait_exit(pid)
+    att = store.attempt(n)
+    att["exit"] = ex
+    write_json(store.attempt_path(n), att)
+    say(status_fd, {"exit": ex})
+    # an empty cgroup is removed now (rmdir fails while an escaped process is still in it,
+    # and then `stop` still finds that process there)
+    cgroups.remove(att.get("cgroups"))
+
+
+def _fork_job(att, env, devnull):
+    """Fork and exec the job; (pid, b"") once it runs, (pid, why) if exec failed (the
+    child is reaped then). The reason comes through a CLOEXEC pipe: EOF means exec worked."""
+    import fcntl
+    err_r, err_w = os.pipe()
+    fcntl.fcntl(err_w, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        _exec_job(att, env, devnull, err_r, err_w)
+    os.close(err_w)
+    err = b""
+    while True:
+        chunk = os.read(err_r, 4096)
+        if not chunk:
+            break
+        err += chunk
+    os.close(err_r)
+    if err:
+        os.waitpid(pid, 0)
+    return pid, err
+
+
+def _exec_job(att, env, devnull, err_r, err_w):
+    """In the forked child: its own session, the run's cgroups, cwd, the log as stdout and
+    stderr, default signals, then exec. Never returns."""
+    try:
+        os.close(err_r)
+        os.setsid()
+        for cg in att.get("cgroups") or ():
+            try:
+                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass
+        os.chdir(att["cwd"])
+        lfd = os.open(att["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(lfd, 1)
+        os.dup2(lfd, 2)
+        os.dup2(devnull, 0)
+        os.closerange(3, err_w)
+        os.closerange(err_w + 1, 65536)
+        for s in _QUIET:
+            signal.signal(s, signal.SIG_DFL)
+        os.execve(att["exe"], att["argv"], env)
+    except BaseException as e:  # exec failed: tell the shim through the CLOEXEC pipe
+        try:
+            os.write(err_w, ("%s: %s" % (type(e).__name__, e)).encode())
+        finally:
+            os._exit(127)
+
+
+def _wait_exit(pid):
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    ex = {"at": time.time()}
+    if os.WIFSIGNALED(status):
+        ex.update({"code": None, "signal": signal_name(os.WTERMSIG(status)), "signum": os.WTERMSIG(status)})
+    else:
+        ex.update({"code": os.WEXITSTATUS(status), "signal": None})
+    return ex

@@ -1,0 +1,110 @@
+"""The agent's side of the wire: a JSON codec that costs no start-up, the reply line, and
+the one error type that becomes a reply.
+
+stdout of every call: zero or more {"event": ...} lines, then exactly one reply line,
+{"v": 1, "ok": true, "result": {...}} or {"v": 1, "ok": false, "error": {...}}
+(docs/protocol.md).
+"""
+
+_JSON = []
+
+
+def _json_codec():
+    """(loads, dumps) through json's own C accelerator, driven directly: json's Python layer
+    imports re, and re imports enum, which together cost more than the rest of a status call.
+    Checked once on a sample; where _json is missing or behaves otherwise, plain json."""
+    if _JSON:
+        return _JSON
+    try:
+        loads, dumps = _accelerated()
+        sample = {"a": [1, -2.5, None, True, False, "x\u00e9\n\"", {"1": {}}], "b": 1e300}
+        text = dumps(sample)
+        if loads(text) != sample or text != (
+                '{"a": [1, -2.5, null, true, false, "x\\u00e9\\n\\"", {"1": {}}], "b": 1e+300}'):
+            raise ValueError("_json differs")
+        _JSON[:] = [loads, dumps]
+    except Exception:
+        import json as json_
+        _JSON[:] = [json_.loads, json_.dumps]
+    return _JSON
+
+
+def _accelerated():
+    """loads and dumps made of _json's scanner and encoder, with json's defaults."""
+    import _json
+
+    class Ctx(object):
+        strict = True
+        object_hook = None
+        object_pairs_hook = None
+        parse_float = float
+        parse_int = int
+        parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
+                          "-Infinity": float("-inf")}.__getitem__
+
+    scan = _json.make_scanner(Ctx())
+
+    def loads(s):
+        if isinstance(s, bytes):
+            s = s.decode()
+        t = s.strip(" \t\n\r")  # JSON's whitespace, and only that
+        try:
+            obj, end = scan(t, 0)
+        except StopIteration:
+            raise ValueError("not JSON: expecting a value at the start")
+        if end != len(t):
+            raise ValueError("not JSON: extra data at character %d" % end)
+        return obj
+
+    def default(o):
+        raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+    def dumps(obj, sort_keys=False):
+        enc = _json.make_encoder({}, default, _json.encode_basestring_ascii, None,
+                                 ": ", ", ", sort_keys, False, True)
+        return "".join(enc(obj, 0))
+
+    return loads, dumps
+
+
+def json_loads(s):
+    return _json_codec()[0](s)
+
+
+def json_dumps(obj, sort_keys=False):
+    """json.dumps(obj, sort_keys=sort_keys) with its defaults otherwise (ensure_ascii,
+    ", " and ": ", NaN allowed)."""
+    return _json_codec()[1](obj, sort_keys=sort_keys)
+
+
+class AgentFailure(Exception):
+    """An error that becomes the reply: type maps to one exit code on the CLI side."""
+
+    def __init__(self, type_, message, hint=None, **details):
+        Exception.__init__(self, message)
+        self.type = type_
+        self.message = message
+        self.hint = hint
+        self.details = details
+
+    def to_dict(self):
+        d = {"type": self.type, "message": self.message}
+        if self.hint:
+            d["hint"] = self.hint
+        if self.details:
+            d["details"] = self.details
+        return d
+
+
+def bad_input(message, hint=None, **details):
+    return AgentFailure("BadInput", message, hint, **details)
+
+
+def reply(out, obj, extra=None):
+    """Write one line: an event, or the reply (which carries extra, e.g. where the resident
+    is, or that the agent could not be cached here)."""
+    if extra and "ok" in obj:
+        obj.update(extra)
+    out.write((json_dumps(obj) + "\n").encode())
+    out.flush()
+
