@@ -425,3 +425,22 @@ def test_no_process_carries_the_request_in_its_command_line(rcli):
         assert not seen, seen
     finally:
         _kill_marked(f"{name}.")
+
+
+def test_every_hop_module_is_registered_and_round_trips():
+    """A hop is one small module of runward/targets (docs/architecture.md, "Add a hop"):
+    every such module is in the registry, parses as KIND:NAME and wraps an argv with the
+    argv untouched at its end (no quoting: only ssh quotes)."""
+    import pkgutil
+
+    import runward.targets as targets
+    mods = {m.name for m in pkgutil.iter_modules(targets.__path__)} - {"ssh"}
+    assert mods == set(targets.CONTAINER_HOPS), (mods, set(targets.CONTAINER_HOPS))
+    inner = ["python3", "-c", "print('a b')", "$HOME"]
+    for kind, mod in targets.CONTAINER_HOPS.items():
+        name = "200" if kind == "pct" else "c1"
+        t = parse_target(f"ssh://h/{kind}:{name}")
+        assert str(t) == f"ssh://h/{kind}:{name}"
+        wrapped = t.hops[1].wrap(inner)
+        assert wrapped[-len(inner):] == inner and name in wrapped[:-len(inner)], wrapped
+        assert mod.check(name) is None

@@ -4,19 +4,24 @@ A target is a chain of hops: `local`, `ssh://[user@]host[:port]`, then container
 `pct:ID`, `docker:NAME`, `podman:NAME`, `lxc:NAME`, joined with `/`
 (`ssh://root@10.1.2.6:10638/pct:200`), or a container hop alone for this machine.
 
-Each hop wraps an argv into the argv that runs it one level out. Only the ssh hop turns an
-argv into a string (the remote user's shell reads it), quoting every word once with POSIX
-rules; nobody writes nested quotes by hand.
+Each hop wraps an argv into the argv that runs it one level out; each kind is one small
+module of this package (ssh.py, pct.py, docker.py, podman.py, lxc.py) with its wrap() and
+the check of its name. Only the ssh hop turns an argv into a string (the remote user's
+shell reads it), quoting every word once with POSIX rules; nobody writes nested quotes by
+hand. docs/architecture.md shows how a hop is added.
 """
 
 from __future__ import annotations
 
 import re
-from .errors import BadInput
 
-CONTAINER_KINDS = ("pct", "docker", "podman", "lxc")
-# compiled on first use (re caches them): a local target needs neither
-_HOST_PAT = r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$"
+from ..errors import BadInput
+from . import docker, lxc, pct, podman, ssh
+from .ssh import quote_argv
+
+# The container hops, by the kind written in a target (`KIND:NAME`).
+CONTAINER_HOPS = {m.KIND: m for m in (pct, docker, podman, lxc)}
+CONTAINER_KINDS = tuple(CONTAINER_HOPS)
 _CNAME_PAT = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
@@ -53,28 +58,12 @@ class Hop:
 
     def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
         """The argv that runs `argv` through this hop."""
-        if self.kind == "pct":
-            return ["pct", "exec", self.name, "--", *argv]
-        if self.kind in ("docker", "podman"):
-            return [self.kind, "exec", "-i", self.name, *argv]
-        if self.kind == "lxc":
-            return ["lxc-attach", "-n", self.name, "--", *argv]
         if self.kind == "ssh":
-            return self.ssh_argv(ssh_base or ["ssh"], [], quote_argv(argv))
-        raise AssertionError(self.kind)
+            return ssh.wrap(self, argv, ssh_base)
+        return CONTAINER_HOPS[self.kind].wrap(self, argv)
 
     def ssh_argv(self, base: list[str], options: list[str], remote: str | None = None) -> list[str]:
-        """ssh to this hop: base, its port, options, the destination, and the remote command
-        line (none for a request to the control master, `-O ...`)."""
-        port = ["-p", str(self.port)] if self.port else []
-        dest = f"{self.user}@{self.name}" if self.user else self.name
-        return [*base, *port, *options, "--", dest, *([remote] if remote is not None else [])]
-
-
-def quote_argv(argv: list[str]) -> str:
-    """One string the remote POSIX shell splits back into exactly `argv`."""
-    import shlex
-    return " ".join(shlex.quote(a) for a in argv)
+        return ssh.argv(self, base, options, remote)
 
 
 class Target:
@@ -133,14 +122,14 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
     if rest.startswith("ssh://"):
         rest = rest[len("ssh://"):]
         hostpart, _, rest = rest.partition("/")
-        m = re.match(_HOST_PAT, hostpart)
-        if not m:
+        parsed = ssh.parse(hostpart)
+        if parsed is None:
             raise BadInput(f"invalid ssh host {hostpart!r} in target {text!r}",
                            "write ssh://[user@]host[:port], e.g. ssh://root@10.1.2.6:10638")
-        port = int(m["port"]) if m["port"] else None
+        host, user, port = parsed
         if port is not None and not 0 < port < 65536:
             raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
-        hops.append(Hop("ssh", m["host"].strip("[]"), m["user"], port))
+        hops.append(Hop("ssh", host, user, port))
     elif "://" in rest:
         raise BadInput(f"unknown scheme in target {text!r}", "only ssh:// is supported; containers are kind:NAME")
     for part in filter(None, rest.split("/")):
@@ -151,8 +140,10 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
         if not re.match(_CNAME_PAT, name):
             raise BadInput(f"invalid container name {name!r} in target {text!r}",
                            "container names are letters, digits, '_', '.', '-'")
-        if kind == "pct" and not name.isdigit():
-            raise BadInput(f"pct hop needs a numeric container id, got {name!r}", "write pct:200")
+        wrong = CONTAINER_HOPS[kind].check(name)
+        if wrong:
+            why, _, fix = wrong.partition("; ")
+            raise BadInput(why, fix or None)
         hops.append(Hop(kind, name))
     if not hops:
         raise BadInput(f"invalid target {text!r}", "use local, ssh://host, or KIND:NAME")
