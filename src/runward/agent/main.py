@@ -126,7 +126,7 @@ def main():
     if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
         from . import shim
         params = json_loads(sys.stdin.buffer.readline().decode())
-        shim.main(params["home"], params["name"], params["attempt"])
+        shim.main(params["home"], params["name"], params["attempt"], params["env"])
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:
         from . import resident
