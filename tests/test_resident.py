@@ -4,12 +4,17 @@ host, reached through the ssh control master's forward of its unix socket
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
+import shutil
 import signal
 import socket
 import stat
 import subprocess
+import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -334,3 +339,104 @@ def test_doctor_shows_the_resident_and_the_way_to_it(far, monkeypatch):
     assert resident(far.target)[0]["route"] == "off"
     chain = ops.doctor(parse_target("ssh://rw1/podman:" + far.tb["podman"], home=far.home))
     assert chain["ok"] and not any("resident" in h["checks"] for h in chain["hops"])
+
+
+# --- only the read-only verbs, only for its own uid ----------------------------------------
+
+def _ask(sock: Path, req: dict, sha: str | None = None) -> dict:
+    """One request straight to a resident's socket, as the CLI's forward would send it."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(str(sock))
+    try:
+        s.sendall(b"0 %s\n" % (sha or transport.agent_sha()).encode() + json.dumps(req).encode() + b"\n")
+    except BrokenPipeError:
+        pass  # refused before it read the request: the reply is there all the same
+    data = b""
+    while chunk := s.recv(4096):
+        data += chunk
+    s.close()
+    return json.loads(data.splitlines()[-1])
+
+
+def test_it_refuses_what_changes_something(far, tmp_path):
+    far.call({"op": "status"})
+    sock = wait_for(far.listening, what="its socket")
+    proof = tmp_path / "ran"
+    name = "res" + uuid.uuid4().hex[:6]
+    for req in ({"op": "exec", "argv": ["/usr/bin/touch", str(proof)]},
+                {"op": "start", "name": name, "argv": ["/usr/bin/touch", str(proof)], "settle": 0.2}):
+        got = _ask(sock, dict(req, v=1, home=far.home))
+        assert got["ok"] is False and got["error"]["type"] == "BadInput", got
+        assert got["error"]["message"] == (f"the resident agent serves only read-only verbs; {req['op']} goes "
+                                           f"through a fresh agent"), got
+    time.sleep(0.5)  # a start would have spawned its shim by now
+    assert not proof.exists()
+    assert not (Path(far.home) / "runs" / name).exists()
+    got = _ask(sock, {"v": 1, "op": "ping", "home": far.home})  # what reads is still served
+    assert got["ok"] is True and got["result"]["pid"], got
+
+
+RESIDENT_USER = "rwresident"
+
+
+@pytest.fixture
+def user_resident():
+    """A resident started as an ordinary user, from the bootstrap and the blob on its stdin,
+    as resident._start starts one (here with the source: nothing is cached for that user)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create and switch to an ordinary user")
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    if not py:
+        pytest.skip("no system python3 for the ordinary user")
+    try:
+        pw = pwd.getpwnam(RESIDENT_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", RESIDENT_USER], check=True)
+        pw = pwd.getpwnam(RESIDENT_USER)
+    base = Path(f"/tmp/rwres-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    base.mkdir(mode=0o700)
+    os.chown(base, pw.pw_uid, pw.pw_gid)
+    sock = base / "r.sock"
+    blob, sha = boot.build_blob(str(Path(resident.__file__).parent))
+    env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": str(base / "home"), "HOME": str(base), "LANG": "C.UTF-8"}
+    p = subprocess.Popen([py, "-S", "-c", boot.BOOTSTRAP, boot.RESIDENT_ARG], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=base,
+                         user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], start_new_session=True)
+    p.stdin.write(b"%d %s\n" % (len(blob), sha.encode()) + blob
+                  + json.dumps({"path": str(sock), "idle": 60}).encode() + b"\n")
+    p.stdin.close()
+    try:
+        wait_for(lambda: sock.exists() and not _refused(sock), what="the ordinary user's resident")
+        yield sock, sha, pw, py
+    finally:
+        p.kill()
+        p.wait()
+        subprocess.run(["pkill", "-KILL", "-u", RESIDENT_USER])
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_it_refuses_a_connection_from_another_uid(user_resident, tmp_path):
+    sock, sha, pw, py = user_resident
+    got = _ask(sock, {"v": 1, "op": "ping"}, sha)  # we are root: not its user
+    assert got["ok"] is False and got["error"]["type"] == "AgentError" and "result" not in got, got
+    assert got["error"]["message"] == (f"the resident agent serves uid {pw.pw_uid} only; a connection "
+                                       f"from uid 0 is refused"), got
+    # its own user is served: the refusal is the uid's, not a resident that serves nobody
+    client = textwrap.dedent("""
+        import socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[1])
+        s.sendall(sys.argv[2].encode() + b"\\n" + b'{"v": 1, "op": "ping"}\\n')
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        sys.stdout.write(data.decode())
+    """)
+    out = subprocess.run([py, "-c", client, str(sock), f"0 {sha}"], capture_output=True, text=True, timeout=60,
+                         user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], env={"PATH": "/usr/bin:/bin"})
+    mine = json.loads(out.stdout.splitlines()[-1])
+    assert mine["ok"] is True and mine["result"]["pid"], out

@@ -71,7 +71,9 @@ def _run(req, home, stdin, stdout, extra):
     return fn(req, home, emit) if kind == STREAM else fn(req, home, emit, stdin)
 
 
-def serve(stdin, stdout):
+def serve(stdin, stdout, only=None):
+    """One request from stdin, answered on stdout. only: the ops this agent takes (the
+    resident's read-only verbs), None for all."""
     extra = {}  # added to the reply
     if boot.SHIPPED.get("cached") == 0:
         # the bootstrap could not cache the agent here (a read-only home): the caller must
@@ -79,6 +81,14 @@ def serve(stdin, stdout):
         extra["uncached"] = True
     req = _request(stdin.readline(), stdout, extra)
     if req is None:
+        return 2
+    if only is not None and not (isinstance(req.get("op"), str) and req["op"] in only):
+        # the resident is a standing door into this account, open to whatever reaches its
+        # socket: only what reads comes through it; a change runs in an agent its caller
+        # started for it (and whose end that caller sees and diagnoses)
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
+            "type": "BadInput", "message": "the resident agent serves only read-only verbs; %s goes through "
+            "a fresh agent" % (req.get("op"),)}}, extra)
         return 2
     try:
         result = _run(req, Home(req.get("home")), stdin, stdout, extra)
@@ -126,7 +136,7 @@ def main():
     if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
         from . import shim
         params = json_loads(sys.stdin.buffer.readline().decode())
-        shim.main(params["home"], params["name"], params["attempt"])
+        shim.main(params["home"], params["name"], params["attempt"], params["env"])
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:
         from . import resident

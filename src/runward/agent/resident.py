@@ -10,7 +10,8 @@ one channel opening plus one exchange. It is started by an ordinary call that as
 agent started over ssh would (same request and reply bytes), and exits after `idle`
 seconds without a connection, or once its socket is removed or replaced. Its command line
 is the bootstrap and RESIDENT_ARG, like the shim's: no request data. Every operation that
-changes something (start, stop, kill, exec, push) still runs in a fresh agent.
+changes something (start, stop, kill, exec, push) still runs in a fresh agent: the resident
+refuses it, and refuses a connection from any uid but its own (SO_PEERCRED).
 """
 
 import fcntl
@@ -196,10 +197,48 @@ def _child(conn, srv, lock, serve):
         os._exit(rc)
 
 
+def peer_uid(conn):
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED: the kernel's
+    word, fixed at connect), or None where it cannot be read."""
+    import socket
+    import struct
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[1]
+    except (OSError, AttributeError, struct.error):
+        return None
+
+
+def _refuse(conn, wf, message):
+    """Reply with an error before reading the request, then let the peer finish: a unix
+    socket closed with unread bytes resets the peer, whose read then fails before it gets
+    the reply. Whatever it sends is read (5 s, 1 MiB at most) and dropped, never run."""
+    import socket
+    try:
+        reply(wf, {"v": boot.PROTOCOL, "ok": False, "error": {"type": "AgentError", "message": message}})
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(5.0)
+        left = 1 << 20
+        while left > 0:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            left -= len(chunk)
+    except OSError:
+        pass
+
+
 def serve_connection(conn, serve):
     """One connection, as the agent serves its stdin and stdout: "<length> <sha256>", the
-    source if any (we run it already), the request line; events and one reply back."""
+    source if any (we run it already), the request line; events and one reply back. Only
+    our own uid is served (the 0700 directories already keep others out, but not root, and
+    a request run here runs as us), and only the read-only verbs (OPS)."""
     rf, wf = conn.makefile("rb"), conn.makefile("wb")
+    uid = peer_uid(conn)
+    if uid != os.getuid():
+        _refuse(conn, wf, "the resident agent serves uid %d only; a connection from uid %s is refused"
+                % (os.getuid(), "unknown" if uid is None else uid))
+        return 4
     head = rf.readline().split()
     if len(head) != 2 or not head[0].isdigit():
         return 2
@@ -210,7 +249,7 @@ def serve_connection(conn, serve):
             "type": "AgentMissing", "message": "the resident runs agent %s" % boot.own_sha()[:12]}})
         return 3
     try:
-        return serve(rf, wf)
+        return serve(rf, wf, OPS)
     finally:
         try:
             wf.close()

@@ -8,7 +8,7 @@ import sys
 import time
 
 from . import boot, cgroups
-from .procfs import MARKER, read_proc
+from .procfs import read_proc
 from .store import Home, RunStore, write_json
 from .terminate import signal, signal_name
 from .wire import AgentFailure, json_dumps, json_loads
@@ -28,21 +28,32 @@ def spawn(home, name, attempt, env):
     r, w = os.pipe()
     errlog = os.open(os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    shim_env = dict(env)
-    shim_env.pop(MARKER, None)  # the shim itself must never be found as a member of the run
-    shim_env["RUNWARD_SHIM_ENV"] = json_dumps(env)
-    # the run's name goes on stdin like every request: a `pkill -f NAME` must not find the shim
+    # the run's name and the job's environment go on stdin like every request: a `pkill -f
+    # NAME` must not find the shim, one variable holding the whole env would exceed the
+    # kernel's 128 KiB per-string limit (execve: E2BIG), and secrets must not sit in the
+    # shim's /proc/PID/environ for the job's life
     p = subprocess.Popen([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.SHIM_ARG],
                          stdin=subprocess.PIPE, stdout=w, stderr=errlog, close_fds=True,
-                         start_new_session=True, env=shim_env)
+                         start_new_session=True, env=_shim_env())
     os.close(w)
     os.close(errlog)
-    params = json_dumps({"home": home.path, "name": name, "attempt": attempt}).encode()
+    params = json_dumps({"home": home.path, "name": name, "attempt": attempt, "env": env}).encode()
     p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n")
     p.stdin.close()
     # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
     p.returncode = 0
     return p, r
+
+
+# What the shim's own interpreter and the bootstrap need (RUNWARD_HOME: where the code
+# cache is; LD_LIBRARY_PATH: a Python built with a shared libpython outside the default
+# paths does not start without it). Never the job's env, never the marker: the shim must
+# never be found as a member of the run.
+_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH")
+
+
+def _shim_env():
+    return {k: os.environ[k] for k in _SHIM_ENV_KEYS if k in os.environ}
 
 
 def read_msg(fd, timeout):
@@ -71,10 +82,11 @@ def say(fd, obj):
         pass  # nobody is listening any more: the record is the truth
 
 
-def main(home_path, name, attempt):
+def main(home_path, name, attempt, env):
     """Parent of the job. Detached in its own session by spawn. Forks the job into a new
     session of its own (so stop can signal its process group), joins it to the run's
-    cgroups, waits for it, records exit code or signal atomically."""
+    cgroups, waits for it, records exit code or signal atomically. env is the job's
+    environment, as spawn sent it on stdin."""
     for s in _QUIET:
         signal.signal(s, signal.SIG_IGN)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -82,7 +94,6 @@ def main(home_path, name, attempt):
     store = RunStore(Home(home_path), name)
     n = int(attempt)
     att = store.attempt(n)
-    env = json_loads(os.environ.get("RUNWARD_SHIM_ENV", "{}"))
     status_fd = 1
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}

@@ -218,7 +218,8 @@ def start(req, home):
 
 def _watch(pipe, log, log_from, settle, ready_re, ready_timeout):
     """Until the settle period is over (and the ready line seen, when asked), or the shim
-    says the job ended. Returns (the shim's exit message or None, the ready line or None)."""
+    says the job ended, or its pipe closes without a word (the shim died: {"eof": True}).
+    Returns (that message or None, the ready line or None)."""
     import select
     t0 = time.monotonic()
     ready_line = None
@@ -234,7 +235,7 @@ def _watch(pipe, log, log_from, settle, ready_re, ready_timeout):
         wait = settle_left if ready_re is None else min(0.05, max(settle_left, 0.05))
         r, _, _ = select.select([pipe], [], [], max(0.0, wait))
         if r:
-            return shim.read_msg(pipe, 5.0) or {"exit": None}, ready_line
+            return shim.read_msg(pipe, 5.0) or {"eof": True}, ready_line
         if ready_re is not None and ready_line is None:
             # no inotify in the stdlib: read what the log gained every 50 ms
             chunk, read_pos = read_from(log, read_pos)
@@ -257,6 +258,8 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
            "env": redact_env(att.get("env")), "cgroups": att.get("cgroups")}
     if exit_msg is not None:
         ex = (store.attempt(n) or {}).get("exit") or exit_msg.get("exit") or {}
+        if not ex and exit_msg.get("eof"):
+            _shim_died(store, n, job, res)  # raises: an orphan, or both gone; never an early exit
         res.update({"alive_after_settle": False, "exit": ex, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
         raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)" % (store.name, describe_exit(ex)),
                            "see the last log lines; `runward logs %s`" % store.name, result=res)
@@ -274,6 +277,22 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         res["ready_line"] = ready_line
         res["verified"].append("ready_line")
     return res
+
+
+def _shim_died(store, n, job, res):
+    """The shim's pipe closed with no exit message and no exit in the record: the shim died.
+    A job still alive is an orphan (done, not verified: nobody will record its exit); a job
+    gone too ended we cannot tell how."""
+    res["last_lines"] = tail_lines(res["log"], LOG_TAIL_LINES)
+    shim_log = os.path.join(store.dir, "attempts", "%d.shim.log" % n)
+    if live(job) is not None:
+        res["state"] = "orphaned"
+        raise AgentFailure("Orphaned", "%s: the shim died during the settle period; the job lives unsupervised "
+                           "(orphaned): its exit will not be recorded; `runward stop %s` still stops it"
+                           % (store.name, store.name), "the shim's own log: %s" % shim_log, result=res)
+    res.update({"state": "lost", "alive_after_settle": False})
+    raise AgentFailure("ExitedEarly", "%s: the shim and the job are gone; exit status unknown" % store.name,
+                       "the shim's own log: %s" % shim_log, result=res)
 
 
 def describe_exit(ex):
@@ -329,7 +348,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
                 "verified_dead": not survivors, "stop_s": round(time.monotonic() - t0, 4)})
     if not survivors:
         res["verified"] = ["no_process_of_run_alive"]
-        _let_shim_record(att)
+        _let_shim_record(store, att, fates)
         cgroups.remove((att or {}).get("cgroups"))
         gpus.stop_check(res, store, att, fates, gpu_timeout)
     latest = store.latest()
@@ -337,9 +356,11 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
     return res
 
 
-def _let_shim_record(att):
+def _let_shim_record(store, att, fates):
     """Wait (2 s at most) for the shim to record the exit before we answer, so a `status`
-    right after is true."""
+    right after is true. An orphan's shim is gone and will record nothing: then stop, which
+    saw the job to its end, records it (under the run lock the caller holds), so the attempt
+    reads "exited", not "lost"."""
     shim_ident = (att or {}).get("shim")
     sp = live(shim_ident) if shim_ident else None
     if sp is not None:
@@ -347,6 +368,19 @@ def _let_shim_record(att):
         if w.add(sp):
             w.wait(2.0)
         w.close()
+        if live(shim_ident) is not None:
+            return  # alive but slow: the record is still its to write
+    job = (att or {}).get("job")
+    fate = next((f for f in fates if job and f["pid"] == job["pid"] and f["start"] == job["start"]), None)
+    if fate is None:
+        return  # the job was gone before this stop: how it ended is not ours to say
+    now = store.attempt(att["attempt"])
+    if not now or now.get("exit") or now.get("error"):
+        return
+    sigs = fate.get("signals") or []
+    now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
+                   "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
+    write_json(store.attempt_path(att["attempt"]), now)
 
 
 # --- status
