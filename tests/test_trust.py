@@ -409,6 +409,17 @@ def test_restart_reads_an_env_name_again_and_refuses_when_it_is_gone(cli):
     assert not _files_holding(cli.home, "first-value-k2", "second-value-k3")
 
 
+def test_restart_with_a_typed_value_stops_reading_it_from_elsewhere(monkeypatch):
+    from runward import api
+    monkeypatch.delenv("RW_GONE_NOW", raising=False)
+    monkeypatch.setenv("RW_STILL_HERE", "from-env")
+    spec = {"env": {"LR": "0.1", "HF_TOKEN": "[secret]"}, "env_from": {"RW_GONE_NOW": "environment",
+                                                                      "RW_STILL_HERE": "environment"}}
+    kw = api._restart_kwargs(spec, {"env": {"RW_GONE_NOW": "typed"}, "env_from": {}, "settle": None})
+    assert kw["env"] == {"LR": "0.1", "HF_TOKEN": "[secret]", "RW_GONE_NOW": "typed", "RW_STILL_HERE": "from-env"}
+    assert kw["env_from"] == {"RW_STILL_HERE": "environment"} and kw["reuse_env"] is True
+
+
 def test_env_file_format_values_reach_the_job_and_no_file(cli, tmp_path):
     """docker's --env-file: comments and blank lines skipped, `export` allowed, a value
     taken verbatim after the first '=' (more '=', '#', quotes, spaces kept)."""
