@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
-AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.logmetrics")
+AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.logmetrics", "runward.agent.secrets")
 
 
 def _modules() -> dict[str, Path]:

@@ -1,7 +1,7 @@
 """The wire constants the CLI sends are the agent's own (runward.agent.boot)."""
 
 from runward import transport
-from runward.agent import boot, main as agent_main, store, terminate, wire
+from runward.agent import boot, main as agent_main, secrets, store, terminate, wire
 
 
 def test_wire_constants_match_the_agent_module():
@@ -126,8 +126,8 @@ def test_valid_name_is_the_documented_pattern(name):
 
 
 def test_secret_names_any_case():
-    assert store.is_secret_name("hf_token") and store.is_secret_name("AWS_SECRET_ACCESS_KEY")
-    assert store.is_secret_name("db_Password") and not store.is_secret_name("LR")
+    assert secrets.is_secret_name("hf_token") and secrets.is_secret_name("AWS_SECRET_ACCESS_KEY")
+    assert secrets.is_secret_name("db_Password") and not secrets.is_secret_name("LR")
 
 
 def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):

@@ -381,6 +381,103 @@ def test_env_name_missing_from_the_cli_environment_is_bad_input(cli):
     assert not (cli.home / "runs" / "nx").exists()
 
 
+def _job_environ(pid: int) -> dict:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(e.decode().split("=", 1) for e in raw.split(b"\0") if b"=" in e)
+
+
+def _files_holding(root: Path, *values: str) -> list[str]:
+    return [str(f) for f in root.rglob("*") if f.is_file() and not f.is_symlink()
+            and any(v.encode() in f.read_bytes() for v in values)]
+
+
+def test_restart_reads_an_env_name_again_and_refuses_when_it_is_gone(cli):
+    cli.env["RW_ROTATING_TOKEN"] = "first-value-k2"
+    rc, doc = cli.json("start", "rot", "--settle", "0.3", "--env", "RW_ROTATING_TOKEN", "--", "sleep", "600")
+    assert rc == 0 and doc["result"]["env_from"] == {"RW_ROTATING_TOKEN": "environment"}, doc
+    assert _job_environ(doc["result"]["pid"])["RW_ROTATING_TOKEN"] == "first-value-k2"
+    cli.env["RW_ROTATING_TOKEN"] = "second-value-k3"  # rotated between the start and the restart
+    rc, doc = cli.json("restart", "rot", "--settle", "0.3")
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    assert _job_environ(pid)["RW_ROTATING_TOKEN"] == "second-value-k3"
+    del cli.env["RW_ROTATING_TOKEN"]
+    rc, doc = cli.json("restart", "rot", "--settle", "0.3")
+    assert rc == 2 and "RW_ROTATING_TOKEN" in doc["error"]["message"], doc
+    st = cli.status("rot")  # refused before anything was stopped
+    assert st["state"] == "running" and st["pid"] == pid, st
+    assert not _files_holding(cli.home, "first-value-k2", "second-value-k3")
+
+
+def test_restart_with_a_typed_value_stops_reading_it_from_elsewhere(monkeypatch):
+    from runward import api
+    monkeypatch.delenv("RW_GONE_NOW", raising=False)
+    monkeypatch.setenv("RW_STILL_HERE", "from-env")
+    spec = {"env": {"LR": "0.1", "HF_TOKEN": "[secret]"}, "env_from": {"RW_GONE_NOW": "environment",
+                                                                      "RW_STILL_HERE": "environment"}}
+    kw = api._restart_kwargs(spec, {"env": {"RW_GONE_NOW": "typed"}, "env_from": {}, "settle": None})
+    assert kw["env"] == {"LR": "0.1", "HF_TOKEN": "[secret]", "RW_GONE_NOW": "typed", "RW_STILL_HERE": "from-env"}
+    assert kw["env_from"] == {"RW_STILL_HERE": "environment"} and kw["reuse_env"] is True
+
+
+def test_env_file_format_values_reach_the_job_and_no_file(cli, tmp_path):
+    """docker's --env-file: comments and blank lines skipped, `export` allowed, a value
+    taken verbatim after the first '=' (more '=', '#', quotes, spaces kept)."""
+    env_file = tmp_path / "job.env"
+    env_file.write_text("# the database\n\n   \nexport RW_DSN=host=db user=x password=pw-9f==\n"
+                        "RW_QUOTED=\"kept quotes\" # not a comment\n  # indented comment\nRW_EMPTY=\n")
+    rc, doc = cli.json("start", "ef", "--settle", "0.3", "--env-file", str(env_file), "--", "sleep", "600")
+    assert rc == 0, doc
+    env = _job_environ(doc["result"]["pid"])
+    assert env["RW_DSN"] == "host=db user=x password=pw-9f=="
+    assert env["RW_QUOTED"] == '"kept quotes" # not a comment' and env["RW_EMPTY"] == ""
+    assert set(doc["result"]["env_from"]) == {"RW_DSN", "RW_QUOTED", "RW_EMPTY"}
+    assert not _files_holding(cli.home, "pw-9f==", "kept quotes")
+    env_file.write_text("export RW_DSN=host=db password=rotated-4e\nRW_QUOTED=q\nRW_EMPTY=\n")
+    rc, doc = cli.json("restart", "ef", "--settle", "0.3")
+    assert rc == 0, doc
+    assert _job_environ(doc["result"]["pid"])["RW_DSN"] == "host=db password=rotated-4e"
+    assert not _files_holding(cli.home, "pw-9f==", "rotated-4e")
+
+
+def test_over_ssh_no_file_on_the_target_holds_an_env_from_value(cli, tmp_path):
+    """The testbed's hosts share this machine's filesystem: every file under the far home
+    (records, logs, shim logs, the agent's cache, a resident's files) is read after start,
+    status and restart."""
+    import uuid
+
+    import testbed
+    tb = testbed.require("ssh")
+    far_home = Path(f"/tmp/rw-sec-{uuid.uuid4().hex[:8]}")
+    cli.env = testbed.env(tb, cli.env)
+    cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"], RUNWARD_RESIDENT_IDLE="60", RW_SSH_SECRET="planted-over-ssh-5m")
+    (tmp_path / "runward.toml").write_text(f'[targets.h]\non = "ssh://rw1"\nhome = "{far_home}"\n'
+                                           f'python = "/usr/bin/python3"\n')
+    (tmp_path / "s.env").write_text("RW_SSH_FILE=planted-file-ssh-8w\n")
+    cli.cwd = tmp_path
+    planted = ("planted-over-ssh-5m", "planted-file-ssh-8w")
+    try:
+        rc, doc = cli.json("start", "sshsec", "--on", "h", "--settle", "0.3", "--env", "RW_SSH_SECRET",
+                           "--env-file", str(tmp_path / "s.env"), "--env", "HF_TOKEN=typed-is-kept",
+                           "--", "sleep", "600")
+        assert rc == 0, doc
+        env = _job_environ(doc["result"]["pid"])
+        assert env["RW_SSH_SECRET"] == planted[0] and env["RW_SSH_FILE"] == planted[1]
+        printed = json.dumps(doc)
+        for _ in range(2):  # the second status goes through the resident, once it is up
+            printed += cli.run("status", "sshsec", "--on", "h", "--json").stdout
+        rc, doc = cli.json("restart", "sshsec", "--on", "h", "--settle", "0.3")
+        assert rc == 0, doc
+        env = _job_environ(doc["result"]["pid"])
+        assert env["RW_SSH_SECRET"] == planted[0] and env["HF_TOKEN"] == "typed-is-kept"
+        printed += json.dumps(doc) + cli.run("status", "sshsec", "--on", "h").stdout
+        assert not any(v in printed for v in (*planted, "typed-is-kept"))
+        assert not _files_holding(far_home, *planted) and not _files_holding(cli.home, *planted)
+    finally:
+        cli.run("stop", "sshsec", "--on", "h")
+        shutil.rmtree(far_home, ignore_errors=True)
+
+
 # --- records and locks ----------------------------------------------------------------------
 
 def test_a_verb_waiting_for_the_run_lock_names_the_holder_and_gives_up(cli):

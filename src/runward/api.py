@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 
 from . import transport
+from .agent.secrets import redact_value
 from .errors import BadInput, NotVerified, RunwardError
 from .targets import Target
 
@@ -43,8 +44,9 @@ def read_env(items: list[str] | None, files: list[str] | None = None) -> tuple[d
     for item in items or []:
         k, sep, v = item.partition("=")
         if not k or "\0" in item:
-            raise BadInput(f"invalid --env entry {item!r}", "write --env NAME=VALUE, or --env NAME to pass NAME "
-                           "from this shell's environment")
+            # shown by the rule the target's replies follow: a value typed here is no less secret
+            raise BadInput(f"invalid --env entry {k + sep + redact_value(k, v)!r}", "write --env NAME=VALUE, or "
+                           "--env NAME to pass NAME from this shell's environment")
         if sep:
             values[k] = v
             sources.pop(k, None)
@@ -181,6 +183,10 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     except RunwardError as e:
         e.details.setdefault("failed_step", "read_spec")
         raise
+    # the start's arguments before anything is stopped: an env_from value that cannot be
+    # read again is bad input, and must leave the run running
+    kw = _restart_kwargs(last.get("spec") or {}, overrides)
+    kw["lock_timeout"] = lock_timeout
     try:
         steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
                                                      lock_timeout=lock_timeout)})
@@ -195,16 +201,6 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             e.details["failed_step"] = "deploy"
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
             raise
-    kw = {k: v for k, v in (last.get("spec") or {}).items() if v is not None}
-    over = dict(overrides or {})
-    # values the target never stored (--env NAME, --env-file) are read again where the
-    # start took them from; entries given now win
-    env_from = {**(kw.get("env_from") or {}), **(over.pop("env_from", None) or {})}
-    kw["env"] = {**kw.get("env", {}), **resolve_env_from(env_from), **(over.pop("env", None) or {})}
-    kw["env_from"] = {k: v for k, v in env_from.items() if k in kw["env"]}
-    kw.update({k: v for k, v in over.items() if v is not None})
-    kw["lock_timeout"] = lock_timeout
-    kw.pop("name", None)
     try:
         res = start(target, name, **_start_kwargs(kw))
     except RunwardError as e:
@@ -214,6 +210,28 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     steps.append({"step": "start", "result": res})
     return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
+
+
+def _restart_kwargs(last_spec: dict, overrides: dict | None) -> dict:
+    """The start's keyword arguments for a restart: the last spec, the overrides over it.
+    Values the target never stored (env_from: --env NAME, --env-file) are read again where
+    the start took them from; an entry given now wins, and one typed as NAME=VALUE is no
+    longer read from elsewhere. The spec shows secret values as [secret] (a URL's password
+    as ***): reuse_env, unless the overrides say otherwise, makes the target use the values
+    it kept instead of those characters."""
+    kw = {k: v for k, v in last_spec.items() if v is not None}
+    over = dict(overrides or {})
+    over_env = over.pop("env", None) or {}
+    over_from = over.pop("env_from", None) or {}
+    env_from = {k: src for k, src in {**(kw.get("env_from") or {}), **over_from}.items()
+                if k in over_from or k not in over_env}
+    again = resolve_env_from({k: src for k, src in env_from.items() if k not in over_env})
+    kw["env"] = {**kw.get("env", {}), **again, **over_env}
+    kw["env_from"] = env_from
+    kw["reuse_env"] = True
+    kw.update({k: v for k, v in over.items() if v is not None})
+    kw.pop("name", None)
+    return kw
 
 
 def _start_kwargs(kw: dict) -> dict:

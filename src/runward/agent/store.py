@@ -8,8 +8,6 @@ from .wire import AgentFailure, bad_input, json_loads
 
 NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 NAME_CHARS = NAME_FIRST | frozenset("._-")
-# an environment variable whose name holds one of these (any case) is never printed
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 
 
 def valid_name(n):
@@ -23,16 +21,6 @@ def check_name(name):
         raise bad_input("invalid run name %r" % (name,),
                         "a run name is 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit")
     return name
-
-
-def is_secret_name(k):
-    u = k.upper()
-    return any(w in u for w in SECRET_WORDS)
-
-
-def redact_env(env):
-    """Secret-looking values are kept on disk (mode 0600) but never sent back or printed."""
-    return {k: ("[secret]" if is_secret_name(k) else v) for k, v in (env or {}).items()}
 
 
 class Home(object):

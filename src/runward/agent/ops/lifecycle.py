@@ -11,14 +11,14 @@ from .. import cgroups, gpus, shim
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, own_procs, summarize_tree
-from ..store import (RunStore, check_name, file_hashes, first_lines, read_from, read_json, redact_env, tail_lines,
-                     write_json)
+from ..secrets import is_shown_form, redact_env
+from ..store import RunStore, check_name, file_hashes, first_lines, read_from, read_json, tail_lines, write_json
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input
 
 LOG_TAIL_LINES = 20
-SPEC_KEYS = ("argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus", "wait_gpus_free",
-             "stop_signal", "grace", "files", "hash_files")
+SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "log", "settle", "ready", "ready_timeout", "gpus",
+             "wait_gpus_free", "stop_signal", "grace", "files", "hash_files")
 
 
 # --- start
@@ -72,6 +72,7 @@ def _plan(req, home, store):
         raise bad_input("working directory does not exist on the target: %s" % cwd,
                         "create it, or pass an existing --cwd")
     req["env"] = _request_env(req, home)
+    req["env_from"] = _env_from(req)
     env = build_env(req["env"])
     plan = {"argv": argv, "sh": sh, "cwd": cwd, "env": env, "settle": float(req.get("settle", 3.0)),
             "ready": req.get("ready"), "ready_re": _ready_re(req.get("ready")),
@@ -87,14 +88,31 @@ def _plan(req, home, store):
 
 def _request_env(req, home):
     """The request's env; with reuse_env, the last attempt's env under it (secret values,
-    which never left the target, are taken from the record)."""
+    which never left the target, are taken from the record: a value sent back in the form
+    it was shown, [secret] or a URL's ***, means the recorded one)."""
     req_env = dict(req.get("env") or {})
     if req.get("reuse_env") and RunStore(home, req.get("name")).exists():
         last = RunStore(home, req.get("name")).latest() or {}
         merged = dict(last.get("env") or {})
-        merged.update({k: v for k, v in req_env.items() if v != "[secret]"})
+        merged.update({k: v for k, v in req_env.items() if not is_shown_form(k, v, merged.get(k))})
         req_env = merged
     return req_env
+
+
+def _env_from(req):
+    """The request's env_from ({NAME: "environment" | "file:PATH"}): the entries whose
+    values reach the job but no file here (the CLI reads them again for a restart)."""
+    env_from = req.get("env_from") or {}
+    if not isinstance(env_from, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in env_from.items()):
+        raise bad_input("invalid env_from %r" % (env_from,), "a map of NAME to \"environment\" or \"file:PATH\"")
+    return {k: v for k, v in env_from.items() if k in (req.get("env") or {})}
+
+
+def _stored_env(req):
+    """The env as records keep it: without the env_from entries' values."""
+    env_from = req.get("env_from") or {}
+    return {k: v for k, v in (req.get("env") or {}).items() if k not in env_from}
 
 
 def _ready_re(ready):
@@ -168,7 +186,7 @@ def _new_attempt(store, req, home, plan):
     _job_env(plan, req, home, marker)
     att = {
         "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"], "sh": plan["sh"],
-        "cwd": plan["cwd"], "env": req.get("env") or {}, "log": plan["log"], "marker": marker,
+        "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
         "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
         "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
         "gpus": req.get("gpus"), "hashes": file_hashes(_hashed_files(req, plan["argv"], plan["cwd"])),
@@ -177,7 +195,7 @@ def _new_attempt(store, req, home, plan):
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
     }
     write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": {k: req.get(k) for k in SPEC_KEYS}})
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
     write_json(os.path.join(store.dir, "run.json"), run)
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -255,7 +273,7 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
     res = {"name": store.name, "attempt": n, "pid": job["pid"], "start_time": job["start"],
            "log": log, "first_lines": first_lines(log, log_from, 10), "settle_s": settle, "replaced": replaced,
            "waited_s": round(time.monotonic() - t0, 3), "gpus": att.get("gpus"),
-           "env": redact_env(att.get("env")), "cgroups": att.get("cgroups")}
+           "env": redact_env(att.get("env")), "env_from": att.get("env_from") or {}, "cgroups": att.get("cgroups")}
     if exit_msg is not None:
         ex = (store.attempt(n) or {}).get("exit") or exit_msg.get("exit") or {}
         if not ex and exit_msg.get("eof"):
@@ -515,7 +533,8 @@ def _follow(store, att, log, pos, emit, for_s):
 
 def spec(req, home):
     """The last attempt's spec, for restart. Secret values stay on the target: a start with
-    reuse_env takes them from the attempt record there."""
+    reuse_env takes them from the attempt record there. env_from's values were never here:
+    the CLI reads them again from where the start took them."""
     store = RunStore.existing(home, req.get("name"))
     run = store.run()
     sp = dict(run.get("spec") or {})

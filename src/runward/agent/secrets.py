@@ -1,0 +1,92 @@
+"""Which environment entries are secrets, and how they are shown: the one rule both sides
+use (the agent for what it sends back, the CLI for what it prints on its own), so a name
+hidden in one place is never shown in another.
+
+Stdlib only and nothing imported (no re): the agent imports this on every start."""
+
+REDACTED = "[secret]"  # what a secret name's value is shown as
+MASK = "***"  # what the password of a URL is shown as
+
+# A name is split into words on '_' and every other character that is not a letter or a
+# digit, upper-cased; it is secret when one word contains one of these (APIKEY, HFTOKEN)...
+_WORD_HOLDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "COOKIE", "KEY")
+# ... starts with one of these (DB_PASS, PASSPHRASE, NPM_AUTH, AUTHORIZATION) ...
+_WORD_STARTS = ("PASS", "AUTH")
+# ... ends with PWD (MYSQL_PWD) or is PAT (GITHUB_PAT; a word merely holding it, PATH or
+# PATTERN, is no secret).
+_WORD_ENDS = ("PWD",)
+_WORD_IS = ("PAT",)
+# The shell's own variables, which the rule above would catch (PWD ends with PWD).
+_NEVER = frozenset(("PWD", "OLDPWD", "PATH"))
+
+
+def _words(name):
+    words, cur = [], []
+    for c in name.upper():
+        if c.isalnum():
+            cur.append(c)
+        elif cur:
+            words.append("".join(cur))
+            cur = []
+    if cur:
+        words.append("".join(cur))
+    return words
+
+
+def is_secret_name(name):
+    """True when an environment variable of this name holds a secret by its name's words.
+    KEYBOARD counts (it holds KEY): hiding a harmless value costs a glance, showing a
+    secret cannot be undone, so the rule has no exceptions beyond the shell's own three."""
+    if not isinstance(name, str) or name.upper() in _NEVER:
+        return False
+    for w in _words(name):
+        if (any(s in w for s in _WORD_HOLDS) or w.startswith(_WORD_STARTS) or w.endswith(_WORD_ENDS)
+                or w in _WORD_IS):
+            return True
+    return False
+
+
+def mask_url_passwords(text):
+    """text with the password of every URL in it (scheme://user:password@host...) shown as
+    ***. The user info ends at the last '@' of the authority, which ends at the first '/',
+    '?', '#' or whitespace (RFC 3986, as urllib reads it): a raw '@' in a password is
+    still hidden whole."""
+    if not isinstance(text, str) or "://" not in text or "@" not in text:
+        return text
+    out, pos = [], 0
+    while True:
+        i = text.find("://", pos)
+        if i < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        start = i + 3
+        end = start
+        while end < len(text) and text[end] not in "/?#" and not text[end].isspace():
+            end += 1
+        userinfo, at, _ = text[start:end].rpartition("@")
+        user, colon, password = userinfo.partition(":")
+        out.append(text[pos:start])
+        if at and colon and password:
+            out.append(user + ":" + MASK + text[start + len(userinfo):end])
+        else:
+            out.append(text[start:end])
+        pos = end
+
+
+def redact_value(name, value):
+    """How an environment entry is shown: [secret] under a secret name, else the value with
+    every URL's password masked."""
+    if is_secret_name(name):
+        return REDACTED
+    return mask_url_passwords(value)
+
+
+def redact_env(env):
+    """An environment as it may be shown or sent back (the target keeps the values)."""
+    return {k: redact_value(k, v) for k, v in (env or {}).items()}
+
+
+def is_shown_form(name, value, kept):
+    """True when value is what redact_value showed for the kept value: a request carrying
+    it back (restart from a spec) means the kept value, not these characters."""
+    return value == REDACTED or (kept is not None and value != kept and value == redact_value(name, kept))
