@@ -638,7 +638,7 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     if rc < 0 or 128 < rc < 192:
         signum = -rc if rc < 0 else rc - 128
         name = _signame(signum)
-        who = "the local ssh/hop process" if rc < 0 else "the far side"
+        who = ("the agent" if target.is_local else "the local ssh/hop process") if rc < 0 else "the far side"
         return HopFailed(f"{who} was killed by {name} before the agent answered (exit {rc})",
                          "something on the target killed the agent (OOM killer? a pkill -f matching it?); "
                          "check dmesg on the target", hop=str(target.hops[-1]) if target.hops else "local",

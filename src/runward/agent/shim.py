@@ -9,6 +9,7 @@ import time
 
 from . import boot, cgroups
 from .procfs import read_proc
+from . import faults
 from .store import Home, RunStore, write_json
 from .terminate import signal, signal_name
 from .wire import AgentFailure, json_dumps, json_loads
@@ -49,7 +50,7 @@ def spawn(home, name, attempt, env):
 # cache is; LD_LIBRARY_PATH: a Python built with a shared libpython outside the default
 # paths does not start without it). Never the job's env, never the marker: the shim must
 # never be found as a member of the run.
-_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH")
+_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RUNWARD_FAULT")
 
 
 def _shim_env():
@@ -111,6 +112,7 @@ def main(home_path, name, attempt, env):
     write_json(store.attempt_path(n), att)
     say(status_fd, {"job": att["job"]})
     ex = _wait_exit(pid)
+    faults.point("shim:exited")
     att = store.attempt(n)
     att["exit"] = ex
     write_json(store.attempt_path(n), att)

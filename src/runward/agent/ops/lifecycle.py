@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from .. import cgroups, gpus, shim
+from .. import cgroups, faults, gpus, shim
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, own_procs, summarize_tree
@@ -218,6 +218,7 @@ def start(req, home):
         gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home) \
             if req.get("wait_gpus_free") and req.get("gpus") else None
         n, log_from = _new_attempt(store, req, home, plan)
+        faults.point("start:recorded")
         _, pipe = shim.spawn(home, store.name, n, plan["env"])
         msg = shim.read_msg(pipe, 30.0)
         if msg is None or "error" in msg:
@@ -225,12 +226,14 @@ def start(req, home):
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
         job = msg["job"]
+        faults.point("start:spawned")
     finally:
         os.close(fd)
     res = watch_settle(store, n, job, pipe, plan["log"], log_from, plan["settle"], plan["ready_re"],
                        float(req.get("ready_timeout", 600.0)), replaced)
     if gpu_wait is not None:
         res["gpu_wait"] = gpu_wait
+    faults.point("start:settled")
     return res
 
 
@@ -366,6 +369,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
                 "verified_dead": not survivors, "stop_s": round(time.monotonic() - t0, 4)})
     if not survivors:
         res["verified"] = ["no_process_of_run_alive"]
+        faults.point("stop:dead")
         _let_shim_record(store, att, fates)
         cgroups.remove((att or {}).get("cgroups"))
         gpus.stop_check(res, store, att, fates, gpu_timeout)
