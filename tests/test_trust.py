@@ -446,11 +446,12 @@ def test_disk_full_keeps_the_old_record_whole(cli, tmp_path):
         assert rc == 0, doc
         run_json = mnt / "home" / "runs" / "df" / "run.json"
         before = {p: p.read_bytes() for p in (mnt / "home").rglob("*") if p.is_file()}
-        with open(mnt / "filler", "wb") as f:
+        # unbuffered: a buffered file still holds the bytes that did not fit, and its close
+        # would raise ENOSPC again
+        with open(mnt / "filler", "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 4096)
-                    f.flush()
             except OSError:
                 pass
         rc, doc = cli.json("start", "df2", "--settle", "0.2", "--log", str(tmp_path / "df2.log"), "--", "sleep", "600")

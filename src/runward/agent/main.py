@@ -8,8 +8,8 @@ import sys
 import time
 
 from . import boot
-from .store import Home
-from .wire import AgentFailure, bad_input, json_loads, reply
+from .store import DISK_FULL, Home, disk_full
+from .wire import AgentFailure, bad_input, json_loads, reply, set_notice
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OPS = {
@@ -80,8 +80,15 @@ def serve(stdin, stdout):
     req = _request(stdin.readline(), stdout, extra)
     if req is None:
         return 2
+    set_notice(lambda text: reply(stdout, {"event": {"notice": text}}))
     try:
-        result = _run(req, Home(req.get("home")), stdin, stdout, extra)
+        try:
+            result = _run(req, Home(req.get("home")), stdin, stdout, extra)
+        except OSError as e:
+            if e.errno in DISK_FULL:
+                # a full disk is the target's state, not a bug: said as such, whatever wrote
+                raise disk_full(e.filename or "a file")
+            raise
         reply(stdout, {"v": boot.PROTOCOL, "ok": True, "result": result}, extra)
         return 0
     except AgentFailure as e:
