@@ -32,7 +32,8 @@ def push(req, home, emit, stdin):
         if not os.path.isabs(dest):
             dest = os.path.join(os.path.expanduser("~"), dest)
         if ent.get("type") == "dir":
-            if os.path.islink(dest) and not trusted_dir(os.path.dirname(dest)):
+            plain = os.path.normpath(dest)  # "conf/" would be followed by lstat
+            if os.path.islink(plain) and not trusted_dir(os.path.dirname(plain)):
                 # others may have planted it: makedirs would accept it, chmod and the files
                 # under it would go where it points
                 raise AgentFailure("Failed", "%s is a symbolic link in a directory that others can write or "
