@@ -334,6 +334,8 @@ def test_log_in_a_foreign_directory_is_never_written_through_a_link(cli, tmp_pat
         rc, doc = cli.json("start", "lg", "--settle", "0.2", "--log", str(d / "train.log"), "--", "sleep", "600")
         assert victim.read_text() == "precious\n", doc
         assert rc != 0, doc
+        assert rc == 2 and str(d / "train.log") in doc["error"]["message"], doc
+        assert not (cli.home / "runs" / "lg").exists() and not marked("lg.")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -507,6 +509,7 @@ def test_disk_full_keeps_the_old_record_whole(cli, tmp_path):
         assert {p: b for p, b in before.items() if ".lock" not in p.name} == after
         json.loads(run_json.read_text())
         assert not marked("df2.")
+        assert not (mnt / "home" / "runs" / "df2").exists()
         os.unlink(mnt / "filler")
         assert cli.status("df")["state"] == "running"
         rc, doc = cli.json("start", "df2", "--settle", "0.2", "--log", str(tmp_path / "df2.log"), "--", "sleep", "600")

@@ -6,7 +6,7 @@ import errno
 import os
 import time
 
-from .wire import AgentFailure, bad_input, json_loads, notice
+from .wire import AgentFailure, bad_input, json_dumps, json_loads, notice
 
 NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 NAME_CHARS = NAME_FIRST | frozenset("._-")
@@ -172,7 +172,7 @@ class RunStore(object):
             req = read_json(self.cancel_path())
         except AgentFailure:
             return
-        p = read_proc(int(req["pid"])) if isinstance(req, dict) and isinstance(req.get("pid"), int) else None
+        p = read_proc(req["pid"]) if isinstance(req, dict) and isinstance(req.get("pid"), int) else None
         if p is not None and p.start == req.get("start"):
             raise AgentFailure("Cancelled", "start of %s cancelled by a stop while waiting for GPUs" % self.name,
                                "the stop (pid %d) goes on; start again when you want the run" % p.pid)
@@ -206,7 +206,6 @@ def _write_holder(fd, verb):
     """Name the holder in the lock file, through the lock's own descriptor (a rename would
     make a new file nobody holds the lock on)."""
     from .procfs import read_proc
-    from .wire import json_dumps
     me = read_proc(os.getpid())
     data = json_dumps({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
                        "since": time.time()}).encode()

@@ -166,57 +166,62 @@ def _new_attempt(store, req, home, plan):
     was made here is removed. Returns (attempt number, offset in the log where its output
     begins)."""
     fresh = not os.path.isdir(store.dir)
-    n = att = lfd = None
+    made = {}
     try:
-        if not os.path.isdir(os.path.dirname(plan["log"])):
-            os.makedirs(os.path.dirname(plan["log"]), 0o700)
-        for d in (store.dir, os.path.join(store.dir, "attempts")):
-            try:
-                os.mkdir(d, 0o700)
-            except FileExistsError:
-                pass
-        run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
-        n = max([run.get("attempt", 0)] + store.attempts()) + 1
-        marker = "%s.%d" % (store.name, n)
-        _job_env(plan, req, home, marker)
-        lfd = open_log(plan["log"])  # before any record: a refused log leaves nothing behind
-        att = {
-            "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"],
-            "sh": plan["sh"], "cwd": plan["cwd"], "env": req.get("env") or {}, "log": plan["log"], "marker": marker,
-            "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
-            "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
-            "gpus": req.get("gpus"), "hashes": file_hashes(_hashed_files(req, plan["argv"], plan["cwd"])),
-            "files": req.get("files") or [],
-            "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
-            "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
-        }
-        header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
-            store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
-        att["log_offset"] = os.fstat(lfd).st_size + len(header)  # where this attempt's output begins
-        write_json(store.attempt_path(n), att)
-        write_all(lfd, header, plan["log"])
-        run.update({"attempt": n, "spec": {k: req.get(k) for k in SPEC_KEYS}})
-        write_json(os.path.join(store.dir, "run.json"), run)
+        return _write_attempt(store, req, home, plan, made)
     except BaseException:
-        _undo_attempt(store, n, att, fresh)
+        _undo_attempt(store, made, fresh)
         raise
-    finally:
-        if lfd is not None:
-            os.close(lfd)
-    return n, att["log_offset"]
 
 
-def _undo_attempt(store, n, att, fresh):
-    """Remove what a failed _new_attempt made: its cgroups, its record, a run directory it
+def _undo_attempt(store, made, fresh):
+    """Remove what a failed _write_attempt made: its cgroups, its record, a run directory it
     created (nothing else was in it)."""
-    if att is not None:
-        cgroups.remove(att.get("cgroups"))
+    cgroups.remove(made.get("cgroups"))
     if fresh:
         import shutil
         shutil.rmtree(store.dir, ignore_errors=True)
-    elif n is not None:
-        remove_file(store.attempt_path(n))
+    elif made.get("n") is not None:
+        remove_file(store.attempt_path(made["n"]))
+
+
+def _write_attempt(store, req, home, plan, made):
+    """_new_attempt's writes; made notes the attempt number and cgroups for _undo_attempt."""
+    if not os.path.isdir(os.path.dirname(plan["log"])):
+        os.makedirs(os.path.dirname(plan["log"]), 0o700)
+    for d in (store.dir, os.path.join(store.dir, "attempts")):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
+    n = made["n"] = max([run.get("attempt", 0)] + store.attempts()) + 1
+    marker = "%s.%d" % (store.name, n)
+    _job_env(plan, req, home, marker)
+    att = {
+        "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"], "sh": plan["sh"],
+        "cwd": plan["cwd"], "env": req.get("env") or {}, "log": plan["log"], "marker": marker,
+        "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
+        "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
+        "gpus": req.get("gpus"), "hashes": file_hashes(_hashed_files(req, plan["argv"], plan["cwd"])),
+        "files": req.get("files") or [],
+        "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
+        "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
+    }
+    made["cgroups"] = att["cgroups"]
+    header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
+        store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
+    lfd = open_log(plan["log"])  # before any record is written: a refused log leaves nothing
+    try:
+        att["log_offset"] = os.fstat(lfd).st_size + len(header)  # where this attempt's output begins
+        write_json(store.attempt_path(n), att)
+        write_all(lfd, header, plan["log"])
+    finally:
+        os.close(lfd)
+    run.update({"attempt": n, "spec": {k: req.get(k) for k in SPEC_KEYS}})
+    write_json(os.path.join(store.dir, "run.json"), run)
+    return n, att["log_offset"]
 
 
 def start(req, home):
