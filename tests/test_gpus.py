@@ -356,6 +356,46 @@ def test_wait_gpus_free_succeeds_when_the_holder_exits_during_the_wait(gcli, hol
     assert gcli.status("w")["state"] == "running"
 
 
+def test_stop_cancels_a_start_waiting_for_gpus(gcli, holders):
+    """A stop of a run whose (first) start still waits for its GPUs ends that wait at the
+    start's next poll: the start says Cancelled (exit 1) and leaves nothing; the stop, which
+    said whose lock it waited for, goes on."""
+    holders(0, 50000, gcli.state)
+    start = gcli.popen("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "60", "--json",
+                       "--", "sleep", "30")
+    try:
+        lock = gcli.home / "runs" / ".w.lock"
+        wait_for(lambda: lock.exists() and b'"start"' in lock.read_bytes(), what="the start holding the lock")
+        t0 = time.monotonic()
+        stop = gcli.run("stop", "w", "--json", "--lock-timeout", "20")
+        assert time.monotonic() - t0 < 10
+        doc = json.loads(stop.stdout)
+        assert stop.returncode == 0 and doc["result"]["verified_dead"], (doc, stop.stderr)
+        assert "waiting for run w: locked by start" in stop.stderr, stop.stderr
+        out, err = start.communicate(timeout=30)
+    finally:
+        if start.poll() is None:
+            start.kill()
+            start.wait()
+    doc = json.loads(out)
+    assert start.returncode == 1 and doc["error"]["type"] == "Cancelled", doc
+    assert "start of w cancelled by a stop while waiting for GPUs" in doc["error"]["message"]
+    assert not (gcli.home / "runs" / "w").exists() and not marked("w.")
+    assert not (gcli.home / "runs" / ".w.cancel").exists()
+
+
+def test_a_stale_cancel_request_is_ignored(gcli, holders):
+    """A cancel request whose stop is gone (it timed out, or was killed) cancels nothing."""
+    (gcli.home / "runs").mkdir(parents=True, exist_ok=True)
+    (gcli.home / "runs" / ".w.cancel").write_text(json.dumps({"pid": 999999999, "start": 1}))
+    holders(0, 50000, gcli.state, seconds=1.0, release_delay=0.2)
+    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "30", "--settle", "0.3",
+                        "--", "sleep", "30")
+    assert rc == 0 and doc["result"]["gpu_wait"]["polls"] >= 2, doc
+    rc, doc = gcli.json("stop", "w", "--grace", "5")
+    assert rc == 0, doc
+
+
 def test_max_used_threshold_and_memory_without_a_process(gcli):
     set_state(gcli.state, gpu_fields={0: {"base_used": 800}})
     rc, doc = gcli.json("start", "a", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--settle", "0.2",

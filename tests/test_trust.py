@@ -298,6 +298,28 @@ def test_push_never_follows_a_planted_symlink(cli, tmp_path, kind):
 
 
 @ROOT_ONLY
+def test_push_of_a_directory_never_goes_through_a_planted_link(cli, tmp_path):
+    """A directory pushed into a sticky /tmp-like directory, where someone planted a symlink
+    under its name: neither its mode nor its files go where the link points."""
+    victim = tmp_path / "victim_dir"
+    victim.mkdir(mode=0o700)
+    d = Path(f"/tmp/rwplantdir-{os.getpid()}")
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir()
+    try:
+        os.chmod(d, 0o1777)
+        os.symlink(victim, d / "conf")
+        src = tmp_path / "conf"
+        src.mkdir(mode=0o755)
+        (src / "authorized_keys").write_text("planted\n")
+        rc, doc = cli.json("push", f"{src}/:{d}/conf/")
+        assert rc != 0 and "symbolic link" in doc["error"]["message"], doc
+        assert oct(victim.stat().st_mode & 0o7777) == "0o700" and not list(victim.iterdir())
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@ROOT_ONLY
 def test_log_in_a_foreign_directory_is_never_written_through_a_link(cli, tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
@@ -312,6 +334,8 @@ def test_log_in_a_foreign_directory_is_never_written_through_a_link(cli, tmp_pat
         rc, doc = cli.json("start", "lg", "--settle", "0.2", "--log", str(d / "train.log"), "--", "sleep", "600")
         assert victim.read_text() == "precious\n", doc
         assert rc != 0, doc
+        assert rc == 2 and str(d / "train.log") in doc["error"]["message"], doc
+        assert not (cli.home / "runs" / "lg").exists() and not marked("lg.")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -506,6 +530,30 @@ def test_a_verb_waiting_for_the_run_lock_names_the_holder_and_gives_up(cli):
     assert json.loads(out)["result"]["verified_dead"], out
 
 
+def test_a_stop_during_the_settle_period_cancels_the_start(cli):
+    """The start watching its job settle no longer holds the lock: a stop then is no early
+    exit of the job but a cancelled start (exit 1, type Cancelled), said as such at once."""
+    pop = cli.popen("start", "sc", "--settle", "30", "--json", "--", "sleep", "600")
+    try:
+        job = wait_for(lambda: attempt_record(cli, "sc").get("job"), what="the job's record")
+        rc, doc = cli.json("stop", "sc", "--grace", "5")
+        assert rc == 0 and doc["result"]["verified_dead"], doc
+        t0 = time.monotonic()
+        out, err = pop.communicate(timeout=20)
+        assert time.monotonic() - t0 < 10
+    finally:
+        if pop.poll() is None:
+            pop.kill()
+            pop.wait()
+    doc = json.loads(out)
+    assert pop.returncode == 1 and doc["error"]["type"] == "Cancelled", doc
+    assert "stopped by `runward stop` during the settle period" in doc["error"]["message"], doc
+    assert "exited during the settle period" not in json.dumps(doc)
+    assert not alive(job["pid"], job["start"])
+    assert attempt_record(cli, "sc").get("stop_requested"), attempt_record(cli, "sc")
+    assert cli.status("sc")["state"] == "exited"
+
+
 def test_replace_uses_the_old_attempts_grace(cli, tmp_path):
     """The old job needs its own (long) grace to checkpoint; --replace must not cut it short
     with the new request's default."""
@@ -543,11 +591,12 @@ def test_disk_full_keeps_the_old_record_whole(cli, tmp_path):
         assert rc == 0, doc
         run_json = mnt / "home" / "runs" / "df" / "run.json"
         before = {p: p.read_bytes() for p in (mnt / "home").rglob("*") if p.is_file()}
-        with open(mnt / "filler", "wb") as f:
+        # unbuffered: a buffered file still holds the bytes that did not fit, and its close
+        # would raise ENOSPC again
+        with open(mnt / "filler", "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 4096)
-                    f.flush()
             except OSError:
                 pass
         rc, doc = cli.json("start", "df2", "--settle", "0.2", "--log", str(tmp_path / "df2.log"), "--", "sleep", "600")
@@ -557,6 +606,7 @@ def test_disk_full_keeps_the_old_record_whole(cli, tmp_path):
         assert {p: b for p, b in before.items() if ".lock" not in p.name} == after
         json.loads(run_json.read_text())
         assert not marked("df2.")
+        assert not (mnt / "home" / "runs" / "df2").exists()
         os.unlink(mnt / "filler")
         assert cli.status("df")["state"] == "running"
         rc, doc = cli.json("start", "df2", "--settle", "0.2", "--log", str(tmp_path / "df2.log"), "--", "sleep", "600")

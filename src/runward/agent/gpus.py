@@ -271,9 +271,10 @@ def states(snap, indices, max_used, view):
     return out
 
 
-def poll(indices, max_used, timeout, home):
+def poll(indices, max_used, timeout, home, on_poll=None):
     """Poll nvidia-smi until every GPU in indices is free or timeout passes (see the module
-    docstring for why it polls). Returns (states, snapshot, waited_s, polls)."""
+    docstring for why it polls); on_poll() is called at each poll and may raise to end the
+    wait. Returns (states, snapshot, waited_s, polls)."""
     t0 = time.monotonic()
     deadline = t0 + max(0.0, timeout)
     polls = 0
@@ -286,6 +287,8 @@ def poll(indices, max_used, timeout, home):
         left = deadline - time.monotonic()
         if all(s["free"] for s in now) or left <= 0:
             return now, snap, round(time.monotonic() - t0, 3), polls
+        if on_poll is not None:
+            on_poll()
         time.sleep(min(POLL_S, left))
 
 
@@ -303,16 +306,16 @@ def _present(gpus):
             ",".join(map(str, missing)), ",".join(map(str, have)) or "none"), "pick --gpus from that list")
 
 
-def wait_free(gpus, spec, home):
+def wait_free(gpus, spec, home, on_poll=None):
     """start --wait-gpus-free: before any record is made, wait until GPUS are free, else
-    refuse naming who holds them."""
+    refuse naming who holds them. on_poll (a stop's cancel request) may end the wait."""
     spec = spec if isinstance(spec, dict) else {}
     timeout = float(spec.get("timeout") if spec.get("timeout") is not None else 300.0)
     max_used = float(spec.get("max_used_mib") if spec.get("max_used_mib") is not None else MAX_USED_MIB)
     if timeout < 0 or max_used < 0:
         raise bad_input("invalid --timeout/--max-used for --wait-gpus-free", "give numbers >= 0")
     _present(gpus)
-    now, snap, waited, polls = poll(gpus, max_used, timeout, home)
+    now, snap, waited, polls = poll(gpus, max_used, timeout, home, on_poll)
     res = {"gpus": now, "waited_s": waited, "polls": polls, "max_used_mib": max_used, "timeout_s": timeout,
            "pids_are_local": in_host_pidns(), "pidns": pid_namespace(),
            "home_id": home.id if home is not None else None}

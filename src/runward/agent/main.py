@@ -8,8 +8,8 @@ import sys
 import time
 
 from . import boot
-from .store import Home
-from .wire import AgentFailure, bad_input, json_loads, reply
+from .store import DISK_FULL, Home, disk_full
+from .wire import AgentFailure, bad_input, json_loads, reply, set_notice
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OPS = {
@@ -82,6 +82,7 @@ def serve(stdin, stdout, only=None):
     req = _request(stdin.readline(), stdout, extra)
     if req is None:
         return 2
+    set_notice(lambda text: reply(stdout, {"event": {"notice": text}}))
     if only is not None and not (isinstance(req.get("op"), str) and req["op"] in only):
         # the resident is a standing door into this account, open to whatever reaches its
         # socket: only what reads comes through it; a change runs in an agent its caller
@@ -91,7 +92,13 @@ def serve(stdin, stdout, only=None):
             "a fresh agent" % (req.get("op"),)}}, extra)
         return 2
     try:
-        result = _run(req, Home(req.get("home")), stdin, stdout, extra)
+        try:
+            result = _run(req, Home(req.get("home")), stdin, stdout, extra)
+        except OSError as e:
+            if e.errno in DISK_FULL:
+                # a full disk is the target's state, not a bug: said as such, whatever wrote
+                raise disk_full(e.filename or "a file")
+            raise
         reply(stdout, {"v": boot.PROTOCOL, "ok": True, "result": result}, extra)
         return 0
     except AgentFailure as e:

@@ -8,9 +8,9 @@ import sys
 import time
 
 from . import boot, cgroups
-from .procfs import read_proc
 from . import faults
-from .store import Home, RunStore, write_json
+from .procfs import read_proc
+from .store import Home, RunStore, open_log, write_json
 from .terminate import signal, signal_name
 from .wire import AgentFailure, json_dumps, json_loads
 
@@ -157,7 +157,7 @@ def _exec_job(att, env, devnull, err_r, err_w):
             except OSError:
                 pass
         os.chdir(att["cwd"])
-        lfd = os.open(att["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        lfd = open_log(att["log"])  # never through a link planted in a directory of others
         os.dup2(lfd, 1)
         os.dup2(lfd, 2)
         os.dup2(devnull, 0)

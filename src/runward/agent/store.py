@@ -2,12 +2,16 @@
 run (run.json, attempts/N.json, log), written atomically; and the small file helpers the
 records and logs need."""
 
+import errno
 import os
+import time
 
-from .wire import AgentFailure, bad_input, json_loads
+from .wire import AgentFailure, bad_input, json_dumps, json_loads, notice
 
 NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 NAME_CHARS = NAME_FIRST | frozenset("._-")
+LOCK_WAIT_S = 30.0  # how long a verb waits for a run's lock unless the request says (lock_timeout)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def valid_name(n):
@@ -76,15 +80,90 @@ class RunStore(object):
     def exists(self):
         return os.path.isfile(os.path.join(self.dir, "run.json"))
 
-    def lock(self):
+    def lock(self, verb, timeout=None, on_wait=None):
         """An exclusive lock per run, held for a start or stop: two starts at the same moment
-        give one job; the second sees it alive. The lock lives beside the run directory."""
+        give one job; the second sees it alive. The lock lives beside the run directory and
+        names its holder, so a verb that finds it held says at once who holds it (a notice
+        event), calls on_wait(holder), and waits at most timeout seconds (default 30):
+        silence and an unbounded wait read as a hang."""
         import fcntl
         self.home.ensure()
-        fd = os.open(os.path.join(self.home.path, "runs", "." + self.name + ".lock"),
-                     os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(self.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._wait_lock(fd, timeout, on_wait)
+            _write_holder(fd, verb)
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
+
+    def _wait_lock(self, fd, timeout, on_wait):
+        holder = read_holder(fd)
+        notice("waiting for run %s: %s" % (self.name, describe_holder(holder)))
+        if on_wait is not None:
+            on_wait(holder)
+        timeout = LOCK_WAIT_S if timeout is None else float(timeout)
+        if not flock_within(fd, timeout):
+            raise AgentFailure("LockTimeout", "gave up waiting %gs for the lock of run %s: %s" % (
+                timeout, self.name, describe_holder(read_holder(fd) or holder)),
+                "wait for that verb to finish (`runward status %s`), or give --lock-timeout more "
+                "seconds" % self.name, holder=holder)
+
+    def unlock(self, fd):
+        """Release the lock, its holder's name erased first: a name in the file means a
+        holder now (or one that crashed, whose lock the kernel released)."""
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        os.close(fd)
+
+    def lock_path(self):
+        return os.path.join(self.home.path, "runs", "." + self.name + ".lock")
+
+    def holder(self):
+        """Who holds the run's lock, read without taking it ({} when nobody says)."""
+        try:
+            fd = os.open(self.lock_path(), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return {}
+        try:
+            return read_holder(fd)
+        finally:
+            os.close(fd)
+
+    # A stop that finds a start holding the lock (waiting for GPUs) leaves a cancel request
+    # naming itself; the start checks it at each poll and gives the lock up. A request whose
+    # stop is gone (timed out, killed) is stale and ignored.
+
+    def cancel_path(self):
+        return os.path.join(self.home.path, "runs", "." + self.name + ".cancel")
+
+    def request_cancel(self):
+        from .procfs import read_proc
+        me = read_proc(os.getpid())
+        write_json(self.cancel_path(), {"pid": os.getpid(), "start": me.start if me else None})
+
+    def clear_cancel(self):
+        try:
+            os.unlink(self.cancel_path())
+        except FileNotFoundError:
+            pass
+
+    def check_cancel(self):
+        """Raise Cancelled when a living stop asked this run's start to give up."""
+        from .procfs import read_proc
+        try:
+            req = read_json(self.cancel_path())
+        except AgentFailure:
+            return
+        p = read_proc(req["pid"]) if isinstance(req, dict) and isinstance(req.get("pid"), int) else None
+        if p is not None and p.start == req.get("start"):
+            raise AgentFailure("Cancelled", "start of %s cancelled by a stop while waiting for GPUs" % self.name,
+                               "the stop (pid %d) goes on; start again when you want the run" % p.pid)
 
     def run(self):
         return read_json(os.path.join(self.dir, "run.json"))
@@ -109,21 +188,154 @@ class RunStore(object):
         return ns
 
 
+# --- the run lock's holder and a bounded wait for it
+
+def _write_holder(fd, verb):
+    """Name the holder in the lock file, through the lock's own descriptor (a rename would
+    make a new file nobody holds the lock on)."""
+    from .procfs import read_proc
+    me = read_proc(os.getpid())
+    data = json_dumps({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
+                       "since": time.time()}).encode()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except OSError:
+        pass  # the name only informs a waiter; a full disk must not stop the verb here
+
+
+def read_holder(fd):
+    try:
+        h = json_loads(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return {}
+    return h if isinstance(h, dict) else {}
+
+
+def describe_holder(h):
+    if not h.get("verb"):
+        return "locked by another runward verb"
+    since = time.strftime("%H:%M:%S", time.localtime(h["since"])) if h.get("since") else "?"
+    return "locked by %s (pid %s) since %s" % (h["verb"], h.get("pid"), since)
+
+
+class _LockWaitOver(Exception):
+    pass
+
+
+def flock_within(fd, timeout):
+    """A blocking flock bounded by a timer signal (setitimer): the kernel wakes us when the
+    lock is free, no sleep loop. True when taken, False when timeout passed first."""
+    import fcntl
+    import signal
+    if timeout <= 0:
+        return False
+    armed = [True]
+
+    def expired(signum, frame):
+        if armed[0]:  # a late tick after the lock was taken must not raise outside the try
+            raise _LockWaitOver()
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    except _LockWaitOver:
+        return False  # (taken in the same instant or not: the caller closes fd either way)
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 # --- files: written atomically, read back whole or from an offset
 
+def disk_full(path):
+    return AgentFailure("DiskFull", "disk full on %s: could not write %s" % (os.uname().nodename, path),
+                        "free space on the target (df -h %s), then run the verb again" % (os.path.dirname(path) or "."))
+
+
+def write_all(fd, data, path):
+    """os.write until every byte is written (a write may write less); ENOSPC/EDQUOT become
+    DiskFull naming path."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        if e.errno in DISK_FULL:
+            raise disk_full(path)
+        raise
+
+
+def remove_file(path):
+    """unlink, what is already gone (or cannot go) left as it is."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def write_atomic(path, data, mode=0o600):
-    """temp file, fsync, rename: a reader sees the old or the new file, never half of one."""
+    """temp file, all bytes written, fsync, rename, fsync of the directory: a reader sees the
+    old or the new file, never half of one, and after a crash the rename is on disk. On any
+    failure the temp file goes and the old file stays whole."""
     if isinstance(data, str):
         data = data.encode()
     d = os.path.dirname(path) or "."
     tmp = os.path.join(d, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            write_all(fd, data, path)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException as e:
+        remove_file(tmp)
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            raise disk_full(path)
+        raise
+    fsync_dir(d)
+
+
+def fsync_dir(d):
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
         os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:  # a filesystem that cannot sync a directory says EINVAL
+            raise
     finally:
         os.close(fd)
-    os.rename(tmp, path)
+
+
+def trusted_dir(d):
+    """Ours and writable by nobody else: nobody else can plant a name in it."""
+    st = os.stat(d)
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def open_log(path):
+    """The log opened for appending (created 0600). In a directory that is not ours or that
+    others may write (/tmp, a shared scratch directory), a symlink planted at the log's name
+    would send the header and the job's output into any file we can write, /etc/passwd for
+    root: there a symlink is refused (O_NOFOLLOW), as BadInput naming the path."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    if not trusted_dir(os.path.dirname(path) or "."):
+        flags |= os.O_NOFOLLOW
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise bad_input("log path %s is a symbolic link in a directory that others can write or that is "
+                            "not ours: not following it" % path,
+                            "remove the link, or give --log a path in a directory of your own")
+        if e.errno in DISK_FULL:
+            raise disk_full(path)
+        raise
 
 
 def write_json(path, obj):

@@ -100,6 +100,20 @@ def bad_input(message, hint=None, **details):
     return AgentFailure("BadInput", message, hint, **details)
 
 
+_NOTICE = []  # where notice() writes: set by main.serve for the call it serves
+
+
+def set_notice(fn):
+    _NOTICE[:] = [fn] if fn is not None else []
+
+
+def notice(text):
+    """Say something to the person while the call waits (a run lock held by another verb):
+    an {"event": {"notice": text}} line now, which the CLI prints on stderr for any op."""
+    if _NOTICE:
+        _NOTICE[0](text)
+
+
 def reply(out, obj, extra=None):
     """Write one line: an event, or the reply (which carries extra, e.g. where the resident
     is, or that the agent could not be cached here)."""

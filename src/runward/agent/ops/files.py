@@ -5,7 +5,7 @@ import os
 import time
 
 from ..procfs import in_container
-from ..store import RunStore, file_hashes, read_json, sha256_file, write_json
+from ..store import RunStore, file_hashes, read_json, remove_file, trusted_dir, write_all, write_json
 from ..wire import AgentFailure
 
 
@@ -24,13 +24,21 @@ def read_exact(stdin, n, h):
 
 def push(req, home, emit, stdin):
     """Write files sent after the request: each one to a temp file beside its destination,
-    fsync, sha256 checked against the sender's, then renamed into place (atomic), mode kept."""
+    fsync, sha256 checked against the sender's and read back, then renamed into place
+    (atomic), mode kept."""
     done = []
     for ent in req.get("files") or []:
         dest = os.path.expanduser(ent["remote"])
         if not os.path.isabs(dest):
             dest = os.path.join(os.path.expanduser("~"), dest)
         if ent.get("type") == "dir":
+            plain = os.path.normpath(dest)  # "conf/" would be followed by lstat
+            if os.path.islink(plain) and not trusted_dir(os.path.dirname(plain)):
+                # others may have planted it: makedirs would accept it, chmod and the files
+                # under it would go where it points
+                raise AgentFailure("Failed", "%s is a symbolic link in a directory that others can write or "
+                                   "that is not ours: not pushing through it" % dest,
+                                   "remove the link, or push into a directory of your own")
             os.makedirs(dest, exist_ok=True)
             os.chmod(dest, int(ent.get("mode", 0o755)))
             done.append({"remote": dest, "type": "dir"})
@@ -44,36 +52,83 @@ def push(req, home, emit, stdin):
 
 
 def _receive(ent, dest, stdin):
-    """One file's bytes from stdin to dest, then its sha256 line; checked, renamed, read back."""
+    """One file's bytes from stdin to dest, then its sha256 line; checked, renamed, verified.
+    The directory may be others' (a sticky /tmp, a project directory of another user): the
+    temp file gets a name nobody can guess and is created new, never through a link
+    (O_EXCL|O_NOFOLLOW), so a symlink planted at any name is never written through; the hash
+    is of what reads back through our own descriptor, and after the rename the destination
+    must be that very file (device and inode), else the push fails."""
     import hashlib
     d = os.path.dirname(dest)
     if not os.path.isdir(d):
         os.makedirs(d)
-    tmp = os.path.join(d, ".%s.runward-tmp.%d" % (os.path.basename(dest), os.getpid()))
-    h = hashlib.sha256()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd, tmp = _create_temp(d, os.path.basename(dest))
     try:
+        h = hashlib.sha256()
         for chunk in read_exact(stdin, int(ent["size"]), h):
-            os.write(fd, chunk)
+            write_all(fd, chunk, dest)
+        sent = stdin.read(65).decode("ascii", "replace").strip()
+        got = h.hexdigest()
+        if sent != got:
+            raise AgentFailure("Failed", "sha256 mismatch for %s: sent %s, received %s" % (dest, sent[:16], got[:16]),
+                               "the bytes changed in transit or the local file changed while being read; push again")
+        os.fchmod(fd, int(ent.get("mode", 0o644)) & 0o7777)
         os.fsync(fd)
+        on_disk = _sha256_fd(fd)
+        if on_disk != got:
+            raise AgentFailure("Failed", "%s reads back with another sha256 than was written" % dest, "check the disk")
+        os.rename(tmp, dest)
     except BaseException:
         os.close(fd)
-        os.unlink(tmp)
+        remove_file(tmp)
         raise
-    os.close(fd)
-    sent = stdin.read(65).decode("ascii", "replace").strip()
-    got = h.hexdigest()
-    if sent != got:
-        os.unlink(tmp)
-        raise AgentFailure("Failed", "sha256 mismatch for %s: sent %s, received %s" % (dest, sent[:16], got[:16]),
-                           "the bytes changed in transit or the local file changed while being read; push again")
-    os.chmod(tmp, int(ent.get("mode", 0o644)) & 0o7777)
-    os.rename(tmp, dest)
-    # verify what is now at the destination, read back from the filesystem the job sees
-    on_disk = sha256_file(dest)
-    if on_disk != got:
-        raise AgentFailure("Failed", "%s reads back with another sha256 after rename" % dest, "check the disk")
+    try:
+        _check_same_file(fd, dest)
+    finally:
+        os.close(fd)
     return {"remote": dest, "sha256": on_disk, "size": int(ent["size"]), "mode": oct(ent.get("mode", 0o644))}
+
+
+def _create_temp(d, base):
+    """(fd, path) of a new temp file in d, 0600, open for writing and reading back. The name
+    is random (a pid is guessed: links were planted under the next pids' names) and O_EXCL
+    with O_NOFOLLOW refuses any name already there, a symlink included; a taken name is
+    retried with another."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = os.path.join(d, ".%s.runward-%s" % (base, os.urandom(8).hex()))
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise AgentFailure("Failed", "could not create a temp file beside %s: 100 random names were taken" % base,
+                       "look at what fills %s" % d)
+
+
+def _sha256_fd(fd):
+    import hashlib
+    h = hashlib.sha256()
+    pos = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, pos)
+        if not chunk:
+            return h.hexdigest()
+        h.update(chunk)
+        pos += len(chunk)
+
+
+def _check_same_file(fd, dest):
+    """The name dest must now be the file we wrote and hashed: in a directory others can
+    write, it could have been swapped between our rename and now."""
+    st, got = os.fstat(fd), None
+    try:
+        got = os.lstat(dest)
+    except OSError:
+        pass
+    if got is None or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+        raise AgentFailure("Failed", "%s is not the file written: it was replaced after the rename; "
+                           "the push is not verified" % dest,
+                           "someone else writes in %s; push into a directory of your own" % os.path.dirname(dest))
 
 
 def _record_deployed(store, done):

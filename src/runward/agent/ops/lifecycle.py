@@ -12,7 +12,8 @@ from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, own_procs, summarize_tree
 from ..secrets import is_shown_form, redact_env
-from ..store import RunStore, check_name, file_hashes, first_lines, read_from, read_json, tail_lines, write_json
+from ..store import (RunStore, check_name, file_hashes, first_lines, open_log, read_from, read_json,
+                     remove_file, tail_lines, write_all, write_json)
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input
 
@@ -139,7 +140,7 @@ def _replace_old(store, req, procs):
             attempt=prev.get("attempt"), pid=(prev.get("job") or {}).get("pid"))
     replaced = stop_locked(store, prev, procs, protected(procs),
                            req.get("replace_signal") or prev.get("stop_signal", "TERM"),
-                           float(req.get("grace", prev.get("grace", 30.0))), req.get("gpu_timeout"))
+                           _replace_grace(req, prev), req.get("gpu_timeout"))
     if not replaced["verified_dead"]:
         raise AgentFailure("NotVerified", "could not verify the old attempt dead; not starting",
                            "see the survivors below", stop=replaced)
@@ -147,6 +148,14 @@ def _replace_old(store, req, procs):
         raise AgentFailure("NotVerified", "the old attempt's GPUs are not released; not starting: %s"
                            % replaced["gpu_release"].get("message"), "see `runward gpus`", result=replaced)
     return replaced
+
+
+def _replace_grace(req, prev):
+    """The old attempt needs its own grace to checkpoint: the new request's --grace is the
+    new attempt's, and cuts the old one short only when given as replace_grace."""
+    if req.get("replace_grace") is not None:
+        return float(req["replace_grace"])
+    return float(prev.get("grace", 30.0))
 
 
 def _job_env(plan, req, home, marker):
@@ -171,8 +180,32 @@ def _hashed_files(req, argv, cwd):
 
 
 def _new_attempt(store, req, home, plan):
-    """Write the attempt record, the run record, and the attempt's header in the log.
-    Returns (attempt number, offset in the log where its output begins)."""
+    """Write the attempt record, the attempt's header in the log, and the run record, last:
+    a failure on the way (a full disk, a refused log) leaves run.json as it was, and what
+    was made here is removed. Returns (attempt number, offset in the log where its output
+    begins)."""
+    fresh = not os.path.isdir(store.dir)
+    made = {}
+    try:
+        return _write_attempt(store, req, home, plan, made)
+    except BaseException:
+        _undo_attempt(store, made, fresh)
+        raise
+
+
+def _undo_attempt(store, made, fresh):
+    """Remove what a failed _write_attempt made: its cgroups, its record, a run directory it
+    created (nothing else was in it)."""
+    cgroups.remove(made.get("cgroups"))
+    if fresh:
+        import shutil
+        shutil.rmtree(store.dir, ignore_errors=True)
+    elif made.get("n") is not None:
+        remove_file(store.attempt_path(made["n"]))
+
+
+def _write_attempt(store, req, home, plan, made):
+    """_new_attempt's writes; made notes the attempt number and cgroups for _undo_attempt."""
     if not os.path.isdir(os.path.dirname(plan["log"])):
         os.makedirs(os.path.dirname(plan["log"]), 0o700)
     for d in (store.dir, os.path.join(store.dir, "attempts")):
@@ -181,7 +214,7 @@ def _new_attempt(store, req, home, plan):
         except FileExistsError:
             pass
     run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
-    n = max([run.get("attempt", 0)] + store.attempts()) + 1
+    n = made["n"] = max([run.get("attempt", 0)] + store.attempts()) + 1
     marker = "%s.%d" % (store.name, n)
     _job_env(plan, req, home, marker)
     att = {
@@ -194,28 +227,30 @@ def _new_attempt(store, req, home, plan):
         "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
     }
-    write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
-    write_json(os.path.join(store.dir, "run.json"), run)
+    made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
-    lfd = os.open(plan["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    log_start = os.fstat(lfd).st_size
-    os.write(lfd, header)
-    os.close(lfd)
-    att["log_offset"] = log_start + len(header)  # where this attempt's output begins
-    write_json(store.attempt_path(n), att)
+    lfd = open_log(plan["log"])  # before any record is written: a refused log leaves nothing
+    try:
+        att["log_offset"] = os.fstat(lfd).st_size + len(header)  # where this attempt's output begins
+        write_json(store.attempt_path(n), att)
+        write_all(lfd, header, plan["log"])
+    finally:
+        os.close(lfd)
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
+    write_json(os.path.join(store.dir, "run.json"), run)
     return n, att["log_offset"]
 
 
 def start(req, home):
     store = RunStore(home, req.get("name"))
     plan = _plan(req, home, store)
-    fd = store.lock()
+    fd = store.lock("start", req.get("lock_timeout"))
     try:
         replaced = _replace_old(store, req, scan())
-        gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home) \
+        # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
+        gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel) \
             if req.get("wait_gpus_free") and req.get("gpus") else None
         n, log_from = _new_attempt(store, req, home, plan)
         faults.point("start:recorded")
@@ -228,7 +263,7 @@ def start(req, home):
         job = msg["job"]
         faults.point("start:spawned")
     finally:
-        os.close(fd)
+        store.unlock(fd)
     res = watch_settle(store, n, job, pipe, plan["log"], log_from, plan["settle"], plan["ready_re"],
                        float(req.get("ready_timeout", 600.0)), replaced)
     if gpu_wait is not None:
@@ -282,6 +317,9 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         if not ex and exit_msg.get("eof"):
             _shim_died(store, n, job, res)  # raises: an orphan, or both gone; never an early exit
         res.update({"alive_after_settle": False, "exit": ex, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
+        if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
+            raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
+                               "period (%s)" % (store.name, describe_exit(ex)), result=res)
         raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)" % (store.name, describe_exit(ex)),
                            "see the last log lines; `runward logs %s`" % store.name, result=res)
     if live(job) is None:
@@ -327,19 +365,53 @@ def describe_exit(ex):
 # --- stop
 
 def stop(req, home):
-    store = RunStore.existing(home, req.get("name"))
+    store = _stop_store(home, req.get("name"))
     sig = req.get("signal")
     grace = req.get("grace")
-    fd = store.lock()
+    asked = []
+
+    def cancel_start(holder):
+        if holder.get("verb") == "start":  # it may be waiting for GPUs: it gives up at its next poll
+            store.request_cancel()
+            asked.append(True)
+
+    try:
+        fd = store.lock("stop", req.get("lock_timeout"), cancel_start)
+    finally:
+        if asked:
+            store.clear_cancel()
     try:
         att = store.latest()
         procs = scan()
         prot = protected(procs)
         sig = sig or (att or {}).get("stop_signal", "TERM")
         grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
+        _mark_stop_requested(store, att, procs)
         return stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
     finally:
-        os.close(fd)
+        store.unlock(fd)
+
+
+def _stop_store(home, name):
+    """The run's store, or RunNotFound; a run whose first start holds the lock (waiting for
+    GPUs: no record yet) is found too, so that the stop can cancel that start."""
+    store = RunStore(home, name)
+    if store.exists() or store.holder().get("verb") == "start":
+        return store
+    return RunStore.existing(home, name)
+
+
+def _mark_stop_requested(store, att, procs):
+    """Before any signal: a start still in its settle period (it no longer holds the lock)
+    then reports its job's end as stopped by us, not as an early exit. Read again just
+    before the write: the shim writes the same record when the job ends."""
+    if not att or attempt_state(att, procs, boot_id()) not in ("running", "starting", "orphaned"):
+        return
+    fresh = store.attempt(att["attempt"]) or att
+    if fresh.get("exit"):
+        return
+    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid()}
+    write_json(store.attempt_path(att["attempt"]), fresh)
 
 
 def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
