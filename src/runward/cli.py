@@ -39,7 +39,7 @@ VERBS = (
     ("start", "start a run; verified alive after settling", "start"),
     ("stop", "stop a run; verified dead (the whole tree)", "stop"),
     ("restart", "verified stop, then verified start with the last spec", "restart"),
-    ("status", "state of runs: running, exited, lost, orphaned", "status"),
+    ("status", "state of runs: running, exited, stray, lost, orphaned", "status"),
     ("logs", "tail and follow a run's log (across restarts)", "logs"),
     ("exec", "run a command on a target; exit code, signal, output, diagnosis", "exec"),
     ("push", "send files through the hop chain; atomic, sha256-checked", "push"),

@@ -120,7 +120,7 @@ def render_status(res: dict, target: str) -> str:
             t = r.get("tree") or {}
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}")
-        elif st in ("exited", "failed"):
+        elif st in ("exited", "stray", "failed"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
                 head += f"  {ago(now - r['exit']['at'])} ago"

@@ -2,6 +2,7 @@
 from field 22 of /proc/PID/stat: a pid alone is never signalled, pids are reused."""
 
 import os
+import time
 
 from .boot import BOOTSTRAP, SHIM_ARG
 
@@ -96,9 +97,19 @@ def leaf_bytes(pid, leaf):
 
 def read_proc(pid):
     try:
+        return look_up(pid)
+    except OSError:
+        return None
+
+
+def look_up(pid):
+    """The process at pid as /proc shows it, or None only when /proc says there is none
+    (ENOENT, ESRCH). Any other failure (EMFILE, ENFILE, ENOMEM, ...) raises: a verdict of
+    death must come from seeing the process gone, never from failing to look."""
+    try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             data = f.read().decode("utf-8", "replace")
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
     # comm may contain spaces and parentheses: split at the LAST ')'
     lp, rp = data.find("("), data.rfind(")")
@@ -236,6 +247,15 @@ def uptime():
         return float(read_text("/proc/uptime").split()[0])
     except (AttributeError, ValueError, IndexError):
         return 0.0
+
+
+def boot_ticks():
+    """Now, in the clock ticks since boot that a start time (field 22 of /proc/PID/stat)
+    counts: both are CLOCK_BOOTTIME, truncated to the tick. A process whose start is at most
+    this began no later than the moment this was read."""
+    if hasattr(time, "clock_gettime_ns") and hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // (10 ** 9 // CLK_TCK)
+    return int(uptime() * CLK_TCK)
 
 
 def boot_time():

@@ -4,7 +4,7 @@ an attempt, its tree's size, and the files that changed since it started."""
 import os
 
 from . import cgroups
-from .procfs import CLK_TCK, ProcTable, age, alive_in, descendants, read_proc
+from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, descendants, read_proc
 from .store import sha256_file, tail_lines
 
 
@@ -13,13 +13,7 @@ def members(name, att, procs, prot):
     process carrying the marker (any attempt of this run), members of its cgroups."""
     if not isinstance(procs, ProcTable):
         procs = ProcTable(procs)
-    found = {}
-    job = att.get("job") if att else None
-    jp = procs.get(job["pid"]) if job else None
-    if jp is not None and jp.start == job["start"] and not jp.dead:
-        found[jp.pid] = jp
-        for pid in procs.groups().get(jp.pid, ()):
-            found[pid] = procs[pid]  # its session and its process group (both are its pid)
+    found = {pid: procs[pid] for pid in job_session(att, procs)}
     hid = att.get("home_id") if att else None
     for pid, phid in procs.markers().get(name, ()):
         # a record or a process from before home ids were kept matches on the name alone
@@ -34,8 +28,42 @@ def members(name, att, procs, prot):
     return {pid: p for pid, p in found.items() if pid not in prot and not p.dead}
 
 
+def job_session(att, procs):
+    """The job and the members of its session and its process group (both numbered by its
+    pid), alive or dead. They stay the run's after the job exits: a child that cleared its
+    environment and left no cgroup is found only so. While any of them lives the kernel
+    keeps that number from being reused, so on this boot a process in session or group X
+    that started no earlier than the job (a child may start in the job's own clock tick) is
+    the job's, unless pid X is another process now."""
+    job = (att or {}).get("job")
+    if not job or not job.get("pid") or job.get("start") is None:
+        return []
+    jp = procs.get(job["pid"])
+    if jp is not None and jp.start != job["start"]:
+        return []  # pid X is reused: the session X, if any, is the new process's
+    boot = att.get("boot_id")
+    if boot and boot != this_boot():
+        return []  # start times count from another boot
+    if jp is not None and not jp.dead:
+        return [jp.pid] + list(procs.groups().get(jp.pid, ()))
+    if not boot:
+        return []  # a record without its boot: its start time proves nothing
+    return [pid for pid in procs.groups().get(job["pid"], ()) if procs[pid].start >= job["start"]]
+
+
+_BOOT = []
+
+
+def this_boot():
+    """This machine's boot id, read once: a process does not outlive a reboot."""
+    if not _BOOT:
+        _BOOT.append(boot_id())
+    return _BOOT[0]
+
+
 def attempt_state(att, procs, bid):
-    """running | exited | failed | lost | orphaned | starting"""
+    """running | exited | failed | lost | orphaned | starting (status calls an exited
+    attempt whose processes still live "stray")"""
     if att is None:
         return "none"
     if att.get("boot_id") and att["boot_id"] != bid:

@@ -12,7 +12,7 @@ try:
 except ImportError:
     import signal
 
-from .procfs import read_proc
+from .procfs import boot_ticks, look_up, read_proc
 from .wire import bad_input
 
 SIGNALS = {name: getattr(signal, name) for name in dir(signal)
@@ -22,6 +22,8 @@ SIGNALS = {name: getattr(signal, name) for name in dir(signal)
 SIGNAL_NAMES = {}
 for _n in sorted(SIGNALS):
     SIGNAL_NAMES.setdefault(SIGNALS[_n], _n)
+EMFILE, ENFILE = 24, 23  # errno's, without importing it: Linux's numbers on every architecture
+FD_RESERVE = 8  # descriptors a stop keeps free for its own /proc reads, scans and records
 D_STATE_NOTE = "uninterruptible sleep (D state): stuck in the kernel, often a GPU driver or NFS call"
 
 
@@ -41,31 +43,63 @@ def signal_name(num):
 
 
 class PidWatch(object):
-    """Wait for processes to exit: pidfd + poll where the kernel has it (wakes at once on
-    exit, reaped or not), else a kill(0)+/proc state loop backing off from 1 ms to 40 ms."""
+    """Wait for processes to exit: pidfd + poll where the kernel gives one (wakes at once on
+    exit, reaped or not), else by polling each one's (pid, start time) in /proc with a
+    backoff from 1 ms to 40 ms, the two interleaved. A process is reported gone only once it
+    was seen gone: not in /proc, another start time there, or a zombie."""
 
     def __init__(self):
         self.fds = {}       # pid -> pidfd
-        self.idents = {}    # pid -> start
+        self.idents = {}    # pid -> start, every watched process
+        self.polled = set()  # pids watched by /proc alone: no pidfd for them
         self.poller = select.poll() if hasattr(os, "pidfd_open") else None
+        self.fds_short = False  # pidfd_open hit the descriptor limit: open no more
 
     def add(self, p):
+        """Watch p; False only when p was seen gone (pidfd_open's ESRCH, or /proc)."""
         if p.pid in self.idents:
             return True
-        if self.poller is not None:
-            try:
-                fd = os.pidfd_open(p.pid)
-            except OSError:
-                return False
-            # the pidfd names a process; check it is still the one we identified
-            q = read_proc(p.pid)
-            if q is None or q.start != p.start:
+        fd = self._pidfd(p.pid) if self.poller is not None and not self.fds_short else None
+        if fd is False:
+            return False
+        try:
+            q = look_up(p.pid)  # the pidfd names a process: check it is the one we identified
+        except OSError:
+            q = p  # could not look: not seen gone, so watched (a later look decides)
+        if q is None or q.start != p.start:
+            if fd is not None:
                 os.close(fd)
-                return False
+            return False
+        if fd is not None:
             self.fds[p.pid] = fd
             self.poller.register(fd, select.POLLIN)
+        else:
+            self.polled.add(p.pid)
         self.idents[p.pid] = p.start
         return True
+
+    def _pidfd(self, pid):
+        """A pidfd for pid; False when the kernel says there is no such process (ESRCH, the
+        only answer that means gone); None when it could not give one for another reason
+        (EMFILE, ENFILE, ENOMEM, EPERM, ENOSYS...): that pid is then watched through /proc."""
+        try:
+            return os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        except OSError as e:
+            if e.errno in (EMFILE, ENFILE):
+                self._spare_fds()
+            return None
+
+    def _spare_fds(self):
+        """Out of descriptors: give back a few pidfds (their pids go on by /proc) so the stop
+        can still read /proc, scan and write its records, and open no more."""
+        self.fds_short = True
+        for pid in list(self.fds)[-FD_RESERVE:]:
+            fd = self.fds.pop(pid)
+            self.poller.unregister(fd)
+            os.close(fd)
+            self.polled.add(pid)
 
     def alive(self):
         return list(self.idents)
@@ -76,25 +110,31 @@ class PidWatch(object):
             if fd is not None and hasattr(signal, "pidfd_send_signal"):
                 signal.pidfd_send_signal(fd, sig)
             else:
-                q = read_proc(pid)
+                q = look_up(pid)
                 if q is None or q.start != self.idents.get(pid):
                     return False
                 os.kill(pid, sig)
             return True
         except ProcessLookupError:
             return False
+        except OSError:
+            return False  # could not look or signal: not sent, and its fate will say so
 
     def _forget(self, pid):
         fd = self.fds.pop(pid, None)
         if fd is not None:
             self.poller.unregister(fd)
             os.close(fd)
+        self.polled.discard(pid)
         self.idents.pop(pid, None)
 
     def _reap_dead(self):
         gone = []
         for pid, start in list(self.idents.items()):
-            q = read_proc(pid)
+            try:
+                q = look_up(pid)
+            except OSError:
+                continue  # not seen: still watched
             if q is None or q.start != start or q.dead:
                 gone.append(pid)
         for pid in gone:
@@ -102,24 +142,27 @@ class PidWatch(object):
         return gone
 
     def wait(self, timeout):
-        """Block until at least one watched process exits or timeout; return exited pids."""
+        """Block until at least one watched process exits or timeout; return exited pids.
+        The poll on the pidfds is capped at the /proc backoff while some pids have none."""
         if not self.idents:
             return []
         deadline = time.monotonic() + max(0.0, timeout)
-        if self.poller is not None:
-            fd2pid = {fd: pid for pid, fd in self.fds.items()}
-            ms = int(max(0.0, timeout) * 1000)
-            events = self.poller.poll(ms)
-            gone = [fd2pid[fd] for fd, _ in events if fd in fd2pid]
-            for pid in gone:
-                self._forget(pid)
-            return gone + self._reap_dead() if gone else self._reap_dead()
         delay = 0.001
         while True:
-            gone = self._reap_dead()
+            gone = []
+            left = max(0.0, deadline - time.monotonic())
+            if self.fds:
+                fd2pid = {fd: pid for pid, fd in self.fds.items()}
+                cap = min(left, delay) if self.polled else left
+                events = self.poller.poll(int(cap * 1000 + 0.999))  # ms, rounded up: no busy loop
+                gone = [fd2pid[fd] for fd, _ in events if fd in fd2pid]
+                for pid in gone:
+                    self._forget(pid)
+            elif left > 0:
+                time.sleep(min(delay, left))
+            gone += self._reap_dead()
             if gone or time.monotonic() >= deadline:
                 return gone
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.04)
 
     def close(self):
@@ -128,12 +171,15 @@ class PidWatch(object):
 
 
 class _Stopping(object):
-    """One terminate(): the processes watched, and each one's fate so far."""
+    """One terminate(): the processes watched, and each one's fate and signals so far. Each
+    process gets the stop signal at most once: to torchrun, Lightning and the HF Trainer a
+    second SIGTERM or SIGINT means "abort now", mid-checkpoint. KILL is the only second."""
 
     def __init__(self, members, procs, group, find_more):
         self.procs, self.group, self.find_more = procs, group, find_more
         self.watch = PidWatch()
         self.fates = {}
+        self.group_tick = {}  # signal -> clock tick read just after the group got it (None: never)
         for p in members.values():
             self.fates[p.pid] = dict(p.describe(), fate="gone", signals=[])
             if not self.watch.add(p):
@@ -143,30 +189,47 @@ class _Stopping(object):
     def _in_group(self, pid):
         return self.procs.get(pid) and self.procs[pid].pgrp == self.group
 
-    def send(self, sig):
-        sent = set()
-        if self.group and any(self._in_group(pid) for pid in self.watch.alive()):
-            try:
-                os.killpg(self.group, sig)
-                sent.update(pid for pid in self.watch.alive() if self._in_group(pid))
-            except ProcessLookupError:
-                pass
-        for pid in self.watch.alive():
-            if pid not in sent and self.watch.signal(pid, sig):
-                sent.add(pid)
-        for pid in sent:
-            self.fates[pid]["signals"].append(signal_name(sig))
+    def send(self, sig, pids):
+        """Give each of pids sig unless it has it already. The first send of sig signals the
+        job's group as a whole (killpg) when some of pids are in it; later ones signal each
+        process directly, except a member of the group that started no later than that
+        killpg: the killpg reached it (a tie in clock ticks counts as reached: never twice)."""
+        name = signal_name(sig)
+        todo = [pid for pid in pids if name not in self.fates[pid]["signals"]]
+        if sig not in self.group_tick:
+            reached = self._signal_group(sig, todo)
+        else:
+            tick = self.group_tick[sig]
+            reached = set() if tick is None else {
+                pid for pid in todo if self._in_group(pid) and self.procs[pid].start <= tick}
+        for pid in todo:
+            if pid in reached or self.watch.signal(pid, sig):
+                self.fates[pid]["signals"].append(name)
+
+    def _signal_group(self, sig, pids):
+        """killpg the job's group, once per signal; returns the pids it reached."""
+        self.group_tick[sig] = None
+        in_group = {pid for pid in pids if self._in_group(pid)}
+        if not (self.group and in_group):
+            return set()
+        try:
+            os.killpg(self.group, sig)
+        except OSError:
+            return set()  # nobody in the group could be signalled: each gets it directly
+        self.group_tick[sig] = boot_ticks()
+        return in_group
 
     def absorb(self):
-        """Take in members that appeared since (children forked during shutdown)."""
+        """Take in members that appeared since (children forked during shutdown); returns
+        their pids."""
         if self.find_more is None:
-            return False
-        new = False
+            return []
+        new = []
         for pid, p in self.find_more().items():
             if pid not in self.fates and self.watch.add(p):
                 self.procs[pid] = p
                 self.fates[pid] = dict(p.describe(), fate="gone", signals=[])
-                new = True
+                new.append(pid)
         return new
 
     def wait(self, timeout):
@@ -174,15 +237,16 @@ class _Stopping(object):
             self.fates[pid]["exited_after"] = round(time.monotonic() - self.t0, 4)
 
     def graceful(self, sig, grace):
-        self.send(sig)
+        self.send(sig, self.watch.alive())
         deadline = self.t0 + grace
         while self.watch.alive() and time.monotonic() < deadline:
             self.wait(min(0.25, deadline - time.monotonic()))
-            if self.absorb():
-                self.send(sig)
-        if not self.watch.alive() and self.absorb():
-            self.send(sig)
-            self.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+            self.send(sig, self.absorb())
+        if not self.watch.alive():
+            new = self.absorb()
+            if new:
+                self.send(sig, new)
+                self.wait(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def kill(self, rounds, kill_wait):
         for _ in range(rounds):
@@ -190,7 +254,7 @@ class _Stopping(object):
                 self.absorb()
             if not self.watch.alive():
                 break
-            self.send(signal.SIGKILL)
+            self.send(signal.SIGKILL, self.watch.alive())  # once each: a second KILL adds nothing
             deadline = time.monotonic() + kill_wait
             while self.watch.alive() and time.monotonic() < deadline:
                 self.wait(deadline - time.monotonic())

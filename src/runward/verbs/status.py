@@ -1,4 +1,4 @@
-"""runward status [NAME] [--on TARGET | --all]: running, exited, lost or orphaned, and why."""
+"""runward status [NAME] [--on TARGET | --all]: running, exited, stray, lost or orphaned, and why."""
 
 from __future__ import annotations
 

@@ -127,12 +127,15 @@ def _ready_re(ready):
 
 
 def _replace_old(store, req, procs):
-    """Refuse when the run is alive, unless replacing: then stop it, verified (and its GPUs
-    released when it recorded some). Returns the stop's result, or None."""
+    """Refuse when the run is alive, unless replacing: then stop it (or what its exited job
+    left alive), verified (and its GPUs released when it recorded some). Returns the stop's
+    result, or None."""
     prev = store.latest()
     state = attempt_state(prev, procs, boot_id())
     if state not in ("running", "orphaned", "starting"):
-        return None
+        # processes an exited job left ("stray") do not block a start; --replace ends them too
+        if not (req.get("replace") and members(store.name, prev, procs, protected(procs))):
+            return None
     if not req.get("replace"):
         raise AgentFailure("AlreadyRunning", "run %s is already running (attempt %s, pid %s)" % (
             store.name, prev.get("attempt"), (prev.get("job") or {}).get("pid")),
@@ -521,7 +524,9 @@ def status_of(store, procs, prot, bid, up, with_drift=True):
         out["tree"]["pids"] = sorted(found)
     if att.get("gpus") and state in ("running", "orphaned"):
         out.update(gpus.usage(att, found))
-    if state in ("exited", "failed") and found:
+    if state == "exited" and found:
+        state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
+    if state in ("stray", "failed") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
     if with_drift:
@@ -544,6 +549,9 @@ def _ending(out, att, state, bid):
                        "the shim died and the job is gone without an exit record")
     if state == "orphaned":
         out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
+    if state == "stray":
+        out["note"] = "the job exited; %d of its processes are still alive: stop ends them" % len(
+            out.get("stray_processes") or ())
 
 
 def _details(out, store, att, state):

@@ -1,0 +1,78 @@
+"""What an exited job leaves alive: its session and process group stay part of the run
+("stray" in status), a start is not refused for them, --replace and stop end them. Real
+processes throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from conftest import alive, read_stat, wait_for
+
+# the job leaves a sleep behind and exits after a moment (past the settle period)
+LEAVES_A_CHILD = "sleep 300 & sleep 0.6; exit 0"
+
+
+def _stray(cli, name: str) -> dict:
+    return wait_for(lambda: (lambda s: s if s["state"] == "stray" else None)(cli.status(name)),
+                    what=f"{name} to be stray")
+
+
+def test_an_exited_job_with_processes_alive_is_stray_until_stopped(cli):
+    rc, doc = cli.json("start", "left", "--settle", "0.2", "--sh", LEAVES_A_CHILD)
+    assert rc == 0, doc
+    st = _stray(cli, "left")
+    assert st["exit"]["code"] == 0 and len(st["stray_processes"]) == 1, st
+    assert st["note"] == "the job exited; 1 of its processes are still alive: stop ends them"
+    child = st["stray_processes"][0]
+    human = cli.run("status", "left")
+    assert human.returncode == 0 and "left             stray" in human.stdout, human.stdout
+    assert "1 of its processes are still alive" in human.stdout and str(child) in human.stdout
+    # a stray attempt does not refuse a start (only a live job does), nor is it touched by it
+    rc, doc = cli.json("start", "left", "--settle", "0.2", "--", "sleep", "301")
+    assert rc == 0 and doc["result"]["replaced"] is None, doc
+    assert alive(child)
+    rc, doc = cli.json("stop", "left", "--grace", "5")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert child in [f["pid"] for f in doc["result"]["processes"]]
+    assert not alive(child)
+    assert cli.status("left")["state"] == "exited"
+
+
+def test_replace_ends_what_an_exited_job_left_alive(cli):
+    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--sh", LEAVES_A_CHILD)
+    assert rc == 0, doc
+    child = _stray(cli, "rep")["stray_processes"][0]
+    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--replace", "--grace", "5", "--", "sleep", "302")
+    assert rc == 0, doc
+    rep = doc["result"]["replaced"]
+    assert rep and rep["verified_dead"] and [f["pid"] for f in rep["processes"]] == [child], rep
+    assert not alive(child)
+    cli.json("stop", "rep", "--grace", "2")
+
+
+def test_the_job_session_after_its_leader_died_is_guarded_by_boot_and_start_time():
+    """runs.job_session on a real session whose leader was killed: its members are the
+    job's on this boot; a record of another boot, or a job that started after them, claims
+    none (their session number could be another job's)."""
+    from runward.agent import procfs, runs
+    leader = subprocess.Popen(["bash", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
+    try:
+        wait_for(lambda: len([p for p in procfs.scan().values() if p.sid == leader.pid]) == 3,
+                 what="the leader and its two sleeps")
+        start = read_stat(leader.pid)[1]
+        leader.send_signal(signal.SIGKILL)
+        leader.wait()
+        procs = procfs.scan()
+        kids = sorted(p.pid for p in procs.values() if p.sid == leader.pid)
+        assert len(kids) == 2
+        att = {"job": {"pid": leader.pid, "start": start}, "boot_id": procfs.boot_id()}
+        assert sorted(runs.job_session(att, procs)) == kids
+        assert runs.job_session(dict(att, boot_id="another-boot"), procs) == []
+        later = {"pid": leader.pid, "start": max(procs[k].start for k in kids) + 1}
+        assert runs.job_session(dict(att, job=later), procs) == []
+    finally:
+        for p in procfs.scan().values():
+            if p.sid == leader.pid:
+                os.kill(p.pid, signal.SIGKILL)

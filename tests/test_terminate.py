@@ -1,0 +1,63 @@
+"""terminate.py on real process trees: the pidfd fallback when descriptors run out, and one
+stop signal per process. Each case runs the agent's code in a subprocess of its own, so a
+lowered RLIMIT_NOFILE binds only that stop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT, alive
+
+# A tree of N sleeps in a session of its own; the watcher then lowers its own descriptor
+# limit to a few above what it holds, so pidfd_open fails with EMFILE part way through.
+LOW_FD_STOP = r"""
+import json, os, resource, signal, subprocess, sys, time
+from runward.agent import procfs, terminate
+n = int(sys.argv[1])
+tree = subprocess.Popen(["bash", "-c", "for i in $(seq %d); do sleep 300 & done; wait" % n],
+                        start_new_session=True)
+
+def session():
+    return {pid: p for pid, p in procfs.scan().items() if p.sid == tree.pid and not p.dead}
+
+deadline = time.monotonic() + 20
+while len(session()) < n + 1 and time.monotonic() < deadline:
+    time.sleep(0.02)
+members = session()
+idents = {pid: p.start for pid, p in members.items()}
+held = len(os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (held + 12, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+probe = terminate.PidWatch()
+added = sum(probe.add(p) for p in members.values())
+shape = {"added": added, "pidfds": len(probe.fds), "polled": len(probe.polled), "short": probe.fds_short}
+probe.close()
+fates = terminate.terminate(members, procfs.scan(), signal.SIGTERM, 10.0, find_more=session, group=tree.pid)
+tree.wait()
+print(json.dumps({"members": idents, "shape": shape, "fates": fates}))
+"""
+
+
+def _run(code: str, *args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_out_of_descriptors_the_rest_are_watched_through_proc_and_seen_dead():
+    """pidfd_open's EMFILE is not "gone": those processes are signalled, watched by (pid,
+    start time) and reported dead only once /proc shows them gone."""
+    n = 30
+    doc = _run(LOW_FD_STOP, str(n))
+    members = {int(pid): start for pid, start in doc["members"].items()}
+    assert len(members) == n + 1, doc["members"]
+    shape = doc["shape"]
+    assert shape["added"] == n + 1 and shape["short"], shape
+    assert shape["polled"] >= n // 2 and shape["pidfds"] >= 1, shape  # both ways, interleaved
+    assert not [pid for pid, start in members.items() if alive(pid, start)]
+    fates = {f["pid"]: f for f in doc["fates"]}
+    assert set(fates) == set(members)
+    for f in fates.values():
+        assert f["fate"] == "exited_after_SIGTERM" and f["signals"] == ["SIGTERM"], f
