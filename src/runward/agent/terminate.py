@@ -12,6 +12,7 @@ try:
 except ImportError:
     import signal
 
+from . import faults
 from .procfs import boot_ticks, look_up, read_proc
 from .wire import bad_input
 
@@ -238,6 +239,7 @@ class _Stopping(object):
 
     def graceful(self, sig, grace):
         self.send(sig, self.watch.alive())
+        faults.point("stop:signalled")
         deadline = self.t0 + grace
         while self.watch.alive() and time.monotonic() < deadline:
             self.wait(min(0.25, deadline - time.monotonic()))
