@@ -499,6 +499,17 @@ def test_over_ssh_no_file_on_the_target_holds_an_env_from_value(cli, tmp_path):
         printed += json.dumps(doc) + cli.run("status", "sshsec", "--on", "h").stdout
         assert not any(v in printed for v in (*planted, "typed-is-kept"))
         assert not _files_holding(far_home, *planted) and not _files_holding(cli.home, *planted)
+        # runward's own processes that outlive the call: the ssh ControlMaster (started with
+        # the CLI's environment, where RW_SSH_SECRET lives), the resident, the shims
+        job = doc["result"]["pid"]
+        for pid in _runward_pids():
+            if pid == job:
+                continue
+            try:
+                mine = Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            assert not any(v.encode() in mine for v in planted), (pid, mine[:200])
     finally:
         cli.run("stop", "sshsec", "--on", "h")
         shutil.rmtree(far_home, ignore_errors=True)

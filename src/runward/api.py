@@ -52,6 +52,7 @@ def read_env(items: list[str] | None, files: list[str] | None = None) -> tuple[d
             sources.pop(k, None)
         elif k in os.environ:
             values[k], sources[k] = os.environ[k], "environment"
+            transport.HIDDEN_ENV.add(k)
         else:
             raise BadInput(f"--env {k}: {k} is not set in this environment",
                            f"export {k}=... first, or write --env {k}=VALUE")
@@ -101,6 +102,7 @@ def resolve_env_from(env_from: dict | None) -> dict:
                 raise BadInput(f"{k} was taken from the environment at start, and is not set now",
                                f"export {k}=... and restart again, or give --env {k}=VALUE")
             values[k] = os.environ[k]
+            transport.HIDDEN_ENV.add(k)
         elif isinstance(src, str) and src.startswith("file:"):
             path = src[len("file:"):]
             if path not in files:

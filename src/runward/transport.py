@@ -119,6 +119,18 @@ def agent_argv(target: Target) -> list[str]:
     return target.wrap(inner, ssh_base())
 
 
+# Names whose values this process sends in a request (`--env NAME` took them from our own
+# environment): kept out of every child we start, so neither the local agent nor an ssh
+# ControlMaster (which outlives the call by ControlPersist) carries a second copy.
+HIDDEN_ENV: set[str] = set()
+
+
+def child_environ() -> dict:
+    if not HIDDEN_ENV:
+        return os.environ
+    return {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
+
+
 class RawResult:
     __slots__ = ("argv", "returncode", "stdout_lines", "stderr", "duration_s")
 
@@ -449,7 +461,7 @@ class Spawned:
             actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                        (os.POSIX_SPAWN_DUP2, err, 2)]
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
-            self.pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions,
+            self.pid = os.posix_spawnp(argv[0], argv, child_environ(), file_actions=actions,
                                        setsigdef=(SIGPIPE, SIGXFSZ))
         except BaseException:
             for fd in fds:
