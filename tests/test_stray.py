@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import subprocess
 
 from conftest import alive, read_stat, wait_for
@@ -72,6 +73,11 @@ def test_the_job_session_after_its_leader_died_is_guarded_by_boot_and_start_time
         assert runs.job_session(dict(att, boot_id="another-boot"), procs) == []
         later = {"pid": leader.pid, "start": max(procs[k].start for k in kids) + 1}
         assert runs.job_session(dict(att, job=later), procs) == []
+        # the job's recorded end before they started: once the number was free, a session
+        # of that number is another program's (pid_max wraps within a long test run here)
+        ended = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + start / os.sysconf("SC_CLK_TCK") - 5
+        assert runs.job_session(dict(att, exit={"at": ended}), procs) == []
+        assert sorted(runs.job_session(dict(att, exit={"at": time.time()}), procs)) == kids
     finally:
         for p in procfs.scan().values():
             if p.sid == leader.pid:

@@ -4,7 +4,7 @@ an attempt, its tree's size, and the files that changed since it started."""
 import os
 
 from . import cgroups
-from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, descendants, read_proc
+from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, boot_time, descendants, read_proc
 from .store import sha256_file, tail_lines
 
 
@@ -48,7 +48,21 @@ def job_session(att, procs):
         return [jp.pid] + list(procs.groups().get(jp.pid, ()))
     if not boot:
         return []  # a record without its boot: its start time proves nothing
-    return [pid for pid in procs.groups().get(job["pid"], ()) if procs[pid].start >= job["start"]]
+    # Once the last of them is gone the number is free again, and a new session X is
+    # another program's: its members all started after our job's recorded end, ours (their
+    # own children are found as descendants) before it.
+    last = _ticks_at(((att.get("exit") or {}).get("at")))
+    return [pid for pid in procs.groups().get(job["pid"], ())
+            if procs[pid].start >= job["start"] and (last is None or procs[pid].start <= last)]
+
+
+def _ticks_at(epoch):
+    """An epoch time in start-time clock ticks (since boot), a second late to be safe of
+    the clocks' rounding; None when unknown."""
+    if not epoch:
+        return None
+    bt = boot_time()
+    return int((float(epoch) - bt + 1.0) * CLK_TCK) if bt else None
 
 
 _BOOT = []
