@@ -461,3 +461,45 @@ def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
         raise BadInput(f"invalid --for {for_s}", "give a number of seconds > 0")
     return transport.call(target, {"op": "watch", "name": name, "for_s": for_s, "rules": rules or {}},
                           on_event=on_points)
+
+
+# --- records: rm, prune -------------------------------------------------------------------
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """`7d`, `10m`, `1h30m`, `90s`, `2w`, or plain seconds, as seconds; else BadInput (exit 2)."""
+    s = str(text).strip().lower()
+    try:
+        return float(s) if s and s[-1].isdigit() else _units(s)
+    except ValueError:
+        raise BadInput(f"invalid {flag} {text!r}", f"write a duration like {flag} 7d, 12h, 10m, 90s or 1h30m")
+
+
+def _units(s: str) -> float:
+    total, num, seen = 0.0, "", False
+    for c in s:
+        if c.isdigit() or c == ".":
+            num += c
+        elif c in _UNITS and num:
+            total += float(num) * _UNITS[c]
+            num, seen = "", True
+        else:
+            raise ValueError(s)
+    if num or not seen:
+        raise ValueError(s)
+    return total
+
+
+def rm(target: Target, name: str, *, logs: bool = False, lock_timeout: float | None = None) -> dict:
+    """Remove a stopped run's records (RunAlive, exit 1, while anything of it lives); its logs
+    kept (moved out of the run's directory to <home>/removed/) unless logs=True."""
+    return transport.call(target, {"op": "rm", "name": name, "logs": logs, "lock_timeout": lock_timeout})
+
+
+def prune(target: Target, older_than: float, *, dry_run: bool = False, logs: bool = False) -> dict:
+    """Remove every stopped run whose last attempt ended more than older_than seconds ago."""
+    if older_than < 0:
+        raise BadInput(f"invalid --older-than {older_than}", "give a duration >= 0, e.g. 7d")
+    return transport.call(target, {"op": "prune", "older_than": older_than, "dry_run": dry_run, "logs": logs})
