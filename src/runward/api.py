@@ -257,12 +257,24 @@ def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FA
         return list(pool.map(one, targets))
 
 
-def logs(target: Target, name: str, *, lines: int = 20, follow: bool = False,
-         on_line: Callable[[dict], None] | None = None, for_s: float | None = None) -> dict:
-    if lines < 0:
+def logs(target: Target, name: str, *, lines: int | None = 20, follow: bool = False,
+         on_line: Callable[[dict], None] | None = None, for_s: float | None = None,
+         attempt: int | None = None, since_s: float | None = None, grep: str | None = None) -> dict:
+    """The run's log: the last `lines` lines (None: 20, or with attempt, since_s or grep every
+    selected line); attempt: that attempt's section only; since_s: lines written in the last
+    since_s seconds (by their timestamps, else their attempt's start); grep: a Python regex
+    matched on the target, so only matching lines travel (with follow too)."""
+    if lines is not None and lines < 0:
         raise BadInput(f"invalid -n {lines}", "give a number of lines >= 0")
-    return transport.call(target, {"op": "logs", "name": name, "lines": lines, "follow": follow, "for_s": for_s},
-                          on_event=on_line)
+    if grep:
+        import re
+        try:
+            re.compile(grep)
+        except re.error as e:
+            raise BadInput(f"invalid --grep regex {grep!r}: {e}", "use a Python regular expression")
+    req = {"op": "logs", "name": name, "lines": lines, "follow": follow, "for_s": for_s}
+    req.update({k: v for k, v in (("attempt", attempt), ("since_s", since_s), ("grep", grep)) if v is not None})
+    return transport.call(target, req, on_event=on_line)
 
 
 def ping(target: Target) -> dict:
