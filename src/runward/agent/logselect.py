@@ -18,8 +18,14 @@ MAX_LINES = 100000  # the most lines one reply carries when no -n is given
 BLOCK = 1 << 20
 
 
-def wanted(req):
-    return req.get("attempt") is not None or req.get("since_s") is not None or bool(req.get("grep"))
+def pick(store, att, req):
+    """The selection for logs (att: the latest attempt), with "emit": the filter that -f's
+    lines go through."""
+    if req.get("follow") and req.get("attempt") not in (None, att.get("attempt")):
+        raise bad_input("attempt %s of %s is over: -f follows the latest (%s)" % (
+            req["attempt"], store.name, att.get("attempt")), "drop -f, or --attempt")
+    match = matcher(req)
+    return dict(select(store, att, req, match), emit=lambda e: grep_emit(e, match))
 
 
 def matcher(req):

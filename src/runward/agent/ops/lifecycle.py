@@ -571,8 +571,10 @@ def logs(req, home, emit):
     store = RunStore.existing(home, req.get("name"))
     att = store.latest()
     log = att.get("log")
-    picked = _select_logs(store, att, req)  # --attempt, --since, --grep (agent/logselect.py)
-    if picked is not None:
+    picked = None
+    if req.get("attempt") is not None or req.get("since_s") is not None or req.get("grep"):
+        from ..logselect import pick  # --attempt, --since, --grep: only the selected lines travel
+        picked = pick(store, att, req)
         lines, emit = picked.pop("lines"), picked.pop("emit")(emit)
     else:
         lines = tail_lines(log, 20 if req.get("lines") is None else int(req["lines"]))
@@ -585,18 +587,6 @@ def logs(req, home, emit):
     except OSError:
         pos = 0
     return _follow(store, att, log, pos, emit, float(req["for_s"]) if req.get("for_s") else None)
-
-
-def _select_logs(store, att, req):
-    """The selection's result (with "emit": the filter -f's lines go through), or None."""
-    from .. import logselect
-    if not logselect.wanted(req):
-        return None
-    if req.get("follow") and req.get("attempt") not in (None, att.get("attempt")):
-        raise bad_input("attempt %s of %s is over: -f follows the latest (%s)" % (
-            req["attempt"], store.name, att.get("attempt")), "drop -f, or --attempt")
-    match = logselect.matcher(req)
-    return dict(logselect.select(store, att, req, match), emit=lambda e: logselect.grep_emit(e, match))
 
 
 def _follow(store, att, log, pos, emit, for_s):
