@@ -4,7 +4,7 @@ the selected lines travel.
 An attempt's section: from its header line (`=== runward: NAME attempt N started ...`, just
 before its record's log_offset) to the header of the next attempt that writes to the same
 file, or the end. --since: a line's time is the timestamp the log parser reads at its start
-(logmetrics.clock: ISO dates, `[2024-05-01 12:00:00]`, glog's `I0501 12:00:00`...); a line
+(logmetrics.clock: ISO dates, `[2024-05-01 12:00:00,123]`, `INFO 05-01 12:00:00`...); a line
 without one takes the time of the last line above it in the same attempt that had one, or
 else its attempt's start time. --grep: a Python regex, searched in each line."""
 
