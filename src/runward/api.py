@@ -259,12 +259,24 @@ def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FA
         return list(pool.map(one, targets))
 
 
-def logs(target: Target, name: str, *, lines: int = 20, follow: bool = False,
-         on_line: Callable[[dict], None] | None = None, for_s: float | None = None) -> dict:
-    if lines < 0:
+def logs(target: Target, name: str, *, lines: int | None = 20, follow: bool = False,
+         on_line: Callable[[dict], None] | None = None, for_s: float | None = None,
+         attempt: int | None = None, since_s: float | None = None, grep: str | None = None) -> dict:
+    """The run's log: the last `lines` lines (None: 20, or with attempt, since_s or grep every
+    selected line); attempt: that attempt's section only; since_s: lines written in the last
+    since_s seconds (by their timestamps, else their attempt's start); grep: a Python regex
+    matched on the target, so only matching lines travel (with follow too)."""
+    if lines is not None and lines < 0:
         raise BadInput(f"invalid -n {lines}", "give a number of lines >= 0")
-    return transport.call(target, {"op": "logs", "name": name, "lines": lines, "follow": follow, "for_s": for_s},
-                          on_event=on_line)
+    if grep:
+        import re
+        try:
+            re.compile(grep)
+        except re.error as e:
+            raise BadInput(f"invalid --grep regex {grep!r}: {e}", "use a Python regular expression")
+    req = {"op": "logs", "name": name, "lines": lines, "follow": follow, "for_s": for_s}
+    req.update({k: v for k, v in (("attempt", attempt), ("since_s", since_s), ("grep", grep)) if v is not None})
+    return transport.call(target, req, on_event=on_line)
 
 
 def ping(target: Target) -> dict:
@@ -463,3 +475,45 @@ def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
         raise BadInput(f"invalid --for {for_s}", "give a number of seconds > 0")
     return transport.call(target, {"op": "watch", "name": name, "for_s": for_s, "rules": rules or {}},
                           on_event=on_points)
+
+
+# --- records: rm, prune -------------------------------------------------------------------
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """`7d`, `10m`, `1h30m`, `90s`, `2w`, or plain seconds, as seconds; else BadInput (exit 2)."""
+    s = str(text).strip().lower()
+    try:
+        return float(s) if s and s[-1].isdigit() else _units(s)
+    except ValueError:
+        raise BadInput(f"invalid {flag} {text!r}", f"write a duration like {flag} 7d, 12h, 10m, 90s or 1h30m")
+
+
+def _units(s: str) -> float:
+    total, num, seen = 0.0, "", False
+    for c in s:
+        if c.isdigit() or c == ".":
+            num += c
+        elif c in _UNITS and num:
+            total += float(num) * _UNITS[c]
+            num, seen = "", True
+        else:
+            raise ValueError(s)
+    if num or not seen:
+        raise ValueError(s)
+    return total
+
+
+def rm(target: Target, name: str, *, logs: bool = False, lock_timeout: float | None = None) -> dict:
+    """Remove a stopped run's records (RunAlive, exit 1, while anything of it lives); its logs
+    kept (moved out of the run's directory to <home>/removed/) unless logs=True."""
+    return transport.call(target, {"op": "rm", "name": name, "logs": logs, "lock_timeout": lock_timeout})
+
+
+def prune(target: Target, older_than: float, *, dry_run: bool = False, logs: bool = False) -> dict:
+    """Remove every stopped run whose last attempt ended more than older_than seconds ago."""
+    if older_than < 0:
+        raise BadInput(f"invalid --older-than {older_than}", "give a duration >= 0, e.g. 7d")
+    return transport.call(target, {"op": "prune", "older_than": older_than, "dry_run": dry_run, "logs": logs})

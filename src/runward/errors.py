@@ -81,6 +81,7 @@ AGENT_TYPES = {
     "RunNotFound": RunNotFound,
     "NotVerified": NotVerified,
     "AlreadyRunning": OperationFailed,
+    "RunAlive": OperationFailed,         # rm of a run that is not stopped (names its pid)
     "ExitedEarly": OperationFailed,
     "StartFailed": OperationFailed,
     "Failed": OperationFailed,

@@ -151,3 +151,157 @@ def local_drift(target_status: dict, specs: list[str], base: str | None = None) 
         if h.hexdigest() != rec["sha256"]:
             out.append({"local": local, "remote": remote, "local_sha256": h.hexdigest(), "deployed_sha256": rec["sha256"]})
     return out
+
+
+# --- pull: the mirror of push ------------------------------------------------------------
+
+def parse_pull_spec(spec: str) -> tuple[str, str]:
+    remote, sep, local = spec.rpartition(":")
+    if not sep or not local or not remote:
+        raise BadInput(f"invalid pull spec {spec!r}", "write REMOTE:LOCAL, e.g. /root/work/ckpt:./ckpt")
+    return remote, local
+
+
+def pull(target: Target, specs: list[str], *, base: str | None = None) -> dict:
+    """Bring REMOTE paths here through the hop chain: streamed (1 MiB at a time, never a
+    whole file in memory), each file checked against the sha256 the far side computed of
+    what it sent, written to a temp file in its destination directory, fsynced and renamed
+    into place with its mode: a local file is replaced only by a verified copy. A file that
+    changed on the far side while it was read, or whose bytes do not hash as sent, is not
+    written; the others are, and the pull fails (exit 1) naming it."""
+    pairs = [parse_pull_spec(s) for s in specs]
+    sink = _PullSink([os.path.join(base, loc) if base and not os.path.isabs(os.path.expanduser(loc))
+                      else os.path.expanduser(loc) for _, loc in pairs])
+    try:
+        res = transport.call(target, {"op": "pull", "paths": [r for r, _ in pairs]},
+                             on_event=sink.event, on_data=sink.data)
+        sink.finish_dirs()
+    except OSError as e:  # writing here failed: the far side was ended at once (transport)
+        raise RunwardError(f"cannot write {e.filename or 'a local file'}: {e.strerror}",
+                           "check the local destination (space, permissions), then pull again",
+                           result={"files": sink.done})
+    finally:
+        sink.abandon()
+    res["files"] = sink.done
+    res["verified"] = ["sha256_checked_locally"]
+    res["bytes"] = sum(f.get("size", 0) for f in sink.done)
+    if sink.failed:
+        raise RunwardError(f"{len(sink.failed)} file(s) not pulled: " + "; ".join(
+            f"{f['local']}: {f['why']}" for f in sink.failed),
+            "pull again once the file is no longer being written", result=dict(res, failed=sink.failed))
+    return res
+
+
+class _PullSink:
+    """What the pull's events and bytes become on this side."""
+
+    def __init__(self, locals_: list[str]):
+        self.locals = locals_
+        self.done: list[dict] = []
+        self.failed: list[dict] = []
+        self.dirs: list[tuple[str, int]] = []
+        self.cur: dict | None = None  # the file being received: fd, tmp, dest, hash, entry
+
+    def _dest(self, ent: dict) -> str:
+        root = self.locals[int(ent["i"])]
+        rel = ent.get("rel") or ""
+        if not rel:
+            if ent["type"] == "file" and (root.endswith("/") or os.path.isdir(root)):
+                return os.path.join(root, ent.get("name") or "pulled")
+            return root.rstrip("/") or root
+        norm = os.path.normpath(rel)
+        if os.path.isabs(norm) or norm == ".." or norm.startswith(".." + os.sep):
+            raise BadInput(f"the far side sent a path outside the pulled tree: {rel!r}", "pull refused it")
+        return os.path.join(root, norm)
+
+    def event(self, ev: dict) -> None:
+        if "entry" in ev:
+            ent = ev["entry"]
+            dest = self._dest(ent)
+            if ent["type"] == "dir":
+                self._make_dir(dest, ent)
+            elif ent["type"] == "link":
+                self._make_link(dest, ent)
+            else:
+                self._open_file(dest, ent)
+        elif "end" in ev and self.cur is not None:
+            self._close_file(ev["end"])
+
+    def data(self, chunk: bytes) -> None:
+        if self.cur is not None:
+            self.cur["hash"].update(chunk)
+            _write_all(self.cur["fd"], chunk)
+
+    def _make_dir(self, dest: str, ent: dict) -> None:
+        if os.path.islink(dest.rstrip("/")) and ent.get("rel"):
+            raise BadInput(f"{dest} is a symbolic link here: not pulling through it", "remove the link and pull again")
+        os.makedirs(dest, mode=0o700, exist_ok=True)
+        self.dirs.append((dest, int(ent.get("mode", 0o755))))  # modes set last: a 0555 dir must take its files
+
+    def _make_link(self, dest: str, ent: dict) -> None:
+        tmp = _temp_name(dest)
+        os.symlink(ent["target"], tmp)
+        os.rename(tmp, dest)
+        self.done.append({"local": dest, "type": "link", "target": ent["target"]})
+
+    def _open_file(self, dest: str, ent: dict) -> None:
+        d = os.path.dirname(dest) or "."
+        os.makedirs(d, exist_ok=True)
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            raise BadInput(f"{dest} is a directory here; the remote path is a file", "give a file path as LOCAL")
+        tmp = _temp_name(dest)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.cur = {"fd": fd, "tmp": tmp, "dest": dest, "hash": hashlib.sha256(), "mode": int(ent.get("mode", 0o644)),
+                    "remote": ent.get("remote")}
+
+    def _close_file(self, end: dict) -> None:
+        cur, self.cur = self.cur, None
+        got = cur["hash"].hexdigest()
+        why = ("it changed on the far side while it was read" if end.get("changed") else
+               f"sha256 mismatch: the far side sent {end.get('sha256', '')[:16]}, received {got[:16]}"
+               if got != end.get("sha256") else None)
+        try:
+            if why is None:
+                os.fchmod(cur["fd"], cur["mode"] & 0o7777)
+                os.fsync(cur["fd"])
+        finally:
+            os.close(cur["fd"])
+        if why is not None:
+            os.unlink(cur["tmp"])
+            self.failed.append({"local": cur["dest"], "why": why})
+            return
+        os.rename(cur["tmp"], cur["dest"])
+        _fsync_dir(os.path.dirname(cur["dest"]) or ".")
+        self.done.append({"local": cur["dest"], "remote": cur["remote"], "type": "file", "sha256": got,
+                          "size": end.get("size"), "mode": oct(cur["mode"])})
+
+    def abandon(self) -> None:
+        """A pull that ended mid-file (an error, Ctrl-C) leaves no temp file behind."""
+        if self.cur is not None:
+            os.close(self.cur["fd"])
+            os.unlink(self.cur["tmp"])
+            self.cur = None
+
+    def finish_dirs(self) -> None:
+        for d, mode in reversed(self.dirs):
+            os.chmod(d, mode & 0o7777)
+
+
+def _temp_name(dest: str) -> str:
+    return os.path.join(os.path.dirname(dest) or ".", f".{os.path.basename(dest)}.runward-{os.urandom(8).hex()}")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(d: str) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # a filesystem that cannot sync a directory (EINVAL)
+    finally:
+        os.close(fd)

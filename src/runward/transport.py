@@ -149,7 +149,8 @@ LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (fo
 
 
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
-         on_event: Callable[[dict], None] | None = None, timeout: float | None = None) -> dict:
+         on_event: Callable[[dict], None] | None = None, timeout: float | None = None,
+         on_data: Callable[[bytes], None] | None = None) -> dict:
     """One round trip: send the agent and the request, return the agent's result dict.
     Raises a RunwardError subclass that says which hop failed and why.
 
@@ -159,7 +160,11 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     reply is AgentMissing, nothing has run, and the call is made again with the source.
 
     A read-only call to an ssh host goes first to the host's resident agent, if there is a
-    way to it (_Resident); where that gives no reply it is made the ordinary way."""
+    way to it (_Resident); where that gives no reply it is made the ordinary way.
+
+    on_data takes the binary an op sends back (pull): after an event line {"data": N}, the
+    next N bytes of stdout, handed on in pieces of at most 1 MiB as they arrive. A handler
+    (on_event, on_data) that raises ends the far side at once."""
     global LAST_ROUTE
     req = dict(request)
     req.setdefault("v", wire_constants()[0])
@@ -187,7 +192,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
         t0 = time.monotonic()
-        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout)
+        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, on_data)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
@@ -361,7 +366,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         pass  # a read-only home: the source goes with every call
 
 
-def _exchange(argv, head, payload, on_event, timeout):
+def _exchange(argv, head, payload, on_event, timeout, on_data=None):
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
@@ -381,11 +386,13 @@ def _exchange(argv, head, payload, on_event, timeout):
         import threading
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
-    got = _Replies(on_event)
+    got = _Replies(on_event, on_data)
     try:
         for line in proc.stdout:
             got.take(line)
-    except KeyboardInterrupt:
+            if got.pending:
+                got.pass_bytes(proc.stdout)
+    except BaseException:  # Ctrl-C, or a handler that gave up: the far side must not go on
         proc.kill()
         raise
     finally:
@@ -402,11 +409,22 @@ class _Replies:
     """What an agent writes, line by line: its events handed on as they come, its one reply
     kept, and the first lines that are not its JSON (the diagnosis shows them)."""
 
-    def __init__(self, on_event: Callable[[dict], None] | None):
-        self.on_event = on_event
+    def __init__(self, on_event: Callable[[dict], None] | None, on_data: Callable[[bytes], None] | None = None):
+        self.on_event, self.on_data = on_event, on_data
         self.reply: dict | None = None
         self.garbage: list[bytes] = []
         self.events = False
+        self.pending = 0  # raw bytes that follow the last line (its event was {"data": N})
+
+    def pass_bytes(self, stream) -> None:
+        """The pending raw bytes from stream to on_data, 1 MiB at most at a time."""
+        left, self.pending = self.pending, 0
+        while left:
+            chunk = stream.read(min(left, 1 << 20))
+            if not chunk:
+                return  # the far side ended mid-frame: its missing reply is diagnosed
+            left -= len(chunk)
+            self.on_data(chunk)
 
     def take(self, line: bytes) -> None:
         msg = _parse_line(line)
@@ -422,6 +440,9 @@ class _Replies:
                 sys.stderr.flush()
                 return
             self.events = True
+            if self.on_data is not None and isinstance(ev, dict) and isinstance(ev.get("data"), int) and len(ev) == 1:
+                self.pending = ev["data"]
+                return
             if self.on_event is not None:
                 self.on_event(ev)
         else:

@@ -9,9 +9,10 @@ import time
 
 from . import boot
 from .store import DISK_FULL, Home, disk_full
-from .wire import AgentFailure, bad_input, json_loads, reply, set_notice
+from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_notice
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
+OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its event (wire.send_bytes)
 OPS = {
     "start": ("ops.lifecycle", "start", PLAIN),
     "stop": ("ops.lifecycle", "stop", PLAIN),
@@ -22,6 +23,9 @@ OPS = {
     "exec": ("ops.execute", "execute", PLAIN),
     "push": ("ops.files", "push", IO),
     "hash": ("ops.files", "hashes", PLAIN),
+    "pull": ("ops.files", "pull", OUT),
+    "rm": ("ops.records", "rm", PLAIN),
+    "prune": ("ops.records", "prune", PLAIN),
     "ps": ("ops.pskill", "ps", PLAIN),
     "kill": ("ops.pskill", "kill", PLAIN),
     "gpus": ("ops.gpus", "gpus", PLAIN),
@@ -68,6 +72,8 @@ def _run(req, home, stdin, stdout, extra):
     if kind == PLAIN:
         return fn(req, home)
     emit = lambda ev: reply(stdout, {"event": ev})  # noqa: E731
+    if kind == OUT:
+        return fn(req, home, emit, lambda data: send_bytes(stdout, data))
     return fn(req, home, emit) if kind == STREAM else fn(req, home, emit, stdin)
 
 

@@ -122,3 +122,12 @@ def reply(out, obj, extra=None):
     out.write((json_dumps(obj) + "\n").encode())
     out.flush()
 
+
+
+def send_bytes(out, data):
+    """Binary on stdout (pull): the event line {"event": {"data": N}}, then exactly N raw
+    bytes. The CLI's reader takes the N bytes after that line as they are (transport.call's
+    on_data), so any byte may travel; every other line stays one JSON document."""
+    out.write(('{"event": {"data": %d}}\n' % len(data)).encode())
+    out.write(data)
+    out.flush()

@@ -10,15 +10,25 @@ from ._common import emit, load_config, target_of
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("-n", type=int, default=20, metavar="LINES")
+    p.add_argument("-n", type=int, default=None, metavar="LINES",
+                   help="the last LINES lines (default 20; with --attempt, --since or --grep and no -f, "
+                        "every selected line)")
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
+    p.add_argument("--attempt", type=int, metavar="N", help="attempt N's section of the log only")
+    p.add_argument("--since", metavar="DURATION",
+                   help="lines written in the last DURATION (10m, 2h): by the timestamps lines start with, "
+                        "else by their attempt's start time")
+    p.add_argument("--grep", metavar="REGEX",
+                   help="only lines matching this Python regex, matched on the target (with -f too)")
 
 
 def run(args, out) -> int:
     from .. import api
     cfg = load_config(args)
     target = target_of(args, cfg, args.name)
+    since = api.parse_duration(args.since, "--since") if args.since is not None else None
+    pick = {"attempt": args.attempt, "since_s": since, "grep": args.grep}
     if args.follow:
         events = []
 
@@ -30,9 +40,11 @@ def run(args, out) -> int:
                     print(ev["line"], flush=True)
             elif "switch" in ev and not out.json:
                 print(f"--- runward: log switched to {ev['switch']}", file=sys.stderr, flush=True)
-        res = api.logs(target, args.name, lines=args.n, follow=True, on_line=on_line, for_s=args.for_s)
+        res = api.logs(target, args.name, lines=args.n, follow=True, on_line=on_line, for_s=args.for_s, **pick)
         res["lines"] = events
         out.doc({"ok": True, "command": "logs", "target": str(target), "result": res})
         return EXIT_OK
-    res = api.logs(target, args.name, lines=args.n)
+    res = api.logs(target, args.name, lines=args.n, **pick)
+    if res.get("truncated") and not out.json:
+        print(f"runward: more lines matched; showing the last {len(res['lines'])} (-n sets how many)", file=sys.stderr)
     return emit(out, "logs", target, res, "\n".join(res["lines"]))

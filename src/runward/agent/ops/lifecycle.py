@@ -579,9 +579,15 @@ def logs(req, home, emit):
     store = RunStore.existing(home, req.get("name"))
     att = store.latest()
     log = att.get("log")
-    lines = tail_lines(log, int(req.get("lines", 20)))
+    picked = None
+    if req.get("attempt") is not None or req.get("since_s") is not None or req.get("grep"):
+        from ..logselect import pick  # --attempt, --since, --grep: only the selected lines travel
+        picked = pick(store, att, req)
+        lines, emit = picked.pop("lines"), picked.pop("emit")(emit)
+    else:
+        lines = tail_lines(log, 20 if req.get("lines") is None else int(req["lines"]))
     if not req.get("follow"):
-        return {"name": store.name, "log": log, "lines": lines}
+        return dict(picked or {}, name=store.name, log=log if picked is None else picked["log"], lines=lines)
     for ln in lines:
         emit({"line": ln})
     try:

@@ -1,0 +1,188 @@
+"""rm and prune: a stopped run's records removed from this target.
+
+Only a stopped run goes: one whose last attempt is not running, starting or orphaned and of
+which no process lives (a stray child carrying the run's marker keeps the records, since
+without them `runward stop` could no longer find it). The log is kept unless asked: a log in
+the run's own directory is moved out to <home>/removed/, a log elsewhere (--log PATH) stays
+where it is; either way the reply says where it is."""
+
+import os
+import time
+
+from ..procfs import boot_id, protected, scan
+from ..runs import attempt_state, members
+from ..store import RunStore, fsync_dir, remove_file
+from ..wire import AgentFailure, bad_input
+
+LIVE_STATES = ("running", "starting", "orphaned")
+
+
+def rm(req, home):
+    store = RunStore.existing(home, req.get("name"))
+    fd = store.lock("rm", req.get("lock_timeout"))
+    try:
+        procs = scan()
+        att = store.latest()
+        live = _live(store, att, procs)
+        if live is not None:
+            raise AgentFailure("RunAlive", "run %s is %s (attempt %s, pid %s): not removed" % (
+                store.name, live["state"], live["attempt"], live["pid"]),
+                "stop it first: `runward stop %s`" % store.name, **live)
+        return _remove(store, bool(req.get("logs")), _shared_logs(home, store.name))
+    finally:
+        store.unlock(fd)
+
+
+def prune(req, home):
+    """Every stopped run whose last attempt ended more than older_than seconds ago; a live
+    run, or one whose lock another verb holds, is never touched (and listed as kept)."""
+    try:
+        older = float(req.get("older_than"))
+    except (TypeError, ValueError):
+        raise bad_input("invalid older_than %r" % (req.get("older_than"),), "give seconds >= 0")
+    if older < 0:
+        raise bad_input("invalid older_than %r" % (older,), "give seconds >= 0")
+    now, procs, shared = time.time(), scan(), None
+    removed, kept = [], []
+    for name in home.run_names():
+        store = RunStore(home, name)
+        if not store.exists():
+            continue
+        fd = _try_lock(store)
+        if fd is None:
+            kept.append({"name": name, "why": "busy: another runward verb holds it"})
+            continue
+        try:
+            att = store.latest()
+            live = _live(store, att, procs)
+            ended = ended_at(att, store)
+            if live is not None:
+                kept.append({"name": name, "why": "live (%s, pid %s)" % (live["state"], live["pid"])})
+            elif ended is not None and now - ended <= older:
+                kept.append({"name": name, "why": "ended %ds ago" % (now - ended), "ended_at": ended})
+            elif req.get("dry_run"):
+                removed.append({"name": name, "ended_at": ended, "attempts": len(store.attempts()),
+                                "dry_run": True})
+            else:
+                shared = _shared_logs(home, None) if shared is None else shared
+                got = _remove(store, bool(req.get("logs")), shared)
+                got["ended_at"] = ended
+                removed.append(got)
+        finally:
+            store.unlock(fd)
+    return {"older_than_s": older, "dry_run": bool(req.get("dry_run")), "removed": removed, "kept": kept}
+
+
+def ended_at(att, store):
+    """When the run's last attempt ended: its recorded exit, else (a lost attempt: the
+    machine rebooted, or its shim died unseen) its log's last write, else its start; None
+    when the run has no attempt at all."""
+    if not att:
+        return None
+    ex = att.get("exit") or {}
+    if ex.get("at"):
+        return float(ex["at"])
+    try:
+        return os.stat(att.get("log") or "").st_mtime
+    except OSError:
+        return att.get("started_at") or att.get("created_at")
+
+
+def _live(store, att, procs):
+    """None when nothing of the run lives; else what lives (for the refusal)."""
+    state = attempt_state(att, procs, boot_id())
+    found = members(store.name, att, procs, protected(procs)) if state != "lost" else {}
+    if state not in LIVE_STATES and not found:
+        return None
+    pid = (att.get("job") or {}).get("pid") if state in LIVE_STATES else None
+    return {"state": state if state in LIVE_STATES else "stopped, with live processes",
+            "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
+            "pids": sorted(found)}
+
+
+def _try_lock(store):
+    """The run's lock if free now, else None: prune waits for no one."""
+    import fcntl
+    from ..store import _write_holder
+    store.home.ensure()
+    fd = os.open(store.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    _write_holder(fd, "prune")
+    return fd
+
+
+def _logs_of(store):
+    """Every log file the run's attempts wrote to, in attempt order."""
+    out = []
+    for n in store.attempts():
+        log = (store.attempt(n) or {}).get("log")
+        if log and log not in out:
+            out.append(log)
+    return out
+
+
+def _shared_logs(home, but):
+    """The log paths of every run (but the one named): a log two runs share is never removed."""
+    paths = set()
+    for name in home.run_names():
+        if name != but:
+            try:
+                paths.update(_logs_of(RunStore(home, name)))
+            except AgentFailure:
+                pass  # a hand-edited record elsewhere must not stop this removal
+    return paths
+
+
+def _remove(store, with_logs, shared):
+    """Remove the run's directory; its logs moved out, kept in place or removed (with_logs)."""
+    import shutil
+    logs = []
+    inside = store.dir + os.sep
+    for log in _logs_of(store):
+        ent = {"path": log, "exists": os.path.isfile(log)}
+        if not ent["exists"]:
+            ent["kept"] = False
+        elif with_logs and log not in shared:
+            if not log.startswith(inside):
+                remove_file(log)
+            ent["kept"] = False
+        elif log.startswith(inside):
+            ent.update(kept=True, moved_to=_move_out(store, log))
+        else:
+            ent.update(kept=True, why="another run writes to it too" if log in shared else "not runward's file")
+        logs.append(ent)
+    attempts = len(store.attempts())
+    # renamed first, in one step, to a name no run can have: a reader sees the run whole or
+    # not at all, and a crash mid-way leaves no half run behind
+    gone = os.path.join(os.path.dirname(store.dir), ".%s.removing.%d" % (store.name, os.getpid()))
+    os.rename(store.dir, gone)
+    shutil.rmtree(gone, ignore_errors=True)
+    # the lock file stays: a start waiting on it holds its inode, and a new file under the
+    # same name would let a second start in beside it
+    remove_file(store.cancel_path())
+    fsync_dir(os.path.dirname(store.dir))
+    return {"name": store.name, "removed": store.dir, "attempts": attempts, "logs": logs}
+
+
+def _move_out(store, log):
+    """The log moved to <home>/removed/NAME-<time>[.log name], 0700 directory; the new path."""
+    d = os.path.join(store.home.path, "removed")
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    base = "%s-%s" % (store.name, time.strftime("%Y%m%d-%H%M%S"))
+    rel = os.path.relpath(log, store.dir).replace(os.sep, "_")
+    dest = os.path.join(d, "%s.%s" % (base, rel))
+    n = 1
+    while os.path.lexists(dest):
+        n += 1
+        dest = os.path.join(d, "%s-%d.%s" % (base, n, rel))
+    os.rename(log, dest)
+    fsync_dir(d)
+    return dest
+
