@@ -71,9 +71,10 @@ def test_format_alert_events():
 
 
 def test_summarize_the_main_metrics():
+    # Megatron-LM's throughput is its time per iteration (read inversely by the rules).
     assert health.summarize(scan("megatron.log")["points"]) == pytest.approx(
-        {"iteration": 124.0, "lm_loss": 2.55952, "learning_rate": 9.337e-06,
-         "grad_norm": 0.279})
+        {"iteration": 124.0, "lm_loss": 2.55952, "elapsed_time_per_iteration_ms": 89474.8,
+         "learning_rate": 9.337e-06, "grad_norm": 0.279})
     s = health.summarize(scan("cuda_oom.log")["points"])
     assert list(s) == ["step", "loss", "tok_s", "lr"]
     assert s["tok_s"] == 14488.0

@@ -882,7 +882,7 @@ def test_event_bursts_coalesce_until_training_goes_on(tmp_path):
 
 PKG = Path(lm.__file__).resolve().parent
 PUBLIC = {"scan", "is_loss", "is_throughput", "throughput_metric", "norm_name", "parse_line",
-          "json_value", "EVENT_RE", "TS_RE"}
+          "json_value", "EVENT_RE", "TS_RE", "is_inverse", "inverse_rate"}
 
 
 def _package_files():

@@ -16,10 +16,11 @@ bytes, scan.py puts one call together.
 """
 
 from .line import parse_line
-from .names import is_loss, is_throughput, norm_name, throughput_metric
+from .names import (inverse_rate, is_inverse, is_loss, is_throughput, norm_name,
+                    throughput_metric)
 from .alerts import json_value
 from .patterns import EVENT_RE, TS_RE
 from .scan import scan
 
-__all__ = ["scan", "is_loss", "is_throughput", "throughput_metric", "norm_name", "parse_line",
-           "json_value", "EVENT_RE", "TS_RE"]
+__all__ = ["scan", "is_loss", "is_throughput", "is_inverse", "inverse_rate", "throughput_metric",
+           "norm_name", "parse_line", "json_value", "EVENT_RE", "TS_RE"]

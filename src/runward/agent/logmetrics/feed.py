@@ -34,6 +34,7 @@ class Feed(object):
         self.clock = clock
         self.templates = {}  # line skeleton (digits deleted) -> Template or None
         self.plain = {}  # line without digits -> 0 nothing, 1 event, 2 a NaN/Inf maybe
+        self.units = {}  # metric name -> unit, from the skeletons of this call's lines
         self.user = [(norm_name(k), re.compile(v)) for k, v in
                      sorted((config.get("metrics") or {}).items())]
         self.points = collections.deque(maxlen=max(0, int(config.get("max_points",
@@ -183,6 +184,8 @@ class Feed(object):
         tpl = template(seg, decode(seg))
         self.templates[key] = tpl
         if tpl is not None:
+            if tpl.units:
+                self.units.update(tpl.units)
             for name in tpl.names:
                 self.rules.role(name)
             self.rules.arm(tpl)

@@ -3,13 +3,16 @@
 Every number in a line is a slot, named after the text just before it: `loss=2.31`,
 `loss: 2.31`, `loss 2.31`, `'loss': 2.31`, `"loss": "2.31"`, `lm loss: 2.3E+00 |` (analyse).
 parse_line is the reference; the templates (templates.py) do the same per line skeleton.
+A number's unit comes from what follows it (`31.72GiB`, `30.49%`, `412.30 ms`, `tok/s`) or
+from its name (`memory(GiB)`, `..._ms`); units() gives them per name.
 """
 
 import math
 
-from .names import norm_name
-from .patterns import (NAME_TAIL_RE, NUM_RE, PREFIX_RE, RATE_UNIT_RE, SOURCE_RE, SUFFIX,
-                       SUFFIX_RE, UNIT_GLUED_RE)
+from .names import is_inverse, norm_name, seconds_per_unit
+from .patterns import (ANSI_RE, CSI_OPEN_RE, NAME_TAIL_RE, NAME_UNIT, NAME_UNIT_RE, NUM_RE,
+                       PREFIX_RE, RATE_UNIT_RE, SHARE_GAP_RE, SOURCE_RE, SUFFIX, SUFFIX_RE,
+                       TIME_UNIT_RE, UNIT_GLUED_RE)
 
 
 def name_from_gap(gap, first):
@@ -21,7 +24,10 @@ def name_from_gap(gap, first):
     m = NAME_TAIL_RE.search(gap)
     if not m:
         return None
-    words = m.group(1).split()
+    text = m.group(1)
+    if ") " in text:  # "412.30 ms (step) remaining time": the name is what follows ")"
+        text = text.rsplit(") ", 1)[1]
+    words = text.split()
     if not words:
         return None
     if len(words) > 5:  # prose: "saving checkpoint for the run at step 500" -> step
@@ -51,16 +57,62 @@ def name_from_unit(after):
     return norm_name(unit), False
 
 
+def suffix(after):
+    """(multiplier, unit) that the text AFTER a number gives it: K/M/G/T/B multiply, decimal
+    bytes (GB) are scaled to bytes, binary bytes (GiB) are kept as printed with their unit."""
+    m = SUFFIX_RE.match(after)
+    if not m:
+        return 1.0, None
+    s = m.group(1)
+    if s.endswith("iB"):
+        return 1.0, s
+    return SUFFIX[s[0]], ("B" if len(s) > 1 else None)
+
+
+def unit_of(name, after, unit):
+    """The unit of a number named NAME followed by AFTER (UNIT: the one suffix() found)."""
+    if unit:
+        return unit
+    if after.startswith("%"):
+        return "%"
+    m = TIME_UNIT_RE.match(after) or RATE_UNIT_RE.match(after)
+    if m:
+        return m.group(1)
+    m = NAME_UNIT_RE.search(name)
+    if m:
+        return NAME_UNIT[m.group(1)]
+    if is_inverse(name):
+        return {1e-3: "ms", 1e-6: "us"}.get(seconds_per_unit(name), "s")
+    return None
+
+
+def _named(gap, after, first, prev):
+    """(name, inverse) of the number between GAP and AFTER; PREV: the last slot's name."""
+    name = name_from_gap(gap, first)
+    if name is None:
+        if prev and after.startswith("%") and SHARE_GAP_RE.match(gap):
+            return prev + "_pct", False  # torchtitan's "memory: 31.72GiB(40.04%)"
+        return name_from_unit(after)
+    if is_inverse(name) and seconds_per_unit(name) == 1.0:
+        m = TIME_UNIT_RE.match(after)
+        if m and m.group(1) != "s":
+            name += "_" + m.group(1)  # LitGPT's "iter time: 412.30 ms": iter_time_ms
+    return name, False
+
+
 def analyse(parts, prefix_end):
     """Name the numbers of one line. PARTS is NUM_RE.split(line): text, number, text, ...
 
-    Returns (index of the number, name, multiplier, inverse) for each named number.
+    Returns (index of the number, name, multiplier, inverse, unit) for each named number.
     """
     if any("NCCL INFO" in p for p in parts[0::2]):
         return ()  # NCCL_DEBUG=INFO chatter: channels, ranks, ports; no training metric
+    esc = any("\x1b" in p for p in parts[0::2])
     slots = []
     seen = set()
     pos = 0
+    carry = ""  # an ANSI escape's digits and the text before them, folded into the next gap
+    prev = None
     for i in range(len(parts) // 2):
         gap = parts[2 * i]
         pos += len(gap)
@@ -68,16 +120,27 @@ def analyse(parts, prefix_end):
         pos += len(parts[2 * i + 1])
         if start < prefix_end:
             continue  # timestamps, [rank0], (pid=12), [file.py:69]: not data
+        first = i == 0 or start <= prefix_end
+        if start - len(gap) < prefix_end:  # the name is in the message, not in the prefix
+            gap = gap[prefix_end - start + len(gap):]
+            first = True
+        if esc:
+            gap = carry + gap
+            if CSI_OPEN_RE.search(gap):
+                carry = gap + parts[2 * i + 1]  # "\x1b[38;2;54;..m": a colour, no number
+                continue
+            carry = ""
+            # Nothing is glued to the last number when an escape follows it.
+            first = first or gap.startswith("\x1b")
+            gap = ANSI_RE.sub("", gap)
         after = parts[2 * i + 2]
-        name = name_from_gap(gap, i == 0 or start <= prefix_end)
-        inv = False
-        if name is None:
-            name, inv = name_from_unit(after)
+        name, inv = _named(gap, after, first, prev)
         if not name or name in seen:
             continue
         seen.add(name)
-        m = SUFFIX_RE.match(after)
-        slots.append((i, name, SUFFIX[m.group(1)] if m else 1.0, inv))
+        prev = name
+        mult, unit = suffix(after)
+        slots.append((i, name, mult, inv, unit_of(name, after, unit)))
     return tuple(slots)
 
 
@@ -109,7 +172,13 @@ def parse_line(line):
     if len(parts) == 1:
         return {}
     return {name: number(parts[2 * i + 1], mult, inv)
-            for i, name, mult, inv in analyse(parts, prefix_end(line))}
+            for i, name, mult, inv, unit in analyse(parts, prefix_end(line))}
+
+
+def units(line):
+    """{name: unit} of the numbers of LINE that have one ("GiB", "%", "ms", "tok/s")."""
+    parts = NUM_RE.split(line)
+    return {name: unit for i, name, mult, inv, unit in analyse(parts, prefix_end(line)) if unit}
 
 
 def value_of(raw):
@@ -117,8 +186,7 @@ def value_of(raw):
     parts = NUM_RE.split(raw.strip())
     if len(parts) < 3:
         return None
-    m = SUFFIX_RE.match(parts[2])
-    return number(parts[1], SUFFIX[m.group(1)] if m else 1.0)
+    return number(parts[1], suffix(parts[2])[0])
 
 
 def user_metrics(line, user):

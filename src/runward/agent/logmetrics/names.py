@@ -5,16 +5,30 @@ import re
 
 from .patterns import NORM_RE
 
-# Throughput names, best first: the main one is the first class that has a match.
+# Throughput names, best first: the main one is the first class that has a match. Tokens
+# (tok/s, tokens_per_second, torchtitan's tps), samples and images, words, anything called
+# throughput, iterations or batches, a bare rate; last, a time per step (see INVERSE_PAT).
 THROUGHPUT_PATS = (
-    r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)tgs($|_)|tokens?_?per_?sec",
-    r"samples?_(per_)?s(ec(ond)?)?($|_)|samplespersec",
+    r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)(tgs|tps)($|_)|tokens?_?per_?sec",
+    r"samples?_(per_)?s(ec(ond)?)?($|_)|samplespersec"
+    r"|(^|_)(img|imgs|images?)_(per_)?s(ec(ond)?)?($|_)",
     r"(^|_)(wps|words_s|words_per_s(ec(ond)?)?)($|_)",
     r"throughput",
-    r"(^|_)(it_s|ups|steps?_per_s(ec(ond)?)?)($|_)",
-    r"(^|_)rate$",
+    r"(^|_)(it_s|ups|steps?_per_s(ec(ond)?)?|batch(es)?_per_s(ec(ond)?)?)($|_)",
+    r"^rate$",  # timm's "500.12/s"; not learning_rate, dropout_rate
 )
-THROUGHPUT_CLASSES = tuple(re.compile(p) for p in THROUGHPUT_PATS)
+# A time per iteration or step: a throughput upside down. Megatron's "elapsed time per
+# iteration (ms)", NeMo's "train_step_timing in s", LitGPT's "iter time: 412.30 ms",
+# "step_time", "time/iter", Keras' "15ms/step". Not "time" alone (nanoGPT's, timm's, a wall
+# clock), nor Composer's "time/batch", which counts batches.
+INVERSE_PAT = (r"(^|_)(elapsed_time_per_(iter|iteration|step)|time_per_(iter|iteration|step|batch)"
+               r"|(iter|iteration|step|batch)_tim(e|ing)|time_(iter|step)"
+               r")($|_)|^(s|ms|us|sec)_(per_)?(it|iter|iteration|step)$")
+INVERSE_RE = re.compile(INVERSE_PAT)
+# The unit of an inverse metric, from its name (else seconds): "..._ms", "ms_step", "us_step".
+INVERSE_MS_RE = re.compile(r"(^|_)ms($|_)")
+INVERSE_US_RE = re.compile(r"(^|_)us($|_)")
+THROUGHPUT_CLASSES = tuple(re.compile(p) for p in THROUGHPUT_PATS + (INVERSE_PAT,))
 # a counter of NaN steps (Megatron's "number of nan iterations"), not any name with "nan" in
 # it: an echoed setting like TRAIN_NAN_AT=10 is no NaN
 NANCOUNT_RE = re.compile(r"(^|_)nan_(iter|iters|iterations|steps|count|skipped)($|_)|"
@@ -46,11 +60,34 @@ def is_throughput(name):
     return throughput_class(name) is not None
 
 
+def is_inverse(name):
+    """A time per step (Megatron's elapsed_time_per_iteration_ms): lower is faster. The rules
+    that read a throughput read it as the rate it stands for (inverse_rate)."""
+    return INVERSE_RE.search(name) is not None and throughput_class(name) == len(THROUGHPUT_PATS)
+
+
+def seconds_per_unit(name):
+    """What one unit of inverse metric NAME is in seconds: ms, us or else s."""
+    if INVERSE_MS_RE.search(name):
+        return 1e-3
+    if INVERSE_US_RE.search(name):
+        return 1e-6
+    return 1.0
+
+
+def inverse_rate(name, v):
+    """Steps per second that a time per step V (in NAME's unit) stands for; inf for 0, NaN for
+    NaN."""
+    if v != v:
+        return v
+    return 1.0 / (v * seconds_per_unit(name)) if v else float("inf")
+
+
 def throughput_metric(names):
     """The main throughput metric among NAMES, or None.
 
-    Tokens per second beat samples, words, anything called throughput, iterations and bare
-    rates; among equals, a current value beats a running average, generation beats prompt
+    Tokens per second beat samples, words, anything called throughput, iterations, bare
+    rates and, last, a time per step (is_inverse); among equals, a current value beats a running average, generation beats prompt
     (vLLM), then the shorter name.
     """
     best = None

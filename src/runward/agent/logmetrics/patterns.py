@@ -31,9 +31,24 @@ NAME_TAIL_RE = re.compile(
     r"['\"]?\s*(?:[=:]\s*)?['\"]?\[*\s*$"
 )
 UNIT_GLUED_RE = re.compile(r"^[A-Za-z%/]+")
-SUFFIX_RE = re.compile(r"^([kKMGT])(?:i?B)?(?![A-Za-z0-9])")
-SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+# What may follow a number: a multiplier (14.5K, nanotron's 1.2B), decimal bytes (0.63GB,
+# scaled to bytes) or binary bytes (31.72GiB, kept as printed, with the unit).
+SUFFIX_RE = re.compile(r"^([kKMGT]i?B|[kKMGTB])(?![A-Za-z0-9])")
+SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "B": 1e9}
 RATE_UNIT_RE = re.compile(r"^ ?([A-Za-z]*/[A-Za-z]+)(?![A-Za-z])")
+# A duration's unit after its number: "893.13ms", "iter time: 412.30 ms", "Time: 0.392s".
+TIME_UNIT_RE = re.compile(r"^ ?(ms|us|s)(?![A-Za-z/])")
+# A unit a name ends with: Megatron's "memory(GiB)", "elapsed time per iteration (ms)".
+NAME_UNIT_RE = re.compile(r"_(gib|mib|kib|tib|gb|mb|ms|us|pct)$")
+NAME_UNIT = {"gib": "GiB", "mib": "MiB", "kib": "KiB", "tib": "TiB", "gb": "GB", "mb": "MB",
+             "ms": "ms", "us": "us", "pct": "%"}
+# A unit glued to a number and an opening parenthesis: a share of it follows (torchtitan's
+# "31.72GiB(40.04%)"); "[  50/1251 (  4%)]" is no such thing.
+SHARE_GAP_RE = re.compile(r"^[A-Za-z]+\($")
+# ANSI colour escapes (torchtitan, nanotron, Keras colour their lines): their digits are no
+# numbers; CSI_OPEN_RE: the text before a number ends inside one.
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CSI_OPEN_RE = re.compile(r"\x1b\[[0-9;]*$")
 SOURCE_RE = re.compile(r"\.(?:py|c|cc|cpp|cu|h|hpp|rs|go)$")
 NORM_RE = re.compile(r"[^a-z0-9]+")
 DIGIT_RUN_B = re.compile(rb"\d+")
@@ -42,10 +57,12 @@ DIGIT_RUN_B = re.compile(rb"\d+")
 # (E0321 02:07:08.408271257 123 ProcessGroupNCCL.cpp:607]), vLLM's `INFO 03-18 09:04:46`.
 PREFIX_RE = re.compile(
     r"^(?:\s*(?:"
-    r"\[[^\]\n]{0,120}\]:?"
+    r"\x1b\[[0-9;]*[A-Za-z]"
+    r"|\[[^\]\n]{0,120}\]:?"
     r"|\([A-Za-z][^)\n]{0,80}\)"
     r"|\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
-    r"|\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|\d\d[-/]\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|[\w.<>]+ - (?=(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b)"
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [\w./-]+:\d+\]"
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b:?"
     r"|[\w./-]+\.(?:py|cc|cpp|h|hpp):\d+(?::\w+)?\]"

@@ -5,7 +5,8 @@ import math
 
 from .alerts import alert, decode
 from .names import (NANCOUNT_RE, R_BOUND, R_DROP, R_LOSS, R_NANCOUNT, R_PROGRESS, STEP_NAMES,
-                    is_loss, is_throughput, norm_name, throughput_metric)
+                    inverse_rate, is_inverse, is_loss, is_throughput, norm_name,
+                    throughput_metric)
 
 MAX_TRACKED = 64  # metrics whose early median is kept in the state
 
@@ -86,8 +87,12 @@ class Rules(object):
                 rnames = (name, "throughput") if name == self.main_tp else (name,)
                 los = [self.mins[r] for r in rnames if r in self.mins]
                 his = [self.maxs[r] for r in rnames if r in self.maxs]
-                checks.append((gi + 1, name, role & ~R_PROGRESS, conv,
-                               max(los) if los else -math.inf, min(his) if his else math.inf))
+                lo = max(los) if los else -math.inf
+                if is_inverse(name) and (role & R_DROP or len(los) + len(his) > (
+                        (name in self.mins) + (name in self.maxs))):
+                    lo = math.inf  # read as a rate (check): never the hot loop's quiet path
+                checks.append((gi + 1, name, role & ~R_PROGRESS, conv, lo,
+                               min(his) if his else math.inf))
             progress = progress or bool(role & R_PROGRESS)
         tpl.progress = progress
         tpl.checks = tuple(checks)
@@ -102,16 +107,19 @@ class Rules(object):
             self._nan(n, line, t, name, v)
         elif role & R_NANCOUNT:
             self._nan_count(n, line, t, name, v)
+        inv = is_inverse(name)
         if role & R_BOUND:
             for rname in ((name, "throughput") if name == self.main_tp else (name,)):
+                # A time per step under a throughput rule is read as the rate it stands for.
+                x = inverse_rate(name, v) if inv and rname == "throughput" else v
                 lo = self.mins.get(rname)
                 if lo is not None:
-                    self._bound("below_min", name, v, v < lo, lo, n, line, t)
+                    self._bound("below_min", name, v, x, x < lo, lo, n, line, t)
                 hi = self.maxs.get(rname)
                 if hi is not None:
-                    self._bound("above_max", name, v, v > hi, hi, n, line, t)
+                    self._bound("above_max", name, v, x, x > hi, hi, n, line, t)
         if role & R_DROP:
-            self._drop(name, v, n, line, t)
+            self._drop(name, v, inverse_rate(name, v) if inv else v, n, line, t)
 
     def _nan(self, n, line, t, name, v):
         key = "nan:" + name
@@ -143,24 +151,31 @@ class Rules(object):
             t = self.clock.of(line) if t else self.clock.now
         return line, t
 
-    def _bound(self, kind, name, v, bad, limit, n, line, t):
+    def _bound(self, kind, name, v, x, bad, limit, n, line, t):
         # Alert when the value crosses the limit; again only after it was back within it for
         # drop_points values in a row (a value that hovers at the limit would alert each line).
-        key = kind + ":" + name
+        # X: the value the limit is compared with (V, or the rate a time per step stands for).
+        key = kind + ":" + name + (":rate" if x is not v else "")
         if bad:
             if key not in self.violating:
                 line, t = self._where(line, t)
                 word = "below the floor" if kind == "below_min" else "above the ceiling"
-                self.alerts.append(alert(kind, t, "%s = %g, %s %g" % (name, v, word, limit),
-                                         n, line, name, v, limit=limit))
+                extra = {"limit": limit}
+                shown = "%s = %g" % (name, v)
+                if x is not v:
+                    extra.update(inverse=True, rate=x)
+                    shown += " (%g steps/s, a time per step read as a rate)" % x
+                self.alerts.append(alert(kind, t, "%s, %s %g" % (shown, word, limit),
+                                         n, line, name, v, **extra))
             self.violating[key] = 0
         elif v == v and key in self.violating:
             self.violating[key] += 1
             if self.violating[key] >= self.drop_points:
                 del self.violating[key]
 
-    def _drop(self, name, v, n, line, t):
-        if v != v:
+    def _drop(self, name, v, x, n, line, t):
+        """The drop rule on X: V itself, or for a time per step the rate it stands for."""
+        if x != x:
             return
         tr = self.tracked.get(name)
         if tr is None:
@@ -168,20 +183,25 @@ class Rules(object):
                 return
             tr = self.tracked[name] = {"early": [], "med": None, "low": 0, "hit": False}
         if tr["med"] is None:
-            tr["early"].append(v)
+            tr["early"].append(x)
             if len(tr["early"]) >= self.early_points:
                 tr["med"] = median(tr["early"])
                 tr["early"] = []
             return
-        if v < self.drop_fraction * tr["med"]:
+        if x < self.drop_fraction * tr["med"]:
             tr["low"] += 1
             if tr["low"] >= self.drop_points and not tr["hit"]:
                 tr["hit"] = True
                 line, t = self._where(line, t)
+                extra = {"median": tr["med"]}
+                shown = "%s = %g" % (name, v)
+                if x is not v:  # the median is of rates, steps per second
+                    extra.update(inverse=True, rate=x)
+                    shown += " (%g steps/s)" % x
                 self.alerts.append(alert(
-                    "drop", t, "%s = %g for %d points in a row, below %g x its early median %g"
-                    % (name, v, tr["low"], self.drop_fraction, tr["med"]), n, line, name, v,
-                    median=tr["med"]))
+                    "drop", t, "%s for %d points in a row, below %g x its early median %g"
+                    % (shown, tr["low"], self.drop_fraction, tr["med"]), n, line, name, v,
+                    **extra))
         else:
             tr["low"] = 0
             tr["hit"] = False

@@ -85,7 +85,8 @@ def scan(log_path, state, rules, now):
     """Parse what LOG_PATH gained since STATE (see the package docstring).
 
     Returns {"state", "points", "points_dropped", "alerts", "last_line", "lines", "bytes",
-    "bytes_read", "more", "reset", "exists"}, and "tail" when rules["tail_lines"].
+    "bytes_read", "more", "reset", "exists", "units"}, and "tail" when rules["tail_lines"];
+    "units": {metric: unit} for the metrics of this call's lines that print one.
     """
     state = dict(state or {})
     rules = rules or {}
@@ -106,7 +107,7 @@ def scan(log_path, state, rules, now):
     out = {"state": new_state, "points": points, "points_dropped": feed.npoints - len(points),
            "alerts": sc.alerts, "last_line": cut(feed.last_line), "lines": feed.lines,
            "bytes": cursor.offset, "bytes_read": read, "more": more, "reset": reset,
-           "exists": f is not None}
+           "exists": f is not None, "units": feed.units}
     if feed.tail is not None:
         out["tail"] = [cut(decode(x.rstrip(b"\r"))) for x in feed.tail]
     return out

@@ -30,7 +30,7 @@ class Template(object):
     """A line skeleton's regex and what its groups are."""
 
     __slots__ = ("match", "names", "convs", "ts", "checks", "progress", "event", "finite",
-                 "losses", "lazy", "fast")
+                 "losses", "lazy", "fast", "units")
 
     def __init__(self, match, names, convs, ts, event=False):
         self.match = match  # compiled fullmatch over the raw line bytes
@@ -44,6 +44,7 @@ class Template(object):
         self.losses = ()  # NaN keys of loss slots whose finite values need no check
         self.lazy = False  # finite and nothing to check: match only if kept as a point
         self.fast = False  # lazy and no event: the hot loop's first test
+        self.units = {}  # metric name -> unit ("GiB", "%", "ms"), for those that have one
 
     def values(self, m):
         groups = m.groups()
@@ -62,7 +63,7 @@ def template(line_b, line):
     if not slots:
         return Template(None, (), None, False, True) if event else None
     named = {}
-    for gi, (i, name, mult, inv) in enumerate(slots):
+    for gi, (i, name, mult, inv, unit) in enumerate(slots):
         named[i] = gi
     pieces = []
     for j, p in enumerate(parts_b):
@@ -71,11 +72,12 @@ def template(line_b, line):
             rx = b"(" + rx + b")"
         pieces.append(rx)
     convs = tuple(converter(mult, inv, b"," in parts_b[2 * i + 1])
-                  for i, name, mult, inv in slots)
+                  for i, name, mult, inv, unit in slots)
     if all(c is float for c in convs):
         convs = None
     ts = bool(TS_RE.match(line) or TS_MD_RE.match(line))
     tpl = Template(re.compile(b"".join(pieces), re.S).fullmatch,
                    tuple(s[1] for s in slots), convs, ts, event)
     tpl.finite = not NAN_WORD_RE_B.search(line_b.translate(None, DIGITS))
+    tpl.units = {s[1]: s[4] for s in slots if s[4]}
     return tpl
