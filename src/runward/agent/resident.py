@@ -149,6 +149,7 @@ def main(params, serve):
     except OSError:
         return 0  # another one serves this home
     srv, ino = _listen(sock)
+    _preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
     try:
         _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve))
@@ -159,6 +160,18 @@ def main(params, serve):
                 os.unlink(sock)
         except OSError:
             pass
+
+
+def _preload():
+    """Import, once, what the read-only verbs use (their op modules and the log parser, whose
+    regexes compile at import): each connection's forked child then starts with them."""
+    from .main import handler
+    for op in OPS:
+        try:
+            handler(op)
+        except Exception:
+            pass  # an op this agent cannot serve here answers for itself, in its child
+    from . import logmetrics  # noqa: F401  (status reads the run's health)
 
 
 def _accept_loop(srv, sock, ino, idle, handle):
