@@ -164,7 +164,7 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
         raise NotVerified(f"{name}: every process is dead, but {held}"
                           + (f" after {rel['timeout_s']:g}s" if rel.get("timeout_s") is not None else ""),
                           "another job or a leaked child holds the GPU (state D: stuck in the driver); "
-                          "`runward gpus` names every holder; raise --gpu-timeout if the driver frees memory slowly",
+                          "`runward gpus` names every holder; raise --gpu-release-timeout if the driver frees memory slowly",
                           result=res)
     return res
 
@@ -329,7 +329,7 @@ def ps(target: Target, pattern: str) -> dict:
 def kill(target: Target, pattern: str, *, signal: str = "TERM", grace: float = 10.0, tree: bool = False,
          yes: bool = False, max_matches: int = 32) -> dict:
     if max_matches < 1:
-        raise BadInput(f"invalid --max {max_matches}", "give a positive number")
+        raise BadInput(f"invalid --max-procs {max_matches}", "give a positive number")
     res = transport.call(target, {"op": "kill", "pattern": pattern, "signal": signal, "grace": grace, "tree": tree,
                                   "yes": yes, "max": max_matches, "caller": _caller()})
     if yes and not res.get("verified_dead"):

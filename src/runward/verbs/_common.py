@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -24,6 +25,11 @@ class Out:
             import json
             sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n")
             sys.stdout.flush()
+
+
+def old_spelling(p, flag: str, dest: str, **kw) -> None:
+    """A renamed flag's old spelling: still read, for one release, and not shown in --help."""
+    p.add_argument(flag, dest=dest, help=argparse.SUPPRESS, **kw)
 
 
 def load_config(args):

@@ -10,8 +10,8 @@ from ._common import emit, load_config, target_of
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("-n", type=int, default=20, metavar="LINES")
-    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-n", type=int, default=20, metavar="LINES", help="the last LINES lines (default 20)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, across restarts")
     p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
 
 

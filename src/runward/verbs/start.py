@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..render import render_start
-from ._common import emit, gpu_list, load_config, target_of
+from ._common import emit, gpu_list, load_config, old_spelling, target_of
 
 
 def add_arguments(p) -> None:
@@ -14,11 +14,12 @@ def add_arguments(p) -> None:
                         "environment, and its value is never stored on the target")
     p.add_argument("--env-file", action="append", metavar="PATH",
                    help="KEY=VALUE lines (docker's format); values are passed, never stored; restart reads the file again")
-    p.add_argument("--cwd", metavar="DIR")
+    p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
     p.add_argument("--log", metavar="PATH", help="log file on the target (appended; default under the run's dir)")
     p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started (default 3)")
     p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
-    p.add_argument("--ready-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--ready-timeout", type=float, metavar="SECONDS",
+                   help="with --ready: how long to wait for that line (default 600)")
     p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
     p.add_argument("--replace-grace", type=float, metavar="SECONDS",
                    help="with --replace: the old attempt's grace (default: the grace it was started with)")
@@ -26,7 +27,9 @@ def add_arguments(p) -> None:
                    help="give up after this long if another verb holds the run (default 30)")
     p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
     p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
-    p.add_argument("--timeout", type=float, metavar="S", help="with --wait-gpus-free (default 300)")
+    p.add_argument("--gpu-wait-timeout", type=float, metavar="SECONDS",
+                   help="with --wait-gpus-free: how long to wait for the GPUs (default 300)")
+    old_spelling(p, "--timeout", "gpu_wait_timeout", type=float)
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
@@ -63,7 +66,7 @@ def run(args, out) -> int:
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
-        kw["wait_gpus_free"] = {"timeout": args.timeout if args.timeout is not None else 300.0,
+        kw["wait_gpus_free"] = {"timeout": args.gpu_wait_timeout if args.gpu_wait_timeout is not None else 300.0,
                                 "max_used_mib": args.max_used if args.max_used is not None else 1024.0}
     kw["replace"] = args.replace
     kw["replace_grace"] = args.replace_grace
