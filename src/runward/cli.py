@@ -162,6 +162,8 @@ def _main(argv: list[str]) -> int:
     try:
         return _verb_module(next(m for n, _, m in VERBS if n == args.cmd)).run(args, out)
     except RunwardError as e:
+        from .verbs._common import suggest_for
+        suggest_for(args, e)
         return _fail(out, args, e)
     except KeyboardInterrupt:
         if out.json:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..errors import BadInput
 from ..render import render_start
-from ._common import emit, gpu_list, load_config, old_spelling, target_of
+from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, target_of
 
 
 def add_arguments(p) -> None:
@@ -72,10 +74,31 @@ def run(args, out) -> int:
     kw["replace_grace"] = args.replace_grace
     kw["lock_timeout"] = args.lock_timeout
     if not kw.get("argv") and kw.get("sh") is None:
-        raise BadInput(f"no command for run {args.name!r}",
-                       f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
-    res = api.start(target, args.name, **kw)
+        close = did_you_mean(args.name, cfg) if args.name not in cfg.runs else None
+        raise BadInput(f"no command for run {args.name!r}", (f"{close} Or: " if close else "")
+                       + f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
+    started: dict = {}
+    try:
+        res = api.start(target, args.name, on_event=lambda ev: started.update(ev.get("started") or {}), **kw)
+    except KeyboardInterrupt:
+        return interrupted(out, "start", target, args.name, started, args.on)
     return emit(out, "start", target, res, render_start(res))
+
+
+def interrupted(out, cmd: str, target, name: str, started: dict, on: str | None) -> int:
+    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us;
+    say whether it was launched (the agent's {"started"} event came) and how to look."""
+    if started:
+        msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
+               f"(its settle period was not watched to the end)")
+    else:
+        msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
+    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+    out.doc({"ok": False, "command": cmd, "target": str(target), "result": dict(started, name=name) if started else None,
+             "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}})
+    if not out.json:
+        print(f"runward {cmd}: {msg}, {hint}", file=sys.stderr)
+    return 130
 
 
 def _over_config(args, kw: dict) -> dict:
@@ -95,6 +118,7 @@ def _over_config(args, kw: dict) -> dict:
     values, sources = read_env(args.env, args.env_file)
     kw["env"] = {**kw.get("env", {}), **values}
     kw["env_from"] = sources
+    kw["env_overrides"] = [k for k in values if k not in sources]
     for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
         v = getattr(args, opt)
         if v is not None:
