@@ -88,10 +88,9 @@ def _plan(req, home, store):
 
 
 def _request_env(req, home):
-    """The request's env, every entry of it: one it leaves out is not set (restart --env K=,
-    an entry runward.toml no longer has). With reuse_env, a value sent back in the form it
-    was shown, [secret] or a URL's ***, means the one the last attempt's record holds (secret
-    values never leave the target)."""
+    """The request's env, whole (an entry left out is not set: restart --env K=). With
+    reuse_env, a value sent back as it was shown ([secret], a URL's ***) means the one the last
+    attempt's record holds: secret values never leave the target."""
     req_env = dict(req.get("env") or {})
     if req.get("reuse_env") and RunStore(home, req.get("name")).exists():
         kept = (RunStore(home, req.get("name")).latest() or {}).get("env") or {}
