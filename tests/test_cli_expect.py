@@ -200,8 +200,22 @@ def test_ctrl_c_before_the_job_is_launched_says_nothing_was_started(cli, tmp_pat
 # --------------------------------------------------------------------------- 8. closed pipe
 
 
+def agents_of(home: Path) -> list[int]:
+    """Agents (not shims) of this home still running: a follower must not outlive its CLI."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"marshal" in cmd and b"runward-shim" not in cmd and b"RUNWARD_HOME=%s" % bytes(home) in env:
+            pids.append(int(d))
+    return pids
+
+
 @pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["ps", "."], ["lint", "pkill -f x"],
-                                  ["exec", "--", "echo", "hi"], ["logs", "bp"], ["--help"]])
+                                  ["exec", "--", "echo", "hi"], ["logs", "bp"], ["logs", "-f", "bp"], ["--help"]])
 def test_a_closed_reader_ends_runward_as_it_ends_git(cli, args):
     rc, doc = cli.json("start", "bp", "--settle", "0.2", "--sh", "echo a line; exec sleep 300")
     assert rc == 0
@@ -216,6 +230,7 @@ def test_a_closed_reader_ends_runward_as_it_ends_git(cli, args):
     # leaves through argparse's exit, whose output the interpreter drops quietly: 0.)
     assert p.returncode == (0 if args == ["--help"] else -signal.SIGPIPE), (p.returncode, p.stderr)
     assert p.stderr == b""
+    wait_for(lambda: not agents_of(cli.home), what="no agent left behind (logs -f's follower)")
 
 
 # --------------------------------------------------------------------------- 10. target names

@@ -373,7 +373,7 @@ def _exchange(argv, head, payload, on_event, timeout):
     try:
         for line in proc.stdout:
             got.take(line)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, or a caller's on_event failing (its reader gone: `logs -f | head`)
         proc.kill()
         raise
     finally:
