@@ -70,7 +70,7 @@ rw() { timeout "${RW_TIMEOUT:-150}" "${RUNWARD[@]}" "$@"; }
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/runward-gpu-check.XXXXXX")"
 export RUNWARD_HOME="$WORK/home"
 cleanup() {
-    rw stop "$NAME" --grace 5 --gpu-timeout 20 >/dev/null 2>&1 || true
+    rw stop "$NAME" --grace 5 --gpu-release-timeout 20 >/dev/null 2>&1 || true
     rm -rf "$WORK" "${STANDIN_STATE:-}" "${STANDIN_STATE:+$STANDIN_STATE.lock}"
 }
 trap cleanup EXIT
@@ -79,7 +79,7 @@ trap cleanup EXIT
 say ""
 say "== start (the job: examples/train.py, TRAIN_GPU_MIB=$MIB, torch on cuda:0)"
 t0=$(now)
-rw start "$NAME" --json --gpus 0 --wait-gpus-free --timeout 30 --settle 1 \
+rw start "$NAME" --json --gpus 0 --wait-gpus-free --gpu-wait-timeout 30 --settle 1 \
     --ready "^gpu: pid=[0-9]+ holds $MIB MiB on (cuda:0|GPU 0)" --ready-timeout 120 \
     --env TRAIN_GPU_MIB="$MIB" --env TRAIN_STEP_SECONDS=0.2 --env TRAIN_WORKERS=1 --env TRAIN_ESCAPEE=0 \
     -- "$PY" "$ROOT/examples/train.py" > "$WORK/start.json"
@@ -121,7 +121,7 @@ fig "status gpu_usage" "$(jget "$WORK/status.json" 'd["result"]["runs"][0].get("
 say ""
 say "== stop (verified dead, then GPU 0 released)"
 t0=$(now)
-rw stop "$NAME" --json --grace 20 --gpu-timeout 60 > "$WORK/stop.json"
+rw stop "$NAME" --json --grace 20 --gpu-release-timeout 60 > "$WORK/stop.json"
 rc=$?
 STOP_S=$(since "$t0")
 fig "stop (wall)" "${STOP_S}s"

@@ -189,7 +189,7 @@ def test_insufficient_permissions_in_a_container_capture(gcli):
     [p] = doc["result"]["gpus"][0]["processes"]
     assert p["pid"] is None and p["raw"]["pid"] == "[Insufficient Permissions]"
     # memory that cannot be read is never taken for free
-    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--", "sleep", "30")
+    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "0", "--", "sleep", "30")
     assert rc == 1 and doc["error"]["type"] == "GpusBusy", doc
     assert "unreadable" in doc["error"]["message"]
 
@@ -287,7 +287,7 @@ def test_gpu_still_held_after_stop_is_exit_5_naming_the_holder(gcli, holders):
     job = doc["result"]["pid"]
     other = holders(1, 71302, gcli.state)
     t0 = time.monotonic()
-    rc, doc = gcli.json("stop", "held", "--gpu-timeout", "2")
+    rc, doc = gcli.json("stop", "held", "--gpu-release-timeout", "2")
     took = time.monotonic() - t0
     assert rc == 5, doc
     assert doc["result"]["verified_dead"] is True and not alive(job)
@@ -296,13 +296,13 @@ def test_gpu_still_held_after_stop_is_exit_5_naming_the_holder(gcli, holders):
     rel = doc["result"]["gpu_release"]
     assert rel["verified"] is False and rel["waited_s"] >= 2.0
     assert [h["pid"] for h in rel["gpus"][0]["holders"]] == [other.pid]
-    assert took < 15, f"stop took {took:.1f}s with --gpu-timeout 2"
-    p = gcli.run("stop", "held", "--gpu-timeout", "0")
+    assert took < 15, f"stop took {took:.1f}s with --gpu-release-timeout 2"
+    p = gcli.run("stop", "held", "--gpu-release-timeout", "0")
     assert p.returncode == 5 and f"GPU 1 still holds 71,302 MiB (pid {other.pid}, state S)" in p.stderr
     # once the holder is gone, the next stop verifies the release
     other.kill()
     other.wait()
-    rc, doc = gcli.json("stop", "held", "--gpu-timeout", "10")
+    rc, doc = gcli.json("stop", "held", "--gpu-release-timeout", "10")
     assert rc == 0 and doc["result"]["gpu_release"]["verified"], doc
 
 
@@ -330,7 +330,7 @@ def test_wait_gpus_free_refuses_naming_the_holder_and_makes_no_record(gcli):
     hog = doc["result"]["pid"]
     wait_for(lambda: fakegpu.query_gpus(gcli.state)[1]["used"] == "20000", what="hog attached")
     t0 = time.monotonic()
-    rc, doc = gcli.json("start", "w", "--gpus", "0,1", "--wait-gpus-free", "--timeout", "1", "--", "sleep", "30")
+    rc, doc = gcli.json("start", "w", "--gpus", "0,1", "--wait-gpus-free", "--gpu-wait-timeout", "1", "--", "sleep", "30")
     assert rc == 1, doc
     assert time.monotonic() - t0 >= 1.0
     err = doc["error"]
@@ -341,13 +341,13 @@ def test_wait_gpus_free_refuses_naming_the_holder_and_makes_no_record(gcli):
     assert not (gcli.home / "runs" / "w").exists(), "a refused start must leave no record"
     rc, doc = gcli.json("status", "w")
     assert rc == 4
-    p = gcli.run("start", "w", "--gpus", "1", "--wait-gpus-free", "--timeout", "0", "--", "sleep", "30")
+    p = gcli.run("start", "w", "--gpus", "1", "--wait-gpus-free", "--gpu-wait-timeout", "0", "--", "sleep", "30")
     assert p.returncode == 1 and f"pid {hog}" in p.stderr and "hint:" in p.stderr
 
 
 def test_wait_gpus_free_succeeds_when_the_holder_exits_during_the_wait(gcli, holders):
     h = holders(0, 50000, gcli.state, seconds=1.5, release_delay=0.5)
-    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "30", "--settle", "0.3",
+    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "30", "--settle", "0.3",
                         "--", "sleep", "30")
     assert rc == 0, doc
     gw = doc["result"]["gpu_wait"]
@@ -361,7 +361,7 @@ def test_stop_cancels_a_start_waiting_for_gpus(gcli, holders):
     start's next poll: the start says Cancelled (exit 1) and leaves nothing; the stop, which
     said whose lock it waited for, goes on."""
     holders(0, 50000, gcli.state)
-    start = gcli.popen("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "60", "--json",
+    start = gcli.popen("start", "w", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "60", "--json",
                        "--", "sleep", "30")
     try:
         lock = gcli.home / "runs" / ".w.lock"
@@ -389,7 +389,7 @@ def test_a_stale_cancel_request_is_ignored(gcli, holders):
     (gcli.home / "runs").mkdir(parents=True, exist_ok=True)
     (gcli.home / "runs" / ".w.cancel").write_text(json.dumps({"pid": 999999999, "start": 1}))
     holders(0, 50000, gcli.state, seconds=1.0, release_delay=0.2)
-    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--timeout", "30", "--settle", "0.3",
+    rc, doc = gcli.json("start", "w", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "30", "--settle", "0.3",
                         "--", "sleep", "30")
     assert rc == 0 and doc["result"]["gpu_wait"]["polls"] >= 2, doc
     rc, doc = gcli.json("stop", "w", "--grace", "5")
@@ -398,10 +398,10 @@ def test_a_stale_cancel_request_is_ignored(gcli, holders):
 
 def test_max_used_threshold_and_memory_without_a_process(gcli):
     set_state(gcli.state, gpu_fields={0: {"base_used": 800}})
-    rc, doc = gcli.json("start", "a", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--settle", "0.2",
+    rc, doc = gcli.json("start", "a", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "0", "--settle", "0.2",
                         "--", "sleep", "30")
     assert rc == 0, doc   # 800 MiB <= the default 1024
-    rc, doc = gcli.json("start", "b", "--gpus", "0", "--wait-gpus-free", "--timeout", "0", "--max-used", "100",
+    rc, doc = gcli.json("start", "b", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "0", "--max-used", "100",
                         "--", "sleep", "30")
     assert rc == 1, doc
     assert "GPU 0 holds 800 MiB (no process listed" in doc["error"]["message"]
@@ -521,7 +521,7 @@ def test_host_pids_in_a_container_are_mapped_through_nspid(ccli, tmp_path, on):
         [u] = doc["result"]["runs"][0]["gpu_usage"]
         assert (u["index"], u["used_mib"], u["run_mib"]) == (0, 4096, None)
 
-        rc, doc = ccli.json("stop", name, "--on", on, "--gpu-timeout", "20")
+        rc, doc = ccli.json("stop", name, "--on", on, "--gpu-release-timeout", "20")
         assert rc == 0, doc
         rel = doc["result"]["gpu_release"]
         assert rel["verified"] and rel["method"] == "memory" and rel["waited_s"] >= 0.5, rel
@@ -557,7 +557,7 @@ def test_a_same_named_run_of_another_home_in_the_container_is_not_claimed(ccli, 
         assert theirs["run"] is None and theirs["other_home_run"] == f"{name}.1"
     finally:
         for on in ("pod", "pod2"):
-            ccli.run("stop", name, "--on", on, "--grace", "5", "--gpu-timeout", "0")
+            ccli.run("stop", name, "--on", on, "--grace", "5", "--gpu-release-timeout", "0")
         _clean_container(ccli, "pod", name)
 
 
@@ -571,7 +571,7 @@ def test_holder_of_a_container_gpu_after_stop_is_named_through_the_host(ccli, tm
         rc, doc = ccli.json("start", name, "--on", on, "--gpus", "0", "--settle", "0.3", "--", "sleep", "300")
         assert rc == 0, doc
         _fake_smi_in(ccli, on, tmp_path, [{"gpu": 0, "pid": 1, "report_pid": outside.pid, "mib": 9000}], gpus=1)
-        rc, doc = ccli.json("stop", name, "--on", on, "--gpu-timeout", "1")
+        rc, doc = ccli.json("stop", name, "--on", on, "--gpu-release-timeout", "1")
         assert rc == 5, doc
         msg = doc["error"]["message"]
         assert f"GPU 0 still holds 9,000 MiB (host pid {outside.pid}, state S" in msg and "outside this target" in msg

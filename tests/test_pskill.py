@@ -66,13 +66,13 @@ def test_kill_dry_run_then_yes_from_a_shell_whose_command_line_has_the_pattern(c
 
 
 def test_kill_refuses_more_than_max(cli, tag, victims):
-    rc, doc = cli.json("kill", tag, "--yes", "--max", "1")
+    rc, doc = cli.json("kill", tag, "--yes", "--max-procs", "1")
     assert rc == 2 and "--max" in doc["error"]["message"]
     assert all(alive(v.pid) for v in victims)
 
 
 def test_never_pid_1_kernel_threads_or_self(cli):
-    rc, doc = cli.json("kill", ".", "--max", "100000")
+    rc, doc = cli.json("kill", ".", "--max-procs", "100000")
     assert rc == 0
     pids = {m["pid"] for m in doc["result"]["matched"]}
     assert 1 not in pids and 2 not in pids

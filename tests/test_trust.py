@@ -94,7 +94,7 @@ def test_kill_under_a_low_fd_limit_never_calls_the_living_dead(cli, tmp_path):
     procs = [subprocess.Popen(["sleep", token]) for _ in range(60)]
     try:
         wait_for(lambda: all(read_stat(p.pid) for p in procs), what="sleepers")
-        p = subprocess.run(cli.argv("kill", f"sleep {token}", "--yes", "--max", "100", "--grace", "5", "--json"),
+        p = subprocess.run(cli.argv("kill", f"sleep {token}", "--yes", "--max-procs", "100", "--grace", "5", "--json"),
                            cwd=cli.cwd, env=cli.env, capture_output=True, text=True, timeout=120,
                            preexec_fn=_low_fd_limit)
         doc = json.loads(p.stdout)

@@ -121,11 +121,14 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           grace: float = DEFAULT_GRACE, files: list[str] | None = None,
           hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
           reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
-          replace_grace: float | None = None) -> dict:
+          replace_grace: float | None = None, env_overrides: list[str] | None = None,
+          on_event: Callable[[dict], None] | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
-    file: see read_env); replace_grace is the grace for the attempt --replace stops (default:
-    that attempt's own)."""
+    file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
+    that `restart --keep-env` knows them from runward.toml's); replace_grace is the grace for
+    the attempt --replace stops (default: that attempt's own). on_event gets
+    {"started": {"attempt", "pid"}} once the job is launched, before its settle period."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -135,9 +138,9 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
            "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
            "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
            "reuse_env": reuse_env, "env_from": dict(env_from or {}), "lock_timeout": lock_timeout,
-           "replace_grace": replace_grace}
+           "replace_grace": replace_grace, "env_overrides": sorted(env_overrides or [])}
     try:
-        return transport.call(target, req)
+        return transport.call(target, req, on_event=on_event)
     except RunwardError as e:
         res = e.result or {}
         if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):
@@ -166,7 +169,7 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
         raise NotVerified(f"{name}: every process is dead, but {held}"
                           + (f" after {rel['timeout_s']:g}s" if rel.get("timeout_s") is not None else ""),
                           "another job or a leaked child holds the GPU (state D: stuck in the driver); "
-                          "`runward gpus` names every holder; raise --gpu-timeout if the driver frees memory slowly",
+                          "`runward gpus` names every holder; raise --gpu-release-timeout if the driver frees memory slowly",
                           result=res)
     return res
 
@@ -177,8 +180,14 @@ def spec(target: Target, name: str) -> dict:
 
 def restart(target: Target, name: str, *, overrides: dict | None = None, grace: float | None = None,
             signal: str | None = None, deploy: Callable[[], dict] | None = None,
-            lock_timeout: float | None = None) -> dict:
-    """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which."""
+            lock_timeout: float | None = None, definition: dict | None = None,
+            keep_env: bool = False) -> dict:
+    """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which.
+
+    definition: the run as runward.toml defines it now (start's keyword arguments), which the
+    new attempt takes instead of the last attempt's spec; the last attempt's --env K=V
+    overrides are then kept only with keep_env. An overrides["env"] value of None unsets
+    that entry. The result's "changed" says what differs from the last attempt (changes)."""
     steps: list[dict] = []
     try:
         last = spec(target, name)
@@ -187,7 +196,8 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         raise
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
-    kw = _restart_kwargs(last.get("spec") or {}, overrides)
+    kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
+    changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
     try:
         steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
@@ -211,35 +221,94 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         raise
     steps.append({"step": "start", "result": res})
     return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
+            "spec_from": "runward.toml" if definition is not None else "last attempt",
+            "last_attempt": last.get("attempt"), "changed": changed,
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
 
 
-def _restart_kwargs(last_spec: dict, overrides: dict | None) -> dict:
-    """The start's keyword arguments for a restart: the last spec, the overrides over it.
-    Values the target never stored (env_from: --env NAME, --env-file) are read again where
-    the start took them from; an entry given now wins, and one typed as NAME=VALUE is no
-    longer read from elsewhere. The spec shows secret values as [secret] (a URL's password
-    as ***): reuse_env, unless the overrides say otherwise, makes the target use the values
-    it kept instead of those characters."""
-    kw = {k: v for k, v in last_spec.items() if v is not None}
+def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,
+                    keep_env: bool = False) -> dict:
+    """The start's keyword arguments for a restart: runward.toml's definition when given, else
+    the last spec; the overrides over it. Values the target never stored (env_from: --env
+    NAME, --env-file) are read again where the start took them from, for a run of
+    runward.toml too (they are where its secrets come from); an entry given now wins, one
+    typed as NAME=VALUE is no longer read from elsewhere, and one given as None is unset.
+    The spec shows secret values as [secret] (a URL's password as ***): reuse_env makes the
+    target use the values it kept instead of those characters."""
     over = dict(overrides or {})
     over_env = over.pop("env", None) or {}
     over_from = over.pop("env_from", None) or {}
-    env_from = {k: src for k, src in {**(kw.get("env_from") or {}), **over_from}.items()
-                if k in over_from or k not in over_env}
+    unset = {k for k, v in over_env.items() if v is None}
+    over_env = {k: v for k, v in over_env.items() if v is not None}
+    last_env = dict(last_spec.get("env") or {})
+    typed = set(last_spec.get("env_overrides") or ())
+    if definition is None:
+        kw = {k: v for k, v in last_spec.items() if v is not None}
+        base_env = last_env
+    else:
+        kw = {k: v for k, v in definition.items() if v is not None}
+        base_env = dict(definition.get("env") or {})
+        if not keep_env:
+            typed = set()
+        elif "env_overrides" not in last_spec:  # an older record: what runward.toml does not say
+            typed = {k for k, v in last_env.items() if base_env.get(k) != v}
+        base_env.update({k: last_env[k] for k in typed if k in last_env})
+    env_from = {k: src for k, src in {**(last_spec.get("env_from") or {}), **over_from}.items()
+                if (k in over_from or k not in over_env) and k not in unset}
     again = resolve_env_from({k: src for k, src in env_from.items() if k not in over_env})
-    kw["env"] = {**kw.get("env", {}), **again, **over_env}
+    kw["env"] = {k: v for k, v in {**base_env, **again, **over_env}.items() if k not in unset}
     kw["env_from"] = env_from
+    kw["env_overrides"] = sorted((typed | {k for k in over_env if k not in over_from}) & set(kw["env"]))
     kw["reuse_env"] = True
     kw.update({k: v for k, v in over.items() if v is not None})
     kw.pop("name", None)
     return kw
 
 
+def changes(last_spec: dict, kw: dict) -> dict:
+    """What a restart changes against the last attempt's spec: env (added, removed, changed;
+    values as they may be shown, so a secret's change is not seen), command, cwd, files."""
+    out: dict = {}
+    old_cmd, new_cmd = _command_text(last_spec), _command_text(kw)
+    if old_cmd != new_cmd:
+        out["command"] = {"from": old_cmd, "to": new_cmd}
+    if (last_spec.get("cwd") or None) != (kw.get("cwd") or None):
+        out["cwd"] = {"from": last_spec.get("cwd"), "to": kw.get("cwd")}
+    old_files, new_files = list(last_spec.get("files") or []), list(kw.get("files") or [])
+    if old_files != new_files:
+        out["files"] = {"added": [f for f in new_files if f not in old_files],
+                        "removed": [f for f in old_files if f not in new_files]}
+    old_env, new_env = _shown_env(last_spec), _shown_env(kw)
+    env = {"added": {k: v for k, v in new_env.items() if k not in old_env},
+           "removed": sorted(k for k in old_env if k not in new_env),
+           "changed": {k: {"from": old_env[k], "to": v} for k, v in new_env.items()
+                       if k in old_env and old_env[k] != v}}
+    env = {k: v for k, v in env.items() if v}
+    if env:
+        out["env"] = env
+    return out
+
+
+def _command_text(kw: dict) -> str | None:
+    if kw.get("sh") is not None:
+        return kw["sh"]
+    import shlex
+    return shlex.join(kw["argv"]) if kw.get("argv") else None
+
+
+def _shown_env(kw: dict) -> dict:
+    """An env as it may be shown: a secret's value redacted; an env_from entry by its source
+    (its value is read again at each start, and never seen here to compare)."""
+    env_from = kw.get("env_from") or {}
+    shown = {k: redact_value(k, str(v)) for k, v in (kw.get("env") or {}).items() if k not in env_from}
+    shown.update({k: f"(from {src})" for k, src in env_from.items()})
+    return shown
+
+
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
                "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "lock_timeout"}
+               "env_overrides", "lock_timeout"}
     return {k: v for k, v in kw.items() if k in allowed}
 
 
@@ -343,7 +412,7 @@ def ps(target: Target, pattern: str) -> dict:
 def kill(target: Target, pattern: str, *, signal: str = "TERM", grace: float = 10.0, tree: bool = False,
          yes: bool = False, max_matches: int = 32) -> dict:
     if max_matches < 1:
-        raise BadInput(f"invalid --max {max_matches}", "give a positive number")
+        raise BadInput(f"invalid --max-procs {max_matches}", "give a positive number")
     res = transport.call(target, {"op": "kill", "pattern": pattern, "signal": signal, "grace": grace, "tree": tree,
                                   "yes": yes, "max": max_matches, "caller": _caller()})
     if yes and not res.get("verified_dead"):

@@ -76,11 +76,11 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
     and building all sixteen costs more start-up than argparse itself); with `bare`, the
     verbs as a list of names and one-line helps (all the top-level help and a bad verb's
     error need)."""
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="runward",
         description="Start, stop, restart and watch named runs on local, SSH and container targets. "
                     "Every answer is verified.",
-        epilog=EXIT_CODES, formatter_class=_Formatter)
+        epilog=EXIT_CODES)
     ap.add_argument("--version", action="version", version="runward 0.1.0")
     if bare:
         w = max(len(name) for name, _, _ in VERBS)
@@ -89,7 +89,7 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
         ap.add_argument("cmd", nargs="?", metavar="COMMAND", choices=[name for name, _, _ in VERBS],
                         help="one of the commands above, then its own arguments")
         return ap
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_parser_class())
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     for name, help_, module in VERBS:
         if only is None or name == only:
             p = sub.add_parser(name, help=help_)
@@ -109,16 +109,37 @@ def _verb_in(argv: list[str]) -> str | None:
 
 # ---------------------------------------------------------------------------------------
 
-def _parser_class():
-    class Parser(argparse.ArgumentParser):
-        def __init__(self, *a, **kw):
-            kw.setdefault("formatter_class", _Formatter)
-            super().__init__(*a, **kw)
-    return Parser
+class BadArguments(Exception):
+    """argparse found the command line wrong: raised instead of its print-and-exit, so the
+    error is said the way every other one is (one JSON document with --json, exit 2)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **kw):
+        kw.setdefault("formatter_class", _Formatter)
+        super().__init__(*a, **kw)
+
+    def error(self, message: str):
+        raise BadArguments(self, message)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # `runward status | head -1`: the reader is gone. Like git, die of SIGPIPE without a
+        # word (the shell sees 141); a broken pipe to a hop's child is not ours to hide.
+        if not output_closed():
+            raise
+        exit_on_closed_output()
+
+
+def _main(argv: list[str]) -> int:
     # Everything after the first `--` is the job's command, verbatim: argparse must not read
     # `python train.py --lr 3e-4` as runward's own options.
     tail = None
@@ -126,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, tail = argv[:i], argv[i + 1:]
     verb = _verb_in(argv)
-    ap = build_parser(only=verb) if verb else build_parser(bare=True)
-    args = ap.parse_args(argv)
-    if tail is not None:
-        if not hasattr(args, "command"):
+    try:
+        ap = build_parser(only=verb) if verb else build_parser(bare=True)
+        args = ap.parse_args(argv)
+        if tail is not None and not hasattr(args, "command"):
             ap.error(f"`runward {args.cmd}` takes no command after --")
+    except BadArguments as e:
+        return _bad_arguments(e, verb, "--json" in argv)
+    if tail is not None:
         args.command = tail
     if not args.cmd:
         ap.print_help()
@@ -141,11 +165,62 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _verb_module(next(m for n, _, m in VERBS if n == args.cmd)).run(args, out)
     except RunwardError as e:
+        from .verbs._common import suggest_for
+        suggest_for(args, e)
         return _fail(out, args, e)
     except KeyboardInterrupt:
         if out.json:
             out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
         return 130
+
+
+# Verbs whose positional words after the options are the job's command: a word argparse
+# cannot place there (an option of the job's) means the `--` was forgotten.
+_TAKES_COMMAND = ("start", "exec")
+
+
+def _bad_arguments(e: BadArguments, verb: str | None, json_mode: bool) -> int:
+    hint = None
+    if e.message.startswith("unrecognized arguments") and verb in _TAKES_COMMAND:
+        hint = (f"put the command after --: runward {verb} {'NAME ' if verb == 'start' else ''}"
+                "[OPTIONS] -- COMMAND [ARG]...")
+    if json_mode:
+        import json
+        doc = {"ok": False, "command": verb, "error": {"type": "BadInput", "message": e.message, "exit_code": 2}}
+        if hint:
+            doc["error"]["hint"] = hint
+        sys.stdout.write(json.dumps(doc) + "\n")
+    else:
+        e.parser.print_usage(sys.stderr)
+        print(f"{e.parser.prog}: error: {e.message}" + (f"\n  hint: {hint}" if hint else ""), file=sys.stderr)
+    return 2
+
+
+def output_closed() -> bool:
+    """Whether stdout or stderr is a pipe whose reader has gone (poll says POLLERR)."""
+    import select
+    try:
+        poller = select.poll()
+        for fd in (1, 2):
+            poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def exit_on_closed_output() -> None:
+    """End as git does when its reader is gone: killed by SIGPIPE, so a shell's pipeline sees
+    141 and nothing is printed (Python ignores SIGPIPE, hence the BrokenPipeError)."""
+    import signal
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # the interpreter's last flush then has somewhere to go
+        os.dup2(devnull, 2)
+    except OSError:
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # SIGPIPE blocked: the same status, said as an exit code
 
 
 def _fail(out, args: argparse.Namespace, e) -> int:

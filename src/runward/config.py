@@ -44,18 +44,37 @@ class Config:
 
     def target(self, text: str | None, run: str | None = None) -> Target:
         """--on TEXT (a name from [targets] or a target string), else the run's `on`, else local."""
+        where = "--on"
         if text is None and run is not None and run in self.runs:
-            text = self.runs[run].get("on")
+            text, where = self.runs[run].get("on"), f"[runs.{run}] on"
         if text is None:
             return Target(())
         if text in self.targets:
             t = self.targets[text]
             return parse_target(t["on"], label=text, home=t.get("home"), python=t.get("python"))
+        if isinstance(text, str) and looks_like_a_name(text):
+            raise self.unknown_target(text, where)
         return parse_target(text)
+
+    def unknown_target(self, name: str, where: str) -> BadInput:
+        """A word that is neither local nor a target string is meant as a target's name."""
+        import difflib
+        known = ", ".join(self.targets) if self.targets else (
+            "none: runward.toml has no [targets]" if self.path else "none: no runward.toml found")
+        close = difflib.get_close_matches(name, list(self.targets), n=1)
+        hint = (f"did you mean {close[0]}? " if close else "") + (
+            f"define it in runward.toml: [targets.{name}] on = \"ssh://HOST\"; or give a target: "
+            "local, ssh://[user@]host[:port], podman:NAME, ssh://host/pct:200")
+        return BadInput(f"no target {name} (known: {known})" + ("" if where == "--on" else f", named by {where}"), hint)
 
     def named_targets(self) -> list[Target]:
         return [parse_target(t["on"], label=name, home=t.get("home"), python=t.get("python"))
                 for name, t in self.targets.items()]
+
+
+def looks_like_a_name(text: str) -> bool:
+    """A bare word (gpu9): not `local`, no scheme, no KIND:NAME hop, no path."""
+    return text != "local" and ":" not in text and "/" not in text and bool(text.strip())
 
 
 def find(start: str | None = None) -> str | None:

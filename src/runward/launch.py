@@ -12,12 +12,16 @@ def entry() -> None:
     objects one by one (6-7 ms, a fifth of a warm status). Output is flushed first, and
     every thread and child the CLI starts is done with by the time main() returns. An
     exception or a SystemExit (argparse's errors, --help) leaves the ordinary way."""
-    from .cli import main
+    from .cli import exit_on_closed_output, main, output_closed
     code = main(sys.argv[1:])
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:  # None: started with that descriptor closed
                 stream.flush()
-    except OSError:  # a closed pipe: let the interpreter report it as it always does
+    except BrokenPipeError:
+        if output_closed():  # `runward status | head -1`: quietly, as git (cli.main)
+            exit_on_closed_output()
+        sys.exit(code)
+    except OSError:  # let the interpreter report it as it always does
         sys.exit(code)
     os._exit(code)

@@ -158,6 +158,9 @@ def render_status(res: dict, target: str) -> str:
     return "\n".join(lines)
 
 
+PROCS_HEADER = f"{'PID':>7} {'STARTED':<8} {'USER':<8} {'RUN':<14} COMMAND"
+
+
 def render_procs(procs: list[dict]) -> str:
     lines = []
     for p in procs:

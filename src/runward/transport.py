@@ -392,7 +392,7 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None):
             got.take(line)
             if got.pending:
                 got.pass_bytes(proc.stdout)
-    except BaseException:  # Ctrl-C, or a handler that gave up: the far side must not go on
+    except BaseException:  # Ctrl-C, or a caller's handler failing (its reader gone: `logs -f | head`)
         proc.kill()
         raise
     finally:

@@ -9,7 +9,7 @@ import time
 
 from . import boot
 from .store import DISK_FULL, Home, disk_full
-from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_notice
+from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_events
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its event (wire.send_bytes)
@@ -88,7 +88,7 @@ def serve(stdin, stdout, only=None):
     req = _request(stdin.readline(), stdout, extra)
     if req is None:
         return 2
-    set_notice(lambda text: reply(stdout, {"event": {"notice": text}}))
+    set_events(lambda ev: reply(stdout, {"event": ev}))
     if only is not None and not (isinstance(req.get("op"), str) and req["op"] in only):
         # the resident is a standing door into this account, open to whatever reaches its
         # socket: only what reads comes through it; a change runs in an agent its caller

@@ -100,18 +100,24 @@ def bad_input(message, hint=None, **details):
     return AgentFailure("BadInput", message, hint, **details)
 
 
-_NOTICE = []  # where notice() writes: set by main.serve for the call it serves
+_EVENTS = []  # where notice() and event() write an event line: set by main.serve for the call it serves
 
 
-def set_notice(fn):
-    _NOTICE[:] = [fn] if fn is not None else []
+def set_events(fn):
+    _EVENTS[:] = [fn] if fn is not None else []
 
 
 def notice(text):
     """Say something to the person while the call waits (a run lock held by another verb):
     an {"event": {"notice": text}} line now, which the CLI prints on stderr for any op."""
-    if _NOTICE:
-        _NOTICE[0](text)
+    event({"notice": text})
+
+
+def event(ev):
+    """An {"event": ev} line now, for any op (start's {"started": ...}: what an interrupted
+    CLI says is still running)."""
+    if _EVENTS:
+        _EVENTS[0](ev)
 
 
 def reply(out, obj, extra=None):

@@ -134,6 +134,10 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
         raise BadInput(f"unknown scheme in target {text!r}", "only ssh:// is supported; containers are kind:NAME")
     for part in filter(None, rest.split("/")):
         kind, sep, name = part.partition(":")
+        if not sep and part == text:  # a bare word: meant as a target's name
+            raise BadInput(f"no target {text} (not a name of runward.toml's [targets], nor a target)",
+                           "define [targets.NAME] in runward.toml, or give local, ssh://[user@]host[:port], "
+                           "podman:NAME, ssh://host/pct:200")
         if not sep or kind not in CONTAINER_KINDS:
             raise BadInput(f"invalid hop {part!r} in target {text!r}",
                            f"a container hop is one of {', '.join(k + ':NAME' for k in CONTAINER_KINDS)}")

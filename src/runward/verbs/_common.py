@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -24,6 +25,11 @@ class Out:
             import json
             sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n")
             sys.stdout.flush()
+
+
+def old_spelling(p, flag: str, dest: str, **kw) -> None:
+    """A renamed flag's old spelling: still read, for one release, and not shown in --help."""
+    p.add_argument(flag, dest=dest, help=argparse.SUPPRESS, **kw)
 
 
 def load_config(args):
@@ -58,18 +64,61 @@ def gpu_list(text: str | list | None) -> list[int] | None:
     return gpus
 
 
+def config_targets(cfg) -> list:
+    """Every target runward.toml names: its [targets], then each run's own (local for a run
+    without `on`), each once."""
+    seen: list = []
+    for t in [*cfg.named_targets(), *(cfg.target(None, run) for run in cfg.runs)]:
+        if t not in seen:
+            seen.append(t)
+    return seen
+
+
+def did_you_mean(name: str, cfg, target=None) -> str | None:
+    """"did you mean train?" for a run name that is neither in runward.toml nor on the
+    target, from the names of both (the target's asked only when given: one status call)."""
+    import difflib
+    names = set(cfg.runs)
+    if target is not None:
+        from .. import api
+        from ..errors import RunwardError
+        try:
+            names |= {r["name"] for r in api.status(target).get("runs") or []}
+        except RunwardError:
+            pass  # the suggestion is a courtesy: the error it goes with is the answer
+    close = difflib.get_close_matches(name, sorted(names - {name}), n=3)
+    return f"did you mean {' or '.join(close)}?" if close else None
+
+
+def suggest_for(args, e) -> None:
+    """A run that is not found (any verb naming one): add "did you mean ...?" to the hint."""
+    name = getattr(args, "name", None)
+    if e.kind != "RunNotFound" or not isinstance(name, str):
+        return
+    try:
+        cfg = load_config(args)
+        if name in cfg.runs:
+            return  # defined, just not on the target (never started there): no other name is meant
+        hint = did_you_mean(name, cfg, target_of(args, cfg, name))
+    except BadInput:
+        return
+    if hint:
+        e.hint = hint + (f" ({e.hint})" if e.hint else "")
+        e.details["did_you_mean"] = hint
+
+
 def emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) -> int:
     out.doc({"ok": code == EXIT_OK, "command": cmd, "target": str(target), "result": result})
     out.say(text)
     return code
 
 
-def on_all(cfg, out, command: str, op, render, *, failed, exit_code) -> int:
-    """`COMMAND --all`: op on every named target of runward.toml at once, one section each;
-    a target's failure is labelled failed(error); the exit code is exit_code(the failed
-    results, all results)."""
+def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=None) -> int:
+    """`COMMAND --all`: op on every named target of runward.toml (or on targets) at once, one
+    section each; a target's failure is labelled failed(error); the exit code is
+    exit_code(the failed results, all results)."""
     from .. import api
-    targets = cfg.named_targets()
+    targets = cfg.named_targets() if targets is None else targets
     if not targets:
         raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
     results = api.fan_out(targets, op)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import BadInput
-from ._common import config_dir, emit, load_config, target_of
+from ._common import config_dir, did_you_mean, emit, load_config, target_of
 
 
 def add_arguments(p) -> None:
@@ -15,6 +15,9 @@ def run(args, out) -> int:
     cfg = load_config(args)
     target = target_of(args, cfg, args.name)
     run_cfg = cfg.runs.get(args.name)
+    close = did_you_mean(args.name, cfg) if run_cfg is None else None
+    if close:
+        raise BadInput(f"no run {args.name!r} in runward.toml", close)
     if not run_cfg or not run_cfg.get("files"):
         raise BadInput(f"run {args.name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")

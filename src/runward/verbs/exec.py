@@ -11,9 +11,10 @@ from ._common import load_config, target_of
 def add_arguments(p) -> None:
     p.add_argument("--sh", metavar="STRING", help="one shell command line (linted first)")
     p.add_argument("--force", action="store_true", help="run --sh even when the linter finds an error")
-    p.add_argument("--cwd", metavar="DIR")
-    p.add_argument("--env", action="append", metavar="K=V")
-    p.add_argument("--timeout", type=float, metavar="S")
+    p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
+    p.add_argument("--env", action="append", metavar="K=V|NAME",
+                   help="environment entry (repeatable); a bare NAME passes NAME from this shell's environment")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long (default: none)")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]...")
 
 

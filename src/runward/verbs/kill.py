@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from ..render import render_procs
-from ._common import emit, load_config, target_of
+from ._common import emit, load_config, old_spelling, target_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("pattern", help="extended regex against the full command line")
-    p.add_argument("--signal", default="TERM", metavar="SIG")
+    p.add_argument("--signal", default="TERM", metavar="SIG", help="the signal sent first (default TERM), then KILL")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS", help="before KILL (default 10)")
     p.add_argument("--tree", action="store_true", help="also every descendant of a match")
     p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
-    p.add_argument("--max", type=int, default=32, help="refuse when more processes match (default 32)")
+    p.add_argument("--max-procs", type=int, default=32, metavar="N", help="refuse when more processes match (default 32)")
+    old_spelling(p, "--max", "max_procs", type=int, default=32)
 
 
 def run(args, out) -> int:
@@ -20,7 +21,7 @@ def run(args, out) -> int:
     cfg = load_config(args)
     target = target_of(args, cfg)
     res = api.kill(target, args.pattern, signal=args.signal, grace=args.grace, tree=args.tree, yes=args.yes,
-                   max_matches=args.max)
+                   max_matches=args.max_procs)
     return emit(out, "kill", target, res, render_kill(res, args.pattern))
 
 

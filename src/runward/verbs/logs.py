@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     p.add_argument("-n", type=int, default=None, metavar="LINES",
                    help="the last LINES lines (default 20; with --attempt, --since or --grep and no -f, "
                         "every selected line)")
-    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, across restarts")
     p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
     p.add_argument("--attempt", type=int, metavar="N", help="attempt N's section of the log only")
     p.add_argument("--since", metavar="DURATION",

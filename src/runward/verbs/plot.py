@@ -9,8 +9,8 @@ from ._common import emit, load_config, target_of
 def add_arguments(p) -> None:
     p.add_argument("name")
     p.add_argument("--metric", action="append", metavar="M", help="metric(s) to draw (default: the main ones)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.png")
-    p.add_argument("--x", choices=("step", "time"), default="step")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="the PNG file to write")
+    p.add_argument("--x", choices=("step", "time"), default="step", help="the x axis: step (default) or time")
 
 
 def run(args, out) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..render import render_procs
+from ..render import PROCS_HEADER, render_procs
 from ._common import emit, load_config, target_of
 
 
@@ -15,4 +15,5 @@ def run(args, out) -> int:
     cfg = load_config(args)
     target = target_of(args, cfg)
     res = api.ps(target, args.pattern)
-    return emit(out, "ps", target, res, render_procs(res["processes"]) or f"no process matches {args.pattern!r}")
+    text = PROCS_HEADER + "\n" + render_procs(res["processes"]) if res["processes"] else ""
+    return emit(out, "ps", target, res, text or f"no process matches {args.pattern!r}")

@@ -1,47 +1,84 @@
-"""runward restart NAME: verified stop, [deploy,] verified start with the last spec."""
+"""runward restart NAME: verified stop, [deploy,] verified start with the run's definition
+(runward.toml's when it has the run, else the last attempt's spec), and what changed."""
 
 from __future__ import annotations
 
 from ..errors import BadInput
 from ..render import render_start, render_stop
-from ._common import config_dir, emit, load_config, target_of
+from ._common import config_dir, emit, load_config, old_spelling, target_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("name")
     p.add_argument("--env", action="append", metavar="K=V|NAME",
-                   help="override/add environment entries; a bare NAME passes NAME from this shell's environment")
+                   help="override/add environment entries; `K=` (empty) unsets K; a bare NAME passes NAME "
+                        "from this shell's environment")
     p.add_argument("--env-file", action="append", metavar="PATH", help="KEY=VALUE lines (docker's format), never stored")
+    p.add_argument("--keep-env", action="store_true",
+                   help="keep the last attempt's --env K=V overrides (a run of runward.toml drops them by default)")
+    p.add_argument("--cwd", metavar="DIR", help="working directory on the target for the new attempt")
     p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
                    help="give up after this long if another verb holds the run (default 30)")
-    p.add_argument("--settle", type=float)
-    p.add_argument("--ready", metavar="REGEX")
-    p.add_argument("--grace", type=float)
-    p.add_argument("--signal", metavar="SIG")
+    p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started")
+    p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
+    p.add_argument("--ready-timeout", type=float, metavar="SECONDS",
+                   help="with --ready: how long to wait for that line (default 600)")
+    p.add_argument("--grace", type=float, metavar="SECONDS",
+                   help="the old attempt's grace before KILL (default: the one it was started with)")
+    p.add_argument("--stop-signal", metavar="SIG",
+                   help="the signal that stops the old attempt (default: the one it was started with)")
+    old_spelling(p, "--signal", "stop_signal")
     p.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
 
 
 def run(args, out) -> int:
     from .. import api
+    from .start import start_kwargs_from_config
     cfg = load_config(args)
     target = target_of(args, cfg, args.name)
-    overrides = {"settle": args.settle, "ready": args.ready}
+    run_cfg = cfg.runs.get(args.name)
     env, env_from = api.read_env(args.env, args.env_file)
+    # `--env K=` typed (not read from a file): unset K for the new attempt
+    env = {k: None if v == "" and k not in env_from else v for k, v in env.items()}
+    overrides = {"settle": args.settle, "ready": args.ready, "ready_timeout": args.ready_timeout, "cwd": args.cwd,
+                 "env": env or None, "env_from": env_from, "reuse_env": True}
     deploy = None
     if args.deploy:
         from .. import files as _files
-        run_cfg = cfg.runs.get(args.name)
         if not run_cfg or not run_cfg.get("files"):
             raise BadInput(f"--deploy: run {args.name!r} has no files in runward.toml",
                            f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
         deploy = lambda: _files.push(target, run_cfg["files"], run=args.name, progress=not out.json,  # noqa: E731
                                      base=config_dir(cfg))
-    res = api.restart(target, args.name, overrides={**overrides, "env": env or None, "env_from": env_from,
-                                                        "reuse_env": True},
-                      grace=args.grace, signal=args.signal, deploy=deploy, lock_timeout=args.lock_timeout)
+    definition = start_kwargs_from_config(run_cfg) if run_cfg else None
+    res = api.restart(target, args.name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
+                      deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env)
     st = res["steps"][-1]["result"]
     text = "\n".join([render_stop(res["steps"][0]["result"]),
                       *(["deployed: " + ", ".join(f["remote"] for f in s["result"].get("files", []))
                          for s in res["steps"] if s["step"] == "deploy"]),
+                      render_changes(res),
                       render_start(st)])
     return emit(out, "restart", target, res, text)
+
+
+def render_changes(res: dict) -> str:
+    """One line per kind of change against the last attempt, under where the spec came from."""
+    where = f"spec from {res['spec_from']}"
+    ch = res.get("changed") or {}
+    if not ch:
+        return f"{where}: unchanged since attempt {res.get('last_attempt')}"
+    lines = [f"{where}: changed since attempt {res.get('last_attempt')}:"]
+    env = ch.get("env") or {}
+    parts = ([f"+{k}={v}" for k, v in (env.get("added") or {}).items()]
+             + [f"{k}: {c['from']} -> {c['to']}" for k, c in (env.get("changed") or {}).items()]
+             + [f"-{k} (unset)" for k in env.get("removed") or []])
+    if parts:
+        lines.append("  env: " + ", ".join(parts))
+    for key in ("command", "cwd"):
+        if key in ch:
+            lines.append(f"  {key}: {ch[key]['from'] or '(default)'} -> {ch[key]['to'] or '(default)'}")
+    if "files" in ch:
+        lines.append("  files: " + ", ".join([f"+{f}" for f in ch["files"]["added"]]
+                                             + [f"-{f}" for f in ch["files"]["removed"]]))
+    return "\n".join(lines)

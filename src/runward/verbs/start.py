@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..errors import BadInput
 from ..render import render_start
-from ._common import emit, gpu_list, load_config, target_of
+from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, target_of
 
 
 def add_arguments(p) -> None:
@@ -14,11 +16,12 @@ def add_arguments(p) -> None:
                         "environment, and its value is never stored on the target")
     p.add_argument("--env-file", action="append", metavar="PATH",
                    help="KEY=VALUE lines (docker's format); values are passed, never stored; restart reads the file again")
-    p.add_argument("--cwd", metavar="DIR")
+    p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
     p.add_argument("--log", metavar="PATH", help="log file on the target (appended; default under the run's dir)")
     p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started (default 3)")
     p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
-    p.add_argument("--ready-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--ready-timeout", type=float, metavar="SECONDS",
+                   help="with --ready: how long to wait for that line (default 600)")
     p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
     p.add_argument("--replace-grace", type=float, metavar="SECONDS",
                    help="with --replace: the old attempt's grace (default: the grace it was started with)")
@@ -26,7 +29,9 @@ def add_arguments(p) -> None:
                    help="give up after this long if another verb holds the run (default 30)")
     p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
     p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
-    p.add_argument("--timeout", type=float, metavar="S", help="with --wait-gpus-free (default 300)")
+    p.add_argument("--gpu-wait-timeout", type=float, metavar="SECONDS",
+                   help="with --wait-gpus-free: how long to wait for the GPUs (default 300)")
+    old_spelling(p, "--timeout", "gpu_wait_timeout", type=float)
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
@@ -63,16 +68,37 @@ def run(args, out) -> int:
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
-        kw["wait_gpus_free"] = {"timeout": args.timeout if args.timeout is not None else 300.0,
+        kw["wait_gpus_free"] = {"timeout": args.gpu_wait_timeout if args.gpu_wait_timeout is not None else 300.0,
                                 "max_used_mib": args.max_used if args.max_used is not None else 1024.0}
     kw["replace"] = args.replace
     kw["replace_grace"] = args.replace_grace
     kw["lock_timeout"] = args.lock_timeout
     if not kw.get("argv") and kw.get("sh") is None:
-        raise BadInput(f"no command for run {args.name!r}",
-                       f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
-    res = api.start(target, args.name, **kw)
+        close = did_you_mean(args.name, cfg) if args.name not in cfg.runs else None
+        raise BadInput(f"no command for run {args.name!r}", (f"{close} Or: " if close else "")
+                       + f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
+    started: dict = {}
+    try:
+        res = api.start(target, args.name, on_event=lambda ev: started.update(ev.get("started") or {}), **kw)
+    except KeyboardInterrupt:
+        return interrupted(out, "start", target, args.name, started, args.on)
     return emit(out, "start", target, res, render_start(res))
+
+
+def interrupted(out, cmd: str, target, name: str, started: dict, on: str | None) -> int:
+    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us;
+    say whether it was launched (the agent's {"started"} event came) and how to look."""
+    if started:
+        msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
+               f"(its settle period was not watched to the end)")
+    else:
+        msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
+    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+    out.doc({"ok": False, "command": cmd, "target": str(target), "result": dict(started, name=name) if started else None,
+             "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}})
+    if not out.json:
+        print(f"runward {cmd}: {msg}, {hint}", file=sys.stderr)
+    return 130
 
 
 def _over_config(args, kw: dict) -> dict:
@@ -92,6 +118,7 @@ def _over_config(args, kw: dict) -> dict:
     values, sources = read_env(args.env, args.env_file)
     kw["env"] = {**kw.get("env", {}), **values}
     kw["env_from"] = sources
+    kw["env_overrides"] = [k for k in values if k not in sources]
     for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
         v = getattr(args, opt)
         if v is not None:

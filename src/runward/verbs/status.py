@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_OK
 from ..render import render_status
-from ._common import config_dir, emit, load_config, on_all, target_of
+from ._common import config_dir, config_targets, emit, load_config, on_all, target_of
 
 
 def add_arguments(p) -> None:
@@ -20,6 +20,12 @@ def run(args, out) -> int:
         return on_all(cfg, out, "status", lambda t: api.status(t, names),
                       lambda r: render_status(r["result"], r["target"]), failed=_failed,
                       exit_code=_all_code)
+    if args.name is None and args.on is None and cfg.path:
+        # in a project: its runs live on runward.toml's targets, not necessarily here
+        targets = config_targets(cfg)
+        if targets and targets != [target_of(args, cfg)]:
+            return on_all(cfg, out, "status", lambda t: api.status(t), lambda r: render_status(r["result"], r["target"]),
+                          failed=_failed, exit_code=_all_code, targets=targets)
     target = target_of(args, cfg, args.name)
     res = api.status(target, [args.name] if args.name else None)
     run_cfg = cfg.runs.get(args.name) if args.name else None

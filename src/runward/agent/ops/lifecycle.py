@@ -15,11 +15,11 @@ from ..secrets import is_shown_form, redact_env
 from ..store import (RunStore, check_name, file_hashes, first_lines, open_log, read_from, read_json,
                      remove_file, tail_lines, write_all, write_json)
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input
+from ..wire import AgentFailure, bad_input, event
 
 LOG_TAIL_LINES = 20
-SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "log", "settle", "ready", "ready_timeout", "gpus",
-             "wait_gpus_free", "stop_signal", "grace", "files", "hash_files")
+SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
+             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files")
 
 
 # --- start
@@ -88,15 +88,14 @@ def _plan(req, home, store):
 
 
 def _request_env(req, home):
-    """The request's env; with reuse_env, the last attempt's env under it (secret values,
-    which never left the target, are taken from the record: a value sent back in the form
-    it was shown, [secret] or a URL's ***, means the recorded one)."""
+    """The request's env, whole (an entry left out is not set: restart --env K=). With
+    reuse_env, a value sent back as it was shown ([secret], a URL's ***) means the one the last
+    attempt's record holds: secret values never leave the target."""
     req_env = dict(req.get("env") or {})
     if req.get("reuse_env") and RunStore(home, req.get("name")).exists():
-        last = RunStore(home, req.get("name")).latest() or {}
-        merged = dict(last.get("env") or {})
-        merged.update({k: v for k, v in req_env.items() if not is_shown_form(k, v, merged.get(k))})
-        req_env = merged
+        kept = (RunStore(home, req.get("name")).latest() or {}).get("env") or {}
+        req_env = {k: kept[k] if is_shown_form(k, v, kept.get(k)) else v for k, v in req_env.items()
+                   if k in kept or not is_shown_form(k, v, None)}
     return req_env
 
 
@@ -264,6 +263,7 @@ def start(req, home):
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
         job = msg["job"]
+        event({"started": {"attempt": n, "pid": job["pid"]}})  # an interrupted CLI can say what runs
         faults.point("start:spawned")
     finally:
         store.unlock(fd)
