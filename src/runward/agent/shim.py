@@ -39,8 +39,14 @@ def spawn(home, name, attempt, env):
     os.close(w)
     os.close(errlog)
     params = json_dumps({"home": home.path, "name": name, "attempt": attempt, "env": env}).encode()
-    p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n")
-    p.stdin.close()
+    try:
+        p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n")
+        p.stdin.close()
+    except OSError as e:  # the shim died before it read its parameters: nothing was started
+        os.close(r)
+        p.wait()
+        raise AgentFailure("StartFailed", "the shim exited (%s) before it read its parameters: %s" % (
+            p.returncode, e), "see %s" % os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt))
     # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
     p.returncode = 0
     return p, r
