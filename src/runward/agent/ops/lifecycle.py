@@ -328,6 +328,9 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
     if live(job) is None:
         res.update({"alive_after_settle": False, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
         raise AgentFailure("ExitedEarly", "%s is gone after the settle period" % store.name, result=res)
+    shim_ident = att.get("shim")
+    if shim_ident and live(shim_ident) is None and not (store.attempt(n) or {}).get("exit"):
+        _shim_died(store, n, job, res)  # it died as the settle ended: still an orphan, said so
     res["alive_after_settle"] = True
     res["verified"] = ["alive_after_settle"]
     if ready_re is not None:
