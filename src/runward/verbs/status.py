@@ -10,18 +10,20 @@ from ._common import config_dir, emit, load_config, on_all, target_of
 def add_arguments(p) -> None:
     p.add_argument("name", nargs="?")
     p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
+    p.add_argument("--since", metavar="DURATION", help="only health alerts of this last while, e.g. 10m")
 
 
 def run(args, out) -> int:
     from .. import api
     cfg = load_config(args)
+    since = api.parse_duration(args.since, "--since")
     if args.all:
         names = [args.name] if args.name else None
-        return on_all(cfg, out, "status", lambda t: api.status(t, names),
+        return on_all(cfg, out, "status", lambda t: api.status(t, names, since),
                       lambda r: render_status(r["result"], r["target"]), failed=_failed,
                       exit_code=_all_code)
     target = target_of(args, cfg, args.name)
-    res = api.status(target, [args.name] if args.name else None)
+    res = api.status(target, [args.name] if args.name else None, since)
     run_cfg = cfg.runs.get(args.name) if args.name else None
     if run_cfg and run_cfg.get("files") and res.get("runs"):
         from .. import files as _files
