@@ -503,8 +503,7 @@ def status(req, home):
     for nm in names or all_names:
         store = RunStore(home, nm)
         if store.exists():
-            runs.append(status_of(store, procs, prot, bid, up, with_drift=bool(names),
-                                  since=req.get("since_s")))
+            runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
 
 
