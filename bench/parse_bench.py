@@ -2,6 +2,7 @@
 """Parsing throughput of runward's log scanner against `grep -c` on the same file.
 
     PYTHONPATH=src python bench/parse_bench.py [--lines 2000000] [--repeat 3] [--keep]
+    PYTHONPATH=src python bench/parse_bench.py --status-gib 1 [--repeat 3]
 
 Writes a synthetic training log of mixed real shapes (plain `step N loss X tok/s Y`, Hugging
 Face Trainer dicts and tqdm bars, DeepSpeed, Megatron-LM, vLLM, nanoGPT, fairseq, timm, JSON
@@ -9,6 +10,10 @@ lines, chatter without numbers) into a temporary directory, then times, best of 
   - logmetrics.scan over the whole file in one call (max_bytes above the file size), and
   - `grep -c step FILE`, the floor any line-oriented reader is compared with.
 Prints lines/s and MB/s for both and the ratio. Nothing leaves the temporary directory.
+
+--status-gib N times instead the first `status` of an N GiB log: the agent's own scan of the
+attempt's facts (ops/health.fact_rules: the newest FULL_BYTES parsed line by line, the rest
+skimmed for events and NaN), with a CUDA OOM written 100 MB from the end, which it must find.
 """
 import argparse
 import os
@@ -89,7 +94,10 @@ def main(argv=None):
     ap.add_argument("--lines", type=int, default=2000000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the temporary log and print its path")
+    ap.add_argument("--status-gib", type=float, metavar="N", help="time the first status of an N GiB log")
     args = ap.parse_args(argv)
+    if args.status_gib:
+        return status_bench(args)
     tmp = tempfile.mkdtemp(prefix="runward-parse-bench-")
     try:
         path = os.path.join(tmp, "train.log")
@@ -123,6 +131,50 @@ def main(argv=None):
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_big(path, size, oom_back):
+    """SIZE bytes of mixed shapes, with a torch CUDA OOM traceback OOM_BACK bytes before the end."""
+    rng = random.Random(0)
+    block = ("\n".join(line for s in range(64) for line in shapes(rng, s)) + "\n").encode()
+    oom = (b"Traceback (most recent call last):\n  File \"train.py\", line 7, in <module>\n"
+           b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    with open(path, "wb") as f:
+        while f.tell() + len(block) < size - oom_back:
+            f.write(block)
+        f.write(oom)
+        while f.tell() + len(block) < size:
+            f.write(block)
+
+
+def status_bench(args):
+    from runward.agent.ops import health as _health
+    tmp = tempfile.mkdtemp(prefix="runward-parse-bench-")
+    try:
+        path = os.path.join(tmp, "train.log")
+        write_big(path, int(args.status_gib * (1 << 30)), 100 * 10**6)
+        size = os.path.getsize(path)
+        rules = dict(_health.fact_rules({}), alive=True)
+
+        def first_status():
+            return _lm.scan(path, {}, rules, time.time())
+
+        t_scan, res = best_of(args.repeat, first_status)
+        kinds = sorted(set(a["kind"] for a in res["alerts"] if a["kind"] in _health.FACT_KINDS))
+        if "cuda_oom" not in kinds or res["more"]:
+            sys.exit("error: the first status missed the OOM 100 MB back (%s)" % kinds)
+        grep = shutil.which("grep")
+        t_grep, _ = best_of(args.repeat, lambda: subprocess.run([grep, "-c", "step", path],
+                                                                stdout=subprocess.PIPE, check=True))
+        print("log: %.2f GiB, %d lines; the first status found %s (%.0f MB skimmed, %.0f MB parsed)"
+              % (size / float(1 << 30), res["lines"], ", ".join(kinds), res["bytes_skimmed"] / 1e6,
+                 res["bytes_read"] / 1e6))
+        print("status:   %8.3f s  %8.1f MB/s" % (t_scan, size / 1e6 / t_scan))
+        print("grep -c:  %8.3f s  %8.1f MB/s" % (t_grep, size / 1e6 / t_grep))
+        print("ratio:    the first status takes %.1fx the time of grep -c (best of %d each; goal <= 5x)"
+              % (t_scan / t_grep, args.repeat))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -312,8 +312,11 @@ def _start_kwargs(kw: dict) -> dict:
     return {k: v for k, v in kw.items() if k in allowed}
 
 
-def status(target: Target, names: list[str] | None = None) -> dict:
-    return transport.call(target, {"op": "status", "names": names or None})
+def status(target: Target, names: list[str] | None = None, since_s: float | None = None) -> dict:
+    req = {"op": "status", "names": names or None}
+    if since_s is not None:
+        req["since_s"] = since_s  # only the health facts of the last since_s seconds
+    return transport.call(target, req)
 
 
 def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FANOUT) -> list[dict]:
@@ -539,11 +542,17 @@ def health(target: Target, name: str, rules: dict | None = None, points: bool = 
 
 
 def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
-          on_points: Callable[[dict], None] | None = None) -> dict:
+          on_points: Callable[[dict], None] | None = None, since_s: float | None = None) -> dict:
+    """Judge the window of for_s seconds from now (and, for the rules, since_s seconds
+    before it): the rules apply to this call only and are never stored."""
     if for_s <= 0:
         raise BadInput(f"invalid --for {for_s}", "give a number of seconds > 0")
-    return transport.call(target, {"op": "watch", "name": name, "for_s": for_s, "rules": rules or {}},
-                          on_event=on_points)
+    if since_s is not None and since_s < 0:
+        raise BadInput(f"invalid --since {since_s}", "give a duration >= 0, e.g. --since 60s")
+    req = {"op": "watch", "name": name, "for_s": for_s, "rules": rules or {}}
+    if since_s:
+        req["since_s"] = since_s
+    return transport.call(target, req, on_event=on_points)
 
 
 # --- records: rm, prune -------------------------------------------------------------------
@@ -551,13 +560,19 @@ def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_duration(text: str, flag: str) -> float:
-    """`7d`, `10m`, `1h30m`, `90s`, `2w`, or plain seconds, as seconds; else BadInput (exit 2)."""
+def parse_duration(text: str | None, flag: str) -> float | None:
+    """`7d`, `10m`, `1h30m`, `90s`, `2w`, or plain seconds, as seconds (None stays None); else
+    BadInput (exit 2)."""
+    if text is None:
+        return None
     s = str(text).strip().lower()
     try:
-        return float(s) if s and s[-1].isdigit() else _units(s)
+        v = float(s) if s and s[-1].isdigit() else _units(s)
     except ValueError:
+        v = -1.0
+    if not v >= 0:  # negative, or NaN
         raise BadInput(f"invalid {flag} {text!r}", f"write a duration like {flag} 7d, 12h, 10m, 90s or 1h30m")
+    return v
 
 
 def _units(s: str) -> float:

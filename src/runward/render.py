@@ -119,7 +119,8 @@ def render_status(res: dict, target: str) -> str:
         if st in ("running", "orphaned"):
             t = r.get("tree") or {}
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
-                     f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}")
+                     f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
+                     f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
         elif st in ("exited", "stray", "failed"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
@@ -144,12 +145,17 @@ def render_status(res: dict, target: str) -> str:
         for d in r.get("local_drift") or []:
             lines.append(f"  local drift: {d['local']} differs from the deployed {d['remote']}")
         h = r.get("health") or {}
-        if h.get("metrics"):
-            lines.append("  metrics: " + "  ".join(f"{k}={_num(v)}" for k, v in h["metrics"].items()))
+        main = h.get("main_metrics")  # the main ones; --json has every metric
+        shown = {k: v for k, v in (h.get("metrics") or {}).items() if main is None or k in main}
+        if shown:
+            lines.append("  metrics: " + "  ".join(f"{k}={_num(v)}" for k, v in shown.items()))
         if h.get("throughput_series"):
             from .health import sparkline
             lines.append(f"  {h['throughput_metric']}: {sparkline(h['throughput_series'])}")
-        for a in h.get("alerts") or []:
+        facts = h.get("alerts") or []
+        if len(facts) > 5:
+            lines.append(f"  {len(facts) - 5} earlier alerts (--json lists them; --since 10m skips old ones)")
+        for a in facts[-5:]:
             from .health import format_alert
             lines.append(f"  alert: {format_alert(a)}")
         lg = r.get("log") or {}

@@ -95,6 +95,18 @@ def leaf_bytes(pid, leaf):
         return b""
 
 
+def pss(pid):
+    """Proportional set size in bytes (/proc/PID/smaps_rollup's Pss: shared pages divided
+    among their sharers), or None where it cannot be read: another user's process, a kernel
+    before 4.14, a process gone meanwhile."""
+    text = read_text("/proc/%d/smaps_rollup" % pid)
+    if text:
+        for line in text.splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
 def read_proc(pid):
     try:
         return look_up(pid)

@@ -4,7 +4,7 @@ an attempt, its tree's size, and the files that changed since it started."""
 import os
 
 from . import cgroups
-from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, boot_time, descendants, read_proc
+from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, boot_time, descendants, pss, read_proc
 from .store import sha256_file, tail_lines
 
 
@@ -113,8 +113,32 @@ def summarize_tree(procs, up, job_pid=None):
     cpu = sum(p.utime + p.stime for p in procs.values()) / float(CLK_TCK)
     rss = sum(p.rss for p in procs.values())
     jp = procs.get(job_pid)
-    return {"processes": len(procs), "cpu_seconds": round(cpu, 2), "rss_bytes": rss,
-            "uptime_s": round(age(jp, up), 1) if jp else None}
+    out = {"processes": len(procs), "cpu_seconds": round(cpu, 2), "rss_bytes": rss,
+           "uptime_s": round(age(jp, up), 1) if jp else None}
+    out.update(tree_pss(procs))
+    return out
+
+
+def tree_pss(procs):
+    """The tree's PSS: forked workers share their parent's pages, so the RSS sum counts them
+    once per process. Null, with the reason, when any member's PSS cannot be read: never a
+    partial sum passed off as the whole."""
+    total, unread = 0, []
+    for p in procs.values():
+        if p.dead:
+            continue  # a zombie holds no memory
+        v = pss(p.pid)
+        if v is None:
+            unread.append(p.pid)
+        else:
+            total += v
+    if not unread:
+        return {"pss_bytes": total}
+    why = ("no /proc/PID/smaps_rollup on this kernel (Linux >= 4.14 has it)"
+           if not os.path.exists("/proc/self/smaps_rollup") else
+           "smaps_rollup unreadable for %d of %d processes (another user's, or gone)"
+           % (len(unread), len(procs)))
+    return {"pss_bytes": None, "pss_note": why}
 
 
 def log_info(path):

@@ -10,14 +10,16 @@ from ._common import config_dir, config_targets, emit, load_config, on_all, targ
 def add_arguments(p) -> None:
     p.add_argument("name", nargs="?")
     p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
+    p.add_argument("--since", metavar="DURATION", help="only health alerts of this last while, e.g. 10m")
 
 
 def run(args, out) -> int:
     from .. import api
     cfg = load_config(args)
+    since = api.parse_duration(args.since, "--since")
     if args.all:
         names = [args.name] if args.name else None
-        return on_all(cfg, out, "status", lambda t: api.status(t, names),
+        return on_all(cfg, out, "status", lambda t: api.status(t, names, since),
                       lambda r: render_status(r["result"], r["target"]), failed=_failed,
                       exit_code=_all_code)
     if args.name is None and args.on is None and cfg.path:
@@ -27,7 +29,7 @@ def run(args, out) -> int:
             return on_all(cfg, out, "status", lambda t: api.status(t), lambda r: render_status(r["result"], r["target"]),
                           failed=_failed, exit_code=_all_code, targets=targets)
     target = target_of(args, cfg, args.name)
-    res = api.status(target, [args.name] if args.name else None)
+    res = api.status(target, [args.name] if args.name else None, since)
     run_cfg = cfg.runs.get(args.name) if args.name else None
     if run_cfg and run_cfg.get("files") and res.get("runs"):
         from .. import files as _files

@@ -15,6 +15,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stall", type=float, metavar="S", help="alert when the log is silent this long while alive")
     p.add_argument("--drop", type=float, metavar="FRACTION",
                    help="alert when throughput stays under FRACTION of its early median (default 0.5)")
+    p.add_argument("--since", metavar="DURATION",
+                   help="the rules also judge lines of this look-back before the window, e.g. 60s "
+                        "(default: from the watch's start)")
 
 
 def run(args, out) -> int:
@@ -31,13 +34,17 @@ def run(args, out) -> int:
             if pts:
                 m = pts[-1].get("metrics", {})
                 print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
-    res = api.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points)
+    since = api.parse_duration(args.since, "--since")
+    res = api.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points, since_s=since)
     if res["healthy"]:
         text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"
                 + (f"; {res['throughput_metric']} last {res['metrics'].get(res['throughput_metric'])}"
                    if res.get("throughput_metric") else ""))
         return emit(out, "watch", target, res, text)
     text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
+    if res.get("ended"):
+        text += f"\n{args.name}: the job is not running"
+
     out.doc({"ok": False, "command": "watch", "target": str(target), "result": res,
              "error": {"type": "Alert", "message": res["alert"].get("detail", res["alert"]["kind"]),
                        "exit_code": 1}})

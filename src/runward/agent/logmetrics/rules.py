@@ -40,6 +40,8 @@ class Rules(object):
         self.main_tp = throughput_metric(self.names)
         self.roles = {}
         self.dirty = False  # the main throughput changed: every template's checks again
+        # A watch's window: values of lines stamped before it are no evidence now.
+        self.not_before = rules.get("not_before")
 
     def role(self, name):
         """Which rules look at metric NAME (bits R_*); redone for every name when the main
@@ -103,6 +105,10 @@ class Rules(object):
     def check(self, n, line, t, name, v, role):
         """Rules on one value. LINE is str or the raw bytes; T a time or, with raw bytes,
         whether the line has a timestamp (both are worked out only for an alert)."""
+        if self.not_before is not None:
+            line, t = self._where(line, t)
+            if t < self.not_before:
+                return
         if role & R_LOSS:
             self._nan(n, line, t, name, v)
         elif role & R_NANCOUNT:

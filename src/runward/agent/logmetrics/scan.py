@@ -11,6 +11,7 @@ from .job import ExitWatch, stall_alert
 from .points import materialize
 from .reader import MAX_BYTES, Cursor, changed, read_new, signature
 from .rules import Rules
+from .skim import Skim
 
 VERSION = 1
 
@@ -29,6 +30,7 @@ class Scan(object):
         self.feed = Feed(rules, state, self.rules, self.events, self.clock)
         self.growth_t = state.get("growth_t")
         self.exits = ExitWatch(state)
+        self.skimmed = 0  # bytes read by the skim (rules["skim"]), not parsed in full
 
     def restart(self):
         """The log was replaced: count its lines from the start; nothing is in progress."""
@@ -44,11 +46,16 @@ class Scan(object):
             cursor.restart()
             self.restart()
         cursor.ident = (st.st_ino, st.st_dev)
+        max_bytes = int(self.config.get("max_bytes", MAX_BYTES))
+        if self.config.get("skim") and st.st_size - cursor.offset > max_bytes:
+            # More than a call parses in full: the older part is skimmed for events and
+            # NaNs (skim.py), the newest max_bytes parsed line by line.
+            self.skimmed = Skim(self.feed).run(f, cursor, st.st_size - max_bytes)
         f.seek(cursor.offset)
-        read = read_new(f, cursor, int(self.config.get("max_bytes", MAX_BYTES)), self.feed)
+        read = read_new(f, cursor, max_bytes, self.feed)
         cursor.offset += read
         end = os.fstat(f.fileno()).st_size
-        if read:
+        if read or self.skimmed:
             self.growth_t = min(self.now, st.st_mtime)
         elif self.growth_t is None and end:
             self.growth_t = min(self.now, st.st_mtime)
@@ -85,8 +92,11 @@ def scan(log_path, state, rules, now):
     """Parse what LOG_PATH gained since STATE (see the package docstring).
 
     Returns {"state", "points", "points_dropped", "alerts", "last_line", "lines", "bytes",
-    "bytes_read", "more", "reset", "exists", "units"}, and "tail" when rules["tail_lines"];
-    "units": {metric: unit} for the metrics of this call's lines that print one.
+    "bytes_read", "bytes_skimmed", "more", "reset", "exists", "units"}, and "tail" when
+    rules["tail_lines"]; "units": {metric: unit} for the metrics of this call's lines that print
+    one. With rules["skim"], what lies more than max_bytes before the end is skimmed (skim.py)
+    rather than left for the next call; with rules["not_before"] (epoch seconds) the value
+    rules pass over lines whose timestamps are older.
     """
     state = dict(state or {})
     rules = rules or {}
@@ -106,7 +116,7 @@ def scan(log_path, state, rules, now):
     points = materialize(feed.points, sc.clock)
     out = {"state": new_state, "points": points, "points_dropped": feed.npoints - len(points),
            "alerts": sc.alerts, "last_line": cut(feed.last_line), "lines": feed.lines,
-           "bytes": cursor.offset, "bytes_read": read, "more": more, "reset": reset,
+           "bytes": cursor.offset, "bytes_read": read, "bytes_skimmed": sc.skimmed, "more": more, "reset": reset,
            "exists": f is not None, "units": feed.units}
     if feed.tail is not None:
         out["tail"] = [cut(decode(x.rstrip(b"\r"))) for x in feed.tail]

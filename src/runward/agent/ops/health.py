@@ -1,76 +1,149 @@
-"""health and watch: the run's log scanned where it lives, incrementally (logmetrics.scan),
-with the parser's state, a bounded series of points and the alerts kept beside the run's
-records (health.json)."""
+"""health, watch, and the health part of status: the run's log read where it lives.
 
+Two kinds of alert, kept apart:
+- the attempt's facts (a NaN/Inf loss, CUDA OOM, a traceback, NCCL, the OOM killer, the exit):
+  found by one incremental scan of the attempt's part of the log, the same for every caller,
+  its state and the facts kept beside the run's records (health.json). The part of a big log
+  beyond FULL_BYTES from its end is skimmed (logmetrics/skim.py), so the first read finds
+  every fact anywhere in it. status shows them (since_s skips old ones); a watch reports each
+  fact once (then marks it "watched").
+- a watch's own rules (floors, ceilings, drops, stalls: runward.toml's and the flags'): judged
+  by a second scan (Judge) held in memory for that call only, over the watch's window: from its
+  start, or a look-back since_s. Never stored, so never replayed by a later call.
+"""
+
+import contextlib
 import fcntl
 import os
 import time
 
 from .. import logmetrics
+from ..logmetrics.alerts import alert
 from ..procfs import live
 from ..store import RunStore, read_json, write_json
 from ..wire import AgentFailure, json_dumps
 
+FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))
+RULE_KINDS = frozenset(("below_min", "above_max", "drop", "stall"))
 POINTS = 2000
 ALERTS = 200
+MARKS = 64  # (time, offset, lines) marks: where the log had been read to, and when
+FULL_BYTES = 8 << 20  # the newest part of the log parsed line by line in one call
+LOOKBACK_BYTES = 32 << 20  # at most this much of the log is read again for a look-back
+NAMES = 256  # metrics whose last value is kept
+VERSION = 2  # health.json: facts only (1 also kept every call's rule alerts)
 
 
-def rules(req_rules, att):
-    out = {"drop_fraction": 0.5, "drop_points": 3, "early_points": 10, "stall_seconds": None,
-           "max_bytes": 32 << 20, "max_points": POINTS}
-    for k, v in (req_rules or {}).items():
-        if v is not None:
-            out[k] = v
+def fact_rules(att, metrics=None):
+    """The rules of the attempt's own scan: events and NaN only. The drop rule runs for its
+    early median alone (a watch's drop rule compares with it); its alerts are not facts."""
+    out = {"drop_fraction": 0.5, "max_bytes": FULL_BYTES, "max_points": POINTS, "skim": True}
+    if metrics:
+        out["metrics"] = metrics  # runward.toml's named regexes: what metrics are, not rules
     job = att.get("job")
     out["alive"] = bool(job) and live(job) is not None
-    out["exit"] = att.get("exit") if att.get("exit") else None
+    out["exit"] = att.get("exit") or None
     return out
 
 
-def scan(store, att, req_rules):
-    """One incremental scan of the current attempt's part of the log; returns
-    (saved record, new alerts, new points)."""
-    path = os.path.join(store.dir, "health.json")
+@contextlib.contextmanager
+def _locked(store):
     lock = os.open(os.path.join(store.home.path, "runs", "." + store.name + ".health.lock"),
                    os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        saved = read_json(path) or {}
-        if saved.get("attempt") != att.get("attempt"):
-            # a new attempt: its part of the (appended) log starts after its header
-            saved = {"attempt": att.get("attempt"), "lm": {"offset": int(att.get("log_offset") or 0)},
-                     "points": [], "alerts": []}
-        before = json_dumps(saved, sort_keys=True)
-        r = rules(req_rules, att)
-        res = logmetrics.scan(att["log"], saved.get("lm") or {}, r, time.time())
-        saved["lm"] = res["state"]
-        saved["points"] = (saved.get("points", []) + res["points"])[-POINTS:]
-        saved["alerts"] = (saved.get("alerts", []) + res["alerts"])[-ALERTS:]
-        saved["last_line"] = res.get("last_line") or saved.get("last_line", "")
-        saved["alive"] = r["alive"]
-        if json_dumps(saved, sort_keys=True) != before:  # a quiet log changes nothing: no write, no fsync
-            write_json(path, saved)
-        return saved, res["alerts"], res["points"]
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(lock)
 
 
-def summary(saved, series_len=60):
+def _load(path, att):
+    saved = read_json(path) or {}
+    if saved.get("attempt") != att.get("attempt"):
+        # a new attempt: its part of the (appended) log starts after its header
+        return {"attempt": att.get("attempt"), "v": VERSION, "points": [], "alerts": [],
+                "lm": {"offset": int(att.get("log_offset") or 0)}, "last": {}, "marks": []}
+    if saved.get("v") != VERSION:  # written before facts and rules were kept apart
+        saved["alerts"] = [a for a in saved.get("alerts") or [] if a.get("kind") in FACT_KINDS]
+        lm = saved.get("lm") or {}
+        lm["violating"] = {k: v for k, v in (lm.get("violating") or {}).items()
+                           if k.startswith(("nan:", "nancount:"))}
+        saved["v"] = VERSION
+    return saved
+
+
+def _mark(saved, now, res):
+    """Remember where the log had been read to by NOW (a line start), thinned so that older
+    marks are further apart: a look-back finds one near its start."""
+    st = res["state"]
+    offset = st["offset"] - len(st.get("carry", "").encode("latin-1"))
+    marks = saved.setdefault("marks", [])
+    if marks and marks[-1][1] == offset:
+        return
+    marks.append([now, offset, res["lines"]])
+    if len(marks) > MARKS:
+        half = len(marks) // 2
+        marks[:half] = marks[:half:2]
+
+
+def scan(store, att, metrics=None):
+    """One incremental scan of the current attempt's part of the log for its facts; returns
+    (saved record, new facts, new points)."""
+    path = os.path.join(store.dir, "health.json")
+    with _locked(store):
+        saved = _load(path, att)
+        before = json_dumps(saved, sort_keys=True)
+        r = fact_rules(att, metrics)
+        now = time.time()
+        res = logmetrics.scan(att["log"], saved.get("lm") or {}, r, now)
+        saved["lm"] = res["state"]
+        saved["points"] = (saved.get("points", []) + res["points"])[-POINTS:]
+        facts = [a for a in res["alerts"] if a["kind"] in FACT_KINDS]
+        saved["alerts"] = (saved.get("alerts", []) + facts)[-ALERTS:]
+        last = saved.setdefault("last", {})
+        for p in res["points"]:
+            for k, v in p["metrics"].items():
+                if k in last or len(last) < NAMES:
+                    last[k] = v
+        _mark(saved, now, res)
+        saved["last_line"] = res.get("last_line") or saved.get("last_line", "")
+        saved["alive"] = r["alive"]
+        if json_dumps(saved, sort_keys=True) != before:  # a quiet log: no write, no fsync
+            write_json(path, saved)
+        return saved, facts, res["points"]
+
+
+def mark_watched(store, att, alerts):
+    """The facts a watch reported are not reported by the next one."""
+    keys = set((a.get("kind"), a.get("line_no"), a.get("t")) for a in alerts)
+    path = os.path.join(store.dir, "health.json")
+    with _locked(store):
+        saved = _load(path, att)
+        for a in saved.get("alerts") or []:
+            if (a.get("kind"), a.get("line_no"), a.get("t")) in keys:
+                a["watched"] = True
+        write_json(path, saved)
+
+
+def summary(saved, series_len=60, since=None):
+    """Every metric's last value, the main ones named (a step, the losses, the throughput),
+    the throughput's series, and the attempt's facts (those of the last SINCE seconds)."""
     points = saved.get("points") or []
-    names = []
-    for p in points:
-        for k in p.get("metrics", {}):
-            if k not in names:
-                names.append(k)
+    last = dict(saved.get("last") or {})
+    if not last:  # a record from before "last" was kept
+        for p in points:
+            last.update(p.get("metrics", {}))
+    names = list(last)
     tp = logmetrics.throughput_metric(names)
-    last = {}
-    for p in points:
-        last.update(p.get("metrics", {}))
-    main = [n for n in names if n in ("step", "iteration", "iter", "epoch") or logmetrics.is_loss(n) or n == tp][:6]
+    main = [n for n in names if n in ("step", "iteration", "iter", "epoch")
+            or logmetrics.is_loss(n) or n == tp][:6]
     series = [p["metrics"][tp] for p in points if tp and tp in p.get("metrics", {})][-series_len:]
-    return {"metrics": {k: last[k] for k in main if k in last}, "throughput_metric": tp,
-            "throughput_series": series, "alerts": (saved.get("alerts") or [])[-5:],
-            "points": len(points)}
+    facts = saved.get("alerts") or []
+    if since is not None:
+        cut = time.time() - float(since)
+        facts = [a for a in facts if (a.get("t") or 0) >= cut]
+    return {"metrics": last, "main_metrics": main, "throughput_metric": tp,
+            "throughput_series": series, "alerts": facts, "points": len(points)}
 
 
 def _latest(req, home):
@@ -83,9 +156,9 @@ def _latest(req, home):
 
 def health(req, home):
     store, att = _latest(req, home)
-    saved, new_alerts, _ = scan(store, att, req.get("rules"))
+    saved, new_facts, _ = scan(store, att, (req.get("rules") or {}).get("metrics"))
     out = summary(saved)
-    out.update({"name": store.name, "attempt": att.get("attempt"), "new_alerts": new_alerts})
+    out.update({"name": store.name, "attempt": att.get("attempt"), "new_alerts": new_facts})
     if req.get("points"):
         out["series"] = saved.get("points") or []
         out["all_alerts"] = saved.get("alerts") or []
@@ -93,29 +166,52 @@ def health(req, home):
 
 
 def watch(req, home, emit):
-    """Follow health for for_s seconds: return at the first alert, or healthy at the end.
-    The log is polled every 0.5 s (no inotify in the stdlib); each poll reads only new bytes."""
+    """Follow health for for_s seconds: return at the first alert (a fact not reported to a
+    watch yet, or one of this call's rules), or healthy at the end. The log is polled every
+    0.5 s (no inotify in the stdlib); each poll reads only new bytes."""
+    from .window import Judge
     store, att = _latest(req, home)
     window = float(req.get("for_s") or 60.0)
-    t0 = time.monotonic()
-    seen_before = None
+    rules = req.get("rules") or {}
+    t0, start = time.monotonic(), time.time()
+    saved, _, new_points = scan(store, att, rules.get("metrics"))
+    judge = Judge(att, saved, rules, start, req.get("since_s"))
+    facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
     while True:
-        att = store.latest() or att
-        saved, new_alerts, new_points = scan(store, att, req.get("rules"))
-        if seen_before is None:
-            # alerts raised before this watch began still count: the run is not healthy now
-            new_alerts = [a for a in saved.get("alerts") or [] if a.get("kind") != "stall"] or new_alerts
-            seen_before = True
         if new_points:
             emit({"points": new_points[-20:]})
-        if new_alerts:
-            out = summary(saved)
-            out.update({"name": store.name, "attempt": att.get("attempt"), "healthy": False,
-                        "alert": new_alerts[0], "alerts": new_alerts, "watched_s": round(time.monotonic() - t0, 2)})
-            return out
-        if time.monotonic() - t0 >= window:
-            out = summary(saved)
-            out.update({"name": store.name, "attempt": att.get("attempt"), "healthy": True,
-                        "watched_s": round(time.monotonic() - t0, 2)})
-            return out
+        alerts = facts + judge.poll(att["log"], saved["alive"], time.time())
+        ended = not saved["alive"]
+        if alerts or ended or time.monotonic() - t0 >= window:
+            break
         time.sleep(min(0.5, max(0.0, window - (time.monotonic() - t0))))
+        latest = store.latest() or att
+        if latest.get("attempt") != att.get("attempt"):  # restarted meanwhile: judge the new one
+            att = latest
+            saved, _, new_points = scan(store, att, rules.get("metrics"))
+            judge = Judge(att, saved, rules, time.time(), None)
+            facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
+            continue
+        att = latest
+        saved, facts, new_points = scan(store, att, rules.get("metrics"))
+    return _reply(store, att, saved, alerts, facts, judge, round(time.monotonic() - t0, 2))
+
+
+def _reply(store, att, saved, alerts, facts, judge, watched_s):
+    out = summary(saved)
+    del out["alerts"]  # the attempt's facts are status's; a watch says what it saw
+    out.update({"name": store.name, "attempt": att.get("attempt"), "watched_s": watched_s,
+                "alive": saved["alive"], "window": judge.window()})
+    if facts:
+        mark_watched(store, att, facts)
+    if not alerts and not saved["alive"]:
+        # The job is gone: no window can be healthy. Its end is the answer (the attempt's
+        # exit fact, reported before or not), not a replay of its log's alerts.
+        ends = [a for a in saved.get("alerts") or [] if a.get("kind") == "exited"]
+        alerts = ends[-1:] or [alert(
+            "exited", time.time(), "the job is not running (no exit recorded)")]
+        out["ended"] = True
+    out["healthy"] = not alerts
+    if alerts:
+        out.update({"alert": alerts[0], "alerts": alerts})
+    return out

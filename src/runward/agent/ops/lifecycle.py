@@ -506,11 +506,11 @@ def status(req, home):
     for nm in names or all_names:
         store = RunStore(home, nm)
         if store.exists():
-            runs.append(status_of(store, procs, prot, bid, up, with_drift=bool(names)))
+            runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
 
 
-def status_of(store, procs, prot, bid, up, with_drift=True):
+def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     att = store.latest()
     state = attempt_state(att, procs, bid)
     out = {"name": store.name, "state": state, "attempt": att.get("attempt") if att else None}
@@ -533,7 +533,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True):
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
     if with_drift:
-        _details(out, store, att, state)
+        _details(out, store, att, state, since)
     return out
 
 
@@ -557,7 +557,7 @@ def _ending(out, att, state, bid):
             out.get("stray_processes") or ())
 
 
-def _details(out, store, att, state):
+def _details(out, store, att, state, since=None):
     """A status of named runs also says: files changed since the start, what deploy wrote,
     and the health read from the log (the only place status imports the log parser)."""
     if state in ("running", "orphaned"):
@@ -570,8 +570,8 @@ def _details(out, store, att, state):
     if att.get("log") and state != "lost":
         from . import health
         try:
-            saved, _, _ = health.scan(store, att, None)
-            out["health"] = health.summary(saved)
+            saved, _, _ = health.scan(store, att)
+            out["health"] = health.summary(saved, since=since)
         except (OSError, ValueError) as e:
             out["health"] = {"error": "could not read the log: %s" % e}
 

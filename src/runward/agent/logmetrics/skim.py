@@ -1,0 +1,143 @@
+"""A fast pass over log bytes that are not parsed in full: every event (CUDA OOM, NCCL, a
+traceback, the OOM killer) and every NaN or Inf anywhere in them is still found, so the first
+read of a big log reports what a line-by-line read of all of it would.
+
+How: each needle below is a regex that starts with a literal, so `re` looks for that literal
+in C and stops only where the text is (nearly) an event or a NaN; a
+line is then handed to the feed, the full parser, with the CONTEXT lines before it (so the
+end of a burst, or of a run of NaN, shows as it would line by line) and, while a traceback is
+open, the lines after it. Lines are counted (`bytes.count`) so every alert keeps its number.
+A pattern here covers every alternative of patterns.EVENT_RE and every NaN/Inf value token:
+tests/test_health_window.py checks that the skim and the full parse report the same alerts.
+"""
+
+import re
+
+from .reader import CARRY_MAX
+from .tracebacks import TB_MAX_LINES
+
+CHUNK = 4 << 20
+CONTEXT = 2  # lines before a hit parsed with it
+# Words of the lines that show training went on (a loss, a step, a throughput). The last such
+# line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
+# would line by line.
+PROGRESS = (b"loss", b"step", b"iter", b"/s")
+# On the chunk lowered (one pass), so "NaN", "NAN" and "nan" are one needle: four passes
+# in all, each anchored on a letter the regex engine looks for in C.
+SKIM_RES = tuple(re.compile(p) for p in (
+    rb"k(?:ill|(?<=traceback) \(most recent call last\):|(?<=distback)enderror)",
+    rb"c(?:cl(?<=nccl)|(?<=wat)hdog (?:got stuck|caught collective)|ode(?<=exitcode) *: -9"
+    rb"|_failed(?<=alloc_failed))",
+    rb"y(?:(?<=out of memory)|(?<=out_of_memory)|(?<=errormemory)allocation)",
+    # a NaN or Inf value, but not Megatron's "number of nan iterations:   0", nor "info"
+    rb"n(?:an(?:(?![a-z_ ])| (?!iter)| iterations: *[1-9])|f(?<=inf)(?:inity)?(?![a-z_]))",
+))
+KILLED_ZH = u"\u5df2\u6740\u6b7b".encode("utf-8")  # only looked for where a \xe5 byte is
+
+
+def hits(body):
+    """Offsets in BODY where a needle matched, in order."""
+    out = set()
+    low = body.lower()  # ASCII only: offsets stay those of BODY
+    for rx in SKIM_RES:
+        out.update(m.start() for m in rx.finditer(low))
+    if b"\xe5" in body:  # memchr: free for a log without CJK text
+        i = body.find(KILLED_ZH)
+        while i >= 0:
+            out.add(i)
+            i = body.find(KILLED_ZH, i + 1)
+    return sorted(out)
+
+
+class Skim(object):
+    """One pass over [offset, stop) of a log, feeding the lines that matter to FEED."""
+
+    def __init__(self, feed):
+        self.feed = feed
+        self.follow = 0  # lines fed after a traceback's start, while it is open
+
+    def run(self, f, cursor, stop):
+        """Read F from CURSOR's offset to STOP; the unfinished line there is left in
+        CURSOR's carry for the full read. Returns the bytes read."""
+        f.seek(cursor.offset)
+        pending, skip = cursor.carry, cursor.skip_long
+        pos = start = cursor.offset
+        while pos < stop:
+            data = f.read(min(CHUNK, stop - pos))
+            if not data:
+                break
+            pos += len(data)
+            if skip:  # the rest of a line already cut at CARRY_MAX
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data, skip = data[nl + 1:], False
+            buf = pending + data if pending else data
+            cut = buf.rfind(b"\n") + 1
+            pending = buf[cut:]
+            if len(pending) > CARRY_MAX:  # a line this long is cut, as the full read does
+                pending, skip = b"", True
+            if cut:
+                self.chunk(buf[:cut] if cut < len(buf) else buf)
+        cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
+        return pos - start
+
+    def chunk(self, body):
+        """BODY: complete lines, the first numbered feed.lines + 1; all are counted."""
+        feed = self.feed
+        base = feed.lines  # lines before BODY
+        done = 0  # BODY's bytes already fed, or passed by
+        if self.follow:  # a traceback still open at the end of the last chunk
+            done = self._follow(body, 0, base)
+        count = [0, base]  # a line start and the lines before it, moved forward only
+        for i in hits(body):
+            ls = body.rfind(b"\n", 0, i) + 1
+            if ls < done:
+                continue  # in a line already fed
+            cs = ls  # context: up to CONTEXT lines before, none fed yet
+            for _ in range(CONTEXT):
+                if cs <= done:
+                    break
+                j = body.rfind(b"\n", done, cs - 1)
+                cs = j + 1 if j >= 0 else done
+            if cs > done:
+                self._progress(body, done, cs, count)
+            le = body.find(b"\n", i) + 1
+            feed.lines = self._number(body, cs, count)
+            feed.feed(body[cs:le])
+            done = le
+            if feed.events.tracebacks.open:
+                self.follow = 1
+                done = self._follow(body, le, self._number(body, le, count))
+        feed.lines = base + body.count(b"\n")
+
+    @staticmethod
+    def _number(body, pos, count):
+        """Lines of BODY before POS (a line start at or after the last one asked) + base."""
+        count[1] += body.count(b"\n", count[0], pos)
+        count[0] = pos
+        return count[1]
+
+    def _progress(self, body, lo, hi, count):
+        """Feed the last line in BODY[lo:hi] that may show progress (see PROGRESS)."""
+        p = max(body.rfind(w, lo, hi) for w in PROGRESS)
+        if p < 0:
+            return
+        j = body.rfind(b"\n", lo, p)
+        ps = j + 1 if j >= 0 else lo
+        self.feed.lines = self._number(body, ps, count)
+        self.feed.feed(body[ps:body.find(b"\n", p) + 1])
+
+    def _follow(self, body, at, n):
+        """Feed the lines of BODY from AT (line N + 1 there) while a traceback is open, up to
+        TB_MAX_LINES after its start. Returns where it stopped."""
+        feed, tbs = self.feed, self.feed.events.tracebacks
+        while tbs.open and self.follow <= TB_MAX_LINES + 1 and at < len(body):
+            le = body.find(b"\n", at) + 1
+            feed.lines = n
+            feed.feed(body[at:le])
+            at, n = le, n + 1
+            self.follow += 1
+        if not tbs.open or self.follow > TB_MAX_LINES + 1:
+            self.follow = 0
+        return at
