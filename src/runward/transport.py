@@ -132,6 +132,11 @@ _SOURCE_ALWAYS = frozenset({"start"})
 # Operations that only read: on an ssh target they may be served by the far side's resident
 # agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
 _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
+# Operations that follow until their window ends, or for ever (logs with "follow"): their
+# stdin is held open until the reply, and the agent ends them when it closes (the CLI
+# interrupted or killed, its ssh or podman killed, the link dropped: every hop passes the EOF
+# on). A follower left running in a container is a process runward leaked.
+_FOLLOWS = frozenset(("watch",))
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 
@@ -168,6 +173,9 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         req["resident"] = {"idle": resident.idle}
     LAST_ROUTE = "exec"
     argv = agent_argv(target)
+    held = payload is None and (bool(req.get("follow")) or req["op"] in _FOLLOWS)
+    if held:
+        req["stdin_held"] = True
     body = json.dumps(req).encode() + b"\n"
     # a payload is a stream that cannot be sent twice: it never risks the retry
     send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
@@ -175,7 +183,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
         t0 = time.monotonic()
-        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout)
+        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, held)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
@@ -349,7 +357,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         pass  # a read-only home: the source goes with every call
 
 
-def _exchange(argv, head, payload, on_event, timeout):
+def _exchange(argv, head, payload, on_event, timeout, held=False):
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
@@ -359,7 +367,7 @@ def _exchange(argv, head, payload, on_event, timeout):
     if payload is None:
         # The agent reads its whole input before it writes a byte, so a plain write cannot
         # deadlock here; a thread is only needed to stream a payload while we read.
-        _feed(proc.stdin, head, None)
+        _feed(proc.stdin, head, None, held)
     else:
         import threading
         writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
@@ -541,13 +549,18 @@ def _inheritable_fds() -> list[int]:
     return fds
 
 
-def _feed(stdin, head: bytes, payload: Iterable[bytes] | None) -> None:
+def _feed(stdin, head: bytes, payload: Iterable[bytes] | None, held: bool = False) -> None:
+    """Write the call's input; close it unless held (a follower's: closed by wait(), or by
+    the kernel when this process dies, which is the far side's sign that nobody follows)."""
     try:
         stdin.write(head)
         if payload is not None:
             for chunk in payload:
                 stdin.write(chunk)
-        stdin.close()
+        if held:
+            stdin.flush()
+        else:
+            stdin.close()
     except (BrokenPipeError, OSError):
         pass  # the far side went away; the reader side diagnoses why
 

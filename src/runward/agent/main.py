@@ -9,7 +9,7 @@ import time
 
 from . import boot
 from .store import DISK_FULL, Home, disk_full
-from .wire import AgentFailure, bad_input, json_loads, reply, set_notice
+from .wire import AgentFailure, bad_input, json_loads, reply, set_caller, set_notice
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OPS = {
@@ -83,6 +83,11 @@ def serve(stdin, stdout, only=None):
     if req is None:
         return 2
     set_notice(lambda text: reply(stdout, {"event": {"notice": text}}))
+    try:
+        # a follower ends when its caller is gone (wire.caller_gone)
+        set_caller(stdin.fileno() if req.get("stdin_held") else None, stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        set_caller(None, None)  # not a file (a test's buffer): followers follow their window
     if only is not None and not (isinstance(req.get("op"), str) and req["op"] in only):
         # the resident is a standing door into this account, open to whatever reaches its
         # socket: only what reads comes through it; a change runs in an agent its caller

@@ -6,6 +6,9 @@ stdout of every call: zero or more {"event": ...} lines, then exactly one reply 
 (docs/protocol.md).
 """
 
+import os
+import time
+
 _JSON = []
 
 
@@ -112,6 +115,40 @@ def notice(text):
     an {"event": {"notice": text}} line now, which the CLI prints on stderr for any op."""
     if _NOTICE:
         _NOTICE[0](text)
+
+
+_CALLER = []  # (stdin fd or None, stdout fd) of the call main.serve serves
+
+
+def set_caller(stdin_fd, stdout_fd):
+    """stdin_fd: where the caller holds its end open until the reply (a request with
+    "stdin_held"), else None; stdout_fd: where the reply goes."""
+    _CALLER[:] = [(stdin_fd, stdout_fd)] if stdout_fd is not None else []
+
+
+def caller_gone(wait_s):
+    """Wait up to wait_s seconds (0: just look); True as soon as whoever asked has gone: EOF
+    on the stdin it holds open while it follows (Ctrl-C, a killed ssh or podman exec, a
+    dropped link all close it, through every hop), or nobody left reading stdout. A follower
+    that only noticed a failed write would run forever inside a container: podman's conmon
+    keeps reading the exec session's stdout after the client is gone."""
+    if not _CALLER:
+        time.sleep(wait_s)
+        return False
+    import select
+    in_fd, out_fd = _CALLER[0]
+    poll = select.poll()
+    if in_fd is not None:
+        poll.register(in_fd, select.POLLIN)
+    poll.register(out_fd, 0)  # POLLERR and POLLHUP are always reported: the reader is gone
+    deadline = time.monotonic() + wait_s
+    while True:
+        for fd, ev in poll.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+            if fd == out_fd or not ev & select.POLLIN or not os.read(in_fd, 4096):
+                return True
+            # bytes after the request mean nothing: read and dropped, the caller is there
+        if time.monotonic() >= deadline:
+            return False
 
 
 def reply(out, obj, extra=None):

@@ -9,7 +9,7 @@ import time
 from .. import logmetrics
 from ..procfs import live
 from ..store import RunStore, read_json, write_json
-from ..wire import AgentFailure, json_dumps
+from ..wire import AgentFailure, caller_gone, json_dumps
 
 POINTS = 2000
 ALERTS = 200
@@ -118,4 +118,5 @@ def watch(req, home, emit):
             out.update({"name": store.name, "attempt": att.get("attempt"), "healthy": True,
                         "watched_s": round(time.monotonic() - t0, 2)})
             return out
-        time.sleep(min(0.5, max(0.0, window - (time.monotonic() - t0))))
+        if caller_gone(min(0.5, max(0.0, window - (time.monotonic() - t0)))):
+            return {"name": store.name, "caller_gone": True}  # nobody reads it: the watch ends

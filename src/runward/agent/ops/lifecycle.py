@@ -15,7 +15,7 @@ from ..secrets import is_shown_form, redact_env
 from ..store import (RunStore, check_name, file_hashes, first_lines, open_log, read_from, read_json,
                      remove_file, tail_lines, write_all, write_json)
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input
+from ..wire import AgentFailure, bad_input, caller_gone
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "log", "settle", "ready", "ready_timeout", "gpus",
@@ -602,8 +602,10 @@ def _follow(store, att, log, pos, emit, for_s):
             *lines, pending = pending.split(b"\n")
             for ln in lines:
                 emit({"line": ln.decode("utf-8", "replace")})
-        else:
-            time.sleep(0.1)
+        if caller_gone(0 if data else 0.1):
+            # Ctrl-C, a killed ssh or podman, a dropped link: a follower left behind would
+            # run forever in the container, hidden from `runward ps`
+            break
     return {"name": store.name, "log": log, "followed": True}
 
 
