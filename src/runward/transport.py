@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from .agent import boot as _boot
 from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
-from .cache import cache_path, local_home, read_cache, write_cache
+from .cache import cache_path, local_home, make_private_dir, read_cache, write_cache
 from .targets import Hop, Target
 
 _AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
@@ -100,7 +100,7 @@ def control_dir() -> str:
         import hashlib
         d = os.path.join("/tmp", f"runward-{os.getuid()}-{hashlib.sha1(home.encode()).hexdigest()[:10]}")
     try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        make_private_dir(d)
     except OSError as e:
         raise BadInput(f"cannot create the ssh control directory {d}: {e.strerror}", "check RUNWARD_HOME")
     st = os.lstat(d)
@@ -347,7 +347,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         write_cache(path, "".join(x + "\n" for x in keep).encode())
         return
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        make_private_dir(os.path.dirname(path))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, (entry + "\n").encode())

@@ -602,9 +602,7 @@ def _follow(store, att, log, pos, emit, for_s):
             *lines, pending = pending.split(b"\n")
             for ln in lines:
                 emit({"line": ln.decode("utf-8", "replace")})
-        if caller_gone(0 if data else 0.1):
-            # Ctrl-C, a killed ssh or podman, a dropped link: a follower left behind would
-            # run forever in the container, hidden from `runward ps`
+        if caller_gone(0 if data else 0.1):  # Ctrl-C, a killed ssh/podman: end, never leak
             break
     return {"name": store.name, "log": log, "followed": True}
 
