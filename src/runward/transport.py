@@ -631,6 +631,15 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
         if re.search(_CONTAINER_STOPPED, err):
             return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
                              details=details)
+    missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", err)
+    if missing and rc == 1:
+        # the bootstrap's own imports (the agent answers this itself once it runs): the
+        # target's state, said once, with no traceback
+        where = str(target.hops[-1]) if target.hops else "local"
+        return HopFailed(f"{where}: python3 on the target lacks the standard module {missing.group(1)!r}",
+                         "install the whole standard library there: apt-get install -y python3 (Debian/Ubuntu: "
+                         "python3-minimal alone is not enough)", hop=where,
+                         details={"exit_status": rc, "module": missing.group(1), "argv0": raw.argv[0]})
     if rc in (126, 127) or re.search(_PYTHON_MISSING, err):
         hop = target.hops[-1] if target.hops else None
         where = str(hop) if hop else "local"
@@ -662,7 +671,8 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
                           "a login script on the target prints to stdout (e.g. an echo in .bashrc); "
                           "make it quiet for non-interactive shells", hop=str(target.hops[-1]) if target.hops else "local",
                           details=details)
-    return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last if last else ''}",
+    # the message has stderr's last line; details (shown below it) the last five
+    return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last.splitlines()[-1] if last else ''}",
                       "run `runward doctor` on this target", hop=str(target.hops[-1]) if target.hops else "local",
                       details=details)
 

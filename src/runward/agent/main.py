@@ -109,14 +109,33 @@ def serve(stdin, stdout, only=None):
     except AgentFailure as e:
         reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": e.to_dict()}, extra)
         return 1
+    except ImportError as e:  # of our own package: a bug; else a module this python lacks
+        if not e.name or e.name.split(".")[0] == "runward_agent":
+            return _bug(stdout, e, extra)
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": missing_module(e.name).to_dict()}, extra)
+        return 1
     except BrokenPipeError:
         return 1
     except Exception as e:  # a bug: send it home with its traceback (rebuilt locally)
-        import traceback
-        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
-            "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
-            "traceback": traceback.format_exc()}}, extra)
-        return 1
+        return _bug(stdout, e, extra)
+
+
+def _bug(stdout, e, extra):
+    import traceback
+    reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
+        "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))}}, extra)
+    return 1
+
+
+def missing_module(name):
+    """A standard module this python lacks: the target's state, said as such, not a bug's
+    traceback (Debian's python3-minimal has no json, shutil, email, ...)."""
+    return AgentFailure(
+        "HopFailed", "python3 on the target (%s %s) lacks the standard module %r" % (
+            sys.executable, sys.version.split()[0], name),
+        "install the whole standard library there: apt-get install -y python3 (Debian/Ubuntu: "
+        "python3-minimal alone is not enough for %s)" % name, module=name)
 
 
 def prune_cache():

@@ -355,7 +355,10 @@ def open_log(path):
 
 
 def write_json(path, obj):
-    import json  # records are indented for people; only the verbs that write pay for json
+    try:
+        import json  # records are indented for people; only the verbs that write pay for json
+    except ImportError:  # python3-minimal
+        from . import minimal as json
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 

@@ -15,7 +15,8 @@ _JSON = []
 def _json_codec():
     """(loads, dumps) through json's own C accelerator, driven directly: json's Python layer
     imports re, and re imports enum, which together cost more than the rest of a status call.
-    Checked once on a sample; where _json is missing or behaves otherwise, plain json."""
+    Checked once on a sample; where _json is missing or behaves otherwise, plain json, and
+    where that is missing too (python3-minimal), minimal.py's."""
     if _JSON:
         return _JSON
     try:
@@ -27,8 +28,12 @@ def _json_codec():
             raise ValueError("_json differs")
         _JSON[:] = [loads, dumps]
     except Exception:
-        import json as json_
-        _JSON[:] = [json_.loads, json_.dumps]
+        try:
+            import json as json_
+            _JSON[:] = [json_.loads, json_.dumps]
+        except ImportError:  # python3-minimal has neither _json nor json
+            from . import minimal
+            _JSON[:] = [minimal.loads, minimal.dumps]
     return _JSON
 
 

@@ -198,8 +198,8 @@ def _undo_attempt(store, made, fresh):
     created (nothing else was in it)."""
     cgroups.remove(made.get("cgroups"))
     if fresh:
-        import shutil
-        shutil.rmtree(store.dir, ignore_errors=True)
+        from ..minimal import rmtree
+        rmtree(store.dir)
     elif made.get("n") is not None:
         remove_file(store.attempt_path(made["n"]))
 
