@@ -637,8 +637,8 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
         # target's state, said once, with no traceback
         where = str(target.hops[-1]) if target.hops else "local"
         return HopFailed(f"{where}: python3 on the target lacks the standard module {missing.group(1)!r}",
-                         "install the whole standard library there: apt-get install -y python3 (Debian/Ubuntu: "
-                         "python3-minimal alone is not enough)", hop=where,
+                         "install the whole standard library there: apt-get install -y python3 "
+                         "(Debian/Ubuntu; other systems: their python3 package)", hop=where,
                          details={"exit_status": rc, "module": missing.group(1), "argv0": raw.argv[0]})
     if rc in (126, 127) or re.search(_PYTHON_MISSING, err):
         hop = target.hops[-1] if target.hops else None

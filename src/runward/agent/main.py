@@ -134,8 +134,8 @@ def missing_module(name):
     return AgentFailure(
         "HopFailed", "python3 on the target (%s %s) lacks the standard module %r" % (
             sys.executable, sys.version.split()[0], name),
-        "install the whole standard library there: apt-get install -y python3 (Debian/Ubuntu: "
-        "python3-minimal alone is not enough for %s)" % name, module=name)
+        "install the whole standard library there: apt-get install -y python3 (Debian/Ubuntu; "
+        "other systems: their python3 package)", module=name)
 
 
 def prune_cache():
