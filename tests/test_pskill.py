@@ -96,6 +96,23 @@ def test_exec_sh_runs_the_linter_first(cli, tag):
     assert rc == 0 and doc["result"]["stdout"] == "after\n"
 
 
+def test_exec_passes_the_commands_exit_code_through(cli):
+    """As ssh and docker exec do: `exit 3` is runward's 3, a death by signal N is 128+N, our
+    --timeout is 124 (timeout(1)'s); runward's own failures carry "error" in --json."""
+    p = cli.run("exec", "--", "sh", "-c", "echo out; exit 3")
+    assert p.returncode == 3 and p.stdout == "out\n" and "exit code 3" in p.stderr
+    rc, doc = cli.json("exec", "--", "sh", "-c", "exit 3")
+    assert rc == 3 and doc["result"]["exit"] == 3 and doc["result"]["code"] == 3 and "error" not in doc
+    rc, doc = cli.json("exec", "--", "sh", "-c", "kill -TERM $$")
+    assert rc == 128 + 15 and doc["result"]["signal"] == "SIGTERM" and doc["result"]["exit"] == 143
+    rc, doc = cli.json("exec", "--timeout", "0.5", "--", "sleep", "30")
+    assert rc == 124 and doc["result"]["timed_out"] and doc["result"]["exit"] == 124
+    rc, doc = cli.json("exec", "--", "true")
+    assert rc == 0 and doc["result"]["exit"] == 0
+    rc, doc = cli.json("exec")  # no command: runward's own failure, told apart by "error"
+    assert rc == 2 and doc["error"]["type"] == "BadInput" and not doc.get("result")
+
+
 def test_lint_cli_exit_codes_and_stdin(cli):
     p = cli.run("lint", "ssh host \"pct exec 200 -- bash -lc 'pkill -f train.py; nohup ./run.sh &'\"")
     assert p.returncode == 1 and "self-kill" in p.stdout

@@ -242,7 +242,7 @@ def test_reply_that_is_not_json_shows_its_first_bytes(rcli, tmp_path):
 
 def test_exec_returns_code_signal_output_and_self_kill_hint(rcli):
     rc, doc = rcli.json("exec", "--on", "h1pct", "--", "sh", "-c", "echo out; echo err >&2; exit 4")
-    assert rc == 1
+    assert rc == 4 and doc["result"]["exit"] == 4 and "error" not in doc  # passed through, as ssh does
     r = doc["result"]
     assert (r["code"], r["stdout"], r["stderr"]) == (4, "out\n", "err\n") and r["duration_s"] >= 0
     tag = uuid.uuid4().hex[:10]
@@ -250,7 +250,7 @@ def test_exec_returns_code_signal_output_and_self_kill_hint(rcli):
     # there `pkill -f` would also find this very CLI, whose argv carries the pattern
     rc, doc = rcli.json("exec", "--on", "h1pct", "--force", "--sh", f"pkill -9 -f {tag}; echo after-{tag}")
     r = doc["result"]
-    assert rc == 1 and r["signal"] == "SIGKILL" and f"after-{tag}" not in r["stdout"]
+    assert rc == 128 + 9 and r["signal"] == "SIGKILL" and f"after-{tag}" not in r["stdout"]
     assert "killed its own shell" in r["diagnosis"]
 
 

@@ -13,6 +13,33 @@ def local_home() -> str:
     return os.path.abspath(os.path.expanduser(os.environ.get("RUNWARD_HOME") or "~/.runward"))
 
 
+def make_private_dir(path: str) -> None:
+    """path and each missing directory above it made 0700 (os.makedirs gives the parents it
+    makes 0777 & ~umask: ~/.runward came out 0755), and the home narrowed to 0700 when it is
+    ours and only readable by others; one writable by others is refused where it is used."""
+    path = os.path.abspath(path)
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    home = local_home()
+    try:
+        st = os.lstat(home)
+        if os.path.isdir(home) and not os.path.islink(home) and st.st_uid == os.getuid() \
+                and st.st_mode & 0o077 and not st.st_mode & 0o022:
+            os.chmod(home, 0o700)
+    except OSError:
+        pass
+
+
 def cache_path(name: str) -> str:
     return os.path.join(local_home(), "cache", name)
 
@@ -42,7 +69,7 @@ def write_cache(path: str, data: bytes) -> None:
     """Replace a cache file whole (temporary file, then rename), mode 0600 in a 0700
     directory. A home we cannot write is no error: the cache is then recomputed each time."""
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        make_private_dir(os.path.dirname(path))
         tmp = f"{path}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

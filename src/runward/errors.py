@@ -92,6 +92,7 @@ AGENT_TYPES = {
     "Cancelled": OperationFailed,        # a start cancelled by a stop (settling or waiting for GPUs)
     "Orphaned": NotVerified,             # the shim died while the job lives: alive, unsupervised
     "AgentError": AgentError,
+    "HopFailed": HopFailed,              # the far side's python lacks a standard module
 }
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from .agent import boot as _boot
 from .errors import AgentError, BadInput, HopFailed, RunwardError, Unreachable, from_agent
-from .cache import cache_path, local_home, read_cache, write_cache
+from .cache import cache_path, local_home, make_private_dir, read_cache, write_cache
 from .targets import Hop, Target
 
 _AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
@@ -100,7 +100,7 @@ def control_dir() -> str:
         import hashlib
         d = os.path.join("/tmp", f"runward-{os.getuid()}-{hashlib.sha1(home.encode()).hexdigest()[:10]}")
     try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        make_private_dir(d)
     except OSError as e:
         raise BadInput(f"cannot create the ssh control directory {d}: {e.strerror}", "check RUNWARD_HOME")
     st = os.lstat(d)
@@ -144,6 +144,11 @@ _SOURCE_ALWAYS = frozenset({"start"})
 # Operations that only read: on an ssh target they may be served by the far side's resident
 # agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
 _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
+# Operations that follow until their window ends, or for ever (logs with "follow"): their
+# stdin is held open until the reply, and the agent ends them when it closes (the CLI
+# interrupted or killed, its ssh or podman killed, the link dropped: every hop passes the EOF
+# on). A follower left running in a container is a process runward leaked.
+_FOLLOWS = frozenset(("watch",))
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 
@@ -185,6 +190,9 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         req["resident"] = {"idle": resident.idle}
     LAST_ROUTE = "exec"
     argv = agent_argv(target)
+    held = payload is None and (bool(req.get("follow")) or req["op"] in _FOLLOWS)
+    if held:
+        req["stdin_held"] = True
     body = json.dumps(req).encode() + b"\n"
     # a payload is a stream that cannot be sent twice: it never risks the retry
     send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
@@ -192,7 +200,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
         t0 = time.monotonic()
-        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, on_data)
+        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, on_data, held)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
@@ -356,7 +364,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         write_cache(path, "".join(x + "\n" for x in keep).encode())
         return
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        make_private_dir(os.path.dirname(path))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, (entry + "\n").encode())
@@ -366,7 +374,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         pass  # a read-only home: the source goes with every call
 
 
-def _exchange(argv, head, payload, on_event, timeout, on_data=None):
+def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False):
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
@@ -376,7 +384,7 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None):
     if payload is None:
         # The agent reads its whole input before it writes a byte, so a plain write cannot
         # deadlock here; a thread is only needed to stream a payload while we read.
-        _feed(proc.stdin, head, None)
+        _feed(proc.stdin, head, None, held)
     else:
         import threading
         writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
@@ -574,13 +582,18 @@ def _inheritable_fds() -> list[int]:
     return fds
 
 
-def _feed(stdin, head: bytes, payload: Iterable[bytes] | None) -> None:
+def _feed(stdin, head: bytes, payload: Iterable[bytes] | None, held: bool = False) -> None:
+    """Write the call's input; close it unless held (a follower's: closed by wait(), or by
+    the kernel when this process dies, which is the far side's sign that nobody follows)."""
     try:
         stdin.write(head)
         if payload is not None:
             for chunk in payload:
                 stdin.write(chunk)
-        stdin.close()
+        if held:
+            stdin.flush()
+        else:
+            stdin.close()
     except (BrokenPipeError, OSError):
         pass  # the far side went away; the reader side diagnoses why
 
@@ -651,6 +664,15 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
         if re.search(_CONTAINER_STOPPED, err):
             return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
                              details=details)
+    missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", err)
+    if missing and rc == 1:
+        # the bootstrap's own imports (the agent answers this itself once it runs): the
+        # target's state, said once, with no traceback
+        where = str(target.hops[-1]) if target.hops else "local"
+        return HopFailed(f"{where}: python3 on the target lacks the standard module {missing.group(1)!r}",
+                         "install the whole standard library there: apt-get install -y python3 "
+                         "(Debian/Ubuntu; other systems: their python3 package)", hop=where,
+                         details={"exit_status": rc, "module": missing.group(1), "argv0": raw.argv[0]})
     if rc in (126, 127) or re.search(_PYTHON_MISSING, err):
         hop = target.hops[-1] if target.hops else None
         where = str(hop) if hop else "local"
@@ -682,7 +704,8 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
                           "a login script on the target prints to stdout (e.g. an echo in .bashrc); "
                           "make it quiet for non-interactive shells", hop=str(target.hops[-1]) if target.hops else "local",
                           details=details)
-    return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last if last else ''}",
+    # the message has stderr's last line; details (shown below it) the last five
+    return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last.splitlines()[-1] if last else ''}",
                       "run `runward doctor` on this target", hop=str(target.hops[-1]) if target.hops else "local",
                       details=details)
 

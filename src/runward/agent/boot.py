@@ -21,6 +21,7 @@ PROTOCOL = 1
 # the sources costs more than the rest of a status call, so the code objects are cached by
 # the blob's hash in a 0700 directory of the user's own; a cache file that is not ours or is
 # group/world-writable is ignored (nothing world-writable is trusted: docs/protocol.md).
+# The umask 077 around makedirs makes the parents it creates (~/.runward itself) 0700 too.
 BOOTSTRAP = """import sys,os,marshal
 b=sys.stdin.buffer;n,h=b.readline().split();z=b.read(int(n));h=h.decode()
 d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')
@@ -35,7 +36,7 @@ except Exception:
  for i in range(0,len(s),2):r=s[i].decode();c[r]=compile(s[i+1],'runward_agent/'+r,'exec')
  k=0
  try:
-  os.makedirs(d,0o700,exist_ok=True);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
+  u=os.umask(63);os.makedirs(d,0o700,exist_ok=True);os.umask(u);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
   os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p);k=1
  except Exception:pass
 exec(c['__main__.py'],{'__name__':'__main__','MODULES':c,'AGENT_SOURCE':z,'AGENT_SHA':h,'AGENT_CACHED':k})"""

@@ -45,9 +45,9 @@ def failure(code, text, exe):
 
 def query(args, timeout=TIMEOUT):
     """(path, exit status, stdout, stderr) of one nvidia-smi call; path None if there is none."""
-    import shutil
     import subprocess
-    exe = shutil.which("nvidia-smi")
+    from .minimal import which  # shutil's, where python3-minimal lacks shutil
+    exe = which("nvidia-smi")
     if exe is None:
         return None, None, "", ""
     try:

@@ -9,7 +9,7 @@ import time
 
 from . import boot
 from .store import DISK_FULL, Home, disk_full
-from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_events
+from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_caller, set_events
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its event (wire.send_bytes)
@@ -89,6 +89,11 @@ def serve(stdin, stdout, only=None):
     if req is None:
         return 2
     set_events(lambda ev: reply(stdout, {"event": ev}))
+    try:
+        # a follower ends when its caller is gone (wire.caller_gone)
+        set_caller(stdin.fileno() if req.get("stdin_held") else None, stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        set_caller(None, None)  # not a file (a test's buffer): followers follow their window
     if only is not None and not (isinstance(req.get("op"), str) and req["op"] in only):
         # the resident is a standing door into this account, open to whatever reaches its
         # socket: only what reads comes through it; a change runs in an agent its caller
@@ -110,14 +115,33 @@ def serve(stdin, stdout, only=None):
     except AgentFailure as e:
         reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": e.to_dict()}, extra)
         return 1
+    except ImportError as e:  # of our own package: a bug; else a module this python lacks
+        if not e.name or e.name.split(".")[0] == "runward_agent":
+            return _bug(stdout, e, extra)
+        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": missing_module(e.name).to_dict()}, extra)
+        return 1
     except BrokenPipeError:
         return 1
     except Exception as e:  # a bug: send it home with its traceback (rebuilt locally)
-        import traceback
-        reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
-            "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
-            "traceback": traceback.format_exc()}}, extra)
-        return 1
+        return _bug(stdout, e, extra)
+
+
+def _bug(stdout, e, extra):
+    import traceback
+    reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": {
+        "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))}}, extra)
+    return 1
+
+
+def missing_module(name):
+    """A standard module this python lacks: the target's state, said as such, not a bug's
+    traceback (Debian's python3-minimal has no json, shutil, email, ...)."""
+    return AgentFailure(
+        "HopFailed", "python3 on the target (%s %s) lacks the standard module %r" % (
+            sys.executable, sys.version.split()[0], name),
+        "install the whole standard library there: apt-get install -y python3 (Debian/Ubuntu; "
+        "other systems: their python3 package)", module=name)
 
 
 def prune_cache():

@@ -105,6 +105,7 @@ def main(home_path, name, attempt, env):
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}
     write_json(store.attempt_path(n), att)
+    _become_subreaper()
     pid, err = _fork_job(att, env, devnull)
     if err:
         att["error"] = err.decode("utf-8", "replace")
@@ -123,9 +124,22 @@ def main(home_path, name, attempt, env):
     att["exit"] = ex
     write_json(store.attempt_path(n), att)
     say(status_fd, {"exit": ex})
+    _reap_ended()
     # an empty cgroup is removed now (rmdir fails while an escaped process is still in it,
     # and then `stop` still finds that process there)
     cgroups.remove(att.get("cgroups"))
+
+
+def _reap_ended():
+    """The orphans that have ended by now; those still alive go on to pid 1 when we exit."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
 
 
 def _fork_job(att, env, devnull):
@@ -179,13 +193,26 @@ def _exec_job(att, env, devnull, err_r, err_w):
             os._exit(127)
 
 
+def _become_subreaper():
+    """Orphans of the job (a double fork's middle, the children of a killed shell) come to
+    the shim instead of pid 1, and _wait_exit reaps them: in a container run without --init,
+    pid 1 (`sleep infinity`) never does, and each would stay a zombie for the container's
+    life. prctl needs ctypes, which python3-minimal lacks: there they go to pid 1 as before."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (prctl(2))
+    except Exception:
+        pass
+
+
 def _wait_exit(pid):
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
-            break
+            got, status = os.waitpid(-1, 0)  # any child: the job, or an orphan handed to us
         except InterruptedError:
             continue
+        if got == pid:
+            break
     ex = {"at": time.time()}
     if os.WIFSIGNALED(status):
         ex.update({"code": None, "signal": signal_name(os.WTERMSIG(status)), "signum": os.WTERMSIG(status)})

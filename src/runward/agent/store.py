@@ -27,6 +27,23 @@ def check_name(name):
     return name
 
 
+def make_private_dirs(path):
+    """path and each missing directory above it, made 0700: os.makedirs gives the parents
+    it makes 0777 & ~umask, and ~/.runward came out 0755 that way."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+
+
 class Home(object):
     def __init__(self, path=None):
         path = path or os.environ.get("RUNWARD_HOME") or os.path.join(os.path.expanduser("~"), ".runward")
@@ -38,16 +55,15 @@ class Home(object):
         return hashlib.sha1(("%d:%s" % (os.getuid(), self.path)).encode()).hexdigest()[:10]
 
     def ensure(self):
-        os.makedirs(self.path, 0o700, exist_ok=True)
-        try:
-            os.mkdir(os.path.join(self.path, "runs"), 0o700)
-        except FileExistsError:
-            pass
+        make_private_dirs(os.path.join(self.path, "runs"))
         st = os.stat(self.path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
             # nothing world-writable is trusted (docs/protocol.md, README on state)
             raise AgentFailure("AgentError", "state directory %s is writable by others or not ours" % self.path,
                                "chmod 700 %s, or set RUNWARD_HOME to a directory of your own" % self.path)
+        if st.st_mode & 0o077:
+            # ours, only readable by others (an older runward made it 0755): the promise is 0700
+            os.chmod(self.path, 0o700)
 
     def run_dir(self, name):
         return os.path.join(self.path, "runs", name)
@@ -339,7 +355,10 @@ def open_log(path):
 
 
 def write_json(path, obj):
-    import json  # records are indented for people; only the verbs that write pay for json
+    try:
+        import json  # records are indented for people; only the verbs that write pay for json
+    except ImportError:  # python3-minimal
+        from . import minimal as json
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 

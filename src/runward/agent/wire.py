@@ -6,13 +6,17 @@ stdout of every call: zero or more {"event": ...} lines, then exactly one reply 
 (docs/protocol.md).
 """
 
+import os
+import time
+
 _JSON = []
 
 
 def _json_codec():
     """(loads, dumps) through json's own C accelerator, driven directly: json's Python layer
     imports re, and re imports enum, which together cost more than the rest of a status call.
-    Checked once on a sample; where _json is missing or behaves otherwise, plain json."""
+    Checked once on a sample; where _json is missing or behaves otherwise, plain json, and
+    where that is missing too (python3-minimal), minimal.py's."""
     if _JSON:
         return _JSON
     try:
@@ -24,8 +28,12 @@ def _json_codec():
             raise ValueError("_json differs")
         _JSON[:] = [loads, dumps]
     except Exception:
-        import json as json_
-        _JSON[:] = [json_.loads, json_.dumps]
+        try:
+            import json as json_
+            _JSON[:] = [json_.loads, json_.dumps]
+        except ImportError:  # python3-minimal has neither _json nor json
+            from . import minimal
+            _JSON[:] = [minimal.loads, minimal.dumps]
     return _JSON
 
 
@@ -118,6 +126,40 @@ def event(ev):
     CLI says is still running)."""
     if _EVENTS:
         _EVENTS[0](ev)
+
+
+_CALLER = []  # (stdin fd or None, stdout fd) of the call main.serve serves
+
+
+def set_caller(stdin_fd, stdout_fd):
+    """stdin_fd: where the caller holds its end open until the reply (a request with
+    "stdin_held"), else None; stdout_fd: where the reply goes."""
+    _CALLER[:] = [(stdin_fd, stdout_fd)] if stdout_fd is not None else []
+
+
+def caller_gone(wait_s):
+    """Wait up to wait_s seconds (0: just look); True as soon as whoever asked has gone: EOF
+    on the stdin it holds open while it follows (Ctrl-C, a killed ssh or podman exec, a
+    dropped link all close it, through every hop), or nobody left reading stdout. A follower
+    that only noticed a failed write would run forever inside a container: podman's conmon
+    keeps reading the exec session's stdout after the client is gone."""
+    if not _CALLER:
+        time.sleep(wait_s)
+        return False
+    import select
+    in_fd, out_fd = _CALLER[0]
+    poll = select.poll()
+    if in_fd is not None:
+        poll.register(in_fd, select.POLLIN)
+    poll.register(out_fd, 0)  # POLLERR and POLLHUP are always reported: the reader is gone
+    deadline = time.monotonic() + wait_s
+    while True:
+        for fd, ev in poll.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+            if fd == out_fd or not ev & select.POLLIN or not os.read(in_fd, 4096):
+                return True
+            # bytes after the request mean nothing: read and dropped, the caller is there
+        if time.monotonic() >= deadline:
+            return False
 
 
 def reply(out, obj, extra=None):

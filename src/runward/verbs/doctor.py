@@ -14,6 +14,8 @@ def run(args, out) -> int:
     cfg = load_config(args)
     target = target_of(args, cfg)
     res = api.doctor(target)
+    if any((h.get("checks") or {}).get("modules_missing") for h in res["hops"]):
+        res["ok"] = False  # reached, but the ops that import those modules would fail there
     code = 0 if res["ok"] else 3
     out.doc({"ok": res["ok"], "command": "doctor", "target": str(target), "result": res})
     out.say(render_doctor(res))
@@ -40,6 +42,14 @@ def render_doctor(res: dict) -> str:
                      f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s (±{c['clock_skew_uncertainty_s']:.3f}s)"
                      f", boot {c['boot_id'][:8]}"
                      f"{', in a container' if c.get('in_container') else ''}")
+        if c.get("modules_missing"):
+            lines.append(f"  {'':<24} python LACKS the standard module(s) {', '.join(c['modules_missing'])}: "
+                         "install the whole standard library there (apt-get install -y python3)")
+        if (c.get("pid1") or {}).get("reaps") is False:
+            z = c["pid1"].get("zombies") or 0
+            lines.append(f"  {'':<24} pid 1 ({c['pid1']['comm']}) DOES NOT REAP orphans"
+                         + (f": {z} zombie(s) under it" if z else "") + "; fix: podman/docker run --init, "
+                         "or an init (tini, catatonit) as the container's entrypoint")
         if c.get("resident"):
             lines.append(f"  {'':<24} resident agent: {_resident_text(c['resident'])}")
     return "\n".join(lines)

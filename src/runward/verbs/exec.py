@@ -1,4 +1,5 @@
-"""runward exec --on TARGET -- COMMAND...: its exit code or signal, output, and a diagnosis."""
+"""runward exec --on TARGET -- COMMAND...: its exit code or signal, output, and a diagnosis. runward exits
+with the command's own code (128+N for signal N), as ssh and docker exec do."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def run(args, out) -> int:
                     timeout=args.timeout)
     res["lint"] = [f.to_dict() for f in lint_findings]
     ok = res["code"] == 0
+    res["exit"] = exit_code(res)
     out.doc({"ok": ok, "command": "exec", "target": str(target), "result": res})
     if not out.json:
         sys.stdout.write(res["stdout"])
@@ -40,7 +42,22 @@ def run(args, out) -> int:
             what = f"killed by {res['signal']}" if res.get("signal") else f"exit code {res['code']}"
             print(f"runward exec: {what} after {res['duration_s']:.2f}s on {target}"
                   + (f"\n  diagnosis: {res['diagnosis']}" if res.get("diagnosis") else ""), file=sys.stderr)
-    return 0 if ok else 1
+    return res["exit"]
+
+
+def exit_code(res: dict) -> int:
+    """The command's own exit code, as ssh and docker exec pass it on: 128+N for a death by
+    signal N (as a shell says it), 124 for our --timeout (as timeout(1) says it). With --json,
+    "error" in the document means runward failed; "result.exit" is the command's."""
+    if res.get("timed_out"):
+        return 124
+    if res.get("signal"):
+        import signal
+        try:
+            return 128 + signal.Signals[res["signal"]].value
+        except KeyError:
+            return 1  # a signal this machine has no number for: failed, and said so above
+    return int(res["code"] or 0) & 0xFF
 
 
 def _lint_first(args) -> list:

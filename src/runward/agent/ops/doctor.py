@@ -20,7 +20,74 @@ def doctor(req, home):
     checks["cgroups"] = _cgroups()
     checks["in_container"] = in_container()
     checks["resident"] = resident.state(home)
+    checks["modules_missing"] = modules_missing()
+    checks["pid1"] = pid1_reaps()
     return checks
+
+
+# pid 1s that never wait() for the orphans the kernel hands them: a container started as
+# `run IMAGE sleep infinity` without --init. Every shim (and every escaped process of a
+# stopped job) then stays a zombie for the container's life.
+NOT_INITS = ("sleep", "tail", "bash", "sh", "dash", "zsh", "cat", "python", "python3", "node", "java")
+
+
+def _stat(pid):
+    """(comm, state, ppid, start time) of a pid, or None."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return None
+    comm = s[s.index("(") + 1:s.rindex(")")]
+    rest = s[s.rindex(")") + 2:].split()
+    return comm, rest[0], int(rest[1]), int(rest[19])
+
+
+def _zombies_of_1():
+    out = set()
+    for d in os.listdir("/proc"):
+        st = _stat(d) if d.isdigit() else None
+        if st and st[1] == "Z" and st[2] == 1:
+            out.add((int(d), st[3], st[0]))
+    return out
+
+
+def pid1_reaps():
+    """{"comm", "reaps", "zombies", "hint"}: whether pid 1 here reaps orphans. It does not
+    when it is a plain program (sleep, tail, a shell) or when zombies under it outlive a
+    moment (an init reaps them within milliseconds)."""
+    one = _stat(1)
+    if one is None:
+        return {"comm": None, "reaps": None, "zombies": 0}
+    zombies = _zombies_of_1()
+    if zombies:
+        time.sleep(0.2)
+        zombies &= _zombies_of_1()
+    reaps = not zombies and one[0] not in NOT_INITS
+    out = {"comm": one[0], "reaps": reaps, "zombies": len(zombies),
+           "zombie_comms": sorted(set(z[2] for z in zombies))[:10]}
+    if not reaps:
+        out["hint"] = ("pid 1 (%s) does not reap orphans: every ended shim stays a zombie; start the "
+                       "container with an init: podman/docker run --init (or tini/catatonit as its "
+                       "entrypoint; LXC and systemd containers have one)" % one[0])
+    return out
+
+
+# The standard modules some op imports when it is asked for (json and shutil are not here:
+# minimal.py stands in for them where python3-minimal lacks them).
+NEEDED_MODULES = ("calendar", "collections", "errno", "fcntl", "hashlib", "math", "pwd", "re", "select",
+                  "signal", "socket", "struct", "subprocess", "traceback", "zlib")
+
+
+def modules_missing():
+    """The needed modules this python cannot import: each would fail the ops that use it."""
+    out = []
+    for name in NEEDED_MODULES:
+        try:
+            __import__(name)
+        except ImportError:
+            out.append(name)
+    return out
 
 
 def _state_dir(home):
@@ -35,9 +102,9 @@ def _state_dir(home):
 
 
 def _nvidia_smi():
-    import shutil
     import subprocess
-    smi = shutil.which("nvidia-smi")
+    from ..minimal import which
+    smi = which("nvidia-smi")
     out = {"path": smi}
     if smi:
         try:

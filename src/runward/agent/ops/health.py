@@ -21,7 +21,7 @@ from .. import logmetrics
 from ..logmetrics.alerts import alert
 from ..procfs import live
 from ..store import RunStore, read_json, write_json
-from ..wire import AgentFailure, json_dumps
+from ..wire import AgentFailure, caller_gone, json_dumps
 
 FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))
 RULE_KINDS = frozenset(("below_min", "above_max", "drop", "stall"))
@@ -184,7 +184,8 @@ def watch(req, home, emit):
         ended = not saved["alive"]
         if alerts or ended or time.monotonic() - t0 >= window:
             break
-        time.sleep(min(0.5, max(0.0, window - (time.monotonic() - t0))))
+        if caller_gone(min(0.5, max(0.0, window - (time.monotonic() - t0)))):
+            return {"name": store.name, "caller_gone": True}  # nobody reads it: the watch ends
         latest = store.latest() or att
         if latest.get("attempt") != att.get("attempt"):  # restarted meanwhile: judge the new one
             att = latest

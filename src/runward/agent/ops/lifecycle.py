@@ -15,7 +15,7 @@ from ..secrets import is_shown_form, redact_env
 from ..store import (RunStore, check_name, file_hashes, first_lines, open_log, read_from, read_json,
                      remove_file, tail_lines, write_all, write_json)
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input, event
+from ..wire import AgentFailure, bad_input, caller_gone, event
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
@@ -200,8 +200,8 @@ def _undo_attempt(store, made, fresh):
     created (nothing else was in it)."""
     cgroups.remove(made.get("cgroups"))
     if fresh:
-        import shutil
-        shutil.rmtree(store.dir, ignore_errors=True)
+        from ..minimal import rmtree
+        rmtree(store.dir)
     elif made.get("n") is not None:
         remove_file(store.attempt_path(made["n"]))
 
@@ -619,8 +619,8 @@ def _follow(store, att, log, pos, emit, for_s):
             *lines, pending = pending.split(b"\n")
             for ln in lines:
                 emit({"line": ln.decode("utf-8", "replace")})
-        else:
-            time.sleep(0.1)
+        if caller_gone(0 if data else 0.1):  # Ctrl-C, a killed ssh/podman: end, never leak
+            break
     return {"name": store.name, "log": log, "followed": True}
 
 
