@@ -145,7 +145,8 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
                 if line.startswith("import time:")}
     assert "marshal" in imported  # the check can see imports at all
     assert not imported & {"re", "json", "enum", "signal", "zlib"}, sorted(imported)
-    assert "runward_agent.ops.lifecycle" in imported  # the package's own modules are seen too
+    assert "runward_agent.ops.state" in imported  # the package's own modules are seen too
+    assert "runward_agent.ops.lifecycle" not in imported  # a status needs nothing of start/stop
     assert not [m for m in imported if "logmetrics" in m], sorted(imported)  # nor the log parser
 
 

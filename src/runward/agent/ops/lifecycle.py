@@ -1,21 +1,20 @@
-"""start, stop, status, logs, spec and ping: a run's life on this target.
+"""start and stop: a run's life on this target.
 
 Start means verified alive (watched through a settle period, an early exit reported at once);
-stop means verified dead (terminate.py); status reads the records against /proc."""
+stop means verified dead (terminate.py). What a run is now (status, logs, spec, ping) is
+state.py's."""
 
 import os
-import sys
 import time
 
 from .. import cgroups, faults, gpus, shim
 from ..boot import PROTOCOL
-from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan, uptime
-from ..runs import attempt_state, drift, log_info, members, own_procs, summarize_tree
+from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
+from ..runs import attempt_state, members, own_procs
 from ..secrets import is_shown_form, redact_env
-from ..store import (RunStore, check_name, file_hashes, first_lines, open_log, read_from, read_json,
-                     remove_file, tail_lines, write_all, write_json)
+from ..store import RunStore, file_hashes, first_lines, open_log, read_from, remove_file, tail_lines, write_all, write_json
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input, caller_gone, event
+from ..wire import AgentFailure, bad_input, event
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
@@ -481,159 +480,3 @@ def _let_shim_record(store, att, fates):
     now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
                    "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
     write_json(store.attempt_path(att["attempt"]), now)
-
-
-# --- status
-
-def status(req, home):
-    names = req.get("names")
-    if names:
-        for nm in names:
-            check_name(nm)
-    all_names = home.run_names()
-    if names:
-        missing = [nm for nm in names if nm not in all_names or not RunStore(home, nm).exists()]
-        if missing:
-            raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
-                               "`runward status` lists the runs here")
-    bid = boot_id()
-    if not (names or all_names):
-        return {"runs": [], "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
-    procs = scan()
-    prot = protected(procs)
-    up = uptime()
-    runs = []
-    for nm in names or all_names:
-        store = RunStore(home, nm)
-        if store.exists():
-            runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
-    return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
-
-
-def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
-    att = store.latest()
-    state = attempt_state(att, procs, bid)
-    out = {"name": store.name, "state": state, "attempt": att.get("attempt") if att else None}
-    if att is None:
-        return out
-    out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
-                "log": log_info(att.get("log")), "gpus": att.get("gpus")})
-    if att.get("job"):
-        out["pid"] = att["job"]["pid"]
-        out["start_time"] = att["job"]["start"]
-    found = members(store.name, att, procs, prot) if state != "lost" else {}
-    if found:
-        out["tree"] = summarize_tree(found, up, att["job"]["pid"] if att.get("job") else None)
-        out["tree"]["pids"] = sorted(found)
-    if att.get("gpus") and state in ("running", "orphaned"):
-        out.update(gpus.usage(att, found))
-    if state == "exited" and found:
-        state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
-    if state in ("stray", "failed") and found:
-        out["stray_processes"] = sorted(found)
-    _ending(out, att, state, bid)
-    if with_drift:
-        _details(out, store, att, state, since)
-    return out
-
-
-def _ending(out, att, state, bid):
-    """How the attempt ended, or why its state is what it is."""
-    if att.get("exit"):
-        ex = att["exit"]
-        out["exit"] = ex
-        if att.get("started_at") and ex.get("at"):
-            out["duration_s"] = round(ex["at"] - att["started_at"], 3)
-    if att.get("error"):
-        out["error"] = att["error"]
-    if state == "lost":
-        out["note"] = ("the machine rebooted since this attempt started (boot id changed)"
-                       if att.get("boot_id") != bid else
-                       "the shim died and the job is gone without an exit record")
-    if state == "orphaned":
-        out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
-    if state == "stray":
-        out["note"] = "the job exited; %d of its processes are still alive: stop ends them" % len(
-            out.get("stray_processes") or ())
-
-
-def _details(out, store, att, state, since=None):
-    """A status of named runs also says: files changed since the start, what deploy wrote,
-    and the health read from the log (the only place status imports the log parser)."""
-    if state in ("running", "orphaned"):
-        d = drift(att)
-        if d:
-            out["drift"] = d
-    dep = read_json(os.path.join(store.dir, "deployed.json"))
-    if dep:
-        out["deployed"] = dep
-    if att.get("log") and state != "lost":
-        from . import health
-        try:
-            saved, _, _ = health.scan(store, att)
-            out["health"] = health.summary(saved, since=since)
-        except (OSError, ValueError) as e:
-            out["health"] = {"error": "could not read the log: %s" % e}
-
-
-# --- logs, spec, ping
-
-def logs(req, home, emit):
-    store = RunStore.existing(home, req.get("name"))
-    att = store.latest()
-    log = att.get("log")
-    picked = None
-    if req.get("attempt") is not None or req.get("since_s") is not None or req.get("grep"):
-        from ..logselect import pick  # --attempt, --since, --grep: only the selected lines travel
-        picked = pick(store, att, req)
-        lines, emit = picked.pop("lines"), picked.pop("emit")(emit)
-    else:
-        lines = tail_lines(log, 20 if req.get("lines") is None else int(req["lines"]))
-    if not req.get("follow"):
-        return dict(picked or {}, name=store.name, log=log if picked is None else picked["log"], lines=lines)
-    for ln in lines:
-        emit({"line": ln})
-    try:
-        pos = os.stat(log).st_size
-    except OSError:
-        pos = 0
-    return _follow(store, att, log, pos, emit, float(req["for_s"]) if req.get("for_s") else None)
-
-
-def _follow(store, att, log, pos, emit, for_s):
-    pending = b""
-    deadline = time.monotonic() + for_s if for_s else None
-    last_check = 0.0
-    while deadline is None or time.monotonic() < deadline:
-        # no inotify in the stdlib: poll the file every 100 ms; a restart appends to the same
-        # log (or switches it: re-read the latest attempt once a second)
-        if time.monotonic() - last_check > 1.0:
-            last_check = time.monotonic()
-            latest = store.latest() or att
-            if latest.get("log") != log:
-                log, pos, pending = latest["log"], 0, b""
-                emit({"switch": log})
-        data, pos = read_from(log, pos)
-        if data:
-            pending += data
-            *lines, pending = pending.split(b"\n")
-            for ln in lines:
-                emit({"line": ln.decode("utf-8", "replace")})
-        if caller_gone(0 if data else 0.1):  # Ctrl-C, a killed ssh/podman: end, never leak
-            break
-    return {"name": store.name, "log": log, "followed": True}
-
-
-def spec(req, home):
-    """The last attempt's spec, for restart. Secret values stay on the target: a start with
-    reuse_env takes them from the attempt record there. env_from's values were never here:
-    the CLI reads them again from where the start took them."""
-    store = RunStore.existing(home, req.get("name"))
-    run = store.run()
-    sp = dict(run.get("spec") or {})
-    sp["env"] = redact_env(sp.get("env"))
-    return {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
-
-
-def ping(req, home):
-    return {"python": sys.version.split()[0], "pid": os.getpid(), "boot_id": boot_id(), "time": time.time()}
