@@ -119,11 +119,13 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           grace: float = DEFAULT_GRACE, files: list[str] | None = None,
           hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
           reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
-          replace_grace: float | None = None) -> dict:
+          replace_grace: float | None = None, log_max: int | None = None,
+          log_keep: int | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); replace_grace is the grace for the attempt --replace stops (default:
-    that attempt's own)."""
+    that attempt's own); log_max (bytes) rotates the log by size, keeping log_keep files
+    (default 3; docs/protocol.md, "Log rotation")."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -134,6 +136,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
            "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
            "reuse_env": reuse_env, "env_from": dict(env_from or {}), "lock_timeout": lock_timeout,
            "replace_grace": replace_grace}
+    if log_max is not None:  # absent otherwise: an agent of before rotation reads the same request
+        req.update(log_max=log_max, log_keep=log_keep)
     try:
         return transport.call(target, req)
     except RunwardError as e:
@@ -237,8 +241,23 @@ def _restart_kwargs(last_spec: dict, overrides: dict | None) -> dict:
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
                "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "lock_timeout"}
+               "lock_timeout", "log_max", "log_keep"}
     return {k: v for k, v in kw.items() if k in allowed}
+
+
+def parse_size(text: str | int, what: str = "log_max") -> int:
+    """Bytes of a size written as 2G, 512M, 64k, 64KiB or 1048576 (powers of 1024)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        n = text
+    else:
+        import re
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+        if not m:
+            raise BadInput(f"invalid {what} {text!r}", "write a size such as 64k, 512M or 2G")
+        n = int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+    if n < 1024:
+        raise BadInput(f"invalid {what} {text!r}: below 1K", "write a size such as 64k, 512M or 2G")
+    return n
 
 
 def status(target: Target, names: list[str] | None = None) -> dict:

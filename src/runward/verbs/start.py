@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
+    p.add_argument("--log-max", metavar="SIZE",
+                   help="rotate the log past SIZE (e.g. 2G), no line lost: log -> log.1 -> ... (runward.toml: log_max)")
+    p.add_argument("--log-keep", type=int, metavar="N", help="with --log-max: rotated files kept (default 3)")
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
@@ -41,9 +44,12 @@ def start_kwargs_from_config(run: dict) -> dict:
         kw["argv"] = list(run["command"])
     if "sh" in run:
         kw["sh"] = run["sh"]
-    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
         if k in run:
             kw[k] = run[k]
+    if "log_max" in run:
+        from ..api import parse_size
+        kw["log_max"] = parse_size(run["log_max"])
     if "gpus" in run:
         kw["gpus"] = gpu_list(run["gpus"])
     if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
@@ -92,10 +98,15 @@ def _over_config(args, kw: dict) -> dict:
     values, sources = read_env(args.env, args.env_file)
     kw["env"] = {**kw.get("env", {}), **values}
     kw["env_from"] = sources
-    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
         v = getattr(args, opt)
         if v is not None:
             kw[opt] = v
+    if args.log_max is not None:
+        from ..api import parse_size
+        kw["log_max"] = parse_size(args.log_max)
+    if kw.get("log_keep") is not None and not kw.get("log_max"):
+        raise BadInput("--log-keep without --log-max", "rotation is by size: give --log-max SIZE too")
     if args.gpus is not None:
         kw["gpus"] = gpu_list(args.gpus)
     return kw

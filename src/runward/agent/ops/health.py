@@ -38,8 +38,7 @@ def scan(store, att, req_rules):
         saved = read_json(path) or {}
         if saved.get("attempt") != att.get("attempt"):
             # a new attempt: its part of the (appended) log starts after its header
-            saved = {"attempt": att.get("attempt"), "lm": {"offset": int(att.get("log_offset") or 0)},
-                     "points": [], "alerts": []}
+            saved = {"attempt": att.get("attempt"), "lm": _start_of(att), "points": [], "alerts": []}
         before = json_dumps(saved, sort_keys=True)
         r = rules(req_rules, att)
         res = logmetrics.scan(att["log"], saved.get("lm") or {}, r, time.time())
@@ -53,6 +52,15 @@ def scan(store, att, req_rules):
         return saved, res["alerts"], res["points"]
     finally:
         os.close(lock)
+
+
+def _start_of(att):
+    """The parser's first cursor for an attempt: its offset in the file it began in, which
+    a rotation by size may since have renamed (the parser follows it there)."""
+    lm = {"offset": int(att.get("log_offset") or 0)}
+    if att.get("log_file"):
+        lm["ino"], lm["dev"] = att["log_file"]
+    return lm
 
 
 def summary(saved, series_len=60):
