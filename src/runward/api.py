@@ -276,6 +276,23 @@ def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FA
         return list(pool.map(one, targets))
 
 
+def fan_out_runs(runs: list[tuple[str, Target]], fn: Callable[[str, Target], dict],
+                 limit: int = FANOUT) -> list[dict]:
+    """fn(name, target) for every (run name, its target) in parallel (bounded), in the
+    order given: {"name", "target", "ok", "result"} or {..., "ok": False, "error"} (with the
+    error's "result" when it carries one); one failing run never hides the others."""
+    def one(item: tuple[str, Target]) -> dict:
+        name, t = item
+        try:
+            return {"name": name, "target": t.display(), "ok": True, "result": fn(name, t)}
+        except RunwardError as e:
+            return {"name": name, "target": t.display(), "ok": False, "error": e.to_dict(),
+                    **({"result": e.result} if e.result is not None else {})}
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(limit, len(runs)))) as pool:
+        return list(pool.map(one, runs))
+
+
 def logs(target: Target, name: str, *, lines: int = 20, follow: bool = False,
          on_line: Callable[[dict], None] | None = None, for_s: float | None = None) -> dict:
     if lines < 0:

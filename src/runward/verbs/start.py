@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..render import render_start
-from ._common import emit, gpu_list, load_config, target_of
+from ._common import emit, gpu_list, load_config, on_runs, target_of
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name")
+    p.add_argument("name", nargs="?", help="the run (or --all)")
+    p.add_argument("--all", action="store_true",
+                   help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
     p.add_argument("--env", action="append", metavar="K=V|NAME",
                    help="environment for the job (repeatable); a bare NAME passes NAME from this shell's "
                         "environment, and its value is never stored on the target")
@@ -62,10 +64,22 @@ def start_kwargs_from_config(run: dict) -> dict:
 
 
 def run(args, out) -> int:
-    from .. import api
     cfg = load_config(args)
+    if args.all:
+        if args.command or args.sh is not None:
+            raise BadInput("a command with --all", "--all starts each run with the command runward.toml gives it")
+        return on_runs(args, cfg, out, "start", lambda name, t: _start(args, cfg, name, t), render_start)
+    if not args.name:
+        raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
     target = target_of(args, cfg, args.name)
-    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(args.name, {})))
+    res = _start(args, cfg, args.name, target)
+    return emit(out, "start", target, res, render_start(res))
+
+
+def _start(args, cfg, name, target) -> dict:
+    """One run's start: runward.toml's definition, the command line over it."""
+    from .. import api
+    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(name, {})))
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
@@ -75,10 +89,9 @@ def run(args, out) -> int:
     kw["replace_grace"] = args.replace_grace
     kw["lock_timeout"] = args.lock_timeout
     if not kw.get("argv") and kw.get("sh") is None:
-        raise BadInput(f"no command for run {args.name!r}",
-                       f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
-    res = api.start(target, args.name, **kw)
-    return emit(out, "start", target, res, render_start(res))
+        raise BadInput(f"no command for run {name!r}",
+                       f"runward start {name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{name}] in runward.toml")
+    return api.start(target, name, **kw)
 
 
 def _over_config(args, kw: dict) -> dict:
