@@ -94,9 +94,20 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
     for name, help_, module in VERBS + HIDDEN:
         if only is None and (name, help_, module) not in HIDDEN or name == only:
             p = sub.add_parser(name, help=help_)
+            # `runward completion` reads every verb's flags; a verb never imports cli (test_layout)
+            p.set_defaults(verb_parsers=verb_parsers)
             _add_common(p, on=name not in HERE_ONLY)
             _verb_module(module).add_arguments(p)
     return ap
+
+
+def verb_parsers() -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """(name, one-line help, its own parser) of each verb in the help."""
+    out = []
+    for name, help_, _ in VERBS:
+        sub = build_parser(only=name)._subparsers._group_actions[0]
+        out.append((name, help_, sub.choices[name]))
+    return out
 
 
 def _verb_in(argv: list[str]) -> str | None:

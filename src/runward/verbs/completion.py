@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    verbs = spec()
+    verbs = spec(args.verb_parsers())
     script = bash_script(verbs) if args.shell == "bash" else zsh_script(verbs)
     out.doc({"ok": True, "command": "completion", "result": {"shell": args.shell, "script": script}})
     if not out.json:
@@ -23,14 +23,12 @@ def run(args, out) -> int:
     return 0
 
 
-def spec() -> list[dict]:
-    """Every public verb: its help, its options (those with help: hidden aliases stay
-    hidden), whether its first positional is a run name, the choices of its positional,
-    and whether it takes a command after --."""
-    from .. import cli
+def spec(parsers) -> list[dict]:
+    """Every verb of PARSERS ((name, help, parser), cli.verb_parsers): its help, its options
+    (those with help: hidden aliases stay hidden), whether its first positional is a run
+    name, the choices of its positional, and whether it takes a command after --."""
     verbs = []
-    for name, help_, _ in cli.VERBS:
-        sub = cli.build_parser(only=name)._subparsers._group_actions[0].choices[name]
+    for name, help_, sub in parsers:
         v = {"name": name, "help": help_, "options": [], "run_name": False, "choices": None, "command": False}
         for a in sub._actions:
             if a.help == argparse.SUPPRESS:
