@@ -15,7 +15,6 @@ loses no line either: the shim waits for it before it exits, and stop waits for 
 import os
 import sys
 
-from .logmetrics.reader import chain, rotated
 from .store import open_log, tail_lines, write_all
 from .wire import bad_input
 
@@ -176,6 +175,9 @@ def reap(pid):
 def tail(path, n):
     """The last N lines of the log, taken from PATH.1 (and older) when PATH alone has fewer."""
     lines = tail_lines(path, n)
+    if len(lines) >= n:
+        return lines
+    from .logmetrics.reader import rotated  # the parser's package: only when it is needed
     for older in reversed(rotated(path)):  # newest first
         if len(lines) >= n:
             break
@@ -208,6 +210,15 @@ def read_on(path, pos):
             return _read_fd(fd, pos, os.fstat(fd))
         finally:
             os.close(fd)
+    fd = _open(path)
+    if fd is not None:  # not rotated since (the usual case): read on, the parser's package unloaded
+        try:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_dev) == (pos[0], pos[1]) and _sig(fd, pos[2]) == pos[3]:
+                return _read_fd(fd, pos[2], st)
+        finally:
+            os.close(fd)
+    from .logmetrics.reader import chain
     files = chain(path, _At(pos), from_oldest=True)
     try:
         offset = 0
