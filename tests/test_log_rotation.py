@@ -116,6 +116,8 @@ def test_health_reads_the_attempt_from_its_first_line_across_rotations(cli):
     assert len(_files(log)) > 10
     health = cli.status("h")["health"]
     assert health["points"] == 1500 and health["metrics"]["step"] == 1499, health
+    rc, doc = cli.json("watch", "h", "--for", "1")  # watch reads on from there: healthy, nothing re-read
+    assert rc == 0 and doc["result"]["healthy"] and doc["result"]["metrics"]["step"] == 1499, doc
     rc, _ = cli.json("stop", "h")
     assert rc == 0
 
