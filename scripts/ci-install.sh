@@ -27,10 +27,11 @@ die() { log "ERROR: $*"; exit 1; }
 # python3-venv: .ci/run and scripts/test make a venv; Debian's python3 has no ensurepip
 #   without it ("ensurepip is not available").
 # ca-certificates: debootstrap fetches over the Debian mirror.
+# zsh: tests/test_completion.py loads `runward completion zsh` into a real zsh (~1 MB).
 PKGS=(
   openssh-server openssh-client iproute2
   podman runc catatonit debootstrap lxc
-  procps psmisc python3 python3-venv ca-certificates
+  procps psmisc python3 python3-venv ca-certificates zsh
 )
 
 missing=()

@@ -557,6 +557,26 @@ def test_rotation_is_detected(tmp_path):
     assert r2["reset"] == "rotated" and r2["lines"] == 5 and len(r2["points"]) == 5
 
 
+def test_rotation_reads_the_rest_of_the_rotated_file_first(tmp_path):
+    """Lines written after the last scan and before the rename are read from LOG.1, then the
+    new log: a rotation between two scans skips no line (rotated twice: LOG.2, LOG.1, LOG)."""
+    log = tmp_path / "train.log"
+    log.write_text("step 1 loss 2.5\n")
+    r1 = scan(log)
+    with open(log, "a") as f:
+        f.write("step 2 loss 2.4\nstep 3 loss 2.3\n")
+    log.rename(tmp_path / "train.log.2")
+    (tmp_path / "train.log.1").write_text("step 4 loss 2.2\n")
+    log.write_text("step 5 loss 2.1\nstep 6 loss 2.0\n")
+    r2 = scan(log, r1["state"])
+    assert [p["metrics"]["step"] for p in r2["points"]] == [2.0, 3.0, 4.0, 5.0, 6.0]
+    assert r2["reset"] == "rotated" and r2["exists"]
+    with open(log, "a") as f:
+        f.write("step 7 loss 1.9\n")
+    r3 = scan(log, r2["state"])  # on in the new log, from where it stopped
+    assert [p["metrics"]["step"] for p in r3["points"]] == [7.0] and r3["reset"] is None
+
+
 def test_rewrite_in_place_is_detected(tmp_path):
     """copytruncate, then the job writes more than before: size alone would not tell."""
     log = tmp_path / "train.log"

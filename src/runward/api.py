@@ -122,13 +122,15 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
           reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
           replace_grace: float | None = None, env_overrides: list[str] | None = None,
-          on_event: Callable[[dict], None] | None = None) -> dict:
+          on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
+          log_keep: int | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
     that `restart --keep-env` knows them from runward.toml's); replace_grace is the grace for
-    the attempt --replace stops (default: that attempt's own). on_event gets
-    {"started": {"attempt", "pid"}} once the job is launched, before its settle period."""
+    the attempt --replace stops (default: that attempt's own); log_max (bytes) rotates the log
+    by size, keeping log_keep files (default 3; docs/protocol.md, "Log rotation"). on_event
+    gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -139,6 +141,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
            "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
            "reuse_env": reuse_env, "env_from": dict(env_from or {}), "lock_timeout": lock_timeout,
            "replace_grace": replace_grace, "env_overrides": sorted(env_overrides or [])}
+    if log_max is not None:  # absent otherwise: an agent of before rotation reads the same request
+        req.update(log_max=log_max, log_keep=log_keep)
     try:
         return transport.call(target, req, on_event=on_event)
     except RunwardError as e:
@@ -308,8 +312,23 @@ def _shown_env(kw: dict) -> dict:
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
                "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "env_overrides", "lock_timeout"}
+               "env_overrides", "lock_timeout", "log_max", "log_keep"}
     return {k: v for k, v in kw.items() if k in allowed}
+
+
+def parse_size(text: str | int, what: str = "log_max") -> int:
+    """Bytes of a size written as 2G, 512M, 64k, 64KiB or 1048576 (powers of 1024)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        n = text
+    else:
+        import re
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+        if not m:
+            raise BadInput(f"invalid {what} {text!r}", "write a size such as 64k, 512M or 2G")
+        n = int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+    if n < 1024:
+        raise BadInput(f"invalid {what} {text!r}: below 1K", "write a size such as 64k, 512M or 2G")
+    return n
 
 
 def status(target: Target, names: list[str] | None = None, since_s: float | None = None) -> dict:
@@ -329,6 +348,23 @@ def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FA
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(limit, len(targets)))) as pool:
         return list(pool.map(one, targets))
+
+
+def fan_out_runs(runs: list[tuple[str, Target]], fn: Callable[[str, Target], dict],
+                 limit: int = FANOUT) -> list[dict]:
+    """fn(name, target) for every (run name, its target) in parallel (bounded), in the
+    order given: {"name", "target", "ok", "result"} or {..., "ok": False, "error"} (with the
+    error's "result" when it carries one); one failing run never hides the others."""
+    def one(item: tuple[str, Target]) -> dict:
+        name, t = item
+        try:
+            return {"name": name, "target": t.display(), "ok": True, "result": fn(name, t)}
+        except RunwardError as e:
+            return {"name": name, "target": t.display(), "ok": False, "error": e.to_dict(),
+                    **({"result": e.result} if e.result is not None else {})}
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(limit, len(runs)))) as pool:
+        return list(pool.map(one, runs))
 
 
 def logs(target: Target, name: str, *, lines: int | None = 20, follow: bool = False,

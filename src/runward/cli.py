@@ -55,8 +55,12 @@ VERBS = (
     ("plot", "draw a run's metrics to a PNG (needs matplotlib)", "plot"),
     ("lint", "find self-kill and wrong-filesystem hazards in a shell command", "lint"),
     ("demo", "the whole story on this machine with the example job", "demo"),
+    ("completion", "print a bash or zsh completion script (verbs, flags, run and target names)", "completion"),
 )
-HERE_ONLY = ("lint", "demo")  # verbs that act on this machine alone: no --on
+# Verbs left out of the help: `_complete` lists runward.toml's names for the completion
+# scripts, fast (it reads runward.toml and nothing else).
+HIDDEN = (("_complete", "names from runward.toml for shell completion", "complete"),)
+HERE_ONLY = ("lint", "demo", "completion", "_complete")  # verbs that act on this machine alone: no --on
 
 
 def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
@@ -90,12 +94,23 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
                         help="one of the commands above, then its own arguments")
         return ap
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
-    for name, help_, module in VERBS:
-        if only is None or name == only:
+    for name, help_, module in VERBS + HIDDEN:
+        if only is None and (name, help_, module) not in HIDDEN or name == only:
             p = sub.add_parser(name, help=help_)
+            # `runward completion` reads every verb's flags; a verb never imports cli (test_layout)
+            p.set_defaults(verb_parsers=verb_parsers)
             _add_common(p, on=name not in HERE_ONLY)
             _verb_module(module).add_arguments(p)
     return ap
+
+
+def verb_parsers() -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """(name, one-line help, its own parser) of each verb in the help."""
+    out = []
+    for name, help_, _ in VERBS:
+        sub = build_parser(only=name)._subparsers._group_actions[0]
+        out.append((name, help_, sub.choices[name]))
+    return out
 
 
 def _verb_in(argv: list[str]) -> str | None:
@@ -103,7 +118,7 @@ def _verb_in(argv: list[str]) -> str | None:
     options take no value), if that word is a verb."""
     for a in argv:
         if not a.startswith("-"):
-            return a if any(a == v[0] for v in VERBS) else None
+            return a if any(a == v[0] for v in VERBS + HIDDEN) else None
     return None
 
 
@@ -163,7 +178,7 @@ def _main(argv: list[str]) -> int:
     from .verbs._common import Out
     out = Out(getattr(args, "json", False))
     try:
-        return _verb_module(next(m for n, _, m in VERBS if n == args.cmd)).run(args, out)
+        return _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd)).run(args, out)
     except RunwardError as e:
         from .verbs._common import suggest_for
         suggest_for(args, e)

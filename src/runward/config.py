@@ -16,6 +16,8 @@ Found in the current directory or its parents, or given with --config. Example:
     gpus = [0, 1]
     stop_signal = "INT"
     grace = 120
+    log_max = "2G"                                       # rotate the log past 2 GiB ...
+    log_keep = 3                                         # ... keeping log.1 .. log.3
 
     [runs.train.health]
     min = { tok_s = 14500 }
@@ -31,7 +33,7 @@ from .targets import Target, parse_target
 
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
-            "stop_signal", "grace", "health", "wait_gpus_free"}
+            "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep"}
 TARGET_KEYS = {"on", "home", "python"}
 
 

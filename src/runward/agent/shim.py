@@ -1,13 +1,14 @@
 """The shim: the agent, started detached (new session) as the parent of the job. It forks
 the job into a session of its own, joins it to the run's cgroups, waits for it, and writes
 its exit code or signal into the attempt record. It is never in the job's output path: the
-job writes straight to its log file."""
+job writes straight to its log file, or, for a run rotated by size (log_max), to the pipe of
+a logger process of its own (logfiles.py)."""
 
 import os
 import sys
 import time
 
-from . import boot, cgroups
+from . import boot, cgroups, logfiles
 from . import faults
 from .procfs import read_proc
 from .store import Home, RunStore, open_log, write_json
@@ -104,9 +105,32 @@ def main(home_path, name, attempt, env):
     status_fd = 1
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}
+    logger, out_fd = _logger(att)
     write_json(store.attempt_path(n), att)
     _become_subreaper()
-    pid, err = _fork_job(att, env, devnull)
+    try:
+        _supervise(store, n, att, env, devnull, out_fd, status_fd)
+    finally:
+        if logger is not None:
+            logfiles.reap(logger)  # its last lines are in the log before the shim is gone
+
+
+def _logger(att):
+    """(the logger's pid, the job's output fd) for a run rotated by size, else (None, None)
+    and the job opens its log itself; the logger's identity goes into ATT."""
+    if not att.get("log_max"):
+        return None, None
+    pid, out_fd = logfiles.spawn_logger(att)
+    lp = read_proc(pid)
+    att["logger"] = {"pid": pid, "start": lp.start if lp else None}
+    return pid, out_fd
+
+
+def _supervise(store, n, att, env, devnull, out_fd, status_fd):
+    """Fork the job, record it, wait for it, record its exit."""
+    pid, err = _fork_job(att, env, devnull, out_fd)
+    if out_fd is not None:
+        os.close(out_fd)  # the job holds the pipe now: the logger sees EOF when it is gone
     if err:
         att["error"] = err.decode("utf-8", "replace")
         att["exit"] = None
@@ -142,15 +166,16 @@ def _reap_ended():
             continue
 
 
-def _fork_job(att, env, devnull):
+def _fork_job(att, env, devnull, out_fd=None):
     """Fork and exec the job; (pid, b"") once it runs, (pid, why) if exec failed (the
-    child is reaped then). The reason comes through a CLOEXEC pipe: EOF means exec worked."""
+    child is reaped then). The reason comes through a CLOEXEC pipe: EOF means exec worked.
+    out_fd: the job's stdout and stderr (the logger's pipe), else its log."""
     import fcntl
     err_r, err_w = os.pipe()
     fcntl.fcntl(err_w, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
     pid = os.fork()
     if pid == 0:
-        _exec_job(att, env, devnull, err_r, err_w)
+        _exec_job(att, env, devnull, err_r, err_w, out_fd)
     os.close(err_w)
     err = b""
     while True:
@@ -164,7 +189,7 @@ def _fork_job(att, env, devnull):
     return pid, err
 
 
-def _exec_job(att, env, devnull, err_r, err_w):
+def _exec_job(att, env, devnull, err_r, err_w, out_fd=None):
     """In the forked child: its own session, the run's cgroups, cwd, the log as stdout and
     stderr, default signals, then exec. Never returns."""
     try:
@@ -177,7 +202,8 @@ def _exec_job(att, env, devnull, err_r, err_w):
             except OSError:
                 pass
         os.chdir(att["cwd"])
-        lfd = open_log(att["log"])  # never through a link planted in a directory of others
+        # never through a link planted in a directory of others
+        lfd = out_fd if out_fd is not None else open_log(att["log"])
         os.dup2(lfd, 1)
         os.dup2(lfd, 2)
         os.dup2(devnull, 0)

@@ -6,7 +6,14 @@ import argparse
 import os
 import sys
 
-from ..errors import EXIT_OK, BadInput
+from ..errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED, EXIT_OK, EXIT_UNREACHABLE,
+                      BadInput)
+
+# `start/stop/restart --all`: the exit code is that of the worst run, worst first: done but
+# not verified (something may be half done: a survivor, GPUs held, alive but not ready),
+# unreachable (that run's state is unknown), failed (verified), refused as bad input
+# (nothing done), no such run (nothing there). README, "Several runs at once".
+ALL_RUNS_WORST_FIRST = (EXIT_NOT_VERIFIED, EXIT_UNREACHABLE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_SUCH_RUN)
 
 
 class Out:
@@ -111,6 +118,46 @@ def emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) ->
     out.doc({"ok": code == EXIT_OK, "command": cmd, "target": str(target), "result": result})
     out.say(text)
     return code
+
+
+def all_runs_code(results: list[dict]) -> int:
+    """The exit code of several runs' results: 0 when every one was verified, else the
+    worst failure's code (ALL_RUNS_WORST_FIRST)."""
+    codes = {r["error"].get("exit_code", EXIT_FAILED) for r in results if not r["ok"]}
+    if not codes:
+        return EXIT_OK
+    return next((c for c in ALL_RUNS_WORST_FIRST if c in codes), max(codes))
+
+
+def on_runs(args, cfg, out, command: str, one, render) -> int:
+    """`COMMAND --all`: one(name, target) for every run of runward.toml, each on its own
+    target, in parallel (api.fan_out_runs); one section per run, or one JSON document
+    {"runs": [{"name", "target", "ok", "result" | "error"}]}; exit code: all_runs_code."""
+    from .. import api
+    if getattr(args, "name", None):
+        raise BadInput(f"both a run name ({args.name}) and --all were given", "give one of them")
+    if getattr(args, "on", None):
+        raise BadInput("--on with --all", "--all acts on each run of runward.toml on its own target (its `on`)")
+    if not cfg.runs:
+        raise BadInput("--all: no [runs] in runward.toml" + ("" if cfg.path else " (no runward.toml found)"),
+                       "define runs in runward.toml, or name one run")
+    runs = [(name, target_of(args, cfg, name)) for name in cfg.runs]
+    results = api.fan_out_runs(runs, one)
+    code = all_runs_code(results)
+    out.doc({"ok": code == EXIT_OK, "command": command, "runs": results})
+    out.say("\n".join(f"== {r['name']} on {r['target']}\n" + _indent(render(r["result"]) if r["ok"] else _failure(r))
+                       for r in results))
+    return code
+
+
+def _failure(r: dict) -> str:
+    e = r["error"]
+    return f"error ({e['type']}, exit {e.get('exit_code')}): {e['message']}" + (
+        f"\nhint: {e['hint']}" if e.get("hint") else "")
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + ln for ln in text.splitlines())
 
 
 def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=None) -> int:

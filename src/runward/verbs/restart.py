@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..render import render_start, render_stop
-from ._common import config_dir, emit, load_config, old_spelling, target_of
+from ._common import config_dir, emit, load_config, old_spelling, on_runs, target_of
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name")
+    p.add_argument("name", nargs="?", help="the run (or --all)")
+    p.add_argument("--all", action="store_true",
+                   help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
     p.add_argument("--env", action="append", metavar="K=V|NAME",
                    help="override/add environment entries; `K=` (empty) unsets K; a bare NAME passes NAME "
                         "from this shell's environment")
@@ -32,11 +34,20 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
+    cfg = load_config(args)
+    if args.all:
+        return on_runs(args, cfg, out, "restart", lambda name, t: _restart(args, cfg, name, t, out), _render)
+    if not args.name:
+        raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
+    target = target_of(args, cfg, args.name)
+    res = _restart(args, cfg, args.name, target, out)
+    return emit(out, "restart", target, res, _render(res))
+
+
+def _restart(args, cfg, name, target, out) -> dict:
     from .. import api
     from .start import start_kwargs_from_config
-    cfg = load_config(args)
-    target = target_of(args, cfg, args.name)
-    run_cfg = cfg.runs.get(args.name)
+    run_cfg = cfg.runs.get(name)
     env, env_from = api.read_env(args.env, args.env_file)
     # `--env K=` typed (not read from a file): unset K for the new attempt
     env = {k: None if v == "" and k not in env_from else v for k, v in env.items()}
@@ -46,20 +57,21 @@ def run(args, out) -> int:
     if args.deploy:
         from .. import files as _files
         if not run_cfg or not run_cfg.get("files"):
-            raise BadInput(f"--deploy: run {args.name!r} has no files in runward.toml",
-                           f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
-        deploy = lambda: _files.push(target, run_cfg["files"], run=args.name, progress=not out.json,  # noqa: E731
-                                     base=config_dir(cfg))
+            raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
+                           f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
+        deploy = lambda: _files.push(target, run_cfg["files"], run=name,  # noqa: E731
+                                     progress=not out.json and not args.all, base=config_dir(cfg))
     definition = start_kwargs_from_config(run_cfg) if run_cfg else None
-    res = api.restart(target, args.name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
-                      deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env)
-    st = res["steps"][-1]["result"]
-    text = "\n".join([render_stop(res["steps"][0]["result"]),
+    return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
+                       deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env)
+
+
+def _render(res: dict) -> str:
+    return "\n".join([render_stop(res["steps"][0]["result"]),
                       *(["deployed: " + ", ".join(f["remote"] for f in s["result"].get("files", []))
                          for s in res["steps"] if s["step"] == "deploy"]),
                       render_changes(res),
-                      render_start(st)])
-    return emit(out, "restart", target, res, text)
+                      render_start(res["steps"][-1]["result"])])
 
 
 def render_changes(res: dict) -> str:

@@ -6,11 +6,13 @@ import sys
 
 from ..errors import BadInput
 from ..render import render_start
-from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, target_of
+from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, on_runs, target_of
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name")
+    p.add_argument("name", nargs="?", help="the run (or --all)")
+    p.add_argument("--all", action="store_true",
+                   help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
     p.add_argument("--env", action="append", metavar="K=V|NAME",
                    help="environment for the job (repeatable); a bare NAME passes NAME from this shell's "
                         "environment, and its value is never stored on the target")
@@ -32,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--gpu-wait-timeout", type=float, metavar="SECONDS",
                    help="with --wait-gpus-free: how long to wait for the GPUs (default 300)")
     old_spelling(p, "--timeout", "gpu_wait_timeout", type=float)
+    p.add_argument("--log-max", metavar="SIZE",
+                   help="rotate the log past SIZE (e.g. 2G), no line lost: log -> log.1 -> ... (runward.toml: log_max)")
+    p.add_argument("--log-keep", type=int, metavar="N", help="with --log-max: rotated files kept (default 3)")
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
@@ -46,9 +51,12 @@ def start_kwargs_from_config(run: dict) -> dict:
         kw["argv"] = list(run["command"])
     if "sh" in run:
         kw["sh"] = run["sh"]
-    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
         if k in run:
             kw[k] = run[k]
+    if "log_max" in run:
+        from ..api import parse_size
+        kw["log_max"] = parse_size(run["log_max"])
     if "gpus" in run:
         kw["gpus"] = gpu_list(run["gpus"])
     if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
@@ -61,10 +69,26 @@ def start_kwargs_from_config(run: dict) -> dict:
 
 
 def run(args, out) -> int:
-    from .. import api
     cfg = load_config(args)
+    if args.all:
+        if args.command or args.sh is not None:
+            raise BadInput("a command with --all", "--all starts each run with the command runward.toml gives it")
+        return on_runs(args, cfg, out, "start", lambda name, t: _start(args, cfg, name, t), render_start)
+    if not args.name:
+        raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
     target = target_of(args, cfg, args.name)
-    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(args.name, {})))
+    started: dict = {}
+    try:
+        res = _start(args, cfg, args.name, target, on_event=lambda ev: started.update(ev.get("started") or {}))
+    except KeyboardInterrupt:
+        return interrupted(out, "start", target, args.name, started, args.on)
+    return emit(out, "start", target, res, render_start(res))
+
+
+def _start(args, cfg, name, target, on_event=None) -> dict:
+    """One run's start: runward.toml's definition, the command line over it."""
+    from .. import api
+    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(name, {})))
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
@@ -74,15 +98,10 @@ def run(args, out) -> int:
     kw["replace_grace"] = args.replace_grace
     kw["lock_timeout"] = args.lock_timeout
     if not kw.get("argv") and kw.get("sh") is None:
-        close = did_you_mean(args.name, cfg) if args.name not in cfg.runs else None
-        raise BadInput(f"no command for run {args.name!r}", (f"{close} Or: " if close else "")
-                       + f"runward start {args.name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{args.name}] in runward.toml")
-    started: dict = {}
-    try:
-        res = api.start(target, args.name, on_event=lambda ev: started.update(ev.get("started") or {}), **kw)
-    except KeyboardInterrupt:
-        return interrupted(out, "start", target, args.name, started, args.on)
-    return emit(out, "start", target, res, render_start(res))
+        close = did_you_mean(name, cfg) if name not in cfg.runs else None
+        raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")
+                       + f"runward start {name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{name}] in runward.toml")
+    return api.start(target, name, on_event=on_event, **kw)
 
 
 def interrupted(out, cmd: str, target, name: str, started: dict, on: str | None) -> int:
@@ -119,10 +138,15 @@ def _over_config(args, kw: dict) -> dict:
     kw["env"] = {**kw.get("env", {}), **values}
     kw["env_from"] = sources
     kw["env_overrides"] = [k for k in values if k not in sources]
-    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace"):
+    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
         v = getattr(args, opt)
         if v is not None:
             kw[opt] = v
+    if args.log_max is not None:
+        from ..api import parse_size
+        kw["log_max"] = parse_size(args.log_max)
+    if kw.get("log_keep") is not None and not kw.get("log_max"):
+        raise BadInput("--log-keep without --log-max", "rotation is by size: give --log-max SIZE too")
     if args.gpus is not None:
         kw["gpus"] = gpu_list(args.gpus)
     return kw

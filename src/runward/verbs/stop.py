@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from ..errors import BadInput, RunNotFound
 from ..render import render_stop
-from ._common import emit, load_config, old_spelling, target_of
+from ._common import emit, load_config, old_spelling, on_runs, target_of
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name")
+    p.add_argument("name", nargs="?", help="the run (or --all)")
+    p.add_argument("--all", action="store_true",
+                   help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
     p.add_argument("--grace", type=float, metavar="SECONDS",
                    help="how long to wait after the stop signal before KILL (default: the run's, 30)")
     p.add_argument("--stop-signal", metavar="SIG", help="the signal sent first (default: the run's, TERM)")
@@ -20,9 +23,27 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import api
     cfg = load_config(args)
+    if args.all:
+        return on_runs(args, cfg, out, "stop", lambda name, t: _stop_any(args, name, t), render_stop)
+    if not args.name:
+        raise BadInput("no run named", "runward stop NAME, or --all for every run in runward.toml")
     target = target_of(args, cfg, args.name)
-    res = api.stop(target, args.name, grace=args.grace, signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
-                   lock_timeout=args.lock_timeout)
+    res = _stop(args, args.name, target)
     return emit(out, "stop", target, res, render_stop(res))
+
+
+def _stop(args, name, target):
+    from .. import api
+    return api.stop(target, name, grace=args.grace, signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
+                    lock_timeout=args.lock_timeout)
+
+
+def _stop_any(args, name, target):
+    """stop --all: a run of runward.toml never started on its target has nothing running
+    there (no record, so nothing runward started): stopped, verified, not a failure."""
+    try:
+        return _stop(args, name, target)
+    except RunNotFound:
+        return {"name": name, "already_stopped": True, "never_started": True, "verified_dead": True,
+                "state": "never started", "processes": [], "verified": ["no_record_on_target"]}

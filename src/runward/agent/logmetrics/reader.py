@@ -1,10 +1,14 @@
 """The log read from where the last call stopped: in chunks, complete lines only, a line
-cut when it grows too long, and a rotated, truncated or rewritten log noticed."""
+cut when it grows too long, and a rotated, truncated or rewritten log noticed; a log rotated
+by size (LOG.1, LOG.2 ...) followed into the file the last call was reading."""
+
+import os
 
 CHUNK = 1 << 20  # bytes per read
 MAX_BYTES = 64 << 20  # default cap on bytes parsed per call (rules["max_bytes"])
 CARRY_MAX = 64 << 10  # a line longer than this is cut there; the rest of it is skipped
 SIG_BYTES = 64  # bytes before the offset remembered to notice a log rewritten in place
+ROTATED_MAX = 1000  # LOG.N looked for at most (log_keep is far below)
 
 
 class Cursor(object):
@@ -84,3 +88,58 @@ def signature(f, offset):
     n = min(offset, SIG_BYTES)
     f.seek(offset - n)
     return f.read(n).hex()
+
+
+def rotated(path):
+    """The rotated files of the log PATH that exist, oldest first: PATH.N ... PATH.1 (the
+    rotation by size, agent/logfiles.py)."""
+    out = []
+    for i in range(1, ROTATED_MAX + 1):
+        p = "%s.%d" % (path, i)
+        if not os.path.exists(p):
+            break
+        out.append(p)
+    return out[::-1]
+
+
+def chain(path, cursor, from_oldest=False):
+    """The files to read, in order, each open: the one CURSOR is in, under its rotated name
+    when PATH was rotated since (then each newer one after it), and PATH. The current log
+    is opened first: a rotation in between then only moves it, and it is read all the same
+    (its rotated name found again would be the same file, and is dropped). A cursor's file
+    rotated out of reach: PATH alone, or with FROM_OLDEST every rotated file still there."""
+    files = []
+    cur = _open(path)
+    if cur is not None:
+        files.append(cur)
+    ident = cursor.ident
+    if ident[0] is None or (cur is not None and _ident(cur) == ident):
+        return files
+    older = []
+    for p in reversed(rotated(path)):  # newest first, back to the cursor's file
+        f = _open(p)
+        if f is None:
+            continue
+        if any(_ident(g) == _ident(f) for g in files + older):
+            f.close()
+            continue
+        older.append(f)
+        if _ident(f) == ident:
+            return older[::-1] + files
+    if from_oldest:
+        return older[::-1] + files
+    for f in older:  # not found (rotated out of reach): read the current log anew
+        f.close()
+    return files
+
+
+def _open(p):
+    try:
+        return open(p, "rb")
+    except FileNotFoundError:
+        return None
+
+
+def _ident(f):
+    st = os.fstat(f.fileno())
+    return (st.st_ino, st.st_dev)

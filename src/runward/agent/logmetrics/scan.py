@@ -9,7 +9,7 @@ from .events import Events
 from .feed import Feed
 from .job import ExitWatch, stall_alert
 from .points import materialize
-from .reader import MAX_BYTES, Cursor, changed, read_new, signature
+from .reader import MAX_BYTES, Cursor, chain, changed, read_new, signature
 from .rules import Rules
 from .skim import Skim
 
@@ -38,21 +38,21 @@ class Scan(object):
         self.events.tracebacks.open.clear()
         self.events.quiet.clear()
 
-    def read(self, f, cursor):
-        """Read the open log F on from CURSOR. Returns (reset reason, bytes read, more)."""
+    def read(self, f, cursor, budget):
+        """Read the open log F on from CURSOR, BUDGET bytes at most. Returns (reset reason,
+        bytes read, more)."""
         st = os.fstat(f.fileno())
         reset = changed(f, st, cursor)
         if reset:
             cursor.restart()
             self.restart()
         cursor.ident = (st.st_ino, st.st_dev)
-        max_bytes = int(self.config.get("max_bytes", MAX_BYTES))
-        if self.config.get("skim") and st.st_size - cursor.offset > max_bytes:
+        if self.config.get("skim") and st.st_size - cursor.offset > budget:
             # More than a call parses in full: the older part is skimmed for events and
-            # NaNs (skim.py), the newest max_bytes parsed line by line.
-            self.skimmed = Skim(self.feed).run(f, cursor, st.st_size - max_bytes)
+            # NaNs (skim.py), the newest BUDGET bytes parsed line by line.
+            self.skimmed += Skim(self.feed).run(f, cursor, st.st_size - budget)
         f.seek(cursor.offset)
-        read = read_new(f, cursor, max_bytes, self.feed)
+        read = read_new(f, cursor, budget, self.feed)
         cursor.offset += read
         end = os.fstat(f.fileno()).st_size
         if read or self.skimmed:
@@ -103,13 +103,23 @@ def scan(log_path, state, rules, now):
     sc = Scan(state, rules, now)
     cursor = Cursor(state)
     reset, read, more = None, 0, False
+    budget = int(rules.get("max_bytes", MAX_BYTES))
+    files = chain(log_path, cursor)  # the rest of a file rotated away first: no line skipped
+    exists = bool(files) and os.fspath(files[-1].name) == os.fspath(log_path)
     try:
-        f = open(log_path, "rb")
-    except FileNotFoundError:
-        f = None
-    if f is not None:
-        with f:
-            reset, read, more = sc.read(f, cursor)
+        for i, f in enumerate(files):
+            if i:  # the next newer file, from its start, as a rotation always read it
+                cursor.restart()
+                cursor.ident, cursor.sig = (None, None), ""
+                sc.restart()
+                reset = "rotated"
+            r_reset, r_read, more = sc.read(f, cursor, budget - read)
+            reset, read = r_reset or reset, read + r_read
+            if more:
+                break  # the budget ran out in this file: the cursor stays in it
+    finally:
+        for f in files:
+            f.close()
     sc.finish(bool(rules.get("alive")), rules.get("exit"))
     new_state = sc.state(cursor)
     feed = sc.feed
@@ -117,7 +127,7 @@ def scan(log_path, state, rules, now):
     out = {"state": new_state, "points": points, "points_dropped": feed.npoints - len(points),
            "alerts": sc.alerts, "last_line": cut(feed.last_line), "lines": feed.lines,
            "bytes": cursor.offset, "bytes_read": read, "bytes_skimmed": sc.skimmed, "more": more, "reset": reset,
-           "exists": f is not None, "units": feed.units}
+           "exists": exists, "units": feed.units}
     if feed.tail is not None:
         out["tail"] = [cut(decode(x.rstrip(b"\r"))) for x in feed.tail]
     return out

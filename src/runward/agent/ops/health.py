@@ -57,12 +57,21 @@ def _locked(store):
         os.close(lock)
 
 
+def _start_of(att):
+    """The parser's first cursor for an attempt: its offset in the file it began in, which
+    a rotation by size may since have renamed (the parser follows it there)."""
+    lm = {"offset": int(att.get("log_offset") or 0)}
+    if att.get("log_file"):
+        lm["ino"], lm["dev"] = att["log_file"]
+    return lm
+
+
 def _load(path, att):
     saved = read_json(path) or {}
     if saved.get("attempt") != att.get("attempt"):
         # a new attempt: its part of the (appended) log starts after its header
         return {"attempt": att.get("attempt"), "v": VERSION, "points": [], "alerts": [],
-                "lm": {"offset": int(att.get("log_offset") or 0)}, "last": {}, "marks": []}
+                "lm": _start_of(att), "last": {}, "marks": []}
     if saved.get("v") != VERSION:  # written before facts and rules were kept apart
         saved["alerts"] = [a for a in saved.get("alerts") or [] if a.get("kind") in FACT_KINDS]
         lm = saved.get("lm") or {}

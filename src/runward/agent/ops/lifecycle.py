@@ -7,18 +7,18 @@ state.py's."""
 import os
 import time
 
-from .. import cgroups, faults, gpus, shim
+from .. import cgroups, faults, gpus, logfiles, shim
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members, own_procs
 from ..secrets import is_shown_form, redact_env
-from ..store import RunStore, file_hashes, first_lines, open_log, read_from, remove_file, tail_lines, write_all, write_json
+from ..store import RunStore, file_hashes, open_log, remove_file, write_all, write_json
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input, event
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
-             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files")
+             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep")
 
 
 # --- start
@@ -83,6 +83,7 @@ def _plan(req, home, store):
     if os.path.isdir(log) or not os.path.isdir(os.path.dirname(log)) and req.get("log"):
         raise bad_input("log path is not usable: %s" % log, "give a file path whose directory exists")
     plan["log"] = log
+    plan["log_max"], plan["log_keep"] = logfiles.rotation(req)
     return plan
 
 
@@ -227,6 +228,7 @@ def _write_attempt(store, req, home, plan, made):
         "files": req.get("files") or [],
         "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
+        "log_max": plan["log_max"], "log_keep": plan["log_keep"],
     }
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
@@ -234,14 +236,16 @@ def _write_attempt(store, req, home, plan, made):
         plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
     lfd = open_log(plan["log"])  # before any record is written: a refused log leaves nothing
     try:
-        att["log_offset"] = os.fstat(lfd).st_size + len(header)  # where this attempt's output begins
+        st = os.fstat(lfd)
+        att["log_offset"] = st.st_size + len(header)  # where this attempt's output begins
+        att["log_file"] = [st.st_ino, st.st_dev]  # and in which file, should it be rotated
         write_json(store.attempt_path(n), att)
         write_all(lfd, header, plan["log"])
     finally:
         os.close(lfd)
     run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
     write_json(os.path.join(store.dir, "run.json"), run)
-    return n, att["log_offset"]
+    return n, logfiles.end_of(plan["log"])  # where its output begins, as logfiles.read_on follows it
 
 
 def start(req, home):
@@ -296,7 +300,7 @@ def _watch(pipe, log, log_from, settle, ready_re, ready_timeout):
             return shim.read_msg(pipe, 5.0) or {"eof": True}, ready_line
         if ready_re is not None and ready_line is None:
             # no inotify in the stdlib: read what the log gained every 50 ms
-            chunk, read_pos = read_from(log, read_pos)
+            chunk, read_pos = logfiles.read_on(log, read_pos)
             pending += chunk
             *lines, pending = pending.split(b"\n")
             ready_line = next((s for s in (ln.decode("utf-8", "replace") for ln in lines) if ready_re.search(s)),
@@ -311,21 +315,21 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
     os.close(pipe)
     att = store.attempt(n)
     res = {"name": store.name, "attempt": n, "pid": job["pid"], "start_time": job["start"],
-           "log": log, "first_lines": first_lines(log, log_from, 10), "settle_s": settle, "replaced": replaced,
+           "log": log, "first_lines": logfiles.first_lines(log, log_from, 10), "settle_s": settle, "replaced": replaced,
            "waited_s": round(time.monotonic() - t0, 3), "gpus": att.get("gpus"),
            "env": redact_env(att.get("env")), "env_from": att.get("env_from") or {}, "cgroups": att.get("cgroups")}
     if exit_msg is not None:
         ex = (store.attempt(n) or {}).get("exit") or exit_msg.get("exit") or {}
         if not ex and exit_msg.get("eof"):
             _shim_died(store, n, job, res)  # raises: an orphan, or both gone; never an early exit
-        res.update({"alive_after_settle": False, "exit": ex, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
+        res.update({"alive_after_settle": False, "exit": ex, "last_lines": logfiles.tail(log, LOG_TAIL_LINES)})
         if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
             raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
                                "period (%s)" % (store.name, describe_exit(ex)), result=res)
         raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)" % (store.name, describe_exit(ex)),
                            "see the last log lines; `runward logs %s`" % store.name, result=res)
     if live(job) is None:
-        res.update({"alive_after_settle": False, "last_lines": tail_lines(log, LOG_TAIL_LINES)})
+        res.update({"alive_after_settle": False, "last_lines": logfiles.tail(log, LOG_TAIL_LINES)})
         raise AgentFailure("ExitedEarly", "%s is gone after the settle period" % store.name, result=res)
     shim_ident = att.get("shim")
     if shim_ident and live(shim_ident) is None and not (store.attempt(n) or {}).get("exit"):
@@ -347,7 +351,7 @@ def _shim_died(store, n, job, res):
     """The shim's pipe closed with no exit message and no exit in the record: the shim died.
     A job still alive is an orphan (done, not verified: nobody will record its exit); a job
     gone too ended we cannot tell how."""
-    res["last_lines"] = tail_lines(res["log"], LOG_TAIL_LINES)
+    res["last_lines"] = logfiles.tail(res["log"], LOG_TAIL_LINES)
     shim_log = os.path.join(store.dir, "attempts", "%d.shim.log" % n)
     if live(job) is not None:
         res["state"] = "orphaned"

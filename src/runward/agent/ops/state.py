@@ -5,11 +5,11 @@ import os
 import sys
 import time
 
-from .. import gpus
+from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, summarize_tree
 from ..secrets import redact_env
-from ..store import RunStore, check_name, read_from, read_json, tail_lines
+from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
 
@@ -118,15 +118,12 @@ def logs(req, home, emit):
         picked = pick(store, att, req)
         lines, emit = picked.pop("lines"), picked.pop("emit")(emit)
     else:
-        lines = tail_lines(log, 20 if req.get("lines") is None else int(req["lines"]))
+        lines = logfiles.tail(log, 20 if req.get("lines") is None else int(req["lines"]))  # across a rotation
     if not req.get("follow"):
         return dict(picked or {}, name=store.name, log=log if picked is None else picked["log"], lines=lines)
     for ln in lines:
         emit({"line": ln})
-    try:
-        pos = os.stat(log).st_size
-    except OSError:
-        pos = 0
+    pos = logfiles.end_of(log)
     return _follow(store, att, log, pos, emit, float(req["for_s"]) if req.get("for_s") else None)
 
 
@@ -143,7 +140,7 @@ def _follow(store, att, log, pos, emit, for_s):
             if latest.get("log") != log:
                 log, pos, pending = latest["log"], 0, b""
                 emit({"switch": log})
-        data, pos = read_from(log, pos)
+        data, pos = logfiles.read_on(log, pos)  # the rest of a file rotated away first
         if data:
             pending += data
             *lines, pending = pending.split(b"\n")

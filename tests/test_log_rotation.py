@@ -1,0 +1,130 @@
+"""Log rotation by size (log_max, log_keep): no line lost or doubled, the job never stopped,
+and the parser, `logs` and `logs -f` following the log into its rotated files.
+
+Real jobs writing fast through the real logger process; nothing mocked."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from conftest import alive, wait_for
+
+SPAM = r'''
+import os, sys, time
+go, n = sys.argv[1], int(sys.argv[2])
+while go != "-" and not os.path.exists(go):
+    time.sleep(0.02)
+for i in range(n):
+    # a block buffer flushed every 64 lines: the logger reads chunks that end mid-line
+    print("line %06d step %d loss %.4f" % (i, i, 2.5 - i * 1e-5), flush=(i % 64 == 0))
+print("done", flush=True)
+time.sleep(600)
+'''
+LINE = re.compile(r"^line (\d{6}) step")
+
+
+def _files(log: Path) -> list[Path]:
+    """log.N ... log.1, log: oldest first."""
+    rotated = sorted(log.parent.glob(log.name + ".*"), key=lambda p: -int(p.suffix[1:]))
+    return rotated + [log]
+
+
+def _numbers(log: Path) -> list[int]:
+    return [int(m.group(1)) for f in _files(log) for ln in f.read_text().splitlines() if (m := LINE.match(ln))]
+
+
+def _done(log: Path) -> bool:
+    return log.exists() and log.read_text().rstrip().endswith("done")
+
+
+def test_every_line_once_across_rotations_the_job_untouched_and_readers_follow(cli):
+    (cli.cwd / "spam.py").write_text(SPAM)
+    go = cli.cwd / "go"
+    n = 20000
+    rc, doc = cli.json("start", "spam", "--log-max", "64k", "--log-keep", "30", "--settle", "0.3",
+                       "--cwd", str(cli.cwd), "--", "python3", "spam.py", str(go), str(n))
+    assert rc == 0, doc
+    pid, log = doc["result"]["pid"], Path(doc["result"]["log"])
+    follower = cli.popen("logs", "spam", "-f", "-n", "0", "--for", "12")
+    time.sleep(1.0)  # let the follower take its place at the end of the log before the lines come
+    go.write_text("")
+    wait_for(lambda: _done(log), timeout=60, what="the job's last line")
+
+    nums = _numbers(log)
+    assert nums == list(range(n)), "a line lost, doubled or out of order"
+    files = _files(log)
+    assert 2 <= len(files) - 1 <= 30, [f.name for f in files]
+    for f in files[:-1]:
+        data = f.read_bytes()
+        assert data.endswith(b"\n") and len(data) <= 64 * 1024, (f.name, len(data))  # cut at a line's end
+    assert alive(pid), "rotation must not stop the job"
+
+    # the parser read the attempt from its first line, in the file it began in
+    st = cli.status("spam")
+    assert st["state"] == "running" and st["health"]["metrics"]["step"] == n - 1
+    # `logs` across the rotated files: more lines than the current file holds
+    rc, doc = cli.json("logs", "spam", "-n", "2000")
+    got = [int(m.group(1)) for ln in doc["result"]["lines"] if (m := LINE.match(ln))]
+    assert got == list(range(n - 1999, n)), (got[:3], got[-3:])
+    # `logs -f` followed the log through every rotation: each line once, in order
+    out, _ = follower.communicate(timeout=60)
+    followed = [int(m.group(1)) for ln in out.splitlines() if (m := LINE.match(ln))]
+    assert followed == list(range(n)), (len(followed), followed[:3])
+
+    att = json.loads((cli.home / "runs" / "spam" / "attempts" / "1.json").read_text())
+    logger = att["logger"]
+    assert alive(logger["pid"], logger["start"])
+    rc, doc = cli.json("stop", "spam")
+    assert rc == 0 and doc["result"]["verified_dead"]
+    wait_for(lambda: not alive(logger["pid"], logger["start"]), timeout=10,
+             what="the logger to end once the job is gone")
+
+
+def test_log_keep_drops_the_oldest_and_runward_toml_sets_rotation(cli, tmp_path):
+    (cli.cwd / "spam.py").write_text(SPAM)
+    (tmp_path / "runward.toml").write_text(
+        f'[runs.keep2]\ncommand = ["python3", "spam.py", "-", "30000"]\ncwd = "{cli.cwd}"\nsettle = 0.3\n'
+        'log_max = "16k"\nlog_keep = 2\n')
+    rc, doc = cli.json("start", "keep2")
+    assert rc == 0, doc
+    log = Path(doc["result"]["log"])
+    wait_for(lambda: _done(log), timeout=60, what="the job's last line")
+    assert [f.name for f in _files(log)] == ["log.2", "log.1", "log"]
+    nums = _numbers(log)
+    assert nums == list(range(30000 - len(nums), 30000)), "the kept files hold the newest lines, none missing"
+    rc, doc = cli.json("restart", "keep2", "--settle", "0.3")
+    assert rc == 0, doc
+    att = json.loads((cli.home / "runs" / "keep2" / "attempts" / "2.json").read_text())
+    assert (att["log_max"], att["log_keep"]) == (16 * 1024, 2)  # restart keeps the rotation
+    assert alive(att["logger"]["pid"], att["logger"]["start"])
+    rc, _ = cli.json("stop", "keep2")
+    assert rc == 0
+
+
+def test_health_reads_the_attempt_from_its_first_line_across_rotations(cli):
+    """The attempt began in a file rotated twelve times since: the parser's first scan
+    starts there (the record keeps that file's identity), not in the middle of the newest."""
+    (cli.cwd / "spam.py").write_text(SPAM)
+    rc, doc = cli.json("start", "h", "--log-max", "4k", "--log-keep", "30", "--settle", "0.3", "--cwd", str(cli.cwd),
+                       "--", "python3", "spam.py", "-", "1500")
+    assert rc == 0, doc
+    log = Path(doc["result"]["log"])
+    wait_for(lambda: _done(log), timeout=60, what="the job's last line")
+    assert len(_files(log)) > 10
+    health = cli.status("h")["health"]
+    assert health["points"] == 1500 and health["metrics"]["step"] == 1499, health
+    rc, doc = cli.json("watch", "h", "--for", "1")  # watch reads on from there: healthy, nothing re-read
+    assert rc == 0 and doc["result"]["healthy"] and doc["result"]["metrics"]["step"] == 1499, doc
+    rc, _ = cli.json("stop", "h")
+    assert rc == 0
+
+
+def test_rotation_bad_input_is_exit_2(cli):
+    for args, needle in ((["--log-max", "10"], "below 1K"), (["--log-max", "2X"], "invalid log_max"),
+                         (["--log-keep", "2"], "--log-keep without --log-max")):
+        rc, doc = cli.json("start", "bad", *args, "--", "sleep", "5")
+        assert rc == 2 and needle in doc["error"]["message"], doc
+    assert not (cli.home / "runs" / "bad").exists()
