@@ -208,7 +208,7 @@ def test_message_names_the_sshd_shell():
 def test_message_names_the_assumed_agent_shell():
     f = only("pkill -f train.py", "self-kill")
     assert "`bash -c 'pkill -f train.py'`" in f.message and "level 0" in f.message
-    assert "assume_shell=False" in f.message
+    assert "runward lint --interactive" in f.message  # the flag a person types (stumble 9 of issue 20)
 
 
 def test_fix_names_the_target_and_the_verified_bracket_trick():
@@ -546,3 +546,14 @@ def test_real_ps_grep_v_grep_does_not_list_the_shell():
     command = f"ps aux | grep {unique_token()} | grep -v grep; echo done"
     assert run_bash(command).stdout.split() == ["done"]
     assert lint(command) == []
+
+
+def test_user_facing_text_names_the_cli_flag_and_no_missing_file():
+    """What a person reads names what they can type (`--interactive`, not a Python keyword
+    argument) and no file outside the repository (design.md)."""
+    from runward.lint import format_findings, lint
+    for cmd in ("pkill -f train.py; python train.py", "ssh h 'pkill -f x; ./x &'"):
+        text = format_findings(cmd, lint(cmd))
+        assert "assume_shell" not in text and "design.md" not in text, text
+    text = format_findings("pkill -f train.py", lint("pkill -f train.py"))
+    assert "runward lint --interactive" in text, text

@@ -276,7 +276,8 @@ def describe(proc: Proc) -> str:
     """Where an enclosing process sits: `level 2, inside pct exec 200 on root@host`."""
     if proc.role == "agent":
         return ("level 0, the `bash -c` assumed to run this whole command, as an agent tool "
-                "or a script does; lint with assume_shell=False for an interactive prompt")
+                "or a script does; for a command typed at an interactive prompt, lint it with "
+                "`runward lint --interactive`")
     if proc.role == "interactive":
         return "your interactive shell"
     role = {"sshd-shell": "started by sshd", "wrapper": f"{proc.name} waiting for its command",
