@@ -3,6 +3,9 @@ ssh host of the testbed, in parallel, one result per run, and the exit code rule
 
 from __future__ import annotations
 
+import shutil
+import uuid
+
 import pytest
 
 import testbed
@@ -22,9 +25,10 @@ def _config(cli, tmp_path, far_home: str, extra: str = "") -> None:
 def far(cli, tmp_path):
     tb = testbed.require("ssh")
     cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
-    far_home = f"/tmp/rw-all-{tmp_path.name}"
+    far_home = f"/tmp/rw-all-{uuid.uuid4().hex[:8]}"  # tmp_path's name repeats across sessions
     yield far_home
     cli.run("stop", "--all")  # whatever a failed assertion left running, here and on rw1
+    shutil.rmtree(far_home, ignore_errors=True)
 
 
 def test_start_restart_stop_all_local_and_over_ssh(cli, tmp_path, far):
