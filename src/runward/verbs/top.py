@@ -107,6 +107,7 @@ class Top:
         self.done = threading.Event()
         self.refresh_now = threading.Event()
         self.wake_r, self.wake_w = os.pipe()
+        self.stops: list[threading.Thread] = []  # stops asked for: quitting waits for their answer
 
     # --- the background work
 
@@ -195,7 +196,9 @@ class Top:
                 key, self.confirm = self.confirm, None
                 if data[:1] in (b"y", b"Y"):
                     self.message = f"stopping {key[1]} on {key[0]} ..."
-                    threading.Thread(target=self._stop, args=(key,), daemon=True).start()
+                    worker = threading.Thread(target=self._stop, args=(key,), daemon=True)
+                    self.stops.append(worker)
+                    worker.start()
                 else:
                     self.message = f"not stopped: {key[1]}"
                 return True
@@ -229,14 +232,15 @@ class Top:
         from . import _topview
         fd = sys.stdin.fileno()
         saved = termios.tcgetattr(fd)
-        threading.Thread(target=self._fetch_loop, daemon=True).start()
+        fetcher = threading.Thread(target=self._fetch_loop, daemon=True)
+        fetcher.start()
         try:
             tty.setcbreak(fd)  # keys one at a time, unechoed; Ctrl-C still interrupts
             with Live(console=Console(), screen=True, auto_refresh=False) as live:
                 while True:
                     with self.lock:
                         live.update(_topview.view(self), refresh=True)
-                    ready, _, _ = select.select([fd, self.wake_r], [], [], 1.0)  # 1 s: the clock and uptimes
+                    ready, _, _ = select.select([fd, self.wake_r], [], [])  # a key, or a worker done
                     if self.wake_r in ready:
                         os.read(self.wake_r, 4096)
                     if fd in ready:
@@ -249,4 +253,16 @@ class Top:
             self.done.set()
             self.refresh_now.set()
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+            self._finish(fetcher)
         return EXIT_OK
+
+    def _finish(self, fetcher: threading.Thread) -> None:
+        """The CLI leaves without the interpreter's teardown (launch.entry), so a call still in
+        flight would be cut off: a stop asked for is waited for and its answer printed; a
+        refresh is given a few seconds (its agent call may hang on a dead host)."""
+        if any(w.is_alive() for w in self.stops):
+            print("waiting for the stop asked for to finish ...", flush=True)
+            for worker in self.stops:
+                worker.join()
+            print(self.message, flush=True)
+        fetcher.join(5.0)
