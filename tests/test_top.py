@@ -8,6 +8,7 @@ Without rich (the extra runward[top]) `top` must say how to get it and exit 2, a
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -203,3 +204,39 @@ def test_gpu_panel_names_holders_by_run_and_arrows_select_the_run_to_stop(cli, t
     t.keys("q")
     assert t.exit_code() == 0
     assert run_state(cli, "alpha") == "running"
+
+
+@needs_tmux
+@needs_rich
+def test_all_shows_runs_of_every_named_target_and_stops_one_over_ssh(cli, terminal, tmp_path):
+    import testbed
+    tb = testbed.require("ssh")
+    cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
+    far_home = f"/tmp/rw-top-{os.getpid()}-{tmp_path.name}"  # a home of its own on rw1
+    (tmp_path / "runward.toml").write_text(
+        f'[targets.here]\non = "local"\n\n[targets.h1]\non = "ssh://rw1"\nhome = "{far_home}"\n\n'
+        '[runs.near]\non = "here"\ncommand = ["sleep", "300"]\nsettle = 0.3\n\n'
+        '[runs.far]\non = "h1"\ncommand = ["sleep", "300"]\nsettle = 0.3\n')
+    try:
+        rc, doc = cli.json("start", "--all")
+        assert rc == 0, doc
+        far = next(r["result"] for r in doc["runs"] if r["name"] == "far")
+        t = terminal(cli.env, cli.cwd, [PY, "-m", "runward", "top", "--all", "--interval", "0.5"])
+        screen = t.shows(r"h1 \(ssh://rw1\)\s+│\s+far\s+│\s+running")
+        assert re.search(r"here \(local\)\s+│\s+near\s+│\s+running", screen), screen
+        assert "TARGET" in screen
+
+        t.keys("Down")  # near (on here) first, far (on h1) second
+        t.keys("s")
+        t.shows(r"stop far on h1 \(ssh://rw1\)\? y/n")
+        t.keys("y")
+        t.shows(rf"stopped far attempt {far['attempt']}: .*verified")
+        t.keys("q")
+        assert t.exit_code() == 0
+        assert not alive(far["pid"], far["start_time"])  # the test hosts share this pid namespace
+        rc, doc = cli.json("status", "far", "--on", "h1")
+        assert doc["result"]["runs"][0]["state"] == "exited", doc
+        assert cli.status("near")["state"] == "running"
+    finally:
+        cli.run("stop", "--all")
+        cli.run("rm", "far", "--on", "h1", "--logs")

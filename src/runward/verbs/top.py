@@ -25,6 +25,8 @@ LOG_LINES = 20
 
 
 def add_arguments(p) -> None:
+    p.epilog = ("keys: q quit, up/down (or k/j) select a run, l its last log lines (l or Esc closes),\n"
+                "      s stop it (asks y/n; a verified stop, its result shown)")
     p.add_argument("--all", action="store_true", help="every named target in runward.toml")
     p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
                    help="seconds between refreshes (default 2)")
