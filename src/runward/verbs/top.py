@@ -123,7 +123,14 @@ class Top:
         import concurrent.futures
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(self.targets)))
         while not self.done.is_set():
-            parts = list(pool.map(collect_target, self.targets))
+            try:
+                parts = list(pool.map(collect_target, self.targets))
+            except Exception as e:  # a bug here must not freeze the view: say it, try again
+                with self.lock:
+                    self.message = f"refresh failed: {type(e).__name__}: {e}"
+                self._wake()
+                self.refresh_now.wait(self.interval)
+                continue
             with self.lock:
                 self.snapshot, self.taken_at = parts, time.time()
                 self._remember(parts)
