@@ -28,10 +28,11 @@ die() { log "ERROR: $*"; exit 1; }
 #   without it ("ensurepip is not available").
 # ca-certificates: debootstrap fetches over the Debian mirror.
 # zsh: tests/test_completion.py loads `runward completion zsh` into a real zsh (~1 MB).
+# tmux: tests/test_top.py drives `runward top` in a real terminal (send-keys, capture-pane).
 PKGS=(
   openssh-server openssh-client iproute2
   podman runc catatonit debootstrap lxc
-  procps psmisc python3 python3-venv ca-certificates zsh
+  procps psmisc python3 python3-venv ca-certificates zsh tmux
 )
 
 missing=()

@@ -52,6 +52,7 @@ VERBS = (
     ("ps", "safe pgrep -af: never lists itself, its ancestors or its own session", "ps"),
     ("kill", "safe pkill -f: shows what it would signal; --yes to do it, verified", "kill"),
     ("watch", "follow a run's health; exit 1 on the first alert", "watch"),
+    ("top", "a live view of runs and GPUs; keys to read a log and stop a run (needs runward[top])", "top"),
     ("plot", "draw a run's metrics to a PNG (needs matplotlib)", "plot"),
     ("lint", "find self-kill and wrong-filesystem hazards in a shell command", "lint"),
     ("demo", "the whole story on this machine with the example job", "demo"),

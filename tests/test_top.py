@@ -1,0 +1,242 @@
+"""`runward top` (issue 19) in a real terminal: tmux runs it in a detached session on a private
+socket; capture-pane reads what a person would see and send-keys types. It watches real runs
+of the example job on the local target; the GPU panel reads the nvidia-smi stand-in
+(tests/fakegpu.py), to which the job attaches itself (TRAIN_GPU_MIB).
+
+Without rich (the extra runward[top]) `top` must say how to get it and exit 2, and neither
+`--help` nor the base install may import it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import fakegpu
+from conftest import EXAMPLE, alive, marked, wait_for
+
+PY = sys.executable
+HAS_TMUX = shutil.which("tmux") is not None
+try:
+    import rich  # noqa: F401
+    HAS_RICH = True
+except ImportError:
+    HAS_RICH = False
+
+needs_tmux = pytest.mark.skipif(not HAS_TMUX, reason="tmux is not installed (scripts/ci-install.sh installs it)")
+needs_rich = pytest.mark.skipif(not HAS_RICH, reason="rich is not installed: pip install -e '.[top]'")
+
+
+class Terminal:
+    """A tmux session on a private socket running one command, with its exit status kept in
+    a file (the pane, and so the session, is gone once the command ends)."""
+
+    def __init__(self, tmp_path, env: dict, cwd, argv: list[str], width: int = 200, height: int = 50):
+        self.sock = str(tmp_path / "tmux.sock")
+        self.rc_file = tmp_path / "top.rc"
+        self.env = dict(env, TERM="xterm-256color")
+        shell = f"{shlex.join(argv)}; echo $? > {shlex.quote(str(self.rc_file))}"
+        self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-c", str(cwd), shell)
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", "-S", self.sock, *args], env=self.env, capture_output=True,
+                              text=True, timeout=20)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p").stdout
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", *keys).check_returncode()
+
+    def shows(self, pattern: str, timeout: float = 30) -> str:
+        """Wait until the screen matches PATTERN (a regex); the screen then."""
+        last = [""]
+
+        def seen():
+            last[0] = self.screen()
+            return re.search(pattern, last[0])
+        try:
+            wait_for(seen, timeout, f"{pattern!r} on the screen")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nscreen:\n{last[0]}") from None
+        return last[0]
+
+    def exit_code(self, timeout: float = 15) -> int:
+        wait_for(lambda: self.rc_file.exists() and self.rc_file.read_text().strip(), timeout, "top to exit")
+        return int(self.rc_file.read_text())
+
+    def close(self) -> None:
+        self.tmux("kill-server")
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    opened = []
+
+    def open_(env, cwd, argv, **kw):
+        t = Terminal(tmp_path, env, cwd, argv, **kw)
+        opened.append(t)
+        return t
+    yield open_
+    for t in opened:
+        t.close()
+
+
+def start_job(cli, name: str, *env: str) -> dict:
+    args = []
+    for e in ("TRAIN_STEP_SECONDS=0.1", *env):
+        args += ["--env", e]
+    rc, doc = cli.json("start", name, *args, "--", PY, str(EXAMPLE))
+    assert rc == 0, doc
+    return doc["result"]
+
+
+def run_state(cli, name: str) -> str:
+    rc, doc = cli.json("status", name)
+    assert rc == 0, doc
+    return doc["result"]["runs"][0]["state"]
+
+
+# --------------------------------------------------------------------------- without rich
+
+
+def test_help_and_the_verb_table_never_import_rich(cli):
+    code = ("import sys\nfrom runward import cli\n"
+            "for argv in (['--help'], ['top', '--help']):\n"
+            "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
+            "print('RICH', 'rich' in sys.modules)")
+    p = subprocess.run([PY, "-c", code], env=cli.env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "RICH False" in p.stdout
+    assert re.search(r"^\s+top\s+a live view of runs and GPUs", p.stdout, re.M), p.stdout
+    assert "--interval" in p.stdout and "--all" in p.stdout
+
+
+def test_without_rich_top_names_the_extra_and_exits_2(cli):
+    # None in sys.modules makes `import rich` raise ImportError, as on a base install
+    code = "import sys\nsys.modules['rich'] = None\nfrom runward import cli\nsys.exit(cli.main(['top']))"
+    p = subprocess.run([PY, "-c", code], env=cli.env, cwd=cli.cwd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "pip install 'runward[top]'" in p.stderr
+
+
+@needs_rich
+def test_top_without_a_terminal_or_with_json_is_bad_input(cli):
+    p = cli.run("top", timeout=60)  # stdin and stdout are pipes here
+    assert p.returncode == 2 and "needs a terminal" in p.stderr, p.stderr
+    rc, doc = cli.json("top", timeout=60)
+    assert rc == 2 and doc["ok"] is False and "status --json" in doc["error"]["hint"], doc
+
+
+# --------------------------------------------------------------------------- in a terminal
+
+
+@needs_tmux
+@needs_rich
+def test_top_shows_a_run_opens_its_log_and_stops_it_after_yes(cli, terminal):
+    run = start_job(cli, "toprun")
+    tree = wait_for(lambda: marked("toprun."), 20, "the run's processes")
+    t = terminal(cli.env, cli.cwd, [PY, "-m", "runward", "top", "--interval", "0.5"])
+    screen = t.shows(r"toprun\s+│\s+running")
+    assert "RUN" in screen and "STATE" in screen
+    screen = t.shows(r"loss \d+\.\d+")  # a metric of the job's log, with its sparkline beside it
+    assert re.search(r"tok_s \d+(\.\d+)? [▁▂▃▄▅▆▇█]+", screen), screen
+
+    t.keys("l")  # the selected run's last log lines
+    t.shows(r"log of toprun on local")
+    t.shows(r"│ step \d+ loss \d")
+    t.keys("l")
+    wait_for(lambda: "log of toprun" not in t.screen(), 10, "the log pane to close")
+
+    t.keys("s")
+    t.shows(r"stop toprun on local\? y/n")
+    t.keys("n")  # anything but y leaves it running
+    t.shows(r"not stopped: toprun")
+    assert run_state(cli, "toprun") == "running"
+    assert all(alive(pid, start) for pid, start in tree.items())
+
+    t.keys("s")
+    t.shows(r"stop toprun on local\? y/n")
+    t.keys("y")
+    t.shows(rf"stopped toprun attempt {run['attempt']}: \d+ process\(es\) dead, verified")
+    t.shows(r"toprun\s+│\s+exited")
+    assert run_state(cli, "toprun") != "running"
+    assert not any(alive(pid, start) for pid, start in tree.items()), tree  # /proc: every one dead
+    assert not marked("toprun.")
+
+    t.keys("q")
+    assert t.exit_code() == 0
+
+
+@needs_tmux
+@needs_rich
+def test_gpu_panel_names_holders_by_run_and_arrows_select_the_run_to_stop(cli, terminal, tmp_path):
+    state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
+    cli.env = fakegpu.env_with_standin(state, cli.env)
+    start_job(cli, "alpha", "TRAIN_GPU_MIB=30000")
+    start_job(cli, "beta", "TRAIN_GPU_MIB=20000")
+    alpha = wait_for(lambda: marked("alpha."), 20, "alpha's processes")
+    beta = wait_for(lambda: marked("beta."), 20, "beta's processes")
+    wait_for(lambda: len(fakegpu.read_state(state)["procs"]) == 2, 30, "both jobs on the fake GPUs")
+
+    t = terminal(cli.env, cli.cwd, [PY, "-m", "runward", "top", "--interval", "0.5"])
+    screen = t.shows(r"alpha#1 30,000 MiB")
+    assert "beta#1 20,000 MiB" in screen, screen
+    assert fakegpu.H100 in screen and "81,559 MiB" in screen
+
+    t.keys("Down")  # alpha is first (by name), beta second
+    t.keys("s")
+    t.shows(r"stop beta on local\? y/n")
+    t.keys("y")
+    t.shows(r"stopped beta attempt 1: .*verified")
+    assert run_state(cli, "beta") != "running" and run_state(cli, "alpha") == "running"
+    assert not any(alive(pid, start) for pid, start in beta.items())
+    assert all(alive(pid, start) for pid, start in alpha.items())
+    screen = t.shows(r"beta\s+│\s+exited")
+    wait_for(lambda: "beta#1" not in t.screen(), 20, "beta's GPU memory to leave the panel")
+
+    t.keys("Up", "k")  # at the top it stays there
+    t.keys("q")
+    assert t.exit_code() == 0
+    assert run_state(cli, "alpha") == "running"
+
+
+@needs_tmux
+@needs_rich
+def test_all_shows_runs_of_every_named_target_and_stops_one_over_ssh(cli, terminal, tmp_path):
+    import testbed
+    tb = testbed.require("ssh")
+    cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
+    far_home = f"/tmp/rw-top-{os.getpid()}-{tmp_path.name}"  # a home of its own on rw1
+    (tmp_path / "runward.toml").write_text(
+        f'[targets.here]\non = "local"\n\n[targets.h1]\non = "ssh://rw1"\nhome = "{far_home}"\n\n'
+        '[runs.near]\non = "here"\ncommand = ["sleep", "300"]\nsettle = 0.3\n\n'
+        '[runs.far]\non = "h1"\ncommand = ["sleep", "300"]\nsettle = 0.3\n')
+    try:
+        rc, doc = cli.json("start", "--all")
+        assert rc == 0, doc
+        far = next(r["result"] for r in doc["runs"] if r["name"] == "far")
+        t = terminal(cli.env, cli.cwd, [PY, "-m", "runward", "top", "--all", "--interval", "0.5"])
+        screen = t.shows(r"h1 \(ssh://rw1\)\s+│\s+far\s+│\s+running")
+        assert re.search(r"here \(local\)\s+│\s+near\s+│\s+running", screen), screen
+        assert "TARGET" in screen
+
+        t.keys("Down")  # near (on here) first, far (on h1) second
+        t.keys("s")
+        t.shows(r"stop far on h1 \(ssh://rw1\)\? y/n")
+        t.keys("y")
+        t.shows(rf"stopped far attempt {far['attempt']}: .*verified")
+        t.keys("q")
+        assert t.exit_code() == 0
+        assert not alive(far["pid"], far["start_time"])  # the test hosts share this pid namespace
+        rc, doc = cli.json("status", "far", "--on", "h1")
+        assert doc["result"]["runs"][0]["state"] == "exited", doc
+        assert cli.status("near")["state"] == "running"
+    finally:
+        cli.run("stop", "--all")
+        cli.run("rm", "far", "--on", "h1", "--logs")
