@@ -121,3 +121,26 @@ def cli(tmp_path):
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+
+
+_SRC_COPY: list = []
+
+
+def world_readable_src() -> str:
+    """src/ as another user can read it, for tests that run runward as an ordinary user (or
+    nobody): CI's checkout may sit under a 0700 home. A copy under /tmp, 0755/0644, made
+    once per session."""
+    if not _SRC_COPY:
+        import atexit
+        import shutil
+        import tempfile
+        base = tempfile.mkdtemp(prefix="runward-src-")
+        dest = os.path.join(base, "src")
+        shutil.copytree(ROOT / "src", dest, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        for d, dirs, files in os.walk(base):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        atexit.register(shutil.rmtree, base, True)
+        _SRC_COPY.append(dest)
+    return _SRC_COPY[0]

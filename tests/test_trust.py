@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, alive, marked, read_stat, wait_for
+from conftest import ROOT, alive, marked, read_stat, wait_for, world_readable_src
 
 PY = sys.executable
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (another user's files, another uid)")
@@ -136,7 +136,7 @@ def nonroot(tmp_path):
     os.chown(base, pw.pw_uid, pw.pw_gid)
 
     def run(*args, timeout=120):
-        env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": str(base / "home"), "PYTHONPATH": str(ROOT / "src"),
+        env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": str(base / "home"), "PYTHONPATH": world_readable_src(),
                "HOME": str(base), "LANG": "C.UTF-8"}
         return subprocess.run([py, "-m", "runward", *args], cwd=base, env=env, capture_output=True, text=True,
                               timeout=timeout, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
