@@ -22,30 +22,40 @@ CONTEXT = 2  # lines before a hit parsed with it
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
 PROGRESS = (b"loss", b"step", b"iter", b"/s")
-# On the chunk lowered (one pass), so "NaN", "NAN" and "nan" are one needle: four passes
-# in all, each anchored on a letter the regex engine looks for in C.
+# On the chunk lowered (one pass, ASCII only: offsets stay those of the raw bytes), so
+# "NaN", "NAN" and "nan" are one needle. Three passes, each anchored on one letter that the
+# regex engine looks for in C ("n", "d", "y"; every needle holds one of them): a pass costs
+# a scan of the chunk plus a try at each place its letter is, so fewer passes on fewer
+# letters is what makes the skim fast (bench/README.md, "skim"). After the letter, the
+# alternatives start with a literal where they can, which the engine rejects at once.
 SKIM_RES = tuple(re.compile(p) for p in (
-    rb"k(?:ill|(?<=traceback) \(most recent call last\):|(?<=distback)enderror)",
-    rb"c(?:cl(?<=nccl)|(?<=wat)hdog (?:got stuck|caught collective)|ode(?<=exitcode) *: -9"
-    rb"|_failed(?<=alloc_failed))",
+    # a NaN or Inf value, but not Megatron's "number of nan iterations:   0", nor "info";
+    # NCCL's own words; "Traceback (most recent call last):" by the "n" of "recent"
+    rb"n(?:an(?:(?![a-z_ ])| (?!iter)| iterations: *[1-9])|f(?<=inf)(?:inity)?(?![a-z_])"
+    rb"|ccl|t call last\):(?<=traceback \(most recent call last\):))",
+    # torchrun's exit code -9, DistBackendError, the NCCL watchdog; then words ending in
+    # "ed": the OOM killer's "Killed", "(SIGKILL) received", cuBLAS's ALLOC_FAILED
+    rb"d(?:e(?:rror(?<=distbackenderror)|(?<=exitcode) *: -9)"
+    rb"|og(?<=watchdog) (?:got stuck|caught collective)"
+    rb"|(?<=ed)(?:(?<=killed)|(?<=alloc_failed)|(?<=\(sigkill\) received)))",
+    # CUDA/HIP/XLA "out of memory", CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation
     rb"y(?:(?<=out of memory)|(?<=out_of_memory)|(?<=errormemory)allocation)",
-    # a NaN or Inf value, but not Megatron's "number of nan iterations:   0", nor "info"
-    rb"n(?:an(?:(?![a-z_ ])| (?!iter)| iterations: *[1-9])|f(?<=inf)(?:inity)?(?![a-z_]))",
 ))
 KILLED_ZH = u"\u5df2\u6740\u6b7b".encode("utf-8")  # only looked for where a \xe5 byte is
 
 
-def hits(body):
-    """Offsets in BODY where a needle matched, in order."""
+def hits(body, end=None):
+    """Offsets in BODY[:END] where a needle matched, in order."""
+    end = len(body) if end is None else end
     out = set()
     low = body.lower()  # ASCII only: offsets stay those of BODY
     for rx in SKIM_RES:
-        out.update(m.start() for m in rx.finditer(low))
-    if b"\xe5" in body:  # memchr: free for a log without CJK text
-        i = body.find(KILLED_ZH)
+        out.update(m.start() for m in rx.finditer(low, 0, end))
+    if body.find(b"\xe5", 0, end) >= 0:  # memchr: free for a log without CJK text
+        i = body.find(KILLED_ZH, 0, end)
         while i >= 0:
             out.add(i)
-            i = body.find(KILLED_ZH, i + 1)
+            i = body.find(KILLED_ZH, i + 1, end)
     return sorted(out)
 
 
@@ -72,25 +82,34 @@ class Skim(object):
                 if nl < 0:
                     continue
                 data, skip = data[nl + 1:], False
-            buf = pending + data if pending else data
+            buf = pending + data if pending else data  # a carry: only the first chunk
+            pending = b""
             cut = buf.rfind(b"\n") + 1
-            pending = buf[cut:]
-            if len(pending) > CARRY_MAX:  # a line this long is cut, as the full read does
-                pending, skip = b"", True
+            tail = len(buf) - cut
+            if tail > CARRY_MAX:  # a line this long is cut, as the full read does
+                skip = True
+            elif cut and pos < stop:
+                # The unfinished line is read again at the head of the next chunk: no copy
+                # of a whole chunk (pending + data, buf[:cut]) for a few bytes.
+                pos -= tail
+                f.seek(pos)
+            else:
+                pending = buf[cut:]
             if cut:
-                self.chunk(buf[:cut] if cut < len(buf) else buf)
+                self.chunk(buf, cut)
         cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
         return pos - start
 
-    def chunk(self, body):
-        """BODY: complete lines, the first numbered feed.lines + 1; all are counted."""
+    def chunk(self, body, end=None):
+        """BODY[:END]: complete lines, the first numbered feed.lines + 1; all are counted."""
         feed = self.feed
+        end = len(body) if end is None else end
         base = feed.lines  # lines before BODY
         done = 0  # BODY's bytes already fed, or passed by
         if self.follow:  # a traceback still open at the end of the last chunk
-            done = self._follow(body, 0, base)
+            done = self._follow(body, 0, base, end)
         count = [0, base]  # a line start and the lines before it, moved forward only
-        for i in hits(body):
+        for i in hits(body, end):
             ls = body.rfind(b"\n", 0, i) + 1
             if ls < done:
                 continue  # in a line already fed
@@ -108,8 +127,8 @@ class Skim(object):
             done = le
             if feed.events.tracebacks.open:
                 self.follow = 1
-                done = self._follow(body, le, self._number(body, le, count))
-        feed.lines = base + body.count(b"\n")
+                done = self._follow(body, le, self._number(body, le, count), end)
+        feed.lines = base + body.count(b"\n", 0, end)
 
     @staticmethod
     def _number(body, pos, count):
@@ -128,11 +147,11 @@ class Skim(object):
         self.feed.lines = self._number(body, ps, count)
         self.feed.feed(body[ps:body.find(b"\n", p) + 1])
 
-    def _follow(self, body, at, n):
-        """Feed the lines of BODY from AT (line N + 1 there) while a traceback is open, up to
-        TB_MAX_LINES after its start. Returns where it stopped."""
+    def _follow(self, body, at, n, end):
+        """Feed the lines of BODY[:END] from AT (line N + 1 there) while a traceback is open,
+        up to TB_MAX_LINES after its start. Returns where it stopped."""
         feed, tbs = self.feed, self.feed.events.tracebacks
-        while tbs.open and self.follow <= TB_MAX_LINES + 1 and at < len(body):
+        while tbs.open and self.follow <= TB_MAX_LINES + 1 and at < end:
             le = body.find(b"\n", at) + 1
             feed.lines = n
             feed.feed(body[at:le])
