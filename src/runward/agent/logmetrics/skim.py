@@ -22,25 +22,58 @@ CONTEXT = 2  # lines before a hit parsed with it
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
 PROGRESS = (b"loss", b"step", b"iter", b"/s")
-# On the chunk lowered (one pass, ASCII only: offsets stay those of the raw bytes), so
-# "NaN", "NAN" and "nan" are one needle. Three passes, each anchored on one letter that the
-# regex engine looks for in C ("n", "d", "y"; every needle holds one of them): a pass costs
-# a scan of the chunk plus a try at each place its letter is, so fewer passes on fewer
-# letters is what makes the skim fast (bench/README.md, "skim"). After the letter, the
-# alternatives start with a literal where they can, which the engine rejects at once.
-SKIM_RES = tuple(re.compile(p) for p in (
-    # a NaN or Inf value, but not Megatron's "number of nan iterations:   0", nor "info";
-    # NCCL's own words; "Traceback (most recent call last):" by the "n" of "recent"
-    rb"n(?:an(?:(?![a-z_ ])| (?!iter)| iterations: *[1-9])|f(?<=inf)(?:inity)?(?![a-z_])"
-    rb"|ccl|t call last\):(?<=traceback \(most recent call last\):))",
-    # torchrun's exit code -9, DistBackendError, the NCCL watchdog; then words ending in
-    # "ed": the OOM killer's "Killed", "(SIGKILL) received", cuBLAS's ALLOC_FAILED
-    rb"d(?:e(?:rror(?<=distbackenderror)|(?<=exitcode) *: -9)"
-    rb"|og(?<=watchdog) (?:got stuck|caught collective)"
-    rb"|(?<=ed)(?:(?<=killed)|(?<=alloc_failed)|(?<=\(sigkill\) received)))",
-    # CUDA/HIP/XLA "out of memory", CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation
-    rb"y(?:(?<=out of memory)|(?<=out_of_memory)|(?<=errormemory)allocation)",
-))
+# The needles are looked for in a copy of the chunk translated byte for byte (one pass;
+# offsets stay those of the raw bytes) into a smaller alphabet, in two regex passes. A pass
+# costs a scan of the chunk in C plus a try wherever its first bytes are, so what counts is
+# how few passes there are and how rare their first bytes (bench/README.md, "skim"):
+#   - "n", "a", "i" in either case and "f"/"F", "c"/"C" folded to "a": a NaN ("nan"), an Inf
+#     ("ina"), NCCL ("naal") all start at, or hold, "na", which the engine looks for in C;
+#   - the letters of the other needles that are rare in logs folded into ZED: "Traceback",
+#     "Killed", "SIGKILL", "exitcode", "memory", CUBLAS, DistBackendError, the watchdog each
+#     hold one (the events are matched in their case, as patterns.EVENT_RE does).
+# A folded text can match where the raw one does not ("China", "nfn"): such a line is only
+# parsed in full for nothing. Nothing the full parse would call an event or a NaN is missed.
+ZED = b"\x01"
+ZED_LETTERS = b"TKxyB"
+FOLD = bytearray(range(256))
+FOLD[ZED[0]] = ZED[0] + 1  # a raw \x01 is no ZED
+for _src, _dst in ((b"nNwW", b"n"), (b"aA", b"a"), (b"iI", b"i"), (b"fF", b"a"), (b"cC", b"a"),
+                   (ZED_LETTERS, ZED)):
+    for _c in _src:
+        FOLD[_c] = _dst[0]
+FOLD = bytes(FOLD)
+
+
+def _lit(text):
+    """TEXT folded, as a regex literal."""
+    return re.escape(text.translate(FOLD))
+
+
+def _zed(text, tail=b""):
+    """An alternative after ZED for the needle TEXT: the rest from its first ZED letter,
+    then the whole needle as a look-behind (the ZED stood for any of ZED_LETTERS)."""
+    folded = text.translate(FOLD)
+    k = folded.index(ZED)
+    behind = b"(?<=" + re.escape(folded) + b")" if k else b""
+    return re.escape(folded[k + 1:]) + behind + tail
+
+
+WORD = rb"a-zA-Z_\x01"  # in a class: a letter, folded or not, or "_"
+SKIM_RES = (
+    # A NaN or Inf value token, but not Megatron's "number of nan iterations:   0", nor
+    # "info"/"INFO"/"informative"; NCCL's words (NCCL WARN, ncclInternalError, ...).
+    re.compile(b"na(?:n(?:(?![" + WORD + b" ])| (?!iter)| iterations: *[1-9])"
+               b"|(?<=ina)(?:" + _lit(b"inity") + b")?(?![" + WORD + b"])"
+               b"|a[lL]|" + _lit(b"atchdog ") + b"(?:" + _lit(b"got stuck") + b"|"
+               + _lit(b"caught collective") + b"))"),
+    re.compile(ZED + b"(?:" + b"|".join((
+        _zed(b"Traceback (most recent call last):"),
+        _zed(b"Killed"), _zed(b"(SIGKILL)"), _zed(b"exitcode", rb" *: -9"),
+        _zed(b"CUBLAS_STATUS_ALLOC_FAILED"), _zed(b"CUDA_ERROR_OUT_OF_MEMORY"),
+        _zed(b"cudaErrorMemoryAllocation"), _zed(b"DistBackendError"),
+        _zed(b"ut of memory"),  # CUDA, HIP, XLA's "Out of memory": a look-behind, last
+    )) + b")"),
+)
 KILLED_ZH = u"\u5df2\u6740\u6b7b".encode("utf-8")  # only looked for where a \xe5 byte is
 
 
@@ -48,9 +81,9 @@ def hits(body, end=None):
     """Offsets in BODY[:END] where a needle matched, in order."""
     end = len(body) if end is None else end
     out = set()
-    low = body.lower()  # ASCII only: offsets stay those of BODY
+    folded = body.translate(FOLD)
     for rx in SKIM_RES:
-        out.update(m.start() for m in rx.finditer(low, 0, end))
+        out.update(m.start() for m in rx.finditer(folded, 0, end))
     if body.find(b"\xe5", 0, end) >= 0:  # memchr: free for a log without CJK text
         i = body.find(KILLED_ZH, 0, end)
         while i >= 0:
