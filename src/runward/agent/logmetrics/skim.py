@@ -26,13 +26,14 @@ PROGRESS = (b"loss", b"step", b"iter", b"/s")
 # offsets stay those of the raw bytes) into a smaller alphabet, in two regex passes. A pass
 # costs a scan of the chunk in C plus a try wherever its first bytes are, so what counts is
 # how few passes there are and how rare their first bytes (bench/README.md, "skim"):
-#   - "n", "a", "i" in either case and "f"/"F", "c"/"C" folded to "a": a NaN ("nan"), an Inf
-#     ("ina"), NCCL ("naal") all start at, or hold, "na", which the engine looks for in C;
-#   - the letters of the other needles that are rare in logs folded into ZED: "Traceback",
-#     "Killed", "SIGKILL", "exitcode", "memory", CUBLAS, DistBackendError, the watchdog each
-#     hold one (the events are matched in their case, as patterns.EVENT_RE does).
-# A folded text can match where the raw one does not ("China", "nfn"): such a line is only
-# parsed in full for nothing. Nothing the full parse would call an event or a NaN is missed.
+#   - "n", "a", "i" folded to lower case, "f" and "c" (either case) to "a", "w" to "n": a NaN
+#     ("nan"), an Inf ("ina"), NCCL ("naal"), the watchdog ("natahdog") all hold "na", which
+#     the engine looks for as a two-byte prefix;
+#   - the letters of the other events that are rare in logs, in the case EVENT_RE has them,
+#     folded into one byte, ZED: "Traceback", "Killed", "(SIGKILL)", "exitcode", "memory",
+#     CUBLAS, DistBackendError, CUDA_ERROR_OUT_OF_MEMORY each hold one.
+# A folded text can match where the raw one does not ("China", "Taiwan"): such a line is
+# only parsed in full for nothing. Nothing the full parse calls an event or a NaN is missed.
 ZED = b"\x01"
 ZED_LETTERS = b"TKxyB"
 FOLD = bytearray(range(256))
@@ -64,7 +65,7 @@ SKIM_RES = (
     # "info"/"INFO"/"informative"; NCCL's words (NCCL WARN, ncclInternalError, ...).
     re.compile(b"na(?:n(?:(?![" + WORD + b" ])| (?!iter)| iterations: *[1-9])"
                b"|(?<=ina)(?:" + _lit(b"inity") + b")?(?![" + WORD + b"])"
-               b"|a[lL]|" + _lit(b"atchdog ") + b"(?:" + _lit(b"got stuck") + b"|"
+               b"|a[lL]|" + _lit(b"tchdog ") + b"(?:" + _lit(b"got stuck") + b"|"
                + _lit(b"caught collective") + b"))"),
     re.compile(ZED + b"(?:" + b"|".join((
         _zed(b"Traceback (most recent call last):"),
