@@ -2,13 +2,14 @@
 traceback, the OOM killer) and every NaN or Inf anywhere in them is still found, so the first
 read of a big log reports what a line-by-line read of all of it would.
 
-How: each needle below is a regex that starts with a literal, so `re` looks for that literal
-in C and stops only where the text is (nearly) an event or a NaN; a
-line is then handed to the feed, the full parser, with the CONTEXT lines before it (so the
-end of a burst, or of a run of NaN, shows as it would line by line) and, while a traceback is
-open, the lines after it. Lines are counted (`bytes.count`) so every alert keeps its number.
-A pattern here covers every alternative of patterns.EVENT_RE and every NaN/Inf value token:
-tests/test_health_window.py checks that the skim and the full parse report the same alerts.
+How: two regexes (SKIM_RES), over a copy of each chunk folded into a smaller alphabet, each
+start with a literal that `re` looks for in C, and stop only where the text is (nearly) an
+event or a NaN; a line is then handed to the feed, the full parser, with the CONTEXT lines
+before it (so the end of a burst, or of a run of NaN, shows as it would line by line) and,
+while a traceback is open, the lines after it. Lines are counted (`bytes.count`) so every
+alert keeps its number. The patterns cover every alternative of patterns.EVENT_RE and every
+NaN/Inf value token: tests/test_health_window.py checks that the skim and the full parse
+report the same alerts.
 """
 
 import re
