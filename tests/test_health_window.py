@@ -95,6 +95,29 @@ def test_every_event_pattern_has_a_needle():
         assert not lm_skim.hits(ln + b"\n"), ln
 
 
+def test_every_event_alternative_and_nan_spelling_has_a_needle():
+    """Each alternative of EVENT_RE on a line of its own, and NaN/Inf in every case."""
+    events = ["Traceback (most recent call last):", "CUDA out of memory", "CUDA error: out of memory",
+              "HIP out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
+              "cudaErrorMemoryAllocation", "RESOURCE_EXHAUSTED: Out of memory", "NCCL WARN", "NCCL error",
+              "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError", "ncclRemoteError",
+              "ncclInvalidUsage", "ncclInvalidArgument", "DistBackendError",
+              "Watchdog caught collective operation timeout", "watchdog got stuck",
+              "NCCL communicator was aborted", "Some NCCL operations have failed or timed out",
+              "x.sh: line 3:  1234 Killed  python", "Signal 9 (SIGKILL) received by PID 7",
+              "exitcode  : -9", "(exitcode: -9)"]
+    lines = ["at %s here" % e for e in events] + ["Killed", "  Killed \r", "\u5df2\u6740\u6b7b"]
+    for ln in lines:
+        b = ln.encode() + b"\n"
+        assert lm.EVENT_RE.search(b), ln
+        assert lm_skim.hits(b), ln
+    for word in ("nan", "inf", "infinity"):
+        for bits in range(8):
+            tok = "".join(c.upper() if bits >> i & 1 else c for i, c in enumerate(word[:3])) + word[3:]
+            for ln in ("loss: %s" % tok, "loss=-%s," % tok, "{'loss': %s}" % tok):
+                assert lm_skim.hits(ln.encode() + b"\n"), ln
+
+
 # --- through the CLI, with real runs of the example job
 
 def start(cli, name, *env, settle="0.3", step="0.05"):

@@ -2,13 +2,14 @@
 traceback, the OOM killer) and every NaN or Inf anywhere in them is still found, so the first
 read of a big log reports what a line-by-line read of all of it would.
 
-How: each needle below is a regex that starts with a literal, so `re` looks for that literal
-in C and stops only where the text is (nearly) an event or a NaN; a
-line is then handed to the feed, the full parser, with the CONTEXT lines before it (so the
-end of a burst, or of a run of NaN, shows as it would line by line) and, while a traceback is
-open, the lines after it. Lines are counted (`bytes.count`) so every alert keeps its number.
-A pattern here covers every alternative of patterns.EVENT_RE and every NaN/Inf value token:
-tests/test_health_window.py checks that the skim and the full parse report the same alerts.
+How: two regexes (SKIM_RES), over a copy of each chunk folded into a smaller alphabet, each
+start with a literal that `re` looks for in C, and stop only where the text is (nearly) an
+event or a NaN; a line is then handed to the feed, the full parser, with the CONTEXT lines
+before it (so the end of a burst, or of a run of NaN, shows as it would line by line) and,
+while a traceback is open, the lines after it. Lines are counted (`bytes.count`) so every
+alert keeps its number. The patterns cover every alternative of patterns.EVENT_RE and every
+NaN/Inf value token: tests/test_health_window.py checks that the skim and the full parse
+report the same alerts.
 """
 
 import re
@@ -22,30 +23,74 @@ CONTEXT = 2  # lines before a hit parsed with it
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
 PROGRESS = (b"loss", b"step", b"iter", b"/s")
-# On the chunk lowered (one pass), so "NaN", "NAN" and "nan" are one needle: four passes
-# in all, each anchored on a letter the regex engine looks for in C.
-SKIM_RES = tuple(re.compile(p) for p in (
-    rb"k(?:ill|(?<=traceback) \(most recent call last\):|(?<=distback)enderror)",
-    rb"c(?:cl(?<=nccl)|(?<=wat)hdog (?:got stuck|caught collective)|ode(?<=exitcode) *: -9"
-    rb"|_failed(?<=alloc_failed))",
-    rb"y(?:(?<=out of memory)|(?<=out_of_memory)|(?<=errormemory)allocation)",
-    # a NaN or Inf value, but not Megatron's "number of nan iterations:   0", nor "info"
-    rb"n(?:an(?:(?![a-z_ ])| (?!iter)| iterations: *[1-9])|f(?<=inf)(?:inity)?(?![a-z_]))",
-))
+# The needles are looked for in a copy of the chunk translated byte for byte (one pass;
+# offsets stay those of the raw bytes) into a smaller alphabet, in two regex passes. A pass
+# costs a scan of the chunk in C plus a try wherever its first bytes are, so what counts is
+# how few passes there are and how rare their first bytes (bench/README.md, "skim"):
+#   - "n", "a", "i" folded to lower case, "f" and "c" (either case) to "a", "w" to "n": a NaN
+#     ("nan"), an Inf ("ina"), NCCL ("naal"), the watchdog ("natahdog") all hold "na", which
+#     the engine looks for as a two-byte prefix;
+#   - the letters of the other events that are rare in logs, in the case EVENT_RE has them,
+#     folded into one byte, ZED: "Traceback", "Killed", "(SIGKILL)", "exitcode", "memory",
+#     CUBLAS, DistBackendError, CUDA_ERROR_OUT_OF_MEMORY each hold one.
+# A folded text can match where the raw one does not ("China", "Taiwan"): such a line is
+# only parsed in full for nothing. Nothing the full parse calls an event or a NaN is missed.
+ZED = b"\x01"
+ZED_LETTERS = b"TKxyB"
+FOLD = bytearray(range(256))
+FOLD[ZED[0]] = ZED[0] + 1  # a raw \x01 is no ZED
+for _src, _dst in ((b"nNwW", b"n"), (b"aA", b"a"), (b"iI", b"i"), (b"fF", b"a"), (b"cC", b"a"),
+                   (ZED_LETTERS, ZED)):
+    for _c in _src:
+        FOLD[_c] = _dst[0]
+FOLD = bytes(FOLD)
+
+
+def _lit(text):
+    """TEXT folded, as a regex literal."""
+    return re.escape(text.translate(FOLD))
+
+
+def _zed(text, tail=b""):
+    """An alternative after ZED for the needle TEXT: the rest from its first ZED letter,
+    then the whole needle as a look-behind (the ZED stood for any of ZED_LETTERS)."""
+    folded = text.translate(FOLD)
+    k = folded.index(ZED)
+    behind = b"(?<=" + re.escape(folded) + b")" if k else b""
+    return re.escape(folded[k + 1:]) + behind + tail
+
+
+WORD = rb"a-zA-Z_\x01"  # in a class: a letter, folded or not, or "_"
+SKIM_RES = (
+    # A NaN or Inf value token, but not Megatron's "number of nan iterations:   0", nor
+    # "info"/"INFO"/"informative"; NCCL's words (NCCL WARN, ncclInternalError, ...).
+    re.compile(b"na(?:n(?:(?![" + WORD + b" ])| (?!iter)| iterations: *[1-9])"
+               b"|(?<=ina)(?:" + _lit(b"inity") + b")?(?![" + WORD + b"])"
+               b"|a[lL]|" + _lit(b"tchdog ") + b"(?:" + _lit(b"got stuck") + b"|"
+               + _lit(b"caught collective") + b"))"),
+    re.compile(ZED + b"(?:" + b"|".join((
+        _zed(b"Traceback (most recent call last):"),
+        _zed(b"Killed"), _zed(b"(SIGKILL)"), _zed(b"exitcode", rb" *: -9"),
+        _zed(b"CUBLAS_STATUS_ALLOC_FAILED"), _zed(b"CUDA_ERROR_OUT_OF_MEMORY"),
+        _zed(b"cudaErrorMemoryAllocation"), _zed(b"DistBackendError"),
+        _zed(b"ut of memory"),  # CUDA, HIP, XLA's "Out of memory": a look-behind, last
+    )) + b")"),
+)
 KILLED_ZH = u"\u5df2\u6740\u6b7b".encode("utf-8")  # only looked for where a \xe5 byte is
 
 
-def hits(body):
-    """Offsets in BODY where a needle matched, in order."""
+def hits(body, end=None):
+    """Offsets in BODY[:END] where a needle matched, in order."""
+    end = len(body) if end is None else end
     out = set()
-    low = body.lower()  # ASCII only: offsets stay those of BODY
+    folded = body.translate(FOLD)
     for rx in SKIM_RES:
-        out.update(m.start() for m in rx.finditer(low))
-    if b"\xe5" in body:  # memchr: free for a log without CJK text
-        i = body.find(KILLED_ZH)
+        out.update(m.start() for m in rx.finditer(folded, 0, end))
+    if body.find(b"\xe5", 0, end) >= 0:  # memchr: free for a log without CJK text
+        i = body.find(KILLED_ZH, 0, end)
         while i >= 0:
             out.add(i)
-            i = body.find(KILLED_ZH, i + 1)
+            i = body.find(KILLED_ZH, i + 1, end)
     return sorted(out)
 
 
@@ -72,25 +117,34 @@ class Skim(object):
                 if nl < 0:
                     continue
                 data, skip = data[nl + 1:], False
-            buf = pending + data if pending else data
+            buf = pending + data if pending else data  # a carry: only the first chunk
+            pending = b""
             cut = buf.rfind(b"\n") + 1
-            pending = buf[cut:]
-            if len(pending) > CARRY_MAX:  # a line this long is cut, as the full read does
-                pending, skip = b"", True
+            tail = len(buf) - cut
+            if tail > CARRY_MAX:  # a line this long is cut, as the full read does
+                skip = True
+            elif cut and pos < stop:
+                # The unfinished line is read again at the head of the next chunk: no copy
+                # of a whole chunk (pending + data, buf[:cut]) for a few bytes.
+                pos -= tail
+                f.seek(pos)
+            else:
+                pending = buf[cut:]
             if cut:
-                self.chunk(buf[:cut] if cut < len(buf) else buf)
+                self.chunk(buf, cut)
         cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
         return pos - start
 
-    def chunk(self, body):
-        """BODY: complete lines, the first numbered feed.lines + 1; all are counted."""
+    def chunk(self, body, end=None):
+        """BODY[:END]: complete lines, the first numbered feed.lines + 1; all are counted."""
         feed = self.feed
+        end = len(body) if end is None else end
         base = feed.lines  # lines before BODY
         done = 0  # BODY's bytes already fed, or passed by
         if self.follow:  # a traceback still open at the end of the last chunk
-            done = self._follow(body, 0, base)
+            done = self._follow(body, 0, base, end)
         count = [0, base]  # a line start and the lines before it, moved forward only
-        for i in hits(body):
+        for i in hits(body, end):
             ls = body.rfind(b"\n", 0, i) + 1
             if ls < done:
                 continue  # in a line already fed
@@ -108,8 +162,8 @@ class Skim(object):
             done = le
             if feed.events.tracebacks.open:
                 self.follow = 1
-                done = self._follow(body, le, self._number(body, le, count))
-        feed.lines = base + body.count(b"\n")
+                done = self._follow(body, le, self._number(body, le, count), end)
+        feed.lines = base + body.count(b"\n", 0, end)
 
     @staticmethod
     def _number(body, pos, count):
@@ -128,11 +182,11 @@ class Skim(object):
         self.feed.lines = self._number(body, ps, count)
         self.feed.feed(body[ps:body.find(b"\n", p) + 1])
 
-    def _follow(self, body, at, n):
-        """Feed the lines of BODY from AT (line N + 1 there) while a traceback is open, up to
-        TB_MAX_LINES after its start. Returns where it stopped."""
+    def _follow(self, body, at, n, end):
+        """Feed the lines of BODY[:END] from AT (line N + 1 there) while a traceback is open,
+        up to TB_MAX_LINES after its start. Returns where it stopped."""
         feed, tbs = self.feed, self.feed.events.tracebacks
-        while tbs.open and self.follow <= TB_MAX_LINES + 1 and at < len(body):
+        while tbs.open and self.follow <= TB_MAX_LINES + 1 and at < end:
             le = body.find(b"\n", at) + 1
             feed.lines = n
             feed.feed(body[at:le])
