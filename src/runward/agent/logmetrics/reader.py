@@ -106,15 +106,29 @@ def chain(path, cursor, from_oldest=False):
     """The files to read, in order, each open: the one CURSOR is in, under its rotated name
     when PATH was rotated since (then each newer one after it), and PATH. The current log
     is opened first: a rotation in between then only moves it, and it is read all the same
-    (its rotated name found again would be the same file, and is dropped). A cursor's file
-    rotated out of reach: PATH alone, or with FROM_OLDEST every rotated file still there."""
+    (its rotated name found again would be the same file, and is dropped). A rotation while
+    the rotated names are being opened shifts every name by one: then the files are opened
+    again, so none is missed. A cursor's file rotated out of reach: PATH alone, or with
+    FROM_OLDEST every rotated file still there."""
+    for _ in range(8):
+        files, stable = _chain_once(path, cursor, from_oldest)
+        if stable:
+            break
+        for f in files:
+            f.close()
+    return files
+
+
+def _chain_once(path, cursor, from_oldest):
+    """chain's files, and whether PATH is still the file opened first (no rotation came
+    while the rotated names were opened)."""
     files = []
     cur = _open(path)
     if cur is not None:
         files.append(cur)
     ident = cursor.ident
     if ident[0] is None or (cur is not None and _ident(cur) == ident):
-        return files
+        return files, True
     older = []
     for p in reversed(rotated(path)):  # newest first, back to the cursor's file
         f = _open(p)
@@ -125,12 +139,23 @@ def chain(path, cursor, from_oldest=False):
             continue
         older.append(f)
         if _ident(f) == ident:
-            return older[::-1] + files
-    if from_oldest:
-        return older[::-1] + files
+            break
+    found = any(_ident(f) == ident for f in older)
+    stable = _same(path, cur)
+    if found or from_oldest:
+        return older[::-1] + files, stable
     for f in older:  # not found (rotated out of reach): read the current log anew
         f.close()
-    return files
+    return files, stable
+
+
+def _same(path, f):
+    """Whether PATH is still the file F (None: PATH did not exist)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return f is None
+    return f is not None and (st.st_ino, st.st_dev) == _ident(f)
 
 
 def _open(p):
