@@ -162,7 +162,9 @@ def test_ctrl_c_during_start_says_the_job_runs(cli):
     rc, out, err = _interrupt(proc)
     (pid, start), = job.items()
     assert rc == 130, (out, err)
-    assert f"interrupted; cc attempt 1 is running, pid {pid}" in err and "runward status cc" in err, err
+    # the agent's "started" event, or (interrupted just before it came) the target asked
+    assert (f"interrupted; cc attempt 1 is running, pid {pid}" in err
+            or f"the target says cc attempt 1 is running now, pid {pid}" in err) and "runward status cc" in err, err
     assert "Traceback" not in err and alive(pid, start), "the job must keep running"
     proc = cli.popen("start", "cc2", "--json", "--settle", "60", "--", "sleep", "300", start_new_session=True)
     wait_for(lambda: marked("cc2.1"), what="the second job")
@@ -187,7 +189,9 @@ def test_ctrl_c_before_the_job_is_launched_says_nothing_was_started(cli, tmp_pat
         wait_for(lambda: "waiting for run lk" in errfile.read_text(), what="the start to wait for the lock")
         rc, _, _ = _interrupt(proc)
         text = errfile.read_text()
-        assert rc == 130 and "interrupted before lk was launched" in text and "runward status lk" in text, text
+        # never "lk attempt 2 is running": the old attempt 1 still runs (its stop is in its grace)
+        assert rc == 130 and "interrupted before" in text and "runward status lk" in text, text
+        assert "attempt 2" not in text and "interrupted;" not in text, text
         assert "Traceback" not in text
     finally:
         for pid, start in marked("lk.").items():

@@ -104,12 +104,31 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
     return api.start(target, name, on_event=on_event, **kw)
 
 
+def _ask(target, name: str) -> dict:
+    """{"attempt", "pid"} of NAME if the target says it runs now (one status call, 5 s at most;
+    a second Ctrl-C gives up on it), else {}."""
+    from .. import transport
+    from ..errors import RunwardError
+    try:
+        res = transport.call(target, {"op": "status", "names": [name]}, timeout=5.0)
+    except (RunwardError, KeyboardInterrupt, OSError):
+        return {}
+    st = (res.get("runs") or [{}])[0]
+    if st.get("state") in ("running", "starting") and st.get("pid"):
+        return {"attempt": st.get("attempt"), "pid": st.get("pid")}
+    return {}
+
+
 def interrupted(out, cmd: str, target, name: str, started: dict, on: str | None) -> int:
     """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us;
     say whether it was launched (the agent's {"started"} event came) and how to look."""
+    now = {} if started else _ask(target, name)  # the launch may have come just before its event
     if started:
         msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
                f"(its settle period was not watched to the end)")
+    elif now:
+        msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
+               f"{now.get('attempt')} is running now, pid {now.get('pid')}")
     else:
         msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
     hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
