@@ -151,3 +151,29 @@ def test_top_level_help_loads_no_verb_and_nothing_heavy():
     assert verbs == [], verbs
     heavy = sorted(m for m in imported if m in ("json", "runward.transport") or _node(m) == AGENT)
     assert heavy == [], heavy
+
+
+def _module_in_agent(dotted: str) -> str | None:
+    """The agent module a dotted name lives in (the longest known prefix)."""
+    while dotted:
+        if dotted in MODULES and (dotted == AGENT or dotted.startswith(AGENT + ".")):
+            return dotted
+        dotted = dotted.rpartition(".")[0]
+    return None
+
+
+def test_no_import_cycle_among_the_agents_own_modules():
+    """The agent is one node above; inside it, its modules must not form a cycle either (a
+    module that imports its own importer, even inside a function, belongs with it)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        if name != AGENT and not name.startswith(AGENT + "."):
+            continue
+        edges = graph.setdefault(name, set())
+        for dotted, _ in _imported_names(name, path):
+            target = _module_in_agent(dotted)
+            # a package's own modules are loaded through it: that edge is the import system's
+            if target is not None and target != name and not name.startswith(target + "."):
+                edges.add(target)
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)

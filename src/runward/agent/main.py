@@ -169,6 +169,17 @@ def prune_cache():
         pass
 
 
+def preload(ops):
+    """Import the modules of OPS and the log parser (whose regexes compile at import): the
+    resident does this once, before it forks a child per connection."""
+    for op in ops:
+        try:
+            handler(op)
+        except Exception:
+            pass  # an op this agent cannot serve here answers for itself, in its child
+    from . import logmetrics  # noqa: F401  (status reads the run's health)
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
         from . import shim
@@ -177,7 +188,7 @@ def main():
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:
         from . import resident
-        return resident.main(json_loads(sys.stdin.buffer.readline().decode()), serve)
+        return resident.main(json_loads(sys.stdin.buffer.readline().decode()), serve, preload)
     rc = serve(sys.stdin.buffer, sys.stdout.buffer)
     prune_cache()
     return rc

@@ -136,9 +136,10 @@ def _listen(sock):
     return srv, os.stat(sock).st_ino
 
 
-def main(params, serve):
+def main(params, serve, preload):
     """Serve connections, each in a forked child running serve(stdin, stdout), until idle
-    for params["idle"] seconds or the socket is removed or replaced."""
+    for params["idle"] seconds or the socket is removed or replaced. preload(OPS) imports,
+    once, what those verbs use, so that each connection's forked child starts with it."""
     sock, idle = params["path"], float(params["idle"])
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -149,7 +150,7 @@ def main(params, serve):
     except OSError:
         return 0  # another one serves this home
     srv, ino = _listen(sock)
-    _preload()
+    preload(OPS)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
     try:
         _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve))
@@ -160,18 +161,6 @@ def main(params, serve):
                 os.unlink(sock)
         except OSError:
             pass
-
-
-def _preload():
-    """Import, once, what the read-only verbs use (their op modules and the log parser, whose
-    regexes compile at import): each connection's forked child then starts with them."""
-    from .main import handler
-    for op in OPS:
-        try:
-            handler(op)
-        except Exception:
-            pass  # an op this agent cannot serve here answers for itself, in its child
-    from . import logmetrics  # noqa: F401  (status reads the run's health)
 
 
 def _accept_loop(srv, sock, ino, idle, handle):
