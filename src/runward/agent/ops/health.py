@@ -24,12 +24,10 @@ from ..store import RunStore, read_json, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
 FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))
-RULE_KINDS = frozenset(("below_min", "above_max", "drop", "stall"))
 POINTS = 2000
 ALERTS = 200
 MARKS = 64  # (time, offset, lines) marks: where the log had been read to, and when
 FULL_BYTES = 8 << 20  # the newest part of the log parsed line by line in one call
-LOOKBACK_BYTES = 32 << 20  # at most this much of the log is read again for a look-back
 NAMES = 256  # metrics whose last value is kept
 VERSION = 2  # health.json: facts only (1 also kept every call's rule alerts)
 

@@ -7,7 +7,9 @@ most LOOKBACK_BYTES back; lines stamped before the look-back are passed over."""
 import os
 
 from .. import logmetrics
-from .health import LOOKBACK_BYTES, RULE_KINDS
+
+RULE_KINDS = frozenset(("below_min", "above_max", "drop", "stall"))  # what a watch's own rules say
+LOOKBACK_BYTES = 32 << 20  # at most this much of the log is read again for a look-back
 
 DEFAULTS = {"drop_fraction": 0.5, "drop_points": 3, "early_points": 10, "max_points": 0,
             "max_bytes": LOOKBACK_BYTES}
