@@ -331,11 +331,12 @@ def parse_size(text: str | int, what: str = "log_max") -> int:
     return n
 
 
-def status(target: Target, names: list[str] | None = None, since_s: float | None = None) -> dict:
+def status(target: Target, names: list[str] | None = None, since_s: float | None = None,
+           timeout: float | None = None) -> dict:
     req = {"op": "status", "names": names or None}
     if since_s is not None:
         req["since_s"] = since_s  # only the health facts of the last since_s seconds
-    return transport.call(target, req)
+    return transport.call(target, req, timeout=timeout)
 
 
 def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FANOUT) -> list[dict]:

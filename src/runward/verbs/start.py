@@ -107,10 +107,10 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
 def _ask(target, name: str) -> dict:
     """{"attempt", "pid"} of NAME if the target says it runs now (one status call, 5 s at most;
     a second Ctrl-C gives up on it), else {}."""
-    from .. import transport
+    from .. import api
     from ..errors import RunwardError
     try:
-        res = transport.call(target, {"op": "status", "names": [name]}, timeout=5.0)
+        res = api.status(target, [name], timeout=5.0)
     except (RunwardError, KeyboardInterrupt, OSError):
         return {}
     st = (res.get("runs") or [{}])[0]
