@@ -1,12 +1,7 @@
-"""The wire constants the CLI sends are the agent's own (runward.agent.boot)."""
+"""The agent protocol: versions, the bootstrap's imports, the agent sent only while the far side may lack it."""
 
 from runward import transport
 from runward.agent import boot, main as agent_main, secrets, store, terminate, wire
-
-
-def test_wire_constants_match_the_agent_module():
-    proto, bootstrap = transport.wire_constants()
-    assert proto == boot.PROTOCOL and bootstrap == boot.BOOTSTRAP
 
 
 def test_request_of_another_version_is_refused(cli):

@@ -26,11 +26,6 @@ _SHA: str | None = None
 _SOURCE: tuple[bytes, str] | None = None
 
 
-def wire_constants() -> tuple[int, str]:
-    """PROTOCOL and BOOTSTRAP, from the one agent module the CLI shares on purpose."""
-    return _boot.PROTOCOL, _boot.BOOTSTRAP
-
-
 def agent_sha() -> str:
     """The sha256 that names the agent package's blob (most calls send it alone). Kept in a
     0600 file of the local cache with the files' inode, size and mtime, checked on every
@@ -113,9 +108,9 @@ def control_dir() -> str:
 def agent_argv(target: Target) -> list[str]:
     # -S: the agent is stdlib only; skipping site saves a good part of its start-up
     if target.is_local:
-        return [sys.executable, "-S", "-c", wire_constants()[1]]
+        return [sys.executable, "-S", "-c", _boot.BOOTSTRAP]
     py = target.python or os.environ.get("RUNWARD_PYTHON") or "python3"
-    inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", py, "-S", "-c", wire_constants()[1]]
+    inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", py, "-S", "-c", _boot.BOOTSTRAP]
     return target.wrap(inner, ssh_base())
 
 
@@ -172,7 +167,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     (on_event, on_data) that raises ends the far side at once."""
     global LAST_ROUTE
     req = dict(request)
-    req.setdefault("v", wire_constants()[0])
+    req.setdefault("v", _boot.PROTOCOL)
     if target.home and "home" not in req:
         req["home"] = target.home
     sha = agent_sha()

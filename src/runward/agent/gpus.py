@@ -4,7 +4,6 @@ after a stop. nvidia-smi has no event API we can use from the stdlib: NVML's eve
 a process exit or memory being freed. So every wait below polls nvidia-smi every POLL_S,
 bounded by its timeout, and ends with an answer, never a hang."""
 
-import os
 import time
 
 from .boot import held_message
