@@ -239,6 +239,27 @@ SHAPES = [
      "Epoch 00000 | Step 00020 | Loss 2.6687 | Train Acc 0.3437 | Speed (samples/sec) "
      "43672.9695 | GPU 401.2 MB",
      ("loss", 2.6687), ("speed_samples_sec", 43672.9695, False), ("step", 20)),
+    ("Axolotl", "axolotl-ai-cloud/axolotl src/axolotl/core/trainers/base.py "
+     "AxolotlTrainer.log (memory keys; line as in axolotl issue #3196)",
+     "{'loss': 0.8984, 'grad_norm': 45.0, 'learning_rate': 4.828728948150395e-06, "
+     "'memory/max_mem_active(gib)': 34.89, 'memory/max_mem_allocated(gib)': 34.89, "
+     "'memory/device_mem_reserved(gib)': 41.26, 'epoch': 3.0}",
+     ("loss", 0.8984), None, ("epoch", 3.0)),
+    ("Axolotl, include_tkps", "axolotl-ai-cloud/axolotl src/axolotl/core/trainers/base.py "
+     "AxolotlTrainer.log (PR #3072: tokens_per_second_per_gpu, memory/... (GiB))",
+     "{'loss': 1.2031, 'grad_norm': 0.5625, 'learning_rate': 1.9e-05, "
+     "'memory/max_active (GiB)': 12.41, 'memory/max_allocated (GiB)': 12.41, "
+     "'memory/device_reserved (GiB)': 14.2, 'tokens_per_second_per_gpu': 5321.4, "
+     "'epoch': 0.12}",
+     ("loss", 1.2031), ("tokens_per_second_per_gpu", 5321.4, False), ("epoch", 0.12)),
+    ("Axolotl, token metrics", "axolotl-ai-cloud/axolotl src/axolotl/utils/callbacks/"
+     "tokens_per_second.py (PR #3293/#3344 names: tokens/train_per_sec_per_gpu, tokens/total,"
+     " tokens/trainable)",
+     "{'loss': 1.1062, 'grad_norm': 0.4412, 'learning_rate': 1.8e-05, 'ppl': 3.0227, "
+     "'memory/max_active (GiB)': 12.41, 'memory/max_allocated (GiB)': 12.41, "
+     "'memory/device_reserved (GiB)': 14.2, 'tokens/train_per_sec_per_gpu': 8512.3, "
+     "'tokens/total': 2097152, 'tokens/trainable': 1734211, 'epoch': 0.25}",
+     ("loss", 1.1062), ("tokens_train_per_sec_per_gpu", 8512.3, False), ("epoch", 0.25)),
     ("a plain training script", "fixture cuda_oom.log",
      "step 118 loss 2.3447 tok/s 14488.0 lr 3.0e-04",
      ("loss", 2.3447), ("tok_s", 14488, False), ("step", 118)),
@@ -251,7 +272,7 @@ def test_the_table_covers_enough_real_shapes():
     frameworks = " ".join(s[0] for s in SHAPES)
     for name in ("torchtitan", "Megatron-LM", "NeMo", "Composer", "LitGPT", "nanotron",
                  "Keras", "fairseq", "timm", "Hugging Face Trainer", "Lightning", "DeepSpeed",
-                 "Accelerate", "nanoGPT", "torchtune", "vLLM"):
+                 "Accelerate", "nanoGPT", "torchtune", "vLLM", "Axolotl"):
         assert name in frameworks, name
 
 
@@ -315,6 +336,7 @@ def test_units_of_times_and_bytes():
     ("it_s", False), ("img_s", False), ("images_sec", False), ("throughput", False),
     ("elapsed_time_per_iteration_ms", True), ("step_time", True), ("s_it", True),
     ("time_iter", True), ("iter_time_ms", True), ("ms_step", True),
+    ("tokens_train_per_sec_per_gpu", False),
     ("train_step_timing_in_s", True),
 ])
 def test_throughput_spellings(name, inverse):
@@ -322,7 +344,8 @@ def test_throughput_spellings(name, inverse):
 
 
 @pytest.mark.parametrize("name", ["time", "train_time_batch", "remaining_time", "data_time",
-                                  "epoch_time_s", "learning_rate", "consumed_tokens"])
+                                  "epoch_time_s", "learning_rate", "consumed_tokens",
+                                  "tokens_total", "tokens_trainable"])
 def test_not_throughputs(name):
     assert not lm.is_throughput(name)
 

@@ -6,10 +6,11 @@ import re
 from .patterns import NORM_RE
 
 # Throughput names, best first: the main one is the first class that has a match. Tokens
-# (tok/s, tokens_per_second, torchtitan's tps), samples and images, words, anything called
+# (tok/s, tokens_per_second, torchtitan's tps, Axolotl's tokens/train_per_sec_per_gpu), samples and images, words, anything called
 # throughput, iterations or batches, a bare rate; last, a time per step (see INVERSE_PAT).
 THROUGHPUT_PATS = (
-    r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)(tgs|tps)($|_)|tokens?_?per_?sec",
+    r"(^|_)(tok|toks|tokens?)(_per)?_s(ec(ond)?)?($|_)|(^|_)(tgs|tps)($|_)|tokens?_?per_?sec"
+    r"|(^|_)tokens?_train(ing|able)?_per_s(ec(ond)?)?($|_)",  # Axolotl's tokens/train_per_sec_per_gpu
     r"samples?_(per_)?s(ec(ond)?)?($|_)|samplespersec"
     r"|(^|_)(img|imgs|images?)_(per_)?s(ec(ond)?)?($|_)",
     r"(^|_)(wps|words_s|words_per_s(ec(ond)?)?)($|_)",
