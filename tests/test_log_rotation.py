@@ -6,6 +6,7 @@ Real jobs writing fast through the real logger process; nothing mocked."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -171,3 +172,35 @@ def test_a_rotation_while_the_rotated_names_are_opened_misses_no_file(tmp_path, 
         for f in files:
             f.close()
     assert rotated_once and got == [b"C", b"B", b"A", b"X", b"Y"], got
+
+
+def test_the_log_is_never_missing_during_a_rotation(tmp_path, monkeypatch):
+    """A reader that opens PATH at any moment of a rotation (`logs`, the parser, a user's
+    `tail -F`) finds a file there: the full one is linked as PATH.1 and a new one renamed over
+    PATH, never PATH renamed away first. Checked at every file-system call the rotation makes."""
+    from runward.agent.logfiles import RotatingLog
+
+    log = tmp_path / "log"
+    missing = []
+
+    def checked(fn):
+        def call(*a, **kw):
+            if not log.exists():
+                missing.append((fn.__name__, "before", a))
+            r = fn(*a, **kw)
+            if not log.exists():
+                missing.append((fn.__name__, "after", a))
+            return r
+        return call
+
+    rl = RotatingLog(str(log), 64, 2)
+    rl.write(b"x" * 40 + b"\n")
+    for name in ("rename", "link", "unlink", "open", "close"):
+        monkeypatch.setattr(os, name, checked(getattr(os, name)))
+    for i in range(5):
+        rl.write(b"line %d " % i + b"y" * 40 + b"\n")
+    monkeypatch.undo()
+    rl.close()
+    assert not missing, missing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "log.1", "log.2"]
+    assert log.read_bytes().startswith(b"line 4") and (tmp_path / "log.1").read_bytes().startswith(b"line 3")

@@ -78,19 +78,44 @@ class RotatingLog(object):
 
     def rotate(self):
         # the new name of each file first, oldest first, so no rename replaces a file that
-        # has not moved on yet; a reader that opens PATH in between finds none for a moment
+        # has not moved on yet
         for i in range(self.keep, 1, -1):
             try:
                 os.rename("%s.%d" % (self.path, i - 1), "%s.%d" % (self.path, i))
             except FileNotFoundError:
                 pass
-        os.rename(self.path, self.path + ".1")
+        self._replace_current()
         extra = self.keep + 1
         while os.path.exists("%s.%d" % (self.path, extra)):  # kept by an earlier, larger log_keep
             os.unlink("%s.%d" % (self.path, extra))
             extra += 1
+
+    def _replace_current(self):
+        """PATH -> PATH.1 with PATH never missing: link the full file as PATH.1, then rename a
+        new empty file over PATH. A reader (`logs`, the parser, a user's `tail -F`) that opens
+        PATH at any moment finds the old file or the new one, never none. Where hard links
+        are refused (some FUSE or FAT mounts) it falls back to a rename and a short gap."""
+        head, base = os.path.split(self.path)
+        fresh = os.path.join(head, ".%s.rotating" % base)  # not PATH.*: no reader takes it for a rotated file
+        try:
+            os.unlink(self.path + ".1")  # log_keep = 1: the oldest, replaced (else moved on to .2)
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(self.path, self.path + ".1")
+        except OSError:
+            os.rename(self.path, self.path + ".1")
+            os.close(self.fd)
+            self._open()
+            return
+        try:
+            os.unlink(fresh)  # left by a logger killed mid-rotation
+        except FileNotFoundError:
+            pass
+        fd = open_log(fresh)
+        os.rename(fresh, self.path)
         os.close(self.fd)
-        self._open()
+        self.fd, self.size, self.at_line_start = fd, 0, True
 
     def close(self):
         os.close(self.fd)
@@ -178,11 +203,24 @@ def tail(path, n):
     if len(lines) >= n:
         return lines
     from .logmetrics.reader import rotated  # the parser's package: only when it is needed
+    seen = {_stat_ident(path)}  # mid-rotation PATH and PATH.1 are one file for a moment
     for older in reversed(rotated(path)):  # newest first
         if len(lines) >= n:
             break
+        ident = _stat_ident(older)
+        if ident in seen:
+            continue
+        seen.add(ident)
         lines = tail_lines(older, n - len(lines)) + lines
     return lines
+
+
+def _stat_ident(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def end_of(path):
