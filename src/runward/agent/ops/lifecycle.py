@@ -460,7 +460,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
 
 
 def _let_shim_record(store, att, fates):
-    """Wait (2 s at most) for the shim to record the exit before we answer, so a `status`
+    """Wait (10 s at most: a loaded machine, seen in CI, can take over 2) for the shim to record the exit before we answer, so a `status`
     right after is true. An orphan's shim is gone and will record nothing: then stop, which
     saw the job to its end, records it (under the run lock the caller holds), so the attempt
     reads "exited", not "lost"."""
@@ -469,7 +469,7 @@ def _let_shim_record(store, att, fates):
     if sp is not None:
         w = PidWatch()
         if w.add(sp):
-            w.wait(2.0)
+            w.wait(10.0)
         w.close()
         if live(shim_ident) is not None:
             return  # alive but slow: the record is still its to write
