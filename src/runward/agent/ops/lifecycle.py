@@ -460,8 +460,8 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
 
 
 def _let_shim_record(store, att, fates):
-    """Wait (10 s at most: a loaded machine, seen in CI, can take over 2) for the shim to record the exit before we answer, so a `status`
-    right after is true. An orphan's shim is gone and will record nothing: then stop, which
+    """Wait (10 s at most: on a loaded machine, seen in CI, 2 s was too short) for the shim
+    to record the exit before we answer, so a `status` right after is true. An orphan's shim is gone and will record nothing: then stop, which
     saw the job to its end, records it (under the run lock the caller holds), so the attempt
     reads "exited", not "lost"."""
     shim_ident = (att or {}).get("shim")
