@@ -41,6 +41,11 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
+    p.add_argument("--master-addr", metavar="ADDR",
+                   help="several nodes: node 0's address as the others reach it (default: where ssh reached it)")
+    p.add_argument("--nproc-per-node", type=int, metavar="N", help="several nodes: sets WORLD_SIZE = nodes x N")
+    p.add_argument("--on-node-failure", choices=("stop", "continue"),
+                   help="several nodes: when one node's job fails, stop the others (default) or let them run")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
 
@@ -76,6 +81,10 @@ def run(args, out) -> int:
         return on_runs(args, cfg, out, "start", lambda name, t: _start(args, cfg, name, t), render_start)
     if not args.name:
         raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes:
+        return _start_nodes(args, cfg, nodes, out)
     target = target_of(args, cfg, args.name)
     started: dict = {}
     try:
@@ -85,9 +94,26 @@ def run(args, out) -> int:
     return emit(out, "start", target, res, render_start(res))
 
 
+def _start_nodes(args, cfg, nodes, out) -> int:
+    """A run over several nodes, all or nothing (multinode.py, docs/multinode.md)."""
+    from .. import multinode
+    run_cfg = cfg.runs.get(args.name, {})
+    pick = lambda flag, key, default: flag if flag is not None else run_cfg.get(key, default)  # noqa: E731
+    res, code = multinode.start(nodes, args.name, _kw(args, cfg, args.name),
+                                master_addr=pick(args.master_addr, "master_addr", None),
+                                nproc_per_node=pick(args.nproc_per_node, "nproc_per_node", None),
+                                on_node_failure=pick(args.on_node_failure, "on_node_failure", "stop"))
+    return multinode.emit(out, "start", res, code)
+
+
 def _start(args, cfg, name, target, on_event=None) -> dict:
     """One run's start: runward.toml's definition, the command line over it."""
     from .. import api
+    return api.start(target, name, on_event=on_event, **_kw(args, cfg, name))
+
+
+def _kw(args, cfg, name) -> dict:
+    """api.start's keyword arguments: runward.toml's definition, the command line over it."""
     kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(name, {})))
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
@@ -101,7 +127,7 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
         close = did_you_mean(name, cfg) if name not in cfg.runs else None
         raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")
                        + f"runward start {name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{name}] in runward.toml")
-    return api.start(target, name, on_event=on_event, **kw)
+    return kw
 
 
 def _ask(target, name: str) -> dict:

@@ -28,9 +28,17 @@ def run(args, out) -> int:
         return on_runs(args, cfg, out, "stop", lambda name, t: _stop_any(args, name, t), render_stop)
     if not args.name:
         raise BadInput("no run named", "runward stop NAME, or --all for every run in runward.toml")
-    target = target_of(args, cfg, args.name)
-    res = _stop(args, args.name, target)
-    return emit(out, "stop", target, res, render_stop(res))
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes is None:
+        target = target_of(args, cfg, args.name)
+        res = _stop(args, args.name, target)
+        nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
+        if nodes is None:
+            return emit(out, "stop", target, res, render_stop(res))
+    res, code = multinode.stop(nodes, args.name, grace=args.grace, signal=args.stop_signal,
+                               gpu_timeout=args.gpu_release_timeout, lock_timeout=args.lock_timeout)
+    return multinode.emit(out, "stop", res, code)
 
 
 def _stop(args, name, target):
