@@ -184,6 +184,10 @@ def forward(step, crash_at, oom_at):
 
 
 # --------------------------------------------------------------------------- multi-node
+class Interrupted(Exception):
+    """A stop signal came during the rendezvous."""
+
+
 class Ranks:
     """The ranks of a multi-node run, over plain TCP: node 0 accepts one connection from
     each other rank; an all-reduce is gather to node 0, sum, send back (JSON lines)."""
@@ -197,10 +201,14 @@ class Ranks:
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             srv.bind(("", port))
             srv.listen(nnodes)
-            srv.settimeout(max(0.1, deadline - time.monotonic()))
             while len(self.peers) < nnodes - 1:
-                conn, _ = srv.accept()  # socket.timeout past the deadline: exit 1, said
-                self.peers.append(conn)
+                left = deadline - time.monotonic()
+                r = select.select([srv, wake_r], [], [], max(0.0, left))[0]
+                if wake_r in r:
+                    raise Interrupted()
+                if not r:
+                    raise TimeoutError(f"rendezvous: {len(self.peers) + 1} of {nnodes} ranks after {timeout:g}s")
+                self.peers.append(srv.accept()[0])
             srv.close()
         else:
             while True:
@@ -210,7 +218,9 @@ class Ranks:
                 except OSError:
                     if time.monotonic() > deadline:
                         raise
-                    time.sleep(0.2)  # node 0 may not listen yet: a rendezvous retries
+                    # node 0 may not listen yet: a rendezvous retries; a signal ends the wait
+                    if select.select([wake_r], [], [], 0.2)[0]:
+                        raise Interrupted()
         for p in self.peers:
             p.settimeout(None)
             self.bufs[p] = b""
@@ -221,7 +231,10 @@ class Ranks:
             r = select.select([p, self.wake_r], [], [])[0]
             if self.wake_r in r:
                 return ""
-            chunk = p.recv(4096)
+            try:
+                chunk = p.recv(4096)
+            except OSError:  # reset by a peer that died
+                chunk = b""
             if not chunk:
                 return None
             self.bufs[p] += chunk
@@ -237,10 +250,16 @@ class Ranks:
                 if not got:
                     return got
                 total += int(got)
-            for p in self.peers:
-                p.sendall(b"%d\n" % total)
+            try:
+                for p in self.peers:
+                    p.sendall(b"%d\n" % total)
+            except OSError:
+                return None
             return total
-        self.peers[0].sendall(b"%d\n" % value)
+        try:
+            self.peers[0].sendall(b"%d\n" % value)
+        except OSError:
+            return None
         got = self._recv(self.peers[0])
         return int(got) if got else got
 
@@ -321,7 +340,11 @@ def train():
             f" escapee_pid={escapee_pid or '-'} argv={json.dumps(sys.argv)}"
             f" switches={switches or '-'}")
         time.sleep(min(step_s, 0.1))  # "loading the model"
-        ranks = join_ranks(wake_r)
+        try:
+            ranks = join_ranks(wake_r)
+        except Interrupted:
+            say(f"stopped during the rendezvous (signal {signal.Signals(stop[0]).name})")
+            return 0
         if os.environ.get("TRAIN_READY_LINE", "1") == "1":
             say("ready")
         step, loss, next_at = 0, float("nan"), time.monotonic() + step_s
