@@ -154,3 +154,31 @@ def test_placeholders_expand_in_argv_words_only():
 def test_on_twice_is_refused_by_a_one_target_verb(cli):
     rc, doc = cli.json("restart", "x", "--on", "local", "--on", "ssh://rw1")
     assert rc == 2 and "acts on one target" in doc["error"]["message"], doc
+
+
+def _torchrun() -> str | None:
+    """torchrun beside this interpreter (CI installs torch==2.13.0, the extra `torch`), else None."""
+    import shutil
+    import sys
+    here = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return here if os.path.exists(here) else os.environ.get("RUNWARD_TEST_TORCHRUN") or shutil.which("torchrun")
+
+
+def test_torchrun_gloo_over_two_hosts(cli, tmp_path, mn):
+    torchrun = _torchrun()
+    if torchrun is None:
+        pytest.skip("torch is not installed (pip install -e '.[torch]')")
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    script = str(EXAMPLE.parent / "gloo_allreduce.py")
+    rc, doc = cli.json("start", mn, "--ready", r"^gloo step 1 ", "--ready-timeout", "180", "--stop-signal", "INT",
+                       "--grace", "20",
+                       # every testbed host has the machine's hostname, which resolves to 127.0.0.1:
+                       # gloo must be told its interface, as on a cluster with several NICs
+                       "--env", "GLOO_SOCKET_IFNAME=eth0", "--", torchrun, "--nnodes={nnodes}", "--node_rank={node_rank}",
+                       "--nproc_per_node=1", "--master_addr={master_addr}", "--master_port={master_port}", script,
+                       timeout=300)
+    assert rc == 0, doc
+    wait_for(lambda: "gloo step 3 sum 6 world 2" in _log(tmp_path, 1, mn), 120, "gloo's all-reduce on rank 1")
+    rc, doc = cli.json("stop", mn)
+    assert rc == 0 and all(r["result"]["verified_dead"] for r in _rows(doc)), doc
+    assert not marked(mn + ".")
