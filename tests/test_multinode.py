@@ -74,6 +74,10 @@ def test_two_nodes_talk_status_logs_and_stop_everywhere(cli, tmp_path, mn):
     assert any(ln.startswith("[rank 1] ") for ln in lg["result"]["lines"])
     rc, one = cli.json("logs", mn, "--node", "1", "-n", "200")
     assert rc == 0 and any("rendezvous rank=1" in ln for ln in one["result"]["lines"]), one
+    rc, w = cli.json("watch", mn, "--all-nodes", "--for", "1")
+    assert rc == 0 and [r["ok"] and r["result"]["healthy"] for r in w["result"]["nodes"]] == [True, True], w
+    rc, g = cli.json("gpus", "--on", "n0", "--on", "n1")  # no GPU here: one answer per node all the same
+    assert rc == 0 and [t["target"] for t in g["targets"]] == ["n0 (ssh://rw1)", "n1 (ssh://rw2)"], g
     rc, doc = cli.json("stop", mn)
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert all(r["ok"] and r["result"]["verified_dead"] for r in _rows(doc))
