@@ -201,6 +201,9 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     except RunwardError as e:
         e.details.setdefault("failed_step", "read_spec")
         raise
+    if (last.get("spec") or {}).get("multinode"):  # one node restarted alone cannot rejoin its ranks
+        raise BadInput(f"{name} is one node of a multi-node run: a restart of one node would not rejoin the others",
+                       f"runward stop {name}, then runward start {name} (every node: docs/multinode.md)")
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
     kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)

@@ -131,7 +131,11 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
         mine = dict(kw, argv=expand(kw.get("argv"), values), env=env, multinode=dict(part, rank=rank))
         return api.start(t, name, on_event=on_event, **mine)
 
-    results = _each(nodes, one)
+    try:
+        results = _each(nodes, one)
+    except KeyboardInterrupt:  # the pool saw each start to its end: roll every node back
+        results = [{"ok": False, "error": {"type": "Interrupted", "message": "interrupted", "exit_code": 130}}
+                   for _ in nodes]
     res["nodes"] = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
     if all(r["ok"] for r in results):
         res.update(state="running", verified=["every_node_alive_after_settle"])
