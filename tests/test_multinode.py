@@ -74,6 +74,13 @@ def test_two_nodes_talk_status_logs_and_stop_everywhere(cli, tmp_path, mn):
     assert any(ln.startswith("[rank 1] ") for ln in lg["result"]["lines"])
     rc, one = cli.json("logs", mn, "--node", "1", "-n", "200")
     assert rc == 0 and any("rendezvous rank=1" in ln for ln in one["result"]["lines"]), one
+    # the coordinator on node 0 heeds only its members: a stranger's "node 1 failed" is dropped
+    import socket
+    with socket.create_connection(("10.200.1.2", res["coord_port"]), timeout=10) as s:
+        s.sendall(b'{"ended": 1, "failed": true}\n{"hello": 1, "id": "not-this-run"}\n')
+        assert s.recv(100) == b""  # closed by the coordinator after reading both lines
+    rc, st = cli.json("status", mn)
+    assert st["result"]["state"] == "running" and not any(r["run"].get("peer_events") for r in _rows(st)), st
     rc, w = cli.json("watch", mn, "--all-nodes", "--for", "1")
     assert rc == 0 and [r["ok"] and r["result"]["healthy"] for r in w["result"]["nodes"]] == [True, True], w
     rc, g = cli.json("gpus", "--on", "n0", "--on", "n1")  # no GPU here: one answer per node all the same

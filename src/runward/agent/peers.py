@@ -39,8 +39,7 @@ def attach(store, n, att):
     if int(mn.get("nnodes") or 1) < 2 or not mn.get("coord_port"):
         return None
     link = Link(store, n, mn)
-    target = link.coordinate if link.rank == 0 else link.follow
-    threading.Thread(target=target, name="runward-peers", daemon=True).start()
+    threading.Thread(target=link.run, name="runward-peers", daemon=True).start()
     return link
 
 
@@ -72,6 +71,14 @@ class Link:
         self.wake_r, self.wake_w = os.pipe()
 
     # --- both sides
+
+    def run(self):
+        """The thread: coordinate (node 0) or follow; an error here is recorded, not lost."""
+        try:
+            self.coordinate() if self.rank == 0 else self.follow()
+        except Exception as e:  # the job runs on; its record says its peers are unwatched
+            self.note({"rank": self.rank, "why": "watching the peers failed: %s: %s" % (type(e).__name__, e),
+                       "at": time.time()})
 
     def job_ended(self, msg):
         self.job_over.set()
@@ -169,15 +176,16 @@ class Link:
     def _serve(self, srv):
         import select
         bufs, said_end = {}, set()
-        deadline = time.monotonic() + CONNECT_S
+        deadline = time.monotonic() + CONNECT_S  # None once every member said hello
         while not self.job_over.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0 and len(self.conns) < self.nnodes - 1:
+            if deadline is not None and len(self.conns) >= self.nnodes - 1:
+                deadline = None
+            elif deadline is not None and time.monotonic() >= deadline:
                 missing = sorted(set(range(1, self.nnodes)) - set(self.conns))
                 self.node_failed(missing[0], "node %d never reached the coordinator" % missing[0])
-                deadline = float("inf")
-            socks = [srv, self.wake_r] + [s for s in bufs]
-            ready = select.select(socks, [], [], max(0.1, min(left, 5.0)))[0]
+                deadline = None
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = select.select([srv, self.wake_r] + list(bufs), [], [], wait)[0]
             for s in ready:
                 if s is srv:
                     c, _ = srv.accept()
@@ -200,10 +208,15 @@ class Link:
         bufs[s] += chunk
         while b"\n" in bufs[s]:
             line, bufs[s] = bufs[s].split(b"\n", 1)
-            msg = json_loads(line.decode())
-            if "hello" in msg and msg.get("id") == self.mn.get("id"):
-                self.conns[int(msg["hello"])] = s
-            elif "ended" in msg:
+            msg = _parse(line)
+            if rank is None:  # a connection speaks only after its hello with this run's id
+                if msg.get("id") != self.mn.get("id") or msg.get("hello") not in range(1, self.nnodes):
+                    del bufs[s]
+                    s.close()
+                    return
+                rank = int(msg["hello"])
+                self.conns[rank] = s
+            elif "ended" in msg and int(msg["ended"]) == rank:
                 said_end.add(int(msg["ended"]))
                 if msg.get("failed"):
                     self.node_failed(int(msg["ended"]), "node %s's job ended: %s"
@@ -236,7 +249,7 @@ class Link:
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                msg = json_loads(line.decode())
+                msg = _parse(line)
                 if "stop" in msg:
                     self.note(dict(msg["stop"], at=time.time(), told_by=0))
                     if self.policy == "stop":
@@ -255,6 +268,15 @@ class Link:
             except OSError:
                 self.job_over.wait(RETRY_S)
         return None
+
+
+def _parse(line):
+    """One message, or {} for a line that is not a JSON object (ignored)."""
+    try:
+        msg = json_loads(line.decode("utf-8", "replace"))
+    except Exception:  # json's ValueError, or the minimal codec's own
+        return {}
+    return msg if isinstance(msg, dict) else {}
 
 
 def _describe(ex):
