@@ -50,6 +50,16 @@ def shell_way(tb, hosts, env) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
+def parallel_ssh(tb, hosts, env) -> float:
+    """The floor: `ssh HOST true` on every host at once (what 4 parallel calls cost on this
+    machine, where the 4 hosts share its cores and each session runs root's .bashrc)."""
+    t0 = time.perf_counter()
+    ps = [subprocess.Popen(["ssh", "-F", tb["ssh_config"], h, "true"], env=env) for h in hosts]
+    for p in ps:
+        p.wait()
+    return time.perf_counter() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -70,6 +80,7 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     rw = [sys.executable, "-m", "runward"]
     one, four, shell = {"start": [], "stop": []}, {"start": [], "stop": []}, {"start": [], "stop": []}
+    floor = {"one": [], "four": []}
     try:
         for r in range(a.rounds + 1):  # round 0 warms the control masters and the agents' caches
             for label, nodes, into in (("one", ["n0"], one), ("four", ["n0", "n1", "n2", "n3"], four)):
@@ -82,9 +93,12 @@ def main() -> int:
                     into["start"].append(s)
                     into["stop"].append(t)
             s, t = shell_way(tb, hosts, env)
+            p1, p4 = parallel_ssh(tb, hosts[:1], env), parallel_ssh(tb, hosts, env)
             if r:
                 shell["start"].append(s)
                 shell["stop"].append(t)
+                floor["one"].append(p1)
+                floor["four"].append(p4)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     med = {k: {v: statistics.median(d[v]) for v in d} for k, d in (("one", one), ("four", four), ("shell", shell))}
@@ -93,6 +107,9 @@ def main() -> int:
         print(f"{verb:5}  4 nodes {med['four'][verb]:.3f}s  1 node {med['one'][verb]:.3f}s  "
               f"ratio {med['four'][verb] / med['one'][verb]:.2f}x (goal <= 1.3x)  |  shell way, 4 ssh in sequence "
               f"{med['shell'][verb]:.3f}s: runward/shell {med['four'][verb] / med['shell'][verb]:.2f}x")
+    f1, f4 = statistics.median(floor["one"]), statistics.median(floor["four"])
+    print(f"floor  `ssh HOST true` on 4 hosts at once {f4:.3f}s  on 1 {f1:.3f}s  ratio {f4 / f1:.2f}x "
+          f"(the same cores serve every host here)")
     return 0
 
 
