@@ -195,3 +195,19 @@ def test_torchrun_gloo_over_two_hosts(cli, tmp_path, mn):
     rc, doc = cli.json("stop", mn)
     assert rc == 0 and all(r["result"]["verified_dead"] for r in _rows(doc)), doc
     assert not marked(mn + ".")
+
+
+def test_containers_as_nodes(cli, mn):
+    """Any target is a node: an ssh host, a container behind ssh (pct), a local podman
+    container. The testbed's containers have no network, so they cannot be ranks that talk;
+    with "continue" their shims only record that node 0's coordinator was out of reach."""
+    tb = testbed.require("pct")
+    testbed.require("podman")
+    cli.env.update(testbed.env(tb, cli.env))
+    rc, doc = cli.json("start", mn, "--on", "ssh://rw1", "--on", "ssh://rw2/pct:200", "--on", "podman:rwpod",
+                       "--on-node-failure", "continue", "--settle", "0.3", "--", "sleep", "300")
+    assert rc == 0 and [r["ok"] for r in _rows(doc)] == [True, True, True], doc
+    rc, st = cli.json("status", mn, "--on", "podman:rwpod")  # the container's record names the others
+    assert rc == 0 and st["result"]["state"] == "running" and len(_rows(st)) == 3, st
+    rc, doc = cli.json("stop", mn, "--on", "ssh://rw2/pct:200")
+    assert rc == 0 and [r["result"]["verified_dead"] for r in _rows(doc)] == [True, True, True], doc
