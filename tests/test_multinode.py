@@ -122,6 +122,15 @@ def test_a_node_that_exits_early_rolls_back_every_node(cli, tmp_path, mn):
     assert not alive(rows[0]["result"]["pid"]) and not marked(mn + ".")
 
 
+def test_nodes_not_ready_in_time_are_rolled_back(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    rc, doc = cli.json("start", mn, "--ready", "^no such line", "--ready-timeout", "1")
+    assert rc == 1 and doc["result"]["state"] == "rolled back", doc
+    rows = _rows(doc)
+    assert [r["error"]["type"] for r in rows] == ["NotVerified", "NotVerified"]
+    assert all(r["rollback"]["verified_dead"] for r in rows) and not marked(mn + ".")
+
+
 def test_a_rank_killed_stops_every_node_without_the_cli(cli, tmp_path, mn):
     _config(tmp_path, ["rw1", "rw2", "rw3"], mn)
     rc, doc = cli.json("start", mn)
