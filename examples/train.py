@@ -269,11 +269,26 @@ def join_ranks(wake_r):
     if nnodes < 2:
         return None
     rank = env_num("NODE_RANK", 0, int)
-    ranks = Ranks(rank, nnodes, os.environ.get("MASTER_ADDR", "127.0.0.1"), env_num("MASTER_PORT", 29500, int),
-                  env_num("TRAIN_RDZV_TIMEOUT", 60.0), wake_r)
+    try:
+        ranks = Ranks(rank, nnodes, os.environ.get("MASTER_ADDR", "127.0.0.1"), env_num("MASTER_PORT", 29500, int),
+                      env_num("TRAIN_RDZV_TIMEOUT", 60.0), wake_r)
+    except Interrupted:
+        say("stopped during the rendezvous")
+        return "stopped"
     say(f"rendezvous rank={rank} nnodes={nnodes} master={os.environ.get('MASTER_ADDR')}:"
         f"{os.environ.get('MASTER_PORT')}")
     return ranks
+
+
+def reduce_step(ranks, step):
+    """All-reduce the step counter; False if a peer is gone."""
+    total = ranks.allreduce(step)
+    if total is None:
+        say(f"allreduce step {step}: a peer is gone", sys.stderr)
+        return False
+    if total != "":  # "": a stop signal came; the loop saves and exits
+        say(f"allreduce step {step} sum {total} nnodes {ranks.nnodes}")
+    return True
 
 
 def this_rank_fails():
@@ -340,10 +355,8 @@ def train():
             f" escapee_pid={escapee_pid or '-'} argv={json.dumps(sys.argv)}"
             f" switches={switches or '-'}")
         time.sleep(min(step_s, 0.1))  # "loading the model"
-        try:
-            ranks = join_ranks(wake_r)
-        except Interrupted:
-            say(f"stopped during the rendezvous (signal {signal.Signals(stop[0]).name})")
+        ranks = join_ranks(wake_r)
+        if ranks == "stopped":
             return 0
         if os.environ.get("TRAIN_READY_LINE", "1") == "1":
             say("ready")
@@ -375,15 +388,10 @@ def train():
             rate *= 1.0 + rng.gauss(0.0, 0.02)
             lr = 3e-4 * min(1.0, step / 20.0)  # short linear warmup
             say(f"step {step} loss {loss:.4f} tok/s {rate:.1f} lr {lr:.1e}")
-            if ranks is not None:
-                total = ranks.allreduce(step)
-                if total is None:  # a peer is gone: wait, as NCCL would, until stopped
-                    say(f"allreduce step {step}: a peer is gone", sys.stderr)
-                    if os.environ.get("TRAIN_PEER_LOSS") == "exit":
-                        return 1
-                    ranks, stall_at = None, step + 1
-                elif total != "":
-                    say(f"allreduce step {step} sum {total} nnodes {ranks.nnodes}")
+            if ranks is not None and not reduce_step(ranks, step):
+                if os.environ.get("TRAIN_PEER_LOSS") == "exit":
+                    return 1
+                ranks, stall_at = None, step + 1  # wait, as NCCL would, until stopped
             if profile_every and step % profile_every == 0:
                 fwd = 1000.0 * step_s * 0.3 * (1.0 + rng.gauss(0.0, 0.05))
                 say(f"profile: step {step} fwd_ms {fwd:.1f} bwd_ms {2.0 * fwd:.1f}")
