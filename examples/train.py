@@ -15,6 +15,12 @@ Pure stdlib, Python >= 3.8; imports torch only to hold GPU memory, never needs i
   TRAIN_GPU_MIB / TRAIN_ESCAPEE_GPU_MIB N: hold N MiB (torch CUDA, else the nvidia-smi
   stand-in named by RUNWARD_FAKE_SMI_STATE; TRAIN_GPU_RELEASE_SECONDS: its release delay)
   TRAIN_SEED 0. Any other TRAIN_* (e.g. TRAIN_RUN_TAG) is only echoed on the init line.
+Multi-node mode, when NNODES > 1 (runward sets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT):
+  a TCP rendezvous at MASTER_ADDR:MASTER_PORT (node 0 listens), then each step an all-reduce
+  (sum) of the step counter between the ranks: `allreduce step N sum S nnodes K`. A lost peer
+  makes the others wait, as NCCL would (TRAIN_PEER_LOSS=exit: exit 1 instead).
+  TRAIN_RDZV_TIMEOUT 60   TRAIN_FAIL_RANK R: TRAIN_FAIL_FAST and TRAIN_CRASH_AT/TRAIN_EXIT_AT
+  apply on rank R only.
 
 Process tree (the shapes that defeat `pkill -f` and `kill $PID`):
     main -+- worker 0 .. N-1   same process group: `train.py --worker I FD`
@@ -28,6 +34,7 @@ import os
 import random
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -176,6 +183,119 @@ def forward(step, crash_at, oom_at):
         allocate_activations(step)
 
 
+# --------------------------------------------------------------------------- multi-node
+class Interrupted(Exception):
+    """A stop signal came during the rendezvous."""
+
+
+class Ranks:
+    """The ranks of a multi-node run, over plain TCP: node 0 accepts one connection from
+    each other rank; an all-reduce is gather to node 0, sum, send back (JSON lines)."""
+
+    def __init__(self, rank, nnodes, addr, port, timeout, wake_r):
+        self.rank, self.nnodes, self.wake_r = rank, nnodes, wake_r
+        self.peers, self.bufs = [], {}
+        deadline = time.monotonic() + timeout
+        if rank == 0:
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("", port))
+            srv.listen(nnodes)
+            while len(self.peers) < nnodes - 1:
+                left = deadline - time.monotonic()
+                r = select.select([srv, wake_r], [], [], max(0.0, left))[0]
+                if wake_r in r:
+                    raise Interrupted()
+                if not r:
+                    raise TimeoutError(f"rendezvous: {len(self.peers) + 1} of {nnodes} ranks after {timeout:g}s")
+                self.peers.append(srv.accept()[0])
+            srv.close()
+        else:
+            while True:
+                try:
+                    self.peers.append(socket.create_connection((addr, port), timeout=2.0))
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    # node 0 may not listen yet: a rendezvous retries; a signal ends the wait
+                    if select.select([wake_r], [], [], 0.2)[0]:
+                        raise Interrupted()
+        for p in self.peers:
+            p.settimeout(None)
+            self.bufs[p] = b""
+
+    def _recv(self, p):
+        """One line from peer p; None if p is gone; while waiting, a signal returns ""."""
+        while b"\n" not in self.bufs[p]:
+            r = select.select([p, self.wake_r], [], [])[0]
+            if self.wake_r in r:
+                return ""
+            try:
+                chunk = p.recv(4096)
+            except OSError:  # reset by a peer that died
+                chunk = b""
+            if not chunk:
+                return None
+            self.bufs[p] += chunk
+        line, self.bufs[p] = self.bufs[p].split(b"\n", 1)
+        return line.decode()
+
+    def allreduce(self, value):
+        """The sum of value over all ranks; None if a peer is gone, "" if a signal came."""
+        if self.rank == 0:
+            total = value
+            for p in self.peers:
+                got = self._recv(p)
+                if not got:
+                    return got
+                total += int(got)
+            try:
+                for p in self.peers:
+                    p.sendall(b"%d\n" % total)
+            except OSError:
+                return None
+            return total
+        try:
+            self.peers[0].sendall(b"%d\n" % value)
+        except OSError:
+            return None
+        got = self._recv(self.peers[0])
+        return int(got) if got else got
+
+
+def join_ranks(wake_r):
+    nnodes = env_num("NNODES", 1, int)
+    if nnodes < 2:
+        return None
+    rank = env_num("NODE_RANK", 0, int)
+    try:
+        ranks = Ranks(rank, nnodes, os.environ.get("MASTER_ADDR", "127.0.0.1"), env_num("MASTER_PORT", 29500, int),
+                      env_num("TRAIN_RDZV_TIMEOUT", 60.0), wake_r)
+    except Interrupted:
+        say("stopped during the rendezvous")
+        return "stopped"
+    say(f"rendezvous rank={rank} nnodes={nnodes} master={os.environ.get('MASTER_ADDR')}:"
+        f"{os.environ.get('MASTER_PORT')}")
+    return ranks
+
+
+def reduce_step(ranks, step):
+    """All-reduce the step counter; False if a peer is gone."""
+    total = ranks.allreduce(step)
+    if total is None:
+        say(f"allreduce step {step}: a peer is gone", sys.stderr)
+        return False
+    if total != "":  # "": a stop signal came; the loop saves and exits
+        say(f"allreduce step {step} sum {total} nnodes {ranks.nnodes}")
+    return True
+
+
+def this_rank_fails():
+    fail_rank = os.environ.get("TRAIN_FAIL_RANK", "")
+    return fail_rank == "" or fail_rank == os.environ.get("NODE_RANK", "0")
+
+
 # --------------------------------------------------------------------------- main loop
 def save_checkpoint(directory, step, loss, seconds):
     """Atomic save: temp file, fsync, rename, fsync the directory."""
@@ -198,7 +318,7 @@ def save_checkpoint(directory, step, loss, seconds):
 
 
 def train():
-    if os.environ.get("TRAIN_FAIL_FAST") == "1":
+    if os.environ.get("TRAIN_FAIL_FAST") == "1" and this_rank_fails():
         say("error: TRAIN_FAIL_FAST=1: refusing to start (bad configuration)", sys.stderr)
         return 3
     step_s = env_num("TRAIN_STEP_SECONDS", 0.2)
@@ -208,6 +328,8 @@ def train():
     crash_at, nan_at = env_num("TRAIN_CRASH_AT", 0, int), env_num("TRAIN_NAN_AT", 0, int)
     oom_at, stall_at = env_num("TRAIN_OOM_AT", 0, int), env_num("TRAIN_STALL_AT", 0, int)
     exit_at, exit_code = env_num("TRAIN_EXIT_AT", 0, int), env_num("TRAIN_EXIT_CODE", 1, int)
+    if not this_rank_fails():
+        crash_at = exit_at = 0
     slow_after = env_num("TRAIN_SLOW_AFTER", 0, int)
     slow_factor = env_num("TRAIN_SLOW_FACTOR", 0.5)
     ckpt_dir = os.environ.get("TRAIN_CHECKPOINT_DIR", "checkpoints")
@@ -233,6 +355,9 @@ def train():
             f" escapee_pid={escapee_pid or '-'} argv={json.dumps(sys.argv)}"
             f" switches={switches or '-'}")
         time.sleep(min(step_s, 0.1))  # "loading the model"
+        ranks = join_ranks(wake_r)
+        if ranks == "stopped":
+            return 0
         if os.environ.get("TRAIN_READY_LINE", "1") == "1":
             say("ready")
         step, loss, next_at = 0, float("nan"), time.monotonic() + step_s
@@ -263,6 +388,10 @@ def train():
             rate *= 1.0 + rng.gauss(0.0, 0.02)
             lr = 3e-4 * min(1.0, step / 20.0)  # short linear warmup
             say(f"step {step} loss {loss:.4f} tok/s {rate:.1f} lr {lr:.1e}")
+            if ranks is not None and not reduce_step(ranks, step):
+                if os.environ.get("TRAIN_PEER_LOSS") == "exit":
+                    return 1
+                ranks, stall_at = None, step + 1  # wait, as NCCL would, until stopped
             if profile_every and step % profile_every == 0:
                 fwd = 1000.0 * step_s * 0.3 * (1.0 + rng.gauss(0.0, 0.05))
                 say(f"profile: step {step} fwd_ms {fwd:.1f} bwd_ms {2.0 * fwd:.1f}")

@@ -123,14 +123,15 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
           replace_grace: float | None = None, env_overrides: list[str] | None = None,
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
-          log_keep: int | None = None) -> dict:
+          log_keep: int | None = None, multinode: dict | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
     that `restart --keep-env` knows them from runward.toml's); replace_grace is the grace for
     the attempt --replace stops (default: that attempt's own); log_max (bytes) rotates the log
     by size, keeping log_keep files (default 3; docs/protocol.md, "Log rotation"). on_event
-    gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period."""
+    gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
+    multinode: this node's part of a multi-node run (multinode.py), kept in its record."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -143,6 +144,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
            "replace_grace": replace_grace, "env_overrides": sorted(env_overrides or [])}
     if log_max is not None:  # absent otherwise: an agent of before rotation reads the same request
         req.update(log_max=log_max, log_keep=log_keep)
+    if multinode is not None:
+        req["multinode"] = multinode
     try:
         return transport.call(target, req, on_event=on_event)
     except RunwardError as e:
@@ -198,6 +201,9 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     except RunwardError as e:
         e.details.setdefault("failed_step", "read_spec")
         raise
+    if (last.get("spec") or {}).get("multinode"):  # one node restarted alone cannot rejoin its ranks
+        raise BadInput(f"{name} is one node of a multi-node run: a restart of one node would not rejoin the others",
+                       f"runward stop {name}, then runward start {name} (every node: docs/multinode.md)")
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
     kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)

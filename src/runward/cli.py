@@ -68,8 +68,22 @@ def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
     p.add_argument("--config", metavar="PATH", help="runward.toml to use (default: found in . or a parent)")
     if on:
-        p.add_argument("--on", metavar="TARGET",
-                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, or a name from runward.toml")
+        p.add_argument("--on", metavar="TARGET", action=_OnAction,
+                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, or a name from runward.toml"
+                            "; start/stop/status/logs/watch/gpus: repeat it for a run over several nodes")
+        p.set_defaults(nodes=[])
+
+
+class _OnAction(argparse.Action):
+    """--on TARGET, repeatable for a multi-node run (docs/multinode.md): args.on is the
+    first, args.nodes every one given."""
+
+    def __call__(self, parser, ns, value, option_string=None):
+        ns.nodes = [*(getattr(ns, "nodes", None) or []), value]
+        ns.on = ns.nodes[0]
+
+
+MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus")
 
 
 def _verb_module(module: str):
@@ -168,6 +182,9 @@ def _main(argv: list[str]) -> int:
         args = ap.parse_args(argv)
         if tail is not None and not hasattr(args, "command"):
             ap.error(f"`runward {args.cmd}` takes no command after --")
+        if len(getattr(args, "nodes", None) or ()) > 1 and args.cmd not in MULTI_NODE_VERBS:
+            ap.error(f"`runward {args.cmd}` acts on one target: give --on once "
+                     f"(several nodes: {', '.join(MULTI_NODE_VERBS)})")
     except BadArguments as e:
         return _bad_arguments(e, verb, "--json" in argv)
     if tail is not None:

@@ -33,7 +33,8 @@ from .targets import Target, parse_target
 
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
-            "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep"}
+            "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
+            "nodes", "master_addr", "nproc_per_node", "on_node_failure"}  # the last four: docs/multinode.md
 TARGET_KEYS = {"on", "home", "python"}
 
 
@@ -147,6 +148,8 @@ def _validate(p: str, data: dict) -> Config:
             raise BadInput(f"{p}: [runs.{name}] has both command and sh", "keep one")
         if "command" in r and (not isinstance(r["command"], list) or not all(isinstance(a, str) for a in r["command"])):
             raise BadInput(f"{p}: [runs.{name}] command must be a list of strings", 'command = ["python3", "train.py"]')
+        if "nodes" in r and (not isinstance(r["nodes"], list) or not all(isinstance(a, str) for a in r["nodes"])):
+            raise BadInput(f"{p}: [runs.{name}] nodes must be a list of targets", 'nodes = ["gpu1", "gpu2"]')
         if "env" in r and not isinstance(r["env"], dict):
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
         cfg.runs[name] = r

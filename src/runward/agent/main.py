@@ -33,6 +33,7 @@ OPS = {
     "health": ("ops.health", "health", PLAIN),
     "watch": ("ops.health", "watch", STREAM),
     "doctor": ("ops.doctor", "doctor", PLAIN),
+    "free_ports": ("ops.nodes", "free_ports", PLAIN),
 }
 CACHE_KEEP_S = 7 * 86400
 

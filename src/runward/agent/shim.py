@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from . import boot, cgroups, logfiles
+from . import boot, cgroups, logfiles, peers
 from . import faults
 from .procfs import read_proc
 from .store import Home, RunStore, open_log, write_json
@@ -142,12 +142,14 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd):
     att["started_at"] = time.time()
     write_json(store.attempt_path(n), att)
     say(status_fd, {"job": att["job"]})
+    link = peers.attach(store, n, att)  # a multi-node run's node: its peers watched (peers.py)
     ex = _wait_exit(pid)
     faults.point("shim:exited")
     att = store.attempt(n)
     att["exit"] = ex
     write_json(store.attempt_path(n), att)
     say(status_fd, {"exit": ex})
+    peers.ended(link, ex, att)
     _reap_ended()
     # an empty cgroup is removed now (rmdir fails while an escaped process is still in it,
     # and then `stop` still finds that process there)

@@ -20,6 +20,11 @@ def run(args, out) -> int:
         return on_all(cfg, out, "gpus", lambda t: api.gpus(t, mapping=args.map),
                       lambda r: render_gpus(r["result"]), failed=lambda error: "error",
                       exit_code=lambda failures, _: max(r["error"].get("exit_code", 1) for r in failures))
+    if len(args.nodes) > 1:  # a multi-node run's nodes: one section each
+        return on_all(cfg, out, "gpus", lambda t: api.gpus(t, mapping=args.map),
+                      lambda r: render_gpus(r["result"]), failed=lambda error: "error",
+                      exit_code=lambda failures, _: max(r["error"].get("exit_code", 1) for r in failures),
+                      targets=[cfg.target(t) for t in args.nodes])
     target = target_of(args, cfg)
     res = api.gpus(target, mapping=args.map)
     return emit(out, "gpus", target, res, render_gpus(res))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import EXIT_OK
-from ._common import emit, load_config, target_of
+from ._common import emit, load_config
 
 
 def add_arguments(p) -> None:
@@ -21,14 +21,19 @@ def add_arguments(p) -> None:
                         "else by their attempt's start time")
     p.add_argument("--grep", metavar="REGEX",
                    help="only lines matching this Python regex, matched on the target (with -f too)")
+    p.add_argument("--node", type=int, metavar="R", help="a multi-node run: node R's log (default 0)")
+    p.add_argument("--all-nodes", action="store_true", help="a multi-node run: every node's log, lines as [rank R] ...")
 
 
 def run(args, out) -> int:
     from .. import api
+    from .. import multinode
     cfg = load_config(args)
-    target = target_of(args, cfg, args.name)
     since = api.parse_duration(args.since, "--since") if args.since is not None else None
     pick = {"attempt": args.attempt, "since_s": since, "grep": args.grep}
+    target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
+    if nodes:
+        return multinode.logs_all(out, nodes, args.name, lines=args.n, follow=args.follow, for_s=args.for_s, **pick)
     if args.follow:
         events = []
 

@@ -46,6 +46,9 @@ def run(args, out) -> int:
 
 def _restart(args, cfg, name, target, out) -> dict:
     from .. import api
+    if (cfg.runs.get(name) or {}).get("nodes"):
+        raise BadInput(f"{name} runs over several nodes (runward.toml nodes): restart acts on one target",
+                       f"runward stop {name}, then runward start {name} (docs/multinode.md)")
     from .start import start_kwargs_from_config
     run_cfg = cfg.runs.get(name)
     env, env_from = api.read_env(args.env, args.env_file)

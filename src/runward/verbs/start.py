@@ -41,6 +41,11 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
+    p.add_argument("--master-addr", metavar="ADDR",
+                   help="several nodes: node 0's address as the others reach it (default: where ssh reached it)")
+    p.add_argument("--nproc-per-node", type=int, metavar="N", help="several nodes: sets WORLD_SIZE = nodes x N")
+    p.add_argument("--on-node-failure", choices=("stop", "continue"),
+                   help="several nodes: when one node's job fails, stop the others (default) or let them run")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
 
@@ -73,9 +78,13 @@ def run(args, out) -> int:
     if args.all:
         if args.command or args.sh is not None:
             raise BadInput("a command with --all", "--all starts each run with the command runward.toml gives it")
-        return on_runs(args, cfg, out, "start", lambda name, t: _start(args, cfg, name, t), render_start)
+        return on_runs(args, cfg, out, "start", lambda name, t: _start(args, cfg, name, t), _render_any)
     if not args.name:
         raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes:
+        return _start_nodes(args, cfg, nodes, out)
     target = target_of(args, cfg, args.name)
     started: dict = {}
     try:
@@ -85,9 +94,46 @@ def run(args, out) -> int:
     return emit(out, "start", target, res, render_start(res))
 
 
+def _render_any(res: dict) -> str:
+    from .. import multinode
+    return multinode.render(res, "start") if "nnodes" in res else render_start(res)
+
+
+def _start_nodes(args, cfg, nodes, out) -> int:
+    """A run over several nodes, all or nothing (multinode.py, docs/multinode.md)."""
+    from .. import multinode
+    run_cfg = cfg.runs.get(args.name, {})
+    pick = lambda flag, key, default: flag if flag is not None else run_cfg.get(key, default)  # noqa: E731
+    if args.on_node_failure is None and run_cfg.get("on_node_failure") not in (None, *multinode.POLICIES):
+        raise BadInput(f"[runs.{args.name}] on_node_failure = {run_cfg['on_node_failure']!r}", "use \"stop\" or \"continue\"")
+    res, code = multinode.start(nodes, args.name, _kw(args, cfg, args.name),
+                                master_addr=pick(args.master_addr, "master_addr", None),
+                                nproc_per_node=pick(args.nproc_per_node, "nproc_per_node", None),
+                                on_node_failure=pick(args.on_node_failure, "on_node_failure", "stop"))
+    return multinode.emit(out, "start", res, code)
+
+
 def _start(args, cfg, name, target, on_event=None) -> dict:
-    """One run's start: runward.toml's definition, the command line over it."""
+    """One run's start: runward.toml's definition, the command line over it (a run with
+    nodes, under --all: over its nodes, all or nothing)."""
     from .. import api
+    if args.all and cfg.runs.get(name, {}).get("nodes"):
+        from .. import multinode
+        from ..errors import OperationFailed
+        run_cfg = cfg.runs[name]
+        res, code = multinode.start([cfg.target(t) for t in run_cfg["nodes"]], name, _kw(args, cfg, name),
+                                    master_addr=run_cfg.get("master_addr"), nproc_per_node=run_cfg.get("nproc_per_node"),
+                                    on_node_failure=run_cfg.get("on_node_failure", "stop"))
+        if code:
+            e = OperationFailed(res.get("message") or "start failed on a node", result=res)
+            e.exit_code = code
+            raise e
+        return res
+    return api.start(target, name, on_event=on_event, **_kw(args, cfg, name))
+
+
+def _kw(args, cfg, name) -> dict:
+    """api.start's keyword arguments: runward.toml's definition, the command line over it."""
     kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(name, {})))
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
@@ -101,7 +147,7 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
         close = did_you_mean(name, cfg) if name not in cfg.runs else None
         raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")
                        + f"runward start {name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{name}] in runward.toml")
-    return api.start(target, name, on_event=on_event, **kw)
+    return kw
 
 
 def _ask(target, name: str) -> dict:

@@ -28,8 +28,15 @@ def run(args, out) -> int:
         if targets and targets != [target_of(args, cfg)]:
             return on_all(cfg, out, "status", lambda t: api.status(t), lambda r: render_status(r["result"], r["target"]),
                           failed=_failed, exit_code=_all_code, targets=targets)
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name) if args.name else None
+    if nodes:
+        return multinode.emit(out, "status", *multinode.status(nodes, args.name))
     target = target_of(args, cfg, args.name)
     res = api.status(target, [args.name] if args.name else None, since)
+    nodes = multinode.nodes_from_record(res["runs"][0]) if args.name and res.get("runs") else None
+    if nodes:  # one node of a multi-node run: every node, and the aggregate
+        return multinode.emit(out, "status", *multinode.status(nodes, args.name))
     run_cfg = cfg.runs.get(args.name) if args.name else None
     if run_cfg and run_cfg.get("files") and res.get("runs"):
         from .. import files as _files

@@ -25,12 +25,20 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     cfg = load_config(args)
     if args.all:
-        return on_runs(args, cfg, out, "stop", lambda name, t: _stop_any(args, name, t), render_stop)
+        return on_runs(args, cfg, out, "stop", lambda name, t: _stop_any(args, cfg, name, t), _render_any)
     if not args.name:
         raise BadInput("no run named", "runward stop NAME, or --all for every run in runward.toml")
-    target = target_of(args, cfg, args.name)
-    res = _stop(args, args.name, target)
-    return emit(out, "stop", target, res, render_stop(res))
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes is None:
+        target = target_of(args, cfg, args.name)
+        res = _stop(args, args.name, target)
+        nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
+        if nodes is None:
+            return emit(out, "stop", target, res, render_stop(res))
+    res, code = multinode.stop(nodes, args.name, grace=args.grace, signal=args.stop_signal,
+                               gpu_timeout=args.gpu_release_timeout, lock_timeout=args.lock_timeout)
+    return multinode.emit(out, "stop", res, code)
 
 
 def _stop(args, name, target):
@@ -39,9 +47,26 @@ def _stop(args, name, target):
                     lock_timeout=args.lock_timeout)
 
 
-def _stop_any(args, name, target):
+def _render_any(res: dict) -> str:
+    from .. import multinode
+    return multinode.render(res, "stop") if "nnodes" in res else render_stop(res)
+
+
+def _stop_any(args, cfg, name, target):
     """stop --all: a run of runward.toml never started on its target has nothing running
-    there (no record, so nothing runward started): stopped, verified, not a failure."""
+    there (no record, so nothing runward started): stopped, verified, not a failure. A run
+    with nodes: every node (a node never started counts the same way)."""
+    if cfg.runs.get(name, {}).get("nodes"):
+        from .. import multinode
+        from ..errors import OperationFailed
+        res, code = multinode.stop([cfg.target(t) for t in cfg.runs[name]["nodes"]], name, grace=args.grace,
+                                   signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
+                                   lock_timeout=args.lock_timeout)
+        if code:
+            e = OperationFailed(f"{name}: not every node's stop was verified", result=res)
+            e.exit_code = code
+            raise e
+        return res
     try:
         return _stop(args, name, target)
     except RunNotFound:

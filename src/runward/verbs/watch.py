@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import emit, load_config, target_of
+from ._common import emit, load_config
 
 
 def add_arguments(p) -> None:
@@ -18,12 +18,15 @@ def add_arguments(p) -> None:
     p.add_argument("--since", metavar="DURATION",
                    help="the rules also judge lines of this look-back before the window, e.g. 60s "
                         "(default: from the watch's start)")
+    p.add_argument("--node", type=int, metavar="R", help="a multi-node run: watch node R (default 0)")
+    p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
 
 
 def run(args, out) -> int:
     from .. import api
+    from .. import multinode
     cfg = load_config(args)
-    target = target_of(args, cfg, args.name)
+    target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
     rules = api.health_rules(cfg.runs.get(args.name), mins=api.parse_limits(args.min, "--min"),
                              maxs=api.parse_limits(args.max, "--max"), stall=args.stall, drop=args.drop)
     from ..health import format_alert
@@ -35,6 +38,8 @@ def run(args, out) -> int:
                 m = pts[-1].get("metrics", {})
                 print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
     since = api.parse_duration(args.since, "--since")
+    if nodes:
+        return multinode.watch_all(out, nodes, args.name, for_s=args.for_s, rules=rules, since_s=since)
     res = api.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points, since_s=since)
     if res["healthy"]:
         text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"

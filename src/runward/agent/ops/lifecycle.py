@@ -18,7 +18,8 @@ from ..wire import AgentFailure, bad_input, event
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
-             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep")
+             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep",
+             "multinode")
 
 
 # --- start
@@ -229,6 +230,7 @@ def _write_attempt(store, req, home, plan, made):
         "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
         "log_max": plan["log_max"], "log_keep": plan["log_keep"],
+        "multinode": req.get("multinode"),  # this node's rank and its peers (peers.py)
     }
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
@@ -427,7 +429,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
     signum = parse_signal(sig)
     found = members(store.name, att, procs, prot)
     res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
-           "grace_s": grace}
+           "grace_s": grace, "multinode": (att or {}).get("multinode")}
     if not found:
         res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                     "state": attempt_state(att, procs, boot_id())})

@@ -48,6 +48,9 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         return out
     out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
                 "log": log_info(att.get("log")), "gpus": att.get("gpus")})
+    for k in ("multinode", "peer_events", "peer_stop", "stop_requested"):  # a multi-node run's node (peers.py)
+        if att.get(k):
+            out[k] = att[k]
     if att.get("job"):
         out["pid"] = att["job"]["pid"]
         out["start_time"] = att["job"]["start"]

@@ -1,0 +1,375 @@
+"""A run over several nodes (docs/multinode.md): one ordinary run of the same name on each
+node, any target each, started all or nothing, stopped everywhere, watched by the targets.
+
+Each node's start request carries its part ("multinode": run id, rank, nnodes, the node
+list, master address and ports, on_node_failure), which the target keeps in the attempt
+record: `status NAME --on ANY-NODE` finds the others from it, and the nodes' shims watch
+each other through it (agent/peers.py). The job gets the rank environment, and the
+placeholders {node_rank} {nnodes} {master_addr} {master_port} in its argv words are
+expanded per node (never through a shell)."""
+
+from __future__ import annotations
+
+import secrets
+
+from . import api, transport
+from .errors import EXIT_FAILED, EXIT_OK, BadInput, RunNotFound, RunwardError
+from .targets import Target, parse_target
+
+PLACEHOLDERS = ("node_rank", "nnodes", "master_addr", "master_port")
+POLICIES = ("stop", "continue")
+# failures of a node's start after which nothing of this start runs there: refused before
+# anything was launched (bad input) or because a run of that name was already alive there,
+# which is not ours to stop
+_NOT_LAUNCHED = ("BadInput", "AlreadyRunning")
+
+
+def nodes_of(args, cfg, name: str | None) -> list[Target] | None:
+    """The nodes of NAME: --on given more than once, else runward.toml's [runs.NAME] nodes
+    (unless one --on names a single target); None for a run on one target."""
+    import os
+    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):  # as verbs/_common.target_of
+        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    given = list(getattr(args, "nodes", None) or [])
+    if len(given) > 1:
+        return [cfg.target(t) for t in given]
+    run = cfg.runs.get(name or "", {})
+    if run.get("nodes") and not given:
+        return [cfg.target(t) for t in run["nodes"]]
+    return None
+
+
+def nodes_from_record(found: dict | None) -> list[Target] | None:
+    """The nodes a node's record names (its status or stop result's "multinode")."""
+    mn = (found or {}).get("multinode") or {}
+    if int(mn.get("nnodes") or 1) < 2:
+        return None
+    return [parse_target(t["on"], label=t.get("label"), home=t.get("home"), python=t.get("python"))
+            if isinstance(t, dict) else parse_target(t) for t in mn.get("nodes") or []]
+
+
+def _node_ref(t: Target) -> dict:
+    """A node as its record keeps it: enough for any node to reach the others as we do."""
+    return {k: v for k, v in (("on", str(t)), ("label", t.label), ("home", t.home), ("python", t.python)) if v}
+
+
+def _check_nodes(nodes: list[Target]) -> None:
+    seen = set()
+    for t in nodes:
+        if (str(t), t.home) in seen:
+            raise BadInput(f"node {t} is given twice", "each node of a run once: one run per target per name")
+        seen.add((str(t), t.home))
+
+
+def _each(nodes: list[Target], fn) -> list[dict]:
+    """fn(rank, node) on every node in parallel: {"ok", "result" | "error"} per rank, in order."""
+    return api.fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda i, t: fn(int(i), t))
+
+
+def expand(argv: list[str] | None, values: dict) -> list[str] | None:
+    """{node_rank} {nnodes} {master_addr} {master_port} in argv words; other braces stay."""
+    if argv is None:
+        return None
+    out = []
+    for word in argv:
+        for k in PLACEHOLDERS:
+            word = word.replace("{" + k + "}", str(values[k]))
+        out.append(word)
+    return out
+
+
+def rank_env(rank: int, nnodes: int, addr: str, port: int, ips: list[str], nproc: int | None) -> dict:
+    env = {"NODE_RANK": str(rank), "NNODES": str(nnodes), "MASTER_ADDR": addr, "MASTER_PORT": str(port),
+           "RUNWARD_NODE_IPS": ",".join(ips), "RUNWARD_NODE_RANK": str(rank)}
+    if nproc:
+        env["WORLD_SIZE"] = str(nnodes * int(nproc))
+        env["NPROC_PER_NODE"] = str(nproc)
+    return env
+
+
+def _probe(nodes: list[Target]) -> list[dict]:
+    """Every node at once: reachable, its address as we reach it; node 0 also picks two free
+    ports (the master's and the coordinator's) in its own network namespace."""
+    return _each(nodes, lambda i, t: transport.call(t, {"op": "free_ports", "count": 2 if i == 0 else 0}))
+
+
+def _address(t: Target, probe: dict) -> str:
+    """A node's address as the others reach it: where our ssh landed (SSH_CONNECTION),
+    else the ssh hop's host, else this machine's loopback (a local or container target)."""
+    if probe.get("address"):
+        return probe["address"]
+    ssh = next((h for h in t.hops if h.kind == "ssh"), None)
+    return ssh.name if ssh is not None else "127.0.0.1"
+
+
+def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None = None,
+          nproc_per_node: int | None = None, on_node_failure: str = "stop", on_event=None) -> tuple[dict, int]:
+    """Start NAME on every node in parallel, all or nothing: (result, exit code)."""
+    _check_nodes(nodes)
+    if on_node_failure not in POLICIES:
+        raise BadInput(f"invalid on_node_failure {on_node_failure!r}", "use stop or continue")
+    n = len(nodes)
+    probes = _probe(nodes)
+    res = {"name": name, "nnodes": n, "state": "not started",
+           "nodes": [{"rank": i, "target": t.display(), **_outcome(p)} for i, (t, p) in enumerate(zip(nodes, probes))]}
+    if not all(p["ok"] for p in probes):
+        res["message"] = "not every node was reachable: nothing was started"
+        return res, EXIT_FAILED
+    ports = probes[0]["result"]["ports"]
+    ips = [_address(t, p["result"]) for t, p in zip(nodes, probes)]
+    addr = master_addr or ips[0]
+    run_id = secrets.token_hex(6)
+    res.update(run_id=run_id, master_addr=addr, master_port=ports[0], coord_port=ports[1],
+               on_node_failure=on_node_failure)
+    part = {"id": run_id, "nnodes": n, "nodes": [_node_ref(t) for t in nodes], "master_addr": addr,
+            "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure}
+
+    def one(rank: int, t: Target) -> dict:
+        values = {"node_rank": rank, "nnodes": n, "master_addr": addr, "master_port": ports[0]}
+        env = {**(kw.get("env") or {}), **rank_env(rank, n, addr, ports[0], ips, nproc_per_node),
+               "RUNWARD_MULTINODE_ID": run_id}
+        mine = dict(kw, argv=expand(kw.get("argv"), values), env=env, multinode=dict(part, rank=rank))
+        return api.start(t, name, on_event=on_event, **mine)
+
+    try:
+        results = _each(nodes, one)
+    except KeyboardInterrupt:  # the pool saw each start to its end: roll every node back
+        results = [{"ok": False, "error": {"type": "Interrupted", "message": "interrupted", "exit_code": 130}}
+                   for _ in nodes]
+    res["nodes"] = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
+    if all(r["ok"] for r in results):
+        res.update(state="running", verified=["every_node_alive_after_settle"])
+        return res, EXIT_OK
+    _roll_back(nodes, name, res)
+    return res, EXIT_FAILED if res["rolled_back_verified"] else 5
+
+
+def _outcome(r: dict) -> dict:
+    return {"ok": True, "result": r["result"]} if r["ok"] else {"ok": False, "error": r["error"],
+                                                                  **({"result": r["result"]} if r.get("result") else {})}
+
+
+def _roll_back(nodes: list[Target], name: str, res: dict) -> None:
+    """A node failed to start: stop (verified) every node where this start may have
+    launched something: all but those refused before launching."""
+    todo = [(i, t) for i, t in enumerate(nodes)
+            if res["nodes"][i]["ok"] or res["nodes"][i]["error"]["type"] not in _NOT_LAUNCHED]
+    stops = _each([t for _, t in todo], lambda _, t: _stop_node(t, name))
+    for (i, _), s in zip(todo, stops):
+        res["nodes"][i]["rollback"] = s["result"] if s["ok"] else {"error": s["error"], "verified_dead": False}
+    failed = [f"node {i} ({r['target']}): {r['error']['message']}" for i, r in enumerate(res["nodes"]) if not r["ok"]]
+    res["state"] = "rolled back"
+    res["message"] = "start failed on " + "; ".join(failed) + "; every node that started was stopped"
+    res["rolled_back_verified"] = all((r.get("rollback") or {}).get("verified_dead", True) for r in res["nodes"])
+    if not res["rolled_back_verified"]:
+        res["message"] = res["message"].replace("was stopped", "was asked to stop, and not every stop was verified")
+
+
+def _stop_node(t: Target, name: str, **kw) -> dict:
+    try:
+        return api.stop(t, name, **kw)
+    except RunNotFound:
+        return {"name": name, "verified_dead": True, "already_stopped": True, "never_started": True,
+                "processes": [], "verified": ["no_record_on_target"]}
+
+
+def _worst(rows: list[dict]) -> int:
+    from .verbs._common import all_runs_code
+    return all_runs_code(rows)
+
+
+def stop(nodes: list[Target], name: str, **kw) -> tuple[dict, int]:
+    """Every node at once, each verified dead: (result with each node's fate, exit code)."""
+    results = _each(nodes, lambda _, t: _stop_node(t, name, **kw))
+    rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
+    ok = all(r["ok"] for r in rows)
+    res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}
+    if ok:
+        res["verified"] = ["every_node_dead"]
+    return res, _worst(rows)
+
+
+def status(nodes: list[Target], name: str) -> tuple[dict, int]:
+    """One status per node and the aggregate: running only when every node runs."""
+    results = _each(nodes, lambda _, t: api.status(t, [name]))
+    rows = []
+    for i, (t, r) in enumerate(zip(nodes, results)):
+        row = {"rank": i, "target": t.display(), "ok": r["ok"]}
+        if r["ok"]:
+            row["run"] = (r["result"].get("runs") or [{}])[0]
+            row["state"] = row["run"].get("state")
+            if row["state"] == "exited" and _failed_exit(row["run"]):
+                row["state"] = "failed"
+        else:
+            row["error"] = r["error"]
+            row["state"] = "not here" if r["error"]["type"] == "RunNotFound" else "unreachable"
+        rows.append(row)
+    states = [r["state"] for r in rows]
+    res = {"name": name, "nnodes": len(nodes), "state": aggregate(states), "nodes": rows}
+    ids = {((r.get("run") or {}).get("multinode") or {}).get("id") for r in rows if r["ok"]}
+    if len(ids - {None}) > 1:
+        res["note"] = "the nodes' records name different multi-node starts (run ids): not one run"
+    if all(r["error"]["type"] == "RunNotFound" for r in rows if not r["ok"]) and not any(r["ok"] for r in rows):
+        return res, 4
+    unreachable = [r for r in rows if not r["ok"] and r["error"]["type"] != "RunNotFound"]
+    return res, (unreachable[0]["error"].get("exit_code", 3) if unreachable else EXIT_OK)
+
+
+def _failed_exit(run: dict) -> bool:
+    """A node's job that ended by itself with a failure (not stopped by `stop` or its peers)."""
+    ex = run.get("exit") or {}
+    return not run.get("stop_requested") and (ex.get("signal") is not None or ex.get("code") not in (0, None))
+
+
+def aggregate(states: list[str]) -> str:
+    """running only when every node runs; failed if any node failed; else the one state
+    they share, or "partial" (some run, some do not)."""
+    if all(s == "running" for s in states):
+        return "running"
+    if any(s == "failed" for s in states):
+        return "failed"
+    if len(set(states)) == 1:
+        return states[0]
+    return "partial" if "running" in states else "stopped" if all(s in ("exited", "stopped") for s in states) \
+        else "mixed"
+
+
+def discover(target: Target, name: str) -> list[Target] | None:
+    """The nodes of NAME as the record on TARGET names them (one status call), or None."""
+    try:
+        st = api.status(target, [name])
+    except RunwardError:
+        return None
+    return nodes_from_record((st.get("runs") or [{}])[0])
+
+
+# --- rendering
+
+def _node_line(r: dict) -> str:
+    head = f"  node {r['rank']} {r['target']}: "
+    if not r["ok"]:
+        e = r["error"]
+        return head + f"{e['type']}: {e['message']}"
+    res = r.get("result") or r.get("run") or {}
+    bits = [r.get("state") or res.get("state") or ("alive" if res.get("alive_after_settle") else "")]
+    if res.get("pid"):
+        bits.append(f"pid {res['pid']}")
+    if res.get("attempt"):
+        bits.append(f"attempt {res['attempt']}")
+    if res.get("exit"):
+        ex = res["exit"]
+        bits.append(f"killed by {ex['signal']}" if ex.get("signal") else f"exit code {ex.get('code')}")
+    if res.get("peer_stop"):
+        bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")
+    if "verified_dead" in res:
+        bits.append("verified dead" if res["verified_dead"] else "NOT verified dead")
+    return head + ", ".join(b for b in bits if b)
+
+
+def render(res: dict, verb: str) -> str:
+    lines = [f"{res['name']}: {res.get('state') or ('stopped on every node' if res.get('verified_dead') else verb)}"
+             f" over {res['nnodes']} nodes"
+             + (f" (run id {res['run_id']}, master {res['master_addr']}:{res['master_port']})" if res.get("run_id") else "")]
+    for r in res["nodes"]:
+        lines.append(_node_line(r))
+        rb = r.get("rollback")
+        if rb:
+            lines.append("    stopped again: " + ("verified dead" if rb.get("verified_dead") else
+                                                 f"NOT verified: {(rb.get('error') or {}).get('message', '')}"))
+    if res.get("message"):
+        lines.append(res["message"])
+    if res.get("note"):
+        lines.append("note: " + res["note"])
+    return "\n".join(lines)
+
+
+def emit(out, verb: str, res: dict, code: int) -> int:
+    doc = {"ok": code == EXIT_OK, "command": verb, "target": ",".join(r["target"] for r in res["nodes"]),
+           "result": res}
+    if code != EXIT_OK:
+        doc["error"] = {"type": "NodesFailed", "message": res.get("message") or f"{verb} failed on a node",
+                        "exit_code": code}
+    out.doc(doc)
+    out.say(render(res, verb))
+    return code
+
+
+# --- logs and watch over nodes
+
+def pick_node(args, cfg, name: str, node: int | None, all_nodes: bool) -> tuple[Target | None, list[Target] | None]:
+    """(the one target to read, None) or (None, every node) for logs/watch: node R (default
+    0) of a multi-node run, whose nodes come from --on, runward.toml or the record of the
+    one --on target; a run on one target is read where it is."""
+    from .verbs._common import target_of
+    nodes = nodes_of(args, cfg, name)
+    if nodes is None and (node is not None or all_nodes):
+        nodes = discover(target_of(args, cfg, name), name)
+        if nodes is None:
+            raise BadInput(f"{name} is not a multi-node run there: --node and --all-nodes need one",
+                           f"name its nodes: --on NODE0 --on NODE1 ..., or nodes = [...] in [runs.{name}]")
+    if nodes is None:
+        return target_of(args, cfg, name), None
+    if all_nodes:
+        return None, nodes
+    r = 0 if node is None else node
+    if not 0 <= r < len(nodes):
+        raise BadInput(f"invalid --node {r}: {name} has nodes 0..{len(nodes) - 1}", "give a rank in that range")
+    return nodes[r], None
+
+
+def logs_all(out, nodes: list[Target], name: str, *, follow: bool = False, **kw) -> int:
+    """Every node's log, each line as `[rank R] LINE`; with follow, as they come, from all
+    nodes at once (one follow per node, in parallel)."""
+    import sys
+    import threading
+    lock = threading.Lock()
+    got: list[str] = []
+
+    def say(rank: int, line: str) -> None:
+        with lock:
+            got.append(f"[rank {rank}] {line}")
+            if follow and not out.json:
+                print(got[-1], flush=True)
+
+    def one(rank: int, t: Target) -> dict:
+        if follow:
+            return api.logs(t, name, follow=True, on_line=lambda ev: "line" in ev and say(rank, ev["line"]), **kw)
+        res = api.logs(t, name, **kw)
+        for ln in res.get("lines") or []:
+            say(rank, ln)
+        return res
+
+    results = _each(nodes, one)
+    failed = [r for r in results if not r["ok"]]
+    for i, r in enumerate(results):
+        if not r["ok"] and not out.json:
+            print(f"runward logs: node {i} ({nodes[i]}): {r['error']['message']}", file=sys.stderr)
+    code = max((r["error"].get("exit_code", 1) for r in failed), default=EXIT_OK)
+    out.doc({"ok": code == EXIT_OK, "command": "logs", "target": ",".join(str(t) for t in nodes),
+             "result": {"name": name, "lines": got, "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}})
+    if not follow:
+        out.say("\n".join(got))
+    return code
+
+
+def watch_all(out, nodes: list[Target], name: str, **kw) -> int:
+    """Every node's health through the same window, in parallel: healthy only if every
+    node is; an alert names its node."""
+    import sys
+    results = _each(nodes, lambda _, t: api.watch(t, name, **kw))
+    lines, code = [], EXIT_OK
+    for i, r in enumerate(results):
+        if not r["ok"]:
+            lines.append(f"node {i} ({nodes[i]}): {r['error']['message']}")
+            code = max(code, r["error"].get("exit_code", 1))
+        elif not r["result"].get("healthy"):
+            a = r["result"].get("alert") or {}
+            lines.append(f"ALERT node {i} ({nodes[i]}): {a.get('detail') or a.get('kind')}")
+            code = max(code, 1)
+        else:
+            lines.append(f"node {i} ({nodes[i]}): healthy for {r['result'].get('watched_s', 0):.0f}s")
+    out.doc({"ok": code == EXIT_OK, "command": "watch", "target": ",".join(str(t) for t in nodes),
+             "result": {"name": name, "healthy": code == EXIT_OK, "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}})
+    if not out.json:
+        print("\n".join(lines), file=sys.stdout if code == EXIT_OK else sys.stderr)
+    return code

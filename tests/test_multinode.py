@@ -1,0 +1,222 @@
+"""A run over several nodes (issue 16, docs/multinode.md) on real testbed hosts rw1..rw4: the
+example job's ranks rendezvous at MASTER_ADDR:MASTER_PORT and all-reduce their step counter
+over the network between the hosts' namespaces; all or nothing at start; a rank killed
+stops the others (kept by the targets' shims, with no CLI running); stop verified on every
+node. The hosts share this machine's files, so each node gets a home of its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import uuid
+
+import pytest
+
+import testbed
+from conftest import EXAMPLE, alive, marked, wait_for
+from runward import multinode
+
+FAST = {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_WORKERS": "1", "TRAIN_ESCAPEE": "0"}
+
+
+def _config(tmp_path, hosts: list[str], name: str, extra: str = "") -> None:
+    lines = []
+    for i, h in enumerate(hosts):
+        lines += [f"[targets.n{i}]", f'on = "ssh://{h}"', f'home = "{tmp_path}/node{i}"', ""]
+    env = ", ".join(f'{k} = "{v}"' for k, v in FAST.items())
+    lines += [f"[runs.{name}]", "nodes = [" + ", ".join(f'"n{i}"' for i in range(len(hosts))) + "]",
+              f'command = ["python3", "{EXAMPLE}", "--rank={{node_rank}}", "--of={{nnodes}}"]',
+              f"env = {{ {env} }}", "settle = 0.5", extra]
+    (tmp_path / "work" / "runward.toml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def mn(cli, tmp_path):
+    tb = testbed.require("ssh")
+    cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
+    name = "mn" + uuid.uuid4().hex[:6]
+    yield name
+    cli.run("stop", name, "--grace", "2")
+    for pid, start in marked(name + ".").items():  # whatever a failed assertion left, by pid + start
+        if alive(pid, start):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _rows(doc: dict) -> list[dict]:
+    return doc["result"]["nodes"]
+
+
+def _log(tmp_path, rank: int, name: str) -> str:
+    return (tmp_path / f"node{rank}" / "runs" / name / "log").read_text()
+
+
+def test_two_nodes_talk_status_logs_and_stop_everywhere(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    rc, doc = cli.json("start", mn)
+    assert rc == 0 and doc["ok"], doc
+    res = doc["result"]
+    assert res["state"] == "running" and res["master_addr"] == "10.200.1.2" and res["nnodes"] == 2
+    pids = [r["result"]["pid"] for r in _rows(doc)]
+    # the ranks really talk over the network: rank 1 (on rw2) sums with rank 0 (on rw1)
+    wait_for(lambda: re.search(r"allreduce step 3 sum 6 nnodes 2", _log(tmp_path, 1, mn)), 60, "rank 1's all-reduce")
+    log1 = _log(tmp_path, 1, mn)
+    assert f"rendezvous rank=1 nnodes=2 master=10.200.1.2:{res['master_port']}" in log1
+    assert '"--rank=1", "--of=2"' in log1  # placeholders, expanded per node in argv words
+    # status from one node's record finds the other; the aggregate runs only when all do
+    rc, st = cli.json("status", mn, "--on", "n1")
+    assert rc == 0 and st["result"]["state"] == "running", st
+    assert [r["state"] for r in _rows(st)] == ["running", "running"]
+    env = _rows(st)[1]["run"]["multinode"]
+    assert env["rank"] == 1 and env["id"] == res["run_id"]
+    rc, lg = cli.json("logs", mn, "--all-nodes", "-n", "5")
+    assert rc == 0 and any(ln.startswith("[rank 0] ") for ln in lg["result"]["lines"])
+    assert any(ln.startswith("[rank 1] ") for ln in lg["result"]["lines"])
+    rc, one = cli.json("logs", mn, "--node", "1", "--grep", "^rendezvous")
+    assert rc == 0 and any("rendezvous rank=1" in ln for ln in one["result"]["lines"]), one
+    # the coordinator on node 0 heeds only its members: a stranger's "node 1 failed" is dropped
+    import socket
+    with socket.create_connection(("10.200.1.2", res["coord_port"]), timeout=10) as s:
+        s.sendall(b'{"ended": 1, "failed": true}\n{"hello": 1, "id": "not-this-run"}\n')
+        assert s.recv(100) == b""  # closed by the coordinator after reading both lines
+    rc, st = cli.json("status", mn)
+    assert st["result"]["state"] == "running" and not any(r["run"].get("peer_events") for r in _rows(st)), st
+    rc, w = cli.json("watch", mn, "--all-nodes", "--for", "1")
+    assert rc == 0 and [r["ok"] and r["result"]["healthy"] for r in w["result"]["nodes"]] == [True, True], w
+    rc, g = cli.json("gpus", "--on", "n0", "--on", "n1")  # no GPU here: one answer per node all the same
+    assert rc == 0 and [t["target"] for t in g["targets"]] == ["n0 (ssh://rw1)", "n1 (ssh://rw2)"], g
+    rc, doc = cli.json("stop", mn)
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert all(r["ok"] and r["result"]["verified_dead"] for r in _rows(doc))
+    assert not any(alive(p) for p in pids)
+
+
+def test_four_nodes_start_and_stop(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2", "rw3", "rw4"], mn)
+    rc, doc = cli.json("start", mn)
+    assert rc == 0 and [r["rank"] for r in _rows(doc) if r["ok"]] == [0, 1, 2, 3], doc
+    wait_for(lambda: "allreduce step 2 sum 8 nnodes 4" in _log(tmp_path, 3, mn), 60, "four ranks' all-reduce")
+    rc, doc = cli.json("restart", mn)  # one target's verb: refused, nothing stopped
+    assert rc == 2 and "several nodes" in doc["error"]["message"], doc
+    rc, doc = cli.json("stop", mn)
+    assert rc == 0 and all(r["result"]["verified_dead"] for r in _rows(doc)), doc
+    assert not marked(mn + ".")
+
+
+def test_unreachable_node_at_start_starts_nothing(cli, tmp_path, mn):
+    rc, doc = cli.json("start", mn, "--on", "ssh://rw1", "--on", "ssh://rw-down", "--", "sleep", "300")
+    assert rc == 1 and not doc["ok"], doc
+    rows = _rows(doc)
+    assert rows[0]["ok"] and rows[1]["error"]["type"] == "Unreachable"
+    assert doc["result"]["state"] == "not started"
+    assert not marked(mn + ".")
+
+
+def test_a_node_that_exits_early_rolls_back_every_node(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    rc, doc = cli.json("start", mn, "--env", "TRAIN_FAIL_RANK=1", "--env", "TRAIN_FAIL_FAST=1")
+    assert rc == 1 and doc["result"]["state"] == "rolled back", doc
+    rows = _rows(doc)
+    assert rows[1]["error"]["type"] == "ExitedEarly" and rows[1]["result"]["exit"]["code"] == 3
+    assert rows[0]["rollback"]["verified_dead"]
+    assert not alive(rows[0]["result"]["pid"]) and not marked(mn + ".")
+
+
+def test_nodes_not_ready_in_time_are_rolled_back(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    rc, doc = cli.json("start", mn, "--ready", "^no such line", "--ready-timeout", "1")
+    assert rc == 1 and doc["result"]["state"] == "rolled back", doc
+    rows = _rows(doc)
+    assert [r["error"]["type"] for r in rows] == ["NotVerified", "NotVerified"]
+    assert all(r["rollback"]["verified_dead"] for r in rows) and not marked(mn + ".")
+
+
+def test_a_rank_killed_stops_every_node_without_the_cli(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2", "rw3"], mn)
+    rc, doc = cli.json("start", mn)
+    assert rc == 0, doc
+    pids = [r["result"]["pid"] for r in _rows(doc)]
+    wait_for(lambda: "allreduce step 2" in _log(tmp_path, 2, mn), 60, "the ranks' all-reduce")
+    os.kill(pids[2], signal.SIGKILL)  # rank 2 dies; ranks 0 and 1 wait in the all-reduce
+    wait_for(lambda: not alive(pids[0]) and not alive(pids[1]), 60, "the shims to stop ranks 0 and 1")
+    rc, st = cli.json("status", mn)
+    assert rc == 0 and st["result"]["state"] == "failed", st
+    runs = [r["run"] for r in _rows(st)]
+    assert runs[2]["exit"]["signal"] == "SIGKILL" and runs[2].get("stop_requested") is None
+    for r in runs[:2]:  # each node's own exit kept, and why it was stopped
+        assert r["state"] == "exited" and r["exit"]["code"] == 0 and r["peer_stop"]["by_node"] == 2
+        assert r["peer_stop"]["verified_dead"]
+    assert not marked(mn + ".")
+
+
+def test_on_node_failure_continue_leaves_the_others_running(cli, tmp_path, mn):
+    _config(tmp_path, ["rw1", "rw2"], mn, 'on_node_failure = "continue"')
+    rc, doc = cli.json("start", mn, "--env", "TRAIN_FAIL_RANK=0", "--env", "TRAIN_CRASH_AT=20")
+    assert rc == 0, doc
+    pids = [r["result"]["pid"] for r in _rows(doc)]
+
+    def node1_saw_it():
+        rc, st = cli.json("status", mn)
+        return rc == 0 and (_rows(st)[1]["run"].get("peer_events") and st)
+    st = wait_for(node1_saw_it, 60, "node 1 to record node 0's end")
+    assert _rows(st)[0]["state"] == "failed" and _rows(st)[1]["state"] == "running", st
+    assert st["result"]["state"] == "failed" and alive(pids[1])
+
+
+def test_placeholders_expand_in_argv_words_only():
+    v = {"node_rank": 2, "nnodes": 4, "master_addr": "10.0.0.1", "master_port": 29500}
+    assert multinode.expand(["--rank={node_rank}", "{nnodes}", "{master_addr}:{master_port}", "{other}"], v) == \
+        ["--rank=2", "4", "10.0.0.1:29500", "{other}"]
+    env = multinode.rank_env(1, 2, "10.0.0.1", 29500, ["10.0.0.1", "10.0.0.2"], 8)
+    assert env["WORLD_SIZE"] == "16" and env["RUNWARD_NODE_IPS"] == "10.0.0.1,10.0.0.2"
+    assert multinode.aggregate(["running", "running"]) == "running"
+    assert multinode.aggregate(["running", "exited"]) == "partial"
+
+
+def test_on_twice_is_refused_by_a_one_target_verb(cli):
+    rc, doc = cli.json("restart", "x", "--on", "local", "--on", "ssh://rw1")
+    assert rc == 2 and "acts on one target" in doc["error"]["message"], doc
+
+
+def _torchrun() -> str | None:
+    """torchrun beside this interpreter (CI installs torch==2.13.0, the extra `torch`), else None."""
+    import shutil
+    import sys
+    here = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return here if os.path.exists(here) else os.environ.get("RUNWARD_TEST_TORCHRUN") or shutil.which("torchrun")
+
+
+def test_torchrun_gloo_over_two_hosts(cli, tmp_path, mn):
+    torchrun = _torchrun()
+    if torchrun is None:
+        pytest.skip("torch is not installed (pip install -e '.[torch]')")
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    script = str(EXAMPLE.parent / "gloo_allreduce.py")
+    rc, doc = cli.json("start", mn, "--ready", r"^gloo step 1 ", "--ready-timeout", "180", "--stop-signal", "INT",
+                       "--grace", "20",
+                       # every testbed host has the machine's hostname, which resolves to 127.0.0.1:
+                       # gloo must be told its interface, as on a cluster with several NICs
+                       "--env", "GLOO_SOCKET_IFNAME=eth0", "--", torchrun, "--nnodes={nnodes}", "--node_rank={node_rank}",
+                       "--nproc_per_node=1", "--master_addr={master_addr}", "--master_port={master_port}", script,
+                       timeout=300)
+    assert rc == 0, doc
+    wait_for(lambda: "gloo step 3 sum 6 world 2" in _log(tmp_path, 1, mn), 120, "gloo's all-reduce on rank 1")
+    rc, doc = cli.json("stop", mn)
+    assert rc == 0 and all(r["result"]["verified_dead"] for r in _rows(doc)), doc
+    assert not marked(mn + ".")
+
+
+def test_containers_as_nodes(cli, mn):
+    """Any target is a node: an ssh host, a container behind ssh (pct), a local podman
+    container. The testbed's containers have no network, so they cannot be ranks that talk;
+    with "continue" their shims only record that node 0's coordinator was out of reach."""
+    tb = testbed.require("pct")
+    testbed.require("podman")
+    cli.env.update(testbed.env(tb, cli.env))
+    rc, doc = cli.json("start", mn, "--on", "ssh://rw1", "--on", "ssh://rw2/pct:200", "--on", "podman:rwpod",
+                       "--on-node-failure", "continue", "--settle", "0.3", "--", "sleep", "300")
+    assert rc == 0 and [r["ok"] for r in _rows(doc)] == [True, True, True], doc
+    rc, st = cli.json("status", mn, "--on", "podman:rwpod")  # the container's record names the others
+    assert rc == 0 and st["result"]["state"] == "running" and len(_rows(st)) == 3, st
+    rc, doc = cli.json("stop", mn, "--on", "ssh://rw2/pct:200")
+    assert rc == 0 and [r["result"]["verified_dead"] for r in _rows(doc)] == [True, True, True], doc
