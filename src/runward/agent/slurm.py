@@ -168,7 +168,7 @@ def cancel(job_id, signal_name=None):
     return err
 
 
-def wait_gone(job_id, timeout, poll=0.2):
+def wait_gone(job_id, timeout, poll=0.1):
     """Poll until the job is no longer active (it left the queue, or is listed with a final
     state); returns its state then, or None at the deadline (still active)."""
     deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ from ..terminate import parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input, event
 from .lifecycle import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
 
-POLL_S = 0.25        # squeue is polled: Slurm has no event to wait on
+POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
 KILL_WAIT_S = 90.0   # after the plain scancel: Slurm's KillWait (30 s here) and its cleanup
 NODE_WAIT_S = 15.0   # the job's processes leave the node after Slurm reports its end
 OPTIONS = {"account": "--account", "time": "--time", "gpus": "--gpus", "nodes": "--nodes",
