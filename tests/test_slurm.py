@@ -33,7 +33,14 @@ def slurm_testbed() -> dict:
 
 @pytest.fixture
 def sb():
-    return slurm_testbed()
+    """The Slurm testbed, its queue empty: a job still COMPLETING from the test before holds
+    the node's CPUs, and a start would then (rightly) report PENDING."""
+    sb = slurm_testbed()
+    wait_for(lambda: not subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.strip(),
+             timeout=90, what="an empty Slurm queue")
+    yield sb
+    # a failed test may leave its job: cancelled, so that the next test finds the node free
+    subprocess.run(["scancel", "-u", "root"], capture_output=True)
 
 
 def in_queue(job_id: str) -> bool:
@@ -131,6 +138,34 @@ def test_term_trapping_job_checkpoints_within_the_grace(cli, sb):
     rc, doc = cli.json("logs", "sl-ckpt", "--on", on)
     assert "checkpoint saved" in doc["result"]["lines"], doc
     assert not marked("sl-ckpt.1")
+
+
+def test_a_job_ignoring_term_is_cancelled_after_the_grace(cli, sb):
+    on = "slurm://local/" + sb["partition"]
+    rc, doc = cli.json("start", "sl-deaf", "--on", on, "--settle", "0.5", "--ready", "^up$", "--",
+                       "/bin/sh", "-c", "trap '' TERM; echo up; exec sleep 300")
+    assert rc == 0, doc
+    rc, doc = cli.json("stop", "sl-deaf", "--on", on, "--grace", "1")
+    r = doc["result"]
+    assert rc == 0 and r["escalated"] and r["verified_dead"], r
+    assert (r["slurm_state"], r["exit"]["signal"]) == ("CANCELLED", "KILL"), r
+    assert not marked("sl-deaf.1")
+
+
+def test_a_process_that_escaped_slurm_is_found_by_the_marker_and_ended(cli, sb):
+    """A double fork leaves Slurm's process tracking (proctrack/linuxproc follows parents):
+    the job leaves the queue while its grandchild lives on. The marker still finds it."""
+    on = "slurm://local/" + sb["partition"]
+    rc, doc = cli.json("start", "sl-esc", "--on", on, "--settle", "0.5", "--ready", "spawned", "--",
+                       "/bin/sh", "-c", "(setsid sleep 301 &); echo spawned; exec sleep 300")
+    assert rc == 0, doc
+    wait_for(lambda: len(marked("sl-esc.1")) == 2, what="the job and its escaped grandchild")
+    escaped = [p for p in marked("sl-esc.1") if p not in doc["result"]["node_pids"]] or sorted(marked("sl-esc.1"))[-1:]
+    rc, doc = cli.json("stop", "sl-esc", "--on", on, "--grace", "10")
+    r = doc["result"]
+    assert rc == 0 and r["verified_dead"], r
+    assert set(r.get("escaped_slurm") or ()) & set(escaped), (r, escaped)
+    assert not marked("sl-esc.1"), "nothing of the job is left on the node"
 
 
 def test_srun_launch_gives_the_rank_environment(cli, sb):

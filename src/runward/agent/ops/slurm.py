@@ -21,7 +21,9 @@ from .lifecycle import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
 
 POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
 KILL_WAIT_S = 90.0   # after the plain scancel: Slurm's KillWait (30 s here) and its cleanup
-NODE_WAIT_S = 15.0   # the job's processes leave the node after Slurm reports its end
+NODE_WAIT_S = 3.0    # slurmstepd has killed what it tracks when the job leaves the queue
+ESCAPED_GRACE_S = 2.0
+FIRST_LOOK_S = 30.0  # a job pending with reason None has not been looked at by the scheduler yet
 OPTIONS = {"account": "--account", "time": "--time", "gpus": "--gpus", "nodes": "--nodes",
            "ntasks_per_node": "--ntasks-per-node"}
 
@@ -144,7 +146,8 @@ def _submit(store, req, home, plan, spec):
 
 
 def _verify_start(store, n, plan, log_from, ready_timeout):
-    """Pending: wait out the settle for it to start, then say it pends and why. Running:
+    """Pending: wait out the settle for it to start (and the scheduler's first look at it,
+    while its reason is None), then say it pends and why. Running:
     watched through the settle (and until the ready line), an early end reported at once
     with Slurm's state and ExitCode."""
     att = store.attempt(n)
@@ -172,8 +175,9 @@ def _verify_start(store, n, plan, log_from, ready_timeout):
         settled = running_since is not None and now - running_since >= plan["settle"]
         if settled and (ready_re is None or ready_line is not None):
             break
-        if running_since is None and now - t0 >= plan["settle"]:
-            break  # still pending after the settle: say so, with Slurm's reason
+        if running_since is None and now - t0 >= plan["settle"] and (
+                st.get("reason") not in ("None", "", None) or now - t0 >= FIRST_LOOK_S):
+            break  # still pending after the settle, for a reason Slurm gives: say so, with it
         if running_since is not None and ready_re is not None and now - running_since >= ready_timeout:
             break
         time.sleep(POLL_S)
@@ -270,17 +274,17 @@ def _stop_job(store, att, sig, grace):
         raise AgentFailure("NotVerified", "%s: Slurm job %s is still listed as active after scancel" % (
             store.name, job_id), "`squeue -j %s` on the login node says why" % job_id, result=res)
     record_end(store, att, final)
-    res.update(_node_check(store, att))
+    res.update(_node_check(store, att, sig))
     res.update({"slurm_state": final["state"], "exit": att.get("exit"), "source": final.get("source"),
                 "state": slurm.STATES.get(final["state"], "lost"), "stop_s": round(time.monotonic() - t0, 3)})
     res["verified"] = ["job_left_queue"] + (["no_process_of_run_alive"] if res["verified_dead"] else [])
     return res
 
 
-def _node_check(store, att):
+def _node_check(store, att, sig):
     """After Slurm's end, the job's processes must leave this node (slurmd kills them; it may
-    take a moment). Any that stay past NODE_WAIT_S escaped Slurm: runward kills them and
-    says so."""
+    take a moment). Any that stay past NODE_WAIT_S escaped Slurm's tracking (a double fork
+    under proctrack/linuxproc): runward ends them (the stop signal, then KILL) and says so."""
     deadline = time.monotonic() + NODE_WAIT_S
     while True:
         procs = scan()
@@ -290,8 +294,7 @@ def _node_check(store, att):
         if time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
-    import signal
-    fates = terminate({p: procs[p] for p in pids}, procs, signal.SIGKILL, 0.0)
+    fates = terminate({p: procs[p] for p in pids}, procs, parse_signal(sig), ESCAPED_GRACE_S)
     survivors = [f for f in fates if f["fate"] == "survived"]
     return {"verified_dead": not survivors, "processes": fates, "survivors": survivors,
             "escaped_slurm": pids}
