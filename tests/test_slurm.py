@@ -168,6 +168,20 @@ def test_a_process_that_escaped_slurm_is_found_by_the_marker_and_ended(cli, sb):
     assert not marked("sl-esc.1"), "nothing of the job is left on the node"
 
 
+def test_a_second_start_is_refused_and_restart_submits_anew(cli, sb):
+    on = "slurm://local/" + sb["partition"]
+    rc, doc = cli.json("start", "sl-re", "--on", on, "--settle", "0.3", "--", "/bin/sleep", "300")
+    assert rc == 0, doc
+    first = doc["result"]["job_id"]
+    rc, doc = cli.json("start", "sl-re", "--on", on, "--", "/bin/sleep", "300")
+    assert rc == 1 and doc["error"]["type"] == "AlreadyRunning" and first in doc["error"]["message"], doc
+    rc, doc = cli.json("restart", "sl-re", "--on", on, "--settle", "0.3")
+    assert rc == 0 and doc["result"]["attempt"] == 2, doc
+    assert not in_queue(first) and not marked("sl-re.1"), "the first job was stopped, verified, before the second"
+    rc, doc = cli.json("stop", "sl-re", "--on", on)
+    assert rc == 0 and doc["result"]["verified_dead"] and not marked("sl-re."), doc
+
+
 def test_srun_launch_gives_the_rank_environment(cli, sb):
     toml(cli, f'[targets.ranks]\non = "slurm://local/{sb["partition"]}"\nsrun = true\nnodes = 1\n')
     job = 'echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR:$MASTER_PORT"; exec sleep 300'
@@ -191,6 +205,12 @@ def test_sbatch_refusal_is_bad_input_with_its_message_and_nothing_recorded(cli, 
     assert rc == 2 and doc["error"]["type"] == "BadInput", doc
     assert said in doc["error"]["message"], doc
     assert not (cli.home / "runs" / "sl-bad").exists(), "a refused submission records nothing"
+
+
+def test_gpu_indexes_are_refused_on_slurm(cli, sb):
+    rc, doc = cli.json("start", "sl-gpu", "--on", "slurm://local/debug", "--gpus", "0", "--", "/bin/true")
+    assert rc == 2 and "the scheduler picks them" in doc["error"]["message"], doc
+    assert not (cli.home / "runs" / "sl-gpu").exists()
 
 
 def test_no_slurm_on_the_host_is_bad_input(cli, sb, tmp_path):

@@ -19,6 +19,10 @@ def start(r: dict) -> str:
                  + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
         if r.get("node_pids"):
             lines.append(f"  on this node: pids {', '.join(map(str, r['node_pids']))} (by the marker)")
+    if r.get("replaced"):
+        old = r["replaced"]
+        lines.insert(0, f"stopped attempt {old.get('attempt')} (Slurm job {old.get('job_id')}) first: "
+                        f"{old.get('slurm_state')}, verified")
     lines.append(f"  log: {r['log']}  script: {r['slurm'].get('script')}")
     lines += ["    | " + ln for ln in r.get("first_lines") or []]
     return "\n".join(lines)

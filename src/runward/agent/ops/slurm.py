@@ -75,10 +75,14 @@ def start(req, home):
     spec = req["slurm"]
     if not spec.get("partition"):
         raise bad_input("no Slurm partition given", "write slurm://LOGIN/PARTITION")
+    if req.get("gpus") is not None or req.get("wait_gpus_free"):
+        raise bad_input("--gpus names a host's GPU indexes; on Slurm the scheduler picks them",
+                        "ask for GPUs with the target's gpus option in runward.toml (sbatch --gpus)")
     slurm.command("sbatch")  # no Slurm here: said before anything is written
     store = RunStore(home, req.get("name"))
     plan = _plan(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
+    replaced = None
     try:
         prev = store.latest()
         if prev and prev.get("slurm") and not (prev.get("exit") or {}).get("state"):
@@ -88,12 +92,13 @@ def start(req, home):
                     raise AgentFailure("AlreadyRunning", "run %s is already Slurm job %s (%s)" % (
                         store.name, prev["slurm"]["job_id"], st["state"]),
                         "use `runward restart %s`, or start with --replace" % store.name)
-                _stop_job(store, prev, req.get("replace_signal") or prev.get("stop_signal", "TERM"),
-                          float(prev.get("grace", 30.0)))
+                replaced = _stop_job(store, prev, req.get("replace_signal") or prev.get("stop_signal", "TERM"),
+                                     float(prev.get("grace", 30.0)))
         n, log_from = _submit(store, req, home, plan, spec)
     finally:
         store.unlock(fd)
-    return _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", 600.0)))
+    res = _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", 600.0)), replaced)
+    return res
 
 
 def _submit(store, req, home, plan, spec):
@@ -145,7 +150,7 @@ def _submit(store, req, home, plan, spec):
     return n, size + len(header)
 
 
-def _verify_start(store, n, plan, log_from, ready_timeout):
+def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
     """Pending: wait out the settle for it to start (and the scheduler's first look at it,
     while its reason is None), then say it pends and why. Running:
     watched through the settle (and until the ready line), an early end reported at once
@@ -155,7 +160,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout):
     t0 = time.monotonic()
     res = {"name": store.name, "attempt": n, "job_id": job_id, "pid": None, "log": plan["log"],
            "settle_s": plan["settle"], "slurm": att["slurm"], "env": redact_env(att.get("env")),
-           "replaced": None}
+           "replaced": replaced}
     ready_re, ready_line, pos, pending = plan["ready_re"], None, log_from, b""
     running_since = None
     while True:
