@@ -178,6 +178,8 @@ def test_a_second_start_is_refused_and_restart_submits_anew(cli, sb):
     rc, doc = cli.json("restart", "sl-re", "--on", on, "--settle", "0.3")
     assert rc == 0 and doc["result"]["attempt"] == 2, doc
     assert not in_queue(first) and not marked("sl-re.1"), "the first job was stopped, verified, before the second"
+    rc, doc = cli.json("rm", "sl-re", "--on", on)
+    assert rc == 1 and "active in Slurm" in doc["error"]["message"], doc  # its records are how it is stopped
     rc, doc = cli.json("stop", "sl-re", "--on", on)
     assert rc == 0 and doc["result"]["verified_dead"] and not marked("sl-re."), doc
 
@@ -237,3 +239,19 @@ def test_target_grammar_and_options():
         parse_target("slurm://h/p", label="x", slurm_options={"extra": "--mem=4G"})
     with pytest.raises(BadInput, match="not a slurm:// target"):
         parse_target("ssh://h", label="x", slurm_options={"time": "5"})
+
+
+def test_sacct_is_the_source_where_accounting_exists(sb, tmp_path, monkeypatch):
+    """CI has no slurmdbd: a stand-in sacct replays the real one's `-n -P -X -o
+    State,ExitCode,Reason,NodeList` line (Slurm 22.05); without accounting the real sacct
+    fails ("Slurm accounting storage is disabled") and scontrol is the source."""
+    from runward.agent import slurm
+    fake = tmp_path / "sacct"
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake.write_text("#!/bin/sh\necho 'CANCELLED by 0|0:15|None|vm'\n")
+    fake.chmod(0o755)
+    st = slurm.job_state("999999")  # squeue does not list it: the final record is asked for
+    assert (st["state"], st["signal"], st["exit_code"], st["source"]) == ("CANCELLED", "TERM", "0:15", "sacct"), st
+    fake.write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
+    assert slurm.from_sacct("999999") is None
+    assert slurm.job_state("999999") is None, "scontrol does not know it either: no source, never a guess"

@@ -153,11 +153,6 @@ def job_state(job_id):
     return final
 
 
-def accounting_note():
-    """Which source a final state comes from here, said once in status."""
-    return "sacct" if which("sacct") and run(["sacct", "-n", "-X", "-j", "1"])[0] == 0 else "scontrol"
-
-
 def cancel(job_id, signal_name=None):
     """scancel: with a signal, to the whole job (--full: the batch script and every step);
     without, the job is cancelled (KILL after Slurm's KillWait)."""
