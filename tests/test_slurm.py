@@ -69,6 +69,8 @@ def lifecycle(cli, on: str, name: str) -> None:
     assert (st["state"], st["slurm_state"], st["source"]) == ("running", "RUNNING", "squeue"), st
     rc, doc = cli.json("logs", name, "--on", on, "-n", "5")
     assert "step 1" in doc["result"]["lines"], doc
+    p = cli.run("logs", name, "--on", on, "-f", "--for", "1")
+    assert p.returncode == 0 and "step 3" in p.stdout, (p.stdout, p.stderr)
     rc, doc = cli.json("watch", name, "--on", on, "--for", "1")
     assert rc == 0 and doc["result"]["alive"] is True, doc
     rc, doc = cli.json("stop", name, "--on", on, "--grace", "10")
@@ -213,6 +215,12 @@ def test_gpu_indexes_are_refused_on_slurm(cli, sb):
     rc, doc = cli.json("start", "sl-gpu", "--on", "slurm://local/debug", "--gpus", "0", "--", "/bin/true")
     assert rc == 2 and "the scheduler picks them" in doc["error"]["message"], doc
     assert not (cli.home / "runs" / "sl-gpu").exists()
+
+
+def test_a_target_without_partition_is_bad_input(cli):
+    rc, doc = cli.json("start", "sl-nop", "--on", "slurm://local", "--", "/bin/true")
+    assert rc == 2 and "no Slurm partition" in doc["error"]["message"], doc
+    assert not (cli.home / "runs").exists()
 
 
 def test_no_slurm_on_the_host_is_bad_input(cli, sb, tmp_path):
