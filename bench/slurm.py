@@ -33,7 +33,7 @@ def squeue_state(job: str) -> str:
 
 def raw_round(part: str) -> tuple[float, float]:
     t0 = time.monotonic()
-    out = subprocess.run(["sbatch", "--parsable", "-p", part, "--wrap", "exec sleep 300"],
+    out = subprocess.run(["sbatch", "--parsable", "-p", part, "--output=/dev/null", "--wrap", "exec sleep 300"],
                          capture_output=True, text=True, check=True).stdout
     job = out.strip().split(";")[0]
     while squeue_state(job) != "RUNNING":

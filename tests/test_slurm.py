@@ -192,11 +192,38 @@ def test_srun_launch_gives_the_rank_environment(cli, sb):
     rc, doc = cli.json("start", "sl-rank", "--on", "ranks", "--settle", "0.5", "--ready", "rank=", "--",
                        "/bin/sh", "-c", job)
     assert rc == 0, doc
-    import socket
-    assert doc["result"]["ready_line"] == f"rank=0 of 1 master={socket.gethostname().split('.')[0]}:29500", doc
+    node = doc["result"]["nodes"]
+    assert doc["result"]["ready_line"] == f"rank=0 of 1 master={node_addr(node)}:29500", doc
     rc, doc = cli.json("stop", "sl-rank", "--on", "ranks", "--grace", "10")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert not marked("sl-rank.1")
+
+
+def node_addr(node: str) -> str:
+    out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True).stdout
+    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("NodeAddr="))
+
+
+def test_two_nodes_each_get_their_rank_and_stop_ends_both(cli, sb):
+    """The testbed's second slurmd runs in rw2's network namespace (node rwn2): a real
+    two-node job, one srun task per node."""
+    if not sb.get("multi"):
+        pytest.skip("the Slurm testbed has no second node (it needs the ssh testbed's rw2 namespace)")
+    toml(cli, f'[targets.two]\non = "slurm://local/{sb["multi"]}"\nnodes = 2\n')
+    job = 'echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR node=$SLURMD_NODENAME"; exec sleep 300'
+    rc, doc = cli.json("start", "sl-two", "--on", "two", "--settle", "0.5", "--ready", "rank=1", "--",
+                       "/bin/sh", "-c", job)
+    assert rc == 0, doc
+    wait_for(lambda: len([ln for ln in cli.json("logs", "sl-two", "--on", "two")[1]["result"]["lines"]
+                          if ln.startswith("rank=")]) == 2, what="both ranks' lines")
+    lines = sorted(ln for ln in cli.json("logs", "sl-two", "--on", "two")[1]["result"]["lines"] if ln.startswith("rank="))
+    nodes = [ln.rsplit("node=", 1)[1] for ln in lines]
+    assert sorted(nodes) == sorted(doc["result"]["nodes"].split(",")), (lines, doc["result"]["nodes"])
+    master = node_addr(nodes[0])  # rank 0 runs on the first node, whose address every rank is given
+    assert lines == [f"rank=0 of 2 master={master} node={nodes[0]}", f"rank=1 of 2 master={master} node={nodes[1]}"]
+    rc, doc = cli.json("stop", "sl-two", "--on", "two", "--grace", "10")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not marked("sl-two.1"), "nothing left on either node (they share this machine's pids)"
 
 
 @pytest.mark.parametrize("where,extra,said", [

@@ -56,13 +56,15 @@ def sbatch_args(spec, store, n, plan):
 def script_text(store, n, plan, opts):
     """The batch script: it execs the command, so the job's exit status is the command's.
     With nodes > 1 (or srun = true) it runs one task per node through srun, each with the
-    rank environment (NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT) from Slurm's own."""
+    rank environment (NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT) from Slurm's own;
+    MASTER_ADDR is the first node's NodeAddr (a node's name need not resolve elsewhere)."""
     import shlex
     cmd = " ".join(shlex.quote(a) for a in plan["argv"])
     lines = ["#!/bin/sh", "# runward: run %s attempt %d (generated; docs/slurm.md)" % (store.name, n)]
     if int(opts.get("nodes") or 1) > 1 or opts.get("srun"):
-        lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-                  'export MASTER_ADDR MASTER_PORT="${MASTER_PORT:-29500}" NNODES="$SLURM_NNODES"',
+        lines += ['MASTER_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                  "MASTER_ADDR=$(scontrol show node -o \"$MASTER_NODE\" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+                  'export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}" MASTER_PORT="${MASTER_PORT:-29500}" NNODES="$SLURM_NNODES"',
                   "exec srun --kill-on-bad-exit=1 %s /bin/sh -c 'NODE_RANK=\"$SLURM_NODEID\" "
                   "exec \"$@\"' runward-rank %s" % (
                       "" if opts.get("ntasks_per_node") else "--ntasks-per-node=1", cmd)]
