@@ -29,10 +29,13 @@ die() { log "ERROR: $*"; exit 1; }
 # ca-certificates: debootstrap fetches over the Debian mirror.
 # zsh: tests/test_completion.py loads `runward completion zsh` into a real zsh (~1 MB).
 # tmux: tests/test_top.py drives `runward top` in a real terminal (send-keys, capture-pane).
+# slurm-wlm, munge: a single-node Slurm (scripts/slurm-testbed) for tests/test_slurm.py; no
+#   slurmdbd/mariadb: CI has no accounting, runward reads states from scontrol (docs/slurm.md).
 PKGS=(
   openssh-server openssh-client iproute2
   podman runc catatonit debootstrap lxc
   procps psmisc python3 python3-venv ca-certificates zsh tmux
+  slurm-wlm munge
 )
 
 missing=()
@@ -71,7 +74,7 @@ mkdir -p /run/sshd   # privilege-separation dir; sshd refuses to start without i
 
 # Fail loudly now if something the testbed needs is still not there.
 for cmd in sshd ssh ssh-keygen ip podman runc debootstrap lxc-start lxc-attach \
-           lxc-stop lxc-info ps pgrep fuser python3; do
+           lxc-stop lxc-info ps pgrep fuser python3 slurmctld slurmd sbatch munged; do
   if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ]; then
     die "'$cmd' not found after install"
   fi

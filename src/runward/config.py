@@ -30,12 +30,13 @@ import os
 
 from .errors import BadInput
 from .targets import Target, parse_target
+from .targets import slurm as slurm_target
 
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
             "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
             "nodes", "master_addr", "nproc_per_node", "on_node_failure"}  # the last four: docs/multinode.md
-TARGET_KEYS = {"on", "home", "python"}
+TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbatch options (docs/slurm.md)
 
 
 class Config:
@@ -54,7 +55,8 @@ class Config:
             return Target(())
         if text in self.targets:
             t = self.targets[text]
-            return parse_target(t["on"], label=text, home=t.get("home"), python=t.get("python"))
+            return parse_target(t["on"], label=text, home=t.get("home"), python=t.get("python"),
+                                slurm_options=_slurm_options(t))
         if isinstance(text, str) and looks_like_a_name(text):
             raise self.unknown_target(text, where)
         return parse_target(text)
@@ -71,8 +73,13 @@ class Config:
         return BadInput(f"no target {name} (known: {known})" + ("" if where == "--on" else f", named by {where}"), hint)
 
     def named_targets(self) -> list[Target]:
-        return [parse_target(t["on"], label=name, home=t.get("home"), python=t.get("python"))
+        return [parse_target(t["on"], label=name, home=t.get("home"), python=t.get("python"),
+                             slurm_options=_slurm_options(t))
                 for name, t in self.targets.items()]
+
+
+def _slurm_options(t: dict) -> dict:
+    return {k: t[k] for k in slurm_target.OPTION_KEYS if k in t}
 
 
 def looks_like_a_name(text: str) -> bool:
@@ -136,7 +143,7 @@ def _validate(p: str, data: dict) -> Config:
         bad = set(t) - TARGET_KEYS
         if bad:
             raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(TARGET_KEYS))}")
-        parse_target(t["on"], label=name)  # validate now, name the section on error
+        parse_target(t["on"], label=name, slurm_options=_slurm_options(t))  # validate now, name the section on error
         cfg.targets[name] = t
     for name, r in (data.get("runs") or {}).items():
         if not isinstance(r, dict):

@@ -93,6 +93,7 @@ AGENT_TYPES = {
     "Orphaned": NotVerified,             # the shim died while the job lives: alive, unsupervised
     "AgentError": AgentError,
     "HopFailed": HopFailed,              # the far side's python lacks a standard module
+    "Unreachable": Unreachable,          # the agent could not reach a service it drives (slurmctld)
 }
 
 

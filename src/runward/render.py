@@ -70,6 +70,9 @@ def render_error(cmd: str, e) -> str:
 
 
 def render_start(r: dict) -> str:
+    if r.get("slurm"):
+        from . import slurmview
+        return slurmview.start(r)
     lines = [f"started {r['name']} attempt {r['attempt']}: pid {r['pid']}, alive after {r['settle_s']:g}s settle"
              + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
     if r.get("replaced") and not r["replaced"].get("already_stopped"):
@@ -84,6 +87,9 @@ def render_start(r: dict) -> str:
 
 
 def render_stop(r: dict) -> str:
+    if r.get("slurm"):
+        from . import slurmview
+        return slurmview.stop(r)
     if r.get("already_stopped"):
         return "\n".join([f"{r['name']}: already stopped (no process of the run alive; last state: {r.get('state')})",
                           *_gpu_release_lines(r)])
@@ -114,8 +120,12 @@ def render_status(res: dict, target: str) -> str:
     now = res.get("time") or time.time()
     lines = []
     for r in runs:
-        st = r["state"]
-        head = f"{r['name']:<16} {st:<9} attempt {r.get('attempt')}"
+        if r.get("slurm"):
+            from . import slurmview
+            lines += slurmview.status_line(r)
+            r = {k: v for k, v in r.items() if k not in ("note", "exit", "state")}  # said in its line
+        st = r.get("state")
+        head = f"{r['name']:<16} {str(st):<9} attempt {r.get('attempt')}"
         if st in ("running", "orphaned"):
             t = r.get("tree") or {}
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
@@ -129,7 +139,8 @@ def render_status(res: dict, target: str) -> str:
                 head += f"  ran {ago(r['duration_s'])}"
             if r.get("error"):
                 head += f"  ({r['error']})"
-        lines.append(head)
+        if st is not None:
+            lines.append(head)
         if r.get("note"):
             lines.append(f"  note: {r['note']}")
         if r.get("stray_processes"):

@@ -168,6 +168,9 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     global LAST_ROUTE
     req = dict(request)
     req.setdefault("v", _boot.PROTOCOL)
+    if target.slurm is not None:  # its partition and sbatch options go with every request
+        from .targets import slurm
+        req = slurm.request(target, req)
     if target.home and "home" not in req:
         req["home"] = target.home
     sha = agent_sha()

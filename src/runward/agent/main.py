@@ -34,6 +34,8 @@ OPS = {
     "watch": ("ops.health", "watch", STREAM),
     "doctor": ("ops.doctor", "doctor", PLAIN),
     "free_ports": ("ops.nodes", "free_ports", PLAIN),
+    "slurm_start": ("ops.slurm", "start", PLAIN),  # a start or stop of a Slurm job (ops/slurm.wants)
+    "slurm_stop": ("ops.slurm", "stop", PLAIN),
 }
 CACHE_KEEP_S = 7 * 86400
 
@@ -69,7 +71,12 @@ def _run(req, home, stdin, stdout, extra):
             where = resident.ensure(req, home)
             if where is not None:
                 extra["resident"] = where  # where this call found or started the resident
-    fn, kind = handler(req.get("op"))
+    op = req.get("op")
+    if op in ("start", "stop") and (req.get("slurm") or op == "stop"):
+        from .ops import slurm
+        if slurm.wants(req, home):
+            op = "slurm_" + op
+    fn, kind = handler(op)
     if kind == PLAIN:
         return fn(req, home)
     emit = lambda ev: reply(stdout, {"event": ev})  # noqa: E731

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from ..errors import BadInput
-from . import docker, lxc, pct, podman, ssh
+from . import docker, lxc, pct, podman, slurm, ssh
 from .ssh import quote_argv
 
 # The container hops, by the kind written in a target (`KIND:NAME`).
@@ -67,7 +67,7 @@ class Hop:
 
 
 class Target:
-    __slots__ = ("hops", "label", "home", "python")
+    __slots__ = ("hops", "label", "home", "python", "slurm")
 
     def __init__(self, hops: tuple[Hop, ...] = (), label: str | None = None, home: str | None = None,
                  python: str | None = None):
@@ -75,12 +75,14 @@ class Target:
         self.label = label    # the name it was given in runward.toml, if any
         self.home = home      # state dir on the target (None: the agent's default)
         self.python = python  # the far side's interpreter (None: python3 from the remote PATH)
+        self.slurm = None     # {"partition", "options"} of a slurm:// target (targets/slurm.py)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Target) and (self.hops, self.home) == (other.hops, other.home)
+        return isinstance(other, Target) and (self.hops, self.home, _part(self)) == (
+            other.hops, other.home, _part(other))
 
     def __hash__(self) -> int:
-        return hash((self.hops, self.home))
+        return hash((self.hops, self.home, _part(self)))
 
     def __repr__(self) -> str:
         return f"Target({str(self)!r})"
@@ -90,6 +92,8 @@ class Target:
         return not self.hops
 
     def __str__(self) -> str:
+        if self.slurm is not None:
+            return slurm.render(self)
         return "/".join(str(h) for h in self.hops) if self.hops else "local"
 
     def display(self) -> str:
@@ -109,12 +113,22 @@ class Target:
         return ["local", *(str(h) for h in self.hops)]
 
 
+def _part(t: Target):
+    return t.slurm["partition"] if t.slurm else None
+
+
 def parse_target(text: str, *, label: str | None = None, home: str | None = None,
-                 python: str | None = None) -> Target:
-    """Parse the target grammar; BadInput names the part that is wrong."""
+                 python: str | None = None, slurm_options: dict | None = None) -> Target:
+    """Parse the target grammar; BadInput names the part that is wrong. slurm_options:
+    runward.toml's sbatch options of a slurm:// target (targets/slurm.py)."""
     if not isinstance(text, str) or not text.strip():
         raise BadInput("empty target", "use local, ssh://[user@]host[:port], or a container hop like podman:NAME")
     text = text.strip()
+    if text.startswith(slurm.SCHEME):
+        return slurm.parse(text, Target, Hop, label=label, home=home, python=python, options=slurm_options)
+    if slurm_options:
+        raise BadInput(f"[targets.{label}] has Slurm options ({', '.join(slurm_options)}) but is not a slurm:// target",
+                       "write on = \"slurm://LOGIN/PARTITION\", or remove them")
     if text == "local":
         return Target((), label=label, home=home, python=python)
     hops: list[Hop] = []
@@ -131,7 +145,7 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
             raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
         hops.append(Hop("ssh", host, user, port))
     elif "://" in rest:
-        raise BadInput(f"unknown scheme in target {text!r}", "only ssh:// is supported; containers are kind:NAME")
+        raise BadInput(f"unknown scheme in target {text!r}", "ssh:// and slurm:// are supported; containers are kind:NAME")
     for part in filter(None, rest.split("/")):
         kind, sep, name = part.partition(":")
         if not sep and part == text:  # a bare word: meant as a target's name

@@ -40,6 +40,9 @@ def fact_rules(att, metrics=None):
         out["metrics"] = metrics  # runward.toml's named regexes: what metrics are, not rules
     job = att.get("job")
     out["alive"] = bool(job) and live(job) is not None
+    if att.get("slurm"):  # a Slurm job: alive while Slurm lists it active
+        from . import slurm
+        out["alive"] = slurm.alive(att)
     out["exit"] = att.get("exit") or None
     return out
 

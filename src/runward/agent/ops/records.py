@@ -90,6 +90,11 @@ def ended_at(att, store):
 
 def _live(store, att, procs):
     """None when nothing of the run lives; else what lives (for the refusal)."""
+    if att and att.get("slurm"):  # a submitted job lives while Slurm lists it active
+        from . import slurm
+        if slurm.alive(att):
+            return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
+                    "pid": None, "pids": []}
     state = attempt_state(att, procs, boot_id())
     found = members(store.name, att, procs, protected(procs)) if state != "lost" else {}
     if state not in LIVE_STATES and not found:

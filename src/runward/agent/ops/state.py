@@ -42,6 +42,12 @@ def status(req, home):
 
 def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     att = store.latest()
+    if att is not None and att.get("slurm"):  # a submitted job: Slurm says what it is
+        from . import slurm
+        out = slurm.status_of(store, att)
+        if with_drift and out["state"] != "lost":
+            _details(out, store, att, out["state"], since)
+        return out
     state = attempt_state(att, procs, bid)
     out = {"name": store.name, "state": state, "attempt": att.get("attempt") if att else None}
     if att is None:

@@ -1,0 +1,58 @@
+"""How a Slurm run's start, stop and status read (render.py hands a result with "slurm" here)."""
+
+from __future__ import annotations
+
+
+def _exit(ex: dict | None) -> str:
+    ex = ex or {}
+    return f"ExitCode {ex.get('exit_code', '?')}" + (f" (killed by {ex['signal']})" if ex.get("signal") else "")
+
+
+def start(r: dict) -> str:
+    job = f"Slurm job {r.get('job_id')} on partition {r['slurm'].get('partition')}"
+    if r.get("pending"):
+        lines = [f"submitted {r['name']} attempt {r['attempt']}: {job}, PENDING ({r.get('reason') or 'no reason given'})"
+                 f" after {r.get('settle_s', 0):g}s; not running yet (`runward status {r['name']}` follows it)"]
+    else:
+        lines = [f"started {r['name']} attempt {r['attempt']}: {job}, {r.get('slurm_state')} on {r.get('nodes') or '?'},"
+                 f" alive after {r.get('settle_s', 0):g}s settle"
+                 + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
+        if r.get("node_pids"):
+            lines.append(f"  on this node: pids {', '.join(map(str, r['node_pids']))} (by the marker)")
+    if r.get("replaced"):
+        old = r["replaced"]
+        lines.insert(0, f"stopped attempt {old.get('attempt')} (Slurm job {old.get('job_id')}) first: "
+                        f"{old.get('slurm_state')}, verified")
+    lines.append(f"  log: {r['log']}  script: {r['slurm'].get('script')}")
+    lines += ["    | " + ln for ln in r.get("first_lines") or []]
+    return "\n".join(lines)
+
+
+def stop(r: dict) -> str:
+    head = f"{r['name']} attempt {r.get('attempt')} (Slurm job {r.get('job_id')})"
+    if r.get("already_stopped"):
+        lines = [f"{head}: already ended: {r.get('slurm_state')}, {_exit(r.get('exit'))}"]
+    else:
+        how = f"scancel --signal={r['signal']} --full" + (", then scancel after the grace" if r.get("escalated") else "")
+        lines = [f"stopped {head}: {how}; left the queue as {r.get('slurm_state')}, {_exit(r.get('exit'))}"
+                 f" ({r.get('stop_s', 0):.2f}s)"]
+    if r.get("verified_dead"):
+        lines.append("  no process of the run left on this node (verified by the marker)")
+    for p in r.get("processes") or []:
+        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} escaped Slurm's cleanup  {p.get('cmd', '')[:60]}")
+    return "\n".join(lines)
+
+
+def status_line(r: dict) -> list[str]:
+    head = f"{r['name']:<16} {r['state']:<9} attempt {r.get('attempt')}  Slurm job {r.get('job_id')}"
+    head += f" {r.get('slurm_state') or '?'}"
+    if r.get("state") == "pending":
+        head += f" ({r.get('reason')})"
+    elif r.get("exit"):
+        head += f"  {_exit(r['exit'])}"
+    elif r.get("nodes"):
+        head += f" on {r['nodes']}"
+    lines = [head + f"  [from {r.get('source')}]"]
+    if r.get("note"):
+        lines.append(f"  note: {r['note']}")
+    return lines

@@ -1,0 +1,79 @@
+"""The Slurm target: `slurm://[user@]login-host[:port]/PARTITION`, or `slurm://local/PARTITION`
+when the CLI runs on a login node.
+
+Not a hop that wraps argv: the agent runs on the login host (reached by the ssh hop, or here),
+and its ops/slurm.py submits the job there with sbatch. The target carries the partition and
+runward.toml's sbatch options ([targets.X] account, time, gpus, nodes, ntasks_per_node, srun,
+extra), which go with every request as its "slurm" entry; a start or stop to such a target is
+the agent's slurm_start or slurm_stop. docs/slurm.md."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import BadInput
+
+SCHEME = "slurm://"
+# runward.toml's [targets.X] keys that are sbatch options (docs/slurm.md)
+OPTION_KEYS = ("account", "time", "gpus", "nodes", "ntasks_per_node", "srun", "extra")
+_PART_PAT = r"^[A-Za-z0-9_.-]{1,64}$"
+_VALUE_PAT = r"^[A-Za-z0-9_.:,=/+-]{1,128}$"
+
+
+def parse(text: str, target_cls, hop_cls, *, label=None, home=None, python=None, options=None):
+    """A Target for `slurm://HOST/PARTITION`: an ssh hop to the login host (none for local)."""
+    from . import ssh
+    rest = text[len(SCHEME):]
+    hostpart, _, part = rest.partition("/")
+    fix = "write slurm://[user@]login-host[:port]/PARTITION, or slurm://local/PARTITION on a login node"
+    if not part:
+        raise BadInput(f"no Slurm partition in target {text!r}", fix)
+    if not re.match(_PART_PAT, part):
+        raise BadInput(f"invalid Slurm partition {part!r} in target {text!r}", "partition names are letters, "
+                       "digits, '_', '.', '-' (`sinfo -s` lists them)")
+    hops = ()
+    if hostpart != "local":
+        parsed = ssh.parse(hostpart)
+        if parsed is None:
+            raise BadInput(f"invalid login host {hostpart!r} in target {text!r}", fix)
+        host, user, port = parsed
+        if port is not None and not 0 < port < 65536:
+            raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
+        hops = (hop_cls("ssh", host, user, port),)
+    t = target_cls(hops, label=label, home=home, python=python)
+    t.slurm = {"partition": part, "options": check_options(options or {}, label or text)}
+    return t
+
+
+def check_options(opts: dict, where: str) -> dict:
+    """runward.toml's sbatch options, checked: values are words sbatch takes (no spaces, no
+    shell: they go to sbatch as argv, never through a shell); extra is a list of options."""
+    out = {}
+    for k, v in opts.items():
+        if k not in OPTION_KEYS:
+            raise BadInput(f"[targets.{where}] unknown Slurm option {k!r}", f"options: {', '.join(OPTION_KEYS)}")
+        if k == "extra":
+            if not isinstance(v, list) or not all(isinstance(a, str) and a.startswith("-") for a in v):
+                raise BadInput(f"[targets.{where}] extra must be a list of sbatch options",
+                               'extra = ["--cpus-per-task=2", "--mem=4G"]')
+        elif k == "srun":
+            if not isinstance(v, bool):
+                raise BadInput(f"[targets.{where}] srun must be true or false", "srun = true")
+        elif isinstance(v, bool) or not re.match(_VALUE_PAT, str(v)):
+            raise BadInput(f"[targets.{where}] invalid {k} {v!r}", f"write {k} as sbatch takes it, e.g. time = \"1:00:00\"")
+        out[k] = v
+    if "nodes" in out and not str(out["nodes"]).isdigit():
+        raise BadInput(f"[targets.{where}] nodes must be a number", "nodes = 2")
+    return out
+
+
+def render(target) -> str:
+    host = str(target.hops[0])[len("ssh://"):] if target.hops else "local"
+    return f"{SCHEME}{host}/{target.slurm['partition']}"
+
+
+def request(target, req: dict) -> dict:
+    """Every request to a Slurm target carries its partition and options: the agent's start
+    submits with them (its stop and status read the job from the run's records)."""
+    req["slurm"] = target.slurm
+    return req
