@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, BadInput
 from ._common import emit, load_config, target_of
 
 
@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
     p.add_argument("--since", metavar="DURATION",
                    help="lines written in the last DURATION (10m, 2h): by the timestamps lines start with, "
                         "else by their attempt's start time")
+    p.add_argument("--offset", type=int, metavar="BYTES",
+                   help="the lines after this byte offset of the log: the `offset` the previous call returned "
+                        "(--json), at most -n (default 200); pages through a log in bounded calls")
     p.add_argument("--grep", metavar="REGEX",
                    help="only lines matching this Python regex, matched on the target (with -f too)")
 
@@ -29,6 +32,10 @@ def run(args, out) -> int:
     target = target_of(args, cfg, args.name)
     since = api.parse_duration(args.since, "--since") if args.since is not None else None
     pick = {"attempt": args.attempt, "since_s": since, "grep": args.grep}
+    if args.offset is not None:
+        if args.follow or any(v is not None for v in pick.values()):
+            raise BadInput("--offset with -f, --attempt, --since or --grep", "--offset reads on from a previous call alone")
+        pick["offset"] = args.offset
     if args.follow:
         events = []
 
