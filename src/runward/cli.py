@@ -54,6 +54,7 @@ VERBS = (
     ("watch", "follow a run's health; exit 1 on the first alert", "watch"),
     ("top", "a live view of runs and GPUs; keys to read a log and stop a run (needs runward[top])", "top"),
     ("plot", "draw a run's metrics to a PNG (needs matplotlib)", "plot"),
+    ("mcp", "serve the verbs as MCP tools over stdio, for coding agents (needs runward[mcp])", "mcp"),
     ("lint", "find self-kill and wrong-filesystem hazards in a shell command", "lint"),
     ("demo", "the whole story on this machine with the example job", "demo"),
     ("completion", "print a bash or zsh completion script (verbs, flags, run and target names)", "completion"),
@@ -61,7 +62,7 @@ VERBS = (
 # Verbs left out of the help: `_complete` lists runward.toml's names for the completion
 # scripts, fast (it reads runward.toml and nothing else).
 HIDDEN = (("_complete", "names from runward.toml for shell completion", "complete"),)
-HERE_ONLY = ("lint", "demo", "completion", "_complete")  # verbs that act on this machine alone: no --on
+HERE_ONLY = ("lint", "demo", "completion", "_complete", "mcp")  # verbs that act on this machine alone: no --on
 
 
 def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
@@ -175,19 +176,26 @@ def _main(argv: list[str]) -> int:
     if not args.cmd:
         ap.print_help()
         return 2
-    from .errors import RunwardError
     from .verbs._common import Out
     out = Out(getattr(args, "json", False))
+    try:
+        return dispatch(args, out)
+    except KeyboardInterrupt:
+        if out.json:
+            out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
+        return 130
+
+
+def dispatch(args: argparse.Namespace, out) -> int:
+    """Run the parsed verb; a RunwardError is said as every error is (the CLI, the Python
+    API in library.py and the MCP server all come through here)."""
+    from .errors import RunwardError
     try:
         return _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd)).run(args, out)
     except RunwardError as e:
         from .verbs._common import suggest_for
         suggest_for(args, e)
         return _fail(out, args, e)
-    except KeyboardInterrupt:
-        if out.json:
-            out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
-        return 130
 
 
 # Verbs whose positional words after the options are the job's command: a word argparse
