@@ -176,26 +176,19 @@ def _main(argv: list[str]) -> int:
     if not args.cmd:
         ap.print_help()
         return 2
+    from .errors import RunwardError
     from .verbs._common import Out
     out = Out(getattr(args, "json", False))
-    try:
-        return dispatch(args, out)
-    except KeyboardInterrupt:
-        if out.json:
-            out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
-        return 130
-
-
-def dispatch(args: argparse.Namespace, out) -> int:
-    """Run the parsed verb; a RunwardError is said as every error is (the CLI, the Python
-    API in library.py and the MCP server all come through here)."""
-    from .errors import RunwardError
     try:
         return _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd)).run(args, out)
     except RunwardError as e:
         from .verbs._common import suggest_for
         suggest_for(args, e)
         return _fail(out, args, e)
+    except KeyboardInterrupt:
+        if out.json:
+            out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
+        return 130
 
 
 # Verbs whose positional words after the options are the job's command: a word argparse

@@ -197,14 +197,14 @@ def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result
 
 def ps(pattern: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
     """Processes whose command line matches the regex; never this call's own chain."""
-    return _call("ps", [pattern], on, config, Result)
+    return _call("ps", ["--", pattern], on, config, Result)
 
 
 def kill(pattern: str, *, on: Target | str | None = None, confirm: bool = False, signal: str | None = None,
          grace: float | None = None, tree: bool = False, config: str | None = None) -> Result:
     """What a safe pkill -f would signal; with confirm=True, signal them, verified dead."""
-    argv = [pattern, *_flag("--yes", confirm), *_opt("--signal", signal), *_opt("--grace", grace),
-            *_flag("--tree", tree)]
+    argv = [*_flag("--yes", confirm), *_opt("--signal", signal), *_opt("--grace", grace),
+            *_flag("--tree", tree), "--", pattern]
     return _call("kill", argv, on, config, Result)
 
 
@@ -217,7 +217,7 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     return _call("exec", argv, on, config, Result, tail=list(command) if command else None)
 
 
-def lint(command_line: str, *, interactive: bool = False) -> Result:
+def lint_command(command_line: str, *, interactive: bool = False) -> Result:
     """Self-kill and wrong-filesystem hazards in a shell command line, before it runs."""
     return _call("lint", [*_flag("--interactive", interactive), "--", command_line], None, None, Result)
 
@@ -227,7 +227,7 @@ def doctor(*, on: Target | str | None = None, config: str | None = None) -> Resu
     return _call("doctor", [], on, config, Result)
 
 
-def targets(*, config: str | None = None) -> Result:
+def named_targets(*, config: str | None = None) -> Result:
     """The targets and runs runward.toml names (no CLI verb prints this: it is what an agent
     needs before it can say `on`)."""
     from .verbs._common import config_targets
@@ -265,22 +265,48 @@ class _Captured:
 def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[..., Result],
           tail: list[str] | None = None) -> Result:
     """Run the verb as `runward VERB ARGV [--on ON] [--config CONFIG] --json [-- TAIL]` would,
-    in this process: the verb's parser reads the arguments (so its checks and defaults
-    hold), its run() does the work, an error becomes the CLI's error document."""
-    from . import cli
+    in this process: the verb's own parser reads the arguments (so its checks and defaults
+    hold), its run() does the work, and an error becomes the CLI's error document (cli._fail)."""
+    import importlib
+    from .verbs._common import suggest_for
     if isinstance(on, Target):
         on, config = on.spec, config or on.config
-    words = [verb, *[str(a) for a in argv], *_opt("--on", on), *_opt("--config", config), "--json"]
+    # by name, as cli does: the API runs the verbs, never `mcp` (whose server runs the API)
+    module = importlib.import_module(f"{__package__}.verbs.{verb}")
     out = _Captured()
     try:
-        args = cli.build_parser(only=verb).parse_args(words)
+        words = [str(a) for a in argv]
+        rest = words[words.index("--"):] if "--" in words else []  # positionals that may start with -
+        words = [*words[:len(words) - len(rest)], *_opt("--on", on), *_opt("--config", config), "--json", *rest]
+        args = _parser(verb, module).parse_args(words)
+        args.cmd = verb
         if tail is not None:
             args.command = list(tail)
-        code = cli.dispatch(args, out)
-    except cli.BadArguments as e:
-        out.document, code = {"ok": False, "command": verb,
-                              "error": {"type": "BadInput", "message": e.message, "exit_code": EXIT_BAD_INPUT}}, 2
+        code = module.run(args, out)
+    except RunwardError as e:
+        if "args" in locals():
+            suggest_for(args, e)
+        out.doc({"ok": False, "command": verb, "error": e.to_dict(), "result": e.result})
+        code = e.exit_code
     return kind(verb, code, out.document or {"ok": code == EXIT_OK, "command": verb})
+
+
+def _parser(verb: str, module):
+    """The verb's parser as cli builds it (its common flags, then the verb's own); a wrong
+    argument is BadInput, as the CLI says it (exit 2), not argparse's exit."""
+    import argparse
+    from .errors import BadInput
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise BadInput(message, f"see `runward {verb} --help`")
+    p = Parser(prog=f"runward {verb}")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    if verb != "lint":
+        p.add_argument("--on")
+    module.add_arguments(p)
+    return p
 
 
 def _config(path: str | None):

@@ -23,11 +23,10 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
-from . import __version__, library
+from . import library, mcptools
 from .errors import EXIT_BAD_INPUT, RunwardError
+from .mcptools import TOOLS
 
-TOOLS = ("start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
-         "lint", "doctor", "targets")
 NOT_BY_DEFAULT = ("exec", "kill")  # and push beyond the runs' own files (Policy.push_anywhere)
 TARGETLESS = ("lint", "targets")
 
@@ -155,10 +154,17 @@ async def _with_progress(ctx: Context, verb: str, fn: Callable[[], library.Resul
 
 
 def build(config: str | None, policy: Policy) -> MCPServer:
-    from . import mcptools
-    server = MCPServer("runward", instructions=INSTRUCTIONS, version=__version__)
+    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version())
     mcptools.register(server, Server(config, policy))
     return server
+
+
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("runward")
+    except metadata.PackageNotFoundError:  # run from a source tree (PYTHONPATH=src)
+        return ""
 
 
 def serve(config: str | None, policy: Policy) -> None:

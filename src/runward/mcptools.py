@@ -14,6 +14,8 @@ from pydantic import Field
 
 from . import library
 
+TOOLS = ("start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
+         "lint", "doctor", "targets")
 _SRV = None  # the mcpserver.Server the tools act for (one per process)
 
 On = Annotated[str | None, Field(description="target: local, ssh://[user@]host[:port], ssh://host/pct:200, "
@@ -140,7 +142,7 @@ async def exec(ctx: Context, command: Annotated[list[str] | None, Field(descript
 async def lint(ctx: Context, command_line: Annotated[str, Field(description="the shell command line to check")],
                ) -> CallToolResult:
     """Find self-kill (pkill -f matching its own shell) and wrong-filesystem (scp to a container's host) hazards in a shell command, before anything runs."""
-    return await _SRV.call(ctx, "lint", lambda: library.lint(command_line))
+    return await _SRV.call(ctx, "lint", lambda: library.lint_command(command_line))
 
 
 async def doctor(ctx: Context, on: On = None) -> CallToolResult:
@@ -150,7 +152,7 @@ async def doctor(ctx: Context, on: On = None) -> CallToolResult:
 
 async def targets(ctx: Context) -> CallToolResult:
     """The targets and runs runward.toml names (with each run's target and files)."""
-    return await _SRV.call(ctx, "targets", lambda: library.targets(config=_SRV.config))
+    return await _SRV.call(ctx, "targets", lambda: library.named_targets(config=_SRV.config))
 
 
 READ_ONLY = ("status", "logs", "watch", "gpus", "ps", "lint", "doctor", "targets")
@@ -161,7 +163,6 @@ def register(server, srv) -> None:
     a call to it is refused with the reason (Server.call), rather than "unknown tool"."""
     global _SRV
     _SRV = srv
-    from .mcpserver import TOOLS
     for name in TOOLS:
         fn = globals()[name]
         doc = " ".join(fn.__doc__.split())
