@@ -194,3 +194,21 @@ def test_no_other_verb_imports_the_sdk(tmp_path):
         assert "runward.cli" in mods, p.stderr[-500:]
         assert not {m for m in mods if m.split(".")[0] in ("mcp", "pydantic", "anyio")}, argv
         assert "runward.library" not in mods and "runward.mcpserver" not in mods, argv
+
+
+def test_docs_agents_snippets_register_runward_mcp():
+    """Each client snippet in docs/agents.md is valid JSON that starts `runward mcp`, and its
+    [mcp] example is a policy runward.toml accepts."""
+    import re
+    text = (ROOT / "docs" / "agents.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"mcpServers"' in b]
+    assert len(blocks) == 3
+    for b in blocks:
+        srv = b["mcpServers"]["runward"]
+        assert srv["command"].endswith("runward") and srv["args"][0] == "mcp"
+    toml = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
+    import tomllib
+    from runward import config, mcpserver
+    cfg = config._validate("runward.toml", {**tomllib.loads(toml), "targets": {"gpu1": {"on": "ssh://gpu1"}}})
+    pol = mcpserver.policy_from(cfg)
+    assert "exec" not in pol.verbs and "deploy" in pol.verbs and pol.targets == ("ssh://gpu1", "ssh://gpu2/pct:200")
