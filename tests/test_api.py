@@ -110,3 +110,23 @@ def test_the_example_in_docs_api_md_runs(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "started attempt 1" in p.stdout and "state: running" in p.stdout and "alert: nan" in p.stdout
     assert p.stdout.rstrip().endswith("True")  # verified dead
+
+
+def test_logs_pages_by_offset_and_says_a_rewritten_log(cli):
+    """`logs --offset` (the MCP tool's and runward.logs' bounded read): complete lines after
+    the offset, the offset to go on from, `more` while lines remain."""
+    rc, doc = cli.json("start", "pg", "--settle", "0.3", "--sh", "for i in $(seq 1 9); do echo line $i; done")
+    assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
+    rc, doc = cli.json("logs", "pg", "-n", "1")
+    end = doc["result"]["offset"]
+    log = doc["result"]["log"]
+    header = len(open(log, "rb").readline())
+    rc, page = cli.json("logs", "pg", "--offset", str(header), "-n", "4")
+    assert rc == 0 and page["result"]["lines"] == [f"line {i}" for i in range(1, 5)] and page["result"]["more"]
+    rc, rest = cli.json("logs", "pg", "--offset", str(page["result"]["offset"]), "-n", "100")
+    assert rest["result"]["lines"] == [f"line {i}" for i in range(5, 10)] and not rest["result"]["more"]
+    assert rest["result"]["offset"] == end
+    rc, again = cli.json("logs", "pg", "--offset", str(end + 100))
+    assert again["result"]["restarted"] and again["result"]["lines"][-1] == "line 9"
+    rc, doc = cli.json("logs", "pg", "--offset", "0", "-f")
+    assert rc == 2 and "--offset" in doc["error"]["message"]
