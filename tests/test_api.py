@@ -130,3 +130,15 @@ def test_logs_pages_by_offset_and_says_a_rewritten_log(cli):
     assert again["result"]["restarted"] and again["result"]["lines"][-1] == "line 9"
     rc, doc = cli.json("logs", "pg", "--offset", "0", "-f")
     assert rc == 2 and "--offset" in doc["error"]["message"]
+
+
+def test_no_other_verb_imports_the_sdk(tmp_path):
+    """The base install stays light: `--help` and a verb never load mcp (or pydantic)."""
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    for argv in (["--help"], ["status", "--json"], ["mcp", "--help"]):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "runward", *argv], env=env, capture_output=True,
+                           text=True, timeout=60)
+        mods = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+        assert "runward.cli" in mods, p.stderr[-500:]
+        assert not {m for m in mods if m.split(".")[0] in ("mcp", "pydantic", "anyio")}, argv
+        assert "runward.library" not in mods and "runward.mcpserver" not in mods, argv

@@ -184,18 +184,6 @@ def test_refused_tool_and_a_bad_target_diagnosed(story):
     anyio.run(main)
 
 
-def test_no_other_verb_imports_the_sdk(tmp_path):
-    """The base install stays light: `--help` and a verb never load mcp (or pydantic)."""
-    env = dict(os.environ, RUNWARD_HOME=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
-    for argv in (["--help"], ["status", "--json"], ["mcp", "--help"]):
-        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "runward", *argv], env=env, capture_output=True,
-                           text=True, timeout=60)
-        mods = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-        assert "runward.cli" in mods, p.stderr[-500:]
-        assert not {m for m in mods if m.split(".")[0] in ("mcp", "pydantic", "anyio")}, argv
-        assert "runward.library" not in mods and "runward.mcpserver" not in mods, argv
-
-
 def test_docs_agents_snippets_register_runward_mcp():
     """Each client snippet in docs/agents.md is valid JSON that starts `runward mcp`, and its
     [mcp] example is a policy runward.toml accepts."""
