@@ -142,3 +142,12 @@ def test_no_other_verb_imports_the_sdk(tmp_path):
         assert "runward.cli" in mods, p.stderr[-500:]
         assert not {m for m in mods if m.split(".")[0] in ("mcp", "pydantic", "anyio")}, argv
         assert "runward.library" not in mods and "runward.mcpserver" not in mods, argv
+
+
+def test_a_wrong_mcp_section_is_bad_config(cli):
+    (cli.cwd / "runward.toml").write_text('[mcp]\nalow = ["exec"]\n')
+    rc, doc = cli.json("status")
+    assert rc == 2 and "[mcp] unknown key(s) alow" in doc["error"]["message"], doc
+    (cli.cwd / "runward.toml").write_text('[mcp]\nallow = "exec"\ntargets = [1]\n')
+    rc, doc = cli.json("status")
+    assert rc == 2 and "[mcp] targets must be a list of strings" in doc["error"]["message"], doc

@@ -200,3 +200,10 @@ def test_docs_agents_snippets_register_runward_mcp():
     cfg = config._validate("runward.toml", {**tomllib.loads(toml), "targets": {"gpu1": {"on": "ssh://gpu1"}}})
     pol = mcpserver.policy_from(cfg)
     assert "exec" not in pol.verbs and "deploy" in pol.verbs and pol.targets == ("ssh://gpu1", "ssh://gpu2/pct:200")
+
+
+def test_an_unknown_tool_in_allow_is_refused_before_serving(tmp_path):
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    p = subprocess.run([sys.executable, "-m", "runward", "mcp", "--allow", "status,exce"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "--allow: unknown tool(s) exce" in p.stderr and p.stdout == "", p.stderr
