@@ -167,5 +167,6 @@ def test_logs_without_selection_is_unchanged(cli):
     _stopped(cli, "p", "for i in $(seq 1 30); do echo line $i; done")
     rc, doc = cli.json("logs", "p")
     assert rc == 0 and doc["result"]["lines"][-1] == "line 30" and len(doc["result"]["lines"]) == 20
-    assert set(doc["result"]) == {"name", "log", "lines"}
+    assert set(doc["result"]) == {"name", "log", "lines", "offset"}  # offset: where `logs --offset` reads on
     assert Path(doc["result"]["log"]).is_file() and os.access(doc["result"]["log"], os.R_OK)
+    assert doc["result"]["offset"] == Path(doc["result"]["log"]).stat().st_size

@@ -376,11 +376,14 @@ def fan_out_runs(runs: list[tuple[str, Target]], fn: Callable[[str, Target], dic
 
 def logs(target: Target, name: str, *, lines: int | None = 20, follow: bool = False,
          on_line: Callable[[dict], None] | None = None, for_s: float | None = None,
-         attempt: int | None = None, since_s: float | None = None, grep: str | None = None) -> dict:
+         attempt: int | None = None, since_s: float | None = None, grep: str | None = None,
+         offset: int | None = None) -> dict:
     """The run's log: the last `lines` lines (None: 20, or with attempt, since_s or grep every
     selected line); attempt: that attempt's section only; since_s: lines written in the last
     since_s seconds (by their timestamps, else their attempt's start); grep: a Python regex
-    matched on the target, so only matching lines travel (with follow too)."""
+    matched on the target, so only matching lines travel (with follow too); offset: the
+    lines after that byte offset (the `offset` a previous call returned), at most `lines`
+    (None: 200) complete ones, and the offset to read on from."""
     if lines is not None and lines < 0:
         raise BadInput(f"invalid -n {lines}", "give a number of lines >= 0")
     if grep:
@@ -390,7 +393,10 @@ def logs(target: Target, name: str, *, lines: int | None = 20, follow: bool = Fa
         except re.error as e:
             raise BadInput(f"invalid --grep regex {grep!r}: {e}", "use a Python regular expression")
     req = {"op": "logs", "name": name, "lines": lines, "follow": follow, "for_s": for_s}
-    req.update({k: v for k, v in (("attempt", attempt), ("since_s", since_s), ("grep", grep)) if v is not None})
+    if offset is not None and offset < 0:
+        raise BadInput(f"invalid --offset {offset}", "give the offset a previous `logs` call returned (>= 0)")
+    req.update({k: v for k, v in (("attempt", attempt), ("since_s", since_s), ("grep", grep), ("offset", offset))
+                if v is not None})
     return transport.call(target, req, on_event=on_line)
 
 

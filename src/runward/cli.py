@@ -54,6 +54,7 @@ VERBS = (
     ("watch", "follow a run's health; exit 1 on the first alert", "watch"),
     ("top", "a live view of runs and GPUs; keys to read a log and stop a run (needs runward[top])", "top"),
     ("plot", "draw a run's metrics to a PNG (needs matplotlib)", "plot"),
+    ("mcp", "serve the verbs as MCP tools over stdio, for coding agents (needs runward[mcp])", "mcp"),
     ("lint", "find self-kill and wrong-filesystem hazards in a shell command", "lint"),
     ("demo", "the whole story on this machine with the example job", "demo"),
     ("completion", "print a bash or zsh completion script (verbs, flags, run and target names)", "completion"),
@@ -61,7 +62,7 @@ VERBS = (
 # Verbs left out of the help: `_complete` lists runward.toml's names for the completion
 # scripts, fast (it reads runward.toml and nothing else).
 HIDDEN = (("_complete", "names from runward.toml for shell completion", "complete"),)
-HERE_ONLY = ("lint", "demo", "completion", "_complete")  # verbs that act on this machine alone: no --on
+HERE_ONLY = ("lint", "demo", "completion", "_complete", "mcp")  # verbs that act on this machine alone: no --on
 
 
 def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:

@@ -37,6 +37,7 @@ RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "read
             "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
             "nodes", "master_addr", "nproc_per_node", "on_node_failure"}  # the last four: docs/multinode.md
 TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbatch options (docs/slurm.md)
+MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)
 
 
 class Config:
@@ -45,6 +46,7 @@ class Config:
         self.targets: dict[str, dict] = {}
         self.runs: dict[str, dict] = {}
         self.ssh_config: str | None = None
+        self.mcp: dict = {}
 
     def target(self, text: str | None, run: str | None = None) -> Target:
         """--on TEXT (a name from [targets] or a target string), else the run's `on`, else local."""
@@ -131,9 +133,11 @@ def _parsed(p: str, raw: bytes) -> dict:
 
 def _validate(p: str, data: dict) -> Config:
     cfg = Config(path=p)
-    unknown = set(data) - {"targets", "runs", "ssh"}
+    unknown = set(data) - {"targets", "runs", "ssh", "mcp"}
     if unknown:
-        raise BadInput(f"{p}: unknown section(s) {', '.join(sorted(unknown))}", "sections are [targets.*], [runs.*], [ssh]")
+        raise BadInput(f"{p}: unknown section(s) {', '.join(sorted(unknown))}",
+                       "sections are [targets.*], [runs.*], [ssh], [mcp]")
+    cfg.mcp = _mcp_section(p, data.get("mcp") or {})
     ssh = data.get("ssh", {})
     if "config" in ssh:
         cfg.ssh_config = os.path.realpath(os.path.join(os.path.dirname(p), os.path.expanduser(ssh["config"])))
@@ -161,3 +165,15 @@ def _validate(p: str, data: dict) -> Config:
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
         cfg.runs[name] = r
     return cfg
+
+
+def _mcp_section(p: str, m: dict) -> dict:
+    bad = set(m) - MCP_KEYS if isinstance(m, dict) else {"(not a table)"}
+    if bad:
+        raise BadInput(f"{p}: [mcp] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(MCP_KEYS))}")
+    for k in MCP_KEYS & set(m):
+        v = m[k]
+        if not (isinstance(v, str) or isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise BadInput(f"{p}: [mcp] {k} must be a list of strings", f'{k} = ["status", "logs"]'
+                           if k == "allow" else f'{k} = ["gpu1"]')
+    return m

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, BadInput
 from ._common import emit, load_config
 
 
@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
     p.add_argument("--since", metavar="DURATION",
                    help="lines written in the last DURATION (10m, 2h): by the timestamps lines start with, "
                         "else by their attempt's start time")
+    p.add_argument("--offset", type=int, metavar="BYTES",
+                   help="the lines after this byte offset of the log: the `offset` the previous call returned "
+                        "(--json), at most -n (default 200); pages through a log in bounded calls")
     p.add_argument("--grep", metavar="REGEX",
                    help="only lines matching this Python regex, matched on the target (with -f too)")
     p.add_argument("--node", type=int, metavar="R", help="a multi-node run: node R's log (default 0)")
@@ -31,7 +34,13 @@ def run(args, out) -> int:
     cfg = load_config(args)
     since = api.parse_duration(args.since, "--since") if args.since is not None else None
     pick = {"attempt": args.attempt, "since_s": since, "grep": args.grep}
+    if args.offset is not None:
+        if args.follow or any(v is not None for v in pick.values()):
+            raise BadInput("--offset with -f, --attempt, --since or --grep", "--offset reads on from a previous call alone")
+        pick["offset"] = args.offset
     target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
+    if nodes and args.offset is not None:
+        raise BadInput("--offset with --all-nodes", "page one node's log: --node R --offset BYTES")
     if nodes:
         return multinode.logs_all(out, nodes, args.name, lines=args.n, follow=args.follow, for_s=args.for_s, **pick)
     if args.follow:

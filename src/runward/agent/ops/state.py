@@ -126,14 +126,42 @@ def logs(req, home, emit):
         from ..logselect import pick  # --attempt, --since, --grep: only the selected lines travel
         picked = pick(store, att, req)
         lines, emit = picked.pop("lines"), picked.pop("emit")(emit)
+    elif req.get("offset") is not None and not req.get("follow"):
+        return dict(_after(log, int(req["offset"]), 200 if req.get("lines") is None else int(req["lines"])),
+                    name=store.name, log=log)
     else:
+        end = _size(log)  # before the tail: a line written meanwhile comes again, never missed
         lines = logfiles.tail(log, 20 if req.get("lines") is None else int(req["lines"]))  # across a rotation
     if not req.get("follow"):
-        return dict(picked or {}, name=store.name, log=log if picked is None else picked["log"], lines=lines)
+        out = dict(picked or {}, name=store.name, log=log if picked is None else picked["log"], lines=lines)
+        if picked is None:
+            out["offset"] = end  # where the next call's `offset` reads on from (logs --offset)
+        return out
     for ln in lines:
         emit({"line": ln})
     pos = logfiles.end_of(log)
     return _follow(store, att, log, pos, emit, float(req["for_s"]) if req.get("for_s") else None)
+
+
+def _size(log):
+    try:
+        return os.path.getsize(log) if log else 0
+    except OSError:
+        return 0
+
+
+def _after(log, offset, n):
+    """At most N complete lines after byte OFFSET of the log (an `offset` a previous call
+    returned), and the offset after the last of them: an agent pages through a log in
+    bounded calls. A log shorter than OFFSET was rotated or rewritten: read from its start,
+    and say so (`restarted`)."""
+    size = _size(log)
+    start = offset if 0 <= offset <= size else 0
+    data, _ = logfiles.read_on(log, start) if log else (b"", 0)
+    chunks = data.split(b"\n")[:-1][:max(0, n)]  # a partial last line waits for the next call
+    end = start + sum(len(c) + 1 for c in chunks)
+    return {"lines": [c.decode("utf-8", "replace") for c in chunks], "offset": end,
+            "more": end < size, "restarted": start != offset}
 
 
 def _follow(store, att, log, pos, emit, for_s):

@@ -1,0 +1,344 @@
+"""The Python API behind `import runward`: one function per verb, each answering with the very
+document the CLI's `--json` prints, as a typed result.
+
+    import runward
+    gpu = runward.Target("ssh://gpu1/pct:200")
+    res = runward.start("train", ["python3", "train.py"], on=gpu, env={"LR": "3e-4"})
+    res.ok, res.attempt, res.pid, res.to_json()
+
+Each function runs the verb's own code (verbs/<verb>.py, which calls api.py) in this process,
+with its output captured instead of printed: the CLI, this API and the MCP server
+(mcpserver.py) therefore answer with one document, and a change to a verb reaches all three.
+Failures are results too (`ok` false, `error` with its type, hop and hint, `exit_code` as the
+CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import EXIT_BAD_INPUT, EXIT_OK, RunwardError
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a verb acts: a target string (`local`, `ssh://[user@]host[:port]`,
+    `ssh://host/pct:200`, `podman:NAME`) or a name from runward.toml's [targets], read as
+    `--on` is. `config` is the runward.toml to use (default: found from the cwd)."""
+    spec: str = "local"
+    config: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.spec, str) or not self.spec.strip():
+            raise ValueError(f"Target needs a target string, got {self.spec!r}")
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+class Failed(Exception):
+    """A result that is not ok, raised by Result.check(): .result is the whole Result."""
+
+    def __init__(self, result: "Result"):
+        err = result.error or {}
+        super().__init__(f"{result.command}: {err.get('type', 'Failed')}: {err.get('message', '')}"
+                         + (f" (hint: {err['hint']})" if err.get("hint") else ""))
+        self.result = result
+
+
+@dataclass
+class Result:
+    """One verb's answer. `document` is exactly what `runward VERB --json` prints."""
+    command: str
+    exit_code: int
+    document: dict
+    ok: bool = field(init=False)
+    result: Any = field(init=False)
+    error: dict | None = field(init=False)
+
+    def __post_init__(self):
+        self.ok = self.exit_code == EXIT_OK
+        self.result = self.document.get("result")
+        self.error = self.document.get("error")
+        res = self.result if isinstance(self.result, dict) else {}
+        for f in dataclasses.fields(self):  # a subclass's typed fields, read from the result
+            if f.init is False and f.name not in ("ok", "result", "error"):
+                setattr(self, f.name, res.get(f.name, f.default if f.default is not dataclasses.MISSING else None))
+
+    def to_json(self) -> dict:
+        return self.document
+
+    def check(self) -> "Result":
+        """self, if ok; else raise Failed."""
+        if not self.ok:
+            raise Failed(self)
+        return self
+
+
+@dataclass
+class StartResult(Result):
+    attempt: int | None = field(init=False, default=None)
+    pid: int | None = field(init=False, default=None)
+    verified: list | None = field(init=False, default=None)
+
+
+@dataclass
+class StopResult(Result):
+    verified_dead: bool = field(init=False, default=False)
+    survivors: list | None = field(init=False, default=None)
+
+
+@dataclass
+class RestartResult(Result):
+    attempt: int | None = field(init=False, default=None)
+    pid: int | None = field(init=False, default=None)
+    steps: list | None = field(init=False, default=None)
+    verified: list | None = field(init=False, default=None)
+
+
+@dataclass
+class StatusResult(Result):
+    runs: list | None = field(init=False, default=None)
+
+
+@dataclass
+class LogsResult(Result):
+    lines: list | None = field(init=False, default=None)
+    offset: int | None = field(init=False, default=None)
+    more: bool = field(init=False, default=False)
+
+
+@dataclass
+class WatchResult(Result):
+    healthy: bool = field(init=False, default=False)
+    alerts: list | None = field(init=False, default=None)
+    alert: dict | None = field(init=False, default=None)
+
+
+# --- the verbs ---------------------------------------------------------------------------
+
+def start(name: str, command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
+          env: Mapping[str, str] | None = None, cwd: str | None = None, log: str | None = None,
+          settle: float | None = None, ready: str | None = None, replace: bool = False,
+          gpus: Sequence[int] | None = None, stop_signal: str | None = None, grace: float | None = None,
+          config: str | None = None) -> StartResult:
+    """Start NAME (argv `command`, or one shell line `sh`, or as runward.toml defines it),
+    verified alive after settling."""
+    argv = [name, *_env(env), *_opt("--cwd", cwd), *_opt("--log", log), *_opt("--settle", settle),
+            *_opt("--ready", ready), *_flag("--replace", replace), *_opt("--gpus", _csv(gpus)),
+            *_opt("--stop-signal", stop_signal), *_opt("--grace", grace), *_opt("--sh", sh)]
+    return _call("start", argv, on, config, StartResult, tail=list(command) if command else None)
+
+
+def stop(name: str, *, on: Target | str | None = None, grace: float | None = None, stop_signal: str | None = None,
+         config: str | None = None) -> StopResult:
+    """Stop NAME: the whole tree, verified dead."""
+    argv = [name, *_opt("--grace", grace), *_opt("--stop-signal", stop_signal)]
+    return _call("stop", argv, on, config, StopResult)
+
+
+def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str | None] | None = None,
+            settle: float | None = None, ready: str | None = None, grace: float | None = None,
+            deploy: bool = False, config: str | None = None) -> RestartResult:
+    """Verified stop, (deploy), verified start with the last spec; env entries override it
+    (a value of None or "" unsets the entry)."""
+    env = {k: ("" if v is None else v) for k, v in (env or {}).items()}
+    argv = [name, *_env(env), *_opt("--settle", settle), *_opt("--ready", ready), *_opt("--grace", grace),
+            *_flag("--deploy", deploy)]
+    return _call("restart", argv, on, config, RestartResult)
+
+
+def status(name: str | None = None, *, on: Target | str | None = None, since: str | None = None,
+           config: str | None = None) -> StatusResult:
+    """The state of one run, or of every run on the target."""
+    return _call("status", [*([name] if name else []), *_opt("--since", since)], on, config, StatusResult)
+
+
+def logs(name: str, *, on: Target | str | None = None, lines: int | None = None, offset: int | None = None,
+         grep: str | None = None, attempt: int | None = None, since: str | None = None,
+         config: str | None = None) -> LogsResult:
+    """The last `lines` lines (default 20), or the lines after `offset` (the offset a
+    previous call returned); bounded, never a follow."""
+    argv = [name, *_opt("-n", lines), *_opt("--offset", offset), *_opt("--grep", grep), *_opt("--attempt", attempt),
+            *_opt("--since", since)]
+    return _call("logs", argv, on, config, LogsResult)
+
+
+def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min: Mapping[str, float] | None = None,
+          max: Mapping[str, float] | None = None, stall: float | None = None, since: str | None = None,
+          config: str | None = None) -> WatchResult:
+    """Judge the run's health through a window of for_s seconds; the verdict (healthy, or the
+    first alert: NaN, OOM, throughput under a floor, a stall, the job ended)."""
+    argv = [name, "--for", _num(for_s), *_limits("--min", min), *_limits("--max", max), *_opt("--stall", stall),
+            *_opt("--since", since)]
+    return _call("watch", argv, on, config, WatchResult)
+
+
+def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
+         config: str | None = None) -> Result:
+    """Send local files through the hop chain: {LOCAL: REMOTE} (or "LOCAL:REMOTE" strings);
+    atomic, sha256-checked where they land."""
+    specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
+    return _call("push", specs, on, config, Result)
+
+
+def deploy(name: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
+    """Push the run's files (runward.toml) to where it runs."""
+    return _call("deploy", [name], on, config, Result)
+
+
+def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result:
+    """Each GPU: memory, utilization, and the processes on it mapped to their runs."""
+    return _call("gpus", [], on, config, Result)
+
+
+def ps(pattern: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
+    """Processes whose command line matches the regex; never this call's own chain."""
+    return _call("ps", ["--", pattern], on, config, Result)
+
+
+def kill(pattern: str, *, on: Target | str | None = None, confirm: bool = False, signal: str | None = None,
+         grace: float | None = None, tree: bool = False, config: str | None = None) -> Result:
+    """What a safe pkill -f would signal; with confirm=True, signal them, verified dead."""
+    argv = [*_flag("--yes", confirm), *_opt("--signal", signal), *_opt("--grace", grace),
+            *_flag("--tree", tree), "--", pattern]
+    return _call("kill", argv, on, config, Result)
+
+
+def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
+         force: bool = False, cwd: str | None = None, env: Mapping[str, str] | None = None,
+         timeout: float | None = None, config: str | None = None) -> Result:
+    """Run a command (argv, or a shell line `sh`, linted first: an error refuses it unless
+    force) on a target; its exit code, signal, output and diagnosis."""
+    argv = [*_opt("--sh", sh), *_flag("--force", force), *_opt("--cwd", cwd), *_env(env), *_opt("--timeout", timeout)]
+    return _call("exec", argv, on, config, Result, tail=list(command) if command else None)
+
+
+def lint_command(command_line: str, *, interactive: bool = False) -> Result:
+    """Self-kill and wrong-filesystem hazards in a shell command line, before it runs."""
+    return _call("lint", [*_flag("--interactive", interactive), "--", command_line], None, None, Result)
+
+
+def doctor(*, on: Target | str | None = None, config: str | None = None) -> Result:
+    """What works on a target, hop by hop, and where the chain breaks."""
+    return _call("doctor", [], on, config, Result)
+
+
+def named_targets(*, config: str | None = None) -> Result:
+    """The targets and runs runward.toml names (no CLI verb prints this: it is what an agent
+    needs before it can say `on`)."""
+    from .verbs._common import config_targets
+    try:
+        cfg = _config(config)
+        doc = {"ok": True, "command": "targets", "result": {
+            "config": cfg.path,
+            "targets": [{"name": n, "on": t["on"]} for n, t in cfg.targets.items()],
+            "runs": [{"name": n, "on": str(cfg.target(None, n)), "files": list(r.get("files") or [])}
+                     for n, r in cfg.runs.items()],
+            "all": [t.display() for t in config_targets(cfg)]}}
+        return Result("targets", EXIT_OK, doc)
+    except RunwardError as e:
+        return Result("targets", e.exit_code, {"ok": False, "command": "targets", "error": e.to_dict()})
+
+
+# --- one verb, run in this process ---------------------------------------------------------
+
+class _Captured:
+    """verbs/_common.Out in JSON mode, keeping the one document instead of printing it."""
+    json = True
+    tty = False
+
+    def __init__(self):
+        self.document: dict | None = None
+
+    def say(self, text: str = "") -> None:
+        pass
+
+    def doc(self, obj: dict) -> None:
+        import json
+        self.document = json.loads(json.dumps(obj, default=str))  # as the CLI prints it: str() for the rest
+
+
+def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[..., Result],
+          tail: list[str] | None = None) -> Result:
+    """Run the verb as `runward VERB ARGV [--on ON] [--config CONFIG] --json [-- TAIL]` would,
+    in this process: the verb's own parser reads the arguments (so its checks and defaults
+    hold), its run() does the work, and an error becomes the CLI's error document (cli._fail)."""
+    import importlib
+    from .verbs._common import suggest_for
+    if isinstance(on, Target):
+        on, config = on.spec, config or on.config
+    # by name, as cli does: the API runs the verbs, never `mcp` (whose server runs the API)
+    module = importlib.import_module(f"{__package__}.verbs.{verb}")
+    out = _Captured()
+    try:
+        words = [str(a) for a in argv]
+        rest = words[words.index("--"):] if "--" in words else []  # positionals that may start with -
+        words = [*words[:len(words) - len(rest)], *_opt("--on", on), *_opt("--config", config), "--json", *rest]
+        args = _parser(verb, module).parse_args(words)
+        args.cmd = verb
+        if tail is not None:
+            args.command = list(tail)
+        code = module.run(args, out)
+    except RunwardError as e:
+        if "args" in locals():
+            suggest_for(args, e)
+        out.doc({"ok": False, "command": verb, "error": e.to_dict(), "result": e.result})
+        code = e.exit_code
+    return kind(verb, code, out.document or {"ok": code == EXIT_OK, "command": verb})
+
+
+def _parser(verb: str, module):
+    """The verb's parser as cli builds it (its common flags, then the verb's own); a wrong
+    argument is BadInput, as the CLI says it (exit 2), not argparse's exit."""
+    import argparse
+    from .errors import BadInput
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise BadInput(message, f"see `runward {verb} --help`")
+    p = Parser(prog=f"runward {verb}")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config")
+    if verb != "lint":
+        p.add_argument("--on")
+    module.add_arguments(p)
+    return p
+
+
+def _config(path: str | None):
+    from . import config as _cfg
+    return _cfg.load(path)
+
+
+def _opt(flag: str, value) -> list[str]:
+    if value is None:
+        return []
+    return [flag, _num(value) if isinstance(value, float) else str(value)]
+
+
+def _flag(flag: str, on: bool) -> list[str]:
+    return [flag] if on else []
+
+
+def _num(v: float) -> str:
+    return repr(float(v))
+
+
+def _csv(items) -> str | None:
+    return None if items is None else ",".join(str(int(i)) for i in items)
+
+
+def _env(env: Mapping[str, str] | None) -> list[str]:
+    out = []
+    for k, v in (env or {}).items():
+        out += ["--env", f"{k}={v}"]
+    return out
+
+
+def _limits(flag: str, limits: Mapping[str, float] | None) -> list[str]:
+    return [w for k, v in (limits or {}).items() for w in (flag, f"{k}={v}")]
+

@@ -1,0 +1,172 @@
+"""`runward mcp`: the verbs as MCP tools over stdio (the official `mcp` SDK, extra runward[mcp]).
+
+One tool per verb. Each calls the Python API (library.py), which runs the verb's own code, so
+a tool's result is the very document `runward VERB --json` prints: `verified` on success, the
+error's type, hop and hint on failure (then the result is flagged isError). A call that waits
+(start's settle, watch's window, stop's grace) reports progress once a second.
+
+What an agent may do is a policy (docs/agents.md): runward.toml's [mcp] `allow` (verbs) and
+`targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill,
+and push only onto the files runward.toml's runs deploy (`files = ["LOCAL:REMOTE"]`, on the
+run's own target). A refused call is an error result naming the key that would allow it.
+
+Imported only by verbs/mcp.py's run: the SDK (pydantic, anyio, ...) is never loaded by any
+other verb, nor by `runward --help`.
+"""
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
+
+from . import library, mcptools
+from .errors import EXIT_BAD_INPUT, RunwardError
+from .mcptools import TOOLS
+
+NOT_BY_DEFAULT = ("exec", "kill")  # and push beyond the runs' own files (Policy.push_anywhere)
+TARGETLESS = ("lint", "targets")
+
+INSTRUCTIONS = """runward starts, stops, restarts and watches long-running jobs on local, SSH and \
+container targets (ssh://host, ssh://host/pct:200, podman:NAME), and verifies every answer. \
+Use these tools instead of a shell: stop (verified dead, whole tree) instead of pkill -f; push \
+(through the hop chain, sha256-checked, into the filesystem the job sees) instead of scp; \
+watch (a bounded window, a verdict) instead of sleep + tail. Each result is the JSON document \
+`runward VERB --json` prints; on failure, error.type, error.hop and error.hint say what broke \
+and what to do. `targets` lists the targets and runs runward.toml names."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which tools and targets an agent may use. targets None: any; push_anywhere False:
+    push only onto runward.toml's runs' files; source: where it was set (named in refusals)."""
+    verbs: frozenset
+    targets: tuple | None
+    push_anywhere: bool
+    source: str
+
+
+def policy_from(cfg, allow: str | None = None, targets: str | None = None) -> Policy:
+    """The policy: --allow / --targets (comma lists) over runward.toml's [mcp] allow / targets."""
+    section = getattr(cfg, "mcp", None) or {}
+    given = _words(allow) if allow is not None else section.get("allow")
+    where = "--allow" if allow is not None else "runward.toml [mcp] allow"
+    if given is None:
+        verbs, anywhere = frozenset(TOOLS) - set(NOT_BY_DEFAULT), False
+    else:
+        given = [given] if isinstance(given, str) else list(given)
+        verbs = frozenset(TOOLS) if "all" in given else frozenset(given)
+        unknown = sorted(verbs - set(TOOLS))
+        if unknown:
+            from .errors import BadInput
+            raise BadInput(f"{where}: unknown tool(s) {', '.join(unknown)}", f"tools: all, {', '.join(TOOLS)}")
+        anywhere = "push" in verbs
+    tg = _words(targets) if targets is not None else section.get("targets")
+    tg = tuple(str(cfg.target(t)) for t in ([tg] if isinstance(tg, str) else tg)) if tg is not None else None
+    return Policy(verbs, tg, anywhere, "--allow" if allow is not None else "runward.toml [mcp]")
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
+def refusal(verb: str, on: str | None, name: str | None, args: dict, policy: Policy, cfg) -> dict | None:
+    """The error document of a call the policy refuses, or None."""
+    how = ("runward mcp --allow" if policy.source == "--allow" else "runward.toml: [mcp] allow = [...]")
+    if verb not in policy.verbs:
+        return _refused(verb, f"the {verb} tool is not allowed to agents here"
+                        + (" (exec and kill are off by default)" if verb in NOT_BY_DEFAULT else ""),
+                        f"a person can allow it: add \"{verb}\" to {how}", "mcp.allow")
+    if verb in TARGETLESS:
+        return None
+    target = str(cfg.target(on, name))
+    if policy.targets is not None and target not in policy.targets:
+        return _refused(verb, f"target {target} is not among the targets agents may use here "
+                        f"({', '.join(policy.targets) or 'none'})",
+                        "a person can add it to runward.toml's [mcp] targets (or runward mcp --targets)", "mcp.targets")
+    if verb == "push" and not policy.push_anywhere:
+        ours = {(str(cfg.target(None, run)), f.split(":", 1)[1]) for run, r in cfg.runs.items()
+                for f in r.get("files") or () if ":" in f}
+        outside = [s.split(":", 1)[-1] for s in args["files"] if (target, s.split(":", 1)[-1]) not in ours]
+        if outside:
+            return _refused(verb, f"push onto {', '.join(outside)} on {target}: not a file of a run in runward.toml "
+                            "(agents push only the runs' own files by default)",
+                            f"add it to a run's files = [\"LOCAL:REMOTE\"] (then `deploy` it), or a person adds "
+                            f"\"push\" to {how}", "mcp.allow")
+    return None
+
+
+def _refused(verb: str, message: str, hint: str, key: str) -> dict:
+    return {"ok": False, "command": verb, "error": {"type": "Refused", "message": message, "hint": hint,
+                                                    "exit_code": EXIT_BAD_INPUT, "details": {"config_key": key}}}
+
+
+# --- the server -------------------------------------------------------------------------
+
+class Server:
+    """The policy, runward.toml, and the tools bound to them."""
+
+    def __init__(self, config: str | None, policy: Policy):
+        self.config = config
+        self.policy = policy
+
+    async def call(self, ctx: Context, verb: str, fn: Callable[[], library.Result], *, on: str | None = None,
+                   name: str | None = None, args: dict | None = None, expect_s: float | None = None) -> CallToolResult:
+        try:
+            cfg = library._config(self.config)
+            doc = refusal(verb, on, name, args or {}, self.policy, cfg)
+        except RunwardError as e:
+            doc = {"ok": False, "command": verb, "error": e.to_dict()}
+        if doc is None:
+            doc = (await _with_progress(ctx, verb, fn, expect_s)).to_json()
+        return CallToolResult(content=[TextContent(type="text", text=json.dumps(doc))],
+                              structured_content=doc, is_error=not doc.get("ok"))
+
+
+async def _with_progress(ctx: Context, verb: str, fn: Callable[[], library.Result], expect_s: float | None):
+    """fn in a worker thread; meanwhile a progress notification each second (seconds waited,
+    of expect_s when the wait has a known length: a watch window)."""
+    done = anyio.Event()
+    box: dict = {}
+
+    async def work():
+        try:
+            box["res"] = await anyio.to_thread.run_sync(fn)
+        finally:
+            done.set()
+
+    async def tick():
+        t0 = time.monotonic()
+        while not done.is_set():
+            with anyio.move_on_after(1.0):
+                await done.wait()
+            if not done.is_set():
+                waited = time.monotonic() - t0
+                await ctx.report_progress(round(waited, 1), expect_s, f"{verb}: {waited:.0f}s")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        await work()
+    return box["res"]
+
+
+def build(config: str | None, policy: Policy) -> MCPServer:
+    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version())
+    mcptools.register(server, Server(config, policy))
+    return server
+
+
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("runward")
+    except metadata.PackageNotFoundError:  # run from a source tree (PYTHONPATH=src)
+        return ""
+
+
+def serve(config: str | None, policy: Policy) -> None:
+    build(config, policy).run("stdio")
+

@@ -1,0 +1,32 @@
+"""runward mcp: serve the verbs as MCP tools over stdio, for coding agents (docs/agents.md).
+
+The SDK is the optional extra runward[mcp], imported here only, inside run: no other verb
+and not `runward --help` ever loads it (tests/test_layout.py)."""
+
+from __future__ import annotations
+
+from ..errors import BadInput
+from ._common import load_config
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--allow", metavar="TOOLS",
+                   help="comma list of the tools agents may call, or `all` (default: runward.toml's [mcp] allow, "
+                        "else every tool but exec and kill, push only onto the runs' files)")
+    p.add_argument("--targets", metavar="TARGETS",
+                   help="comma list of the targets agents may use (default: runward.toml's [mcp] targets, else any)")
+
+
+def run(args, out) -> int:
+    try:
+        import mcp  # noqa: F401  (the optional extra; checked before anything else)
+    except ImportError:
+        raise BadInput("runward mcp needs the mcp package (the MCP Python SDK)", "pip install 'runward[mcp]'")
+    if args.json:
+        raise BadInput("runward mcp speaks MCP on stdout; it has no --json",
+                       "register it with an MCP client (docs/agents.md)")
+    cfg = load_config(args)
+    from .. import mcpserver
+    policy = mcpserver.policy_from(cfg, args.allow, args.targets)
+    mcpserver.serve(getattr(args, "config", None), policy)
+    return 0
