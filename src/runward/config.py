@@ -33,7 +33,9 @@ from .targets import Target, parse_target
 
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
-            "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep"}
+            "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
+            "restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
+            "restart_exit_codes", "no_restart_exit_codes", "notify"}  # the last line: docs/supervision.md
 TARGET_KEYS = {"on", "home", "python"}
 
 

@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
+    from ..supervision import add_arguments as supervision_arguments
+    supervision_arguments(p)
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
 
@@ -62,6 +64,9 @@ def start_kwargs_from_config(run: dict) -> dict:
     if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
         w = run["wait_gpus_free"]
         kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
+    from ..supervision import policy
+    if policy(run):
+        kw["supervise"] = policy(run)
     if run.get("files"):
         kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
         kw["files"] = list(run["files"])
@@ -97,6 +102,10 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
     kw["replace"] = args.replace
     kw["replace_grace"] = args.replace_grace
     kw["lock_timeout"] = args.lock_timeout
+    from ..supervision import policy
+    sup = policy(cfg.runs.get(name), args)
+    if sup:
+        kw["supervise"] = sup
     if not kw.get("argv") and kw.get("sh") is None:
         close = did_you_mean(name, cfg) if name not in cfg.runs else None
         raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")

@@ -7,7 +7,7 @@ state.py's."""
 import os
 import time
 
-from .. import cgroups, faults, gpus, logfiles, shim
+from .. import cgroups, faults, gpus, logfiles, shim, supervise
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members, own_procs
@@ -18,7 +18,7 @@ from ..wire import AgentFailure, bad_input, event
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
-             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep")
+             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep", "supervise")
 
 
 # --- start
@@ -84,6 +84,7 @@ def _plan(req, home, store):
         raise bad_input("log path is not usable: %s" % log, "give a file path whose directory exists")
     plan["log"] = log
     plan["log_max"], plan["log_keep"] = logfiles.rotation(req)
+    plan["supervise"] = supervise.check_policy(req.get("supervise"))  # kept by the shim (supervise.py)
     return plan
 
 
@@ -140,6 +141,9 @@ def _replace_old(store, req, procs):
             store.name, prev.get("attempt"), (prev.get("job") or {}).get("pid")),
             "use `runward restart %s`, or start with --replace" % store.name,
             attempt=prev.get("attempt"), pid=(prev.get("job") or {}).get("pid"))
+    # the old attempt's shim must not restart it: the replacement wins, as a stop does
+    _mark_stop_requested(store, prev, procs)
+    supervise.end_backoff(store, prev)
     replaced = stop_locked(store, prev, procs, protected(procs),
                            req.get("replace_signal") or prev.get("stop_signal", "TERM"),
                            _replace_grace(req, prev), req.get("gpu_timeout"))
@@ -230,6 +234,8 @@ def _write_attempt(store, req, home, plan, made):
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
         "log_max": plan["log_max"], "log_keep": plan["log_keep"],
     }
+    if plan["supervise"]:
+        att["supervise"] = plan["supervise"]
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -395,8 +401,12 @@ def stop(req, home):
         prot = protected(procs)
         sig = sig or (att or {}).get("stop_signal", "TERM")
         grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
-        _mark_stop_requested(store, att, procs)
-        return stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+        _mark_stop_requested(store, att, procs, req.get("by"))
+        ended = supervise.end_backoff(store, att)  # a shim waiting to restart: no next attempt
+        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+        if ended:
+            res["restart_cancelled"] = True
+        return res
     finally:
         store.unlock(fd)
 
@@ -410,16 +420,18 @@ def _stop_store(home, name):
     return RunStore.existing(home, name)
 
 
-def _mark_stop_requested(store, att, procs):
+def _mark_stop_requested(store, att, procs, by=None):
     """Before any signal: a start still in its settle period (it no longer holds the lock)
-    then reports its job's end as stopped by us, not as an early exit. Read again just
-    before the write: the shim writes the same record when the job ends."""
+    then reports its job's end as stopped by us, not as an early exit, and a supervising
+    shim does not restart it. Read again just before the write: the shim writes the same
+    record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
+    health action's (supervise.py), which never overrides a stop already asked for."""
     if not att or attempt_state(att, procs, boot_id()) not in ("running", "starting", "orphaned"):
         return
     fresh = store.attempt(att["attempt"]) or att
-    if fresh.get("exit"):
+    if fresh.get("exit") or (by and by != "cli" and fresh.get("stop_requested")):
         return
-    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid()}
+    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": by or "cli"}
     write_json(store.attempt_path(att["attempt"]), fresh)
 
 
