@@ -124,3 +124,27 @@ def _health(h: dict) -> dict | None:
                        f"actions = {{ nan = \"stop\", stall = \"restart\" }}; kinds: {', '.join(ACTION_KINDS)}")
     return {"rules": health_rules({"health": h}), "actions": actions,
             "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+
+
+def status_lines(r: dict, now: float) -> list[str]:
+    """What status says of a supervised run: its policy, restarts, the next restart, why it
+    gave up, and the health actions taken (with their evidence)."""
+    pol = r.get("policy")
+    if not pol:
+        return []
+    b = pol.get("backoff") or [0, 0]
+    out = [f"  policy: restart {pol.get('restart')}, max {pol.get('max_restarts')}"
+           + (f" in {pol['restart_window']:g}s" if pol.get("restart_window") else "")
+           + f", backoff {b[0]:g}s..{b[1]:g}s, min uptime {pol.get('min_uptime'):g}s;"
+           f" restarts so far: {r.get('restarts', 0)}"]
+    if r.get("next_restart_at"):
+        out.append(f"  next restart in {max(0.0, r['next_restart_at'] - now):.1f}s (stop cancels it)")
+    g = r.get("gave_up")
+    if g:
+        codes = ", ".join(str(e.get("code") if e.get("code") is not None else e.get("signal"))
+                          for e in g.get("exits") or [])
+        out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
+    for a in r.get("actions") or []:
+        out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
+                   + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))
+    return out

@@ -63,11 +63,11 @@ class HealthKeeper(object):
     def _stop(self, action):
         """The agent's stop op in a child (bootstrap and blob as the CLI sends them): it
         takes the run lock, marks the record, stops the tree verified. Its reply goes to
-        attempts/N.health-stop.json. Returns its pid."""
+        attempts/N.health-stop.log. Returns its pid."""
         import signal
         import subprocess
         src, sha = boot.blob()
-        out = os.open(os.path.join(self.store.dir, "attempts", "%d.health-stop.json" % self.n),
+        out = os.open(os.path.join(self.store.dir, "attempts", "%d.health-stop.log" % self.n),
                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         req = {"v": boot.PROTOCOL, "op": "stop", "name": self.store.name, "home": self.store.home.path,
                "by": "health:" + action}

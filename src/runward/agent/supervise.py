@@ -136,6 +136,15 @@ def end_backoff(store, att):
     return True
 
 
+def early_exit_note(att):
+    """Start's word on an early exit of a run whose shim may start it again."""
+    pol = att.get("supervise") or {}
+    if pol.get("restart", "never") == "never":
+        return ""
+    return "; its restart policy (%s) decides the next attempt: see `runward status %s`" % (
+        pol["restart"], att.get("run"))
+
+
 def status_fields(out, att):
     """Supervision's part of a run's status: its policy, restarts, next restart, gave_up."""
     pol = att.get("supervise")

@@ -332,11 +332,13 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
             raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
                                "period (%s)" % (store.name, describe_exit(ex)), result=res)
-        raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)" % (store.name, describe_exit(ex)),
-                           "see the last log lines; `runward logs %s`" % store.name, result=res)
+        raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)%s" % (
+            store.name, describe_exit(ex), supervise.early_exit_note(att)),
+            "see the last log lines; `runward logs %s`" % store.name, result=res)
     if live(job) is None:
         res.update({"alive_after_settle": False, "last_lines": logfiles.tail(log, LOG_TAIL_LINES)})
-        raise AgentFailure("ExitedEarly", "%s is gone after the settle period" % store.name, result=res)
+        raise AgentFailure("ExitedEarly", "%s is gone after the settle period%s" % (
+            store.name, supervise.early_exit_note(att)), result=res)
     shim_ident = att.get("shim")
     if shim_ident and live(shim_ident) is None and not (store.attempt(n) or {}).get("exit"):
         _shim_died(store, n, job, res)  # it died as the settle ended: still an orphan, said so
