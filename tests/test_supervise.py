@@ -191,7 +191,7 @@ def test_stop_racing_a_crash_before_the_decision_wins(sup):
     """The shim has planned the restart (next_restart_at written) and is held there; the stop
     comes then: no next attempt, ever."""
     sup.env["RUNWARD_FAULT"] = "pause:supervise:backoff"
-    start(sup, "r1", "--restart", "always", "--backoff", "0", "--sh", "exit 1")
+    start(sup, "r1", "--restart", "always", "--backoff", "0.1s", "--sh", "exit 1")
     sup.env.pop("RUNWARD_FAULT")
     wait_for(lambda: _paused(sup.home), what="the shim paused before its backoff")
     rc, doc = sup.json("stop", "r1", "--grace", "2")
@@ -245,6 +245,8 @@ def test_nan_stops_the_run_within_one_parse_interval(sup):
     assert st["state"] == "exited" and len(records(sup.home, "nanr")) == 1, st  # a stop beats restart=always
     assert st["actions"][0]["action"] == "stop" and not marked("nanr.")
     assert "health action: stop on nan" in sup.run("status", "nanr").stdout
+    rc, doc = sup.json("watch", "nanr", "--for", "1")  # watch shows the action too
+    assert doc["result"]["actions"][0]["kind"] == "nan", doc
 
 
 def test_stall_restarts_the_run_then_gives_up_at_the_limit(sup):

@@ -112,7 +112,9 @@ def main(home_path, name, attempt, env):
 
     def one(n, att, status_fd):
         logger, out_fd = _logger(att)
-        write_json(store.attempt_path(n), att)
+        if status_fd is not None or logger is not None:
+            # the first attempt: the shim's identity before the job; a restart's record has it
+            write_json(store.attempt_path(n), att)
         try:
             _supervise(store, n, att, env, devnull, out_fd, status_fd, sup)
         finally:

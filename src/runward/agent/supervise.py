@@ -244,35 +244,60 @@ class Supervisor(object):
                            "uptime_s": round(up, 3)})
         self.notify("exited", n, exit=ex, uptime_s=round(up, 3))
         delay = backoff_delay(self.pol, self.streak)
-        att = self._plan_next(n, delay)
-        if att is None or att.get("gave_up") or not self._backoff(delay):
-            return None
-        return self._next(n, delay)
-
-    def _plan_next(self, n, delay):
-        """Under the run lock: the decision, and what status shows of it (next_restart_at
-        or gave_up). None when a stop or a newer attempt ends the supervision."""
         fd = self.store.lock("supervise", LOCK_WAIT_S)
         try:
-            att = self.store.attempt(n) or {}
-            if (self.store.run() or {}).get("attempt") != n:
+            att = self._decide(n, delay)
+            if att is not None and not att.get("gave_up") and delay > 0:
+                # the backoff is waited without the lock: a stop meanwhile marks and wakes us
+                self.store.unlock(fd)
+                fd = None
+                if not self._backoff(delay):
+                    return None
+                fd = self.store.lock("supervise", LOCK_WAIT_S)
+                att = self._still_ours(n)
+            if att is None or att.get("gave_up"):
                 return None
-            now = time.time()
-            ok, why = decide(self.pol, att["exit"], att.get("stop_requested"), self.restarts, now)
-            if not ok:
-                if why == "gave_up":
-                    att["gave_up"] = {"at": now, "restarts": len(self.restarts), "exits": self.exits,
-                                      "max_restarts": self.pol["max_restarts"]}
-                    write_json(self.store.attempt_path(n), att)
-                    self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts))
-                    return att
-                return None
-            att["next_restart_at"] = now + delay
-            att["restart_reason"] = why
-            write_json(self.store.attempt_path(n), att)
-            return att
+            faults.point("supervise:decided")
+            new = self._record(att, delay)
+            self.lock_fd, fd = fd, None  # held until the job is recorded (spawned)
         finally:
-            self.store.unlock(fd)
+            if fd is not None:
+                self.store.unlock(fd)
+        self.restarts.append(time.time())
+        self.notify("restarted", new["attempt"], previous=n, delay_s=delay, exit=att.get("exit"))
+        return new["attempt"], new
+
+    def _still_ours(self, n):
+        """The record, read again under the lock: None if a stop marked it (one that is not
+        a health action's restart) or someone started a newer attempt meanwhile."""
+        att = self.store.attempt(n) or {}
+        if (self.store.run() or {}).get("attempt") != n:
+            return None
+        if (att.get("stop_requested") or {}).get("by", HEALTH_RESTART) != HEALTH_RESTART:
+            return None
+        return att
+
+    def _decide(self, n, delay):
+        """Under the run lock: the decision, and what status shows of it (next_restart_at
+        or gave_up). None when a stop or a newer attempt ends the supervision."""
+        if (self.store.run() or {}).get("attempt") != n:
+            return None
+        att = self.store.attempt(n) or {}
+        now = time.time()
+        ok, why = decide(self.pol, att["exit"], att.get("stop_requested"), self.restarts, now)
+        if not ok:
+            if why == "gave_up":
+                att["gave_up"] = {"at": now, "restarts": len(self.restarts), "exits": self.exits,
+                                  "max_restarts": self.pol["max_restarts"]}
+                write_json(self.store.attempt_path(n), att)
+                self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts))
+                return att
+            return None
+        att["restart_reason"] = why
+        if delay > 0:  # a restart at once is not worth a write: the next record says it all
+            att["next_restart_at"] = now + delay
+            write_json(self.store.attempt_path(n), att)
+        return att
 
     def _backoff(self, delay):
         """Wait the delay; False when a stop woke us (it marked the record first)."""
@@ -284,26 +309,6 @@ class Supervisor(object):
                 return True
             if signal.sigtimedwait([WAKE], left) is not None:
                 return False
-
-    def _next(self, n, delay):
-        """Under the run lock, held until the job's pid is recorded (spawned): read the
-        record again (a stop may have marked it while we waited), then the next record."""
-        fd = self.store.lock("supervise", LOCK_WAIT_S)
-        try:
-            att = self.store.attempt(n) or {}
-            if att.get("stop_requested", {}).get("by", HEALTH_RESTART) != HEALTH_RESTART \
-                    or (self.store.run() or {}).get("attempt") != n:
-                self.store.unlock(fd)
-                return None
-            faults.point("supervise:decided")
-            new = self._record(att, delay)
-        except BaseException:
-            self.store.unlock(fd)
-            raise
-        self.lock_fd = fd
-        self.restarts.append(time.time())
-        self.notify("restarted", new["attempt"], previous=n, delay_s=delay, exit=att.get("exit"))
-        return new["attempt"], new
 
     def _record(self, prev, delay):
         """The next attempt's record and log header, written as start writes them; the

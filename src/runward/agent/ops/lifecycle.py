@@ -133,6 +133,8 @@ def _replace_old(store, req, procs):
     prev = store.latest()
     state = attempt_state(prev, procs, boot_id())
     if state not in ("running", "orphaned", "starting"):
+        # a shim waiting to restart the last attempt: this start supersedes it
+        supervise.end_backoff(store, prev)
         # processes an exited job left ("stray") do not block a start; --replace ends them too
         if not (req.get("replace") and members(store.name, prev, procs, protected(procs))):
             return None
