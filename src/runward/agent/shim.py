@@ -108,7 +108,7 @@ def main(home_path, name, attempt, env):
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}
     _become_subreaper()
-    sup = supervise.Supervisor(store, att, env)
+    sup = supervise.Supervisor(store, att, env, _exec_job, devnull)
 
     def one(n, att, status_fd):
         logger, out_fd = _logger(att)
@@ -137,7 +137,8 @@ def _logger(att):
 
 def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     """Fork the job, record it, wait for it, record its exit."""
-    pid, err = _fork_job(att, env, devnull, out_fd)
+    # a restart's job comes from the process forked for it in advance (supervise.Zygote)
+    pid, err = sup.from_zygote(att) or _fork_job(att, env, devnull, out_fd)
     if out_fd is not None:
         os.close(out_fd)  # the job holds the pipe now: the logger sees EOF when it is gone
     if err:
@@ -151,7 +152,7 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     att["job"] = {"pid": pid, "start": jp.start if jp else None}
     att["started_at"] = time.time()
     write_json(store.attempt_path(n), att)
-    sup.spawned()  # a restart held the run lock until now: a stop finds this job
+    sup.spawned(att)  # a restart held the run lock until now: a stop finds this job
     say(status_fd, {"job": att["job"]})
     ex = sup.wait_exit(pid, n)
     faults.point("shim:exited")
@@ -205,8 +206,9 @@ def _exec_job(att, env, devnull, err_r, err_w, out_fd=None):
     stderr, default signals, then exec. Never returns."""
     try:
         os.close(err_r)
-        os.setsid()
-        for cg in att.get("cgroups") or ():
+        if not att.get("entered"):  # a zygote did both before it waited (supervise.Zygote)
+            os.setsid()
+        for cg in () if att.get("entered") else att.get("cgroups") or ():
             try:
                 with open(os.path.join(cg, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))

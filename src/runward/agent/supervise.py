@@ -168,9 +168,11 @@ class Supervisor(object):
     """Kept by the shim for the run's life. A run without a policy gets one attempt and a
     plain wait, as before supervision existed."""
 
-    def __init__(self, store, att, env):
+    def __init__(self, store, att, env, exec_job=None, devnull=None):
         self.store = store
         self.env = env
+        self.exec_job, self.devnull = exec_job, devnull
+        self.zygote = None
         self.pol = att.get("supervise")
         self.lock_fd = None
         self.restarts = []  # when each restart of this shim happened (restart_window counts them)
@@ -192,14 +194,42 @@ class Supervisor(object):
             status_fd = None
             nxt = self.after_exit(n) if self.pol else None
             if nxt is None:
+                self._drop_zygote()
                 return
             n, att = nxt
 
-    def spawned(self):
-        """The new attempt's job is recorded: a stop waiting for the lock may come now."""
+    def spawned(self, att=None):
+        """The new attempt's job is recorded: a stop waiting for the lock may come now; and
+        the next attempt's process is forked in advance, while this one runs."""
         if self.lock_fd is not None:
             self.store.unlock(self.lock_fd)
             self.lock_fd = None
+        if att is not None and att.get("job") and self._may_restart() and not att.get("log_max") \
+                and self.exec_job is not None:
+            self._drop_zygote()
+            m = max([att["attempt"]] + self.store.attempts()) + 1
+            cgs = cgroups.create(self.store.name, m, att.get("home_id") or "") if att.get("cgroups") else []
+            self.zygote = Zygote(m, cgs, att, self.env, self.exec_job, self.devnull)
+
+    def _may_restart(self):
+        return bool(self.pol) and (self.pol["restart"] != "never" or bool((self.pol.get("health") or {})
+                                                                           .get("actions")))
+
+    def from_zygote(self, att):
+        """(pid, exec error) of the job started from the zygote forked for this attempt, or
+        None (none was, or it was forked for another attempt number)."""
+        z, self.zygote = self.zygote, None
+        if z is None:
+            return None
+        if z.m != att["attempt"] or z.cgroups != att.get("cgroups") or not z.waiting():
+            z.drop()
+            return None
+        return z.go(att["marker"])
+
+    def _drop_zygote(self):
+        if self.zygote is not None:
+            self.zygote.drop()
+            self.zygote = None
 
     def wait_exit(self, pid, n):
         """Wait for the job; a run with health actions is judged every interval meanwhile."""
@@ -209,7 +239,10 @@ class Supervisor(object):
             while True:
                 try:
                     got, status = os.waitpid(-1, os.WNOHANG if tick else 0)
-                except ChildProcessError:
+                except ChildProcessError:  # no child at all: the job was reaped elsewhere
+                    if not tick:
+                        return {"at": time.time(), "code": None, "signal": None,
+                                "note": "the job was reaped elsewhere: its exit status is unknown"}
                     got, status = 0, 0
                 except InterruptedError:
                     continue
@@ -310,6 +343,13 @@ class Supervisor(object):
             if signal.sigtimedwait([WAKE], left) is not None:
                 return False
 
+    def _cgroups(self, prev, m):
+        """The zygote's, made for attempt m in advance; else made now."""
+        if self.zygote is not None and self.zygote.m == m:
+            return self.zygote.cgroups
+        self._drop_zygote()
+        return cgroups.create(self.store.name, m, prev.get("home_id") or "") if prev.get("cgroups") else []
+
     def _record(self, prev, delay):
         """The next attempt's record and log header, written as start writes them; the
         job's env gets the new attempt's marker."""
@@ -319,7 +359,7 @@ class Supervisor(object):
         att = {k: v for k, v in prev.items() if k not in _PER_ATTEMPT}
         att.update({"attempt": m, "marker": "%s.%d" % (store.name, m), "created_at": time.time(),
                     "started_at": None, "hashes": file_hashes(list(prev.get("hashes") or ())),
-                    "cgroups": cgroups.create(store.name, m, prev.get("home_id") or "") if prev.get("cgroups") else [],
+                    "cgroups": self._cgroups(prev, m),
                     "restart": {"of": prev["attempt"], "number": len(self.restarts) + 1, "delay_s": delay,
                                 "reason": prev.get("restart_reason"), "after_exit": prev.get("exit")}})
         self.env[MARKER] = att["marker"]
@@ -338,6 +378,82 @@ class Supervisor(object):
         run["attempt"] = m
         write_json(os.path.join(store.dir, "run.json"), run)
         return att
+
+
+class Zygote(object):
+    """The next attempt's process, forked by the shim while the current attempt runs: it
+    takes its own session and joins the next attempt's cgroups at once (joining a cgroup
+    costs ~10 ms: the kernel's cgroup_threadgroup_rwsem, taken for writing), then waits on a
+    pipe. A restart writes the new marker into the pipe and the zygote execs the job; no
+    restart (or the shim gone: EOF) and it exits. A fork of the shim, it is protected as
+    the shim is (procfs.is_shim) and carries no marker until it execs."""
+
+    def __init__(self, m, cgs, att, env, exec_job, devnull):
+        import fcntl
+        self.m, self.cgroups = m, cgs
+        go_r, self.go_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        fcntl.fcntl(err_w, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+        self.pid = os.fork()
+        if self.pid == 0:
+            self._child(go_r, err_w, att, env, exec_job, devnull)
+        os.close(go_r)
+        os.close(err_w)
+
+    def _child(self, go_r, err_w, att, env, exec_job, devnull):
+        try:
+            os.close(self.go_w)
+            os.setsid()
+            for cg in self.cgroups:
+                try:
+                    with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                        f.write(str(os.getpid()))
+                except OSError:
+                    pass
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = os.read(go_r, 4096)
+                if not chunk:
+                    os._exit(0)  # no restart, or the shim is gone
+                data += chunk
+            os.close(go_r)
+            env[MARKER] = data.decode().strip()
+            att = dict(att, cgroups=self.cgroups, entered=True)
+        except BaseException:
+            os._exit(127)
+        exec_job(att, env, devnull, self.err_r, err_w)
+
+    def waiting(self):
+        """Still there (not ended, not reaped by the shim's wait loop)."""
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+
+    def go(self, marker):
+        """Exec the job; (pid, b"") once it runs, (pid, why) if exec failed (reaped then)."""
+        os.write(self.go_w, marker.encode() + b"\n")
+        os.close(self.go_w)
+        err = b""
+        while True:
+            chunk = os.read(self.err_r, 4096)
+            if not chunk:
+                break
+            err += chunk
+        os.close(self.err_r)
+        if err:
+            os.waitpid(self.pid, 0)
+        return self.pid, err
+
+    def drop(self):
+        """No restart: the zygote reads EOF and exits; its cgroups go."""
+        os.close(self.go_w)
+        os.close(self.err_r)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass  # reaped by the shim's wait loop already
+        cgroups.remove(self.cgroups)
 
 
 # what a next attempt's record does not inherit from the one before
