@@ -16,7 +16,7 @@ import time
 
 from . import cgroups, faults
 from .procfs import MARKER, live
-from .store import file_hashes, open_log, write_all, write_json
+from .store import file_hashes, open_log, sync_file, write_all, write_json
 from .terminate import signal_name
 from .wire import bad_input
 
@@ -173,6 +173,7 @@ class Supervisor(object):
         self.env = env
         self.exec_job, self.devnull = exec_job, devnull
         self.zygote = None
+        self.unsynced = []
         self.pol = att.get("supervise")
         self.lock_fd = None
         self.restarts = []  # when each restart of this shim happened (restart_window counts them)
@@ -201,6 +202,9 @@ class Supervisor(object):
     def spawned(self, att=None):
         """The new attempt's job is recorded: a stop waiting for the lock may come now; and
         the next attempt's process is forked in advance, while this one runs."""
+        for p in self.unsynced:
+            sync_file(p)
+        self.unsynced = []
         if self.lock_fd is not None:
             self.store.unlock(self.lock_fd)
             self.lock_fd = None
@@ -371,12 +375,15 @@ class Supervisor(object):
             st = os.fstat(lfd)
             att["log_offset"] = st.st_size + len(header)
             att["log_file"] = [st.st_ino, st.st_dev]
-            write_json(store.attempt_path(m), att)
+            # renamed into place now, made durable once the job runs (spawned): a crash of the
+            # machine in between ends the job too, and the boot id says so
+            write_json(store.attempt_path(m), att, sync=False)
             write_all(lfd, header, att["log"])
         finally:
             os.close(lfd)
         run["attempt"] = m
-        write_json(os.path.join(store.dir, "run.json"), run)
+        write_json(os.path.join(store.dir, "run.json"), run, sync=False)
+        self.unsynced = [os.path.join(store.dir, "run.json")]  # the attempt's: rewritten with its job
         return att
 
 
