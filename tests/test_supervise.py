@@ -32,9 +32,10 @@ def sup(cli):
     _end_shims(cli.home)
 
 
-def _end_shims(home: Path) -> None:
-    """A supervising shim would start the next attempt of what the cli fixture kills: its
-    shims go first (found by their RUNWARD_HOME), then the jobs."""
+def shims_of(home: Path) -> list[int]:
+    """The shims of this home, and the next attempts' processes they fork in advance
+    (zygotes: forks of the shim, found the same way), from /proc."""
+    out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -43,11 +44,19 @@ def _end_shims(home: Path) -> None:
             env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"runward-shim" in cmd and b"RUNWARD_HOME=" + str(home).encode() in env:
-            try:
-                os.kill(int(d), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if b"runward-shim" in cmd and b"RUNWARD_HOME=" + str(home).encode() in env and alive(int(d)):
+            out.append(int(d))
+    return out
+
+
+def _end_shims(home: Path) -> None:
+    """A supervising shim would start the next attempt of what the cli fixture kills: its
+    shims go first, then the jobs."""
+    for pid in shims_of(home):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def records(home: Path, name: str) -> list[dict]:
@@ -96,6 +105,10 @@ def test_crash_twice_then_runs_restarted_with_growing_delays_then_stays(sup):
     assert rc == 0 and doc["result"]["verified_dead"], doc
     wait_for(lambda: shim_gone(sup.home, "c2"), what="the shim to end with the stop")
     assert len(records(sup.home, "c2")) == 3 and sup.status("c2")["state"] == "exited"
+    # the process forked in advance for attempt 4 went with the shim, and its cgroups
+    wait_for(lambda: not shims_of(sup.home), what="no shim or zygote of this home left")
+    home_id = r[0]["home_id"]
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/runward/{home_id}-c2.*")), "a cgroup of the run was left"
 
 
 class _Hook(http.server.BaseHTTPRequestHandler):

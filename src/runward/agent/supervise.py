@@ -115,10 +115,13 @@ def in_backoff(att):
                 and live(att["shim"]) is not None)
 
 
-def end_backoff(store, att):
+def end_backoff(store, att, by=None):
     """Called by stop under the run lock: the shim of an ended attempt (deciding, or waiting
     in its backoff) is told to start no next attempt: the record first, then the wake-up, as
-    for a running job. True if one was."""
+    for a running job. True if one was. A health action's stop (BY) that finds the job
+    already ended leaves the decision to the policy."""
+    if by and by != "cli":
+        return False
     if not (att and att.get("exit") and att.get("supervise") and att.get("shim")
             and live(att["shim"]) is not None):
         return False

@@ -406,7 +406,7 @@ def stop(req, home):
         sig = sig or (att or {}).get("stop_signal", "TERM")
         grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
         _mark_stop_requested(store, att, procs, req.get("by"))
-        ended = supervise.end_backoff(store, att)  # a shim waiting to restart: no next attempt
+        ended = supervise.end_backoff(store, att, req.get("by"))  # a shim waiting to restart: no next attempt
         res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
         if ended:
             res["restart_cancelled"] = True
