@@ -239,10 +239,14 @@ def _example(name: str, extra: str) -> str:
             f'env = {{ TRAIN_STEP_SECONDS = "0.05", TRAIN_CHECKPOINT_SECONDS = "0.05" }}\n{extra}')
 
 
-def test_nan_stops_the_run_within_one_parse_interval(sup):
+def test_nan_stops_the_run_within_one_parse_interval(sup, tmp_path):
     interval = 0.5
+    recorder = tmp_path / "rec.py"
+    recorder.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read())\n")
+    got = tmp_path / "events.jsonl"
     (sup.cwd / "runward.toml").write_text(_example(
-        "nanr", f'restart = "always"\n[runs.nanr.health]\ninterval = {interval}\nactions = {{ nan = "stop" }}\n'))
+        "nanr", f'restart = "always"\nnotify = ["{PY} {recorder} {got}"]\n[runs.nanr.health]\n'
+                f'interval = {interval}\nactions = {{ nan = "stop" }}\n'))
     rc, doc = sup.json("start", "nanr", "--env", "TRAIN_NAN_AT=20")
     assert rc == 0, doc
     log = Path(doc["result"]["log"])
@@ -260,6 +264,10 @@ def test_nan_stops_the_run_within_one_parse_interval(sup):
     assert "health action: stop on nan" in sup.run("status", "nanr").stdout
     rc, doc = sup.json("watch", "nanr", "--for", "1")  # watch shows the action too
     assert doc["result"]["actions"][0]["kind"] == "nan", doc
+    # the alert was notified with its action and the metric values at the time
+    alerts = wait_for(lambda: [e for e in map(json.loads, got.read_text().splitlines()) if e["event"] == "alert"]
+                      if got.exists() else None, what="the alert's notification")
+    assert alerts[0]["alert"]["kind"] == "nan" and alerts[0]["action"] == "stop" and "loss" in alerts[0]["metrics"]
 
 
 def test_stall_restarts_the_run_then_gives_up_at_the_limit(sup):
