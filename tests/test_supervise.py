@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -222,6 +223,7 @@ def test_stop_racing_a_crash_while_the_next_attempt_spawns_stops_that_attempt(su
     sup.env.pop("RUNWARD_FAULT")
     wait_for(lambda: _paused(sup.home), what="the shim paused holding the lock")
     stop = sup.popen("stop", "r2", "--grace", "5", "--json")
+    assert select.select([stop.stderr], [], [], 60)[0], "the stop said nothing"
     line = stop.stderr.readline()  # the stop says at once that it waits for the lock, and who holds it
     assert "waiting for run r2" in line and "supervise" in line, line
     (sup.home / "fault-pause").unlink()
@@ -255,8 +257,10 @@ def test_nan_stops_the_run_within_one_parse_interval(sup, tmp_path):
     act = r["actions"][0]
     assert act["kind"] == "nan" and act["action"] == "stop" and "nan" in act["line"], act
     assert r["stop_requested"]["by"] == "health:stop"
-    # marked for stop within one interval of the line (plus the scan's own time, on a loaded machine)
-    assert r["stop_requested"]["at"] - seen <= interval + 1.5, (r["stop_requested"]["at"] - seen)
+    # acted on within one interval of the line (plus the scan's own time, on a loaded machine),
+    # and the verified stop (a child of the shim) marked the record right after
+    assert act["at"] - seen <= interval + 1.0, act["at"] - seen
+    assert r["stop_requested"]["at"] - act["at"] <= 10.0
     wait_for(lambda: shim_gone(sup.home, "nanr"), what="the shim to end")
     st = sup.status("nanr")
     assert st["state"] == "exited" and len(records(sup.home, "nanr")) == 1, st  # a stop beats restart=always
