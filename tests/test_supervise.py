@@ -334,3 +334,20 @@ def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path
             except ProcessLookupError:
                 pass
         subprocess.run(["rm", "-rf", str(home)])
+
+
+def test_the_policy_decides_by_exit_code_signal_and_window():
+    from runward.agent.supervise import DEFAULTS, backoff_delay, decide
+    pol = dict(DEFAULTS, restart="on-failure", max_restarts=2, restart_window=60.0,
+               no_restart_exit_codes=[3], restart_exit_codes=[1, 137])
+    now = 1000.0
+    assert decide(pol, {"code": 1}, None, [], now) == (True, "exit code 1")
+    assert decide(pol, {"code": None, "signum": 9}, None, [], now)[0]  # SIGKILL counts as 137
+    assert decide(pol, {"code": 2}, None, [], now) == (False, "not_a_restart_exit_code")
+    assert decide(pol, {"code": 3}, None, [], now) == (False, "no_restart_exit_code")
+    assert decide(pol, {"code": 0}, None, [], now) == (False, "succeeded")
+    assert decide(pol, {"code": 1}, None, [990.0, 995.0], now) == (False, "gave_up")
+    assert decide(pol, {"code": 1}, None, [900.0, 995.0], now)[0]  # one of them is out of the window
+    assert decide(pol, {"code": 1}, {"by": "cli"}, [], now) == (False, "stopped")
+    assert decide(dict(pol, restart="never"), {"code": 0}, {"by": "health:restart"}, [], now)[0]
+    assert [backoff_delay(dict(pol, backoff=[5, 300]), k) for k in (0, 1, 2, 3, 7)] == [5, 5, 10, 20, 300]
