@@ -313,7 +313,8 @@ class Supervisor(object):
         att = self.store.attempt(n) or {}
         if (self.store.run() or {}).get("attempt") != n:
             return None
-        if (att.get("stop_requested") or {}).get("by", HEALTH_RESTART) != HEALTH_RESTART:
+        sr = att.get("stop_requested")
+        if sr and sr.get("by") != HEALTH_RESTART:
             return None
         return att
 
