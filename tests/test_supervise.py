@@ -284,7 +284,8 @@ def test_stall_restarts_the_run_then_gives_up_at_the_limit(sup):
                   timeout=60, what="restart on stall, then gave_up")
     r = records(sup.home, "st")
     assert len(r) == 2 and r[1]["restart"]["reason"] == "health_action", r[1].get("restart")
-    assert [a["action"] for a in r[0]["actions"]] == ["restart"] and r[0]["actions"][0]["kind"] == "stall"
+    acts = r[0]["actions"]  # the first alert acts; any later one is evidence and a notification only
+    assert (acts[0]["kind"], acts[0]["action"]) == ("stall", "restart") and {a["action"] for a in acts[1:]} <= {"notify"}
     assert st["actions"][0]["kind"] == "stall"
     wait_for(lambda: shim_gone(sup.home, "st") and not marked("st."), what="nothing of the run left")
 

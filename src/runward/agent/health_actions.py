@@ -41,6 +41,8 @@ class HealthKeeper(object):
             facts = [a for a in saved.get("alerts") or [] if a.get("kind") != "exited"]
         alerts = facts + self.judge.poll(att["log"], True, time.time())
         for a in alerts:
+            if a["kind"] == "exited":
+                continue  # the job's end is the supervisor's own event (notify "exited")
             self._act(n, a, saved.get("last") or {})
 
     def _act(self, n, a, last):
@@ -53,17 +55,33 @@ class HealthKeeper(object):
                "metrics": dict(list(last.items())[:12])}
         if action in ("stop", "restart"):
             self.acted = True
-            rec["stop_pid"] = self._stop(action)
-        att = self.store.attempt(n) or {}
-        att.setdefault("actions", []).append(rec)
-        from .store import write_json
-        write_json(self.store.attempt_path(n), att)
+            rec["stop_reply"] = os.path.join(self.store.dir, "attempts", "%d.health-stop.log" % n)
+        self._write(n, rec)
+        if action in ("stop", "restart"):
+            self._stop(action)  # after the write: the stop marks the record it reads then
         self.notify("alert", n, alert=a, action=action, metrics=rec["metrics"])
+
+    def _write(self, n, rec):
+        """Append REC to the attempt's actions under the run lock (a stop marks the same
+        record under it); a stop holding the lock through a long grace is not waited out."""
+        from .store import write_json
+        from .wire import AgentFailure
+        try:
+            fd = self.store.lock("health", 10.0)
+        except AgentFailure:
+            fd = None
+        try:
+            att = self.store.attempt(n) or {}
+            att.setdefault("actions", []).append(rec)
+            write_json(self.store.attempt_path(n), att)
+        finally:
+            if fd is not None:
+                self.store.unlock(fd)
 
     def _stop(self, action):
         """The agent's stop op in a child (bootstrap and blob as the CLI sends them): it
         takes the run lock, marks the record, stops the tree verified. Its reply goes to
-        attempts/N.health-stop.log. Returns its pid."""
+        attempts/N.health-stop.log."""
         import signal
         import subprocess
         src, sha = boot.blob()
@@ -80,4 +98,3 @@ class HealthKeeper(object):
         p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + json_dumps(req).encode() + b"\n")
         p.stdin.close()
         p.returncode = 0  # reaped by the shim's wait loop, not by Popen
-        return p.pid
