@@ -220,3 +220,12 @@ def test_containers_as_nodes(cli, mn):
     assert rc == 0 and st["result"]["state"] == "running" and len(_rows(st)) == 3, st
     rc, doc = cli.json("stop", mn, "--on", "ssh://rw2/pct:200")
     assert rc == 0 and [r["result"]["verified_dead"] for r in _rows(doc)] == [True, True, True], doc
+
+
+def test_a_restart_policy_on_a_multi_node_run_is_refused_and_nothing_starts(cli, mn):
+    """One node restarted alone would rejoin a rendezvous its peers have left: refused, exit 2,
+    nothing started on either node."""
+    rc, doc = cli.json("start", mn, "--on", "ssh://rw1", "--on", "ssh://rw2", "--restart", "on-failure",
+                       "--", "sleep", "600")
+    assert rc == 2 and doc["error"]["type"] == "BadInput" and "multi-node" in doc["error"]["message"], doc
+    assert not marked(mn + "."), "nothing may have started"

@@ -123,7 +123,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
           replace_grace: float | None = None, env_overrides: list[str] | None = None,
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
-          log_keep: int | None = None, multinode: dict | None = None) -> dict:
+          log_keep: int | None = None, multinode: dict | None = None,
+          supervise: dict | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
@@ -146,6 +147,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req.update(log_max=log_max, log_keep=log_keep)
     if multinode is not None:
         req["multinode"] = multinode
+    if supervise:  # the policy the shim keeps (runward/supervision.py, agent/supervise.py)
+        req["supervise"] = supervise
     try:
         return transport.call(target, req, on_event=on_event)
     except RunwardError as e:
@@ -318,7 +321,7 @@ def _shown_env(kw: dict) -> dict:
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
                "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "env_overrides", "lock_timeout", "log_max", "log_keep"}
+               "env_overrides", "lock_timeout", "log_max", "log_keep", "supervise"}
     return {k: v for k, v in kw.items() if k in allowed}
 
 

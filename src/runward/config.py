@@ -35,7 +35,9 @@ from .targets import slurm as slurm_target
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
             "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
-            "nodes", "master_addr", "nproc_per_node", "on_node_failure"}  # the last four: docs/multinode.md
+            "nodes", "master_addr", "nproc_per_node", "on_node_failure",  # docs/multinode.md
+            "restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
+            "restart_exit_codes", "no_restart_exit_codes", "notify"}  # the last two lines: docs/supervision.md
 TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbatch options (docs/slurm.md)
 MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)
 

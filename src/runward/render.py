@@ -131,7 +131,7 @@ def render_status(res: dict, target: str) -> str:
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
                      f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
-        elif st in ("exited", "stray", "failed"):
+        elif st in ("exited", "stray", "failed", "restarting", "gave_up"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
                 head += f"  {ago(now - r['exit']['at'])} ago"
@@ -141,6 +141,8 @@ def render_status(res: dict, target: str) -> str:
                 head += f"  ({r['error']})"
         if st is not None:
             lines.append(head)
+        from .supervision import status_lines
+        lines += status_lines(r, now)
         if r.get("note"):
             lines.append(f"  note: {r['note']}")
         if r.get("stray_processes"):

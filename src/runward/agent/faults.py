@@ -1,13 +1,30 @@
 """Fault points: RUNWARD_FAULT=STEP makes the agent (or the shim) SIGKILL itself on reaching
 STEP, so tests/faults can kill it at exactly that step and check that `status` is true
-afterwards, nothing is lost and nothing is duplicated. Unset in normal use: one getenv a
-step. The steps are listed in README.md, "Faults"."""
+afterwards, nothing is lost and nothing is duplicated. RUNWARD_FAULT=pause:STEP makes it wait
+at STEP instead, while the file $RUNWARD_HOME/fault-pause exists (it writes its pid there),
+so a test can make another verb race that step (a stop racing a crash's restart). Unset in
+normal use: one getenv a step. The steps are listed in README.md, "Faults"."""
 
 import os
+import time
 
-STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead", "shim:exited")
+STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead", "shim:exited",
+         "supervise:backoff", "supervise:decided")
+PAUSE_MAX_S = 120.0
 
 
 def point(step):
-    if os.environ.get("RUNWARD_FAULT") == step:
+    f = os.environ.get("RUNWARD_FAULT")
+    if f == step:
         os.kill(os.getpid(), 9)
+    if f == "pause:" + step:
+        _pause()
+
+
+def _pause():
+    path = os.path.join(os.environ.get("RUNWARD_HOME") or os.path.expanduser("~/.runward"), "fault-pause")
+    with open(path, "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.monotonic() + PAUSE_MAX_S
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)  # test machinery only: the test removes the file when its racer is in place

@@ -8,11 +8,11 @@ import os
 import sys
 import time
 
-from . import boot, cgroups, logfiles, peers
+from . import boot, cgroups, logfiles, peers, supervise
 from . import faults
 from .procfs import read_proc
 from .store import Home, RunStore, open_log, write_json
-from .terminate import signal, signal_name
+from .terminate import signal
 from .wire import AgentFailure, json_dumps, json_loads
 
 _QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
@@ -84,6 +84,8 @@ def read_msg(fd, timeout):
 
 
 def say(fd, obj):
+    if fd is None:
+        return  # a restarted attempt: its start was the shim's own, nobody waits on the pipe
     try:
         os.write(fd, (json_dumps(obj) + "\n").encode())
     except OSError:
@@ -105,14 +107,21 @@ def main(home_path, name, attempt, env):
     status_fd = 1
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}
-    logger, out_fd = _logger(att)
-    write_json(store.attempt_path(n), att)
     _become_subreaper()
-    try:
-        _supervise(store, n, att, env, devnull, out_fd, status_fd)
-    finally:
-        if logger is not None:
-            logfiles.reap(logger)  # its last lines are in the log before the shim is gone
+    sup = supervise.Supervisor(store, att, env, _exec_job, devnull)
+
+    def one(n, att, status_fd):
+        logger, out_fd = _logger(att)
+        if status_fd is not None or logger is not None:
+            # the first attempt: the shim's identity before the job; a restart's record has it
+            write_json(store.attempt_path(n), att)
+        try:
+            _supervise(store, n, att, env, devnull, out_fd, status_fd, sup)
+        finally:
+            if logger is not None:
+                logfiles.reap(logger)  # its last lines are in the log before the shim is gone
+    # a run with a restart policy: one attempt after another (supervise.py), else just one
+    sup.loop(n, att, one, status_fd)
 
 
 def _logger(att):
@@ -126,24 +135,27 @@ def _logger(att):
     return pid, out_fd
 
 
-def _supervise(store, n, att, env, devnull, out_fd, status_fd):
+def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     """Fork the job, record it, wait for it, record its exit."""
-    pid, err = _fork_job(att, env, devnull, out_fd)
+    # a restart's job comes from the process forked for it in advance (supervise.Zygote)
+    pid, err = sup.from_zygote(att) or _fork_job(att, env, devnull, out_fd)
     if out_fd is not None:
         os.close(out_fd)  # the job holds the pipe now: the logger sees EOF when it is gone
     if err:
         att["error"] = err.decode("utf-8", "replace")
         att["exit"] = None
         write_json(store.attempt_path(n), att)
+        sup.spawned()
         say(status_fd, {"error": att["error"]})
         return
     jp = read_proc(pid)
     att["job"] = {"pid": pid, "start": jp.start if jp else None}
     att["started_at"] = time.time()
     write_json(store.attempt_path(n), att)
+    sup.spawned(att)  # a restart held the run lock until now: a stop finds this job
     say(status_fd, {"job": att["job"]})
     link = peers.attach(store, n, att)  # a multi-node run's node: its peers watched (peers.py)
-    ex = _wait_exit(pid)
+    ex = sup.wait_exit(pid, n)
     faults.point("shim:exited")
     att = store.attempt(n)
     att["exit"] = ex
@@ -196,8 +208,9 @@ def _exec_job(att, env, devnull, err_r, err_w, out_fd=None):
     stderr, default signals, then exec. Never returns."""
     try:
         os.close(err_r)
-        os.setsid()
-        for cg in att.get("cgroups") or ():
+        if not att.get("entered"):  # a zygote did both before it waited (supervise.Zygote)
+            os.setsid()
+        for cg in () if att.get("entered") else att.get("cgroups") or ():
             try:
                 with open(os.path.join(cg, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
@@ -213,6 +226,7 @@ def _exec_job(att, env, devnull, err_r, err_w, out_fd=None):
         os.closerange(err_w + 1, 65536)
         for s in _QUIET:
             signal.signal(s, signal.SIG_DFL)
+        supervise.unblock_in_child()
         os.execve(att["exe"], att["argv"], env)
     except BaseException as e:  # exec failed: tell the shim through the CLOEXEC pipe
         try:
@@ -223,7 +237,7 @@ def _exec_job(att, env, devnull, err_r, err_w, out_fd=None):
 
 def _become_subreaper():
     """Orphans of the job (a double fork's middle, the children of a killed shell) come to
-    the shim instead of pid 1, and _wait_exit reaps them: in a container run without --init,
+    the shim instead of pid 1, and its wait (supervise.wait_exit) reaps them: in a container run without --init,
     pid 1 (`sleep infinity`) never does, and each would stay a zombie for the container's
     life. prctl needs ctypes, which python3-minimal lacks: there they go to pid 1 as before."""
     try:
@@ -231,19 +245,3 @@ def _become_subreaper():
         ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (prctl(2))
     except Exception:
         pass
-
-
-def _wait_exit(pid):
-    while True:
-        try:
-            got, status = os.waitpid(-1, 0)  # any child: the job, or an orphan handed to us
-        except InterruptedError:
-            continue
-        if got == pid:
-            break
-    ex = {"at": time.time()}
-    if os.WIFSIGNALED(status):
-        ex.update({"code": None, "signal": signal_name(os.WTERMSIG(status)), "signum": os.WTERMSIG(status)})
-    else:
-        ex.update({"code": os.WEXITSTATUS(status), "signal": None})
-    return ex

@@ -293,10 +293,11 @@ def remove_file(path):
         pass
 
 
-def write_atomic(path, data, mode=0o600):
+def write_atomic(path, data, mode=0o600, sync=True):
     """temp file, all bytes written, fsync, rename, fsync of the directory: a reader sees the
     old or the new file, never half of one, and after a crash the rename is on disk. On any
-    failure the temp file goes and the old file stays whole."""
+    failure the temp file goes and the old file stays whole. sync=False leaves both fsyncs to
+    the caller (sync_file), who has something faster to do first (supervise.py: a restart)."""
     if isinstance(data, str):
         data = data.encode()
     d = os.path.dirname(path) or "."
@@ -305,7 +306,8 @@ def write_atomic(path, data, mode=0o600):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
             write_all(fd, data, path)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -314,7 +316,18 @@ def write_atomic(path, data, mode=0o600):
         if isinstance(e, OSError) and e.errno in DISK_FULL:
             raise disk_full(path)
         raise
-    fsync_dir(d)
+    if sync:
+        fsync_dir(d)
+
+
+def sync_file(path):
+    """The fsyncs a write_atomic(sync=False) left: the file's, then its directory's."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(os.path.dirname(path) or ".")
 
 
 def fsync_dir(d):
@@ -354,12 +367,12 @@ def open_log(path):
         raise
 
 
-def write_json(path, obj):
+def write_json(path, obj, sync=True):
     try:
         import json  # records are indented for people; only the verbs that write pay for json
     except ImportError:  # python3-minimal
         from . import minimal as json
-    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n", sync=sync)
 
 
 def read_json(path, default=None):

@@ -46,6 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--nproc-per-node", type=int, metavar="N", help="several nodes: sets WORLD_SIZE = nodes x N")
     p.add_argument("--on-node-failure", choices=("stop", "continue"),
                    help="several nodes: when one node's job fails, stop the others (default) or let them run")
+    from ..supervision import add_arguments as supervision_arguments
+    supervision_arguments(p)
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
 
@@ -67,6 +69,9 @@ def start_kwargs_from_config(run: dict) -> dict:
     if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
         w = run["wait_gpus_free"]
         kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
+    from ..supervision import policy
+    if policy(run):
+        kw["supervise"] = policy(run)
     if run.get("files"):
         kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
         kw["files"] = list(run["files"])
@@ -106,7 +111,9 @@ def _start_nodes(args, cfg, nodes, out) -> int:
     pick = lambda flag, key, default: flag if flag is not None else run_cfg.get(key, default)  # noqa: E731
     if args.on_node_failure is None and run_cfg.get("on_node_failure") not in (None, *multinode.POLICIES):
         raise BadInput(f"[runs.{args.name}] on_node_failure = {run_cfg['on_node_failure']!r}", "use \"stop\" or \"continue\"")
-    res, code = multinode.start(nodes, args.name, _kw(args, cfg, args.name),
+    kw = _kw(args, cfg, args.name)
+    refuse_node_restarts(args.name, kw)
+    res, code = multinode.start(nodes, args.name, kw,
                                 master_addr=pick(args.master_addr, "master_addr", None),
                                 nproc_per_node=pick(args.nproc_per_node, "nproc_per_node", None),
                                 on_node_failure=pick(args.on_node_failure, "on_node_failure", "stop"))
@@ -121,7 +128,9 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
         from .. import multinode
         from ..errors import OperationFailed
         run_cfg = cfg.runs[name]
-        res, code = multinode.start([cfg.target(t) for t in run_cfg["nodes"]], name, _kw(args, cfg, name),
+        kw = _kw(args, cfg, name)
+        refuse_node_restarts(name, kw)
+        res, code = multinode.start([cfg.target(t) for t in run_cfg["nodes"]], name, kw,
                                     master_addr=run_cfg.get("master_addr"), nproc_per_node=run_cfg.get("nproc_per_node"),
                                     on_node_failure=run_cfg.get("on_node_failure", "stop"))
         if code:
@@ -130,6 +139,17 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
             raise e
         return res
     return api.start(target, name, on_event=on_event, **_kw(args, cfg, name))
+
+
+def refuse_node_restarts(name: str, kw: dict) -> None:
+    """A restart policy on one node of a multi-node run would bring back one rank alone into
+    a rendezvous its peers have left (they stop when a node fails): refused until restarts
+    of the whole run are built. Health actions and notify are a node's own and stay."""
+    mode = (kw.get("supervise") or {}).get("restart", "never")
+    if mode != "never":
+        raise BadInput(f"restart = {mode!r} on the multi-node run {name}",
+                       "a multi-node run restarts as a whole: leave restart at \"never\" and use "
+                       "`runward stop` then `runward start` (docs/multinode.md)")
 
 
 def _kw(args, cfg, name) -> dict:
@@ -143,6 +163,10 @@ def _kw(args, cfg, name) -> dict:
     kw["replace"] = args.replace
     kw["replace_grace"] = args.replace_grace
     kw["lock_timeout"] = args.lock_timeout
+    from ..supervision import policy
+    sup = policy(cfg.runs.get(name), args)
+    if sup:
+        kw["supervise"] = sup
     if not kw.get("argv") and kw.get("sh") is None:
         close = did_you_mean(name, cfg) if name not in cfg.runs else None
         raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")

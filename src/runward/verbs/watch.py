@@ -41,14 +41,18 @@ def run(args, out) -> int:
     if nodes:
         return multinode.watch_all(out, nodes, args.name, for_s=args.for_s, rules=rules, since_s=since)
     res = api.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points, since_s=since)
+    acted = "".join(f"\nhealth action: {a.get('action')} on {a.get('kind')}"
+                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else "")
+                    for a in res.get("actions") or [])
     if res["healthy"]:
         text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"
                 + (f"; {res['throughput_metric']} last {res['metrics'].get(res['throughput_metric'])}"
                    if res.get("throughput_metric") else ""))
-        return emit(out, "watch", target, res, text)
+        return emit(out, "watch", target, res, text + acted)
     text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
     if res.get("ended"):
         text += f"\n{args.name}: the job is not running"
+    text += acted
 
     out.doc({"ok": False, "command": "watch", "target": str(target), "result": res,
              "error": {"type": "Alert", "message": res["alert"].get("detail", res["alert"]["kind"]),

@@ -213,6 +213,9 @@ def _reply(store, att, saved, alerts, facts, judge, watched_s):
     del out["alerts"]  # the attempt's facts are status's; a watch says what it saw
     out.update({"name": store.name, "attempt": att.get("attempt"), "watched_s": watched_s,
                 "alive": saved["alive"], "window": judge.window()})
+    acts = (store.attempt(att["attempt"]) or {}).get("actions")
+    if acts:  # what the shim's health actions did (health_actions.py), with their evidence
+        out["actions"] = acts
     if facts:
         mark_watched(store, att, facts)
     if not alerts and not saved["alive"]:

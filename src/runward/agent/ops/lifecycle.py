@@ -7,7 +7,7 @@ state.py's."""
 import os
 import time
 
-from .. import cgroups, faults, gpus, logfiles, shim
+from .. import cgroups, faults, gpus, logfiles, shim, supervise
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members, own_procs
@@ -19,7 +19,8 @@ from ..wire import AgentFailure, bad_input, event
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
              "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep",
-             "multinode")
+             "multinode",
+             "supervise")
 
 
 # --- start
@@ -85,6 +86,7 @@ def _plan(req, home, store):
         raise bad_input("log path is not usable: %s" % log, "give a file path whose directory exists")
     plan["log"] = log
     plan["log_max"], plan["log_keep"] = logfiles.rotation(req)
+    plan["supervise"] = supervise.check_policy(req.get("supervise"))  # kept by the shim (supervise.py)
     return plan
 
 
@@ -133,6 +135,8 @@ def _replace_old(store, req, procs):
     prev = store.latest()
     state = attempt_state(prev, procs, boot_id())
     if state not in ("running", "orphaned", "starting"):
+        # a shim waiting to restart the last attempt: this start supersedes it
+        supervise.end_backoff(store, prev)
         # processes an exited job left ("stray") do not block a start; --replace ends them too
         if not (req.get("replace") and members(store.name, prev, procs, protected(procs))):
             return None
@@ -141,6 +145,9 @@ def _replace_old(store, req, procs):
             store.name, prev.get("attempt"), (prev.get("job") or {}).get("pid")),
             "use `runward restart %s`, or start with --replace" % store.name,
             attempt=prev.get("attempt"), pid=(prev.get("job") or {}).get("pid"))
+    # the old attempt's shim must not restart it: the replacement wins, as a stop does
+    _mark_stop_requested(store, prev, procs)
+    supervise.end_backoff(store, prev)
     replaced = stop_locked(store, prev, procs, protected(procs),
                            req.get("replace_signal") or prev.get("stop_signal", "TERM"),
                            _replace_grace(req, prev), req.get("gpu_timeout"))
@@ -232,6 +239,8 @@ def _write_attempt(store, req, home, plan, made):
         "log_max": plan["log_max"], "log_keep": plan["log_keep"],
         "multinode": req.get("multinode"),  # this node's rank and its peers (peers.py)
     }
+    if plan["supervise"]:
+        att["supervise"] = plan["supervise"]
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -328,11 +337,13 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
             raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
                                "period (%s)" % (store.name, describe_exit(ex)), result=res)
-        raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)" % (store.name, describe_exit(ex)),
-                           "see the last log lines; `runward logs %s`" % store.name, result=res)
+        raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)%s" % (
+            store.name, describe_exit(ex), supervise.early_exit_note(att)),
+            "see the last log lines; `runward logs %s`" % store.name, result=res)
     if live(job) is None:
         res.update({"alive_after_settle": False, "last_lines": logfiles.tail(log, LOG_TAIL_LINES)})
-        raise AgentFailure("ExitedEarly", "%s is gone after the settle period" % store.name, result=res)
+        raise AgentFailure("ExitedEarly", "%s is gone after the settle period%s" % (
+            store.name, supervise.early_exit_note(att)), result=res)
     shim_ident = att.get("shim")
     if shim_ident and live(shim_ident) is None and not (store.attempt(n) or {}).get("exit"):
         _shim_died(store, n, job, res)  # it died as the settle ended: still an orphan, said so
@@ -397,8 +408,12 @@ def stop(req, home):
         prot = protected(procs)
         sig = sig or (att or {}).get("stop_signal", "TERM")
         grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
-        _mark_stop_requested(store, att, procs)
-        return stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+        _mark_stop_requested(store, att, procs, req.get("by"))
+        ended = supervise.end_backoff(store, att, req.get("by"))  # a shim waiting to restart: no next attempt
+        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+        if ended:
+            res["restart_cancelled"] = True
+        return res
     finally:
         store.unlock(fd)
 
@@ -412,16 +427,18 @@ def _stop_store(home, name):
     return RunStore.existing(home, name)
 
 
-def _mark_stop_requested(store, att, procs):
+def _mark_stop_requested(store, att, procs, by=None):
     """Before any signal: a start still in its settle period (it no longer holds the lock)
-    then reports its job's end as stopped by us, not as an early exit. Read again just
-    before the write: the shim writes the same record when the job ends."""
+    then reports its job's end as stopped by us, not as an early exit, and a supervising
+    shim does not restart it. Read again just before the write: the shim writes the same
+    record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
+    health action's (supervise.py), which never overrides a stop already asked for."""
     if not att or attempt_state(att, procs, boot_id()) not in ("running", "starting", "orphaned"):
         return
     fresh = store.attempt(att["attempt"]) or att
-    if fresh.get("exit"):
+    if fresh.get("exit") or (by and by != "cli" and fresh.get("stop_requested")):
         return
-    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid()}
+    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": by or "cli"}
     write_json(store.attempt_path(att["attempt"]), fresh)
 
 

@@ -11,6 +11,7 @@ import time
 
 from ..procfs import boot_id, protected, scan
 from ..runs import attempt_state, members
+from ..supervise import in_backoff
 from ..store import RunStore, fsync_dir, remove_file
 from ..wire import AgentFailure, bad_input
 
@@ -96,11 +97,13 @@ def _live(store, att, procs):
             return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
                     "pid": None, "pids": []}
     state = attempt_state(att, procs, boot_id())
+    if in_backoff(att):
+        state = "restarting"  # its shim starts the next attempt soon: `stop` it first
     found = members(store.name, att, procs, protected(procs)) if state != "lost" else {}
-    if state not in LIVE_STATES and not found:
+    if state not in LIVE_STATES + ("restarting",) and not found:
         return None
     pid = (att.get("job") or {}).get("pid") if state in LIVE_STATES else None
-    return {"state": state if state in LIVE_STATES else "stopped, with live processes",
+    return {"state": state if state in LIVE_STATES + ("restarting",) else "stopped, with live processes",
             "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
             "pids": sorted(found)}
 

@@ -1,0 +1,100 @@
+"""Health actions, judged by the shim while the job lives, with nobody connected: every
+interval, the attempt's facts (ops/health.py: NaN, OOM, traceback, NCCL, ...) and the rules
+`watch` knows (ops/window.py: floors, ceilings, drop, stall) from the incremental parser. An
+alert whose kind names an action in [runs.NAME.health] actions gets it: notify (the default),
+stop (the verified stop the CLI's stop is, run as a child of the shim: the agent's own stop
+op, so stop's rules and checks are the same), or restart (that stop, marked as a health
+restart: the supervisor then starts the next attempt whatever the restart policy). Each
+action is recorded with its evidence (the line, its time, the metric values) in the attempt
+record, where status and watch show it."""
+
+import os
+import sys
+import time
+
+from . import boot
+from .wire import json_dumps
+
+DEFAULT_INTERVAL = 5.0
+
+
+class HealthKeeper(object):
+    def __init__(self, store, n, cfg, notify):
+        self.store = store
+        self.n = n
+        self.rules = dict(cfg.get("rules") or {})
+        self.actions = dict(cfg.get("actions") or {})
+        self.interval = float(cfg.get("interval") or DEFAULT_INTERVAL)
+        self.notify = notify
+        self.judge = None
+        self.acted = False  # one stop or restart per attempt: the first alert that asks wins
+
+    def tick(self, n):
+        from .ops import health
+        from .ops.window import Judge
+        att = self.store.attempt(n)
+        if not att or att.get("exit"):
+            return
+        saved, facts, _ = health.scan(self.store, att, self.rules.get("metrics"))
+        if self.judge is None:
+            self.judge = Judge(att, saved, self.rules, time.time(), None)
+            facts = [a for a in saved.get("alerts") or [] if a.get("kind") != "exited"]
+        alerts = facts + self.judge.poll(att["log"], True, time.time())
+        for a in alerts:
+            if a["kind"] == "exited":
+                continue  # the job's end is the supervisor's own event (notify "exited")
+            self._act(n, a, saved.get("last") or {})
+
+    def _act(self, n, a, last):
+        action = self.actions.get(a["kind"], "notify")
+        if action != "notify" and self.acted:
+            action = "notify"  # already stopping: the rest is evidence only
+        rec = {"kind": a["kind"], "action": action, "at": time.time(), "line": a.get("line"),
+               "line_no": a.get("line_no"), "line_t": a.get("t"), "detail": a.get("detail"),
+               "metric": a.get("metric"), "value": a.get("value"),
+               "metrics": dict(list(last.items())[:12])}
+        if action in ("stop", "restart"):
+            self.acted = True
+            rec["stop_reply"] = os.path.join(self.store.dir, "attempts", "%d.health-stop.log" % n)
+        self._write(n, rec)
+        if action in ("stop", "restart"):
+            self._stop(action)  # after the write: the stop marks the record it reads then
+        self.notify("alert", n, alert=a, action=action, metrics=rec["metrics"])
+
+    def _write(self, n, rec):
+        """Append REC to the attempt's actions under the run lock (a stop marks the same
+        record under it); a stop holding the lock through a long grace is not waited out."""
+        from .store import write_json
+        from .wire import AgentFailure
+        try:
+            fd = self.store.lock("health", 10.0)
+        except AgentFailure:
+            fd = None
+        try:
+            att = self.store.attempt(n) or {}
+            att.setdefault("actions", []).append(rec)
+            write_json(self.store.attempt_path(n), att)
+        finally:
+            if fd is not None:
+                self.store.unlock(fd)
+
+    def _stop(self, action):
+        """The agent's stop op in a child (bootstrap and blob as the CLI sends them): it
+        takes the run lock, marks the record, stops the tree verified. Its reply goes to
+        attempts/N.health-stop.log."""
+        import signal
+        import subprocess
+        src, sha = boot.blob()
+        out = os.open(os.path.join(self.store.dir, "attempts", "%d.health-stop.log" % self.n),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        req = {"v": boot.PROTOCOL, "op": "stop", "name": self.store.name, "home": self.store.home.path,
+               "by": "health:" + action}
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH")
+               if k in os.environ}
+        p = subprocess.Popen([sys.executable, "-S", "-c", boot.BOOTSTRAP], stdin=subprocess.PIPE, stdout=out,
+                             stderr=2, close_fds=True, env=env,
+                             preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
+        os.close(out)
+        p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + json_dumps(req).encode() + b"\n")
+        p.stdin.close()
+        p.returncode = 0  # reaped by the shim's wait loop, not by Popen

@@ -1,0 +1,76 @@
+"""Notifications of a supervised run (exited, restarted, gave_up, every alert): to each of the
+policy's notify entries, a command run here (argv split as a shell would, the event's JSON
+on its stdin, killed after COMMAND_S) or a webhook (the same JSON POSTed with urllib: a
+timeout per try, TRIES tries with a growing pause). Each send runs in a thread of its own:
+supervision never waits for a slow hook. The shim waits for them, bounded, only as it ends
+(threads are not daemons), so the last event (gave_up) is still delivered. What each send
+came to is written to the shim's own log (attempts/N.shim.log)."""
+
+import os
+import sys
+import threading
+
+COMMAND_S = 30.0
+HTTP_TIMEOUT_S = 5.0
+TRIES = 3
+
+
+def send(targets, event):
+    from .wire import json_dumps
+    body = (json_dumps(event) + "\n").encode()
+    for t in targets:
+        fn = _post if t.startswith(("http://", "https://")) else _command
+        th = threading.Thread(target=_guarded, args=(fn, t, body, event.get("event")))
+        th.start()
+
+
+def _guarded(fn, target, body, what):
+    try:
+        fn(target, body)
+    except Exception as e:  # a hook's failure is logged, never the shim's end
+        _log("notify %s to %s failed: %s: %s" % (what, target, type(e).__name__, e))
+
+
+def _log(msg):
+    try:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _post(url, body):
+    import time
+    import urllib.request
+    last = None
+    for i in range(TRIES):
+        req = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "runward"})
+        try:
+            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
+                if 200 <= r.status < 300:
+                    return
+                last = "HTTP %d" % r.status
+        except Exception as e:  # refused, timed out, HTTP 5xx: tried again
+            last = "%s: %s" % (type(e).__name__, e)
+        time.sleep(0.5 * 2 ** i)
+    raise RuntimeError("%d tries, last: %s" % (TRIES, last))
+
+
+def _command(cmd, body):
+    import shlex
+    import signal
+    import subprocess
+    argv = shlex.split(cmd)
+    # its output goes to the shim's log (our stderr), never to the status pipe (our stdout)
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=2, stderr=2, close_fds=True,
+                         start_new_session=True,
+                         preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
+    try:
+        p.communicate(body, timeout=COMMAND_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise RuntimeError("still running after %gs: killed" % COMMAND_S)
+    if p.returncode:
+        raise RuntimeError("exit status %s" % p.returncode)

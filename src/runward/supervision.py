@@ -1,0 +1,150 @@
+"""The supervision policy of a start (docs/supervision.md): runward.toml's [runs.NAME] keys and
+[runs.NAME.health] actions, the start flags over them, as the table the agent's start stores
+in the run's spec and the shim keeps (agent/supervise.py checks it again there)."""
+
+from __future__ import annotations
+
+from .errors import BadInput
+
+KEYS = ("restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
+        "restart_exit_codes", "no_restart_exit_codes", "notify")
+MODES = ("never", "on-failure", "always")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--restart", choices=MODES, help="restart policy, kept on the target by the shim (default never)")
+    p.add_argument("--max-restarts", type=int, metavar="N", help="give up (state gave_up) after N restarts (default 5)")
+    p.add_argument("--restart-window", metavar="DURATION",
+                   help="count --max-restarts within this window, e.g. 1h (default: the whole run)")
+    p.add_argument("--backoff", metavar="FIRST..CAP", help="delay before a restart, doubled per failed start, "
+                                                           "to the cap (default 1s..60s; 0 for none)")
+    p.add_argument("--min-uptime", metavar="DURATION",
+                   help="an attempt that dies sooner is a failed start: the delay grows (default 10s)")
+    p.add_argument("--restart-exit-codes", metavar="1,2", help="with on-failure: restart only on these codes")
+    p.add_argument("--no-restart-exit-codes", metavar="3,4", help="never restart on these codes")
+    p.add_argument("--notify", action="append", metavar="CMD|URL",
+                   help="on exited, restarted, gave_up and every alert: run CMD (event JSON on stdin) "
+                        "or POST it to URL (repeatable)")
+
+
+def policy(run_cfg: dict | None, args=None) -> dict | None:
+    """The "supervise" table of a start: runward.toml's, then the flags; None when neither
+    asks for supervision (a run then behaves as it always did)."""
+    cfg = dict(run_cfg or {})
+    raw = {k: cfg[k] for k in KEYS if k in cfg}
+    if args is not None:
+        for k in KEYS:
+            v = getattr(args, k, None)
+            if v is not None:
+                raw[k] = v
+    health = _health(cfg.get("health") or {})
+    if not raw and not health:
+        return None
+    return _parsed(raw, health)
+
+
+def _parsed(raw: dict, health: dict | None) -> dict:
+    from .api import parse_duration
+    out: dict = {}
+    if "restart" in raw:
+        if raw["restart"] not in MODES:
+            raise BadInput(f"invalid restart {raw['restart']!r}", "restart = \"never\", \"on-failure\" or \"always\"")
+        out["restart"] = raw["restart"]
+    if "max_restarts" in raw:
+        out["max_restarts"] = _count(raw["max_restarts"], "max_restarts")
+    for k in ("restart_window", "min_uptime"):
+        if k in raw:
+            out[k] = parse_duration(str(raw[k]), k)
+    if "backoff" in raw or "backoff_max" in raw:
+        out["backoff"] = _backoff(raw.get("backoff"), raw.get("backoff_max"))
+    for k in ("restart_exit_codes", "no_restart_exit_codes"):
+        if k in raw:
+            out[k] = _codes(raw[k], k)
+    if "notify" in raw:
+        n = raw["notify"]
+        out["notify"] = [n] if isinstance(n, str) else list(n)
+        if not all(isinstance(t, str) and t.strip() for t in out["notify"]):
+            raise BadInput(f"invalid notify {n!r}", 'notify = ["command ARG...", "https://hook"]')
+    if health:
+        out["health"] = health
+    return out
+
+
+def _count(v, k: str) -> int:
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        n = -1
+    if n < 0 or isinstance(v, bool):
+        raise BadInput(f"invalid {k} {v!r}", "give a whole number >= 0")
+    return n
+
+
+def _backoff(text, cap) -> list[float]:
+    """"5s..5m" (first delay..cap), or "5s" with backoff_max = "5m"; "0" for none."""
+    from .api import parse_duration
+    s = "1s" if text is None else str(text)
+    first, sep, last = s.partition("..")
+    lo = parse_duration(first, "backoff")
+    hi = parse_duration(last, "backoff") if sep else (parse_duration(str(cap), "backoff_max") if cap is not None
+                                                      else max(lo, 60.0))
+    if hi < lo:
+        raise BadInput(f"invalid backoff {s!r}: the cap is below the first delay", 'write backoff = "5s..5m"')
+    return [lo, hi]
+
+
+def _codes(v, k: str) -> list[int]:
+    items = v.split(",") if isinstance(v, str) else v
+    try:
+        codes = [int(str(c).strip()) for c in items if str(c).strip()]
+    except (TypeError, ValueError):
+        codes = [-1]
+    if not all(0 <= c <= 255 for c in codes):
+        raise BadInput(f"invalid {k} {v!r}", f"a list of exit codes 0-255, e.g. {k} = [1, 137]")
+    return codes
+
+
+ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "below_min",
+                "above_max", "drop")
+
+
+def _health(h: dict) -> dict | None:
+    """[runs.NAME.health] with actions = {KIND = "stop" | "restart" | "notify"}: the rules
+    (as `watch` reads them) and the actions, judged by the shim every `interval` seconds."""
+    acts = h.get("actions")
+    if not acts:
+        return None
+    from .api import health_rules, parse_duration
+    alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom"}
+    actions = {alias.get(k, k): v for k, v in dict(acts).items()}
+    bad = [k for k in actions if k not in ACTION_KINDS] + [f"{k}={v}" for k, v in actions.items()
+                                                           if v not in ("notify", "stop", "restart")]
+    if bad:
+        raise BadInput(f"invalid [health] actions {', '.join(map(str, bad))}",
+                       f"actions = {{ nan = \"stop\", stall = \"restart\" }}; kinds: {', '.join(ACTION_KINDS)}")
+    return {"rules": health_rules({"health": h}), "actions": actions,
+            "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+
+
+def status_lines(r: dict, now: float) -> list[str]:
+    """What status says of a supervised run: its policy, restarts, the next restart, why it
+    gave up, and the health actions taken (with their evidence)."""
+    pol = r.get("policy")
+    if not pol:
+        return []
+    b = pol.get("backoff") or [0, 0]
+    out = [f"  policy: restart {pol.get('restart')}, max {pol.get('max_restarts')}"
+           + (f" in {pol['restart_window']:g}s" if pol.get("restart_window") else "")
+           + f", backoff {b[0]:g}s..{b[1]:g}s, min uptime {pol.get('min_uptime'):g}s;"
+           f" restarts so far: {r.get('restarts', 0)}"]
+    if r.get("next_restart_at"):
+        out.append(f"  next restart in {max(0.0, r['next_restart_at'] - now):.1f}s (stop cancels it)")
+    g = r.get("gave_up")
+    if g:
+        codes = ", ".join(str(e.get("code") if e.get("code") is not None else e.get("signal"))
+                          for e in g.get("exits") or [])
+        out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
+    for a in r.get("actions") or []:
+        out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
+                   + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))
+    return out
