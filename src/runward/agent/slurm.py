@@ -174,3 +174,14 @@ def wait_gone(job_id, timeout, poll=0.1):
         if time.monotonic() >= deadline:
             return None
         time.sleep(poll)  # no event to wait on: Slurm's commands are polled (squeue)
+
+
+def alive(att):
+    """Whether the attempt's job is active in Slurm (health's and watch's `alive`)."""
+    if (att.get("exit") or {}).get("state"):
+        return False
+    try:
+        q = queued(att["slurm"]["job_id"])
+    except AgentFailure:
+        return False
+    return q is not None and q["state"] in ACTIVE

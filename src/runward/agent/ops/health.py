@@ -41,7 +41,7 @@ def fact_rules(att, metrics=None):
     job = att.get("job")
     out["alive"] = bool(job) and live(job) is not None
     if att.get("slurm"):  # a Slurm job: alive while Slurm lists it active
-        from . import slurm
+        from .. import slurm  # the commands, not ops/slurm (which imports lifecycle, the shim...)
         out["alive"] = slurm.alive(att)
     out["exit"] = att.get("exit") or None
     return out

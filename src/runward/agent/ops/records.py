@@ -92,7 +92,7 @@ def ended_at(att, store):
 def _live(store, att, procs):
     """None when nothing of the run lives; else what lives (for the refusal)."""
     if att and att.get("slurm"):  # a submitted job lives while Slurm lists it active
-        from . import slurm
+        from .. import slurm
         if slurm.alive(att):
             return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
                     "pid": None, "pids": []}

@@ -331,14 +331,3 @@ def status_of(store, att, with_details=True):
         if out["state"] == "running":
             out["node_pids"] = _node_pids(store, att)
     return out
-
-
-def alive(att):
-    """Whether the attempt's job is active in Slurm (health's and watch's `alive`)."""
-    if (att.get("exit") or {}).get("state"):
-        return False
-    try:
-        q = slurm.queued(att["slurm"]["job_id"])
-    except AgentFailure:
-        return False
-    return q is not None and q["state"] in slurm.ACTIVE
