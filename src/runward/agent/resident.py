@@ -23,7 +23,7 @@ from . import boot
 from .terminate import signal
 from .wire import AgentFailure, json_dumps, reply
 
-OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid"))
+OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "manifest"))
 PATH_MAX = 100  # sun_path holds 108 bytes; the resident binds "<path>.<pid>" first
 
 

@@ -1,0 +1,316 @@
+"""manifest and push: deploy as rsync does it, in two round trips. `manifest` says what is at
+each destination (type, size, mode, and the sha256 of the files the caller has at the same
+size, from the hash cache); the CLI then sends only what differs, and `push` writes it: each
+file to a temp file beside its destination, checked by sha256, fsynced and renamed into place
+(a reader, or a push cut mid-file, sees the old file or the new one, never half), links as
+links, and with --delete removes what the source no longer has.
+
+Every directory is reached through descriptors from / (safepath): nothing is written through
+a symbolic link planted on the way or inside the tree."""
+
+import errno
+import os
+import stat
+import time
+
+from ..hashcache import HashCache, sha256_fd
+from ..procfs import in_container
+from ..safepath import DIR_FLAGS, DirCache, open_root, same_dir
+from ..store import RunStore, read_json, write_all, write_json
+from ..wire import AgentFailure, bad_input
+
+TEMP_MARK = ".runward-"
+
+
+def is_temp(name):
+    """A temp file of ours (".NAME.runward-<16 hex>"), left by a push cut mid-file."""
+    i = name.rfind(TEMP_MARK)
+    return name.startswith(".") and i > 0 and len(name) - i - len(TEMP_MARK) == 16
+
+
+def _full(remote):
+    path = os.path.expanduser(remote)
+    return path if os.path.isabs(path) else os.path.join(os.path.expanduser("~"), path)
+
+
+def _os_failure(e, what):
+    return AgentFailure("Failed", "%s on %s: %s" % (what, os.uname().nodename, e.strerror or e),
+                        "check the destination path and its permissions")
+
+
+# --- manifest: what is there ----------------------------------------------------------------
+
+def manifest(req, home):
+    cache = HashCache(home)
+    out = []
+    for root in req.get("roots") or []:
+        path = _full(root["remote"])
+        try:
+            out.append(_manifest_root(path, root, cache))
+        except OSError as e:
+            raise _os_failure(e, "cannot read %s" % path)
+    cache.save()
+    return {"roots": out, "host": os.uname().nodename, "in_container": in_container()}
+
+
+def _manifest_root(path, root, cache):
+    want = root.get("want") or {}
+    if not root.get("tree"):
+        d, name = os.path.split(path.rstrip("/"))
+        fd = open_root(d)
+        if fd is None:
+            return {"remote": path, "exists": False, "entries": {}}
+        try:
+            ent = _entry(fd, name, want.get(""), cache)
+        finally:
+            os.close(fd)
+        return {"remote": path, "exists": ent is not None, "entries": {"": ent} if ent else {}}
+    fd = open_root(path)
+    if fd is None:
+        return {"remote": path, "exists": False, "entries": {}}
+    entries = {}
+    try:
+        _list(fd, "", want, cache, entries)
+    finally:
+        os.close(fd)
+    return {"remote": path, "exists": True, "entries": entries}
+
+
+def _entry(dfd, name, want_size, cache):
+    """[type, size, mode, sha256 or link target or None] of name in dfd, never followed."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        return ["l", 0, mode, os.readlink(name, dir_fd=dfd)]
+    if stat.S_ISDIR(st.st_mode):
+        return ["d", 0, mode, None]
+    if stat.S_ISREG(st.st_mode):
+        # only a file the caller has at this very size can be equal: the others are not read
+        sha = cache.sha256_at(dfd, name) if want_size == st.st_size else None
+        return ["f", st.st_size, mode, sha]
+    return ["o", 0, mode, None]
+
+
+def _list(dfd, rel, want, cache, out):
+    for name in sorted(os.listdir(dfd)):
+        if is_temp(name):
+            continue
+        r = rel + "/" + name if rel else name
+        ent = _entry(dfd, name, want.get(r), cache)
+        if ent is None:
+            continue  # gone since the listing
+        out[r] = ent
+        if ent[0] == "d":
+            try:
+                sub = os.open(name, DIR_FLAGS, dir_fd=dfd)
+            except OSError:
+                continue  # replaced since the listing
+            try:
+                _list(sub, r, want, cache, out)
+            finally:
+                os.close(sub)
+
+
+# --- push: what differs, written ---------------------------------------------------------------
+
+def push(req, home, emit, stdin):
+    """Apply req["items"] in order under req["roots"]: directories ("d"), files ("f", their
+    bytes then their sha256 line on stdin, in item order), links ("l"), deletions ("x",
+    deepest first). "keep" names the files the caller found unchanged (recorded as deployed
+    with the rest)."""
+    roots, cache = [], HashCache(home)
+    try:
+        for r in req.get("roots") or []:
+            roots.append(_open_push_root(r, req, home))
+        res = _apply(req, roots, cache, stdin)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise AgentFailure("DiskFull", "disk full on %s: %s" % (os.uname().nodename, e.strerror),
+                               "free space on the target, then push again")
+        raise _os_failure(e, "push failed")
+    finally:
+        for _, dirs, _ in roots:
+            dirs.close()
+        cache.save()
+    if req.get("run"):
+        _record_deployed(RunStore(home, req["run"]), res["files"] + [
+            {"remote": _dest(roots[i][0], rel), "sha256": sha} for i, rel, sha in req.get("keep") or []])
+    res.update(verified=["sha256_on_target"], host=os.uname().nodename, in_container=in_container())
+    return res
+
+
+def _open_push_root(r, req, home):
+    """(path, DirCache, leaf name or None) for one root. A file root's DirCache holds its
+    directory, and its leaf is the file's name there."""
+    path = _full(r["remote"])
+    if not r.get("tree"):
+        d, name = os.path.split(path.rstrip("/"))
+        return path, DirCache(open_root(d, create=True)), name
+    fd = open_root(path, create=True)
+    if req.get("delete") and any(same_dir(fd, p) for p in ("/", os.path.expanduser("~"), home.path)):
+        os.close(fd)
+        raise bad_input("--delete refused for %s: it is / or a home directory" % path,
+                        "push into a directory of its own (e.g. ~/work/NAME) to use --delete")
+    return path, DirCache(fd), None
+
+
+def _dest(path, rel):
+    return path.rstrip("/") + "/" + rel if rel else path
+
+
+def _apply(req, roots, cache, stdin):
+    files, links, deleted, modes = [], [], [], []
+    for it in req.get("items") or []:
+        path, dirs, leaf = roots[it["i"]]
+        rel, t = it["rel"], it["t"]
+        parent, _, name = rel.rpartition("/")
+        if t == "d":
+            fd = dirs.get(rel)
+            modes.append((fd, it["mode"]))  # set last: a 0555 directory must take its files first
+        elif t == "x":
+            if not req.get("delete") or leaf is not None or not rel:
+                raise bad_input("a deletion outside a pushed directory: %r" % rel, "this is a bug in the caller")
+            dfd = dirs.get(parent, create=False)
+            if dfd is not None and _remove(dfd, name):
+                deleted.append({"remote": _dest(path, rel), "type": it.get("type"), "size": it.get("size", 0)})
+        else:
+            dfd = dirs.get(parent)
+            name = leaf if leaf is not None else name
+            shown = path if leaf is not None else _dest(path, rel)
+            if t == "f":
+                files.append(_receive(dfd, name, it, stdin, shown, cache))
+            else:
+                _link(dfd, name, it["target"])
+                links.append({"remote": shown, "target": it["target"]})
+    for fd, mode in reversed(modes):
+        os.fchmod(fd, mode & 0o7777)
+    return {"files": files, "links": links, "deleted": deleted}
+
+
+def _remove(dfd, name):
+    """Remove name from dfd: a file or a link (never what it points to), or an empty
+    directory (the caller removes its contents first). False when already gone."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(name, dir_fd=dfd)
+        else:
+            os.unlink(name, dir_fd=dfd)
+    except OSError as e:
+        if e.errno == errno.ENOTEMPTY:
+            return False  # something new appeared in it since the manifest: left alone
+        raise
+    return True
+
+
+def _link(dfd, name, target):
+    for _ in range(100):
+        tmp = ".%s%s%s" % (name, TEMP_MARK, os.urandom(8).hex())
+        try:
+            os.symlink(target, tmp, dir_fd=dfd)
+            break
+        except FileExistsError:
+            continue
+    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+
+
+def _receive(dfd, name, it, stdin, shown, cache):
+    """One file's bytes from stdin into a temp file in dfd, its sha256 line checked, mode
+    and mtime set, fsynced, read back, renamed over name: atomic, and after the rename name
+    must be that very file (see files._receive: the directory may be others')."""
+    import hashlib
+    fd, tmp = _create_temp_at(dfd, name)
+    try:
+        h = hashlib.sha256()
+        for chunk in read_exact(stdin, int(it["size"]), h):
+            write_all(fd, chunk, shown)
+        sent = stdin.read(65).decode("ascii", "replace").strip()
+        got = h.hexdigest()
+        if sent != got:
+            raise AgentFailure("Failed", "sha256 mismatch for %s: sent %s, received %s" % (shown, sent[:16], got[:16]),
+                               "the bytes changed in transit or the local file changed while being read; push again")
+        os.fchmod(fd, int(it.get("mode", 0o644)) & 0o7777)
+        if it.get("mtime_ns"):
+            os.utime(fd, ns=(time.time_ns(), int(it["mtime_ns"])))
+        os.fsync(fd)
+        if sha256_fd(fd) != got:
+            raise AgentFailure("Failed", "%s reads back with another sha256 than was written" % shown, "check the disk")
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException as e:
+        os.close(fd)
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        if isinstance(e, IsADirectoryError) or getattr(e, "errno", None) in (errno.EISDIR, errno.ENOTEMPTY):
+            raise AgentFailure("Failed", "%s is a directory there; the source has a file" % shown,
+                               "remove the directory on the target, or push with --delete from its parent")
+        raise
+    try:
+        _check_same_file_at(fd, dfd, name, shown)
+        cache.put(os.fstat(fd), got, trusted=True)
+    finally:
+        os.close(fd)
+    return {"remote": shown, "sha256": got, "size": int(it["size"]), "mode": oct(it.get("mode", 0o644))}
+
+
+def read_exact(stdin, n, h):
+    """Read exactly n bytes from stdin in chunks, feeding hash h; yield the chunks."""
+    left = n
+    while left > 0:
+        chunk = stdin.read(min(left, 1 << 20))
+        if not chunk:
+            raise AgentFailure("Failed", "the byte stream ended early (%d bytes missing)" % left,
+                               "the connection dropped or the local file shrank; push again")
+        h.update(chunk)
+        left -= len(chunk)
+        yield chunk
+
+
+def _create_temp_at(dfd, base):
+    """(fd, name) of a new temp file in dfd, 0600, open for writing and reading back. The
+    name is random (a pid is guessed: links were planted under the next pids' names) and
+    O_EXCL with O_NOFOLLOW refuses any name already there, a symlink included."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = ".%s%s%s" % (base, TEMP_MARK, os.urandom(8).hex())
+        try:
+            return os.open(tmp, flags, 0o600, dir_fd=dfd), tmp
+        except FileExistsError:
+            continue
+    raise AgentFailure("Failed", "could not create a temp file beside %s: 100 random names were taken" % base,
+                       "look at what fills its directory")
+
+
+def _check_same_file_at(fd, dfd, name, shown):
+    """The name must now be the file we wrote and hashed: in a directory others can write,
+    it could have been swapped between our rename and now."""
+    st, got = os.fstat(fd), None
+    try:
+        got = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        pass
+    if got is None or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+        raise AgentFailure("Failed", "%s is not the file written: it was replaced after the rename; "
+                           "the push is not verified" % shown,
+                           "someone else writes in its directory; push into a directory of your own")
+
+
+def _record_deployed(store, done):
+    """deployed.json: the sha256 of what deploy wrote or found unchanged, for status."""
+    store.home.ensure()
+    try:
+        os.mkdir(store.dir, 0o700)
+    except FileExistsError:
+        pass
+    dep = read_json(os.path.join(store.dir, "deployed.json"), {}) or {}
+    for f in done:
+        if f.get("sha256"):
+            dep[f["remote"]] = {"sha256": f["sha256"], "at": time.time()}
+    write_json(os.path.join(store.dir, "deployed.json"), dep)
