@@ -10,6 +10,7 @@ ctime is in the key because `touch -d` can put an mtime back, never a ctime.
 
 import hashlib
 import os
+import stat
 import time
 
 from .store import read_json, write_atomic
@@ -49,15 +50,17 @@ class HashCache(object):
             self.entries[key(st)] = sig(st) + [sha, int(time.time())]
             self.dirty = True
 
-    def sha256_at(self, dir_fd, name):
-        """The sha256 of the regular file name in dir_fd, never through a link; None when it
-        is gone or not a regular file."""
+    def sha256_at(self, dir_fd, name, follow=False):
+        """The sha256 of the file name in dir_fd, through a link only when follow; None when
+        it is gone or cannot be read."""
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
         except OSError:
             return None
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
             got = self.get(st)
             if got is None:
                 got = sha256_fd(fd)
@@ -68,13 +71,14 @@ class HashCache(object):
             os.close(fd)
 
     def sha256_path(self, path):
+        """As the start hashed it (store.file_hashes): a link is followed."""
         d, name = os.path.split(path)
         try:
             fd = os.open(d or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
-            return self.sha256_at(fd, name)
+            return self.sha256_at(fd, name, follow=True)
         finally:
             os.close(fd)
 
