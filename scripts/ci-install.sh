@@ -29,10 +29,11 @@ die() { log "ERROR: $*"; exit 1; }
 # ca-certificates: debootstrap fetches over the Debian mirror.
 # zsh: tests/test_completion.py loads `runward completion zsh` into a real zsh (~1 MB).
 # tmux: tests/test_top.py drives `runward top` in a real terminal (send-keys, capture-pane).
+# rsync: bench/deploy.py's peer (the test hosts share this filesystem, so its binary).
 PKGS=(
   openssh-server openssh-client iproute2
   podman runc catatonit debootstrap lxc
-  procps psmisc python3 python3-venv ca-certificates zsh tmux
+  procps psmisc python3 python3-venv ca-certificates zsh tmux rsync
 )
 
 missing=()

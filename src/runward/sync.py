@@ -172,7 +172,7 @@ def push(target: Target, specs: list[str], *, run: str | None = None, progress: 
            "items": [{k: v for k, v in it.items() if k != "local"} for it in items],
            "keep": [[k["i"], k["rel"], k["sha256"]] for k in keep]}
     try:
-        got = transport.call(target, req, payload=stream(sends, bar))
+        got = transport.call(target, req, payload=coalesce(stream(sends, bar)))
     finally:
         bar.close()
     local_of = {_dest(there[it["i"]]["remote"], it["rel"]): it["local"] for it in sends}
@@ -222,6 +222,20 @@ class Progress:
     def close(self) -> None:
         if self.enabled:
             sys.stderr.write("\n")
+
+
+def coalesce(chunks, size: int = 1 << 20):
+    """The same bytes in pieces of about size: a tree of small files is otherwise two pipe
+    writes per file (its bytes, its hash line), each a wakeup of ssh and of the reader."""
+    buf, n = [], 0
+    for c in chunks:
+        buf.append(c)
+        n += len(c)
+        if n >= size:
+            yield b"".join(buf)
+            buf, n = [], 0
+    if buf:
+        yield b"".join(buf)
 
 
 def stream(sends: list[dict], progress: Progress):

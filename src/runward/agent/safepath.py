@@ -129,6 +129,12 @@ class DirCache(object):
             self.fds[rel] = fd
         return fd
 
+    def trim(self):
+        """Close all but the root's (reopened when asked for again)."""
+        for rel, fd in list(self.fds.items()):
+            if rel:
+                os.close(self.fds.pop(rel))
+
     def close(self):
         for fd in self.fds.values():
             os.close(fd)
