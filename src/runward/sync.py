@@ -153,7 +153,7 @@ def push(target: Target, specs: list[str], *, run: str | None = None, progress: 
         for r in roots:
             if r["tree"]:
                 refuse_delete_root(r["remote"])
-    req = {"op": "manifest", "roots": [{"remote": r["remote"], "tree": r["tree"], "want": {
+    req = {"op": "manifest", "roots": [{"remote": r["remote"], "tree": r["tree"], "delete": delete, "want": {
         rel: e["size"] for rel, e in r["entries"].items() if e["t"] == "f"}} for r in roots]}
     there = transport.call(target, req)["roots"]
     items, keep = [], []

@@ -46,14 +46,14 @@ def manifest(req, home):
     for root in req.get("roots") or []:
         path = _full(root["remote"])
         try:
-            out.append(_manifest_root(path, root, cache))
+            out.append(_manifest_root(path, root, cache, home))
         except OSError as e:
             raise _os_failure(e, "cannot read %s" % path)
     cache.save()
     return {"roots": out, "host": os.uname().nodename, "in_container": in_container()}
 
 
-def _manifest_root(path, root, cache):
+def _manifest_root(path, root, cache, home):
     want = root.get("want") or {}
     if not root.get("tree"):
         d, name = os.path.split(path.rstrip("/"))
@@ -68,6 +68,8 @@ def _manifest_root(path, root, cache):
     fd = open_root(path)
     if fd is None:
         return {"remote": path, "exists": False, "entries": {}}
+    if root.get("delete"):
+        _refuse_delete(fd, path, home)  # before a listing of all of / or ~
     entries = {}
     try:
         _list(fd, "", want, cache, entries)
@@ -150,11 +152,18 @@ def _open_push_root(r, req, home):
         d, name = os.path.split(path.rstrip("/"))
         return path, DirCache(open_root(d, create=True)), name
     fd = open_root(path, create=True)
-    if req.get("delete") and any(same_dir(fd, p) for p in ("/", os.path.expanduser("~"), home.path)):
-        os.close(fd)
-        raise bad_input("--delete refused for %s: it is / or a home directory" % path,
-                        "push into a directory of its own (e.g. ~/work/NAME) to use --delete")
+    if req.get("delete"):
+        _refuse_delete(fd, path, home)
     return path, DirCache(fd), None
+
+
+def _refuse_delete(fd, path, home):
+    """--delete under /, the home directory or runward's own state: refused, on the
+    directory reached (device and inode), whatever path named it."""
+    if any(same_dir(fd, p) for p in ("/", os.path.expanduser("~"), home.path)):
+        os.close(fd)
+        raise bad_input("--delete refused for %s: it is /, a home directory or runward's state" % path,
+                        "push into a directory of its own (e.g. ~/work/NAME) to use --delete")
 
 
 def _dest(path, rel):
