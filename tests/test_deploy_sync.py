@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import testbed
-from conftest import CLI
+from conftest import CLI, wait_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from faults.test_faults import CuttableRelay  # noqa: E402
@@ -227,5 +227,7 @@ def test_push_cut_mid_file_leaves_old_or_new_and_the_next_completes(tmp_path):
         res = push(c, ["--on", "ssh://rwcut"], f"{src}:{dest}/big.bin")
         assert [f["size"] for f in res["sent"]] == [192 << 20]
         assert sha((dest / "big.bin").read_bytes()) == sha(src.read_bytes())
+        # the cut agent saw its input end and removed its temp file (it may finish after us)
+        wait_for(lambda: list(dest.iterdir()) == [dest / "big.bin"], timeout=60, what="the cut push's temp file gone")
     finally:
         relay.close()
