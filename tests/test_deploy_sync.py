@@ -231,3 +231,18 @@ def test_push_cut_mid_file_leaves_old_or_new_and_the_next_completes(tmp_path):
         wait_for(lambda: list(dest.iterdir()) == [dest / "big.bin"], timeout=60, what="the cut push's temp file gone")
     finally:
         relay.close()
+
+
+def test_far_hashes_are_cached_by_inode_and_a_same_size_edit_is_still_seen(cli, tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    (src / "m.py").write_text("x = 1\n")
+    push(cli, [], f"{src}:{dest}")
+    st = (dest / "m.py").stat()
+    cache = json.loads((cli.home / "cache" / "hashes.json").read_text())
+    assert cache[f"{st.st_dev}:{st.st_ino}"][3] == sha(b"x = 1\n"), cache
+    # the same size and the same mtime, other bytes: the ctime in the key still tells
+    (dest / "m.py").write_text("x = 2\n")
+    os.utime(dest / "m.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    res = push(cli, [], f"{src}:{dest}")
+    assert sent(res) == ["m.py"] and (dest / "m.py").read_text() == "x = 1\n", res
