@@ -246,3 +246,17 @@ def test_far_hashes_are_cached_by_inode_and_a_same_size_edit_is_still_seen(cli, 
     os.utime(dest / "m.py", ns=(st.st_atime_ns, st.st_mtime_ns))
     res = push(cli, [], f"{src}:{dest}")
     assert sent(res) == ["m.py"] and (dest / "m.py").read_text() == "x = 1\n", res
+
+
+def test_a_directory_where_the_source_has_a_file_is_named_and_replaced_only_with_delete(cli, tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    (src / "cfg").write_text("now a file")
+    (dest / "cfg").mkdir(parents=True)
+    (dest / "cfg" / "old.yaml").write_text("old")
+    rc, doc = cli.json("push", f"{src}:{dest}")
+    assert rc == 1 and "is a directory there" in doc["error"]["message"], doc
+    assert (dest / "cfg" / "old.yaml").read_text() == "old" and not list(dest.glob(".*runward-*"))
+    res = push(cli, [], "--delete", f"{src}:{dest}")
+    assert (dest / "cfg").read_text() == "now a file", res
+    assert sorted(d["remote"][len(str(dest)) + 1:] for d in res["deleted"]) == ["cfg", "cfg/old.yaml"]

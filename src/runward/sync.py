@@ -114,7 +114,7 @@ def diff(root: dict, there: dict, delete: bool) -> tuple[list[dict], list[dict]]
         else:
             items.append({"rel": rel, "t": "f", "mode": e["mode"], "size": e["size"], "mtime_ns": e["mtime_ns"],
                           "local": e["local"]})
-    if root["tree"]:
+    if root["tree"] and (not there.get("exists") or there.get("mode") != root["mode"]):
         items.insert(len([i for i in items if i["t"] == "x"]), {"rel": "", "t": "d", "mode": root["mode"]})
     return items, same
 
@@ -155,15 +155,18 @@ def push(target: Target, specs: list[str], *, run: str | None = None, progress: 
                 refuse_delete_root(r["remote"])
     req = {"op": "manifest", "roots": [{"remote": r["remote"], "tree": r["tree"], "delete": delete, "want": {
         rel: e["size"] for rel, e in r["entries"].items() if e["t"] == "f"}} for r in roots]}
-    there = transport.call(target, req)["roots"]
+    man = transport.call(target, req)
+    there = man["roots"]
     items, keep = [], []
     for i, (r, t) in enumerate(zip(roots, there)):
         its, same = diff(r, t, delete)
         items += [dict(it, i=i) for it in its]
         keep += [dict(s, i=i, remote=_dest(t["remote"], s["rel"])) for s in same]
     res = _plan_result(roots, there, items, keep)
-    if dry_run:
-        res.update(dry_run=True, files=[])
+    res.update(host=man.get("host"), in_container=man.get("in_container"))
+    if dry_run or (not items and run is None):
+        # nothing to write and no deploy record to keep: the second round trip is saved
+        res.update(dry_run=dry_run, verified=[] if dry_run else ["sha256_on_target"])
         return res
     sends = [it for it in items if it["t"] == "f"]
     bar = Progress(sum(it["size"] for it in sends), progress)

@@ -13,11 +13,11 @@ import os
 import stat
 import time
 
-from .store import read_json, write_atomic
+from .store import read_json, remove_file, write_all
 from .wire import AgentFailure, json_dumps
 
 RACY_S = 2.0
-KEEP = 100000  # entries kept, most recently used first: a bound on the file, not a policy
+KEEP = 20000  # entries kept, most recently used first: the file (~120 bytes each) is read on every call
 
 
 def key(st):
@@ -88,11 +88,19 @@ class HashCache(object):
         if len(self.entries) > KEEP:
             newest = sorted(self.entries.items(), key=lambda kv: -kv[1][4])[:KEEP]
             self.entries = dict(newest)
+        tmp = "%s.%d" % (self.path, os.getpid())
         try:
             os.makedirs(os.path.dirname(self.path), 0o700, exist_ok=True)
-            write_atomic(self.path, json_dumps(self.entries))
-        except OSError:
-            pass  # a cache: a full disk or a read-only home costs a re-read next time, nothing else
+            # renamed, not fsynced: a reader sees the old cache or the new one, and a cache
+            # lost to a power cut costs one re-read, while an fsync here costs every push
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                write_all(fd, json_dumps(self.entries).encode(), self.path)
+            finally:
+                os.close(fd)
+            os.rename(tmp, self.path)
+        except (OSError, AgentFailure):
+            remove_file(tmp)  # a cache: a full disk or a read-only home costs a re-read next time, nothing else
         self.dirty = False
 
 

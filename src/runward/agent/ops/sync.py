@@ -72,10 +72,11 @@ def _manifest_root(path, root, cache, home):
         _refuse_delete(fd, path, home)  # before a listing of all of / or ~
     entries = {}
     try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
         _list(fd, "", want, cache, entries)
     finally:
         os.close(fd)
-    return {"remote": path, "exists": True, "entries": entries}
+    return {"remote": path, "exists": True, "mode": mode, "entries": entries}
 
 
 def _entry(dfd, name, want_size, cache):
@@ -237,8 +238,8 @@ class Batch(object):
             dev = os.fstat(w["fd"]).st_dev
             if w["size"] < self.BIG and dev not in self.to_sync:
                 self.to_sync[dev] = os.dup(w["dfd"])
+            self.pending.pop(0)  # _commit_one closes its descriptor, whatever happens
             self.done.append(_commit_one(w, self.cache))
-            self.pending.pop(0)
         self.bytes = 0
         if last:
             _sync(list(self.to_sync.values()))
