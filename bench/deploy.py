@@ -103,7 +103,9 @@ def main() -> int:
                                    ("one big file", "rw_big", "scp", 1.2)):
         ratio = med[ours] / med[peer]
         print(f"  {what:15s} runward {med[ours]:7.3f}  {peer:8s} {med[peer]:7.3f}  {ratio:5.2f}x  "
-              f"(goal <= {goal}x: {'met' if ratio <= goal else 'MISSED'})")
+              f"(goal <= {goal}x: {'met' if ratio <= goal else 'MISSED'}); "
+              f"min {min(res[ours]):.3f} / {min(res[peer]):.3f} = {min(res[ours]) / min(res[peer]):.2f}x")
+    print("  rounds: " + "; ".join(f"{k} " + " ".join(f"{v:.2f}" for v in vs) for k, vs in res.items()))
     return 0
 
 

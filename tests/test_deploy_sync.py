@@ -260,3 +260,4 @@ def test_a_directory_where_the_source_has_a_file_is_named_and_replaced_only_with
     res = push(cli, [], "--delete", f"{src}:{dest}")
     assert (dest / "cfg").read_text() == "now a file", res
     assert sorted(d["remote"][len(str(dest)) + 1:] for d in res["deleted"]) == ["cfg", "cfg/old.yaml"]
+

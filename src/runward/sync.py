@@ -18,7 +18,7 @@ import sys
 import time
 
 from . import transport
-from .errors import BadInput
+from .errors import BadInput, RunwardError
 from .ignore import Matcher
 from .targets import Target
 
@@ -174,8 +174,14 @@ def push(target: Target, specs: list[str], *, run: str | None = None, progress: 
            "roots": [{"remote": r["remote"], "tree": r["tree"]} for r in roots],
            "items": [{k: v for k, v in it.items() if k != "local"} for it in items],
            "keep": [[k["i"], k["rel"], k["sha256"]] for k in keep]}
+    failed: list = []
     try:
-        got = transport.call(target, req, payload=coalesce(stream(sends, bar)))
+        got = transport.call(target, req, payload=coalesce(stream(sends, bar, failed)))
+    except RunwardError:
+        if failed:
+            raise BadInput(f"cannot read {failed[0][0]}: {failed[0][1]}",
+                           "check the local file and push again (what differs is sent again)") from None
+        raise
     finally:
         bar.close()
     local_of = {_dest(there[it["i"]]["remote"], it["rel"]): it["local"] for it in sends}
@@ -241,8 +247,19 @@ def coalesce(chunks, size: int = 1 << 20):
         yield b"".join(buf)
 
 
-def stream(sends: list[dict], progress: Progress):
-    """Each file's bytes, then its sha256 line: what the agent's push reads, in item order."""
+def stream(sends: list[dict], progress: Progress, failed: list | None = None):
+    """Each file's bytes, then its sha256 line: what the agent's push reads, in item order.
+    A file that cannot be read here ends the stream (the far side sees it end, removes its
+    temp file and fails), and goes into failed for the error to name."""
+    try:
+        yield from _stream(sends, progress)
+    except OSError as e:
+        if failed is None:
+            raise
+        failed.append((e.filename, e.strerror))
+
+
+def _stream(sends: list[dict], progress: Progress):
     for e in sends:
         h = hashlib.sha256()
         left = e["size"]
