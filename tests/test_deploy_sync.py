@@ -246,6 +246,12 @@ def test_far_hashes_are_cached_by_inode_and_a_same_size_edit_is_still_seen(cli, 
     os.utime(dest / "m.py", ns=(st.st_atime_ns, st.st_mtime_ns))
     res = push(cli, [], f"{src}:{dest}")
     assert sent(res) == ["m.py"] and (dest / "m.py").read_text() == "x = 1\n", res
+    # here too: a local file last changed long enough ago is hashed once
+    os.utime(src / "m.py", (time.time() - 3600, time.time() - 3600))
+    assert push(cli, [], f"{src}:{dest}")["sent"] == []
+    lst = (src / "m.py").stat()
+    local = json.loads((cli.home / "cache" / "local-hashes.json").read_text())
+    assert local[f"{lst.st_dev}:{lst.st_ino}"][3] == sha(b"x = 1\n"), local
 
 
 def test_a_directory_where_the_source_has_a_file_is_named_and_replaced_only_with_delete(cli, tmp_path):

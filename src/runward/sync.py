@@ -12,6 +12,7 @@ The source tree is walked without following links (a link inside it is sent as a
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import sys
@@ -95,7 +96,47 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def diff(root: dict, there: dict, delete: bool) -> tuple[list[dict], list[dict]]:
+class LocalHashes:
+    """sha256 of the local files, cached in runward's local cache as the far side caches its
+    own (agent/hashcache.py): by device, inode, size, mtime and ctime, and only for a file
+    last changed more than RACY_S before it was read; a redeploy of unchanged weights does
+    not read them here either."""
+
+    RACY_S, KEEP = 2.0, 20000
+
+    def __init__(self):
+        from .cache import cache_path, read_cache
+        self.path = cache_path("local-hashes.json")  # hashes.json is the agent's, for a local target
+        try:
+            self.entries = json.loads(read_cache(self.path) or b"{}")
+        except ValueError:
+            self.entries = {}
+        if not isinstance(self.entries, dict):
+            self.entries = {}
+        self.dirty = False
+
+    def sha256(self, path: str) -> str:
+        st = os.stat(path)
+        key, sig = f"{st.st_dev}:{st.st_ino}", [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        e = self.entries.get(key)
+        if isinstance(e, list) and e[:3] == sig:
+            return e[3]
+        got = sha256_file(path)
+        after = os.stat(path)
+        if [after.st_size, after.st_mtime_ns, after.st_ctime_ns] == sig and \
+                time.time() - st.st_mtime_ns / 1e9 > self.RACY_S:
+            self.entries[key] = sig + [got]
+            self.dirty = True
+        return got
+
+    def save(self) -> None:
+        from .cache import write_cache
+        if self.dirty:
+            keep = dict(list(self.entries.items())[-self.KEEP:])  # the newest last (insertion order)
+            write_cache(self.path, json.dumps(keep, separators=(",", ":")).encode())
+
+
+def diff(root: dict, there: dict, delete: bool, hashes: LocalHashes) -> tuple[list[dict], list[dict]]:
     """(items to send or do, unchanged files) for one root, from the far side's manifest."""
     items, same, far = [], [], there.get("entries") or {}
     if delete and root["tree"]:
@@ -109,7 +150,7 @@ def diff(root: dict, there: dict, delete: bool) -> tuple[list[dict], list[dict]]
             if not f or f[0] != "l" or f[3] != e["target"]:
                 items.append({"rel": rel, "t": "l", "target": e["target"]})
         elif (f and f[0] == "f" and f[1] == e["size"] and f[2] == e["mode"] and f[3]
-              and f[3] == sha256_file(e["local"])):
+              and f[3] == hashes.sha256(e["local"])):
             same.append({"rel": rel, "local": e["local"], "size": e["size"], "sha256": f[3]})
         else:
             items.append({"rel": rel, "t": "f", "mode": e["mode"], "size": e["size"], "mtime_ns": e["mtime_ns"],
@@ -157,11 +198,12 @@ def push(target: Target, specs: list[str], *, run: str | None = None, progress: 
         rel: e["size"] for rel, e in r["entries"].items() if e["t"] == "f"}} for r in roots]}
     man = transport.call(target, req)
     there = man["roots"]
-    items, keep = [], []
+    items, keep, hashes = [], [], LocalHashes()
     for i, (r, t) in enumerate(zip(roots, there)):
-        its, same = diff(r, t, delete)
+        its, same = diff(r, t, delete, hashes)
         items += [dict(it, i=i) for it in its]
         keep += [dict(s, i=i, remote=_dest(t["remote"], s["rel"])) for s in same]
+    hashes.save()
     res = _plan_result(roots, there, items, keep)
     res.update(host=man.get("host"), in_container=man.get("in_container"))
     if dry_run or (not items and run is None):
