@@ -267,3 +267,23 @@ def test_a_directory_where_the_source_has_a_file_is_named_and_replaced_only_with
     assert (dest / "cfg").read_text() == "now a file", res
     assert sorted(d["remote"][len(str(dest)) + 1:] for d in res["deleted"]) == ["cfg", "cfg/old.yaml"]
 
+
+
+def test_status_local_drift_covers_a_deployed_directory(cli, tmp_path):
+    pkg = cli.cwd / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "m.py").write_text("v1\n")
+    (pkg / "same.py").write_text("same\n")
+    dest = tmp_path / "deployed"
+    (cli.cwd / "runward.toml").write_text(f'[runs.ld]\ncommand = ["sleep", "600"]\nfiles = ["pkg:{dest}"]\n'
+                                          'settle = 0.2\n')
+    rc, doc = cli.json("deploy", "ld")
+    assert rc == 0 and sent(doc["result"]) == ["m.py", "same.py"], doc
+    rc, doc = cli.json("start", "ld")
+    assert rc == 0, doc
+    try:
+        (pkg / "sub" / "m.py").write_text("v2\n")
+        st = cli.status("ld")
+        assert [d["remote"] for d in st["local_drift"]] == [f"{dest}/sub/m.py"], st
+    finally:
+        cli.json("stop", "ld", "--grace", "2")

@@ -32,23 +32,32 @@ from .sync import parse_spec  # noqa: E402  (push's spec syntax, shared with loc
 
 
 def local_drift(target_status: dict, specs: list[str], base: str | None = None) -> list[dict]:
-    """Files whose local bytes differ from what was last deployed (by sha256)."""
+    """Files whose local bytes differ from what was last deployed (by sha256), in pushed
+    directories too (their ignore files respected, as deploy does); hashed through the
+    local hash cache deploy uses (sync.LocalHashes), so an unchanged tree is not re-read."""
+    from .sync import LocalHashes, source_roots
     deployed = target_status.get("deployed") or {}
-    out = []
+    hashes, out = LocalHashes(), []
     for spec in specs:
-        local, remote = parse_spec(spec)
-        local = os.path.join(base, local) if base and not os.path.isabs(local) else local
-        if not os.path.isfile(local):
-            continue
-        rec = next((v for k, v in deployed.items() if k == remote or k.endswith("/" + remote.lstrip("~/"))), None)
-        if rec is None:
-            continue
-        h = hashlib.sha256()
-        with open(local, "rb") as f:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                h.update(chunk)
-        if h.hexdigest() != rec["sha256"]:
-            out.append({"local": local, "remote": remote, "local_sha256": h.hexdigest(), "deployed_sha256": rec["sha256"]})
+        try:
+            root = source_roots([spec], base, [], True)[0]
+        except BadInput:
+            continue  # a local path gone is not drift of what was deployed
+        prefix = None
+        for rel, e in root["entries"].items():
+            if e["t"] != "f":
+                continue
+            remote = root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
+            tail = "/" + remote.lstrip("~/")
+            if prefix is None and remote not in deployed:  # where the far side put "~/..."
+                prefix = next((k[:-len(tail)] for k in deployed if k.endswith(tail)), None)
+            rec = deployed.get(remote) or (deployed.get(prefix + tail) if prefix is not None else None)
+            if rec is None:
+                continue
+            got = hashes.sha256(e["local"])
+            if got != rec["sha256"]:
+                out.append({"local": e["local"], "remote": remote, "local_sha256": got, "deployed_sha256": rec["sha256"]})
+    hashes.save()
     return out
 
 
