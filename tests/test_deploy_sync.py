@@ -287,3 +287,36 @@ def test_status_local_drift_covers_a_deployed_directory(cli, tmp_path):
         assert [d["remote"] for d in st["local_drift"]] == [f"{dest}/sub/m.py"], st
     finally:
         cli.json("stop", "ld", "--grace", "2")
+
+
+@pytest.mark.parametrize("patterns, path, is_dir, excluded", [
+    (["*.log"], "a/b/train.log", False, True),
+    (["/build"], "build", True, True),
+    (["/build"], "src/build", True, False),          # anchored to where the pattern came from
+    (["doc/*.md"], "doc/a.md", False, True),
+    (["doc/*.md"], "doc/x/a.md", False, False),      # * never crosses a /
+    (["**/cache"], "a/b/cache", True, True),
+    (["a/**/z"], "a/z", False, True),
+    (["a/**/z"], "a/b/c/z", False, True),
+    (["ckpt/"], "ckpt", False, False),               # a trailing / matches directories only
+    (["*.pt", "!keep.pt"], "keep.pt", False, False),  # the last match wins
+    (["*.pt", "!keep.pt"], "other.pt", False, True),
+    (["\\!bang"], "!bang", False, True),
+    (["[ab].txt"], "b.txt", False, True),
+    (["[!ab].txt"], "c.txt", False, True),
+])
+def test_gitignore_patterns(patterns, path, is_dir, excluded):
+    from runward.ignore import Matcher
+    assert Matcher(patterns, read_files=False).excluded(path, is_dir) is excluded
+
+
+def test_a_nested_gitignore_applies_below_its_directory(tmp_path):
+    from runward.ignore import Matcher
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").write_text("# outputs\n*.out\n/local.cfg\n")
+    m = Matcher([])
+    m.enter(str(tmp_path), "")
+    m.enter(str(tmp_path), "sub")
+    assert m.excluded("sub/x.out", False) and m.excluded("sub/deep/x.out", False)
+    assert m.excluded("sub/local.cfg", False) and not m.excluded("sub/deep/local.cfg", False)
+    assert not m.excluded("x.out", False) and m.excluded_path("sub/x.out/f", False)

@@ -354,8 +354,7 @@ def _commit_one(w, cache):
                                    "remove the directory on the target, or push with --delete from its parent")
             raise
         renamed = True
-        _check_same_file_at(fd, dfd, name, shown)
-        cache.put(os.stat(name, dir_fd=dfd, follow_symlinks=False), w["sha256"], trusted=True)
+        cache.put(_check_same_file_at(fd, dfd, name, shown), w["sha256"], trusted=True)
     finally:
         os.close(fd)
         if not renamed:
@@ -396,7 +395,7 @@ def _create_temp_at(dfd, base):
 
 def _check_same_file_at(fd, dfd, name, shown):
     """The name must now be the file we wrote and hashed: in a directory others can write,
-    it could have been swapped between our rename and now."""
+    it could have been swapped between our rename and now. Its stat, after the rename."""
     st, got = os.fstat(fd), None
     try:
         got = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -406,6 +405,7 @@ def _check_same_file_at(fd, dfd, name, shown):
         raise AgentFailure("Failed", "%s is not the file written: it was replaced after the rename; "
                            "the push is not verified" % shown,
                            "someone else writes in its directory; push into a directory of your own")
+    return got
 
 
 def _record_deployed(store, done):
