@@ -323,3 +323,19 @@ def test_a_nested_gitignore_applies_below_its_directory(tmp_path):
     assert m.excluded("sub/x.out", False) and m.excluded("sub/deep/x.out", False)
     assert m.excluded("sub/local.cfg", False) and not m.excluded("sub/deep/local.cfg", False)
     assert not m.excluded("x.out", False) and m.excluded_path("sub/x.out/f", False)
+
+
+def test_a_temp_file_left_by_a_killed_agent_goes_with_the_next_push(cli, tmp_path):
+    """An agent killed mid-file (SIGKILL: it cannot clean up) leaves its temp file; one
+    untouched for an hour is no running push's, and the next push into that tree removes it."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    (src / "a.py").write_text("A")
+    push(cli, [], f"{src}:{dest}")
+    stale, fresh = dest / ".a.py.runward-0123456789abcdef", dest / ".a.py.runward-fedcba9876543210"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"being written")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    res = push(cli, [], f"{src}:{dest}")
+    assert res["temps_removed"] == [str(stale)] and res["sent"] == [] and res["deleted"] == [], res
+    assert not stale.exists() and fresh.exists()

@@ -139,6 +139,8 @@ class LocalHashes:
 def diff(root: dict, there: dict, delete: bool, hashes: LocalHashes) -> tuple[list[dict], list[dict]]:
     """(items to send or do, unchanged files) for one root, from the far side's manifest."""
     items, same, far = [], [], there.get("entries") or {}
+    items += [{"rel": rel, "t": "x", "type": "temp", "size": 0} for rel, f in far.items() if f[0] == "t"]
+    far = {rel: f for rel, f in far.items() if f[0] != "t"}
     if delete and root["tree"]:
         items += _deletions(root, far)
     for rel, e in root["entries"].items():
@@ -230,6 +232,7 @@ def push(target: Target, specs: list[str], *, run: str | None = None, progress: 
     for f in got["files"]:
         f["local"] = local_of.get(f["remote"])
     res.update({k: got[k] for k in ("files", "links", "deleted", "verified", "host", "in_container")})
+    res["temps_removed"] = got.get("temps_removed", [])
     res["sent"] = res["files"]
     res["bytes_deleted"] = sum(d.get("size") or 0 for d in got["deleted"])
     return res
@@ -242,7 +245,8 @@ def _dest(remote: str, rel: str) -> str:
 def _plan_result(roots, there, items, keep) -> dict:
     at = lambda it: _dest(there[it["i"]]["remote"], it["rel"])  # noqa: E731
     sends = [{"remote": at(it), "local": it["local"], "size": it["size"]} for it in items if it["t"] == "f"]
-    dels = [{"remote": at(it), "type": it["type"], "size": it["size"]} for it in items if it["t"] == "x"]
+    dels = [{"remote": at(it), "type": it["type"], "size": it["size"]} for it in items
+            if it["t"] == "x" and it["type"] != "temp"]
     return {"sent": sends, "files": sends, "links": [{"remote": at(it), "target": it["target"]}
                                                      for it in items if it["t"] == "l"],
             "unchanged": [{"remote": k["remote"], "local": k["local"], "size": k["size"], "sha256": k["sha256"]}

@@ -28,6 +28,17 @@ def is_temp(name):
     return name.startswith(".") and i > 0 and len(name) - i - len(TEMP_MARK) == 16
 
 
+STALE_S = 3600  # a temp file of ours untouched this long belongs to no running push
+
+
+def _stale(dfd, name):
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > STALE_S
+
+
 def _full(remote):
     path = os.path.expanduser(remote)
     return path if os.path.isabs(path) else os.path.join(os.path.expanduser("~"), path)
@@ -99,9 +110,11 @@ def _entry(dfd, name, want_size, cache):
 
 def _list(dfd, rel, want, cache, out):
     for name in sorted(os.listdir(dfd)):
-        if is_temp(name):
-            continue
         r = rel + "/" + name if rel else name
+        if is_temp(name):
+            if _stale(dfd, name):
+                out[r] = ["t", 0, 0, None]  # left by an agent killed mid-file: the push removes it
+            continue
         ent = _entry(dfd, name, want.get(r), cache)
         if ent is None:
             continue  # gone since the listing
@@ -193,6 +206,10 @@ def _apply_one(it, req, roots, batch, modes, out, stdin):
     if t == "d":
         dirs.get(rel)
         modes.append((it["i"], rel, it["mode"]))
+    elif t == "x" and it.get("type") == "temp":
+        dfd = dirs.get(parent, create=False)
+        if dfd is not None and is_temp(name) and _stale(dfd, name) and _remove(dfd, name):
+            out.setdefault("temps_removed", []).append(_dest(path, rel))
     elif t == "x":
         if not req.get("delete") or leaf is not None or not rel:
             raise bad_input("a deletion outside a pushed directory: %r" % rel, "this is a bug in the caller")
