@@ -29,12 +29,13 @@ die() { log "ERROR: $*"; exit 1; }
 # ca-certificates: debootstrap fetches over the Debian mirror.
 # zsh: tests/test_completion.py loads `runward completion zsh` into a real zsh (~1 MB).
 # tmux: tests/test_top.py drives `runward top` in a real terminal (send-keys, capture-pane).
+# rsync: bench/deploy.py's peer (the test hosts share this filesystem, so its binary).
 # slurm-wlm, munge: a single-node Slurm (scripts/slurm-testbed) for tests/test_slurm.py; no
 #   slurmdbd/mariadb: CI has no accounting, runward reads states from scontrol (docs/slurm.md).
 PKGS=(
   openssh-server openssh-client iproute2
   podman runc catatonit debootstrap lxc
-  procps psmisc python3 python3-venv ca-certificates zsh tmux
+  procps psmisc python3 python3-venv ca-certificates zsh tmux rsync
   slurm-wlm munge
 )
 

@@ -138,7 +138,8 @@ class RawResult:
 _SOURCE_ALWAYS = frozenset({"start"})
 # Operations that only read: on an ssh target they may be served by the far side's resident
 # agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
-_RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports"))
+_RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
+                           "manifest"))
 # Operations that follow until their window ends, or for ever (logs with "follow"): their
 # stdin is held open until the reply, and the agent ends them when it closes (the CLI
 # interrupted or killed, its ssh or podman killed, the link dropped: every hop passes the EOF

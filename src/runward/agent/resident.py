@@ -23,7 +23,8 @@ from . import boot
 from .terminate import signal
 from .wire import AgentFailure, json_dumps, reply
 
-OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports"))
+OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
+                 "manifest"))
 PATH_MAX = 100  # sun_path holds 108 bytes; the resident binds "<path>.<pid>" first
 
 

@@ -5,7 +5,7 @@ import os
 
 from . import cgroups
 from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, boot_time, descendants, pss, read_proc
-from .store import sha256_file, tail_lines
+from .store import tail_lines
 
 
 def members(name, att, procs, prot):
@@ -151,14 +151,16 @@ def log_info(path):
             "last_line": last[-1] if last else ""}
 
 
-def drift(att):
-    """Files whose bytes on disk differ from those the attempt started with."""
+def drift(att, home=None):
+    """Files whose bytes on disk differ from those the attempt started with: hashed through
+    the home's hash cache (the one push and its manifest use), so that the status of an
+    unchanged tree reads no file, only their inodes."""
+    from .hashcache import HashCache
+    cache = HashCache(home)
     changed = []
     for path, h in sorted((att or {}).get("hashes", {}).items()):
-        try:
-            now = sha256_file(path)
-        except OSError:
-            now = None
+        now = cache.sha256_path(path)
         if now != h:
             changed.append({"path": path, "started_with": h, "on_disk": now})
+    cache.save()
     return changed

@@ -7,11 +7,15 @@ from ._common import config_dir, did_you_mean, emit, load_config, target_of
 
 
 def add_arguments(p) -> None:
+    from ._syncflags import add_arguments as sync_flags
     p.add_argument("name")
+    sync_flags(p)
 
 
 def run(args, out) -> int:
     from .. import files as _files
+    from ..sync import describe
+    from ._syncflags import options
     cfg = load_config(args)
     target = target_of(args, cfg, args.name)
     run_cfg = cfg.runs.get(args.name)
@@ -21,7 +25,6 @@ def run(args, out) -> int:
     if not run_cfg or not run_cfg.get("files"):
         raise BadInput(f"run {args.name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
-    res = _files.push(target, run_cfg["files"], run=args.name, progress=not out.json, base=config_dir(cfg))
-    text = "\n".join(f"deployed {f.get('local', '?')} -> {target}:{f['remote']}  sha256 {f['sha256'][:12]} verified"
-                     for f in res["files"] if f.get("sha256"))
-    return emit(out, "deploy", target, res, text)
+    res = _files.push(target, run_cfg["files"], run=args.name, progress=not out.json, base=config_dir(cfg),
+                      **options(args))
+    return emit(out, "deploy", target, res, describe(res, target, "deployed"))

@@ -1,4 +1,4 @@
-"""runward push --on TARGET LOCAL:REMOTE...: files through the hop chain, sha256-checked."""
+"""runward push --on TARGET LOCAL:REMOTE...: only what differs through the hop chain, sha256-checked."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ from ._common import emit, load_config, target_of
 
 
 def add_arguments(p) -> None:
+    from ._syncflags import add_arguments as sync_flags
     p.add_argument("specs", nargs="+", metavar="LOCAL:REMOTE")
+    sync_flags(p)
 
 
 def run(args, out) -> int:
     from .. import files as _files
+    from ..sync import describe
+    from ._syncflags import options
     cfg = load_config(args)
     target = target_of(args, cfg)
-    res = _files.push(target, args.specs, progress=not out.json)
-    text = "\n".join(f"pushed {f.get('local', '?')} -> {target}:{f['remote']}  sha256 {f['sha256'][:12]} verified"
-                     for f in res["files"] if f.get("sha256"))
-    return emit(out, "push", target, res, text or "nothing to push")
+    res = _files.push(target, args.specs, progress=not out.json, **options(args))
+    return emit(out, "push", target, res, describe(res, target, "pushed"))

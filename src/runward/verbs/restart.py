@@ -71,7 +71,8 @@ def _restart(args, cfg, name, target, out) -> dict:
 
 def _render(res: dict) -> str:
     return "\n".join([render_stop(res["steps"][0]["result"]),
-                      *(["deployed: " + ", ".join(f["remote"] for f in s["result"].get("files", []))
+                      *(["deployed: " + (", ".join(f["remote"] for f in s["result"].get("files", []))
+                                         or "nothing changed") + f" ({len(s['result'].get('unchanged', []))} unchanged)"
                          for s in res["steps"] if s["step"] == "deploy"]),
                       render_changes(res),
                       render_start(res["steps"][-1]["result"])])

@@ -101,7 +101,7 @@ def _details(out, store, att, state, since=None):
     """A status of named runs also says: files changed since the start, what deploy wrote,
     and the health read from the log (the only place status imports the log parser)."""
     if state in ("running", "orphaned"):
-        d = drift(att)
+        d = drift(att, store.home)
         if d:
             out["drift"] = d
     dep = read_json(os.path.join(store.dir, "deployed.json"))
