@@ -240,3 +240,25 @@ def test_all_shows_runs_of_every_named_target_and_stops_one_over_ssh(cli, termin
     finally:
         cli.run("stop", "--all")
         cli.run("rm", "far", "--on", "h1", "--logs")
+
+
+@needs_tmux
+@needs_rich
+def test_top_counts_a_supervised_runs_restarts(cli, terminal):
+    """A run that crashes and is restarted by its policy: top's RESTARTS column counts the
+    restarts against the limit, as status --json says them."""
+    rc, doc = cli.json("start", "crashy", "--settle", "0.2", "--restart", "always", "--max-restarts", "50",
+                       "--backoff", "0.5s..0.5s", "--sh", "sleep 0.5; exit 3")
+    assert rc == 0, doc
+    try:
+        st = wait_for(lambda: (lambda r: r if r.get("restarts", 0) >= 2 else None)(
+            cli.json("status", "crashy")[1]["result"]["runs"][0]), 60, "two restarts")
+        t = terminal(cli.env, cli.cwd, [PY, "-m", "runward", "top", "--interval", "0.5"])
+        screen = t.shows(r"RESTARTS")
+        screen = t.shows(r"crashy\s+│\s+(running|restarting)\s+│[^│]*│\s+\d+\s+│\s+([2-9]|\d\d)/50\s")
+        assert st["policy"]["max_restarts"] == 50, st
+        t.keys("q")
+        assert t.exit_code() == 0
+    finally:
+        cli.json("stop", "crashy", "--grace", "2")
+

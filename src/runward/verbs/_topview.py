@@ -15,7 +15,8 @@ from ..health import format_alert, sparkline
 from ..render import _num, mib
 
 SPARK = 16
-STATE_STYLE = {"running": "green", "exited": "dim", "stray": "red", "lost": "red", "orphaned": "yellow"}
+STATE_STYLE = {"running": "green", "exited": "dim", "stray": "red", "lost": "red", "orphaned": "yellow",
+               "restarting": "yellow", "gave_up": "red"}
 KEYS = "q quit  ↑/↓ select  l log  s stop"
 
 
@@ -38,7 +39,7 @@ def runs_table(top) -> Table:
     t = Table(expand=True, title="runs", title_justify="left")
     if many:
         t.add_column("TARGET", no_wrap=True)
-    for name in ("RUN", "STATE", "UP", "ATTEMPT", "PID"):
+    for name in ("RUN", "STATE", "UP", "ATTEMPT", "RESTARTS", "PID"):
         t.add_column(name, no_wrap=True)
     t.add_column("METRICS", no_wrap=True)
     t.add_column("LAST ALERT", overflow="fold", ratio=1)
@@ -48,13 +49,20 @@ def runs_table(top) -> Table:
         for r in part["runs"]:
             key = (part["target"], r["name"])
             cells = [r["name"], Text(r.get("state", "?"), style=STATE_STYLE.get(r.get("state"), "")),
-                     _uptime(r), str(r.get("attempt", "?")), str(r.get("pid") or "-"),
+                     _uptime(r), str(r.get("attempt", "?")), _restarts(r), str(r.get("pid") or "-"),
                      _metrics(top, part["target"], r), _last_alert(r)]
             t.add_row(*([part["target"]] if many else []), *cells,
                       style="reverse" if key == top.selected else None)
     if not top.rows():
         t.add_row(*([""] if many else []), "no runs" if top.taken_at else "reading ...")
     return t
+
+
+def _restarts(r: dict) -> str:
+    """Restarts by the run's policy (docs/supervision.md); "-" for a run without one."""
+    if "restarts" not in r:
+        return "-"
+    return str(r["restarts"]) + (f"/{r['policy']['max_restarts']}" if (r.get("policy") or {}).get("max_restarts") else "")
 
 
 def _uptime(r: dict) -> str:
