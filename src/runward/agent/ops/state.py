@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from .. import gpus, logfiles, supervise
+from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, summarize_tree
 from ..secrets import redact_env
@@ -71,7 +71,9 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if state in ("stray", "failed") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
-    supervise.status_fields(out, att)  # restarts, policy, next restart, gave_up
+    if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
+        from .. import supervise
+        supervise.status_fields(out, att)
     if with_drift:
         _details(out, store, att, state, since)
     return out
