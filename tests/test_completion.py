@@ -88,20 +88,22 @@ def test_hidden_names_verb_is_quiet_on_a_broken_config(project, tmp_path):
     assert p.returncode == 0 and p.stdout == "" and p.stderr == ""
 
 
+# Each Tab's answer is waited for (zpty -r with a pattern reads until what it has read
+# matches), never a fixed sleep: `runward _complete` is a process start, slow on a loaded box.
 ZSH_PROBE = r'''
 zmodload zsh/zpty
 zpty z 'zsh -f -i'
 zpty -w z 'PS1="> "; autoload -U compinit; compinit -u -D; eval "$(runward completion zsh)"; unsetopt beep'
 zpty -w z 'print -r -- "registered:$_comps[runward]"'
-for line in 'runward st' 'runward stop ' 'runward start --on ' 'runward stop --gr'; do
-    zpty -w -n z "$line"$'\t'
-    sleep 1.5
+lines=('runward st' 'runward stop ' 'runward start --on ' 'runward stop --gr')
+answers=('*start a run*' '*train*' '*gpu1*' '*--gr*ace*')
+out=
+for i in {1..4}; do
+    zpty -w -n z "$lines[i]"$'\t'
+    zpty -r z chunk "$answers[i]" && out+=$chunk
     zpty -w -n z $'\C-u'
 done
-zpty -w z 'exit'
-sleep 0.5
-out=
-while zpty -r -t z chunk; do out+=$chunk; done
+zpty -d z
 print -r -- "${out//$'\e'\[[0-9;?]#[a-zA-Z]/}"
 '''
 
