@@ -222,10 +222,18 @@ class CuttableRelay:
                 pass
 
     def cut(self):
+        # close() alone sends nothing while a pump thread is blocked in recv() on the socket:
+        # the kernel keeps the file until that call returns, and on an upload sshd may send
+        # nothing for long, so it never saw the cut (seen in CI: the far agent waited on). A
+        # read shutdown wakes the reader first; the last close then sends the RST (linger 0).
         with self.lock:
             for s in self.conns:
                 try:
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")  # RST
+                    s.shutdown(socket.SHUT_RD)
+                except OSError:
+                    pass
+                try:
                     s.close()
                 except OSError:
                     pass
