@@ -178,3 +178,14 @@ def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=Non
     out.doc({"ok": code == EXIT_OK, "command": command, "targets": results})
     out.say(text)
     return code
+
+
+def require_extra(module: str, verb: str, what: str, extra: str) -> None:
+    """The optional library VERB needs (runward[EXTRA]), checked before anything else: its
+    absence is bad input naming the extra to install, never an ImportError traceback."""
+    import importlib
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise BadInput(f"runward {verb} needs {what}", f"pip install 'runward[{extra}]'") from None
+

@@ -6,7 +6,7 @@ and not `runward --help` ever loads it (tests/test_layout.py)."""
 from __future__ import annotations
 
 from ..errors import BadInput
-from ._common import load_config
+from ._common import load_config, require_extra
 
 
 def add_arguments(p) -> None:
@@ -18,10 +18,7 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    try:
-        import mcp  # noqa: F401  (the optional extra; checked before anything else)
-    except ImportError:
-        raise BadInput("runward mcp needs the mcp package (the MCP Python SDK)", "pip install 'runward[mcp]'")
+    require_extra("mcp", "mcp", "the mcp package (the MCP Python SDK)", "mcp")
     if args.json:
         raise BadInput("runward mcp speaks MCP on stdout; it has no --json",
                        "register it with an MCP client (docs/agents.md)")

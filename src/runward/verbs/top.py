@@ -19,7 +19,7 @@ import threading
 import time
 
 from ..errors import EXIT_OK, BadInput, RunwardError
-from ._common import config_targets, load_config, target_of
+from ._common import config_targets, load_config, require_extra, target_of
 
 LOG_LINES = 20
 
@@ -33,10 +33,7 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    try:
-        import rich  # noqa: F401  (the optional extra; checked before anything else)
-    except ImportError:
-        raise BadInput("runward top needs the rich library", "pip install 'runward[top]'")
+    require_extra("rich", "top", "the rich library", "top")
     if args.json:
         raise BadInput("runward top is interactive; it has no --json",
                        "runward status --json and runward gpus --json give the same facts")
