@@ -122,6 +122,22 @@ def test_shim_killed_before_it_records_the_exit(cli):
     cli.json("stop", "fx", "--grace", "2")
 
 
+def test_shim_killed_between_recording_the_job_and_saying_so_is_an_orphan(cli):
+    # the job is in the record, but the agent never heard of it on the pipe: still an orphan
+    # (exit 5, the job alive and findable), never "could not start" (exit 1) with a job running
+    cli.env["RUNWARD_FAULT"] = "shim:job-recorded"
+    rc, doc = cli.json("start", "fj", "--settle", "0.5", "--", "sleep", "600")
+    cli.env.pop("RUNWARD_FAULT")
+    assert rc == 5 and doc["error"]["type"] == "Orphaned", doc
+    job = records_read(cli.home, "fj")[0]["job"]
+    assert alive(job["pid"], job["start"]) and truth("fj")
+    st = assert_status_true(cli, "fj")
+    assert st["state"] == "orphaned" and st["pid"] == job["pid"], st
+    rc, doc = cli.json("stop", "fj", "--grace", "2")
+    assert rc == 0 and doc["result"]["verified_dead"] and not truth("fj"), doc
+    records_read(cli.home, "fj")
+
+
 # --- twenty verbs at once on one run ------------------------------------------------------
 
 def test_twenty_concurrent_verbs_on_one_run_leave_one_truth(cli):

@@ -8,7 +8,7 @@ normal use: one getenv a step. The steps are listed in README.md, "Faults"."""
 import os
 import time
 
-STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead", "shim:exited",
+STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead", "shim:job-recorded", "shim:exited",
          "supervise:backoff", "supervise:decided")
 PAUSE_MAX_S = 120.0
 

@@ -152,6 +152,7 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     att["job"] = {"pid": pid, "start": jp.start if jp else None}
     att["started_at"] = time.time()
     write_json(store.attempt_path(n), att)
+    faults.point("shim:job-recorded")
     sup.spawned(att)  # a restart held the run lock until now: a stop finds this job
     say(status_fd, {"job": att["job"]})
     link = peers.attach(store, n, att)  # a multi-node run's node: its peers watched (peers.py)

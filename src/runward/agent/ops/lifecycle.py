@@ -271,7 +271,7 @@ def start(req, home):
         n, log_from = _new_attempt(store, req, home, plan)
         faults.point("start:recorded")
         _, pipe = shim.spawn(home, store.name, n, plan["env"])
-        msg = shim.read_msg(pipe, 30.0)
+        msg = shim.read_msg(pipe, 30.0) or _job_on_record(store, n)
         if msg is None or "error" in msg:
             err = (msg or {}).get("error") or "the shim did not report the job started"
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
@@ -287,6 +287,14 @@ def start(req, home):
         res["gpu_wait"] = gpu_wait
     faults.point("start:settled")
     return res
+
+
+def _job_on_record(store, n):
+    """No word from the shim (its pipe closed, or 30 s of silence): a job it recorded before
+    it went is still a job, {"job": ...}, and the settle watch says what became of it (an
+    orphan, or both gone), never "did not start". None when no job was recorded."""
+    job = (store.attempt(n) or {}).get("job")
+    return {"job": job} if job else None
 
 
 def _watch(pipe, log, log_from, settle, ready_re, ready_timeout):
