@@ -156,10 +156,12 @@ def test_on_node_failure_continue_leaves_the_others_running(cli, tmp_path, mn):
     pids = [r["result"]["pid"] for r in _rows(doc)]
 
     def node1_saw_it():
+        # the nodes are asked one after the other: node 0 may be read just before its job
+        # failed and node 1 just after it heard so; wait for one reading that has both
         rc, st = cli.json("status", mn)
-        return rc == 0 and (_rows(st)[1]["run"].get("peer_events") and st)
-    st = wait_for(node1_saw_it, 60, "node 1 to record node 0's end")
-    assert _rows(st)[0]["state"] == "failed" and _rows(st)[1]["state"] == "running", st
+        return rc == 0 and _rows(st)[0]["state"] == "failed" and _rows(st)[1]["run"].get("peer_events") and st
+    st = wait_for(node1_saw_it, 60, "node 0 failed and node 1 recording node 0's end")
+    assert _rows(st)[1]["state"] == "running", st
     assert st["result"]["state"] == "failed" and alive(pids[1])
 
 
