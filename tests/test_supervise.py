@@ -236,6 +236,42 @@ def test_stop_racing_a_crash_while_the_next_attempt_spawns_stops_that_attempt(su
     assert sup.status("r2")["state"] == "exited"
 
 
+def _flock_waiter(path: Path) -> bool:
+    """Some process waits (blocked) for a flock of PATH: /proc/locks lists it with "->"."""
+    try:
+        ino = path.stat().st_ino
+    except OSError:
+        return False
+    for line in Path("/proc/locks").read_text().splitlines():
+        f = line.split()
+        if len(f) > 6 and f[1] == "->" and f[2] == "FLOCK" and f[6].rsplit(":", 1)[-1] == str(ino):
+            return True
+    return False
+
+
+def test_stop_racing_the_jobs_own_failing_exit_loses_nothing_and_starts_nothing(sup):
+    """The job failed by itself; its shim holds the record, writing the exit, when a stop
+    comes. The stop waits for the record (its mark and the exit never write over each
+    other), then tells the shim to start no next attempt: the stop answered is the last word."""
+    sup.env["RUNWARD_FAULT"] = "pause:shim:recording-exit"
+    rc, doc = start(sup, "r0", "--restart", "on-failure", "--backoff", "0", "--sh", "sleep 0.5; exit 3")
+    sup.env.pop("RUNWARD_FAULT")
+    assert rc == 0, doc
+    wait_for(lambda: _paused(sup.home), what="the shim paused recording the exit")
+    stop = sup.popen("stop", "r0", "--grace", "2", "--json")
+    lock = sup.home / "runs" / "r0" / "record.lock"
+    wait_for(lambda: stop.poll() is not None or _flock_waiter(lock), what="the stop at the record lock")
+    (sup.home / "fault-pause").unlink()
+    out, _ = stop.communicate(timeout=60)
+    doc = json.loads(out)
+    assert stop.returncode == 0 and doc["result"]["verified_dead"], doc
+    wait_for(lambda: shim_gone(sup.home, "r0"), what="the shim to end")
+    r = records(sup.home, "r0")
+    assert len(r) == 1, "the stop was answered, and then the run restarted"
+    assert r[0]["exit"]["code"] == 3 and r[0]["stop_requested"]["by"] == "cli", r[0]
+    assert sup.status("r0")["state"] == "exited" and not marked("r0.")
+
+
 def _example(name: str, extra: str) -> str:
     return (f'[runs.{name}]\ncommand = ["{PY}", "{EXAMPLE}"]\nsettle = 0\n'
             f'env = {{ TRAIN_STEP_SECONDS = "0.05", TRAIN_CHECKPOINT_SECONDS = "0.05" }}\n{extra}')

@@ -9,6 +9,7 @@ import os
 import time
 
 STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead", "shim:job-recorded", "shim:exited",
+         "shim:recording-exit",
          "supervise:backoff", "supervise:decided")
 PAUSE_MAX_S = 120.0
 

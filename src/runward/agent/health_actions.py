@@ -62,21 +62,9 @@ class HealthKeeper(object):
         self.notify("alert", n, alert=a, action=action, metrics=rec["metrics"])
 
     def _write(self, n, rec):
-        """Append REC to the attempt's actions under the run lock (a stop marks the same
-        record under it); a stop holding the lock through a long grace is not waited out."""
-        from .store import write_json
-        from .wire import AgentFailure
-        try:
-            fd = self.store.lock("health", 10.0)
-        except AgentFailure:
-            fd = None
-        try:
-            att = self.store.attempt(n) or {}
-            att.setdefault("actions", []).append(rec)
-            write_json(self.store.attempt_path(n), att)
-        finally:
-            if fd is not None:
-                self.store.unlock(fd)
+        """Append REC to the attempt's actions under the record lock (a stop marks the same
+        record under it), never waiting out a stop's grace as the run lock would."""
+        self.store.update_attempt(n, lambda att: att.setdefault("actions", []).append(rec))
 
     def _stop(self, action):
         """The agent's stop op in a child (bootstrap and blob as the CLI sends them): it

@@ -25,7 +25,6 @@ import time
 
 from .procfs import protected, scan
 from .runs import members
-from .store import write_json
 from .terminate import parse_signal, terminate
 from .wire import json_dumps, json_loads
 
@@ -62,7 +61,6 @@ class Link:
         self.store, self.n, self.mn = store, n, mn
         self.rank, self.nnodes = int(mn["rank"]), int(mn["nnodes"])
         self.policy = mn.get("on_node_failure") or "stop"
-        self.lock = threading.Lock()
         self.conns = {}                 # coordinator: rank -> socket
         self.sock = None                # member: its connection
         self.job_over = threading.Event()
@@ -111,10 +109,7 @@ class Link:
         self.stop_own(rank, why)
 
     def note(self, event):
-        with self.lock:
-            att = self.store.attempt(self.n) or {}
-            att.setdefault("peer_events", []).append(event)
-            write_json(self.store.attempt_path(self.n), att)
+        self.store.update_attempt(self.n, lambda att: att.setdefault("peer_events", []).append(event))
 
     def stop_own(self, rank, why):
         """Our job, stopped as `runward stop` would (run lock, stop_requested, the stop
@@ -131,13 +126,14 @@ class Link:
         store = self.store
         fd = store.lock("stop", 60.0)
         try:
-            with self.lock:
-                att = store.attempt(self.n) or {}
+            def mark(att):
                 if att.get("exit"):
-                    return
+                    return False
                 att["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": "peers",
                                          "node": rank, "why": why}
-                write_json(store.attempt_path(self.n), att)
+            att = store.update_attempt(self.n, mark)
+            if not att or att.get("exit"):
+                return
             procs = scan()
             found = members(store.name, att, procs, protected(procs))
             job = att.get("job") or {}
@@ -151,11 +147,8 @@ class Link:
                               group=job.get("pid") if job.get("pid") in found else None)
             left = find_more()
             self.job_over.wait(10.0)  # the shim's main thread records the exit first
-            with self.lock:
-                att = store.attempt(self.n) or {}
-                att["peer_stop"] = {"by_node": rank, "why": why, "at": time.time(),
-                                    "processes": len(fates), "verified_dead": not left}
-                write_json(store.attempt_path(self.n), att)
+            store.update_attempt(self.n, lambda att: att.update(peer_stop={
+                "by_node": rank, "why": why, "at": time.time(), "processes": len(fates), "verified_dead": not left}))
         finally:
             store.unlock(fd)
 

@@ -158,9 +158,11 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     link = peers.attach(store, n, att)  # a multi-node run's node: its peers watched (peers.py)
     ex = sup.wait_exit(pid, n)
     faults.point("shim:exited")
-    att = store.attempt(n)
-    att["exit"] = ex
-    write_json(store.attempt_path(n), att)
+
+    def record_exit(a):
+        faults.point("shim:recording-exit")  # the record lock held: a racing stop waits here
+        a["exit"] = ex
+    att = store.update_attempt(n, record_exit)
     say(status_fd, {"exit": ex})
     peers.ended(link, ex, att)
     _reap_ended()

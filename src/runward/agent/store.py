@@ -190,6 +190,25 @@ class RunStore(object):
     def attempt(self, n):
         return read_json(self.attempt_path(n))
 
+    def update_attempt(self, n, change):
+        """Attempt N's record read, changed and written back under the run's record lock, so
+        that two writers (the shim recording the exit, a stop marking its request, a peer's
+        note, a health action) never lose each other's fields: each rewrites the whole file.
+        CHANGE(att) edits att in place; it returns False to write nothing. Returns the record
+        as it now is ({} when there is none). The lock is held only for this read and write,
+        never across another lock (the run lock is taken before it, if at all)."""
+        import fcntl
+        fd = os.open(os.path.join(self.dir, "record.lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            att = self.attempt(n) or {}
+            if att and change(att) is not False:
+                write_json(self.attempt_path(n), att)
+            return att
+        finally:
+            os.close(fd)  # and the lock with it
+
     def latest(self):
         r = self.run()
         if not r or not r.get("attempt"):

@@ -122,14 +122,18 @@ def end_backoff(store, att, by=None):
     already ended leaves the decision to the policy."""
     if by and by != "cli":
         return False
-    if not (att and att.get("exit") and att.get("supervise") and att.get("shim")
-            and live(att["shim"]) is not None):
+    if not (att and att.get("supervise") and att.get("shim") and live(att["shim"]) is not None):
         return False
-    fresh = store.attempt(att["attempt"]) or att
-    if (fresh.get("stop_requested") or {}).get("by") == "cli":
+    marked = []
+
+    def mark(fresh):  # the record as it is now: the job may have ended since ATT was read
+        if not fresh.get("exit") or (fresh.get("stop_requested") or {}).get("by") == "cli":
+            return False
+        fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": "cli"}
+        marked.append(True)
+    store.update_attempt(att["attempt"], mark)
+    if not marked:
         return False
-    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": "cli"}
-    write_json(store.attempt_path(att["attempt"]), fresh)
     sp = live(att["shim"])
     if sp is not None:
         try:

@@ -438,16 +438,17 @@ def _stop_store(home, name):
 def _mark_stop_requested(store, att, procs, by=None):
     """Before any signal: a start still in its settle period (it no longer holds the lock)
     then reports its job's end as stopped by us, not as an early exit, and a supervising
-    shim does not restart it. Read again just before the write: the shim writes the same
-    record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
+    shim does not restart it. Read and written under the record lock: the shim writes the
+    same record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
     health action's (supervise.py), which never overrides a stop already asked for."""
     if not att or attempt_state(att, procs, boot_id()) not in ("running", "starting", "orphaned"):
         return
-    fresh = store.attempt(att["attempt"]) or att
-    if fresh.get("exit") or (by and by != "cli" and fresh.get("stop_requested")):
-        return
-    fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": by or "cli"}
-    write_json(store.attempt_path(att["attempt"]), fresh)
+
+    def mark(fresh):
+        if fresh.get("exit") or (by and by != "cli" and fresh.get("stop_requested")):
+            return False
+        fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": by or "cli"}
+    store.update_attempt(att["attempt"], mark)
 
 
 def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
@@ -504,10 +505,11 @@ def _let_shim_record(store, att, fates):
     fate = next((f for f in fates if job and f["pid"] == job["pid"] and f["start"] == job["start"]), None)
     if fate is None:
         return  # the job was gone before this stop: how it ended is not ours to say
-    now = store.attempt(att["attempt"])
-    if not now or now.get("exit") or now.get("error"):
-        return
     sigs = fate.get("signals") or []
-    now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
-                   "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
-    write_json(store.attempt_path(att["attempt"]), now)
+
+    def record_exit(now):
+        if now.get("exit") or now.get("error"):
+            return False
+        now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
+                       "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
+    store.update_attempt(att["attempt"], record_exit)
