@@ -380,3 +380,25 @@ def test_a_time_per_step_reads_inversely_for_floors_and_drops(tmp_path):
     assert [(a["kind"], a["line_no"], a.get("inverse")) for a in own] == [
         ("above_max", 20, None)]
     assert math.isclose(lm.inverse_rate("elapsed_time_per_iteration_ms", 800.0), 1.25)
+
+
+SLURM_LINES = [
+    "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2026-12-03T10:00:00 ***",
+    "slurmstepd-node1: error: *** STEP 4242.0 ON node1 CANCELLED AT 2026-12-03T10:00:00 DUE TO TIME LIMIT ***",
+    "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+    "srun: error: node1: task 0: Exited with exit code 1",
+]
+
+
+@pytest.mark.parametrize("line", SLURM_LINES)
+def test_the_batch_systems_own_lines_are_no_metrics(line, tmp_path):
+    # "*** STEP 4242.0 ..." read as step=4242 would move the run's step back and forth
+    assert lm.parse_line(line) == {} and _scanned(line, tmp_path) == {}
+
+
+def test_a_slurm_cancel_line_leaves_the_runs_step_alone(tmp_path):
+    log = tmp_path / "slurm.log"
+    log.write_text("".join(f"step {i} loss={1.0 / i:.4f}\n" for i in range(1, 40)) + SLURM_LINES[1] + "\n")
+    res = lm.scan(str(log), {}, {}, 0.0)
+    steps = [p["metrics"].get("step") for p in res["points"]]
+    assert steps and max(steps) == 39 and 4242 not in steps, steps

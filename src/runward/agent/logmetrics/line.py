@@ -12,7 +12,7 @@ import math
 from .names import is_inverse, norm_name, seconds_per_unit
 from .patterns import (ANSI_RE, CSI_OPEN_RE, NAME_TAIL_RE, NAME_UNIT, NAME_UNIT_RE, NUM_RE,
                        PREFIX_RE, RATE_UNIT_RE, SHARE_GAP_RE, SOURCE_RE, SUFFIX, SUFFIX_RE,
-                       TIME_UNIT_RE, UNIT_GLUED_RE)
+                       TIME_UNIT_RE, TOOL_LINE_RE, UNIT_GLUED_RE)
 
 
 def name_from_gap(gap, first):
@@ -169,7 +169,7 @@ def parse_line(line):
     (a leading timestamp is a prefix here, so it gives no metric either way).
     """
     parts = NUM_RE.split(line)
-    if len(parts) == 1:
+    if len(parts) == 1 or TOOL_LINE_RE.match(line):
         return {}
     return {name: number(parts[2 * i + 1], mult, inv)
             for i, name, mult, inv, unit in analyse(parts, prefix_end(line))}

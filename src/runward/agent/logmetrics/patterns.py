@@ -93,6 +93,11 @@ TS_MD_RE = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d)
 # (or its zh_CN "已杀死"), and torchrun's "exitcode  : -9" / "Signal 9 (SIGKILL) received by PID".
 # Triton's "OutOfResources: out of resource: shared memory" during autotuning is not one: the
 # autotuner skips that config and goes on.
+# The batch system's and launcher's own lines, in the job's log: no metric of the job's
+# ("*** STEP 42.0 ON node1 CANCELLED AT ..." would give step=42; "srun: ... Waiting up to 32
+# seconds" a metric "waiting_up_to").
+TOOL_LINE_RE = re.compile(r"\s*(?:slurmstepd(?:-[\w.-]+)?|srun|sbatch|salloc|slurmd|scontrol): "
+                          r"|\s*\*\*\* (?:JOB|STEP) \d")
 EVENT_RE = re.compile(
     "(?m)(?P<traceback>Traceback \\(most recent call last\\):)"
     "|(?P<cuda_oom>CUDA out of memory|CUDA error: out of memory|HIP out of memory"
