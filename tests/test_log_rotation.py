@@ -174,6 +174,27 @@ def test_a_rotation_while_the_rotated_names_are_opened_misses_no_file(tmp_path, 
     assert rotated_once and got == [b"C", b"B", b"A", b"X", b"Y"], got
 
 
+def test_a_rotation_at_every_try_still_gives_open_files(tmp_path, monkeypatch):
+    """A job filling log_max faster than chain() opens the names: every try sees a rotation.
+    The last try's files are read as they are, never handed back closed (seen in CI: a start
+    of a fast-rotating run failed with "ValueError: I/O operation on closed file", exit 3)."""
+    from runward.agent.logmetrics import reader
+    log = tmp_path / "log"
+    (tmp_path / "log.1").write_bytes(b"A" * 10)
+    log.write_bytes(b"X" * 10)
+    tries = []
+    monkeypatch.setattr(reader, "_same", lambda path, cur: tries.append(1) and False)
+
+    class Cursor:
+        ident = (-1, -1)  # rotated out of reach: from the oldest
+    files = reader.chain(str(log), Cursor(), from_oldest=True)
+    try:
+        assert len(tries) == reader.CHAIN_TRIES and [f.read(1) for f in files] == [b"A", b"X"]
+    finally:
+        for f in files:
+            f.close()
+
+
 def test_the_log_is_never_missing_during_a_rotation(tmp_path, monkeypatch):
     """A reader that opens PATH at any moment of a rotation (`logs`, the parser, a user's
     `tail -F`) finds a file there: the full one is linked as PATH.1 and a new one renamed over

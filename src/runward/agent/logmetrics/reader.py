@@ -102,6 +102,9 @@ def rotated(path):
     return out[::-1]
 
 
+CHAIN_TRIES = 8
+
+
 def chain(path, cursor, from_oldest=False):
     """The files to read, in order, each open: the one CURSOR is in, under its rotated name
     when PATH was rotated since (then each newer one after it), and PATH. The current log
@@ -109,14 +112,14 @@ def chain(path, cursor, from_oldest=False):
     (its rotated name found again would be the same file, and is dropped). A rotation while
     the rotated names are being opened shifts every name by one: then the files are opened
     again, so none is missed. A cursor's file rotated out of reach: PATH alone, or with
-    FROM_OLDEST every rotated file still there."""
-    for _ in range(8):
+    FROM_OLDEST every rotated file still there. After CHAIN_TRIES rotations in a row (a job
+    filling log_max faster than we open files) the last files opened are read as they are."""
+    for i in range(CHAIN_TRIES):
         files, stable = _chain_once(path, cursor, from_oldest)
-        if stable:
-            break
+        if stable or i == CHAIN_TRIES - 1:
+            return files  # each open: the last try's are never closed here (they were, once)
         for f in files:
             f.close()
-    return files
 
 
 def _chain_once(path, cursor, from_oldest):
