@@ -4,7 +4,11 @@
 - start + stop of a 4-node run against the same of a 1-node run (goal: <= 1.3x each): the
   nodes are reached in parallel, so four cost about what one does;
 - against the shell way: one `ssh HOST 'nohup CMD & echo $!'` per node in sequence to start,
-  one `ssh HOST kill PID` per node to stop (nothing verified, no settle).
+  one `ssh HOST kill PID` per node to stop (nothing verified, no settle);
+- two floors: `ssh HOST true` on 4 hosts at once against 1, fresh connections and through
+  open control masters (runward's way): on the testbed the 4 "hosts" share this machine's
+  cores, so what one session costs there (the login shell, root's rc files) is paid 4 times
+  on the same cores, which 4 real machines would not.
 
 Over the testbed's rwN-slow hosts (20 ms each way, a delaying relay in front of a real sshd),
 as root after `scripts/testbed up`. runward's start includes its settle (--settle, 0.2 s
@@ -60,6 +64,18 @@ def parallel_ssh(tb, hosts, env) -> float:
     return time.perf_counter() - t0
 
 
+def warm_parallel_ssh(tb, hosts, env, sockdir) -> float:
+    """The floor runward's start and stop face: `ssh HOST true` on every host at once through
+    an open control master (as runward's calls go), so each still pays the far side's
+    session, login shell and its rc files, but no key exchange."""
+    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockdir}/%C", "-o", "ControlPersist=60"]
+    t0 = time.perf_counter()
+    ps = [subprocess.Popen(["ssh", "-F", tb["ssh_config"], *opts, h, "true"], env=env) for h in hosts]
+    for p in ps:
+        p.wait()
+    return time.perf_counter() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -81,6 +97,8 @@ def main() -> int:
     rw = [sys.executable, "-m", "runward"]
     one, four, shell = {"start": [], "stop": []}, {"start": [], "stop": []}, {"start": [], "stop": []}
     floor = {"one": [], "four": []}
+    warm = {"one": [], "four": []}
+    sockdir = tempfile.mkdtemp(prefix="rwbm-")  # short: a control socket path fits 108 bytes
     try:
         for r in range(a.rounds + 1):  # round 0 warms the control masters and the agents' caches
             for label, nodes, into in (("one", ["n0"], one), ("four", ["n0", "n1", "n2", "n3"], four)):
@@ -94,13 +112,20 @@ def main() -> int:
                     into["stop"].append(t)
             s, t = shell_way(tb, hosts, env)
             p1, p4 = parallel_ssh(tb, hosts[:1], env), parallel_ssh(tb, hosts, env)
+            w1, w4 = warm_parallel_ssh(tb, hosts[:1], env, sockdir), warm_parallel_ssh(tb, hosts, env, sockdir)
             if r:
+                warm["one"].append(w1)
+                warm["four"].append(w4)
                 shell["start"].append(s)
                 shell["stop"].append(t)
                 floor["one"].append(p1)
                 floor["four"].append(p4)
     finally:
+        for h in hosts:
+            subprocess.run(["ssh", "-F", tb["ssh_config"], "-o", f"ControlPath={sockdir}/%C", "-O", "exit", h],
+                           env=env, capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(sockdir, ignore_errors=True)
     med = {k: {v: statistics.median(d[v]) for v in d} for k, d in (("one", one), ("four", four), ("shell", shell))}
     print(f"hosts: {', '.join(hosts)}; {a.rounds} rounds; runward --settle {a.settle}; medians")
     for verb in ("start", "stop"):
@@ -110,6 +135,9 @@ def main() -> int:
     f1, f4 = statistics.median(floor["one"]), statistics.median(floor["four"])
     print(f"floor  `ssh HOST true` on 4 hosts at once {f4:.3f}s  on 1 {f1:.3f}s  ratio {f4 / f1:.2f}x "
           f"(the same cores serve every host here)")
+    w1, w4 = statistics.median(warm["one"]), statistics.median(warm["four"])
+    print(f"floor  the same through open control masters {w4:.3f}s  on 1 {w1:.3f}s  ratio {w4 / w1:.2f}x "
+          f"(each session still runs the far login shell and its rc files)")
     return 0
 
 

@@ -89,6 +89,13 @@ def marked(prefix: str) -> dict[int, int]:
     return out
 
 
+def gate(path: Path) -> str:
+    """A shell loop holding a job until PATH exists. A job meant to end by itself after its
+    start answered ends when the test touches PATH, not after a sleep that a loaded machine
+    can outlast within the settle period (then the start says "exited early")."""
+    return f"until [ -e '{path}' ]; do sleep 0.02; done"
+
+
 def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
     """Wait on a real condition (bounded), polling; returns its value or fails the test."""
     deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE, alive, marked, read_stat, wait_for
+from conftest import EXAMPLE, alive, gate, marked, read_stat, wait_for
 
 PY = sys.executable
 
@@ -129,13 +129,15 @@ def test_stop_and_start_from_a_shell_whose_command_line_contains_the_job(cli):
 
 
 def test_exit_of_unattended_job_is_recorded(cli):
-    rc, doc = cli.json("start", "ends", "--settle", "0.1", "--sh", "sleep 0.6; exit 7")
+    rc, doc = cli.json("start", "ends", "--settle", "0.1", "--sh", gate(cli.cwd / "go-ends") + "; exit 7")
     assert rc == 0, doc
+    (cli.cwd / "go-ends").touch()
     st = wait_for(lambda: (lambda s: s if s["state"] == "exited" else None)(cli.status("ends")),
                   what="the job to exit")
     assert st["exit"]["code"] == 7 and st["exit"]["signal"] is None
-    rc, doc = cli.json("start", "sig", "--settle", "0.1", "--sh", "sleep 0.5; kill -SEGV $$")
+    rc, doc = cli.json("start", "sig", "--settle", "0.1", "--sh", gate(cli.cwd / "go-sig") + "; kill -SEGV $$")
     assert rc == 0, doc
+    (cli.cwd / "go-sig").touch()
     st = wait_for(lambda: (lambda s: s if s["state"] == "exited" else None)(cli.status("sig")),
                   what="the job to die")
     assert st["exit"]["signal"] == "SIGSEGV"
@@ -422,8 +424,9 @@ def test_unkillable_survivor_is_reported_and_restart_starts_nothing(cli):
 
 
 def test_cgroup_of_a_run_that_ended_by_itself_is_removed(cli):
-    rc, doc = cli.json("start", "cgend", "--settle", "0.1", "--sh", "sleep 0.3")
+    rc, doc = cli.json("start", "cgend", "--settle", "0.1", "--sh", gate(cli.cwd / "go"))
     assert rc == 0, doc
+    (cli.cwd / "go").touch()
     cgs = doc["result"]["cgroups"]
     if not cgs:
         pytest.skip("no writable cgroup hierarchy here")

@@ -9,10 +9,12 @@ import signal
 import time
 import subprocess
 
-from conftest import alive, read_stat, wait_for
+from conftest import alive, gate, read_stat, wait_for
 
-# the job leaves a sleep behind and exits after a moment (past the settle period)
-LEAVES_A_CHILD = "sleep 300 & sleep 0.6; exit 0"
+def leaves_a_child(cli) -> str:
+    """A job that leaves a sleep behind and exits once the test touches cli.cwd/go (past the
+    settle period, however loaded the machine)."""
+    return "sleep 300 & " + gate(cli.cwd / "go") + "; exit 0"
 
 
 def _stray(cli, name: str) -> dict:
@@ -21,8 +23,9 @@ def _stray(cli, name: str) -> dict:
 
 
 def test_an_exited_job_with_processes_alive_is_stray_until_stopped(cli):
-    rc, doc = cli.json("start", "left", "--settle", "0.2", "--sh", LEAVES_A_CHILD)
+    rc, doc = cli.json("start", "left", "--settle", "0.2", "--sh", leaves_a_child(cli))
     assert rc == 0, doc
+    (cli.cwd / "go").touch()
     st = _stray(cli, "left")
     assert st["exit"]["code"] == 0 and len(st["stray_processes"]) == 1, st
     assert st["note"] == "the job exited; 1 of its processes are still alive: stop ends them"
@@ -42,8 +45,9 @@ def test_an_exited_job_with_processes_alive_is_stray_until_stopped(cli):
 
 
 def test_replace_ends_what_an_exited_job_left_alive(cli):
-    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--sh", LEAVES_A_CHILD)
+    rc, doc = cli.json("start", "rep", "--settle", "0.2", "--sh", leaves_a_child(cli))
     assert rc == 0, doc
+    (cli.cwd / "go").touch()
     child = _stray(cli, "rep")["stray_processes"][0]
     rc, doc = cli.json("start", "rep", "--settle", "0.2", "--replace", "--grace", "5", "--", "sleep", "302")
     assert rc == 0, doc

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, EXAMPLE, alive, marked, wait_for
+from conftest import CLI, EXAMPLE, alive, gate, marked, wait_for
 
 PY = sys.executable
 # attempt n of the run, from the marker RUNWARD_RUN=<run>.<attempt>
@@ -254,9 +254,10 @@ def test_stop_racing_the_jobs_own_failing_exit_loses_nothing_and_starts_nothing(
     comes. The stop waits for the record (its mark and the exit never write over each
     other), then tells the shim to start no next attempt: the stop answered is the last word."""
     sup.env["RUNWARD_FAULT"] = "pause:shim:recording-exit"
-    rc, doc = start(sup, "r0", "--restart", "on-failure", "--backoff", "0", "--sh", "sleep 0.5; exit 3")
+    rc, doc = start(sup, "r0", "--restart", "on-failure", "--backoff", "0", "--sh", gate(sup.cwd / "go") + "; exit 3")
     sup.env.pop("RUNWARD_FAULT")
     assert rc == 0, doc
+    (sup.cwd / "go").touch()
     wait_for(lambda: _paused(sup.home), what="the shim paused recording the exit")
     stop = sup.popen("stop", "r0", "--grace", "2", "--json")
     lock = sup.home / "runs" / "r0" / "record.lock"

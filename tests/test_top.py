@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import fakegpu
-from conftest import EXAMPLE, alive, marked, wait_for
+from conftest import EXAMPLE, alive, gate, marked, wait_for
 
 PY = sys.executable
 HAS_TMUX = shutil.which("tmux") is not None
@@ -248,8 +248,9 @@ def test_top_counts_a_supervised_runs_restarts(cli, terminal):
     """A run that crashes and is restarted by its policy: top's RESTARTS column counts the
     restarts against the limit, as status --json says them."""
     rc, doc = cli.json("start", "crashy", "--settle", "0.2", "--restart", "always", "--max-restarts", "50",
-                       "--backoff", "0.5s..0.5s", "--sh", "sleep 0.5; exit 3")
+                       "--backoff", "0.5s..0.5s", "--sh", gate(cli.cwd / "go") + "; sleep 0.3; exit 3")
     assert rc == 0, doc
+    (cli.cwd / "go").touch()  # from here on each attempt crashes by itself
     try:
         st = wait_for(lambda: (lambda r: r if r.get("restarts", 0) >= 2 else None)(
             cli.json("status", "crashy")[1]["result"]["runs"][0]), 60, "two restarts")
