@@ -8,8 +8,8 @@ normal use: one getenv a step. The steps are listed in README.md, "Faults"."""
 import os
 import time
 
-STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead", "shim:job-recorded", "shim:exited",
-         "shim:recording-exit",
+STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead",
+         "shim:job-recorded", "shim:exited", "shim:recording-exit",
          "supervise:backoff", "supervise:decided")
 PAUSE_MAX_S = 120.0
 
