@@ -10,8 +10,6 @@ expanded per node (never through a shell)."""
 
 from __future__ import annotations
 
-import secrets
-
 from . import api, transport
 from .errors import EXIT_FAILED, EXIT_OK, BadInput, RunNotFound, RunwardError
 from .targets import Target, parse_target
@@ -118,6 +116,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
     ports = probes[0]["result"]["ports"]
     ips = [_address(t, p["result"]) for t, p in zip(nodes, probes)]
     addr = master_addr or ips[0]
+    import secrets  # here, not at the top: every status and stop of a named run imports this module
     run_id = secrets.token_hex(6)
     res.update(run_id=run_id, master_addr=addr, master_port=ports[0], coord_port=ports[1],
                on_node_failure=on_node_failure)
