@@ -153,6 +153,18 @@ def test_top_level_help_loads_no_verb_and_nothing_heavy():
     assert heavy == [], heavy
 
 
+def test_a_named_runs_status_imports_no_secrets(tmp_path):
+    """Every status and stop of a named run loads runward.multinode (is it a multi-node
+    run?); the run id's `secrets` (base64, hmac, hashlib: about half of that module's
+    import) is for a multi-node start alone."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "runward", "status", "nosuchrun", "--json"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=str(SRC), RUNWARD_HOME=str(tmp_path / "home")))
+    imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+    assert "runward.multinode" in imported, p.stderr[-2000:]  # the check sees the path it guards
+    assert "secrets" not in imported and "hmac" not in imported
+
+
 def _module_in_agent(dotted: str) -> str | None:
     """The agent module a dotted name lives in (the longest known prefix)."""
     while dotted:
