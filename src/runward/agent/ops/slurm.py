@@ -171,7 +171,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
         if st["state"] in ("RUNNING", "COMPLETING") and running_since is None:
             running_since = now
             att["started_at"] = time.time()
-            write_json(store.attempt_path(n), att)
+            store.update_attempt(n, lambda now: now.update(started_at=att["started_at"]))
         if ready_re is not None and ready_line is None:
             data, pos = logfiles.read_on(plan["log"], pos)
             pending += data
@@ -223,8 +223,12 @@ def record_end(store, att, st):
         return
     ex = {k: st[k] for k in ("code", "signal", "exit_code") if k in st}
     ex.update({"at": time.time(), "state": st["state"], "source": st.get("source")})
-    att["exit"] = ex
-    write_json(store.attempt_path(att["attempt"]), att)
+
+    def keep(now):  # under the record lock: a status and a stop may both get here
+        if (now.get("exit") or {}).get("state"):
+            return False
+        now["exit"] = ex
+    att["exit"] = store.update_attempt(att["attempt"], keep).get("exit", ex)
 
 
 def _node_pids(store, att, procs=None):
