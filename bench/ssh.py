@@ -97,7 +97,10 @@ def main() -> int:
         cold["cold status"].append(t(rw + ["status", "--on", "h1"], cenv))
         # close that master so the next cold round is cold too
         os.environ["RUNWARD_HOME"] = cenv["RUNWARD_HOME"]
-        subprocess.run(["ssh", "-F", cfg, "-o", f"ControlPath={control_dir()}/%C", "-O", "exit", "rw1-slow"],
+        from runward.targets import parse_target
+        from runward.transport import ssh_base
+        os.environ["RUNWARD_SSH_CONFIG"] = cfg  # the socket's name, as runward gives it (targets/ssh.py)
+        subprocess.run(parse_target("ssh://rw1-slow").hops[0].ssh_argv(ssh_base(), ["-O", "exit"]),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.environ["RUNWARD_HOME"] = env["RUNWARD_HOME"]
     t(rw + ["stop", "b1", "--on", "h1"], env)

@@ -200,7 +200,8 @@ def test_a_new_control_master_gets_a_new_forward(far):
     far.call({"op": "status"})
     wait_for(far.listening, what="the resident's socket")
     old = _records(far.entry())[-1]
-    subprocess.run(transport.ssh_base() + ["-O", "exit", "rw1"], capture_output=True, check=True)
+    rw1 = parse_target("ssh://rw1").hops[0]  # its control socket, as runward names it
+    subprocess.run(rw1.ssh_argv(transport.ssh_base(), ["-O", "exit"]), capture_output=True, check=True)
     wait_for(lambda: _refused(Path(transport.control_dir()) / ("r-" + old)), what="the master to go")
     far.call({"op": "status"})
     assert transport.LAST_ROUTE == "exec"

@@ -194,6 +194,25 @@ def test_auth_refused_is_diagnosed(tmp_path, tb):
     assert rc == 3 and "Permission denied" in doc["error"]["message"]
 
 
+def test_an_alias_the_host_refuses_fails_beside_an_open_master_of_that_host(tmp_path, tb, monkeypatch):
+    """rw-badkey is rw1 (same address, port and user) with a key rw1 does not authorize.
+    With rw1's control master open, OpenSSH's %C alone named the same socket for both, and
+    rw-badkey's status rode rw1's connection: it worked while that master lived. Each
+    destination as written has its own master: the refusal is said, every time."""
+    c = CLI(tmp_path / "home", tmp_path)
+    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
+    rc, doc = c.json("status", "--on", "ssh://rw1")
+    assert rc == 0, doc
+    from runward import transport
+    monkeypatch.setenv("RUNWARD_HOME", str(c.home))
+    socks = [p for p in os.listdir(transport.control_dir()) if not p.startswith("r-")]
+    assert socks, "rw1's master is open"  # the check sees a master at all
+    rc, doc = c.json("status", "--on", "ssh://rw-badkey")
+    assert rc == 3 and "Permission denied" in doc["error"]["message"], doc
+    rc, doc = c.json("status", "--on", "ssh://rw1")
+    assert rc == 0, doc
+
+
 def test_connect_timeout_is_diagnosed(tmp_path, tb):
     c = CLI(tmp_path / "home", tmp_path)
     c.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"], RUNWARD_CONNECT_TIMEOUT="1")

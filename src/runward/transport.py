@@ -87,11 +87,12 @@ _KILLED_PAT = r"runward: the agent was killed by signal (\d+)"
 
 def control_dir() -> str:
     """A 0700 directory of our own for ssh control sockets. A unix socket path must fit in
-    108 bytes, and ssh appends 40 (%C) plus a temporary suffix of 17, so a long home falls
-    back to a short directory under /tmp, named after the home, checked to be ours."""
+    108 bytes, and a socket's name is 9 (the destination's tag, targets/ssh.py) + 40 (%C)
+    plus ssh's temporary suffix of 17, so a long home falls back to a short directory under
+    /tmp, named after the home, checked to be ours."""
     home = local_home()
     d = os.path.join(home, "ssh")
-    if len(d) > 48:
+    if len(d) > 39:
         import hashlib
         d = os.path.join("/tmp", f"runward-{os.getuid()}-{hashlib.sha1(home.encode()).hexdigest()[:10]}")
     try:

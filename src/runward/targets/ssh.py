@@ -5,6 +5,7 @@ once here with POSIX rules (quote_argv); nobody writes nested quotes by hand."""
 
 from __future__ import annotations
 
+import os
 import re
 
 KIND = "ssh"
@@ -24,7 +25,23 @@ def argv(hop, base: list[str], options: list[str], remote: str | None = None) ->
     line (none for a request to the control master, `-O ...`)."""
     port = ["-p", str(hop.port)] if hop.port else []
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
-    return [*base, *port, *options, "--", dest, *([remote] if remote is not None else [])]
+    return [*_own_master(base, dest, hop.port), *port, *options, "--", dest, *([remote] if remote is not None else [])]
+
+
+def _own_master(base: list[str], dest: str, port: int | None) -> list[str]:
+    """BASE with its control socket made this destination's own: `<dir>/<tag>-%C`, TAG a
+    crc32 of the destination as written (alias, user, port) and the ssh config in use.
+    OpenSSH's %C alone hashes the host, port and user it resolved, so another alias of the
+    same host (another key, another ProxyJump) would ride the first one's open master and
+    never meet its own failure (a key the host refuses would work while the master lives)."""
+    import binascii
+    out = []
+    for word in base:
+        if word.startswith("ControlPath=") and word.endswith("/%C"):
+            key = "\0".join((os.environ.get("RUNWARD_SSH_CONFIG", ""), dest, str(port or ""))).encode()
+            word = "%s%08x-%%C" % (word[:-2], binascii.crc32(key))
+        out.append(word)
+    return out
 
 
 def wrap(hop, inner: list[str], ssh_base: list[str] | None = None) -> list[str]:
