@@ -107,6 +107,8 @@ def analyse(parts, prefix_end):
     """
     if any("NCCL INFO" in p for p in parts[0::2]):
         return ()  # NCCL_DEBUG=INFO chatter: channels, ranks, ports; no training metric
+    if TOOL_LINE_RE.match("".join(parts)):
+        return ()  # Slurm's and srun's own lines ("*** STEP 42.0 ... CANCELLED"): not the job's
     esc = any("\x1b" in p for p in parts[0::2])
     slots = []
     seen = set()
@@ -169,7 +171,7 @@ def parse_line(line):
     (a leading timestamp is a prefix here, so it gives no metric either way).
     """
     parts = NUM_RE.split(line)
-    if len(parts) == 1 or TOOL_LINE_RE.match(line):
+    if len(parts) == 1:
         return {}
     return {name: number(parts[2 * i + 1], mult, inv)
             for i, name, mult, inv, unit in analyse(parts, prefix_end(line))}

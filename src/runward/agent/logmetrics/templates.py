@@ -9,8 +9,8 @@ raw bytes (never decoded).
 import re
 
 from .line import analyse, number, prefix_end
-from .patterns import (DIGIT_RUN_B, DIGITS, EVENT_RE, NAN_WORD_RE_B, NUM_RE_B, TOOL_LINE_RE,
-                       TS_MD_RE, TS_RE)
+from .patterns import (DIGIT_RUN_B, DIGITS, EVENT_RE, NAN_WORD_RE_B, NUM_RE_B, TS_MD_RE,
+                       TS_RE)
 
 
 def unsep(token):
@@ -59,7 +59,7 @@ def template(line_b, line):
     event = EVENT_RE.search(line_b) is not None
     parts_b = NUM_RE_B.split(line_b)
     parts = [p.decode("utf-8", "replace") for p in parts_b]
-    slots = () if TOOL_LINE_RE.match(line) else analyse(parts, prefix_end(line))
+    slots = analyse(parts, prefix_end(line))
     if not slots:
         return Template(None, (), None, False, True) if event else None
     named = {}
