@@ -54,21 +54,14 @@ def shell_way(tb, hosts, env) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
-def parallel_ssh(tb, hosts, env) -> float:
+def parallel_ssh(tb, hosts, env, sockdir=None) -> float:
     """The floor: `ssh HOST true` on every host at once (what 4 parallel calls cost on this
-    machine, where the 4 hosts share its cores and each session runs root's .bashrc)."""
-    t0 = time.perf_counter()
-    ps = [subprocess.Popen(["ssh", "-F", tb["ssh_config"], h, "true"], env=env) for h in hosts]
-    for p in ps:
-        p.wait()
-    return time.perf_counter() - t0
-
-
-def warm_parallel_ssh(tb, hosts, env, sockdir) -> float:
-    """The floor runward's start and stop face: `ssh HOST true` on every host at once through
-    an open control master (as runward's calls go), so each still pays the far side's
-    session, login shell and its rc files, but no key exchange."""
-    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockdir}/%C", "-o", "ControlPersist=60"]
+    machine, where the 4 hosts share its cores and each session runs root's .bashrc). With
+    SOCKDIR, through an open control master each (as runward's calls go): the floor its start
+    and stop face, each still paying the far side's session, login shell and rc files, but
+    no key exchange."""
+    opts = [] if sockdir is None else ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockdir}/%C",
+                                       "-o", "ControlPersist=60"]
     t0 = time.perf_counter()
     ps = [subprocess.Popen(["ssh", "-F", tb["ssh_config"], *opts, h, "true"], env=env) for h in hosts]
     for p in ps:
@@ -112,7 +105,7 @@ def main() -> int:
                     into["stop"].append(t)
             s, t = shell_way(tb, hosts, env)
             p1, p4 = parallel_ssh(tb, hosts[:1], env), parallel_ssh(tb, hosts, env)
-            w1, w4 = warm_parallel_ssh(tb, hosts[:1], env, sockdir), warm_parallel_ssh(tb, hosts, env, sockdir)
+            w1, w4 = parallel_ssh(tb, hosts[:1], env, sockdir), parallel_ssh(tb, hosts, env, sockdir)
             if r:
                 warm["one"].append(w1)
                 warm["four"].append(w4)
