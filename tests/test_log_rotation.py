@@ -174,25 +174,108 @@ def test_a_rotation_while_the_rotated_names_are_opened_misses_no_file(tmp_path, 
     assert rotated_once and got == [b"C", b"B", b"A", b"X", b"Y"], got
 
 
-def test_a_rotation_at_every_try_still_gives_open_files(tmp_path, monkeypatch):
+def test_a_rotation_at_every_try_reads_nothing_and_skips_nothing(tmp_path, monkeypatch):
     """A job filling log_max faster than chain() opens the names: every try sees a rotation.
-    The last try's files are read as they are, never handed back closed (seen in CI: a start
-    of a fast-rotating run failed with "ValueError: I/O operation on closed file", exit 3)."""
-    from runward.agent.logmetrics import reader
+    Then nothing is read this time and the reader stays where it was; never a closed file
+    handed back (seen in CI: "ValueError: I/O operation on closed file", exit 3), never the
+    files of a try the rotation disturbed (seen in CI: `logs -f` jumped from line 1,955 to
+    13,417)."""
+    from runward.agent import logfiles
+    from runward.agent.logmetrics import reader, scan
     log = tmp_path / "log"
-    (tmp_path / "log.1").write_bytes(b"A" * 10)
-    log.write_bytes(b"X" * 10)
-    tries = []
-    monkeypatch.setattr(reader, "_same", lambda path, cur: tries.append(1) and False)
+    (tmp_path / "log.1").write_bytes(b"A\n" * 10)
+    log.write_bytes(b"X\n" * 10)
+    real_open, opened = reader._open, []
+
+    def open_and_rotate(p):
+        f = real_open(p)
+        if f is not None:
+            opened.append(f)
+        if str(p) == str(log):  # the logger rotates right after each open of the log
+            n = max(int(q.suffix[1:]) for q in tmp_path.glob("log.*"))
+            for i in range(n, 0, -1):
+                os.rename(tmp_path / f"log.{i}", tmp_path / f"log.{i + 1}")
+            os.link(log, tmp_path / "log.1")
+            (tmp_path / "fresh").write_bytes(b"Y\n")
+            os.rename(tmp_path / "fresh", log)
+        return f
 
     class Cursor:
         ident = (-1, -1)  # rotated out of reach: from the oldest
+    monkeypatch.setattr(reader, "_open", open_and_rotate)
+    assert reader.chain(str(log), Cursor(), from_oldest=True) is None
+    assert len([f for f in opened if f.name == str(log)]) == reader.CHAIN_TRIES
+    assert all(f.closed for f in opened)
+
+    opened.clear()
+    oldest = max(tmp_path.glob("log.*"), key=lambda q: int(q.suffix[1:]))
+    assert oldest.read_bytes() == b"A\n" * 10
+    st = oldest.stat()
+    pos = (st.st_ino, st.st_dev, 2, b"A\n")  # a follower two bytes into the oldest file
+    assert logfiles.read_on(str(log), pos) == (b"", pos)
+    assert all(f.closed for f in opened)
+
+    state = {"ino": st.st_ino, "dev": st.st_dev, "offset": 2, "sig": b"A\n".hex()}
+    out = scan(str(log), state, {}, time.time())
+    assert out["lines"] == 0 and out["exists"] and out["reset"] is None, out
+    assert (out["state"]["ino"], out["state"]["offset"]) == (st.st_ino, 2), out["state"]
+    monkeypatch.undo()  # the names stand still again: the follower reads on from where it was
+    got, data = b"", b"-"
+    while data:
+        data, pos = logfiles.read_on(str(log), pos)
+        got += data
+    files = sorted(tmp_path.glob("log.*"), key=lambda q: -int(q.suffix[1:])) + [log]
+    assert got == b"".join(f.read_bytes() for f in files)[2:] and got.startswith(b"A\n" * 9 + b"X\n")
+
+
+def _mid_rotation(tmp_path):
+    """The names as a rotation leaves them halfway: log.3 -> log.4 and log.2 -> log.3 done,
+    log.1 -> log.2 not yet, so log.2 is free a moment. Oldest first the files are C (log.4),
+    B (log.3), A (log.1), X (log)."""
+    log = tmp_path / "log"
+    for name, tag in (("log.4", b"C"), ("log.3", b"B"), ("log.1", b"A"), ("log", b"X")):
+        (tmp_path / name).write_bytes(tag * 4 + b"\n")
+    return log
+
+
+def test_a_follower_in_a_file_moved_past_a_free_name_reads_it_on(tmp_path):
+    """The name shift of a rotation in progress leaves one name free; the follower's file sits
+    above it. Seen in CI: `logs -f` jumped from line 1,955 to 13,417 of a log rotating by
+    64k with log_keep 30 (the names were read only up to the free one, the follower's file was
+    taken for rotated out of reach, and the newest files were read instead)."""
+    from runward.agent import logfiles
+    from runward.agent.logmetrics import reader
+    log = _mid_rotation(tmp_path)
+    st = (tmp_path / "log.3").stat()
+
+    class Cursor:
+        ident = (st.st_ino, st.st_dev)
     files = reader.chain(str(log), Cursor(), from_oldest=True)
     try:
-        assert len(tries) == reader.CHAIN_TRIES and [f.read(1) for f in files] == [b"A", b"X"]
+        assert [f.read(1) for f in files] == [b"B", b"A", b"X"]
     finally:
         for f in files:
             f.close()
+    assert reader.rotated(str(log)) == [str(tmp_path / n) for n in ("log.4", "log.3", "log.1")]
+
+    pos, got = (st.st_ino, st.st_dev, 2, b"BB"), b""
+    for _ in range(4):
+        data, pos = logfiles.read_on(str(log), pos)
+        got += data
+    assert got == b"BB\nAAAA\nXXXX\n"
+    assert logfiles.tail(str(log), 3) == ["BBBB", "AAAA", "XXXX"]
+
+
+def test_the_parser_in_a_file_moved_past_a_free_name_reads_it_on(tmp_path):
+    from runward.agent.logmetrics import scan
+    log = tmp_path / "log"
+    for name, first in (("log.4", 0), ("log.3", 10), ("log.1", 20), ("log", 30)):
+        (tmp_path / name).write_text("".join("step %d loss 1.0\n" % i for i in range(first, first + 10)))
+    st = (tmp_path / "log.3").stat()
+    sig = (tmp_path / "log.3").read_bytes()[:len("step 10 loss 1.0\n")]
+    state = {"ino": st.st_ino, "dev": st.st_dev, "offset": len(sig), "sig": sig.hex()}
+    out = scan(str(log), state, {}, time.time())
+    assert [p["metrics"]["step"] for p in out["points"]] == list(range(11, 40)), out["points"]
 
 
 def test_the_log_is_never_missing_during_a_rotation(tmp_path, monkeypatch):

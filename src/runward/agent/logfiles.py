@@ -267,14 +267,14 @@ def read_on(path, pos):
                 for f in files:
                     f.close()
                 files = chain(path, _At((-1, -1)), from_oldest=True)
-        for f in files:
+        for f in files or ():  # None: the names moved at each try; read on from POS next time
             data, new = _read_fd(f.fileno(), offset, os.fstat(f.fileno()))
             if data or f is files[-1]:
                 return data, new
             offset = 0
         return b"", pos
     finally:
-        for f in files:
+        for f in files or ():
             f.close()
 
 

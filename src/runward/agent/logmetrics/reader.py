@@ -92,73 +92,89 @@ def signature(f, offset):
 
 def rotated(path):
     """The rotated files of the log PATH that exist, oldest first: PATH.N ... PATH.1 (the
-    rotation by size, agent/logfiles.py)."""
-    out = []
-    for i in range(1, ROTATED_MAX + 1):
-        p = "%s.%d" % (path, i)
-        if not os.path.exists(p):
+    rotation by size, agent/logfiles.py). A rotation in progress leaves one name free for a
+    moment (PATH.3 moved on to PATH.4, PATH.2 not yet to PATH.3): the names go on past it."""
+    return [p for p, ident in _names(path)[1:] if ident is not None][::-1]
+
+
+def _names(path):
+    """[(name, (inode, device) or None)] of PATH, PATH.1, PATH.2 ..., newest first, up to two
+    missing names in a row. A rotation renames the oldest first, one name at a time, so it
+    leaves at most one free name, which a reader going up the names cannot see twice."""
+    out, missing = [], 0
+    for i in range(ROTATED_MAX + 1):
+        p = "%s.%d" % (path, i) if i else path
+        try:
+            st = os.stat(p)
+            ident = (st.st_ino, st.st_dev)
+        except OSError:
+            ident = None
+        out.append((p, ident))
+        missing = missing + 1 if ident is None and i else 0
+        if missing == 2:
             break
-        out.append(p)
-    return out[::-1]
+    return out
 
 
-CHAIN_TRIES = 8
+CHAIN_TRIES = 20
 
 
 def chain(path, cursor, from_oldest=False):
-    """The files to read, in order, each open: the one CURSOR is in, under its rotated name
-    when PATH was rotated since (then each newer one after it), and PATH. The current log
-    is opened first: a rotation in between then only moves it, and it is read all the same
-    (its rotated name found again would be the same file, and is dropped). A rotation while
-    the rotated names are being opened shifts every name by one: then the files are opened
-    again, so none is missed. A cursor's file rotated out of reach: PATH alone, or with
-    FROM_OLDEST every rotated file still there. After CHAIN_TRIES rotations in a row (a job
-    filling log_max faster than we open files) the last files opened are read as they are."""
-    for i in range(CHAIN_TRIES):
-        files, stable = _chain_once(path, cursor, from_oldest)
-        if stable or i == CHAIN_TRIES - 1:
-            return files  # each open: the last try's are never closed here (they were, once)
-        for f in files:
-            f.close()
+    """The files to read, in order, each open: the one CURSOR is in, under whatever name the
+    rotations gave it since, each newer one, and PATH. A cursor's file that no name holds any
+    more (rotated out of log_keep): PATH alone, or with FROM_OLDEST every rotated file still
+    there. None when rotations moved the names during each of CHAIN_TRIES tries (a job
+    filling log_max faster than we open files): the caller reads nothing this time and keeps
+    its cursor, so a file is never skipped for a name read at the wrong moment."""
+    for _ in range(CHAIN_TRIES):
+        files = _chain_once(path, cursor, from_oldest)
+        if files is not None:
+            return files
+    return None
 
 
 def _chain_once(path, cursor, from_oldest):
-    """chain's files, and whether PATH is still the file opened first (no rotation came
-    while the rotated names were opened)."""
-    files = []
-    cur = _open(path)
-    if cur is not None:
-        files.append(cur)
+    """chain's files from the names as they were at one moment, or None when they moved.
+
+    The names are read, the files wanted opened, and the names read again: a name holds a
+    file only once (files only move up, PATH -> PATH.1 -> PATH.2 ...), so a name that holds
+    the same file both times held it all along, and when every name does, the first reading
+    was the names at one moment, the one between the two readings. At any moment the files in
+    name order, a free name skipped (a rename in progress) and a file under two names once
+    (PATH linked as PATH.1 a moment before the new PATH comes), are the log in order."""
+    names = _names(path)
+    idents = [ident for _, ident in names]
     ident = cursor.ident
-    if ident[0] is None or (cur is not None and _ident(cur) == ident):
-        return files, True
-    older = []
-    for p in reversed(rotated(path)):  # newest first, back to the cursor's file
-        f = _open(p)
-        if f is None:
-            continue
-        if any(_ident(g) == _ident(f) for g in files + older):
-            f.close()
-            continue
-        older.append(f)
-        if _ident(f) == ident:
-            break
-    found = any(_ident(f) == ident for f in older)
-    stable = _same(path, cur)
-    if found or from_oldest:
-        return older[::-1] + files, stable
-    for f in older:  # not found (rotated out of reach): read the current log anew
-        f.close()
-    return files, stable
-
-
-def _same(path, f):
-    """Whether PATH is still the file F (None: PATH did not exist)."""
+    if ident[0] is None:
+        want = names[:1]
+    elif ident in idents:
+        want = names[:idents.index(ident) + 1]
+    else:
+        want = names if from_oldest else names[:1]
+    files, seen = [], set()
     try:
-        st = os.stat(path)
-    except OSError:
-        return f is None
-    return f is not None and (st.st_ino, st.st_dev) == _ident(f)
+        for p, want_ident in reversed(want):  # oldest first
+            if want_ident is None or want_ident in seen:
+                continue
+            f = _open(p)
+            if f is None:
+                return _close(files)
+            files.append(f)
+            if _ident(f) != want_ident:
+                return _close(files)
+            seen.add(want_ident)
+        if _names(path) != names:
+            return _close(files)
+        return files
+    except BaseException:
+        _close(files)
+        raise
+
+
+def _close(files):
+    for f in files:
+        f.close()
+    return None
 
 
 def _open(p):

@@ -105,7 +105,10 @@ def scan(log_path, state, rules, now):
     reset, read, more = None, 0, False
     budget = int(rules.get("max_bytes", MAX_BYTES))
     files = chain(log_path, cursor)  # the rest of a file rotated away first: no line skipped
-    exists = bool(files) and os.fspath(files[-1].name) == os.fspath(log_path)
+    if files is None:  # rotations moved the names at each try: read on from the cursor next call
+        files, exists = [], True
+    else:
+        exists = bool(files) and os.fspath(files[-1].name) == os.fspath(log_path)
     try:
         for i, f in enumerate(files):
             if i:  # the next newer file, from its start, as a rotation always read it
