@@ -308,3 +308,50 @@ def test_the_log_is_never_missing_during_a_rotation(tmp_path, monkeypatch):
     assert not missing, missing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "log.1", "log.2"]
     assert log.read_bytes().startswith(b"line 4") and (tmp_path / "log.1").read_bytes().startswith(b"line 3")
+
+
+STORM = r'''
+import sys, time
+from runward.agent.logfiles import RotatingLog
+log = RotatingLog(sys.argv[1], 2048, 100)
+for i in range(int(sys.argv[2])):
+    log.write(b"line %06d step %d loss 0.5\n" % (i, i))
+    if i % 64 == 0:
+        time.sleep(0.001)  # a rotation about every 73 lines: the names move while readers read
+log.write(b"done\n")
+log.close()
+'''
+
+
+def test_a_follower_and_the_parser_under_a_rotation_storm_read_every_line_once(tmp_path):
+    """The real logger rotating every 2 KiB through 100 names (a long rename sequence each
+    time), a follower (read_on) and the parser (scan) reading on beside it: each sees every
+    line once, in order. The keep is large enough that no file is rotated out of reach."""
+    import subprocess
+    import sys
+
+    from runward.agent import logfiles
+    from runward.agent.logmetrics import scan
+    log = tmp_path / "log"
+    log.write_bytes(b"")
+    n = 6000  # about 85 files of 2 KiB: none rotated out of reach however far behind a reader is
+    writer = subprocess.Popen([sys.executable, "-c", STORM, str(log), str(n)])
+    pos, got = logfiles.end_of(str(log)), b""
+    state, steps = {"ino": pos[0], "dev": pos[1], "offset": 0, "sig": ""}, []
+    # the readers start 30 files behind: each call finds its file under a rotated name
+    wait_for(lambda: (tmp_path / "log.30").exists() or writer.poll() is not None, timeout=60, what="log.30")
+    try:
+        while not got.endswith(b"done\n"):
+            data, pos = logfiles.read_on(str(log), pos)
+            got += data
+            out = scan(str(log), state, {"max_points": n}, time.time())
+            state = out["state"]
+            assert out["points_dropped"] == 0
+            steps += [int(p["metrics"]["step"]) for p in out["points"]]
+            assert writer.poll() in (None, 0)
+    finally:
+        writer.wait(timeout=60)
+    nums = [int(x.split()[1]) for x in got.decode().splitlines()[:-1]]
+    assert nums == list(range(n)), [(a, b) for a, b in zip(nums, range(n)) if a != b][:3]
+    assert steps == list(range(n)), [(a, b) for a, b in zip(steps, range(n)) if a != b][:3]
+    assert 50 < len(list(tmp_path.glob("log.*"))) < 100
