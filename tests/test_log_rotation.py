@@ -340,15 +340,16 @@ def test_a_follower_and_the_parser_under_a_rotation_storm_read_every_line_once(t
     state, steps = {"ino": pos[0], "dev": pos[1], "offset": 0, "sig": ""}, []
     # the readers start 30 files behind: each call finds its file under a rotated name
     wait_for(lambda: (tmp_path / "log.30").exists() or writer.poll() is not None, timeout=60, what="log.30")
+    deadline = time.monotonic() + 120
     try:
-        while not got.endswith(b"done\n"):
+        while not got.endswith(b"done\n") or (steps[-1:] != [n - 1] and len(steps) < n):
             data, pos = logfiles.read_on(str(log), pos)
             got += data
             out = scan(str(log), state, {"max_points": n}, time.time())
             state = out["state"]
             assert out["points_dropped"] == 0
             steps += [int(p["metrics"]["step"]) for p in out["points"]]
-            assert writer.poll() in (None, 0)
+            assert writer.poll() in (None, 0) and time.monotonic() < deadline, (len(got), len(steps))
     finally:
         writer.wait(timeout=60)
     nums = [int(x.split()[1]) for x in got.decode().splitlines()[:-1]]
