@@ -124,7 +124,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           replace_grace: float | None = None, env_overrides: list[str] | None = None,
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
           log_keep: int | None = None, multinode: dict | None = None,
-          supervise: dict | None = None) -> dict:
+          supervise: dict | None = None, late: Callable[[dict], None] | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
@@ -132,7 +132,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     the attempt --replace stops (default: that attempt's own); log_max (bytes) rotates the log
     by size, keeping log_keep files (default 3; docs/protocol.md, "Log rotation"). on_event
     gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
-    multinode: this node's part of a multi-node run (multinode.py), kept in its record."""
+    multinode: this node's part of a multi-node run (multinode.py), kept in its record.
+    late(request): completes the request just before it is sent (transport.call's late)."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -150,7 +151,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     if supervise:  # the policy the shim keeps (runward/supervision.py, agent/supervise.py)
         req["supervise"] = supervise
     try:
-        return transport.call(target, req, on_event=on_event)
+        return transport.call(target, req, on_event=on_event, late=late)
     except RunwardError as e:
         res = e.result or {}
         if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):

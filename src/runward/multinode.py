@@ -17,9 +17,9 @@ from .targets import Target, parse_target
 PLACEHOLDERS = ("node_rank", "nnodes", "master_addr", "master_port")
 POLICIES = ("stop", "continue")
 # failures of a node's start after which nothing of this start runs there: refused before
-# anything was launched (bad input) or because a run of that name was already alive there,
-# which is not ours to stop
-_NOT_LAUNCHED = ("BadInput", "AlreadyRunning")
+# anything was launched (bad input), because a run of that name was already alive there,
+# which is not ours to stop, or its request never sent (_NotSent)
+_NOT_LAUNCHED = ("BadInput", "AlreadyRunning", "NotStarted")
 
 
 def nodes_of(args, cfg, name: str | None) -> list[Target] | None:
@@ -102,37 +102,56 @@ def _address(t: Target, probe: dict) -> str:
 
 def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None = None,
           nproc_per_node: int | None = None, on_node_failure: str = "stop", on_event=None) -> tuple[dict, int]:
-    """Start NAME on every node in parallel, all or nothing: (result, exit code)."""
+    """Start NAME on every node in parallel, all or nothing: (result, exit code).
+
+    Each node's start is under way (its ssh session, its agent loaded) while every node is
+    probed: its request, which needs the probe's addresses and ports, is sent once the probe
+    is done (transport.call's late), and never when a node was not reachable."""
+    import threading
     _check_nodes(nodes)
     if on_node_failure not in POLICIES:
         raise BadInput(f"invalid on_node_failure {on_node_failure!r}", "use stop or continue")
     n = len(nodes)
-    probes = _probe(nodes)
-    res = {"name": name, "nnodes": n, "state": "not started",
-           "nodes": [{"rank": i, "target": t.display(), **_outcome(p)} for i, (t, p) in enumerate(zip(nodes, probes))]}
-    if not all(p["ok"] for p in probes):
-        res["message"] = "not every node was reachable: nothing was started"
-        return res, EXIT_FAILED
-    ports = probes[0]["result"]["ports"]
-    ips = [_address(t, p["result"]) for t, p in zip(nodes, probes)]
-    addr = master_addr or ips[0]
-    import secrets  # here, not at the top: every status and stop of a named run imports this module
-    run_id = secrets.token_hex(6)
-    res.update(run_id=run_id, master_addr=addr, master_port=ports[0], coord_port=ports[1],
-               on_node_failure=on_node_failure)
-    part = {"id": run_id, "nnodes": n, "nodes": [_node_ref(t) for t in nodes], "master_addr": addr,
-            "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure}
+    probed, plan = threading.Event(), {}
 
     def one(rank: int, t: Target) -> dict:
-        values = {"node_rank": rank, "nnodes": n, "master_addr": addr, "master_port": ports[0]}
-        env = {**(kw.get("env") or {}), **rank_env(rank, n, addr, ports[0], ips, nproc_per_node),
-               "RUNWARD_MULTINODE_ID": run_id}
-        mine = dict(kw, argv=expand(kw.get("argv"), values), env=env, multinode=dict(part, rank=rank))
-        return api.start(t, name, on_event=on_event, **mine)
+        def late(req: dict) -> None:
+            probed.wait()
+            if not plan:
+                raise _NotSent(f"node {rank}: not sent, since not every node was reachable")
+            addr, port = plan["addr"], plan["ports"][0]
+            values = {"node_rank": rank, "nnodes": n, "master_addr": addr, "master_port": port}
+            req["argv"] = expand(kw.get("argv"), values)
+            req["env"] = {**req["env"], **rank_env(rank, n, addr, port, plan["ips"], nproc_per_node),
+                          "RUNWARD_MULTINODE_ID": plan["id"]}
+            req["multinode"] = dict(plan["part"], rank=rank)
+        return api.start(t, name, on_event=on_event, late=late, **kw)
 
+    results: list[dict] = []
+    starts = threading.Thread(target=lambda: results.extend(_each(nodes, one)), daemon=True)
+    starts.start()
     try:
-        results = _each(nodes, one)
-    except KeyboardInterrupt:  # the pool saw each start to its end: roll every node back
+        probes = _probe(nodes)
+        if all(p["ok"] for p in probes):
+            ports = probes[0]["result"]["ports"]
+            ips = [_address(t, p["result"]) for t, p in zip(nodes, probes)]
+            import secrets  # here, not at the top: every status and stop of a named run imports this module
+            run_id = secrets.token_hex(6)
+            addr = master_addr or ips[0]
+            plan.update(id=run_id, addr=addr, ports=ports, ips=ips, part={
+                "id": run_id, "nnodes": n, "nodes": [_node_ref(t) for t in nodes], "master_addr": addr,
+                "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure})
+    finally:
+        probed.set()
+        interrupted = _join(starts)  # every start to its end (a request sent or not): then roll back
+    res = {"name": name, "nnodes": n, "state": "not started",
+           "nodes": [{"rank": i, "target": t.display(), **_outcome(p)} for i, (t, p) in enumerate(zip(nodes, probes))]}
+    if not plan:
+        res["message"] = "not every node was reachable: nothing was started"
+        return res, EXIT_FAILED
+    res.update(run_id=plan["id"], master_addr=plan["addr"], master_port=plan["ports"][0],
+               coord_port=plan["ports"][1], on_node_failure=on_node_failure)
+    if interrupted:
         results = [{"ok": False, "error": {"type": "Interrupted", "message": "interrupted", "exit_code": 130}}
                    for _ in nodes]
     res["nodes"] = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
@@ -141,6 +160,22 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
         return res, EXIT_OK
     _roll_back(nodes, name, res)
     return res, EXIT_FAILED if res["rolled_back_verified"] else 5
+
+
+class _NotSent(RunwardError):
+    """A node's start request not sent: another node was not reachable (nothing ran)."""
+    kind = "NotStarted"
+
+
+def _join(thread) -> bool:
+    """Wait for THREAD to end, through Ctrl-C; whether one came."""
+    interrupted = False
+    while thread.is_alive():
+        try:
+            thread.join()
+        except KeyboardInterrupt:
+            interrupted = True
+    return interrupted
 
 
 def _outcome(r: dict) -> dict:

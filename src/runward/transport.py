@@ -152,7 +152,8 @@ LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (fo
 
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
          on_event: Callable[[dict], None] | None = None, timeout: float | None = None,
-         on_data: Callable[[bytes], None] | None = None) -> dict:
+         on_data: Callable[[bytes], None] | None = None,
+         late: Callable[[dict], None] | None = None) -> dict:
     """One round trip: send the agent and the request, return the agent's result dict.
     Raises a RunwardError subclass that says which hop failed and why.
 
@@ -166,7 +167,13 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
 
     on_data takes the binary an op sends back (pull): after an event line {"data": N}, the
     next N bytes of stdout, handed on in pieces of at most 1 MiB as they arrive. A handler
-    (on_event, on_data) that raises ends the far side at once."""
+    (on_event, on_data) that raises ends the far side at once.
+
+    late(request) completes the request in place just before it is sent: the far side's
+    agent starts meanwhile (its ssh session, its Python, the agent from its cache), for a
+    request that waits on something else (a multi-node start on its probe of every node).
+    If late raises, the far side is sent no request (it runs nothing) and the error is
+    raised here."""
     global LAST_ROUTE
     req = dict(request)
     req.setdefault("v", _boot.PROTOCOL)
@@ -193,14 +200,25 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     held = payload is None and (bool(req.get("follow")) or req["op"] in _FOLLOWS)
     if held:
         req["stdin_held"] = True
-    body = json.dumps(req).encode() + b"\n"
+    body = None if late is not None else json.dumps(req).encode() + b"\n"
+
+    def completed() -> bytes:
+        nonlocal body
+        if body is None:
+            late(req)
+            body = json.dumps(req).encode() + b"\n"
+        return body
     # a payload is a stream that cannot be sent twice: it never risks the retry
     send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
     while True:
         agent = agent_source()[0] if send_src else b""
-        head = b"%d %s\n" % (len(agent), sha.encode()) + agent + body
+        head = b"%d %s\n" % (len(agent), sha.encode()) + agent
         t0 = time.monotonic()
-        rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, on_data, held)
+        if body is None:
+            rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, on_data, held,
+                                                   completed)
+        else:
+            rc, garbage, reply, stderr = _exchange(argv, head + body, payload, on_event, timeout, on_data, held)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
@@ -374,12 +392,25 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         pass  # a read-only home: the source goes with every call
 
 
-def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False):
+def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None):
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
         raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
                         f"install {argv[0]} or put it on PATH", hop="local")
+    if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
+        try:
+            proc.stdin.write(head)
+            proc.stdin.flush()
+        except OSError:
+            pass  # the far side went away (or refused the hash alone): its reply says which
+        try:
+            head = late_body()
+        except BaseException:
+            proc.kill()  # before any request: the far side runs nothing
+            proc.wait()
+            proc.stderr_bytes()
+            raise
     writer = None
     if payload is None:
         # The agent reads its whole input before it writes a byte, so a plain write cannot
