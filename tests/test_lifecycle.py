@@ -71,6 +71,37 @@ def test_stop_kills_escaped_double_fork_and_term_ignorer(cli):
     assert not marked("esc.")
 
 
+HEIR = r"""
+import os, signal, sys, time
+def on_term(*_):
+    if os.fork() == 0:  # the heir: forked as the stop's TERM lands, needs 1.5 s to end cleanly
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), os._exit(0)))
+        return  # to the loop below (a handler runs no other handler while it runs)
+    os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_child_forked_as_the_stop_lands_gets_the_rest_of_the_grace_and_one_term(cli):
+    """A job whose TERM handler forks a child and exits: the stop finds the child once every
+    process it knew is dead, gives it TERM once, and waits for it within the grace: it ends
+    by itself after 1.5 s, not killed, and no process of the run is left."""
+    rc, doc = cli.json("start", "heir", "--settle", "0.3", "--", PY, "-c", HEIR)
+    assert rc == 0, doc
+    rc, doc = cli.json("stop", "heir", "--grace", "10")
+    assert rc == 0, doc
+    res = doc["result"]
+    fates = {p["pid"]: p for p in res["processes"]}
+    assert len(fates) == 2 and res["verified_dead"], res
+    assert all(p["fate"] == "exited_after_SIGTERM" and p["signals"] == ["SIGTERM"] for p in fates.values()), \
+        [(p["fate"], p["signals"], p.get("exited_after")) for p in fates.values()]
+    assert res["stop_s"] >= 1.5, res
+    assert not marked("heir.")
+
+
 @pytest.mark.skipif(not os.access("/sys/fs/cgroup/pids", os.W_OK) and not os.access("/sys/fs/cgroup", os.W_OK),
                     reason="needs a writable cgroup hierarchy (root)")
 def test_cgroup_catches_child_that_clears_env_and_double_forks(cli, tmp_path):

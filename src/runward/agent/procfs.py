@@ -270,6 +270,16 @@ def boot_ticks():
     return int(uptime() * CLK_TCK)
 
 
+def last_pid():
+    """The last pid given out in this pid namespace (/proc/sys/kernel/ns_last_pid), or None
+    where it cannot be read. A process with a higher pid was forked after this was read
+    (unless pids wrapped around meanwhile)."""
+    try:
+        return int(read_text("/proc/sys/kernel/ns_last_pid"))
+    except (TypeError, ValueError):
+        return None
+
+
 def boot_time():
     for ln in (read_text("/proc/stat", "") or "").splitlines():
         if ln.startswith("btime "):

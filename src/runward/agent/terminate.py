@@ -13,7 +13,7 @@ except ImportError:
     import signal
 
 from . import faults
-from .procfs import boot_ticks, look_up, read_proc
+from .procfs import boot_ticks, last_pid, look_up, read_proc
 from .wire import bad_input
 
 SIGNALS = {name: getattr(signal, name) for name in dir(signal)
@@ -180,7 +180,8 @@ class _Stopping(object):
         self.procs, self.group, self.find_more = procs, group, find_more
         self.watch = PidWatch()
         self.fates = {}
-        self.group_tick = {}  # signal -> clock tick read just after the group got it (None: never)
+        # signal -> (clock tick, last pid given out) read just after the group got it (None: never)
+        self.group_tick = {}
         for p in members.values():
             self.fates[p.pid] = dict(p.describe(), fate="gone", signals=[])
             if not self.watch.add(p):
@@ -193,31 +194,39 @@ class _Stopping(object):
     def send(self, sig, pids):
         """Give each of pids sig unless it has it already. The first send of sig signals the
         job's group as a whole (killpg) when some of pids are in it; later ones signal each
-        process directly, except a member of the group that started no later than that
-        killpg: the killpg reached it (a tie in clock ticks counts as reached: never twice)."""
+        process directly, except a member of the group that the killpg reached: one that
+        started no later than it, by the clock tick and by the pid. A child forked in the
+        killpg's tick (by a TERM handler, say) is told apart by its pid: above the last pid
+        given out when the killpg returned, it came after and is signalled now. Where that
+        cannot be read, or pids wrapped around meanwhile, a tie in ticks counts as reached
+        (never twice)."""
         name = signal_name(sig)
         todo = [pid for pid in pids if name not in self.fates[pid]["signals"]]
         if sig not in self.group_tick:
             reached = self._signal_group(sig, todo)
         else:
-            tick = self.group_tick[sig]
+            tick, last = self.group_tick[sig]
             reached = set() if tick is None else {
-                pid for pid in todo if self._in_group(pid) and self.procs[pid].start <= tick}
+                pid for pid in todo if self._in_group(pid) and self.procs[pid].start <= tick
+                and (last is None or pid <= last)}
         for pid in todo:
             if pid in reached or self.watch.signal(pid, sig):
                 self.fates[pid]["signals"].append(name)
 
     def _signal_group(self, sig, pids):
         """killpg the job's group, once per signal; returns the pids it reached."""
-        self.group_tick[sig] = None
+        self.group_tick[sig] = (None, None)
         in_group = {pid for pid in pids if self._in_group(pid)}
         if not (self.group and in_group):
             return set()
+        before = last_pid()
         try:
             os.killpg(self.group, sig)
         except OSError:
             return set()  # nobody in the group could be signalled: each gets it directly
-        self.group_tick[sig] = boot_ticks()
+        tick, after = boot_ticks(), last_pid()
+        wrapped = before is None or after is None or after < before
+        self.group_tick[sig] = (tick, None if wrapped else after)
         return in_group
 
     def absorb(self):
