@@ -182,6 +182,7 @@ class _Stopping(object):
         self.fates = {}
         # signal -> (clock tick, last pid given out) read just after the group got it (None: never)
         self.group_tick = {}
+        self.settled = False  # graceful ended with every member dead and a scan finding no other
         for p in members.values():
             self.fates[p.pid] = dict(p.describe(), fate="gone", signals=[])
             if not self.watch.add(p):
@@ -247,22 +248,33 @@ class _Stopping(object):
             self.fates[pid]["exited_after"] = round(time.monotonic() - self.t0, 4)
 
     def graceful(self, sig, grace):
+        """SIG to every member, and to each one found later, all within GRACE. Ends when
+        every member seen is dead and a scan after that found no other (then self.settled:
+        any member left would have had to be forked by a live one, which that scan would
+        have seen), or when the grace is over."""
         self.send(sig, self.watch.alive())
         faults.point("stop:signalled")
         deadline = self.t0 + grace
-        while self.watch.alive() and time.monotonic() < deadline:
-            self.wait(min(0.25, deadline - time.monotonic()))
-            self.send(sig, self.absorb())
-        if not self.watch.alive():
+        while True:
+            while self.watch.alive() and time.monotonic() < deadline:
+                self.wait(min(0.25, deadline - time.monotonic()))
+                if self.watch.alive():
+                    self.send(sig, self.absorb())
+            if self.watch.alive():
+                return  # the grace is over: kill() goes on
             new = self.absorb()
-            if new:
-                self.send(sig, new)
+            if not new:
+                self.settled = True
+                return
+            self.send(sig, new)
+            if time.monotonic() >= deadline:
                 self.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                return
 
     def kill(self, rounds, kill_wait):
-        for _ in range(rounds):
-            if not self.watch.alive():
-                self.absorb()
+        for i in range(rounds):
+            if not self.watch.alive() and not (i == 0 and self.settled):
+                self.absorb()  # graceful's last scan found no other member: not again at once
             if not self.watch.alive():
                 break
             self.send(signal.SIGKILL, self.watch.alive())  # once each: a second KILL adds nothing
