@@ -112,6 +112,38 @@ def test_unreachable_node_at_start_starts_nothing(cli, tmp_path, mn):
     assert not marked(mn + ".")
 
 
+def _plain_agents() -> set[int]:
+    """pids of runward agents serving one call (not shims, loggers or residents)."""
+    from runward.agent import boot
+    out = set()
+    for d in os.listdir("/proc"):
+        try:
+            args = open(f"/proc/{d}/cmdline", "rb").read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if boot.BOOTSTRAP in args and not {boot.SHIM_ARG, boot.RESIDENT_ARG} & set(args):
+            out.add(int(d))
+    return out
+
+
+def test_a_node_whose_probe_times_out_starts_nothing_and_leaves_no_agent(cli, tmp_path, mn, monkeypatch):
+    """rw1's start is under way (its agent loaded, waiting for its request) for the 2 s
+    rw-timeout's probe takes to fail: no request is sent, and that agent ends."""
+    import json
+    monkeypatch.setitem(cli.env, "RUNWARD_CONNECT_TIMEOUT", "2")
+    before = _plain_agents()
+    p = cli.popen("start", mn, "--on", "ssh://rw1", "--on", "ssh://rw-timeout", "--json", "--", "sleep", "300")
+    wait_for(lambda: _plain_agents() - before, timeout=10, what="rw1's agent waiting for its request")
+    out, _ = p.communicate(timeout=60)
+    rc, doc = p.returncode, json.loads(out)
+    assert rc == 1 and doc["result"]["state"] == "not started", doc
+    assert [r["ok"] for r in _rows(doc)] == [True, False] and _rows(doc)[1]["error"]["type"] == "Unreachable"
+    assert not marked(mn + ".")
+    wait_for(lambda: not (_plain_agents() - before), timeout=10, what="no agent left waiting for a request")
+    rc, doc = cli.json("status", mn, "--on", "ssh://rw1")
+    assert rc == 4, doc  # no record of it there: the request never arrived
+
+
 def test_a_node_that_exits_early_rolls_back_every_node(cli, tmp_path, mn):
     _config(tmp_path, ["rw1", "rw2"], mn)
     rc, doc = cli.json("start", mn, "--env", "TRAIN_FAIL_RANK=1", "--env", "TRAIN_FAIL_FAST=1")

@@ -285,6 +285,8 @@ def _node_line(r: dict) -> str:
         e = r["error"]
         return head + f"{e['type']}: {e['message']}"
     res = r.get("result") or r.get("run") or {}
+    if "ports" in res:  # the probe's answer: this node was reached, and nothing started here
+        return head + "reachable, nothing started"
     bits = [r.get("state") or res.get("state") or ("alive" if res.get("alive_after_settle") else "")]
     if res.get("pid"):
         bits.append(f"pid {res['pid']}")
