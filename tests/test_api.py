@@ -151,3 +151,32 @@ def test_a_wrong_mcp_section_is_bad_config(cli):
     (cli.cwd / "runward.toml").write_text('[mcp]\nallow = "exec"\ntargets = [1]\n')
     rc, doc = cli.json("status")
     assert rc == 2 and "[mcp] targets must be a list of strings" in doc["error"]["message"], doc
+
+
+def test_parallel_keeps_order_bounds_threads_and_raises_after_all_ended():
+    """api.parallel (fan-out over hosts and runs): results in the order given, at most LIMIT
+    at once, and an item's failure raised only once every other item ran to its end."""
+    import threading
+    import time
+
+    from runward.api import parallel
+    live, most, lock, ended = [0], [0], threading.Lock(), []
+
+    def fn(x):
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.05)
+        with lock:
+            live[0] -= 1
+        if x == 3:
+            raise ValueError("item 3")
+        ended.append(x)
+        return x * 10
+    assert parallel(fn, [0, 1, 2, 4, 5, 6], limit=3) == [0, 10, 20, 40, 50, 60] and most[0] == 3
+    ended.clear()
+    try:
+        parallel(fn, list(range(8)), limit=2)
+        raise AssertionError("not raised")
+    except ValueError as e:
+        assert str(e) == "item 3" and sorted(ended) == [0, 1, 2, 4, 5, 6, 7]
