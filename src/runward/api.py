@@ -399,6 +399,15 @@ def parallel(fn: Callable, items: list, limit: int = FANOUT) -> list:
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(limit, len(items))))]
     for t in threads:
         t.start()
+    if join(threads):
+        raise KeyboardInterrupt
+    if failed:
+        raise failed[0]
+    return out
+
+
+def join(threads: list) -> bool:
+    """Wait for every thread to end, through Ctrl-C; whether one came."""
     interrupted = False
     for t in threads:
         while t.is_alive():
@@ -406,11 +415,7 @@ def parallel(fn: Callable, items: list, limit: int = FANOUT) -> list:
                 t.join()
             except KeyboardInterrupt:
                 interrupted = True
-    if interrupted:
-        raise KeyboardInterrupt
-    if failed:
-        raise failed[0]
-    return out
+    return interrupted
 
 
 def logs(target: Target, name: str, *, lines: int | None = 20, follow: bool = False,

@@ -143,7 +143,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
                 "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure})
     finally:
         probed.set()
-        interrupted = _join(starts)  # every start to its end (a request sent or not): then roll back
+        interrupted = api.join([starts])  # every start to its end (a request sent or not): then roll back
     res = {"name": name, "nnodes": n, "state": "not started",
            "nodes": [{"rank": i, "target": t.display(), **_outcome(p)} for i, (t, p) in enumerate(zip(nodes, probes))]}
     if not plan:
@@ -165,17 +165,6 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
 class _NotSent(RunwardError):
     """A node's start request not sent: another node was not reachable (nothing ran)."""
     kind = "NotStarted"
-
-
-def _join(thread) -> bool:
-    """Wait for THREAD to end, through Ctrl-C; whether one came."""
-    interrupted = False
-    while thread.is_alive():
-        try:
-            thread.join()
-        except KeyboardInterrupt:
-            interrupted = True
-    return interrupted
 
 
 def _outcome(r: dict) -> dict:
