@@ -214,11 +214,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
         t0 = time.monotonic()
-        if body is None:
-            rc, garbage, reply, stderr = _exchange(argv, head, payload, on_event, timeout, on_data, held,
-                                                   completed)
-        else:
-            rc, garbage, reply, stderr = _exchange(argv, head + body, payload, on_event, timeout, on_data, held)
+        rc, garbage, reply, stderr = _exchange(argv, head + (body or b""), payload, on_event, timeout, on_data,
+                                               held, completed if body is None else None)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
