@@ -268,7 +268,7 @@ class _Stopping(object):
                 return
             self.send(sig, new)
             if time.monotonic() >= deadline:
-                self.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+                self.wait(0)  # the grace is over: take in those already gone, kill() the rest
                 return
 
     def kill(self, rounds, kill_wait):
