@@ -171,6 +171,30 @@ def test_ctrl_c_during_start_says_the_job_runs(cli):
     rc, out, err = _interrupt(proc)
     doc = json.loads(out)
     assert rc == 130 and doc["error"]["type"] == "Interrupted" and doc["result"]["attempt"] == 1, doc
+    assert doc["result"]["seen_by"] in ("started event", "status"), doc
+
+
+def test_ctrl_c_after_the_launch_before_its_event_gives_the_attempt_the_target_says(cli):
+    # the shim holds between recording the job and telling the agent: the job runs, the CLI
+    # has heard nothing; its --json must still carry the attempt and pid (CI hit this race)
+    pause = cli.home / "fault-pause"
+    cli.env["RUNWARD_FAULT"] = "pause:shim:job-recorded"
+    proc = cli.popen("start", "ce", "--json", "--settle", "60", "--", "sleep", "300", start_new_session=True)
+    try:
+        job = wait_for(lambda: pause.exists() and marked("ce.1"), what="the shim to hold after the launch")
+        (pid, start), = job.items()
+        del cli.env["RUNWARD_FAULT"]
+        rc, out, err = _interrupt(proc)
+        doc = json.loads(out)
+        assert rc == 130 and doc["error"]["type"] == "Interrupted", doc
+        assert doc["result"] == {"attempt": 1, "pid": pid, "name": "ce", "seen_by": "status"}, doc
+        assert "the target says ce attempt 1 is running now" in doc["error"]["message"], doc
+        assert alive(pid, start), "the job must keep running"
+    finally:
+        pause.unlink(missing_ok=True)
+        for pid, start in marked("ce.").items():
+            if alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_ctrl_c_before_the_job_is_launched_says_nothing_was_started(cli, tmp_path):

@@ -202,7 +202,10 @@ def interrupted(out, cmd: str, target, name: str, started: dict, on: str | None)
     else:
         msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
     hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
-    out.doc({"ok": False, "command": cmd, "target": str(target), "result": dict(started, name=name) if started else None,
+    # a program reads the attempt the same way whichever said it: the event, or the target asked
+    seen = dict(started, name=name, seen_by="started event") if started else \
+        dict(now, name=name, seen_by="status") if now else None
+    out.doc({"ok": False, "command": cmd, "target": str(target), "result": seen,
              "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}})
     if not out.json:
         print(f"runward {cmd}: {msg}, {hint}", file=sys.stderr)
