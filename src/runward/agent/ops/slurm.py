@@ -28,17 +28,6 @@ OPTIONS = {"account": "--account", "time": "--time", "gpus": "--gpus", "nodes": 
            "ntasks_per_node": "--ntasks-per-node"}
 
 
-def wants(req, home):
-    """Whether this start or stop is Slurm's: a start asked through a slurm target, a stop
-    of a run whose latest attempt was submitted."""
-    if req.get("op") == "start":
-        return bool(req.get("slurm"))
-    try:
-        return bool((RunStore(home, req.get("name")).latest() or {}).get("slurm"))
-    except AgentFailure:
-        return False
-
-
 # --- start
 
 def sbatch_args(spec, store, n, plan):
