@@ -19,8 +19,6 @@ failure: a user's stop of all nodes does not cascade.
 """
 
 import os
-import socket
-import threading
 import time
 
 from .procfs import protected, scan
@@ -37,6 +35,7 @@ def attach(store, n, att):
     mn = att.get("multinode") or {}
     if int(mn.get("nnodes") or 1) < 2 or not mn.get("coord_port"):
         return None
+    import threading  # with socket, here: a one-node run's shim (every start) never pays for them
     link = Link(store, n, mn)
     threading.Thread(target=link.run, name="runward-peers", daemon=True).start()
     return link
@@ -58,6 +57,7 @@ def _failed(ex):
 
 class Link:
     def __init__(self, store, n, mn):
+        import threading
         self.store, self.n, self.mn = store, n, mn
         self.rank, self.nnodes = int(mn["rank"]), int(mn["nnodes"])
         self.policy = mn.get("on_node_failure") or "stop"
@@ -155,6 +155,7 @@ class Link:
     # --- node 0: the coordinator
 
     def coordinate(self):
+        import socket
         try:
             srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -253,6 +254,7 @@ class Link:
             self.node_failed(0, "lost the connection to node 0's coordinator")
 
     def _connect(self):
+        import socket
         addr = (self.mn.get("master_addr"), int(self.mn["coord_port"]))
         deadline = time.monotonic() + CONNECT_S
         while not self.job_over.is_set() and time.monotonic() < deadline:

@@ -11,13 +11,12 @@ from that check until the next job's pid is recorded, so a stop that waited for 
 the new attempt and stops it, verified. docs/supervision.md says all of it for users."""
 
 import os
-import signal
 import time
 
 from . import cgroups, faults
 from .procfs import MARKER, live
 from .store import file_hashes, open_log, sync_file, write_all, write_json
-from .terminate import signal_name
+from .terminate import signal, signal_name  # _signal's plain ints: signal.py's enums cost every stop ~5 ms
 from .wire import bad_input
 
 MODES = ("never", "on-failure", "always")
