@@ -9,7 +9,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runward.agent import minimal
+from runward.agent import minimal, wire
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
@@ -31,6 +31,8 @@ def _same(a, b) -> bool:
 def test_dumps_is_jsons_and_loads_reads_it_back(v, sort_keys):
     assert minimal.dumps(v, sort_keys=sort_keys) == json.dumps(v, sort_keys=sort_keys)
     assert minimal.dumps(v, sort_keys=True, indent=1) == json.dumps(v, sort_keys=True, indent=1)
+    # the records' writer (store.write_json): the same walk, each scalar by _json's C encoder
+    assert wire.json_pretty(v) == json.dumps(v, sort_keys=True, indent=1)
     assert _same(minimal.loads(json.dumps(v)), v)
     assert _same(minimal.loads(json.dumps(v, indent=2, ensure_ascii=False)), v)
 

@@ -46,13 +46,15 @@ def _key(k):
     return k if isinstance(k, str) else _scalar(k).strip('"')
 
 
-def dumps(obj, sort_keys=False, indent=None):
+def dumps(obj, sort_keys=False, indent=None, scalar=None):
+    """json.dumps's text; scalar(o) writes each number, string and constant (this module's
+    own by default; wire.json_pretty gives _json's C encoder)."""
     parts = []
-    _dump(obj, parts, sort_keys, indent, 0)
+    _dump(obj, parts, sort_keys, indent, 0, scalar or _scalar)
     return "".join(parts)
 
 
-def _dump(o, parts, sort_keys, indent, level):
+def _dump(o, parts, sort_keys, indent, level, scalar):
     if isinstance(o, (list, tuple, dict)) and o:
         inner = "\n" + " " * (indent * (level + 1)) if indent is not None else ""
         sep = "," + inner if indent is not None else ", "
@@ -61,14 +63,14 @@ def _dump(o, parts, sort_keys, indent, level):
         for i, item in enumerate(items):
             parts.append(sep if i else inner)
             if isinstance(o, dict):
-                parts.append(_str(_key(item[0])) + ": ")
+                parts.append(scalar(_key(item[0])) + ": ")
                 item = item[1]
-            _dump(item, parts, sort_keys, indent, level + 1)
+            _dump(item, parts, sort_keys, indent, level + 1, scalar)
         parts.append(("\n" + " " * (indent * level) if indent is not None else "") + ("}" if isinstance(o, dict) else "]"))
     elif isinstance(o, (list, tuple, dict)):
         parts.append("{}" if isinstance(o, dict) else "[]")
     else:
-        parts.append(_scalar(o))
+        parts.append(scalar(o))
 
 
 def loads(s):

@@ -6,7 +6,7 @@ import errno
 import os
 import time
 
-from .wire import AgentFailure, bad_input, json_dumps, json_loads, notice
+from .wire import AgentFailure, bad_input, json_dumps, json_loads, json_pretty, notice
 
 NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 NAME_CHARS = NAME_FIRST | frozenset("._-")
@@ -387,11 +387,7 @@ def open_log(path):
 
 
 def write_json(path, obj, sync=True):
-    try:
-        import json  # records are indented for people; only the verbs that write pay for json
-    except ImportError:  # python3-minimal
-        from . import minimal as json
-    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n", sync=sync)
+    write_atomic(path, json_pretty(obj) + "\n", sync=sync)  # indented for people
 
 
 def read_json(path, default=None):
