@@ -464,14 +464,20 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
     job = (att or {}).get("job")
     group = job["pid"] if job and job["pid"] in found else None
 
+    scans = []  # what each scan found, in order
+
     def find_more():
         ps = scan()
-        return members(store.name, att, ps, protected(ps))
+        scans.append(members(store.name, att, ps, protected(ps)))
+        return scans[-1]
 
     t0 = time.monotonic()
     fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
     survivors = [f for f in fates if f["fate"] == "survived"]
-    for pid, p in find_more().items():
+    # "dead" needs a scan that finds no member: terminate's last one did when it found none
+    # (a member alive then would be in it, and nothing but a member makes one); else one now
+    left = {} if scans and not scans[-1] else find_more()
+    for pid, p in left.items():
         if not any(f["pid"] == pid for f in survivors):
             survivors.append(dict(p.describe(), fate="survived"))
     res.update({"already_stopped": False, "processes": fates, "survivors": survivors,
