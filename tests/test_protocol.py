@@ -145,6 +145,32 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
     assert not [m for m in imported if "logmetrics" in m], sorted(imported)  # nor the log parser
 
 
+def test_a_stop_imports_none_of_what_only_slurm_nodes_and_json_indenting_need(tmp_path):
+    """A stop is the other call that must stay cheap: a multi-node stop pays it once per node
+    on the same machine (bench/multinode.py). subprocess came in through the Slurm check,
+    socket and threading through the peers' link, re and enum through json's indenting."""
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
+    packed, sha = transport.agent_source()
+
+    def call(req, *flags):
+        stdin = b"%d %s\n" % (len(packed), sha.encode()) + packed + _json_mod.dumps(req).encode() + b"\n"
+        p = subprocess.run([sys.executable, "-S", *flags, "-c", boot.BOOTSTRAP], input=stdin, capture_output=True,
+                           env=env, timeout=60)
+        lines = [_json_mod.loads(x) for x in p.stdout.splitlines()]
+        assert p.returncode == 0 and lines[-1]["ok"] is True, (p.stdout, p.stderr)
+        return lines[-1]["result"], p.stderr.decode()
+
+    res, _ = call({"v": boot.PROTOCOL, "op": "start", "name": "imp", "argv": ["sleep", "300"], "settle": 0.1})
+    pid = res["pid"]
+    res, err = call({"v": boot.PROTOCOL, "op": "stop", "name": "imp"}, "-X", "importtime")
+    assert res["verified_dead"] and [f["pid"] for f in res["processes"]] == [pid], res
+    assert not os.path.exists(f"/proc/{pid}")  # reaped by its shim: gone, not a zombie
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert "runward_agent.ops.lifecycle" in imported  # the check sees the stop's own modules
+    heavy = {"re", "json", "enum", "signal", "zlib", "subprocess", "socket", "threading", "selectors", "locale"}
+    assert not imported & heavy, sorted(imported & heavy)
+
+
 # --- the agent's source travels only while the far side may lack it
 
 from runward.targets import parse_target
