@@ -159,6 +159,23 @@ def test_stop_and_start_from_a_shell_whose_command_line_contains_the_job(cli):
     assert st["state"] == "running" and st["attempt"] == 2 and st["pid"] != first_pid
 
 
+def test_protected_decides_each_pid_as_the_whole_rule_does(cli):
+    # protected() answers per pid when asked (a stop asks about a few); its answers must be
+    # the rule's: pid 1, us and our ancestors, kernel threads, every shim; never the job
+    from runward.agent import procfs
+    rc, doc = cli.json("start", "prot", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    shim = json.loads((cli.home / "runs" / "prot" / "attempts" / "1.json").read_text())["shim"]["pid"]
+    procs = procfs.scan()
+    prot = procfs.protected(procs)
+    kernel = [p.pid for p in procs.values() if p.ppid == 2]
+    assert kernel and 1 in prot and os.getpid() in prot and os.getppid() in prot and all(k in prot for k in kernel)
+    assert shim in prot and doc["result"]["pid"] not in prot
+    rule = procfs.ancestors(os.getpid(), procs) | {1} | {p.pid for p in procs.values() if p.pid == 2 or p.ppid == 2} \
+        | {p.pid for p in procs.values() if p.pid == p.sid and b"runward-shim" in p.cmdline_raw()}
+    assert prot.all() == rule and {pid for pid in procs if pid in prot} | prot.always == rule
+
+
 def test_exit_of_unattended_job_is_recorded(cli):
     rc, doc = cli.json("start", "ends", "--settle", "0.1", "--sh", gate(cli.cwd / "go-ends") + "; exit 7")
     assert rc == 0, doc

@@ -209,15 +209,33 @@ def ancestors(pid, procs):
 
 def protected(procs):
     """Never signal ourselves, our ancestors (the shell that ran us: pkill -f self-kill),
-    pid 1, kernel threads, or any runward shim."""
-    prot = ancestors(os.getpid(), procs)
-    prot.add(1)
-    for p in procs.values():
-        if p.pid == 2 or p.ppid == 2:
-            prot.add(p.pid)
-        elif p.pid == p.sid and is_shim(p):  # shims lead their own session: cheap pre-filter
-            prot.add(p.pid)
-    return prot
+    pid 1, kernel threads, or any runward shim: `pid in protected(procs)`."""
+    return Protected(procs)
+
+
+class Protected(object):
+    """protected()'s pids, each decided when first asked about: a stop or a status asks
+    about its runs' few processes, and reading the command line of every session leader on
+    the machine (is_shim) was a third of each scan. all() lists them, for ps and kill."""
+
+    def __init__(self, procs):
+        self.procs = procs
+        self.always = ancestors(os.getpid(), procs)
+        self.always.add(1)
+        self.seen = {}
+
+    def __contains__(self, pid):
+        if pid in self.always:
+            return True
+        if pid not in self.seen:
+            p = self.procs.get(pid)
+            # shims lead their own session: a cheap filter before the command line
+            self.seen[pid] = p is not None and (p.pid == 2 or p.ppid == 2 or (p.pid == p.sid and is_shim(p)))
+        return self.seen[pid]
+
+    def all(self):
+        """Every protected pid of procs, as a set."""
+        return {pid for pid in self.procs if pid in self} | self.always
 
 
 _SHIM_ARG_Z = ("\0" + SHIM_ARG + "\0").encode()

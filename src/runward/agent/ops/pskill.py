@@ -32,7 +32,7 @@ def exclusions(req, procs):
     """What ps/kill never show or signal: ourselves and our ancestors up to pid 1, every
     process of our own session (the shells and sshd that ran us), other runward agents and
     shims, kernel threads, and the calling CLI when it is on this machine."""
-    prot = protected(procs)
+    prot = protected(procs).all()
     me = os.getsid(0)
     for p in procs.values():
         if p.sid == me and p.comm in SHELLS:
