@@ -1,15 +1,17 @@
-"""The blob's entry. Run by the bootstrap (boot.BOOTSTRAP) with MODULES, the code object of
-every module of this package by relative path: it installs a finder that imports them as
+"""The blob's entry. Run by the bootstrap (boot.BOOTSTRAP) with MODULES, the marshalled code
+object of every module of this package by relative path: it installs a finder that imports them as
 the package "runward_agent" (no file on disk), records how the agent came (boot.SHIPPED),
 and runs main. In the source tree, `python -m runward.agent` just runs main."""
 
+import marshal
 import sys
 
 PACKAGE = "runward_agent"
 
 
 class CodeFinder(object):
-    """A meta path finder and loader serving PACKAGE and its submodules from code objects."""
+    """A meta path finder and loader serving PACKAGE and its submodules from marshalled code
+    objects, each unmarshalled when its module is imported."""
 
     def __init__(self, codes):
         self.codes = codes
@@ -35,7 +37,7 @@ class CodeFinder(object):
         return None  # the default module object
 
     def exec_module(self, module):
-        exec(self.codes[module.__spec__.loader_state], module.__dict__)
+        exec(marshal.loads(self.codes[module.__spec__.loader_state]), module.__dict__)
 
 
 if "MODULES" in globals():
