@@ -145,27 +145,45 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
     assert not [m for m in imported if "logmetrics" in m], sorted(imported)  # nor the log parser
 
 
-def test_a_stop_imports_none_of_what_only_slurm_nodes_and_json_indenting_need(tmp_path):
-    """A stop is the other call that must stay cheap: a multi-node stop pays it once per node
+def test_a_start_and_a_stop_import_none_of_what_only_slurm_nodes_and_json_indenting_need(tmp_path):
+    """A start and a stop are the other calls that must stay cheap: a multi-node stop pays it once per node
     on the same machine (bench/multinode.py). subprocess came in through the Slurm check,
-    socket and threading through the peers' link, re and enum through json's indenting."""
+    socket and threading through the peers' link, re and enum through json's indenting; the
+    shim's start imported subprocess (with locale)."""
     env = dict(os.environ, RUNWARD_HOME=str(tmp_path))
     packed, sha = transport.agent_source()
 
-    def call(req, *flags):
+    def call(req, *flags, pass_fds=()):
         stdin = b"%d %s\n" % (len(packed), sha.encode()) + packed + _json_mod.dumps(req).encode() + b"\n"
         p = subprocess.run([sys.executable, "-S", *flags, "-c", boot.BOOTSTRAP], input=stdin, capture_output=True,
-                           env=env, timeout=60)
+                           env=env, timeout=60, pass_fds=pass_fds)
         lines = [_json_mod.loads(x) for x in p.stdout.splitlines()]
         assert p.returncode == 0 and lines[-1]["ok"] is True, (p.stdout, p.stderr)
         return lines[-1]["result"], p.stderr.decode()
 
-    res, _ = call({"v": boot.PROTOCOL, "op": "start", "name": "imp", "argv": ["sleep", "300"], "settle": 0.1})
+    def imports(err):
+        return {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+
+    # the shim is forked without subprocess: it must still get no descriptor of the agent's
+    # but its stdin, stdout and stderr (an inherited ssh pipe would hold the call open)
+    leak_r, leak_w = os.pipe()
+    try:
+        res, err = call({"v": boot.PROTOCOL, "op": "start", "name": "imp", "argv": ["sleep", "300"], "settle": 0.1},
+                        "-X", "importtime", pass_fds=(leak_w,))
+        leaked = os.readlink(f"/proc/self/fd/{leak_w}")
+    finally:
+        os.close(leak_r)
+        os.close(leak_w)
     pid = res["pid"]
+    rec = _json_mod.loads((tmp_path / "runs" / "imp" / "attempts" / "1.json").read_text())
+    for held in (rec["shim"]["pid"], pid):
+        fds = os.listdir(f"/proc/{held}/fd")
+        assert fds and leaked not in [os.readlink(f"/proc/{held}/fd/{fd}") for fd in fds], held
+    assert "runward_agent.shim" in imports(err) and not imports(err) & {"subprocess", "locale", "socket", "selectors"}
     res, err = call({"v": boot.PROTOCOL, "op": "stop", "name": "imp"}, "-X", "importtime")
     assert res["verified_dead"] and [f["pid"] for f in res["processes"]] == [pid], res
     assert not os.path.exists(f"/proc/{pid}")  # reaped by its shim: gone, not a zombie
-    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    imported = imports(err)
     assert "runward_agent.ops.lifecycle" in imported  # the check sees the stop's own modules
     heavy = {"re", "json", "enum", "signal", "zlib", "subprocess", "socket", "threading", "selectors", "locale"}
     assert not imported & heavy, sorted(imported & heavy)

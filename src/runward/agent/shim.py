@@ -11,7 +11,7 @@ import time
 from . import boot, cgroups, logfiles, peers, supervise
 from . import faults
 from .procfs import read_proc
-from .store import Home, RunStore, open_log, write_json
+from .store import Home, RunStore, open_log, write_all, write_json
 from .terminate import signal
 from .wire import AgentFailure, json_dumps, json_loads
 
@@ -20,8 +20,7 @@ _QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
 
 def spawn(home, name, attempt, env):
     """Start the shim detached (new session): the job's parent, never in its output path.
-    Returns (Popen, read end of its status pipe)."""
-    import subprocess
+    Returns (its pid, read end of its status pipe)."""
     src, sha = boot.blob()
     if not src:  # started by the bootstrap from its cache, without the blob
         raise AgentFailure("AgentMissing", "this operation needs the agent's source, and the "
@@ -34,23 +33,50 @@ def spawn(home, name, attempt, env):
     # NAME` must not find the shim, one variable holding the whole env would exceed the
     # kernel's 128 KiB per-string limit (execve: E2BIG), and secrets must not sit in the
     # shim's /proc/PID/environ for the job's life
-    p = subprocess.Popen([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.SHIM_ARG],
-                         stdin=subprocess.PIPE, stdout=w, stderr=errlog, close_fds=True,
-                         start_new_session=True, env=_shim_env())
-    os.close(w)
-    os.close(errlog)
+    stdin_r, stdin_w = os.pipe()
+    pid = _fork_exec([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.SHIM_ARG], _shim_env(), (stdin_r, w, errlog))
+    for fd in (stdin_r, w, errlog):
+        os.close(fd)
     params = json_dumps({"home": home.path, "name": name, "attempt": attempt, "env": env}).encode()
     try:
-        p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n")
-        p.stdin.close()
+        write_all(stdin_w, b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n", "the shim's stdin")
     except OSError as e:  # the shim died before it read its parameters: nothing was started
         os.close(r)
-        p.wait()
+        _, status = os.waitpid(pid, 0)
         raise AgentFailure("StartFailed", "the shim exited (%s) before it read its parameters: %s" % (
-            p.returncode, e), "see %s" % os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt))
-    # We never wait() the shim: it outlives us. Popen's __del__ would not reap it either.
-    p.returncode = 0
-    return p, r
+            _status_text(status), e), "see %s" % os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt))
+    finally:
+        os.close(stdin_w)
+    return pid, r  # never waited for: it outlives us
+
+
+def _fork_exec(argv, env, fds):
+    """Run argv in a new session with fds as its stdin, stdout and stderr and no other
+    descriptor; returns its pid. subprocess would do it, but importing it (with locale, re,
+    enum, selectors) cost every start ~16 ms of CPU, once per node of a multi-node run. The
+    agent has no other thread, so the forked child may run Python until its exec."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)  # the copy at 0, 1, 2 is inheritable; the original is not
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass  # the directory's own descriptor, closed by now
+        os.execve(argv[0], argv, env)
+    finally:
+        os._exit(127)
+
+
+def _status_text(status):
+    if os.WIFSIGNALED(status):
+        return "signal %d" % os.WTERMSIG(status)
+    return "exit %d" % os.WEXITSTATUS(status)
 
 
 # What the shim's own interpreter and the bootstrap need (RUNWARD_HOME: where the code
