@@ -19,9 +19,10 @@ PROTOCOL = 1
 # so the caller sends it again with the blob), and hands the compressed blob on
 # (AGENT_SOURCE) so the shim is started the same way, with no agent file on disk. Compiling
 # the sources costs more than the rest of a status call, so the code objects are cached by
-# the blob's hash in a 0700 directory of the user's own, each module marshalled on its own and
-# unmarshalled only when imported (all ~55 at once cost ~3 ms of every call, a stop uses ~20); a cache file that is not ours or is
-# group/world-writable is ignored (nothing world-writable is trusted: docs/protocol.md).
+# the blob's hash in a 0700 directory of the user's own, each module marshalled on its own
+# and unmarshalled only when imported (all ~55 at once cost ~3 ms of every call; a stop uses
+# ~20). A cache file that is not ours or is group/world-writable is ignored (nothing
+# world-writable is trusted: docs/protocol.md).
 # The umask 077 around makedirs makes the parents it creates (~/.runward itself) 0700 too.
 BOOTSTRAP = """import sys,os,marshal
 b=sys.stdin.buffer;n,h=b.readline().split();z=b.read(int(n));h=h.decode()

@@ -61,7 +61,9 @@ def _fork_exec(argv, env, fds):
     try:
         os.setsid()
         for i, fd in enumerate(fds):
-            os.dup2(fd, i)  # the copy at 0, 1, 2 is inheritable; the original is not
+            # the copy at 0, 1, 2 is inheritable, the original is not; none of fds is below 3
+            # (they were opened while the agent's own stdin, stdout and stderr were open)
+            os.dup2(fd, i)
         for name in os.listdir("/proc/self/fd"):
             if int(name) > 2:
                 try:
