@@ -204,6 +204,7 @@ def main():
         from . import shim
         params = json_loads(sys.stdin.buffer.readline().decode())
         shim.main(params["home"], params["name"], params["attempt"], params["env"])
+        shim.end()
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:
         from . import resident
