@@ -61,3 +61,58 @@ def test_out_of_descriptors_the_rest_are_watched_through_proc_and_seen_dead():
     assert set(fates) == set(members)
     for f in fates.values():
         assert f["fate"] == "exited_after_SIGTERM" and f["signals"] == ["SIGTERM"], f
+
+
+# A job whose TERM handler forks an heir and exits; the heir needs 1.5 s to end on its own TERM.
+# The stopper is made slow right after each signal it sends (as when the job it woke takes its
+# CPU): the heir is forked while the stop is still busy with its own signal.
+SLOW_STOPPER = r"""
+import json, os, signal, subprocess, sys, time
+from runward.agent import procfs, terminate
+HEIR = '''
+import os, signal, sys, time
+def on_term(*_):
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), os._exit(0)))
+        return
+    os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+'''
+job = subprocess.Popen([sys.executable, "-c", HEIR], stdout=subprocess.PIPE, start_new_session=True)
+assert job.stdout.readline().strip() == b"ready"
+
+def slowly(send):
+    def sent(*a):
+        r = send(*a)
+        time.sleep(0.3)
+        return r
+    return sent
+
+os.killpg, os.kill = slowly(os.killpg), slowly(os.kill)
+if hasattr(terminate.signal, "pidfd_send_signal"):  # terminate's signal module is _signal
+    terminate.signal.pidfd_send_signal = slowly(terminate.signal.pidfd_send_signal)
+
+def session():
+    return {pid: p for pid, p in procfs.scan().items() if p.sid == job.pid and not p.dead}
+
+members = session()
+fates = terminate.terminate(members, procfs.scan(), signal.SIGTERM, 6.0, find_more=session, group=job.pid)
+job.wait()
+print(json.dumps({"fates": fates, "left": list(session())}))
+"""
+
+
+def test_an_heir_forked_while_the_stopper_is_slow_after_its_signal_gets_one_term_of_its_own():
+    """Whatever the stopper is doing when a TERM handler forks a child, that child's record
+    says what it was sent, and it gets the stop signal: once, from the stop, then the grace."""
+    doc = _run(SLOW_STOPPER)
+    assert not doc["left"], doc
+    fates = doc["fates"]
+    assert len(fates) == 2, fates
+    for f in fates:
+        assert f["fate"] == "exited_after_SIGTERM" and f["signals"] == ["SIGTERM"], fates
+    heir = max(fates, key=lambda f: f["pid"])
+    assert 1.5 <= heir["exited_after"] < 6.0, fates

@@ -12,7 +12,7 @@ A node whose job ends with a failure (a non-zero exit or a signal, not asked for
 or whose connection drops before it said it ended, is a failed node; a member that never
 connects within CONNECT_S is one too. With on_node_failure = "stop" (the default) the
 coordinator tells every member, and each shim then stops its own job with the verified stop
-(terminate.py: the process group first, the grace, KILL, every member checked dead); a
+(terminate.py: its leader first, the grace, KILL, every member checked dead); a
 member that loses the coordinator without its "ended" does the same. "continue" only
 records what happened. An end asked for by `stop` (stop_requested in the record) is never a
 failure: a user's stop of all nodes does not cascade.

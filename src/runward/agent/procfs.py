@@ -2,7 +2,6 @@
 from field 22 of /proc/PID/stat: a pid alone is never signalled, pids are reused."""
 
 import os
-import time
 
 from .boot import BOOTSTRAP, SHIM_ARG
 
@@ -277,25 +276,6 @@ def uptime():
         return float(read_text("/proc/uptime").split()[0])
     except (AttributeError, ValueError, IndexError):
         return 0.0
-
-
-def boot_ticks():
-    """Now, in the clock ticks since boot that a start time (field 22 of /proc/PID/stat)
-    counts: both are CLOCK_BOOTTIME, truncated to the tick. A process whose start is at most
-    this began no later than the moment this was read."""
-    if hasattr(time, "clock_gettime_ns") and hasattr(time, "CLOCK_BOOTTIME"):
-        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // (10 ** 9 // CLK_TCK)
-    return int(uptime() * CLK_TCK)
-
-
-def last_pid():
-    """The last pid given out in this pid namespace (/proc/sys/kernel/ns_last_pid), or None
-    where it cannot be read. A process with a higher pid was forked after this was read
-    (unless pids wrapped around meanwhile)."""
-    try:
-        return int(read_text("/proc/sys/kernel/ns_last_pid"))
-    except (TypeError, ValueError):
-        return None
 
 
 def boot_time():

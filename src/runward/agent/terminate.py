@@ -1,5 +1,6 @@
-"""Stop means verified dead: signal a set of processes (their group first, as a terminal's
-Ctrl-C would), wait for them with pidfd, escalate to KILL, and report each one's fate."""
+"""Stop means verified dead: signal a set of processes (the group's leader and each ancestor
+before its children, as a terminal's Ctrl-C reaches a whole group at once), wait for them with
+pidfd, escalate to KILL, and report each one's fate."""
 
 import os
 import select
@@ -13,7 +14,7 @@ except ImportError:
     import signal
 
 from . import faults
-from .procfs import boot_ticks, last_pid, look_up, read_proc
+from .procfs import look_up, read_proc
 from .wire import bad_input
 
 SIGNALS = {name: getattr(signal, name) for name in dir(signal)
@@ -180,8 +181,6 @@ class _Stopping(object):
         self.procs, self.group, self.find_more = procs, group, find_more
         self.watch = PidWatch()
         self.fates = {}
-        # signal -> (clock tick, last pid given out) read just after the group got it (None: never)
-        self.group_tick = {}
         self.settled = False  # graceful ended with every member dead and a scan finding no other
         for p in members.values():
             self.fates[p.pid] = dict(p.describe(), fate="gone", signals=[])
@@ -189,46 +188,27 @@ class _Stopping(object):
                 self.fates[p.pid]["fate"] = "gone_before_signal"
         self.t0 = time.monotonic()
 
-    def _in_group(self, pid):
-        return self.procs.get(pid) and self.procs[pid].pgrp == self.group
+    def _order(self, pids):
+        """The group's leader first, then each process after its ancestors (by depth in the
+        tree, then pid): a supervisor hears the stop before its workers, as with Ctrl-C."""
+        def depth(pid):
+            seen, p = 0, self.procs.get(pid)
+            while p is not None and seen < 64:
+                p, seen = self.procs.get(p.ppid), seen + 1
+            return seen
+        return sorted(pids, key=lambda pid: (pid != self.group, depth(pid), pid))
 
     def send(self, sig, pids):
-        """Give each of pids sig unless it has it already. The first send of sig signals the
-        job's group as a whole (killpg) when some of pids are in it; later ones signal each
-        process directly, except a member of the group that the killpg reached: one that
-        started no later than it, by the clock tick and by the pid. A child forked in the
-        killpg's tick (by a TERM handler, say) is told apart by its pid: above the last pid
-        given out when the killpg returned, it came after and is signalled now. Where that
-        cannot be read, or pids wrapped around meanwhile, a tie in ticks counts as reached
-        (never twice)."""
+        """Give each of pids sig unless it has it already, each by its own pidfd (by pid and
+        start time where it has none), the group's leader first. Not a killpg: that cannot say
+        whom it reached, and a child a TERM handler forks just after it (while this process
+        was still busy with the signal, or waiting for a CPU) would be counted as reached when
+        it never was. A process forked after its parent was sent the signal is not in pids:
+        it is found by the next scan and gets the signal then, once."""
         name = signal_name(sig)
-        todo = [pid for pid in pids if name not in self.fates[pid]["signals"]]
-        if sig not in self.group_tick:
-            reached = self._signal_group(sig, todo)
-        else:
-            tick, last = self.group_tick[sig]
-            reached = set() if tick is None else {
-                pid for pid in todo if self._in_group(pid) and self.procs[pid].start <= tick
-                and (last is None or pid <= last)}
-        for pid in todo:
-            if pid in reached or self.watch.signal(pid, sig):
+        for pid in self._order([pid for pid in pids if name not in self.fates[pid]["signals"]]):
+            if self.watch.signal(pid, sig):
                 self.fates[pid]["signals"].append(name)
-
-    def _signal_group(self, sig, pids):
-        """killpg the job's group, once per signal; returns the pids it reached."""
-        self.group_tick[sig] = (None, None)
-        in_group = {pid for pid in pids if self._in_group(pid)}
-        if not (self.group and in_group):
-            return set()
-        before = last_pid()
-        try:
-            os.killpg(self.group, sig)
-        except OSError:
-            return set()  # nobody in the group could be signalled: each gets it directly
-        tick, after = boot_ticks(), last_pid()
-        wrapped = before is None or after is None or after < before
-        self.group_tick[sig] = (tick, None if wrapped else after)
-        return in_group
 
     def absorb(self):
         """Take in members that appeared since (children forked during shutdown); returns
@@ -300,8 +280,9 @@ def terminate(members, procs, sig, grace, find_more=None, kill_rounds=2, kill_wa
     """Signal a set of processes, wait (pidfd) up to grace, escalate to KILL, verify.
 
     members: {pid: Proc}. find_more(): rescans and returns {pid: Proc} of current members
-    (new children forked during shutdown are caught). group: a pgid to signal as a whole
-    first, the way a terminal's Ctrl-C does, so supervisors stop their workers in order.
+    (new children forked during shutdown are caught). group: the job's pgid; its leader is
+    signalled first and every process after its ancestors, so supervisors (torchrun's agent)
+    hear the stop before their workers and stop them in order instead of restarting them.
     Returns fates: one entry per process ever seen."""
     stopping = _Stopping(members, procs, group, find_more)
     stopping.graceful(sig, grace)
