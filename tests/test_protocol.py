@@ -41,6 +41,7 @@ def test_the_cached_sha_is_the_blobs_and_follows_the_files(tmp_path, monkeypatch
 
 import hashlib
 import json as _json_mod
+import marshal
 import pytest
 import math
 import os
@@ -192,6 +193,8 @@ def test_a_start_and_a_stop_import_none_of_what_only_slurm_nodes_and_json_indent
 # --- the agent's source travels only while the far side may lack it
 
 from runward.targets import parse_target
+from pathlib import Path
+from conftest import wait_for
 
 
 @pytest.fixture
@@ -228,15 +231,46 @@ def test_a_far_side_that_lost_its_cache_gets_the_source_again(spy, tmp_path):
     assert spy[-1] == b"0"
 
 
-def test_start_always_carries_the_source_for_its_shim(spy, cli):
+def test_a_start_sends_the_hash_alone_and_its_shim_runs_on_handed_code(spy, cli, tmp_path):
+    """A start to a far side that has the agent sends its hash alone: the agent hands its
+    shim the code it runs (the next test: a handed agent needs no cache). With the cache
+    wiped while the job runs, the shim still records the job's end, and the next call is
+    told AgentMissing and sends the source."""
     local = parse_target("local")
     transport.call(local, {"op": "status"})
-    res = transport.call(local, {"op": "start", "name": "s1", "argv": ["sleep", "30"], "settle": 0.3})
+    res = transport.call(local, {"op": "start", "name": "s1", "argv": ["sleep", "0.8"], "settle": 0.3})
+    assert res["verified"] and spy[-1] == b"0", spy
+    sent = len(spy)
+    for f in (tmp_path / "home" / "cache").glob("agent-*"):
+        f.unlink()
+    def run():
+        return transport.call(local, {"op": "status", "name": "s1"})["runs"][0]
+    wait_for(lambda: run()["state"] == "exited", what="the shim's record of the job's end")
+    assert run()["exit"]["code"] == 0, run()
+    assert spy[sent:sent + 2] == [b"0", spy[sent + 1]] and spy[sent + 1] != b"0", spy  # AgentMissing, the source
+
+
+def test_a_handed_agent_runs_from_what_it_was_given_and_writes_no_cache(tmp_path):
+    """The header "<length> <sha256> m": the marshalled modules an agent hands a child. The
+    child runs them with an empty home and writes nothing to its cache."""
+    raw, sha = boot.read_blob(str(Path(boot.__file__).parent))
+    parts = raw.split(b"\0")
+    codes = {parts[i].decode(): marshal.dumps(compile(parts[i + 1], "runward_agent/" + parts[i].decode(), "exec"))
+             for i in range(0, len(parts), 2)}
+    saved = dict(boot.SHIPPED)
+    boot.SHIPPED.update(codes=codes, sha=sha)
     try:
-        assert res["verified"] and spy[-1] != b"0"
+        head = boot.handoff()
     finally:
-        transport.call(local, {"op": "stop", "name": "s1", "grace": 5})
-    assert spy[-1] == b"0"  # stop needs no shim
+        boot.SHIPPED.clear()
+        boot.SHIPPED.update(saved)
+    assert head.split(b"\n", 1)[0].split()[1:] == [sha.encode(), b"m"]
+    req = _json_mod.dumps({"v": boot.PROTOCOL, "op": "ping"}).encode() + b"\n"
+    p = subprocess.run([sys.executable, "-S", "-c", boot.BOOTSTRAP], capture_output=True, timeout=60,
+                       env=dict(os.environ, RUNWARD_HOME=str(tmp_path)), input=head + req)
+    reply = _json_mod.loads(p.stdout)
+    assert p.returncode == 0 and reply["ok"], (reply, p.stderr)
+    assert not list(tmp_path.rglob("agent-*"))
 
 
 def test_the_bootstrap_says_when_it_could_not_cache_the_agent(tmp_path):

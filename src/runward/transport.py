@@ -9,6 +9,7 @@ that names the hop, says why, and gives a hint: "no output" is never an answer.
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import re
@@ -24,6 +25,9 @@ from .targets import Hop, Target
 _AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
 _SHA: str | None = None
 _SOURCE: tuple[bytes, str] | None = None
+# held while either is made: the threads of a multi-node call ask at once, and each reading,
+# hashing or compressing the files again costs CPU the other nodes' calls need
+_ONCE = _thread.allocate_lock()
 
 
 def agent_sha() -> str:
@@ -32,15 +36,20 @@ def agent_sha() -> str:
     call: reading and hashing the files (and importing hashlib) costs a status about 4 ms
     more than listing them and reading one file (bench/startup.py, -X importtime)."""
     global _SHA
-    if _SHA is None:
-        sig = _AGENT_DIR + "\n" + "".join(f"{rel} {st.st_ino} {st.st_size} {st.st_mtime_ns}\n" for rel, st in _agent_files())
-        path = cache_path("blob-sha")
-        sha, _, rest = (read_cache(path) or b"").decode("utf-8", "replace").partition("\n")
-        if len(sha) != 64 or rest != sig:  # missing, torn, or the tree changed
-            sha = _boot.read_blob(_AGENT_DIR)[1]
-            write_cache(path, f"{sha}\n{sig}".encode())
-        _SHA = sha
+    with _ONCE:
+        if _SHA is None:
+            _SHA = _read_sha()
     return _SHA
+
+
+def _read_sha() -> str:
+    sig = _AGENT_DIR + "\n" + "".join(f"{rel} {st.st_ino} {st.st_size} {st.st_mtime_ns}\n" for rel, st in _agent_files())
+    path = cache_path("blob-sha")
+    sha, _, rest = (read_cache(path) or b"").decode("utf-8", "replace").partition("\n")
+    if len(sha) != 64 or rest != sig:  # missing, torn, or the tree changed
+        sha = _boot.read_blob(_AGENT_DIR)[1]
+        write_cache(path, f"{sha}\n{sig}".encode())
+    return sha
 
 
 def _agent_files() -> list[tuple[str, os.stat_result]]:
@@ -52,8 +61,9 @@ def agent_source() -> tuple[bytes, str]:
     link), and its sha256 (the far side caches the compiled code by it); compressed only
     when a call sends it (agent.boot.build_blob)."""
     global _SOURCE
-    if _SOURCE is None:
-        _SOURCE = _boot.build_blob(_AGENT_DIR)
+    with _ONCE:
+        if _SOURCE is None:
+            _SOURCE = _boot.build_blob(_AGENT_DIR)
     return _SOURCE
 
 
@@ -135,8 +145,6 @@ class RawResult:
         self.stderr, self.duration_s = stderr, duration_s
 
 
-# Operations that start a shim, which is handed the agent's source: they always carry it.
-_SOURCE_ALWAYS = frozenset({"start"})
 # Operations that only read: on an ssh target they may be served by the far side's resident
 # agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
 _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
@@ -209,7 +217,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
             body = json.dumps(req).encode() + b"\n"
         return body
     # a payload is a stream that cannot be sent twice: it never risks the retry
-    send_src = payload is not None or req["op"] in _SOURCE_ALWAYS or entry not in known
+    send_src = payload is not None or entry not in known
     while True:
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent

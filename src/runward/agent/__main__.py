@@ -44,7 +44,7 @@ if "MODULES" in globals():
     sys.meta_path.insert(0, CodeFinder(MODULES))  # noqa: F821 (given by the bootstrap)
     __package__ = PACKAGE
     from . import boot
-    boot.SHIPPED.update(source=AGENT_SOURCE, sha=AGENT_SHA, cached=AGENT_CACHED)  # noqa: F821
+    boot.SHIPPED.update(source=AGENT_SOURCE, sha=AGENT_SHA, cached=AGENT_CACHED, codes=MODULES)  # noqa: F821
 
 from .main import main  # noqa: E402
 

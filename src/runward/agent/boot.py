@@ -24,31 +24,39 @@ PROTOCOL = 1
 # ~20). A cache file that is not ours or is group/world-writable is ignored (nothing
 # world-writable is trusted: docs/protocol.md).
 # The umask 077 around makedirs makes the parents it creates (~/.runward itself) 0700 too.
+# An agent starting one of its own (the shim, a health action's stop) hands it the code it
+# runs, already compiled: the header "<length> <sha256> m" and the marshalled dict of modules
+# (handoff()), so the child needs neither the source nor the cache, and a start needs no
+# source from the CLI.
 BOOTSTRAP = """import sys,os,marshal
-b=sys.stdin.buffer;n,h=b.readline().split();z=b.read(int(n));h=h.decode()
-d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')
-p=os.path.join(d,'agent-%s.%s'%(h[:32],sys.implementation.cache_tag))
-try:
- f=open(p,'rb');st=os.fstat(f.fileno())
- if st.st_uid!=os.getuid() or st.st_mode&0o22:raise OSError
- c=marshal.loads(f.read());f.close();k=1
-except Exception:
- if not z:print('{"v": 1, "ok": false, "error": {"type": "AgentMissing", "message": "agent %s is not cached here"}}'%h[:12]);sys.exit(3)
- import zlib;s=zlib.decompress(z).split(b'\\0');c={}
- for i in range(0,len(s),2):r=s[i].decode();c[r]=marshal.dumps(compile(s[i+1],'runward_agent/'+r,'exec'))
- k=0
+b=sys.stdin.buffer;n,h,*m=b.readline().split();z=b.read(int(n));h=h.decode()
+if m:c=marshal.loads(z);z=b'';k=2
+else:
+ d=os.path.join(os.environ.get('RUNWARD_HOME') or os.path.expanduser('~/.runward'),'cache')
+ p=os.path.join(d,'agent-%s.%s'%(h[:32],sys.implementation.cache_tag))
  try:
-  u=os.umask(63);os.makedirs(d,0o700,exist_ok=True);os.umask(u);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
-  os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p);k=1
- except Exception:pass
+  f=open(p,'rb');st=os.fstat(f.fileno())
+  if st.st_uid!=os.getuid() or st.st_mode&0o22:raise OSError
+  c=marshal.loads(f.read());f.close();k=1
+ except Exception:
+  if not z:print('{"v": 1, "ok": false, "error": {"type": "AgentMissing", "message": "agent %s is not cached here"}}'%h[:12]);sys.exit(3)
+  import zlib;s=zlib.decompress(z).split(b'\\0');c={}
+  for i in range(0,len(s),2):r=s[i].decode();c[r]=marshal.dumps(compile(s[i+1],'runward_agent/'+r,'exec'))
+  k=0
+  try:
+   u=os.umask(63);os.makedirs(d,0o700,exist_ok=True);os.umask(u);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
+   os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p);k=1
+  except Exception:pass
 exec(marshal.loads(c['__main__.py']),{'__name__':'__main__','MODULES':c,'AGENT_SOURCE':z,'AGENT_SHA':h,'AGENT_CACHED':k})"""
 SHIM_ARG = "runward-shim"
 RESIDENT_ARG = "runward-resident"
 ZLIB_LEVEL = 1  # fixed, so the same tree gives the same bytes; 9 costs 8x the time for 17% less
 
 # Set by __main__.py when the bootstrap ran the agent: "source" (the compressed blob as it
-# came, b"" when the call sent the hash alone), "sha", "cached" (1: the code is in the cache
-# here, 0: it could not be written). Empty in-tree, where blob() builds it from the files.
+# came, b"" when the call sent the hash alone or the code was handed over), "sha", "cached"
+# (1: the code is in the cache here, 0: it could not be written, 2: handed by the agent that
+# started this one), "codes" (the marshalled modules it runs). Empty in-tree, where blob()
+# builds the blob from the files.
 SHIPPED = {}
 _OWN = []
 
@@ -97,6 +105,19 @@ def blob():
 
 def own_sha():
     return blob()[1]
+
+
+def handoff():
+    """What an agent writes to the stdin of an agent it starts (the bootstrap's header and
+    what follows it, before the request): the code this one runs, marshalled, where the
+    bootstrap ran it; in-tree, the compressed blob."""
+    codes = SHIPPED.get("codes")
+    if codes:
+        import marshal
+        data = marshal.dumps(codes)
+        return b"%d %s m\n" % (len(data), SHIPPED["sha"].encode()) + data
+    src, sha = blob()
+    return b"%d %s\n" % (len(src), sha.encode()) + src
 
 
 # --- the text of a GPU that is still held: the agent's stop and start say it, and so does

@@ -72,7 +72,6 @@ class HealthKeeper(object):
         attempts/N.health-stop.log."""
         import signal
         import subprocess
-        src, sha = boot.blob()
         out = os.open(os.path.join(self.store.dir, "attempts", "%d.health-stop.log" % self.n),
                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         req = {"v": boot.PROTOCOL, "op": "stop", "name": self.store.name, "home": self.store.home.path,
@@ -83,6 +82,6 @@ class HealthKeeper(object):
                              stderr=2, close_fds=True, env=env,
                              preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
         os.close(out)
-        p.stdin.write(b"%d %s\n" % (len(src), sha.encode()) + src + json_dumps(req).encode() + b"\n")
+        p.stdin.write(boot.handoff() + json_dumps(req).encode() + b"\n")
         p.stdin.close()
         p.returncode = 0  # reaped by the shim's wait loop, not by Popen

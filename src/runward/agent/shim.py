@@ -21,11 +21,6 @@ _QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
 def spawn(home, name, attempt, env):
     """Start the shim detached (new session): the job's parent, never in its output path.
     Returns (its pid, read end of its status pipe)."""
-    src, sha = boot.blob()
-    if not src:  # started by the bootstrap from its cache, without the blob
-        raise AgentFailure("AgentMissing", "this operation needs the agent's source, and the "
-                           "request came without it", "a runward bug: the CLI sends the source "
-                           "with every operation that starts a shim")
     r, w = os.pipe()
     errlog = os.open(os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -39,7 +34,7 @@ def spawn(home, name, attempt, env):
         os.close(fd)
     params = json_dumps({"home": home.path, "name": name, "attempt": attempt, "env": env}).encode()
     try:
-        write_all(stdin_w, b"%d %s\n" % (len(src), sha.encode()) + src + params + b"\n", "the shim's stdin")
+        write_all(stdin_w, boot.handoff() + params + b"\n", "the shim's stdin")
     except OSError as e:  # the shim died before it read its parameters: nothing was started
         os.close(r)
         _, status = os.waitpid(pid, 0)
