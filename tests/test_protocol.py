@@ -323,3 +323,28 @@ def test_a_version_compiled_here_prunes_other_versions_older_than_a_week(tmp_pat
         os.utime(f, (week, week))
     run()
     assert all(f.exists() for f in old) and mine.exists()
+
+
+def test_threads_calling_at_once_build_the_blob_once(monkeypatch):
+    """A multi-node call's threads all ask for the agent's blob at once: it is built once."""
+    import threading
+    monkeypatch.setattr(transport, "_SOURCE", None)
+    built = []
+    real = transport._boot.build_blob
+
+    def build(d):
+        built.append(d)
+        return real(d)
+    monkeypatch.setattr(transport._boot, "build_blob", build)
+    go = threading.Barrier(8)
+    got = []
+
+    def ask():
+        go.wait()
+        got.append(transport.agent_source())
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and len(got) == 8 and len(set(got)) == 1
