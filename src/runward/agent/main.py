@@ -15,7 +15,7 @@ PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit
 OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its event (wire.send_bytes)
 OPS = {
     "start": ("ops.lifecycle", "start", PLAIN),
-    "stop": ("ops.lifecycle", "stop", PLAIN),
+    "stop": ("ops.stop", "stop", PLAIN),
     "status": ("ops.state", "status", PLAIN),
     "spec": ("ops.state", "spec", PLAIN),
     "ping": ("ops.state", "ping", PLAIN),

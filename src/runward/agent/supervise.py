@@ -4,7 +4,7 @@ actions, notifications), kept by the shim, so it holds with the CLI dead and the
 The shim runs one attempt after another (Supervisor.loop): after each exit it decides by the
 policy, waits the backoff, and forks the next attempt itself, each with its own record and log
 header. A stop from the CLI always wins: stop marks stop_requested in the attempt record under
-the run lock before it signals (ops/lifecycle.py), and the shim decides to restart only under
+the run lock before it signals (ops/stop.py), and the shim decides to restart only under
 that same lock, after reading the record again; a stop that comes during the backoff wakes the
 shim (SIGUSR1, its identity checked) and ends the supervision. The shim holds the run lock
 from that check until the next job's pid is recorded, so a stop that waited for the lock finds

@@ -1,0 +1,140 @@
+"""stop: a run's end on this target. Stop means verified dead (terminate.py): the run lock,
+stop_requested in the record before any signal, every member of the run signalled once and
+waited for, KILL after the grace, a scan that finds no member, the shim's record of the end.
+A module of its own: a stop imports none of what a start needs (the shim, the log files, the
+peers' link), and a multi-node stop pays its imports once per node."""
+
+import os
+import time
+
+from .. import cgroups, faults, gpus, supervise
+from ..procfs import boot_id, live, protected, scan
+from ..runs import attempt_state, members, own_procs
+from ..store import RunStore
+from ..terminate import PidWatch, parse_signal, signal_name, terminate
+
+def stop(req, home):
+    store = _stop_store(home, req.get("name"))
+    sig = req.get("signal")
+    grace = req.get("grace")
+    asked = []
+
+    def cancel_start(holder):
+        if holder.get("verb") == "start":  # it may be waiting for GPUs: it gives up at its next poll
+            store.request_cancel()
+            asked.append(True)
+
+    try:
+        fd = store.lock("stop", req.get("lock_timeout"), cancel_start)
+    finally:
+        if asked:
+            store.clear_cancel()
+    try:
+        att = store.latest()
+        procs = scan()
+        prot = protected(procs)
+        sig = sig or (att or {}).get("stop_signal", "TERM")
+        grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
+        mark_stop_requested(store, att, procs, req.get("by"))
+        ended = supervise.end_backoff(store, att, req.get("by"))  # a shim waiting to restart: no next attempt
+        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+        if ended:
+            res["restart_cancelled"] = True
+        return res
+    finally:
+        store.unlock(fd)
+
+
+def _stop_store(home, name):
+    """The run's store, or RunNotFound; a run whose first start holds the lock (waiting for
+    GPUs: no record yet) is found too, so that the stop can cancel that start."""
+    store = RunStore(home, name)
+    if store.exists() or store.holder().get("verb") == "start":
+        return store
+    return RunStore.existing(home, name)
+
+
+def mark_stop_requested(store, att, procs, by=None):
+    """Before any signal: a start still in its settle period (it no longer holds the lock)
+    then reports its job's end as stopped by us, not as an early exit, and a supervising
+    shim does not restart it. Read and written under the record lock: the shim writes the
+    same record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
+    health action's (supervise.py), which never overrides a stop already asked for."""
+    if not att or attempt_state(att, procs, boot_id()) not in ("running", "starting", "orphaned"):
+        return
+
+    def mark(fresh):
+        if fresh.get("exit") or (by and by != "cli" and fresh.get("stop_requested")):
+            return False
+        fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": by or "cli"}
+    store.update_attempt(att["attempt"], mark)
+
+
+def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
+    signum = parse_signal(sig)
+    found = members(store.name, att, procs, prot)
+    res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
+           "grace_s": grace, "multinode": (att or {}).get("multinode")}
+    if not found:
+        res.update({"already_stopped": True, "verified_dead": True, "processes": [],
+                    "state": attempt_state(att, procs, boot_id())})
+        res["verified"] = ["no_process_of_run_alive"]
+        return gpus.stop_check(res, store, att, [], gpu_timeout)
+    job = (att or {}).get("job")
+    group = job["pid"] if job and job["pid"] in found else None
+
+    scans = []  # what each scan found, in order
+
+    def find_more():
+        ps = scan()
+        scans.append(members(store.name, att, ps, protected(ps)))
+        return scans[-1]
+
+    t0 = time.monotonic()
+    fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
+    survivors = [f for f in fates if f["fate"] == "survived"]
+    # "dead" needs a scan that finds no member: terminate's last one did when it found none
+    # (a member alive then would be in it, and nothing but a member makes one); else one now
+    left = {} if scans and not scans[-1] else find_more()
+    for pid, p in left.items():
+        if not any(f["pid"] == pid for f in survivors):
+            survivors.append(dict(p.describe(), fate="survived"))
+    res.update({"already_stopped": False, "processes": fates, "survivors": survivors,
+                "verified_dead": not survivors, "stop_s": round(time.monotonic() - t0, 4)})
+    if not survivors:
+        res["verified"] = ["no_process_of_run_alive"]
+        faults.point("stop:dead")
+        _let_shim_record(store, att, fates)
+        cgroups.remove((att or {}).get("cgroups"))
+        gpus.stop_check(res, store, att, fates, gpu_timeout)
+    latest = store.latest()
+    res["state"] = attempt_state(latest, own_procs(latest), boot_id())
+    return res
+
+
+def _let_shim_record(store, att, fates):
+    """Wait (10 s at most: on a loaded machine, seen in CI, 2 s was too short) for the shim
+    to record the exit before we answer, so a `status` right after is true. An orphan's shim is gone and will record nothing: then stop, which
+    saw the job to its end, records it (under the run lock the caller holds), so the attempt
+    reads "exited", not "lost"."""
+    shim_ident = (att or {}).get("shim")
+    sp = live(shim_ident) if shim_ident else None
+    if sp is not None:
+        w = PidWatch()
+        if w.add(sp):
+            w.wait(10.0)
+        w.close()
+        if live(shim_ident) is not None:
+            return  # alive but slow: the record is still its to write
+    job = (att or {}).get("job")
+    fate = next((f for f in fates if job and f["pid"] == job["pid"] and f["start"] == job["start"]), None)
+    if fate is None:
+        return  # the job was gone before this stop: how it ended is not ours to say
+    sigs = fate.get("signals") or []
+
+    def record_exit(now):
+        if now.get("exit") or now.get("error"):
+            return False
+        now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
+                       "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
+    store.update_attempt(att["attempt"], record_exit)
