@@ -116,3 +116,20 @@ def test_an_heir_forked_while_the_stopper_is_slow_after_its_signal_gets_one_term
         assert f["fate"] == "exited_after_SIGTERM" and f["signals"] == ["SIGTERM"], fates
     heir = max(fates, key=lambda f: f["pid"])
     assert 1.5 <= heir["exited_after"] < 6.0, fates
+
+
+def test_a_marker_behind_a_large_environment_is_found():
+    """/proc/PID/environ is read to its end: a process whose run marker sits behind 300 KB
+    of other variables (several reads' worth) is still found as the run's."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from runward.agent import procfs
+    env = {f"FILLER_{i:04d}": "x" * 1000 for i in range(300)}
+    env.update(PATH="/usr/bin:/bin", RUNWARD_RUN="bigenv.1", RUNWARD_HOME_ID="h-big")
+    p = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        procs = procfs.scan()
+        assert len(procfs.leaf_bytes(p.pid, "environ")) > 300_000
+        assert (p.pid, "h-big") in procs.markers().get("bigenv", []), procs.markers().get("bigenv")
+    finally:
+        p.kill()
+        p.wait()

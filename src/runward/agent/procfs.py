@@ -16,10 +16,25 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 ENODEV = 19  # errno's, without importing it: Linux's number on every architecture
 
 
+def read_all(path):
+    """The bytes of path, read to EOF with plain system calls: a /proc scan reads a file per
+    process, and open()'s buffered file object costs more than the read itself. To EOF,
+    not one read: an environ can be larger than any one buffer."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        while True:  # a short read is not EOF everywhere: only an empty one is
+            data = os.read(fd, 65536)
+            if not data:
+                return b"".join(parts)
+            parts.append(data)
+    finally:
+        os.close(fd)
+
+
 def read_text(path, default=None):
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
+        return read_all(path).decode("utf-8", "replace")
     except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
         return default
     except OSError as e:
@@ -88,8 +103,7 @@ class Proc(object):
 def leaf_bytes(pid, leaf):
     """/proc/PID/LEAF as it is, or b"" when the process is gone or not ours to read."""
     try:
-        with open("/proc/%d/%s" % (pid, leaf), "rb") as f:
-            return f.read()
+        return read_all("/proc/%d/%s" % (pid, leaf))
     except OSError:
         return b""
 
@@ -118,8 +132,7 @@ def look_up(pid):
     (ENOENT, ESRCH). Any other failure (EMFILE, ENFILE, ENOMEM, ...) raises: a verdict of
     death must come from seeing the process gone, never from failing to look."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read().decode("utf-8", "replace")
+        data = read_all("/proc/%d/stat" % pid).decode("utf-8", "replace")
     except (FileNotFoundError, ProcessLookupError):
         return None
     # comm may contain spaces and parentheses: split at the LAST ')'
