@@ -103,6 +103,30 @@ def test_four_nodes_start_and_stop(cli, tmp_path, mn):
     assert not marked(mn + ".")
 
 
+def test_a_start_whose_request_waits_reaches_a_far_side_that_lost_its_cache(cli, tmp_path, mn):
+    """A multi-node start sends each node the agent's hash alone and its request only once
+    every node's probe is in. A far side that lost its code cache meanwhile answers
+    AgentMissing before it reads a request: the start is made again there with the source,
+    and every node runs."""
+    from pathlib import Path
+    from runward import transport
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    rc, doc = cli.json("start", mn)  # the far sides run this agent: known, cached
+    assert rc == 0, doc
+    rc, doc = cli.json("stop", mn)
+    assert rc == 0, doc
+    cached = list((Path.home() / ".runward" / "cache").glob("agent-%s.*" % transport.agent_sha()[:32]))
+    assert cached  # the hosts share this machine's files: their cache is this home's
+    for f in cached:
+        f.unlink()
+    rc, doc = cli.json("start", mn)
+    assert rc == 0 and [r["result"]["verified"] for r in _rows(doc)] == [["alive_after_settle"]] * 2, doc
+    assert [f.name for f in cached if f.exists()] == [f.name for f in cached]  # compiled again: the source came
+    rc, doc = cli.json("stop", mn)
+    assert rc == 0 and all(r["result"]["verified_dead"] for r in _rows(doc)), doc
+    assert not marked(mn + ".")
+
+
 def test_unreachable_node_at_start_starts_nothing(cli, tmp_path, mn):
     rc, doc = cli.json("start", mn, "--on", "ssh://rw1", "--on", "ssh://rw-down", "--", "sleep", "300")
     assert rc == 1 and not doc["ok"], doc
