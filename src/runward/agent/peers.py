@@ -113,7 +113,7 @@ class Link:
 
     def stop_own(self, rank, why):
         """Our job, stopped as `runward stop` would (run lock, stop_requested, the stop
-        signal to its process group, the grace, KILL), unless it has ended already."""
+        signal to every process of the job, the grace, KILL), unless it has ended already."""
         if self.job_over.is_set():
             return
         self.stop_done.clear()
