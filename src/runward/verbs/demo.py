@@ -152,7 +152,7 @@ def _lint_crash_stop(story: Story, target: Target, job: Path, workdir: str, env:
             out.say(f"    | {ln}")
         story.record("crash", took < 10 and (e.result or {}).get("exit", {}).get("code") == 1, seconds=round(took, 2))
 
-    story.step("stop: TERM to the process group, the job checkpoints, every process verified dead")
+    story.step("stop: TERM to every process of the run, the job checkpoints, every process verified dead")
     res = api.stop(target, RUN, grace=10)
     out.say(render_stop(res))
     story.record("stop", res["verified_dead"], processes=len(res["processes"]))
