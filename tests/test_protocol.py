@@ -195,7 +195,6 @@ def test_a_start_and_a_stop_import_none_of_what_only_slurm_nodes_and_json_indent
 # --- the agent's source travels only while the far side may lack it
 
 from runward.targets import parse_target
-from pathlib import Path
 from conftest import wait_for
 
 
@@ -249,16 +248,20 @@ def test_a_start_sends_the_hash_alone_and_its_shim_runs_on_handed_code(spy, cli,
         return transport.call(local, {"op": "status", "name": "s1"})["runs"][0]
     wait_for(lambda: run()["state"] == "exited", what="the shim's record of the job's end")
     assert run()["exit"]["code"] == 0, run()
-    assert spy[sent:sent + 2] == [b"0", spy[sent + 1]] and spy[sent + 1] != b"0", spy  # AgentMissing, the source
+    assert spy[sent] == b"0" and spy[sent + 1] != b"0", spy  # AgentMissing, then the source
 
 
 def test_a_handed_agent_runs_from_what_it_was_given_and_writes_no_cache(tmp_path):
     """The header "<length> <sha256> m": the marshalled modules an agent hands a child. The
     child runs them with an empty home and writes nothing to its cache."""
-    raw, sha = boot.read_blob(str(Path(boot.__file__).parent))
-    parts = raw.split(b"\0")
-    codes = {parts[i].decode(): marshal.dumps(compile(parts[i + 1], "runward_agent/" + parts[i].decode(), "exec"))
-             for i in range(0, len(parts), 2)}
+    packed, sha = transport.agent_source()
+    req = _json_mod.dumps({"v": boot.PROTOCOL, "op": "ping"}).encode() + b"\n"
+    compiled = tmp_path / "compiled"  # the modules as the bootstrap compiles and caches them
+    subprocess.run([sys.executable, "-S", "-c", boot.BOOTSTRAP], env=dict(os.environ, RUNWARD_HOME=str(compiled)),
+                   input=b"%d %s\n" % (len(packed), sha.encode()) + packed + req, capture_output=True, timeout=60)
+    (cache,) = (compiled / "cache").glob("agent-*")
+    codes = marshal.loads(cache.read_bytes())
+    home = tmp_path / "home"
     saved = dict(boot.SHIPPED)
     boot.SHIPPED.update(codes=codes, sha=sha)
     try:
@@ -267,12 +270,11 @@ def test_a_handed_agent_runs_from_what_it_was_given_and_writes_no_cache(tmp_path
         boot.SHIPPED.clear()
         boot.SHIPPED.update(saved)
     assert head.split(b"\n", 1)[0].split()[1:] == [sha.encode(), b"m"]
-    req = _json_mod.dumps({"v": boot.PROTOCOL, "op": "ping"}).encode() + b"\n"
     p = subprocess.run([sys.executable, "-S", "-c", boot.BOOTSTRAP], capture_output=True, timeout=60,
-                       env=dict(os.environ, RUNWARD_HOME=str(tmp_path)), input=head + req)
+                       env=dict(os.environ, RUNWARD_HOME=str(home)), input=head + req)
     reply = _json_mod.loads(p.stdout)
     assert p.returncode == 0 and reply["ok"], (reply, p.stderr)
-    assert not list(tmp_path.rglob("agent-*"))
+    assert not list(home.rglob("agent-*"))
 
 
 def test_the_bootstrap_says_when_it_could_not_cache_the_agent(tmp_path):

@@ -8,7 +8,6 @@ import os
 import time
 
 from .. import cgroups, faults, gpus, logfiles, shim, supervise
-from .stop import mark_stop_requested, stop_locked
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
@@ -16,6 +15,7 @@ from ..secrets import is_shown_form, redact_env
 from ..store import RunStore, file_hashes, open_log, remove_file, write_all, write_json
 from ..terminate import parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
+from .stop import mark_stop_requested, stop_locked
 
 LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",

@@ -13,6 +13,7 @@ from ..runs import attempt_state, members, own_procs
 from ..store import RunStore
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
 
+
 def stop(req, home):
     store = _stop_store(home, req.get("name"))
     sig = req.get("signal")
