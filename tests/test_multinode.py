@@ -221,6 +221,53 @@ def test_on_node_failure_continue_leaves_the_others_running(cli, tmp_path, mn):
     assert st["result"]["state"] == "failed" and alive(pids[1])
 
 
+# A member node's link whose job ends before it reached node 0's coordinator (not listening
+# yet: its first connect is refused). It says "ended" on stdout once it was told the job ended.
+EARLY_END = r"""
+import sys, threading
+from runward.agent import peers
+link = peers.Link(None, 1, {"rank": 1, "nnodes": 2, "coord_port": int(sys.argv[1]),
+                            "master_addr": "127.0.0.1", "id": "early"})
+threading.Thread(target=link.run, daemon=True).start()
+ex = {"code": 3, "signal": None}
+print("ended", flush=True)
+peers.ended(link, ex, {})
+"""
+
+
+def test_a_member_whose_job_ends_before_its_link_connects_still_tells_node_0():
+    """The end of a member's job that came before its link reached node 0's coordinator is
+    not lost: the link goes on trying, says hello and then that the job ended (failed), so
+    node 0 stops the others now, not after the 120 s it waits for a member that never came."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from conftest import ROOT
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    member = subprocess.Popen([sys.executable, "-c", EARLY_END, str(port)], stdout=subprocess.PIPE,
+                              env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    try:
+        assert member.stdout.readline().strip() == b"ended"  # its job is over; nothing listens yet
+        with socket.socket() as srv:
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", port))
+            srv.listen(1)
+            srv.settimeout(10)
+            conn, _ = srv.accept()
+            with conn, conn.makefile("rb") as f:
+                conn.settimeout(10)
+                said = [json.loads(f.readline()), json.loads(f.readline())]
+        assert said[0] == {"hello": 1, "id": "early"}, said
+        assert said[1]["ended"] == 1 and said[1]["failed"] is True and said[1]["exit"]["code"] == 3, said
+        assert member.wait(timeout=30) == 0
+    finally:
+        member.kill()
+        member.wait()
+
+
 def test_placeholders_expand_in_argv_words_only():
     v = {"node_rank": 2, "nnodes": 4, "master_addr": "10.0.0.1", "master_port": 29500}
     assert multinode.expand(["--rank={node_rank}", "{nnodes}", "{master_addr}:{master_port}", "{other}"], v) == \

@@ -28,6 +28,7 @@ from .wire import json_dumps, json_loads
 
 CONNECT_S = 120.0   # how long a member tries to reach the coordinator, and it waits for hellos
 RETRY_S = 0.5
+TELL_S = 5.0        # how long a member's shim waits, its job ended, for its link to say so
 
 
 def attach(store, n, att):
@@ -48,6 +49,7 @@ def ended(link, ex, att):
         return
     failed = _failed(ex) and not att.get("stop_requested")
     link.job_ended({"ended": link.rank, "failed": failed, "exit": ex})
+    link.told.wait(TELL_S)  # a member not connected yet says it once it is (follow)
     link.stop_done.wait(30.0)
 
 
@@ -63,6 +65,9 @@ class Link:
         self.policy = mn.get("on_node_failure") or "stop"
         self.conns = {}                 # coordinator: rank -> socket
         self.sock = None                # member: its connection
+        self.end = None                 # member: its "ended" message, once its job ended
+        self.told = threading.Event()   # set once the end was said (or there is no one to say it to)
+        self.lock = threading.Lock()    # member: the hello, then the end, once each
         self.job_over = threading.Event()
         self.stop_done = threading.Event()
         self.stop_done.set()            # set while no stop of ours is under way
@@ -85,8 +90,13 @@ class Link:
                 self.node_failed(0, "node 0's job ended: %s" % _describe(msg["exit"]))
             else:
                 self.broadcast({"ended": 0, "failed": False})
+            self.told.set()
         else:
-            self.send(self.sock, msg)
+            with self.lock:  # not connected yet: follow() says it after its hello
+                self.end = msg
+                if self.sock is not None:
+                    self.send(self.sock, msg)
+                    self.told.set()
         os.write(self.wake_w, b"x")
 
     def send(self, sock, msg):
@@ -225,12 +235,17 @@ class Link:
     def follow(self):
         sock = self._connect()
         if sock is None:
+            self.told.set()
             if not self.job_over.is_set():
                 self.node_failed(0, "could not reach node 0's coordinator at %s:%s"
                                  % (self.mn.get("master_addr"), self.mn.get("coord_port")))
             return
-        self.sock = sock
-        self.send(sock, {"hello": self.rank, "id": self.mn.get("id")})
+        with self.lock:
+            self.send(sock, {"hello": self.rank, "id": self.mn.get("id")})
+            self.sock = sock
+            if self.end is not None:  # the job ended before we got here: say so now
+                self.send(sock, self.end)
+                self.told.set()
         buf, done = b"", False
         while not done:
             try:
@@ -254,14 +269,16 @@ class Link:
             self.node_failed(0, "lost the connection to node 0's coordinator")
 
     def _connect(self):
+        """A connection to node 0's coordinator, tried until CONNECT_S, on after our job
+        ended too: its end must still be said (the shim waits TELL_S for that, then exits)."""
         import socket
         addr = (self.mn.get("master_addr"), int(self.mn["coord_port"]))
         deadline = time.monotonic() + CONNECT_S
-        while not self.job_over.is_set() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
                 return socket.create_connection(addr, timeout=5.0)
             except OSError:
-                self.job_over.wait(RETRY_S)
+                time.sleep(RETRY_S)
         return None
 
 
