@@ -48,6 +48,21 @@ SHAPES = [
     shape("scp train_dflash_pipeline.py root@host:/root/ && "
           "ssh root@host \"pct exec 200 -- python3 /root/train_dflash_pipeline.py\"",
           ("host-path-in-container", W), id="design-3-scp-to-host-run-in-container"),
+    # the same with relative paths (docs/from-shell.md's example): the job's shell `cd`s first
+    shape("scp train.py root@host:/root/train.py && "
+          "ssh root@host \"pct exec 200 -- bash -lc 'cd /root && nohup python3 train.py &'\"",
+          ("host-path-in-container", W), ("unverified-nohup", I),
+          id="design-3-relative-after-cd-in-pct"),
+    shape("scp train.py root@host:train.py && "
+          "ssh root@host \"pct exec 200 -- bash -lc 'cd ~ && python3 ./train.py'\"",
+          ("host-path-in-container", W), id="design-3-relative-home-after-cd-home"),
+    # another directory, or no cd at all (where pct exec starts is not known): nothing to say
+    shape("scp train.py root@host:/root/train.py && "
+          "ssh root@host \"pct exec 200 -- bash -lc 'cd /srv && python3 train.py'\"",
+          id="relative-after-cd-elsewhere"),
+    shape("scp train.py root@host:/root/train.py && "
+          "ssh root@host \"pct exec 200 -- bash -lc 'cd $D && python3 train.py'\"",
+          id="relative-after-cd-to-a-variable"),
     shape("nohup python train.py > train.log 2>&1 & sleep 5; tail -n 20 train.log",
           ("sleep-as-verification", I), id="design-5-sleep-then-tail"),
     # pkill -f at the top level: the agent's `bash -c '<command>'` carries the pattern
@@ -557,3 +572,13 @@ def test_user_facing_text_names_the_cli_flag_and_no_missing_file():
         assert "assume_shell" not in text and "design.md" not in text, text
     text = format_findings("pkill -f train.py", lint("pkill -f train.py"))
     assert "runward lint --interactive" in text, text
+
+
+def test_a_lone_pkill_over_ssh_says_the_login_shell_is_unknown():
+    """sshd runs the user's login shell: bash execs a lone command, dash does not (checked in
+    test_real_dash_does_not_exec_a_lone_command), so the warning must say which it rests on."""
+    [f] = lint("ssh gpu1 'pkill -f train.py'")
+    assert f.rule == "self-kill-fragile"
+    assert "login shell" in f.message and "dash" in f.message
+    [f] = lint("bash -c 'pkill -f train.py'", assume_shell=False)
+    assert "login shell" not in f.message  # a `bash -c` we can see is no guess

@@ -63,6 +63,9 @@ class Scan:
     checks: list[tuple[int, tuple]] = field(default_factory=list)
     copies: list[Copy] = field(default_factory=list)
     reported_copies: set[int] = field(default_factory=set)
+    # the directory a shell has `cd`-ed to, per shell (filesystem.shell_key): a relative path
+    # used after `cd /root &&` names /root/... in that shell's filesystem
+    cwd: dict = field(default_factory=dict)
 
     def add(self, rule: str, span: tuple[int, int], message: str, why: str, fix: str) -> None:
         self.findings.append(Finding(rule, RULES[rule], span[0], span[1], message, why, fix))

@@ -114,6 +114,8 @@ class Linter:
         name = basename(words[0].value)
         if id(command) not in handled and name in ("pkill", "killall"):
             selfmatch.kill_command(self.scan, words, command, ctx)
+        if name == "cd":
+            filesystem.record_cd(self.scan, words, ctx)
         filesystem.record_copy(self.scan, words, ctx)
         verification.record_program(self.scan, words, command, ctx)
 

@@ -6,6 +6,7 @@ host-path-in-container (docs/from-shell.md, "Copy the patched file, then run"): 
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from ..lexer import Word
@@ -118,11 +119,43 @@ def record_copy(scan: Scan, words: list[Word], ctx: Ctx) -> None:
                             where or "this machine"))
 
 
+def shell_key(ctx: Ctx) -> tuple:
+    """The shell reading the current script: its working directory is its own."""
+    runner = ctx.enclosing[ctx.runner].argv if 0 <= ctx.runner < len(ctx.enclosing) else None
+    return ctx.domain, ctx.runner, runner
+
+
+def record_cd(scan: Scan, words: list[Word], ctx: Ctx) -> None:
+    """`cd DIR`: later relative paths in this shell are under DIR (unknown after `cd $X`)."""
+    key = shell_key(ctx)
+    args = [w.value for w in words[1:] if w.value not in ("-L", "-P", "--")]
+    target = args[0] if args else "~"
+    if target.startswith(("/", "~")):
+        scan.cwd[key] = posixpath.normpath(target)
+    elif key in scan.cwd and "$" not in target and target != "-":
+        scan.cwd[key] = posixpath.normpath(scan.cwd[key] + "/" + target)
+    else:
+        scan.cwd.pop(key, None)  # `cd $X`, `cd -`, or relative to a directory nobody said
+
+
+def resolved(value: str, cwd: str | None) -> list[str]:
+    """The value, and where a relative path in it (`train.py`, `--cfg=a.yaml`) lands."""
+    out = [value]
+    if cwd is None or value.startswith("-") and "=" not in value:
+        return out
+    head, eq, rel = value.rpartition("=") if value.startswith("-") else ("", "", value)
+    if rel and not rel.startswith(("/", "~", "$", "-")) and "://" not in rel:
+        out.append(head + eq + posixpath.normpath(cwd + "/" + rel))
+    return out
+
+
 def host_paths_in_container(scan: Scan, command: Command, ctx: Ctx) -> None:
     """A command in a container that uses a path copied earlier to another filesystem."""
     if not any(kind in CONTAINER_KINDS for kind, _ in ctx.domain):
         return
-    values = [w.value for w in command.words + [w for _, w in command.redirs]]
+    cwd = scan.cwd.get(shell_key(ctx))
+    values = [r for w in command.words + [w for _, w in command.redirs]
+              for r in resolved(w.value, cwd)]
     for copy in scan.copies:
         if id(copy) in scan.reported_copies or not inside_container(copy.domain, ctx.domain):
             continue

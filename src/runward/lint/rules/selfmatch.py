@@ -185,6 +185,10 @@ def add_fragile(scan: Scan, query, ctx, spared, span, text) -> None:
     when = ("it is the only command of that string" if shell.state == "exec-lone" else
             "it is the last command of that string (bash >= 5.1 and zsh exec it; older "
             "bash and dash are killed)")
+    if shell.role == "sshd-shell":
+        # sshd runs the user's login shell (passwd), which lint cannot see from here
+        when += ("; the shell is the user's login shell on that host, unknown here: bash "
+                 "execs such a command, dash (`sh`) does not and is killed")
     message = (f"`{text}` survives by luck: pattern {query.pattern!r} matches the command "
                f"line of the enclosing `{display_argv(shell.argv)}` ({describe(shell)}), "
                f"which is spared only because it replaces itself with this command: "
