@@ -82,6 +82,25 @@ def test_never_pid_1_kernel_threads_or_self(cli):
     assert os.getpid() not in pids  # pytest is an ancestor of the CLI
 
 
+def test_ps_exits_1_when_nothing_matches_as_pgrep_does(cli, tag):
+    """`runward ps X && ...` must read as `pgrep X && ...`: no match is exit 1, the document
+    still one answer with the empty list (no error: nothing failed to run)."""
+    rc, doc = cli.json("ps", f"{tag}-matches-nothing")
+    assert rc == 1 and doc["ok"] is False and doc["result"]["processes"] == [] and "error" not in doc
+    p = cli.run("ps", f"{tag}-matches-nothing")
+    assert p.returncode == 1 and "no process matches" in p.stdout
+
+
+def test_a_bad_stop_signal_is_bad_input_before_the_run_is_looked_up(cli):
+    for verb in ("stop", "restart"):
+        for flag in ("--stop-signal", "--signal"):
+            rc, doc = cli.json(verb, "no-such-run", flag, "NOTASIGNAL")
+            assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+            assert "NOTASIGNAL" in doc["error"]["message"]
+    rc, doc = cli.json("stop", "no-such-run", "--stop-signal", "rtmin+3")
+    assert rc == 4, doc  # a good signal: then the missing run is the answer
+
+
 def test_invalid_pattern_and_signal(cli):
     rc, doc = cli.json("ps", "(unclosed")
     assert rc == 2 and "(unclosed" in doc["error"]["message"]

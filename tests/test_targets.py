@@ -45,6 +45,14 @@ def test_target_grammar_rejects(text):
     assert e.value.hint
 
 
+@pytest.mark.parametrize("text,fix", [("ssh:/gpu1", "ssh://gpu1"), ("ssh:root@h/pct:200", "ssh://root@h/pct:200"),
+                                      ("ssh:gpu1", "ssh://gpu1")])
+def test_an_ssh_target_one_slash_short_gets_a_hint_naming_ssh_scheme(text, fix):
+    with pytest.raises(BadInput) as e:
+        parse_target(text)
+    assert fix in e.value.hint and "container hop" not in e.value.hint
+
+
 def test_wrap_quotes_only_at_the_ssh_hop():
     t = parse_target("ssh://root@h:2222/pct:200")
     argv = t.wrap(["python3", "-c", "print('a b')"], ["ssh"])

@@ -152,6 +152,10 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
             raise BadInput(f"no target {text} (not a name of runward.toml's [targets], nor a target)",
                            "define [targets.NAME] in runward.toml, or give local, ssh://[user@]host[:port], "
                            "podman:NAME, ssh://host/pct:200")
+        if kind == "ssh" and not hops:  # `ssh:/host`, `ssh:host`: the slashes short
+            raise BadInput(f"invalid hop {part!r} in target {text!r}",
+                           f"an ssh hop is written with two slashes: ssh://[user@]host[:port], e.g. "
+                           f"ssh://{text.split(':', 1)[1].lstrip('/') or 'HOST'}")
         if not sep or kind not in CONTAINER_KINDS:
             raise BadInput(f"invalid hop {part!r} in target {text!r}",
                            f"a container hop is one of {', '.join(k + ':NAME' for k in CONTAINER_KINDS)}")

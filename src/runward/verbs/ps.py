@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import EXIT_FAILED
 from ..render import PROCS_HEADER, render_procs
 from ._common import emit, load_config, target_of
 
@@ -15,5 +16,6 @@ def run(args, out) -> int:
     cfg = load_config(args)
     target = target_of(args, cfg)
     res = api.ps(target, args.pattern)
-    text = PROCS_HEADER + "\n" + render_procs(res["processes"]) if res["processes"] else ""
-    return emit(out, "ps", target, res, text or f"no process matches {args.pattern!r}")
+    if not res["processes"]:  # exit 1 as pgrep's: `runward ps X && ...` reads as `pgrep X && ...`
+        return emit(out, "ps", target, res, f"no process matches {args.pattern!r}", code=EXIT_FAILED)
+    return emit(out, "ps", target, res, PROCS_HEADER + "\n" + render_procs(res["processes"]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..render import render_start, render_stop
-from ._common import config_dir, emit, load_config, old_spelling, on_runs, target_of
+from ._common import config_dir, emit, load_config, old_spelling, on_runs, signal_arg, target_of
 
 
 def add_arguments(p) -> None:
@@ -27,9 +27,9 @@ def add_arguments(p) -> None:
                    help="with --ready: how long to wait for that line (default 600)")
     p.add_argument("--grace", type=float, metavar="SECONDS",
                    help="the old attempt's grace before KILL (default: the one it was started with)")
-    p.add_argument("--stop-signal", metavar="SIG",
+    p.add_argument("--stop-signal", metavar="SIG", type=signal_arg,
                    help="the signal that stops the old attempt (default: the one it was started with)")
-    old_spelling(p, "--signal", "stop_signal")
+    old_spelling(p, "--signal", "stop_signal", type=signal_arg)
     p.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
 
 

@@ -6,7 +6,7 @@ import sys
 
 from ..errors import BadInput
 from ..render import render_start
-from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, on_runs, target_of
+from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, on_runs, signal_arg, target_of
 
 
 def add_arguments(p) -> None:
@@ -38,7 +38,7 @@ def add_arguments(p) -> None:
                    help="rotate the log past SIZE (e.g. 2G), no line lost: log -> log.1 -> ... (runward.toml: log_max)")
     p.add_argument("--log-keep", type=int, metavar="N", help="with --log-max: rotated files kept (default 3)")
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
-    p.add_argument("--stop-signal", metavar="SIG", help="signal `stop` sends first (default TERM; INT for torchrun)")
+    p.add_argument("--stop-signal", metavar="SIG", type=signal_arg, help="signal `stop` sends first (default TERM; INT for torchrun)")
     p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
     p.add_argument("--master-addr", metavar="ADDR",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import BadInput, RunNotFound
 from ..render import render_stop
-from ._common import emit, load_config, old_spelling, on_runs, target_of
+from ._common import emit, load_config, old_spelling, on_runs, signal_arg, target_of
 
 
 def add_arguments(p) -> None:
@@ -13,8 +13,8 @@ def add_arguments(p) -> None:
                    help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
     p.add_argument("--grace", type=float, metavar="SECONDS",
                    help="how long to wait after the stop signal before KILL (default: the run's, 30)")
-    p.add_argument("--stop-signal", metavar="SIG", help="the signal sent first (default: the run's, TERM)")
-    old_spelling(p, "--signal", "stop_signal")
+    p.add_argument("--stop-signal", metavar="SIG", type=signal_arg, help="the signal sent first (default: the run's, TERM)")
+    old_spelling(p, "--signal", "stop_signal", type=signal_arg)
     p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
                    help="give up after this long if another verb holds the run (default 30)")
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
