@@ -70,6 +70,24 @@ def test_pull_file_and_tree_locally(cli, tmp_path):
     assert rc == 2 and doc["error"]["type"] == "BadInput" and not (out / "m").exists()
 
 
+def test_pull_of_a_directory_nests_or_copies_its_contents_as_scp_r_and_rsync(cli, tmp_path):
+    """`ckpt:./` into an existing directory makes ./ckpt; `ckpt/:./` copies what is in it; a
+    LOCAL that does not exist becomes the copy (scp -r)."""
+    src = tmp_path / "ckpt"
+    _tree(src)
+    nest, contents, fresh = (tmp_path / n for n in ("nest", "contents", "fresh"))
+    nest.mkdir()
+    contents.mkdir()
+    rc, doc = cli.json("pull", f"{src}:{nest}", f"{src}/:{contents}/", f"{src}:{fresh}")
+    assert rc == 0, doc
+    _check_tree(src, nest / "ckpt")
+    assert sorted(p.name for p in nest.iterdir()) == ["ckpt"]
+    _check_tree(src, contents)
+    assert not (contents / "ckpt").exists()
+    _check_tree(src, fresh)
+    assert {f["local"] for f in doc["result"]["files"]} >= {str(nest / "ckpt" / "a.txt"), str(contents / "a.txt")}
+
+
 def _writer(path: Path) -> subprocess.Popen:
     """A process that keeps appending to path (a checkpoint still being written)."""
     code = ("import sys,time\nf=open(sys.argv[1],'ab')\n"

@@ -79,7 +79,7 @@ def pull(target: Target, specs: list[str], *, base: str | None = None) -> dict:
     written; the others are, and the pull fails (exit 1) naming it."""
     pairs = [parse_pull_spec(s) for s in specs]
     sink = _PullSink([os.path.join(base, loc) if base and not os.path.isabs(os.path.expanduser(loc))
-                      else os.path.expanduser(loc) for _, loc in pairs])
+                      else os.path.expanduser(loc) for _, loc in pairs], [r for r, _ in pairs])
     try:
         res = transport.call(target, {"op": "pull", "paths": [r for r, _ in pairs]},
                              on_event=sink.event, on_data=sink.data)
@@ -103,16 +103,25 @@ def pull(target: Target, specs: list[str], *, base: str | None = None) -> dict:
 class _PullSink:
     """What the pull's events and bytes become on this side."""
 
-    def __init__(self, locals_: list[str]):
+    def __init__(self, locals_: list[str], remotes: list[str]):
         self.locals = locals_
+        self.remotes = remotes
         self.done: list[dict] = []
         self.failed: list[dict] = []
         self.dirs: list[tuple[str, int]] = []
         self.cur: dict | None = None  # the file being received: fd, tmp, dest, hash, entry
 
     def _dest(self, ent: dict) -> str:
-        root = self.locals[int(ent["i"])]
+        i = int(ent["i"])
+        root = self.locals[i]
         rel = ent.get("rel") or ""
+        if not rel and ent["type"] == "dir":
+            # as scp -r and rsync: `ckpt:./` into an existing directory makes ./ckpt; `ckpt/:./`
+            # (a trailing slash) copies what is in it; a LOCAL that does not exist becomes the copy
+            name = os.path.basename(self.remotes[i])
+            if name not in ("", ".", "..") and (root.endswith("/") or os.path.isdir(root)):
+                self.locals[i] = root = os.path.join(root, name)
+            return root.rstrip("/") or root
         if not rel:
             if ent["type"] == "file" and (root.endswith("/") or os.path.isdir(root)):
                 return os.path.join(root, ent.get("name") or "pulled")

@@ -8,7 +8,8 @@ from ._common import emit, load_config, target_of
 def add_arguments(p) -> None:
     p.add_argument("specs", nargs="+", metavar="REMOTE:LOCAL",
                    help="a remote file or directory (recursive) and where it goes here; "
-                        "a file into an existing directory or a LOCAL ending in / keeps its name")
+                        "into an existing directory or a LOCAL ending in / it keeps its name "
+                        "(DIR/:LOCAL copies what is in DIR, as rsync)")
 
 
 def run(args, out) -> int:
