@@ -3,6 +3,7 @@ ssh host of the testbed, in parallel, one result per run, and the exit code rule
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 
@@ -91,3 +92,17 @@ def test_all_needs_runs_and_takes_no_name_target_or_command(cli, tmp_path):
 def test_the_worst_code_rule(codes, worst):
     results = [{"ok": True}] + [{"ok": False, "error": {"exit_code": c}} for c in codes]
     assert all_runs_code(results) == worst
+
+
+def test_status_all_and_a_project_status_honour_runward_toml_ssh_config(cli, tmp_path):
+    """[ssh] config in runward.toml, no RUNWARD_SSH_CONFIG: the testbed's host names resolve
+    only through that file, so a target reached without it fails (exit 3)."""
+    tb = testbed.require("ssh")
+    cli.env.pop("RUNWARD_SSH_CONFIG", None)
+    (tmp_path / "runward.toml").write_text(
+        f'[ssh]\nconfig = "{tb["ssh_config"]}"\n\n[targets.h1]\non = "ssh://rw1"\n\n'
+        '[runs.far]\non = "h1"\ncommand = ["sleep", "300"]\n')
+    for args in (("status", "--all"), ("status",), ("gpus", "--all")):
+        rc, doc = cli.json(*args)
+        assert rc in (0, 5) and "Unreachable" not in json.dumps(doc), (args, doc)
+        assert "rw1" in json.dumps(doc), (args, doc)

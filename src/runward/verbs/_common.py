@@ -59,8 +59,14 @@ def signal_arg(text: str) -> str:
 
 
 def load_config(args):
+    """runward.toml, and its [ssh] config in force for every ssh call this verb makes (unless
+    RUNWARD_SSH_CONFIG already names one): `status --all` and `top` reach targets without
+    target_of, and used to ignore it."""
     from .. import config
-    return config.load(getattr(args, "config", None))
+    cfg = config.load(getattr(args, "config", None))
+    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
+        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    return cfg
 
 
 def target_of(args, cfg, run: str | None = None):
