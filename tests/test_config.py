@@ -61,3 +61,20 @@ def test_invalid_toml_is_bad_input_naming_the_file(home, tmp_path):
     with pytest.raises(BadInput) as e:
         config.load(p)
     assert str(p) in str(e.value) and "invalid TOML" in str(e.value)
+
+
+@pytest.mark.parametrize("body,named", [
+    ('[ssh]\nconfg = "x"\n', "confg"),                 # a typo was silently ignored
+    ('[ssh]\nalive_timeout = 1\n', "alive_timeout"),
+    ('[ssh]\nalive_timeout = "15s"\n', "alive_timeout"),
+])
+def test_the_ssh_section_is_validated(home, tmp_path, body, named):
+    (tmp_path / "runward.toml").write_text(body)
+    with pytest.raises(BadInput) as e:
+        config.load(str(tmp_path / "runward.toml"))
+    assert named in e.value.message and e.value.hint
+
+
+def test_ssh_alive_timeout_is_read(home, tmp_path):
+    (tmp_path / "runward.toml").write_text('[ssh]\nalive_timeout = 6\n')
+    assert config.load(str(tmp_path / "runward.toml")).ssh_alive_timeout == 6.0

@@ -48,6 +48,7 @@ class Config:
         self.targets: dict[str, dict] = {}
         self.runs: dict[str, dict] = {}
         self.ssh_config: str | None = None
+        self.ssh_alive_timeout: float | None = None
         self.mcp: dict = {}
 
     def target(self, text: str | None, run: str | None = None) -> Target:
@@ -141,8 +142,17 @@ def _validate(p: str, data: dict) -> Config:
                        "sections are [targets.*], [runs.*], [ssh], [mcp]")
     cfg.mcp = _mcp_section(p, data.get("mcp") or {})
     ssh = data.get("ssh", {})
+    bad = set(ssh) - {"config", "alive_timeout"} if isinstance(ssh, dict) else {"(not a table)"}
+    if bad:
+        raise BadInput(f"{p}: [ssh] unknown key(s) {', '.join(sorted(bad))}", "keys: alive_timeout, config")
     if "config" in ssh:
         cfg.ssh_config = os.path.realpath(os.path.join(os.path.dirname(p), os.path.expanduser(ssh["config"])))
+    if "alive_timeout" in ssh:
+        v = ssh["alive_timeout"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 3 <= v <= 3600:
+            raise BadInput(f"{p}: [ssh] alive_timeout = {v!r}",
+                           "give the seconds after which a silent link counts as down, 3 to 3600 (default 15)")
+        cfg.ssh_alive_timeout = float(v)
     for name, t in (data.get("targets") or {}).items():
         if not isinstance(t, dict) or "on" not in t:
             raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")

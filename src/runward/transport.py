@@ -78,12 +78,28 @@ def ssh_base(connect_timeout: float | None = None) -> list[str]:
             "-o", "ControlMaster=auto",
             "-o", f"ControlPath={sockdir}/%C",
             "-o", f"ControlPersist={os.environ.get('RUNWARD_CONTROL_PERSIST', '300')}",
-            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
+            *ssh_alive_options(),
             "-o", "LogLevel=ERROR"]
     cfg = os.environ.get("RUNWARD_SSH_CONFIG")
     if cfg:
         base[1:1] = ["-F", cfg]
     return base
+
+
+def ssh_alive_options() -> list[str]:
+    """A link that went silent (cable, VPN, a host frozen) is found within the alive timeout
+    (RUNWARD_SSH_ALIVE_TIMEOUT, runward.toml's [ssh] alive_timeout; default 15 s) by the ssh
+    keepalive: ssh probes after an interval of silence and gives up when three more went
+    unanswered, so at 4 intervals. The control master started with these options carries
+    every later call, so this bounds a call on a dead link too (before: 15 s x 3 + TCP's own
+    retries, ~70 s). targets/ssh.py drops them for a destination whose own ssh config is
+    stricter."""
+    try:
+        total = float(os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT") or 15)
+    except ValueError:
+        total = 15.0
+    interval = max(1, round(max(3.0, total) / 4))
+    return ["-o", f"ServerAliveInterval={interval}", "-o", "ServerAliveCountMax=3"]
 
 
 # On a remote target the agent runs under a small sh that names the signal if the agent is
@@ -328,6 +344,7 @@ class _Resident:
                 if got.events:  # what it said cannot be taken back by asking again
                     raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
                                     "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+                self._master_gone()
                 self._record("!")
                 self.fails += 1
             elif self.fails:
@@ -335,6 +352,23 @@ class _Resident:
             return reply
         finally:
             s.close()
+
+    def _master_gone(self) -> None:
+        """The forward closed without a reply. If the control master carrying it is gone
+        too, it ended on its keepalive: the link went silent. Said now, as Unreachable; the
+        ordinary way would only wait a connect timeout more on the same dead link."""
+        hop = self.target.hops[0]
+        try:
+            rc = _exchange(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
+        except (RunwardError, OSError):
+            return
+        if rc != 0:
+            every = int(ssh_alive_options()[1].split("=")[1])
+            raise Unreachable(f"{hop}: the ssh link stopped answering (silent for {every} s, then 3 "
+                              f"keepalives {every} s apart went unanswered): link down or host frozen",
+                              "check the network to the host; runward status tries again with a new "
+                              "connection (RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)",
+                              hop=str(hop))
 
     def found(self, info: dict) -> None:
         """The ordinary call's agent reports the resident (found alive or started now): set

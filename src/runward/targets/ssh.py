@@ -25,7 +25,69 @@ def argv(hop, base: list[str], options: list[str], remote: str | None = None) ->
     line (none for a request to the control master, `-O ...`)."""
     port = ["-p", str(hop.port)] if hop.port else []
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
-    return [*_own_master(base, dest, hop.port), *port, *options, "--", dest, *([remote] if remote is not None else [])]
+    base = _own_master(base, dest, hop.port)
+    if any(w.startswith("ServerAliveInterval=") for w in base) and _config_is_stricter(base, dest, hop.port):
+        base = _without_alive(base)
+    return [*base, *port, *options, "--", dest, *([remote] if remote is not None else [])]
+
+
+def _without_alive(base: list[str]) -> list[str]:
+    out: list[str] = []
+    for w in base:
+        if w.startswith(("ServerAliveInterval=", "ServerAliveCountMax=")) and out and out[-1] == "-o":
+            out.pop()
+        else:
+            out.append(w)
+    return out
+
+
+def _config_is_stricter(base: list[str], dest: str, port: int | None) -> bool:
+    """Does the user's own ssh config find a silent link sooner than runward's keepalive for
+    this destination? Asked of `ssh -G` (what ssh itself resolves) only where a config file
+    mentions ServerAlive at all: most never do, and they pay no extra process."""
+    cfg = base[base.index("-F") + 1] if "-F" in base else None
+    if not _mentions_alive(cfg):
+        return False
+    import subprocess
+    ours = dict(w.split("=", 1) for w in base if w.startswith(("ServerAliveInterval=", "ServerAliveCountMax=")))
+    argv = ["ssh", "-G", *(["-F", cfg] if cfg else []), *(["-p", str(port)] if port else []), "--", dest]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    got = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith("serveralive"))
+    try:
+        theirs = int(got.get("serveraliveinterval", "0")) * int(got.get("serveralivecountmax", "3"))
+    except ValueError:
+        return False
+    return 0 < theirs < int(ours["ServerAliveInterval"]) * int(ours["ServerAliveCountMax"])
+
+
+def _mentions_alive(cfg: str | None) -> bool:
+    """Whether any config file ssh reads (its Includes too, a few levels) says ServerAlive."""
+    import glob
+    import pwd
+    home = pwd.getpwuid(os.getuid()).pw_dir  # OpenSSH reads ~/.ssh from passwd, not $HOME
+    todo = [(cfg, os.path.dirname(cfg))] if cfg else [
+        (os.path.join(home, ".ssh", "config"), os.path.join(home, ".ssh")), ("/etc/ssh/ssh_config", "/etc/ssh")]
+    seen = 0
+    while todo and seen < 32:
+        path, rel = todo.pop()
+        seen += 1
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read(1 << 20)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.strip().replace("=", " ").split()
+            if words and words[0].lower().startswith("serveralive"):
+                return True
+            if words and words[0].lower() == "include":
+                for pat in words[1:]:
+                    pat = os.path.join(rel, os.path.expanduser(pat))
+                    todo += [(m, rel) for m in sorted(glob.glob(pat))]
+    return False
 
 
 def _own_master(base: list[str], dest: str, port: int | None) -> list[str]:

@@ -66,6 +66,8 @@ def load_config(args):
     cfg = config.load(getattr(args, "config", None))
     if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
         os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    if cfg.ssh_alive_timeout and not os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT"):
+        os.environ["RUNWARD_SSH_ALIVE_TIMEOUT"] = str(cfg.ssh_alive_timeout)
     return cfg
 
 

@@ -1,0 +1,121 @@
+"""A link that goes silent under an open control master (issue 31, item 2): the next call
+fails within the alive timeout and names the ssh hop, instead of waiting ~70 s; a user's own
+stricter ServerAlive settings are kept. Real sshd (testbed rw1) behind a relay that stops
+forwarding without closing anything, as a dead cable or a frozen VPN does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+import testbed
+from conftest import CLI
+
+
+class SilentRelay:
+    """127.0.0.1:PORT -> a testbed sshd. silence() drops every byte from then on, both ways,
+    on open and new connections alike, and closes nothing: nobody is told."""
+
+    def __init__(self, upstream: tuple[str, int]):
+        self.upstream = upstream
+        self.silent = threading.Event()
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(16)
+        self.port = self.srv.getsockname()[1]
+        self.socks: list[socket.socket] = [self.srv]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.socks.append(c)
+            if self.silent.is_set():
+                threading.Thread(target=self._drain, args=(c,), daemon=True).start()
+                continue
+            u = socket.create_connection(self.upstream, timeout=5)
+            u.settimeout(None)
+            self.socks.append(u)
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _drain(self, a):
+        try:
+            while a.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def _pump(self, a, b):
+        try:
+            while data := a.recv(65536):
+                if not self.silent.is_set():
+                    b.sendall(data)
+        except OSError:
+            pass
+
+    def close(self):
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def silent(tmp_path):
+    tb = testbed.require("ssh")
+    relay = SilentRelay((tb["addresses"]["rw1"], 22))
+    (tmp_path / "work").mkdir()
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    cfg = tmp_path / "ssh_config"
+    c.ssh_config = cfg
+    c.write_config = lambda extra="": cfg.write_text(
+        f"Host rwsilent\n  HostName 127.0.0.1\n  Port {relay.port}\n  HostKeyAlias rw1\n  User root\n"
+        f"  IdentityFile {tb['client_key']}\n{extra}\nInclude {tb['ssh_config']}\n")
+    c.write_config()
+    c.env = dict(testbed.env(tb, c.env), RUNWARD_SSH_CONFIG=str(cfg))
+    c.env.pop("RUNWARD_SSH_ALIVE_TIMEOUT", None)
+    yield c, relay
+    relay.close()
+    c.run("status", "--on", "ssh://rwsilent", timeout=60)  # the master gone with the link
+
+
+def _silent_status(c, relay) -> tuple[float, int, dict]:
+    rc, doc = c.json("status", "--on", "ssh://rwsilent")
+    assert rc == 0, doc  # warm: a control master (and the resident agent) now up over the relay
+    relay.silent.set()
+    t0 = time.monotonic()
+    rc, doc = c.json("status", "--on", "ssh://rwsilent", timeout=150)
+    return time.monotonic() - t0, rc, doc
+
+
+@pytest.mark.parametrize("resident", ["1", "0"])
+def test_a_link_gone_silent_fails_a_warm_status_within_the_alive_timeout_naming_ssh(silent, resident):
+    c, relay = silent
+    c.env["RUNWARD_RESIDENT"] = resident  # through the resident's forward, or a session of its own
+    took, rc, doc = _silent_status(c, relay)
+    assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
+    assert "ssh" in (doc["error"].get("hop") or "") + doc["error"]["message"], doc
+    # the default alive timeout is 15 s (silent 4 s, then 3 keepalives 4 s apart). Through the
+    # resident's forward the master's end is said as it is; a session of its own is ssh's, which
+    # then tries a direct connect and meets ConnectTimeout (10 s) on the same dead link.
+    # Before: ~70 s either way.
+    print(f"silent link noticed after {took:.1f} s")
+    assert took < (22 if resident == "1" else 32), f"{took:.1f} s to notice a silent link"
+
+
+def test_a_stricter_ssh_config_of_the_users_own_is_kept(silent):
+    c, relay = silent
+    c.write_config("  ServerAliveInterval 1\n  ServerAliveCountMax 2\n")
+    c.env["RUNWARD_CONNECT_TIMEOUT"] = "2"  # the fresh connect after the master went: 2 s
+    took, rc, doc = _silent_status(c, relay)
+    assert rc == 3, doc
+    print(f"silent link noticed after {took:.1f} s")
+    assert took < 8, f"{took:.1f} s: the user's own 2 s keepalive was overridden"
