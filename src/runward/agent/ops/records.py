@@ -56,7 +56,11 @@ def prune(req, home):
             continue
         try:
             att = store.latest()
-            live = _live(store, att, procs)
+            try:
+                live = _live(store, att, procs)
+            except AgentFailure as e:  # Slurm could not be asked: unknown is not stopped (rule 11)
+                kept.append({"name": name, "why": e.message})
+                continue
             ended = ended_at(att, store)
             if live is not None:
                 kept.append({"name": name, "why": "live (%s, pid %s)" % (live["state"], live["pid"])})
@@ -94,11 +98,10 @@ def ended_at(att, store):
 
 def _live(store, att, procs):
     """None when nothing of the run lives; else what lives (for the refusal)."""
-    if att and att.get("slurm"):  # a submitted job lives while Slurm lists it active
-        from .. import slurm
-        if slurm.alive(att):
-            return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
-                    "pid": None, "pids": []}
+    # a submitted job lives while Slurm lists it active
+    if att and att.get("slurm") and _slurm_active(store, att):
+        return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
+                "pid": None, "pids": []}
     state = attempt_state(att, procs, boot_id())
     if in_backoff(att):
         state = "restarting"  # its shim starts the next attempt soon: `stop` it first
@@ -109,6 +112,17 @@ def _live(store, att, procs):
     return {"state": state if state in LIVE_STATES + ("restarting",) else "stopped, with live processes",
             "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
             "pids": sorted(found)}
+
+
+def _slurm_active(store, att):
+    """Whether Slurm lists the attempt's job as active. A Slurm that cannot be asked is no
+    answer (design rule 11): an error naming Slurm, so that nothing is removed on it."""
+    from .. import slurm
+    try:
+        return slurm.active(att)
+    except AgentFailure as e:
+        raise AgentFailure(e.type, "run %s: the state of its Slurm job %s is unknown, so it is not removed: %s" % (
+            store.name, att["slurm"]["job_id"], e.message), e.hint, slurm_job=att["slurm"]["job_id"])
 
 
 def _try_lock(store):
