@@ -132,6 +132,20 @@ def _last_byte(path, size):
         os.close(fd)
 
 
+def rotations(path):
+    """The rotated files of the log PATH that exist (PATH.1, PATH.2 ...), newest first: every
+    name PATH.<number> in its directory, gaps included (a larger log_keep of an earlier
+    attempt, a rotation cut short), for rm and prune, which keep or remove them with PATH."""
+    head, base = os.path.split(path)
+    try:
+        names = os.listdir(head or ".")
+    except OSError:
+        return []
+    tails = (n[len(base) + 1:] for n in names if n.startswith(base + "."))
+    nums = sorted(int(t) for t in tails if t and t[0] != "0" and t.strip("0123456789") == "")
+    return ["%s.%d" % (path, i) for i in nums if os.path.isfile("%s.%d" % (path, i))]
+
+
 def spawn_logger(att):
     """Fork the logger of ATT's log; returns (its pid, the pipe's write end for the job).
     Called by the shim, before the job is forked."""

@@ -27,6 +27,9 @@ STATES = {
     "BOOT_FAIL": "failed", "DEADLINE": "failed", "REVOKED": "failed", "SPECIAL_EXIT": "failed",
 }
 ACTIVE = frozenset(k for k, v in STATES.items() if v in ("pending", "running", "suspended"))
+# what Slurm's client commands say when slurmctld does not answer (slurm_load_jobs error:
+# Unable to contact slurm controller (connect failure)): the job's state is then unknown
+NO_CONTROLLER = ("Unable to contact slurm controller", "Connection refused")
 
 
 def command(name):
@@ -52,15 +55,25 @@ def run(argv, env=None, timeout=CMD_TIMEOUT):
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace").strip()
 
 
+def failure(what, rc, err):
+    """A Slurm command that failed, as an error: Unreachable (exit 3) when it could not reach
+    the controller, since what it would have said is then unknown, not "no such job"; else
+    Failed, with Slurm's own words either way."""
+    msg = err or "exit status %d" % rc
+    if any(s in msg for s in NO_CONTROLLER):
+        return AgentFailure("Unreachable", "%s could not reach the Slurm controller: %s" % (what, msg),
+                            "check slurmctld (`scontrol ping`) and slurm.conf on this host")
+    return AgentFailure("Failed", "%s failed: %s" % (what, msg))
+
+
 def submit(argv, env):
     """sbatch --parsable ...: the job id. A refusal is bad input with sbatch's own words
     (`sbatch: error: ...`), as is a controller that cannot be reached."""
     rc, out, err = run(["sbatch", "--parsable"] + list(argv), env=env)
     if rc != 0:
         msg = err or out.strip() or "exit status %d" % rc
-        if "Unable to contact slurm controller" in msg or "Connection refused" in msg:
-            raise AgentFailure("Unreachable", "sbatch could not reach the Slurm controller: %s" % msg,
-                               "check slurmctld (`scontrol ping`) and slurm.conf on this host")
+        if any(s in msg for s in NO_CONTROLLER):
+            raise failure("sbatch", rc, msg)
         raise bad_input("sbatch refused the job: %s" % msg,
                         "fix the target's sbatch options (partition, account, time, gpus, nodes, extra)")
     first = out.strip().splitlines()[-1] if out.strip() else ""
@@ -74,7 +87,7 @@ def queued(job_id):
     """{"state", "reason", "nodes"} of a job the controller lists (squeue), or None."""
     rc, out, err = run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r|%N"])
     if rc != 0 and "Invalid job id" not in err:
-        raise AgentFailure("Failed", "squeue failed: %s" % (err or "exit %d" % rc))
+        raise failure("squeue", rc, err)
     for line in out.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 3 and parts[0]:
@@ -124,7 +137,7 @@ def from_scontrol(job_id):
     if rc != 0:
         if "Invalid job id" in err or "Invalid job id" in out:
             return None
-        raise AgentFailure("Failed", "scontrol show job %s failed: %s" % (job_id, err or "exit %d" % rc))
+        raise failure("scontrol show job %s" % job_id, rc, err)
     fields = {}
     for word in out.split():
         k, sep, v = word.partition("=")
@@ -178,10 +191,17 @@ def wait_gone(job_id, timeout, poll=0.1):
 
 def alive(att):
     """Whether the attempt's job is active in Slurm (health's and watch's `alive`)."""
-    if (att.get("exit") or {}).get("state"):
-        return False
     try:
-        q = queued(att["slurm"]["job_id"])
+        return active(att)
     except AgentFailure:
         return False
+
+
+def active(att):
+    """Whether the attempt's job is active in Slurm, for a verb that destroys on the answer
+    (rm, prune): a squeue that cannot answer raises (Unreachable when the controller does
+    not answer), since a job Slurm cannot be asked about may well be running."""
+    if (att.get("exit") or {}).get("state"):
+        return False
+    q = queued(att["slurm"]["job_id"])
     return q is not None and q["state"] in ACTIVE

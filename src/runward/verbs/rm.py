@@ -25,10 +25,20 @@ def run(args, out) -> int:
 def render_removed(res: dict, where: str) -> str:
     lines = [f"removed {res['name']} ({res['attempts']} attempt(s)) from {where}"]
     for log in res.get("logs") or []:
+        more = _rotated(log)
         if log.get("moved_to"):
-            lines.append(f"  its log is kept at {log['moved_to']}")
+            lines.append(f"  its log is kept at {log['moved_to']}{more}")
         elif log.get("kept"):
-            lines.append(f"  its log is kept at {log['path']} ({log.get('why')})")
+            lines.append(f"  its log is kept at {log['path']}{more} ({log.get('why')})")
         elif log.get("exists"):
-            lines.append(f"  its log {log['path']} was removed")
+            lines.append(f"  its log {log['path']}{more} was removed")
     return "\n".join(lines)
+
+
+def _rotated(log: dict) -> str:
+    """ and its rotated files, named by their suffixes (.1 ... .N), which go where the log goes."""
+    older = log.get("rotated") or []
+    if not older:
+        return ""
+    suffixes = [p[len(log["path"]):] for p in older]
+    return f" with {len(older)} rotated file(s) ({suffixes[0]}" + (f" ... {suffixes[-1]})" if len(older) > 1 else ")")

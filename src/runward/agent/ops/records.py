@@ -4,7 +4,8 @@ Only a stopped run goes: one whose last attempt is not running, starting or orph
 which no process lives (a stray child carrying the run's marker keeps the records, since
 without them `runward stop` could no longer find it). The log is kept unless asked: a log in
 the run's own directory is moved out to <home>/removed/, a log elsewhere (--log PATH) stays
-where it is; either way the reply says where it is."""
+where it is; either way the reply says where it is. A rotated log's files (LOG.1 ... LOG.N)
+hold its older lines and go wherever the log goes; a log another run writes to is kept."""
 
 import os
 import time
@@ -29,7 +30,7 @@ def rm(req, home):
             raise AgentFailure("RunAlive", "run %s is %s (attempt %s, pid %s): not removed" % (
                 store.name, live["state"], live["attempt"], live["pid"]),
                 "stop it first: `runward stop %s`" % store.name, **live)
-        return _remove(store, bool(req.get("logs")), _shared_logs(home, store.name))
+        return _remove(store, bool(req.get("logs")), _shared(_log_owners(home), store.name))
     finally:
         store.unlock(fd)
 
@@ -43,7 +44,7 @@ def prune(req, home):
         raise bad_input("invalid older_than %r" % (req.get("older_than"),), "give seconds >= 0")
     if older < 0:
         raise bad_input("invalid older_than %r" % (older,), "give seconds >= 0")
-    now, procs, shared = time.time(), scan(), None
+    now, procs, owners = time.time(), scan(), None
     removed, kept = [], []
     for name in home.run_names():
         store = RunStore(home, name)
@@ -55,7 +56,11 @@ def prune(req, home):
             continue
         try:
             att = store.latest()
-            live = _live(store, att, procs)
+            try:
+                live = _live(store, att, procs)
+            except AgentFailure as e:  # Slurm could not be asked: unknown is not stopped (rule 11)
+                kept.append({"name": name, "why": e.message})
+                continue
             ended = ended_at(att, store)
             if live is not None:
                 kept.append({"name": name, "why": "live (%s, pid %s)" % (live["state"], live["pid"])})
@@ -65,8 +70,10 @@ def prune(req, home):
                 removed.append({"name": name, "ended_at": ended, "attempts": len(store.attempts()),
                                 "dry_run": True})
             else:
-                shared = _shared_logs(home, None) if shared is None else shared
-                got = _remove(store, bool(req.get("logs")), shared)
+                owners = _log_owners(home) if owners is None else owners
+                got = _remove(store, bool(req.get("logs")), _shared(owners, name))
+                for names in owners.values():
+                    names.discard(name)  # its records are gone: a log it shared is another's alone
                 got["ended_at"] = ended
                 removed.append(got)
         finally:
@@ -91,11 +98,10 @@ def ended_at(att, store):
 
 def _live(store, att, procs):
     """None when nothing of the run lives; else what lives (for the refusal)."""
-    if att and att.get("slurm"):  # a submitted job lives while Slurm lists it active
-        from .. import slurm
-        if slurm.alive(att):
-            return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
-                    "pid": None, "pids": []}
+    # a submitted job lives while Slurm lists it active
+    if att and att.get("slurm") and _slurm_active(store, att):
+        return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
+                "pid": None, "pids": []}
     state = attempt_state(att, procs, boot_id())
     if in_backoff(att):
         state = "restarting"  # its shim starts the next attempt soon: `stop` it first
@@ -106,6 +112,17 @@ def _live(store, att, procs):
     return {"state": state if state in LIVE_STATES + ("restarting",) else "stopped, with live processes",
             "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
             "pids": sorted(found)}
+
+
+def _slurm_active(store, att):
+    """Whether Slurm lists the attempt's job as active. A Slurm that cannot be asked is no
+    answer (design rule 11): an error naming Slurm, so that nothing is removed on it."""
+    from .. import slurm
+    try:
+        return slurm.active(att)
+    except AgentFailure as e:
+        raise AgentFailure(e.type, "run %s: the state of its Slurm job %s is unknown, so it is not removed: %s" % (
+            store.name, att["slurm"]["job_id"], e.message), e.hint, slurm_job=att["slurm"]["job_id"])
 
 
 def _try_lock(store):
@@ -124,45 +141,38 @@ def _try_lock(store):
 
 
 def _logs_of(store):
-    """Every log file the run's attempts wrote to, in attempt order."""
-    out = []
+    """{log path: whether an attempt rotated it (log_max)} over the run's attempts, in
+    attempt order: only a rotated log's LOG.N files are runward's to move or remove."""
+    out = {}
     for n in store.attempts():
-        log = (store.attempt(n) or {}).get("log")
-        if log and log not in out:
-            out.append(log)
+        att = store.attempt(n) or {}
+        if att.get("log"):
+            out[att["log"]] = out.get(att["log"], False) or bool(att.get("log_max"))
     return out
 
 
-def _shared_logs(home, but):
-    """The log paths of every run (but the one named): a log two runs share is never removed."""
-    paths = set()
+def _log_owners(home):
+    """{log path: names of the runs whose attempts wrote to it}."""
+    owners = {}
     for name in home.run_names():
-        if name != but:
-            try:
-                paths.update(_logs_of(RunStore(home, name)))
-            except AgentFailure:
-                pass  # a hand-edited record elsewhere must not stop this removal
-    return paths
+        try:
+            logs = _logs_of(RunStore(home, name))
+        except AgentFailure:
+            continue  # a hand-edited record elsewhere must not stop this removal
+        for log in logs:
+            owners.setdefault(log, set()).add(name)
+    return owners
+
+
+def _shared(owners, name):
+    """The logs another run (not NAME) writes to too: never removed with NAME's records."""
+    return {log for log, names in owners.items() if names - {name}}
 
 
 def _remove(store, with_logs, shared):
     """Remove the run's directory; its logs moved out, kept in place or removed (with_logs)."""
     import shutil
-    logs = []
-    inside = store.dir + os.sep
-    for log in _logs_of(store):
-        ent = {"path": log, "exists": os.path.isfile(log)}
-        if not ent["exists"]:
-            ent["kept"] = False
-        elif with_logs and log not in shared:
-            if not log.startswith(inside):
-                remove_file(log)
-            ent["kept"] = False
-        elif log.startswith(inside):
-            ent.update(kept=True, moved_to=_move_out(store, log))
-        else:
-            ent.update(kept=True, why="another run writes to it too" if log in shared else "not runward's file")
-        logs.append(ent)
+    logs = [_dispose(store, log, rotated, with_logs, shared) for log, rotated in _logs_of(store).items()]
     attempts = len(store.attempts())
     # renamed first, in one step, to a name no run can have: a reader sees the run whole or
     # not at all, and a crash mid-way leaves no half run behind
@@ -176,8 +186,34 @@ def _remove(store, with_logs, shared):
     return {"name": store.name, "removed": store.dir, "attempts": attempts, "logs": logs}
 
 
-def _move_out(store, log):
-    """The log moved to <home>/removed/NAME-<time>[.log name], 0700 directory; the new path."""
+def _dispose(store, log, rotated, with_logs, shared):
+    """One log and, where an attempt rotated it, its rotated files (LOG.1 ... LOG.N: the lines
+    before the last rotation): moved out of the run's directory together, kept in place
+    together, or removed together (with_logs); the reply's entry for it."""
+    from ..logfiles import rotations
+    older = rotations(log) if rotated else []
+    ent = {"path": log, "exists": os.path.isfile(log) or bool(older)}
+    if older:
+        ent["rotated"] = older
+    inside = log.startswith(store.dir + os.sep)
+    if not ent["exists"]:
+        ent["kept"] = False
+    elif with_logs and log not in shared:
+        if not inside:  # inside: they go with the directory
+            for path in [log] + older:
+                remove_file(path)
+        ent["kept"] = False
+    elif inside:
+        moved = _move_out(store, log, older)
+        ent.update(kept=True, moved_to=moved[0], rotated_moved_to=moved[1:])
+    else:
+        ent.update(kept=True, why="another run writes to it too" if log in shared else "not runward's file")
+    return ent
+
+
+def _move_out(store, log, older):
+    """The log moved to <home>/removed/NAME-<time>[.log name] (0700 directory), each rotated
+    file LOG.N beside it as that name + .N; the new paths, the log's first."""
     d = os.path.join(store.home.path, "removed")
     try:
         os.mkdir(d, 0o700)
@@ -185,12 +221,15 @@ def _move_out(store, log):
         pass
     base = "%s-%s" % (store.name, time.strftime("%Y%m%d-%H%M%S"))
     rel = os.path.relpath(log, store.dir).replace(os.sep, "_")
-    dest = os.path.join(d, "%s.%s" % (base, rel))
-    n = 1
-    while os.path.lexists(dest):
+    dest, n = os.path.join(d, "%s.%s" % (base, rel)), 1
+    while any(os.path.lexists(dest + p[len(log):]) for p in [log] + older):
         n += 1
         dest = os.path.join(d, "%s-%d.%s" % (base, n, rel))
-    os.rename(log, dest)
+    moved = []
+    for path in [log] + older:
+        if os.path.lexists(path):
+            os.rename(path, dest + path[len(log):])
+        moved.append(dest + path[len(log):])
     fsync_dir(d)
-    return dest
+    return moved
 
