@@ -152,6 +152,9 @@ def test_restart_deploy_of_a_multi_node_run_is_all_or_nothing_and_views_name_its
     assert [s["step"] for s in doc["result"]["steps"]] == ["deploy"], doc
     assert "nothing was stopped" in doc["error"]["message"], doc
     assert _attempts(cli, name) == [("running", 1), ("running", 1)]
+    rc, doc = cli.json("restart", name, "--on", NODES[0])  # one node alone would not rejoin the others
+    assert rc == 2 and "multi-node" in doc["error"]["message"], doc
+    assert _attempts(cli, name) == [("running", 1), ("running", 1)]
     _in_node(tb, NODES[1], "rm", "-rf", dest)
     rc, doc = cli.json("restart", name, "--deploy")
     assert rc == 0 and [s["step"] for s in doc["result"]["steps"]] == ["deploy", "stop", "start"], doc

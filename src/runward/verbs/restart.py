@@ -39,7 +39,7 @@ def run(args, out) -> int:
         return on_runs(args, cfg, out, "restart", lambda name, t: _restart(args, cfg, name, t, out), _render)
     if not args.name:
         raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
-    if (cfg.runs.get(args.name) or {}).get("nodes"):
+    if (cfg.runs.get(args.name) or {}).get("nodes") and not args.on:  # one --on: that node alone (refused)
         from .. import multideploy
         return multideploy.emit(out, "restart", *_restart_nodes(args, cfg, args.name))
     target = target_of(args, cfg, args.name)
@@ -49,7 +49,7 @@ def run(args, out) -> int:
 
 def _restart(args, cfg, name, target, out) -> dict:
     from .. import api
-    if (cfg.runs.get(name) or {}).get("nodes"):  # restart --all: every node of it, all or nothing
+    if (cfg.runs.get(name) or {}).get("nodes") and not args.on:  # (--all too) every node, all or nothing
         from ..errors import OperationFailed
         res, code = _restart_nodes(args, cfg, name)
         if code:
