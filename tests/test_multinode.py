@@ -96,8 +96,9 @@ def test_four_nodes_start_and_stop(cli, tmp_path, mn):
     rc, doc = cli.json("start", mn)
     assert rc == 0 and [r["rank"] for r in _rows(doc) if r["ok"]] == [0, 1, 2, 3], doc
     wait_for(lambda: "allreduce step 2 sum 8 nnodes 4" in _log(tmp_path, 3, mn), 60, "four ranks' all-reduce")
-    rc, doc = cli.json("restart", mn)  # one target's verb: refused, nothing stopped
-    assert rc == 2 and "several nodes" in doc["error"]["message"], doc
+    rc, doc = cli.json("restart", mn)  # the whole run: every node stopped, then every node started
+    assert rc == 0 and [s["step"] for s in doc["result"]["steps"]] == ["stop", "start"], doc
+    assert doc["result"]["state"] == "running" and [r["result"]["attempt"] for r in _rows(doc)] == [2, 2, 2, 2], doc
     rc, doc = cli.json("stop", mn)
     assert rc == 0 and all(r["result"]["verified_dead"] for r in _rows(doc)), doc
     assert not marked(mn + ".")

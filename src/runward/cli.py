@@ -72,7 +72,7 @@ def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
         p.add_argument("--on", metavar="TARGET", action=_OnAction,
                        help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, slurm://LOGIN/PARTITION, "
                             "or a name from runward.toml"
-                            "; start/stop/status/logs/watch/gpus: repeat it for a run over several nodes")
+                            "; start/stop/status/logs/watch/gpus/deploy: repeat it for a run over several nodes")
         p.set_defaults(nodes=[])
 
 
@@ -85,7 +85,7 @@ class _OnAction(argparse.Action):
         ns.on = ns.nodes[0]
 
 
-MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus")
+MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus", "deploy")
 
 
 def _verb_module(module: str):

@@ -99,10 +99,12 @@ def gpu_list(text: str | list | None) -> list[int] | None:
 
 
 def config_targets(cfg) -> list:
-    """Every target runward.toml names: its [targets], then each run's own (local for a run
-    without `on`), each once."""
+    """Every target runward.toml names: its [targets], then each run's own (its nodes for a
+    multi-node run, local for a run without `on`), each once."""
     seen: list = []
-    for t in [*cfg.named_targets(), *(cfg.target(None, run) for run in cfg.runs)]:
+    own = [t for run, r in cfg.runs.items() for t in ([cfg.target(n) for n in r["nodes"]] if r.get("nodes")
+                                                       else [cfg.target(None, run)])]
+    for t in [*cfg.named_targets(), *own]:
         if t not in seen:
             seen.append(t)
     return seen
@@ -170,6 +172,9 @@ def on_runs(args, cfg, out, command: str, one, render) -> int:
                        "define runs in runward.toml, or name one run")
     runs = [(name, target_of(args, cfg, name)) for name in cfg.runs]
     results = api.fan_out_runs(runs, one)
+    for r in results:
+        if cfg.runs[r["name"]].get("nodes"):  # a multi-node run is where its nodes are, not local
+            r["target"] = ",".join(cfg.target(t).display() for t in cfg.runs[r["name"]]["nodes"])
     code = all_runs_code(results)
     out.doc({"ok": code == EXIT_OK, "command": command, "runs": results})
     out.say("\n".join(f"== {r['name']} on {r['target']}\n" + _indent(render(r["result"]) if r["ok"] else _failure(r))

@@ -1,4 +1,5 @@
-"""runward deploy NAME: push the run's files (runward.toml) to where it runs."""
+"""runward deploy NAME: push the run's files (runward.toml) to where it runs (every node of a
+multi-node run: multideploy.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ def run(args, out) -> int:
     if not run_cfg or not run_cfg.get("files"):
         raise BadInput(f"run {args.name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{args.name}]")
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes:  # a run over several nodes: its files on every node, each checked there
+        from .. import multideploy
+        res, code = multideploy.deploy(nodes, args.name, run_cfg["files"], base=config_dir(cfg), **options(args))
+        return multideploy.emit(out, "deploy", res, code)
     res = _files.push(target, run_cfg["files"], run=args.name, progress=not out.json, base=config_dir(cfg),
                       **options(args))
     return emit(out, "deploy", target, res, describe(res, target, "deployed"))

@@ -39,6 +39,9 @@ def run(args, out) -> int:
         return on_runs(args, cfg, out, "restart", lambda name, t: _restart(args, cfg, name, t, out), _render)
     if not args.name:
         raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
+    if (cfg.runs.get(args.name) or {}).get("nodes") and not args.on:  # one --on: that node alone (refused)
+        from .. import multideploy
+        return multideploy.emit(out, "restart", *_restart_nodes(args, cfg, args.name))
     target = target_of(args, cfg, args.name)
     res = _restart(args, cfg, args.name, target, out)
     return emit(out, "restart", target, res, _render(res))
@@ -46,9 +49,14 @@ def run(args, out) -> int:
 
 def _restart(args, cfg, name, target, out) -> dict:
     from .. import api
-    if (cfg.runs.get(name) or {}).get("nodes"):
-        raise BadInput(f"{name} runs over several nodes (runward.toml nodes): restart acts on one target",
-                       f"runward stop {name}, then runward start {name} (docs/multinode.md)")
+    if (cfg.runs.get(name) or {}).get("nodes") and not args.on:  # (--all too) every node, all or nothing
+        from ..errors import OperationFailed
+        res, code = _restart_nodes(args, cfg, name)
+        if code:
+            e = OperationFailed(res.get("message") or "restart failed on a node", result=res)
+            e.exit_code = code
+            raise e
+        return res
     from .start import start_kwargs_from_config
     run_cfg = cfg.runs.get(name)
     env, env_from = api.read_env(args.env, args.env_file)
@@ -69,7 +77,38 @@ def _restart(args, cfg, name, target, out) -> dict:
                        deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env)
 
 
+def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
+    """A run with nodes in runward.toml: every node, all or nothing (multideploy.restart), with
+    runward.toml's definition and the command line's options over it; inputs read first."""
+    from .. import api, multideploy
+    from .start import refuse_node_restarts, start_kwargs_from_config
+    run_cfg = cfg.runs[name]
+    if args.keep_env:
+        raise BadInput(f"--keep-env with the multi-node run {name}",
+                       "a multi-node restart takes runward.toml's definition: give the entries with --env")
+    if args.deploy and not run_cfg.get("files"):
+        raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
+                       f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
+    kw = start_kwargs_from_config(run_cfg)
+    env, env_from = api.read_env(args.env, args.env_file)
+    kw["env"] = {k: v for k, v in {**(kw.get("env") or {}), **env}.items()
+                 if not (k in env and v == "" and k not in env_from)}  # `--env K=` typed: unset
+    kw.update(env_from=env_from, env_overrides=[k for k in env if k not in env_from], lock_timeout=args.lock_timeout)
+    for opt in ("cwd", "settle", "ready", "ready_timeout"):
+        if getattr(args, opt) is not None:
+            kw[opt] = getattr(args, opt)
+    refuse_node_restarts(name, kw)
+    return multideploy.restart(
+        [cfg.target(t) for t in run_cfg["nodes"]], name, kw, specs=run_cfg["files"] if args.deploy else None,
+        base=config_dir(cfg), stop_kw={"grace": args.grace, "signal": args.stop_signal, "lock_timeout": args.lock_timeout},
+        start_kw={"master_addr": run_cfg.get("master_addr"), "nproc_per_node": run_cfg.get("nproc_per_node"),
+                  "on_node_failure": run_cfg.get("on_node_failure", "stop")})
+
+
 def _render(res: dict) -> str:
+    if "nnodes" in res:
+        from ..multideploy import render_restart
+        return render_restart(res)
     return "\n".join([render_stop(res["steps"][0]["result"]),
                       *(["deployed: " + (", ".join(f["remote"] for f in s["result"].get("files", []))
                                          or "nothing changed") + f" ({len(s['result'].get('unchanged', []))} unchanged)"

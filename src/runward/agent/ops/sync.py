@@ -172,12 +172,88 @@ def _open_push_root(r, req, home):
 
 
 def _refuse_delete(fd, path, home):
-    """--delete under /, the home directory or runward's own state: refused, on the
-    directory reached (device and inode), whatever path named it."""
-    if any(same_dir(fd, p) for p in ("/", os.path.expanduser("~"), home.path)):
+    """--delete into /, a home directory, or a directory that holds runward's own state:
+    refused, on the directory reached (device and inode), whatever path named it, before
+    anything is listed or removed. Deleting the home's records (or a live run's log) would
+    leave a job that `stop` no longer knows: running on, unstoppable."""
+    if any(same_dir(fd, p) for p in ("/", os.path.expanduser("~"))):
+        why = "it is / or a home directory"
+    else:
+        why = _holds_state(fd, home)
+    if why:
         os.close(fd)
-        raise bad_input("--delete refused for %s: it is /, a home directory or runward's state" % path,
-                        "push into a directory of its own (e.g. ~/work/NAME) to use --delete")
+        raise bad_input("--delete refused for %s: %s" % (path, why),
+                        "push into a directory of its own (e.g. ~/work/NAME) to use --delete; "
+                        "a run's --log outside it")
+
+
+def _holds_state(fd, home):
+    """Why the directory fd must not be pushed into with --delete, or None: it is the home
+    or inside it (the records), or it contains the home or a live run's log (and its
+    rotations, beside it)."""
+    st = os.fstat(fd)
+    here = (st.st_dev, st.st_ino)
+    if here in _chain(home.path) or _inside(fd, home.path):
+        return "it holds runward's state (%s)" % home.path
+    for name, log in _live_logs(home):
+        if here in _chain(log):
+            return "it holds the log of the live run %s (%s and its rotations)" % (name, log)
+    return None
+
+
+def _chain(path):
+    """(device, inode) of path's directory and of each directory above it, links resolved."""
+    p, out = os.path.realpath(path), set()
+    while True:
+        try:
+            st = os.stat(p)
+            out.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass  # not there (yet): what is above it still counts
+        up = os.path.dirname(p)
+        if up == p:
+            return out
+        p = up
+
+
+def _inside(fd, path):
+    """Whether the directory fd is path or below it, walked up by ".." from fd itself."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    want, cur = (st.st_dev, st.st_ino), os.dup(fd)
+    try:
+        for _ in range(256):
+            a = os.fstat(cur)
+            if (a.st_dev, a.st_ino) == want:
+                return True
+            up = os.open("..", DIR_FLAGS, dir_fd=cur)
+            b = os.fstat(up)
+            os.close(cur)
+            cur = up
+            if (b.st_dev, b.st_ino) == (a.st_dev, a.st_ino):
+                return False  # reached /
+        return False
+    finally:
+        os.close(cur)
+
+
+def _live_logs(home):
+    """(run, log path) of every run here whose latest attempt may still have a process: its
+    shim or job alive, or lost on this boot (its children may live on)."""
+    from ..procfs import alive_in
+    from ..runs import attempt_state, own_procs, this_boot
+    for name in home.run_names():
+        att = RunStore(home, name).latest()
+        if not att or not att.get("log"):
+            continue
+        procs = own_procs(att)
+        state = attempt_state(att, procs, this_boot())
+        shim = att.get("shim")
+        if (shim and alive_in(procs, shim)) or state in ("running", "orphaned", "starting") or (
+                state == "lost" and att.get("boot_id") == this_boot()):
+            yield name, att["log"]
 
 
 def _dest(path, rel):
