@@ -134,6 +134,41 @@ def test_restart_refuses_to_run_old_code_when_the_files_drift_locally(cli, tmp_p
     cli.json("stop", name, "--grace", "2")
 
 
+def test_the_python_api_and_the_mcp_tool_offer_the_same_choice(cli, tmp_path, monkeypatch):
+    """runward.restart(deploy=None|False|True) and the MCP tool's deploy (unset, false, true)
+    are the CLI's plain restart, --no-deploy and --deploy."""
+    import runward
+    name = f"rta{uuid.uuid4().hex[:6]}"
+    dest = tmp_path / "deployed"
+    _project(cli, name, str(dest))
+    job = _deploy_and_start(cli, name)
+    (cli.cwd / "job.py").write_text(JOB.format(v="v2"))
+    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+    cfg = str(cli.cwd / "runward.toml")
+    r = runward.restart(name, config=cfg)
+    assert not r.ok and r.exit_code == 2 and "job.py" in r.error["message"], r.to_json()
+    assert alive(*job)
+    r = runward.restart(name, deploy=False, config=cfg, settle=0.3)
+    assert r.ok and [s["step"] for s in r.document["result"]["steps"]] == ["stop", "start"], r.to_json()
+    assert not alive(*job) and sha((dest / "job.py").read_bytes()) != sha((cli.cwd / "job.py").read_bytes())
+    job = _only(marked(f"{name}.2"))
+    pytest.importorskip("mcp", reason="the MCP half needs the MCP SDK: pip install -e '.[mcp]'")
+    from test_mcp import _call, _session
+    import anyio
+
+    async def main():
+        async with _session(cli.env, cli.cwd) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert {"type": "null"} in tools["restart"].input_schema["properties"]["deploy"]["anyOf"]
+            err, doc = await _call(s, "restart", {"name": name})
+            assert err and doc["error"]["exit_code"] == 2 and alive(*job), doc
+            err, doc = await _call(s, "restart", {"name": name, "deploy": True, "settle": 0.3})
+            assert not err and [st["step"] for st in doc["result"]["steps"]] == ["stop", "deploy", "start"], doc
+    anyio.run(main)
+    assert not alive(*job) and sha((dest / "job.py").read_bytes()) == sha((cli.cwd / "job.py").read_bytes())
+    cli.json("stop", name, "--grace", "2")
+
+
 # --------------------------------------------------------------------------- a container behind ssh
 
 @pytest.fixture
