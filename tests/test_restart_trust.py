@@ -134,6 +134,14 @@ def test_restart_refuses_to_run_old_code_when_the_files_drift_locally(cli, tmp_p
     cli.json("stop", name, "--grace", "2")
 
 
+def test_deploy_on_restart_is_checked_when_runward_toml_is_read(cli):
+    for body, word in (('files = ["a:/tmp/a"]\ndeploy_on_restart = "yes"\n', "true or false"),
+                       ("deploy_on_restart = true\n", "no files")):
+        (cli.cwd / "runward.toml").write_text('[runs.dor]\ncommand = ["true"]\n' + body)
+        rc, doc = cli.json("restart", "dor")
+        assert rc == 2 and "deploy_on_restart" in doc["error"]["message"] and word in doc["error"]["message"], doc
+
+
 def test_the_python_api_and_the_mcp_tool_offer_the_same_choice(cli, tmp_path, monkeypatch):
     """runward.restart(deploy=None|False|True) and the MCP tool's deploy (unset, false, true)
     are the CLI's plain restart, --no-deploy and --deploy."""
