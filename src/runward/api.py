@@ -192,8 +192,12 @@ def spec(target: Target, name: str) -> dict:
 def restart(target: Target, name: str, *, overrides: dict | None = None, grace: float | None = None,
             signal: str | None = None, deploy: Callable[[], dict] | None = None,
             lock_timeout: float | None = None, definition: dict | None = None,
-            keep_env: bool = False) -> dict:
+            keep_env: bool = False, check: Callable[[dict], dict | None] | None = None) -> dict:
     """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which.
+    Nothing is stopped until every input is checked: the new attempt's arguments as the
+    target's start would check them (check_start), then check(last), which gets the spec
+    reply (the last attempt's spec and what deploy recorded, "deployed") and raises to
+    refuse the restart, or returns fields for the result (verbs/restart.py: local drift).
 
     definition: the run as runward.toml defines it now (start's keyword arguments), which the
     new attempt takes instead of the last attempt's spec; the last attempt's --env K=V
@@ -211,6 +215,8 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
     kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
+    check_start(name, kw)
+    noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
     try:
@@ -236,8 +242,52 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     steps.append({"step": "start", "result": res})
     return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
             "spec_from": "runward.toml" if definition is not None else "last attempt",
-            "last_attempt": last.get("attempt"), "changed": changed,
+            "last_attempt": last.get("attempt"), "changed": changed, **(noted or {}),
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
+
+
+def check_start(name: str, kw: dict) -> None:
+    """What the target's start refuses of a request's own values (agent/ops/lifecycle.py's
+    _plan, logfiles.rotation), checked here: a restart must refuse them before it stops the
+    old attempt, not after. What only the target knows (cwd, the command's path) stays its."""
+    where = f"(runward.toml's [runs.{name}] or restart's flags)"
+    sh = kw.get("sh")
+    if (sh is None and not kw.get("argv")) or (sh is not None and not str(sh).strip()):
+        raise BadInput(f"{name}: no command for the new attempt {where}",
+                       f"give [runs.{name}] command = [...] or sh = \"...\"")
+    settle = kw.get("settle")
+    if settle is not None and (isinstance(settle, bool) or not isinstance(settle, (int, float)) or settle < 0):
+        raise BadInput(f"{name}: invalid settle {settle!r} {where}", "give a number of seconds >= 0")
+    if kw.get("ready"):
+        import re
+        try:
+            re.compile(kw["ready"])
+        except (re.error, TypeError) as e:
+            raise BadInput(f"{name}: invalid ready regex {kw['ready']!r} {where}: {e}",
+                           "use a Python regular expression")
+    if kw.get("stop_signal") is not None and not _signal_known(kw["stop_signal"]):
+        raise BadInput(f"{name}: unknown stop_signal {kw['stop_signal']!r} {where}",
+                       "use a name such as TERM, INT, KILL, USR1 or a number")
+    for key, ok, want in (("log_max", lambda v: v >= 1024, "a size of at least 1K"),
+                          ("log_keep", lambda v: 1 <= v <= 100, "between 1 and 100 rotated files")):
+        v = kw.get(key)
+        if v is not None and kw.get("log_max") is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or not ok(v)):
+            raise BadInput(f"{name}: invalid {key} {v!r} {where}", f"give {want}")
+
+
+def _signal_known(sig) -> bool:
+    """The agent's rule (agent/terminate.parse_signal): a number 1..64, or a signal's name
+    with or without SIG. Names are read from this machine's signal module only on Linux (the
+    targets' system); elsewhere the target alone judges a name."""
+    import signal
+    import sys
+    s = str(sig).strip().upper()
+    if s.isdigit():
+        return 0 < int(s) < 65
+    name = s if s.startswith("SIG") else "SIG" + s
+    return not sys.platform.startswith("linux") or (
+        not name.startswith("SIG_") and isinstance(getattr(signal, name, None), int))
 
 
 def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,

@@ -11,6 +11,7 @@ Found in the current directory or its parents, or given with --config. Example:
     cwd = "/root/work"
     env = { TRAIN_PROFILE_INTERVAL = "60" }
     files = ["train.py:/root/work/train.py"]            # LOCAL:REMOTE, deployed by `deploy`
+    deploy_on_restart = true                             # `restart` deploys them first (as --deploy)
     settle = 5
     ready = "^step 1 "
     gpus = [0, 1]
@@ -37,7 +38,8 @@ RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "read
             "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
             "nodes", "master_addr", "nproc_per_node", "on_node_failure",  # docs/multinode.md
             "restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
-            "restart_exit_codes", "no_restart_exit_codes", "notify"}  # the last two lines: docs/supervision.md
+            "restart_exit_codes", "no_restart_exit_codes", "notify",  # the last two lines: docs/supervision.md
+            "deploy_on_restart"}  # `restart` deploys the run's files first (as --deploy)
 TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbatch options (docs/slurm.md)
 MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)
 
@@ -173,6 +175,11 @@ def _validate(p: str, data: dict) -> Config:
             raise BadInput(f"{p}: [runs.{name}] command must be a list of strings", 'command = ["python3", "train.py"]')
         if "nodes" in r and (not isinstance(r["nodes"], list) or not all(isinstance(a, str) for a in r["nodes"])):
             raise BadInput(f"{p}: [runs.{name}] nodes must be a list of targets", 'nodes = ["gpu1", "gpu2"]')
+        if "deploy_on_restart" in r and not isinstance(r["deploy_on_restart"], bool):
+            raise BadInput(f"{p}: [runs.{name}] deploy_on_restart must be true or false", "deploy_on_restart = true")
+        if r.get("deploy_on_restart") and not r.get("files"):
+            raise BadInput(f"{p}: [runs.{name}] deploy_on_restart = true, but the run has no files to deploy",
+                           f'add files = ["LOCAL:REMOTE"] to [runs.{name}], or remove deploy_on_restart')
         if "env" in r and not isinstance(r["env"], dict):
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
         cfg.runs[name] = r

@@ -61,6 +61,27 @@ def local_drift(target_status: dict, specs: list[str], base: str | None = None) 
     return out
 
 
+def check_sources(specs: list[str], base: str | None = None) -> None:
+    """Read now what a deploy of specs would send: each source there, each directory listed,
+    each file opened (gitignore rules as deploy reads them). A restart calls it before it
+    stops anything, so a file gone or unreadable refuses the restart (BadInput, naming
+    it) instead of leaving the run stopped."""
+    from .sync import source_roots
+    try:
+        roots = source_roots(specs, base, [], True)
+    except OSError as e:  # a directory inside a pushed tree that cannot be listed
+        raise BadInput(f"cannot read {e.filename}: {e.strerror}", "check the local files of the run's `files`")
+    for root in roots:
+        for e in root["entries"].values():
+            if e["t"] != "f":
+                continue
+            try:  # O_NONBLOCK: a file swapped for a fifo since the walk cannot hang the check
+                os.close(os.open(e["local"], os.O_RDONLY | os.O_NONBLOCK))
+            except OSError as x:
+                raise BadInput(f"cannot read {e['local']} (from {root['local']}): {x.strerror}",
+                               "check the local files of the run's `files`")
+
+
 # --- pull: the mirror of push ------------------------------------------------------------
 
 def parse_pull_spec(spec: str) -> tuple[str, str]:

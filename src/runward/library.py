@@ -142,12 +142,15 @@ def stop(name: str, *, on: Target | str | None = None, grace: float | None = Non
 
 def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str | None] | None = None,
             settle: float | None = None, ready: str | None = None, grace: float | None = None,
-            deploy: bool = False, config: str | None = None) -> RestartResult:
+            deploy: bool | None = None, config: str | None = None) -> RestartResult:
     """Verified stop, (deploy), verified start with the last spec; env entries override it
-    (a value of None or "" unsets the entry)."""
+    (a value of None or "" unsets the entry). deploy: True deploys the run's files between
+    stop and start (--deploy); False restarts on what the target has (--no-deploy); None, as
+    the CLI without either: runward.toml's deploy_on_restart, else refused (exit 2, nothing
+    stopped) when the files differ locally from what was deployed."""
     env = {k: ("" if v is None else v) for k, v in (env or {}).items()}
     argv = [name, *_env(env), *_opt("--settle", settle), *_opt("--ready", ready), *_opt("--grace", grace),
-            *_flag("--deploy", deploy)]
+            *_flag("--deploy", deploy is True), *_flag("--no-deploy", deploy is False)]
     return _call("restart", argv, on, config, RestartResult)
 
 

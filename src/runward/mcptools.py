@@ -54,10 +54,13 @@ async def stop(ctx: Context, name: Name, on: On = None,
 async def restart(ctx: Context, name: Name, on: On = None,
                   env: Annotated[dict[str, str] | None, Field(
                       description="entries to add or change over the last attempt's; an empty value unsets one")] = None,
-                  settle: Seconds = None, deploy: Annotated[bool, Field(
-                      description="push the run's files (runward.toml) between the stop and the start")] = False,
+                  settle: Seconds = None, deploy: Annotated[bool | None, Field(
+                      description="true: push the run's files (runward.toml) between the stop and the start; "
+                                  "false: restart on the files the target has; unset: runward.toml's "
+                                  "deploy_on_restart, else refused (nothing stopped) when the local files "
+                                  "differ from what was deployed")] = None,
                   ) -> CallToolResult:
-    """Restart a run: verified stop, optional deploy, verified start with the last attempt's spec (env overrides over it); a failed step ends the chain and says which."""
+    """Restart a run: verified stop, optional deploy, verified start with the last attempt's spec (env overrides over it); a failed step ends the chain and says which. Every input is checked before the stop; a run whose local files differ from the deployed ones is not restarted on the old code unless deploy is false."""
     return await _SRV.call(ctx, "restart", lambda: library.restart(
         name, on=on, env=env, settle=settle, deploy=deploy, config=_SRV.config), on=on, name=name)
 

@@ -30,7 +30,11 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-signal", metavar="SIG", type=signal_arg,
                    help="the signal that stops the old attempt (default: the one it was started with)")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
-    p.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
+    how.add_argument("--no-deploy", action="store_true",
+                     help="restart on the files the target has even where the local ones differ (without it, "
+                          "a restart refuses then), and with runward.toml's deploy_on_restart = true")
 
 
 def run(args, out) -> int:
@@ -64,17 +68,41 @@ def _restart(args, cfg, name, target, out) -> dict:
     env = {k: None if v == "" and k not in env_from else v for k, v in env.items()}
     overrides = {"settle": args.settle, "ready": args.ready, "ready_timeout": args.ready_timeout, "cwd": args.cwd,
                  "env": env or None, "env_from": env_from, "reuse_env": True}
-    deploy = None
-    if args.deploy:
-        from .. import files as _files
-        if not run_cfg or not run_cfg.get("files"):
-            raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
-                           f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
-        deploy = lambda: _files.push(target, run_cfg["files"], run=name,  # noqa: E731
-                                     progress=not out.json and not args.all, base=config_dir(cfg))
+    deploy, check = _files_step(args, cfg, name, target, out)
     definition = start_kwargs_from_config(run_cfg) if run_cfg else None
     return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
-                       deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env)
+                       deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env,
+                       check=check)
+
+
+def _files_step(args, cfg, name, target, out):
+    """(deploy, check) for api.restart. Deploying (--deploy, or runward.toml's
+    deploy_on_restart): every local file it will send is read now, before the stop. Not
+    deploying: check refuses, before the stop, a restart whose files differ locally from
+    what was deployed (it would run the old code), unless --no-deploy says that is meant."""
+    from .. import files as _files
+    run_cfg = cfg.runs.get(name) or {}
+    specs, base = run_cfg.get("files") or [], config_dir(cfg)
+    if args.deploy or (run_cfg.get("deploy_on_restart") and not args.no_deploy):
+        if not specs:
+            raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
+                           f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
+        _files.check_sources(specs, base)
+        return (lambda: _files.push(target, specs, run=name, progress=not out.json and not args.all,
+                                    base=base)), None
+    if not specs:
+        return None, None
+
+    def check(last: dict) -> dict | None:
+        drift = _files.local_drift(last, specs, base=base)
+        if drift and not args.no_deploy:
+            raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what was deployed, so a restart would "
+                           "run the old code: " + ", ".join(f"{d['local']} -> {d['remote']}" for d in drift),
+                           f"runward restart {name} --deploy to send them first, or --no-deploy to restart on "
+                           f"what the target has (deploy_on_restart = true in [runs.{name}] deploys every time)",
+                           result={"local_drift": drift})
+        return {"local_drift": drift} if drift else None
+    return None, check
 
 
 def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
@@ -86,7 +114,8 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
     if args.keep_env:
         raise BadInput(f"--keep-env with the multi-node run {name}",
                        "a multi-node restart takes runward.toml's definition: give the entries with --env")
-    if args.deploy and not run_cfg.get("files"):
+    deploy = args.deploy or (run_cfg.get("deploy_on_restart") and not args.no_deploy)
+    if deploy and not run_cfg.get("files"):
         raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
     kw = start_kwargs_from_config(run_cfg)
@@ -98,11 +127,37 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
     refuse_node_restarts(name, kw)
+    nodes = [cfg.target(t) for t in run_cfg["nodes"]]
+    if deploy:
+        from .. import files as _files
+        _files.check_sources(run_cfg["files"], config_dir(cfg))
+    elif run_cfg.get("files") and not args.no_deploy:
+        _refuse_drift_on_nodes(name, nodes, run_cfg["files"], config_dir(cfg))
     return multideploy.restart(
-        [cfg.target(t) for t in run_cfg["nodes"]], name, kw, specs=run_cfg["files"] if args.deploy else None,
+        nodes, name, kw, specs=run_cfg["files"] if deploy else None,
         base=config_dir(cfg), stop_kw={"grace": args.grace, "signal": args.stop_signal, "lock_timeout": args.lock_timeout},
         start_kw={"master_addr": run_cfg.get("master_addr"), "nproc_per_node": run_cfg.get("nproc_per_node"),
                   "on_node_failure": run_cfg.get("on_node_failure", "stop")})
+
+
+def _refuse_drift_on_nodes(name, nodes, specs, base) -> None:
+    """As a one-node restart's check: local files that differ from what any node has deployed
+    would restart the old code there; refused before anything is stopped."""
+    from .. import api
+    from .. import files as _files
+    from ..errors import RunNotFound
+    for node in nodes:
+        try:
+            last = api.spec(node, name)
+        except RunNotFound:
+            continue  # never started there: the start sends nothing, nothing to compare
+        drift = _files.local_drift(last, specs, base=base)
+        if drift:
+            raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what node {node.display()} has "
+                           "deployed, so a restart would run the old code: "
+                           + ", ".join(f"{d['local']} -> {d['remote']}" for d in drift),
+                           f"runward restart {name} --deploy to send them to every node first, or --no-deploy "
+                           f"to restart on what the nodes have", result={"local_drift": drift, "node": node.display()})
 
 
 def _render(res: dict) -> str:
@@ -114,6 +169,8 @@ def _render(res: dict) -> str:
                                          or "nothing changed") + f" ({len(s['result'].get('unchanged', []))} unchanged)"
                          for s in res["steps"] if s["step"] == "deploy"]),
                       render_changes(res),
+                      *([f"not deployed (--no-deploy): {len(res['local_drift'])} file(s) differ locally: "
+                         + ", ".join(d["remote"] for d in res["local_drift"])] if res.get("local_drift") else []),
                       render_start(res["steps"][-1]["result"])])
 
 

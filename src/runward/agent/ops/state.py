@@ -192,14 +192,19 @@ def _follow(store, att, log, pos, emit, for_s):
 
 
 def spec(req, home):
-    """The last attempt's spec, for restart. Secret values stay on the target: a start with
-    reuse_env takes them from the attempt record there. env_from's values were never here:
-    the CLI reads them again from where the start took them."""
+    """The last attempt's spec, for restart, and what deploy recorded (deployed.json: the
+    CLI compares it with the local files before it stops anything). Secret values stay on
+    the target: a start with reuse_env takes them from the attempt record there. env_from's
+    values were never here: the CLI reads them again from where the start took them."""
     store = RunStore.existing(home, req.get("name"))
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
-    return {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
+    out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
+    dep = read_json(os.path.join(store.dir, "deployed.json"))
+    if dep:
+        out["deployed"] = dep
+    return out
 
 
 def ping(req, home):
