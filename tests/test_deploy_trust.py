@@ -160,6 +160,16 @@ def test_restart_deploy_of_a_multi_node_run_is_all_or_nothing_and_views_name_its
     assert rc == 0 and [s["step"] for s in doc["result"]["steps"]] == ["deploy", "stop", "start"], doc
     assert [_node_sha(tb, n, dest) for n in NODES] == [new, new]
     assert _attempts(cli, name) == [("running", 2), ("running", 2)]
+    # a local edit not deployed: a plain restart would run the old code on every node: refused
+    (cli.cwd / "src" / "train.py").write_text(f"print('v3 {name}')\n")
+    rc, doc = cli.json("restart", name)
+    assert rc == 2 and "differ locally" in doc["error"]["message"] and "--deploy" in doc["error"]["hint"], doc
+    assert _attempts(cli, name) == [("running", 2), ("running", 2)]
+    assert [_node_sha(tb, n, dest) for n in NODES] == [new, new]
+    rc, doc = cli.json("restart", name, "--no-deploy")  # restart on what the nodes have, as said
+    assert rc == 0 and [s["step"] for s in doc["result"]["steps"]] == ["stop", "start"], doc
+    assert _attempts(cli, name) == [("running", 3), ("running", 3)]
+    assert [_node_sha(tb, n, dest) for n in NODES] == [new, new]
     # views of the project name the run's nodes, never this machine
     rc, st = cli.json("status")
     assert rc == 0 and [t["target"] for t in st["targets"]] == list(NODES), st
