@@ -135,3 +135,22 @@ def test_a_module_missing_before_the_agent_runs_is_diagnosed_from_stderr(box):
     e = diagnose(parse_target(f"ssh://rw1/podman:{name}"), raw)
     assert e.kind == "HopFailed" and "'zlib_is_not_here'" in e.message and e.details["module"] == "zlib_is_not_here"
     assert "Traceback" not in e.message + str(e.details) and "python3" in e.hint
+
+
+def test_a_container_stopped_under_a_follower_is_named_not_blamed_on_a_pkill(box):
+    """`logs -f` into a container that is then stopped: the agent in it dies by SIGKILL with
+    everything else there; the answer names the container hop and says it stopped (before: "the
+    agent was killed by SIGKILL ... OOM killer? a pkill -f matching it?")."""
+    name = box.make(init=True)
+    on = f"ssh://rw1/podman:{name}"
+    rc, doc = box.json("start", "fol", "--on", on, "--settle", "0.3", "--",
+                       "sh", "-c", "while :; do echo tick; sleep 0.2; done")
+    assert rc == 0, doc
+    follow = box.popen("logs", "fol", "--on", on, "-f")
+    assert follow.stdout.readline(), "logs -f printed nothing"
+    p = subprocess.run(["podman", "stop", "-t", "0", name], env=box.env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 3, (follow.returncode, out, err)  # HopFailed: a hop of the target failed
+    assert f"podman:{name}" in err and "container stopped" in err, err
+    assert "pkill" not in err and "OOM" not in err, err

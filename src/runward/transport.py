@@ -715,6 +715,8 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     details = {"exit_status": rc, "stderr_tail": last, "argv0": raw.argv[0]}
     ssh_hop = next((h for h in target.hops if h.kind == "ssh"), None)
     killed = re.search(_KILLED_PAT, err)
+    if (killed or rc < 0 or 128 < rc < 192) and (stopped := _container_stopped(target)):
+        return stopped  # a container stopped under the call kills what runs in it: say that
     if killed:
         where = str(target.hops[-1])
         name = _signame(int(killed.group(1)))
@@ -778,6 +780,29 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last.splitlines()[-1] if last else ''}",
                       "run `runward doctor` on this target", hop=str(target.hops[-1]) if target.hops else "local",
                       details=details)
+
+
+def _container_stopped(target: Target) -> RunwardError | None:
+    """After a call through a container was killed by a signal: is the container itself
+    still there and running? One `true` through the same hops (only on this failure path);
+    the container's stop is the cause then, not the OOM killer or a pkill."""
+    if not any(h.kind != "ssh" for h in target.hops):
+        return None
+    try:
+        probe = _exchange(target.wrap(["true"], ssh_base()), b"", None, None, 20)
+    except (RunwardError, OSError):
+        return None
+    rc, err = probe[0], probe[3]
+    if rc == 0:
+        return None
+    hop = next(h for h in target.hops if h.kind != "ssh")
+    if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
+        return HopFailed(f"{hop}: the container was removed while the call ran (what ran in it was killed with it)",
+                         _container_hint(hop, "absent"), hop=str(hop), details={"stderr_tail": err[-500:]})
+    if re.search(_CONTAINER_STOPPED, err):
+        return HopFailed(f"{hop}: the container stopped while the call ran (what ran in it was killed with it)",
+                         _container_hint(hop, "stopped"), hop=str(hop), details={"stderr_tail": err[-500:]})
+    return None
 
 
 def _container_hint(hop: Hop, what: str) -> str:
