@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 
 from . import transport
-from .agent.secrets import redact_value
+from .agent.secrets import holds_masked_password, redact_value
 from .errors import BadInput, NotVerified, RunwardError
 from .targets import Target
 
@@ -211,6 +211,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
     kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
+    _check_notify_kept(name, kw)
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
     try:
@@ -238,6 +239,17 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             "spec_from": "runward.toml" if definition is not None else "last attempt",
             "last_attempt": last.get("attempt"), "changed": changed,
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
+
+
+def _check_notify_kept(name: str, kw: dict) -> None:
+    """A notify URL's password is kept in no record (the spec shows it as ***): a restart
+    from the last spec cannot send it, so it refuses before it stops anything."""
+    masked = [t for t in (kw.get("supervise") or {}).get("notify") or [] if holds_masked_password(t)]
+    if masked:
+        raise BadInput(f"restart {name}: the password of notify {masked[0]} is kept in no record, "
+                       "so the last attempt's spec cannot send it (nothing was stopped)",
+                       f"put the run and its notify in runward.toml (restart takes them from there), "
+                       f"or `runward stop {name}` and start it again with --notify")
 
 
 def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,
