@@ -112,3 +112,99 @@ def test_restart_from_the_spec_refuses_a_notify_password_it_cannot_send_and_stop
     assert alive(pid, start) and cli.status(name)["attempt"] == 1
     rc, doc = cli.json("stop", name, "--grace", "2")
     assert rc == 0 and doc["result"]["verified_dead"], doc
+
+
+# --- an interrupted stop still stops ----------------------------------------------------------
+
+GRACE = 3.0
+TERM_IGNORING = 'trap "" TERM; exec sleep 600'  # sleep inherits TERM ignored: only KILL ends it
+
+
+def _record(home: Path, name: str, n: int = 1) -> dict:
+    try:
+        return json.loads((home / "runs" / name / "attempts" / f"{n}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _interrupt_stop(c, name: str, far_home: Path, *where: str, json_mode: bool = False):
+    """`runward stop NAME` in a process group of its own, SIGINT to that whole group (a
+    terminal's Ctrl-C) once the record shows stop_requested; (rc, stdout, stderr)."""
+    import signal
+    import subprocess
+    args = ["stop", name, *where, "--grace", str(GRACE)] + (["--json"] if json_mode else [])
+    p = subprocess.Popen(c.argv(*args), cwd=c.cwd, env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        wait_for(lambda: _record(far_home, name).get("stop_requested") or p.poll() is not None,
+                 what="the stop to mark stop_requested")
+        assert p.poll() is None, "the stop ended before it could be interrupted: %s" % (p.communicate(),)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, out, err
+
+
+def _check_stop_went_on(c, name: str, far_home: Path, job: dict, *where: str) -> None:
+    from conftest import alive
+    # TERM is ignored: only the agent's KILL after the grace ends it, with nobody waiting
+    wait_for(lambda: not alive(job["pid"], job["start"]), timeout=GRACE + 15,
+             what="the TERM-ignoring job dead after its grace, the CLI gone")
+    rec = wait_for(lambda: (_record(far_home, name).get("stopped") or {}).get("verified_dead") and
+                   _record(far_home, name), timeout=15, what="the stop's verified end in the run's record")
+    assert rec["exit"] and rec["stopped"]["survivors"] == 0, rec
+    rc, doc = c.json("status", name, *where)
+    assert rc == 0, doc
+    st = doc["result"]["runs"][0]
+    assert st["state"] == "exited" and st["stopped"]["verified_dead"], st
+    assert "stopped" in c.run("status", name, *where).stdout
+
+
+def _start_term_ignoring(c, name: str, *where: str) -> dict:
+    rc, doc = c.json("start", name, *where, "--settle", "0.3", "--sh", TERM_IGNORING)
+    assert rc == 0, doc
+    return {"pid": doc["result"]["pid"], "start": doc["result"]["start_time"]}
+
+
+def test_ctrl_c_during_a_local_stop_lets_the_stop_reach_its_verified_end(cli):
+    name = _uniq("is")
+    job = _start_term_ignoring(cli, name)
+    rc, out, err = _interrupt_stop(cli, name, cli.home)
+    assert rc == 130, (out, err)
+    assert "the stop goes on on the target" in err and f"runward status {name}" in err, err
+    _check_stop_went_on(cli, name, cli.home, job)
+
+
+def test_ctrl_c_during_a_stop_over_ssh_says_so_in_one_json_document_and_the_stop_goes_on(tmp_path):
+    import shutil
+    import testbed
+    from conftest import CLI
+    tb = testbed.require("ssh")
+    (tmp_path / "work").mkdir()
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    c.env = testbed.env(tb, c.env)
+    c.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"], RUNWARD_RESIDENT="0")
+    name = _uniq("iss")
+    far_home = Path(f"/tmp/rw-istop-{uuid.uuid4().hex[:8]}")  # the hosts share this machine's files and pids
+    (tmp_path / "work" / "runward.toml").write_text(f'[targets.h]\non = "ssh://rw1"\nhome = "{far_home}"\n')
+    try:
+        job = _start_term_ignoring(c, name, "--on", "h")
+        rc, out, err = _interrupt_stop(c, name, far_home, "--on", "h", json_mode=True)
+        assert rc == 130, (out, err)
+        doc = json.loads(out)  # exactly one document
+        assert doc["ok"] is False and doc["error"]["type"] == "Interrupted", doc
+        assert "the stop goes on on the target" in doc["error"]["message"], doc
+        assert f"runward status {name}" in doc["error"]["message"] + doc["error"].get("hint", ""), doc
+        _check_stop_went_on(c, name, far_home, job, "--on", "h")
+    finally:
+        from conftest import marked
+        import signal
+        for pid in marked(name + "."):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(far_home, ignore_errors=True)
