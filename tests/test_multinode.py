@@ -109,6 +109,7 @@ def test_a_start_whose_request_waits_reaches_a_far_side_that_lost_its_cache(cli,
     every node's probe is in. A far side that lost its code cache meanwhile answers
     AgentMissing before it reads a request: the start is made again there with the source,
     and every node runs."""
+    import pwd
     from pathlib import Path
     from runward import transport
     _config(tmp_path, ["rw1", "rw2"], mn)
@@ -116,8 +117,11 @@ def test_a_start_whose_request_waits_reaches_a_far_side_that_lost_its_cache(cli,
     assert rc == 0, doc
     rc, doc = cli.json("stop", mn)
     assert rc == 0, doc
-    cached = list((Path.home() / ".runward" / "cache").glob("agent-%s.*" % transport.agent_sha()[:32]))
-    assert cached  # the hosts share this machine's files: their cache is this home's
+    # sshd sessions get the passwd entry's home, not this process's $HOME (a scratch HOME
+    # under CI): the far side's cache is there
+    far_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    cached = list((far_home / ".runward" / "cache").glob("agent-%s.*" % transport.agent_sha()[:32]))
+    assert cached  # the hosts share this machine's files: their cache is the passwd home's
     for f in cached:
         f.unlink()
     rc, doc = cli.json("start", mn)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 
 from . import transport
-from .agent.secrets import redact_value
+from .agent.secrets import holds_masked_password, redact_value
 from .errors import BadInput, NotVerified, RunwardError
 from .targets import Target
 
@@ -162,11 +162,18 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
 
 
 def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
-         gpu_timeout: float | None = None, lock_timeout: float | None = None) -> dict:
+         gpu_timeout: float | None = None, lock_timeout: float | None = None,
+         on_begun: Callable[[], None] | None = None) -> dict:
+    """on_begun() is called once the target's agent has begun the stop: from then on it goes
+    to its verified end there, whatever happens to this process (Ctrl-C, a dropped link)."""
     if grace is not None and grace < 0:
         raise BadInput(f"invalid --grace {grace}", "give a number of seconds >= 0")
+
+    def on_event(ev: dict) -> None:
+        if "stop_begun" in ev and on_begun is not None:
+            on_begun()
     res = transport.call(target, {"op": "stop", "name": name, "grace": grace, "signal": signal,
-                                  "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout})
+                                  "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout}, on_event=on_event)
     if not res.get("verified_dead"):
         raise NotVerified(f"{name}: {len(res.get('survivors', []))} process(es) survived the stop",
                           "see each survivor's state; a D-state process is stuck in the kernel (driver, NFS)",
@@ -216,6 +223,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     # read again is bad input, and must leave the run running
     kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
     check_start(name, kw)
+    _check_notify_kept(name, kw)
     noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
@@ -288,6 +296,15 @@ def _signal_known(sig) -> bool:
     name = s if s.startswith("SIG") else "SIG" + s
     return not sys.platform.startswith("linux") or (
         not name.startswith("SIG_") and isinstance(getattr(signal, name, None), int))
+def _check_notify_kept(name: str, kw: dict) -> None:
+    """A notify URL's password is kept in no record (the spec shows it as ***): a restart
+    from the last spec cannot send it, so it refuses before it stops anything."""
+    masked = [t for t in (kw.get("supervise") or {}).get("notify") or [] if holds_masked_password(t)]
+    if masked:
+        raise BadInput(f"restart {name}: the password of notify {masked[0]} is kept in no record, "
+                       "so the last attempt's spec cannot send it (nothing was stopped)",
+                       f"put the run and its notify in runward.toml (restart takes them from there), "
+                       f"or `runward stop {name}` and start it again with --notify")
 
 
 def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,

@@ -143,6 +143,7 @@ def render_status(res: dict, target: str) -> str:
             lines.append(head)
         from .supervision import status_lines
         lines += status_lines(r, now)
+        lines += _stopped_lines(r, now)
         if r.get("note"):
             lines.append(f"  note: {r['note']}")
         if r.get("stray_processes"):
@@ -175,6 +176,16 @@ def render_status(res: dict, target: str) -> str:
         if lg.get("exists"):
             lines.append(f"  log {lg['path']} ({human_bytes(lg.get('size'))}): {lg.get('last_line', '')[:100]}")
     return "\n".join(lines)
+
+
+def _stopped_lines(r: dict, now: float) -> list[str]:
+    """The last stop's end, as the target recorded it: also a stop whose CLI was interrupted."""
+    s = r.get("stopped")
+    if not s:
+        return []
+    by = "runward stop" if s.get("by") in (None, "cli") else s["by"]  # else a health action's
+    return [f"  stopped by {by} {ago(now - s['at'])} ago (signal {s.get('signal')}, grace {s.get('grace_s'):g}s): "
+            + ("every process dead, verified" if s.get("verified_dead") else f"{s.get('survivors')} process(es) survived")]
 
 
 PROCS_HEADER = f"{'PID':>7} {'STARTED':<8} {'USER':<8} {'RUN':<14} COMMAND"

@@ -64,7 +64,8 @@ def _parsed(raw: dict, health: dict | None) -> dict:
         n = raw["notify"]
         out["notify"] = [n] if isinstance(n, str) else list(n)
         if not all(isinstance(t, str) and t.strip() for t in out["notify"]):
-            raise BadInput(f"invalid notify {n!r}", 'notify = ["command ARG...", "https://hook"]')
+            from .agent.secrets import mask_url_passwords
+            raise BadInput(mask_url_passwords(f"invalid notify {n!r}"), 'notify = ["command ARG...", "https://hook"]')
     if health:
         out["health"] = health
     return out

@@ -170,6 +170,10 @@ _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "pi
 # interrupted or killed, its ssh or podman killed, the link dropped: every hop passes the EOF
 # on). A follower left running in a container is a process runward leaked.
 _FOLLOWS = frozenset(("watch",))
+# Ops whose far side goes on to its end without us (the agent's wire.outlive_caller): on
+# Ctrl-C the call's child is neither killed nor waited for. A local stop's child is the agent
+# itself, and a stop interrupted after its TERM still owes the KILL after the grace.
+_OUTLIVE = frozenset(("stop",))
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 
@@ -239,7 +243,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
         t0 = time.monotonic()
         rc, garbage, reply, stderr = _exchange(argv, head + (body or b""), payload, on_event, timeout, on_data,
-                                               held, completed if body is None else None)
+                                               held, completed if body is None else None, req["op"] in _OUTLIVE)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
@@ -431,7 +435,7 @@ def _far_remember(entry: str, sha: str, known: list[str]) -> None:
         pass  # a read-only home: the source goes with every call
 
 
-def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None):
+def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False):
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
@@ -465,19 +469,27 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
     got = _Replies(on_event, on_data)
+    left = False
     try:
         for line in proc.stdout:
             got.take(line)
             if got.pending:
                 got.pass_bytes(proc.stdout)
-    except BaseException:  # Ctrl-C, or a caller's handler failing (its reader gone: `logs -f | head`)
+    except KeyboardInterrupt:
+        if not outlive:
+            proc.kill()
+            raise
+        left = True  # the far side goes on (a stop's KILL after the grace): left to it
+        proc.leave()
+        raise
+    except BaseException:  # a caller's handler failing (its reader gone: `logs -f | head`)
         proc.kill()
         raise
     finally:
-        rc = proc.wait()
+        rc = None if left else proc.wait()
         if timer:
             timer.cancel()
-        stderr = proc.stderr_bytes()
+        stderr = b"" if left else proc.stderr_bytes()
     if writer is not None:
         writer.join(timeout=5)
     return rc, got.garbage, got.reply, stderr.decode("utf-8", "replace")
@@ -581,6 +593,18 @@ class Spawned:
                     os.kill(self.pid, 9)
                 except ProcessLookupError:
                     pass
+
+    def leave(self) -> None:
+        """Let the child run on without us: our ends of its pipes closed, never waited for
+        (it is reaped by whoever adopts it once this CLI has exited)."""
+        for f in (self.stdin, self.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        if self._err >= 0:
+            os.close(self._err)
+            self._err = -1
 
     def wait(self) -> int:
         if self.returncode is None:

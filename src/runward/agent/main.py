@@ -203,7 +203,7 @@ def main():
     if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
         from . import shim
         params = json_loads(sys.stdin.buffer.readline().decode())
-        shim.main(params["home"], params["name"], params["attempt"], params["env"])
+        shim.main(params["home"], params["name"], params["attempt"], params["env"], params.get("notify"))
         shim.end()
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:

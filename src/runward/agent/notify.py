@@ -4,7 +4,9 @@ on its stdin, killed after COMMAND_S) or a webhook (the same JSON POSTed with ur
 timeout per try, TRIES tries with a growing pause). Each send runs in a thread of its own:
 supervision never waits for a slow hook. The shim waits for them, bounded, only as it ends
 (threads are not daemons), so the last event (gave_up) is still delivered. What each send
-came to is written to the shim's own log (attempts/N.shim.log)."""
+came to is written to the shim's own log (attempts/N.shim.log), every URL's password masked.
+A URL's user:password@ is sent as HTTP Basic auth, the URL itself sent without it (urllib
+would take "user:password@host" for the host and fail every try)."""
 
 import os
 import sys
@@ -28,7 +30,8 @@ def _guarded(fn, target, body, what):
     try:
         fn(target, body)
     except Exception as e:  # a hook's failure is logged, never the shim's end
-        _log("notify %s to %s failed: %s: %s" % (what, target, type(e).__name__, e))
+        from .secrets import mask_url_passwords
+        _log(mask_url_passwords("notify %s to %s failed: %s: %s" % (what, target, type(e).__name__, e)))
 
 
 def _log(msg):
@@ -39,13 +42,29 @@ def _log(msg):
         pass
 
 
+def basic_auth(url):
+    """(the URL without its user info, the headers it asks for): Authorization: Basic for a
+    URL with user[:password]@ (each percent-decoded, as RFC 3986 writes them)."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    headers = {"Content-Type": "application/json", "User-Agent": "runward"}
+    if not at:
+        return url, headers
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(("%s:%s" % (unquote(user), unquote(password))).encode("utf-8")).decode("ascii")
+    headers["Authorization"] = "Basic " + token
+    return urlunsplit(parts._replace(netloc=hostport)), headers
+
+
 def _post(url, body):
     import time
     import urllib.request
     last = None
+    url, headers = basic_auth(url)
     for i in range(TRIES):
-        req = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "runward"})
+        req = urllib.request.Request(url, data=body, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
                 if 200 <= r.status < 300:

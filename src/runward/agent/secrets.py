@@ -73,6 +73,12 @@ def mask_url_passwords(text):
         pos = end
 
 
+def holds_masked_password(text):
+    """True when a URL in text has *** for its password: the shown form of one whose real
+    password was never kept (a notify URL's), which these characters cannot stand for."""
+    return isinstance(text, str) and (":" + MASK + "@") in text
+
+
 def redact_value(name, value):
     """How an environment entry is shown: [secret] under a secret name, else the value with
     every URL's password masked."""

@@ -18,9 +18,10 @@ from .wire import AgentFailure, json_dumps, json_loads
 _QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
 
 
-def spawn(home, name, attempt, env):
+def spawn(home, name, attempt, env, notify=None):
     """Start the shim detached (new session): the job's parent, never in its output path.
-    Returns (its pid, read end of its status pipe)."""
+    notify: the policy's real notify entries where records hold them masked (a URL's
+    password), handed on stdin like the env. Returns (its pid, read end of its status pipe)."""
     r, w = os.pipe()
     errlog = os.open(os.path.join(home.run_dir(name), "attempts", "%d.shim.log" % attempt),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -32,7 +33,7 @@ def spawn(home, name, attempt, env):
     pid = _fork_exec([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.SHIM_ARG], _shim_env(), (stdin_r, w, errlog))
     for fd in (stdin_r, w, errlog):
         os.close(fd)
-    params = json_dumps({"home": home.path, "name": name, "attempt": attempt, "env": env}).encode()
+    params = json_dumps({"home": home.path, "name": name, "attempt": attempt, "env": env, "notify": notify}).encode()
     try:
         write_all(stdin_w, boot.handoff() + params + b"\n", "the shim's stdin")
     except OSError as e:  # the shim died before it read its parameters: nothing was started
@@ -115,11 +116,11 @@ def say(fd, obj):
         pass  # nobody is listening any more: the record is the truth
 
 
-def main(home_path, name, attempt, env):
+def main(home_path, name, attempt, env, notify=None):
     """Parent of the job. Detached in its own session by spawn. Forks the job into a new
     session of its own (so stop can signal its process group), joins it to the run's
     cgroups, waits for it, records exit code or signal atomically. env is the job's
-    environment, as spawn sent it on stdin."""
+    environment, as spawn sent it on stdin (and notify, the policy's real notify entries)."""
     for s in _QUIET:
         signal.signal(s, signal.SIG_IGN)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -131,7 +132,7 @@ def main(home_path, name, attempt, env):
     me = read_proc(os.getpid())
     att["shim"] = {"pid": me.pid, "start": me.start}
     _become_subreaper()
-    sup = supervise.Supervisor(store, att, env, _exec_job, devnull)
+    sup = supervise.Supervisor(store, att, env, _exec_job, devnull, notify)
 
     def one(n, att, status_fd):
         logger, out_fd = _logger(att)

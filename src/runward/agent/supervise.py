@@ -15,6 +15,7 @@ import time
 
 from . import cgroups, faults
 from .procfs import MARKER, live
+from .secrets import holds_masked_password, mask_url_passwords
 from .store import file_hashes, open_log, sync_file, write_all, write_json
 from .terminate import signal, signal_name  # _signal's plain ints: signal.py's enums cost every stop ~5 ms
 from .wire import bad_input
@@ -54,9 +55,28 @@ def check_policy(p):
     _check_health(out.get("health"))
     if not isinstance(out.get("notify") or [], list) or not all(isinstance(t, str) and t.strip()
                                                                 for t in out.get("notify") or []):
-        raise bad_input("invalid notify %r" % (out.get("notify"),),
+        raise bad_input("invalid notify %r" % (recorded(out).get("notify"),),
                         "notify = [\"command ARG...\", \"https://hook\"]")
+    masked = [t for t in out.get("notify") or [] if holds_masked_password(t)]
+    if masked:  # a record's shown form sent back: the real password was never kept here
+        raise bad_input("notify %s: its password is *** (as records show it), not the real one" % masked[0],
+                        "give the notify URL with its password again (--notify or runward.toml)")
     return out
+
+
+def recorded(pol):
+    """The policy as records keep it: every notify entry with its URLs' passwords masked.
+    The shim is handed the real entries on its stdin (notify_secrets), so no file holds a
+    password: not the attempt record, not run.json's spec, not the shim's log."""
+    if not pol or not pol.get("notify"):
+        return pol
+    return dict(pol, notify=[mask_url_passwords(t) for t in pol["notify"]])
+
+
+def notify_secrets(pol):
+    """The real notify entries when records show any of them masked, else None."""
+    real = (pol or {}).get("notify") or []
+    return list(real) if real != (recorded(pol) or {}).get("notify", []) else None
 
 
 def _check_health(h):
@@ -174,13 +194,15 @@ class Supervisor(object):
     """Kept by the shim for the run's life. A run without a policy gets one attempt and a
     plain wait, as before supervision existed."""
 
-    def __init__(self, store, att, env, exec_job=None, devnull=None):
+    def __init__(self, store, att, env, exec_job=None, devnull=None, notify=None):
         self.store = store
         self.env = env
         self.exec_job, self.devnull = exec_job, devnull
         self.zygote = None
         self.unsynced = []
         self.pol = att.get("supervise")
+        if self.pol and notify:  # the real entries, handed on stdin: the record's are masked
+            self.pol = dict(self.pol, notify=notify)
         self.lock_fd = None
         self.restarts = []  # when each restart of this shim happened (restart_window counts them)
         self.streak = 0  # failed starts in a row

@@ -136,6 +136,34 @@ def event(ev):
         _EVENTS[0](ev)
 
 
+def outlive_caller():
+    """For an op that must reach its verified end whatever happens to its caller (a stop: a
+    KILL after the grace is still owed when the CLI is interrupted): from here on SIGINT,
+    SIGHUP and SIGPIPE are ignored, the process leaves the caller's session and process group
+    where it can (a terminal's Ctrl-C, or a killpg, reaches the CLI's group: a local agent is
+    in it), and an event the caller is no longer there to read is dropped instead of ending
+    the op. The op's end goes to the run's record for `status` to show."""
+    try:
+        import _signal as sig  # signal.py's enums cost every stop ~5 ms (terminate.py)
+    except ImportError:
+        import signal as sig
+    for s in (sig.SIGINT, sig.SIGHUP, sig.SIGPIPE):
+        sig.signal(s, sig.SIG_IGN)
+    try:
+        os.setsid()
+    except OSError:
+        pass  # already a session leader (an ssh session's command): its own group already
+    if _EVENTS:
+        send = _EVENTS[0]
+
+        def dropped_if_gone(ev):
+            try:
+                send(ev)
+            except (OSError, ValueError):  # the reader is gone (EPIPE) or the pipe closed
+                set_events(None)
+        set_events(dropped_if_gone)
+
+
 _CALLER = []  # (stdin fd or None, stdout fd) of the call main.serve serves
 
 

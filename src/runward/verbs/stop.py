@@ -32,7 +32,11 @@ def run(args, out) -> int:
     nodes = multinode.nodes_of(args, cfg, args.name)
     if nodes is None:
         target = target_of(args, cfg, args.name)
-        res = _stop(args, args.name, target)
+        began: list[bool] = []
+        try:
+            res = _stop(args, args.name, target, on_begun=lambda: began.append(True))
+        except KeyboardInterrupt:
+            return interrupted(out, target, args.name, bool(began), args.on)
         nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
         if nodes is None:
             return emit(out, "stop", target, res, render_stop(res))
@@ -41,10 +45,28 @@ def run(args, out) -> int:
     return multinode.emit(out, "stop", res, code)
 
 
-def _stop(args, name, target):
+def _stop(args, name, target, on_begun=None):
     from .. import api
     return api.stop(target, name, grace=args.grace, signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
-                    lock_timeout=args.lock_timeout)
+                    lock_timeout=args.lock_timeout, on_begun=on_begun)
+
+
+def interrupted(out, target, name: str, began: bool, on) -> int:
+    """Ctrl-C while a stop waited: the target's agent, once it said the stop had begun, takes
+    no signal from us and goes on to the verified end (KILL after the grace included), which
+    it records for `status`. Said so, exit 130."""
+    import sys
+    where = f" --on {on}" if isinstance(on, str) else ""
+    if began:
+        msg = f"interrupted; the stop goes on on the target; `runward status {name}{where}` shows its end"
+    else:
+        msg = (f"interrupted before the target said the stop of {name} had begun: it may not have started; "
+               f"`runward status {name}{where}` shows the run, `runward stop {name}{where}` stops it")
+    out.doc({"ok": False, "command": "stop", "target": str(target), "result": {"name": name, "stop_goes_on": began},
+             "error": {"type": "Interrupted", "message": msg, "exit_code": 130}})
+    if not out.json:
+        print(f"runward stop: {msg}", file=sys.stderr)
+    return 130
 
 
 def _render_any(res: dict) -> str:

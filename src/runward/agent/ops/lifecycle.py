@@ -241,7 +241,7 @@ def _write_attempt(store, req, home, plan, made):
         "multinode": req.get("multinode"),  # this node's rank and its peers (peers.py)
     }
     if plan["supervise"]:
-        att["supervise"] = plan["supervise"]
+        att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -255,7 +255,8 @@ def _write_attempt(store, req, home, plan, made):
         write_all(lfd, header, plan["log"])
     finally:
         os.close(lfd)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req),
+                                           supervise=supervise.recorded(req.get("supervise")))})
     write_json(os.path.join(store.dir, "run.json"), run)
     return n, logfiles.end_of(plan["log"])  # where its output begins, as logfiles.read_on follows it
 
@@ -271,7 +272,7 @@ def start(req, home):
             if req.get("wait_gpus_free") and req.get("gpus") else None
         n, log_from = _new_attempt(store, req, home, plan)
         faults.point("start:recorded")
-        _, pipe = shim.spawn(home, store.name, n, plan["env"])
+        _, pipe = shim.spawn(home, store.name, n, plan["env"], supervise.notify_secrets(plan["supervise"]))
         msg = shim.read_msg(pipe, 30.0) or _job_on_record(store, n)
         if msg is None or "error" in msg:
             err = (msg or {}).get("error") or "the shim did not report the job started"

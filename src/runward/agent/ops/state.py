@@ -54,7 +54,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         return out
     out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
                 "log": log_info(att.get("log")), "gpus": att.get("gpus")})
-    for k in ("multinode", "peer_events", "peer_stop", "stop_requested"):  # a multi-node run's node (peers.py)
+    # a multi-node run's node (peers.py); stopped: a stop's end, also one nobody waited for (ops/stop.py)
+    for k in ("multinode", "peer_events", "peer_stop", "stop_requested", "stopped"):
         if att.get(k):
             out[k] = att[k]
     if att.get("job"):

@@ -12,10 +12,15 @@ from ..procfs import boot_id, live, protected, scan
 from ..runs import attempt_state, members, own_procs
 from ..store import RunStore
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
+from ..wire import event, outlive_caller
 
 
 def stop(req, home):
     store = _stop_store(home, req.get("name"))
+    # from here the stop goes on to its verified end whatever happens to the CLI (Ctrl-C to
+    # its group, its ssh link dropped); the event tells it so, the record gets the end
+    outlive_caller()
+    event({"stop_begun": {"name": store.name}})
     sig = req.get("signal")
     grace = req.get("grace")
     asked = []
@@ -41,9 +46,20 @@ def stop(req, home):
         res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
         if ended:
             res["restart_cancelled"] = True
+        _record_end(store, att, res, req.get("by"))
         return res
     finally:
         store.unlock(fd)
+
+
+def _record_end(store, att, res, by):
+    """The stop's end in the attempt's record ("stopped"): what `status` shows of a stop
+    whose caller was gone before its reply (a Ctrl-C'd CLI, a dropped link)."""
+    if not att or res.get("already_stopped"):
+        return
+    end = {"at": time.time(), "by": by or "cli", "verified_dead": bool(res.get("verified_dead")),
+           "survivors": len(res.get("survivors") or ()), "signal": res.get("signal"), "grace_s": res.get("grace_s")}
+    store.update_attempt(att["attempt"], lambda fresh: fresh.update(stopped=end))
 
 
 def _stop_store(home, name):
