@@ -40,6 +40,43 @@ def _until(cond, timeout: float, what: str, every: float = 0.05):
         time.sleep(every)
 
 
+def test_a_health_restart_waits_its_delay_as_restarting_and_uptime_is_the_new_jobs(sup):
+    """nan = "restart", backoff 2 s, max_restarts 1: attempt 1 NaNs, waits 2 s (state
+    restarting, next_restart_at), attempt 2 runs with its own uptime, NaNs, and the run
+    reads gave_up at once. Before: the health stop held the run lock 10 s waiting for its
+    own parent (the shim) to end, so the run read `exited` ~10 s and restarted after ~12 s."""
+    (sup.cwd / "runward.toml").write_text(_example(
+        "hr", 'max_restarts = 1\nbackoff = "2s"\n[runs.hr.health]\ninterval = 0.3\n'
+              'actions = { nan = "restart" }\n'))
+    rc, doc = sup.json("start", "hr", "--env", "TRAIN_NAN_AT=40")
+    assert rc == 0, doc
+    reads = []  # (agent's time, the run's status)
+
+    def sample():
+        res = _status_all(sup)
+        r = res["runs"][0]
+        reads.append((res["time"], r))
+        return r["state"] == "gave_up"
+    _until(sample, 90, "gave_up")
+    r1, r2 = records(sup.home, "hr")
+    e1, s2, e2 = r1["exit"]["at"], r2["started_at"], r2["exit"]["at"]
+    assert r2["restart"]["delay_s"] == 2.0 and r2["restart"]["reason"] == "health_action", r2["restart"]
+    assert 2.0 <= s2 - e1 < 3.5, f"the wait was {s2 - e1:.2f}s where the record says 2.0"
+    waiting = [r for t, r in reads if e1 + 0.5 < t < s2 - 0.05]
+    assert waiting, "no read fell in the backoff"
+    for r in waiting:
+        assert r["state"] == "restarting" and r["attempt"] == 1, r
+        assert abs(r["next_restart_at"] - (e1 + 2.0)) < 0.5, (r["next_restart_at"], e1)
+    second = [(t, r) for t, r in reads if r["attempt"] == 2 and r["state"] == "running"]
+    assert second, "no read of attempt 2 running"
+    for t, r in second:
+        up = r["tree"]["uptime_s"]
+        assert up <= t - s2 + 0.3, f"uptime {up}s, {t - s2:.2f}s after attempt 2's job started"
+    # the last attempt's end is the run's: gave_up at once, never a long `exited` before it
+    assert reads[-1][0] - e2 < 2.0, f"gave_up read {reads[-1][0] - e2:.2f}s after the last exit"
+    wait_for(lambda: shim_gone(sup.home, "hr") and not marked("hr."), what="nothing of the run left")
+
+
 def _watch(c, name: str, every: float, stop: threading.Event, out: list) -> threading.Thread:
     """Read `status NAME` (with its health, as a person does, and `top` every 2 s) every
     EVERY seconds until STOP."""
@@ -96,3 +133,16 @@ def test_reading_status_never_switches_a_health_action_off(sup, tmp_path, action
         assert rec(sup.home, name, 1)["job"] and not rec(sup.home, name, 1).get("exit")  # notify only
     sup.json("stop", name, "--grace", "5")
     wait_for(lambda: shim_gone(sup.home, name) and not marked(name + "."), what="nothing of the run left")
+
+
+def test_a_stop_of_a_supervised_run_answers_without_waiting_out_its_shim(sup):
+    """The shim ends with the stop; before, it waited for the run lock the stop held while
+    the stop waited (10 s at most) for the shim to end."""
+    rc, doc = sup.json("start", "bs", "--restart", "always", "--settle", "0", "--", "sleep", "600")
+    assert rc == 0, doc
+    t0 = time.monotonic()
+    rc, doc = sup.json("stop", "bs", "--grace", "5")
+    took = time.monotonic() - t0
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert took < 5.0, f"the stop took {took:.1f}s"
+    assert shim_gone(sup.home, "bs") and sup.status("bs")["state"] == "exited"
