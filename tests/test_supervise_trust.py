@@ -135,6 +135,53 @@ def test_reading_status_never_switches_a_health_action_off(sup, tmp_path, action
     wait_for(lambda: shim_gone(sup.home, name) and not marked(name + "."), what="nothing of the run left")
 
 
+def test_an_orphans_stop_leaves_its_exit_unknown_in_every_view(cli):
+    """The shim is killed; the job (which saves and exits 0 on TERM) is stopped. Nobody saw
+    its exit status: status --json, the human view and the health facts all say unknown.
+    Before: the human view said "killed by SIGTERM"."""
+    from conftest import EXAMPLE
+    rc, doc = cli.json("start", "orx", "--settle", "0.2", "--env", "TRAIN_STEP_SECONDS=0.1", "--",
+                       PY, str(EXAMPLE))
+    assert rc == 0, doc
+    a = rec(cli.home, "orx", 1)
+    os.kill(a["shim"]["pid"], signal.SIGKILL)
+    wait_for(lambda: not alive(a["shim"]["pid"], a["shim"]["start"]), what="the shim gone")
+    rc, st_doc = cli.json("status", "orx")
+    assert rc == 0 and st_doc["result"]["runs"][0]["state"] == "orphaned", st_doc  # README: status exits 0
+    rc, doc = cli.json("stop", "orx", "--grace", "5")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    st = cli.status("orx")
+    ex = st["exit"]
+    assert st["state"] == "exited" and ex["code"] is None and ex["signal"] is None and ex["unknown"], ex
+    assert ex["signals_sent"] == ["SIGTERM"] and ex["by"] == "stop", ex
+    text = cli.run("status", "orx").stdout
+    head = text.splitlines()[0]
+    assert "exit status unknown" in head and "SIGTERM" not in head and "killed" not in head, text
+    ends = [f for f in st["health"]["alerts"] if f["kind"] == "exited"]
+    assert ends and "unknown" in ends[-1]["detail"] and "killed" not in ends[-1]["detail"], ends
+    assert not [f for f in st["health"]["alerts"] if f["kind"] == "oom_killed"]
+
+
+def test_an_exited_alert_carries_the_exits_time_not_the_reads(cli):
+    rc, doc = cli.json("start", "ext", "--settle", "0", "--sh", "exit 3")
+    assert rc in (0, 1), doc
+    ex = wait_for(lambda: rec(cli.home, "ext", 1).get("exit"), what="the exit record")
+    # the first read comes well after the exit, as it would for a run nobody looked at
+    wait_for(lambda: time.time() > ex["at"] + 1.5, what="a read later than the exit")
+    st = cli.status("ext")
+    ends = [f for f in st["health"]["alerts"] if f["kind"] == "exited"]
+    assert ends and abs(ends[0]["t"] - ex["at"]) < 0.01, (ends, ex)
+
+
+def test_a_stop_in_the_backoff_says_it_cancelled_the_restart(sup):
+    sup.json("start", "bk", "--settle", "0", "--restart", "always", "--backoff", "60s", "--sh", "exit 1")
+    wait_for(lambda: sup.status("bk")["state"] == "restarting", what="state restarting")
+    p = sup.run("stop", "bk")
+    assert p.returncode == 0, p.stderr
+    assert "cancelled the pending restart" in p.stdout and "already stopped" not in p.stdout, p.stdout
+    wait_for(lambda: shim_gone(sup.home, "bk"), what="the shim woken and ended")
+
+
 def test_a_stop_of_a_supervised_run_answers_without_waiting_out_its_shim(sup):
     """The shim ends with the stop; before, it waited for the run lock the stop held while
     the stop waited (10 s at most) for the shim to end."""

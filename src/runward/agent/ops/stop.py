@@ -141,6 +141,9 @@ def _let_shim_record(store, att, fates, by=None):
     def record_exit(now):
         if now.get("exit") or now.get("error"):
             return False
-        now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
+        # what stop sent is not how the job ended (a job that saves on TERM returns 0): only
+        # the shim, its parent, could have read that, so it is unknown, said as unknown
+        now["exit"] = {"at": time.time(), "code": None, "signal": None, "unknown": True, "by": "stop",
+                       "signals_sent": sigs,
                        "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
     store.update_attempt(att["attempt"], record_exit)
