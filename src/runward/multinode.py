@@ -282,8 +282,8 @@ def _node_line(r: dict) -> str:
     if res.get("attempt"):
         bits.append(f"attempt {res['attempt']}")
     if res.get("exit"):
-        ex = res["exit"]
-        bits.append(f"killed by {ex['signal']}" if ex.get("signal") else f"exit code {ex.get('code')}")
+        from .render import describe_exit  # an unknown exit (an orphan's stop) said as unknown
+        bits.append(describe_exit(res["exit"]))
     if res.get("peer_stop"):
         bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")
     if "verified_dead" in res:

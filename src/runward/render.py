@@ -30,7 +30,8 @@ def human_bytes(n: float | None) -> str:
 
 
 def describe_exit(ex: dict | None) -> str:
-    if not ex:
+    if not ex or ex.get("unknown") or (ex.get("code") is None and not ex.get("signal")):
+        # e.g. an orphan's stop: it sent TERM, but how the job ended nobody saw
         return "exit status unknown"
     if ex.get("signal"):
         return f"killed by {ex['signal']}"
@@ -90,6 +91,9 @@ def render_stop(r: dict) -> str:
     if r.get("slurm"):
         from . import slurmview
         return slurmview.stop(r)
+    if r.get("restart_cancelled") and r.get("already_stopped"):
+        return "\n".join([f"{r['name']}: cancelled the pending restart (attempt {r.get('attempt')} had ended; "
+                          "no process of the run alive)", *_gpu_release_lines(r)])
     if r.get("already_stopped"):
         return "\n".join([f"{r['name']}: already stopped (no process of the run alive; last state: {r.get('state')})",
                           *_gpu_release_lines(r)])

@@ -28,6 +28,7 @@ class HealthKeeper(object):
         self.notify = notify
         self.judge = None
         self.acted = False  # one stop or restart per attempt: the first alert that asks wins
+        self.judged = set()  # the facts judged already, by (kind, line number, time)
 
     def tick(self, n):
         from .ops import health
@@ -35,10 +36,18 @@ class HealthKeeper(object):
         att = self.store.attempt(n)
         if not att or att.get("exit"):
             return
-        saved, facts, _ = health.scan(self.store, att, self.rules.get("metrics"))
+        saved, _, _ = health.scan(self.store, att, self.rules.get("metrics"))
         if self.judge is None:
             self.judge = Judge(att, saved, self.rules, time.time(), None)
-            facts = [a for a in saved.get("alerts") or [] if a.get("kind") != "exited"]
+        # Every stored fact not judged yet, not only this scan's new ones: a status or top
+        # that scanned first has stored the NaN line's fact, and its scan's "new" list was
+        # the only place this tick would have seen it (the action then never fired).
+        facts = []
+        for a in saved.get("alerts") or []:
+            key = (a.get("kind"), a.get("line_no"), a.get("t"))
+            if a.get("kind") != "exited" and key not in self.judged:
+                self.judged.add(key)
+                facts.append(a)
         alerts = facts + self.judge.poll(att["log"], True, time.time())
         for a in alerts:
             if a["kind"] == "exited":

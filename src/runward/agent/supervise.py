@@ -180,7 +180,8 @@ def status_fields(out, att):
     out["restarts"] = (att.get("restart") or {}).get("number", 0)
     if att.get("actions"):
         out["actions"] = att["actions"]
-    if out["state"] == "exited" and in_backoff(att) and not att.get("stop_requested"):
+    sr = att.get("stop_requested")
+    if out["state"] == "exited" and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
         out["state"] = "restarting"
         out["next_restart_at"] = att["next_restart_at"]
     elif att.get("gave_up"):
@@ -308,6 +309,11 @@ class Supervisor(object):
         self.exits.append({"attempt": n, "code": ex.get("code"), "signal": ex.get("signal"),
                            "uptime_s": round(up, 3)})
         self.notify("exited", n, exit=ex, uptime_s=round(up, 3))
+        sr = att.get("stop_requested")
+        if sr and sr.get("by") != HEALTH_RESTART:
+            # a stop's end is final (no later write removes the mark), so no lock is needed to
+            # decide it; and that stop may hold the run lock while it waits for us to end
+            return None
         delay = backoff_delay(self.pol, self.streak)
         fd = self.store.lock("supervise", LOCK_WAIT_S)
         try:

@@ -26,19 +26,24 @@ class ExitWatch(object):
         out = []
         code, sig = exit_info.get("code"), exit_info.get("signal")
         seen = [code, sig]
+        # the job's end is dated by its exit record, not by the read that noticed it
+        at = exit_info.get("at") or now
         if self.exit_seen != seen:
             self.exit_seen = seen
             if sig:
                 detail = "the job was killed by %s" % sig
+            elif code is None:
+                detail = "the job ended; its exit status is unknown (%s)" % (
+                    exit_info.get("note") or "nobody saw it end")
             else:
                 detail = "the job exited with code %s" % code
-            out.append(alert("exited", now, detail, code=code, signal=sig))
+            out.append(alert("exited", at, detail, code=code, signal=sig))
         sigkill = (str(sig or "").upper().replace("SIG", "") in ("KILL", "9")
                    or code in (137, -9))
         if sigkill and not self.sigkill_seen:
             self.sigkill_seen = True
             out.append(alert(
-                "oom_killed", now, "possibly OOM-killed: the job ended by SIGKILL (the "
+                "oom_killed", at, "possibly OOM-killed: the job ended by SIGKILL (the "
                 "kernel OOM killer sends it; dmesg tells)", evidence="exit by SIGKILL",
                 certain=False))
         return out

@@ -64,6 +64,10 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     found = members(store.name, att, procs, prot) if state != "lost" else {}
     if found:
         out["tree"] = summarize_tree(found, up, att["job"]["pid"] if att.get("job") else None)
+        if out["tree"]["uptime_s"] is not None and att.get("started_at"):
+            # a restart's job execs in a process forked during the attempt before (the
+            # zygote, supervise.py): its /proc age counts that attempt and the backoff too
+            out["tree"]["uptime_s"] = round(max(0.0, min(out["tree"]["uptime_s"], time.time() - att["started_at"])), 1)
         out["tree"]["pids"] = sorted(found)
     if att.get("gpus") and state in ("running", "orphaned"):
         out.update(gpus.usage(att, found))

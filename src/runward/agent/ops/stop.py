@@ -43,7 +43,7 @@ def stop(req, home):
         grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
         mark_stop_requested(store, att, procs, req.get("by"))
         ended = supervise.end_backoff(store, att, req.get("by"))  # a shim waiting to restart: no next attempt
-        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"))
+        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"), req.get("by"))
         if ended:
             res["restart_cancelled"] = True
         _record_end(store, att, res, req.get("by"))
@@ -87,7 +87,7 @@ def mark_stop_requested(store, att, procs, by=None):
     store.update_attempt(att["attempt"], mark)
 
 
-def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
+def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
     signum = parse_signal(sig)
     found = members(store.name, att, procs, prot)
     res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
@@ -121,7 +121,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
     if not survivors:
         res["verified"] = ["no_process_of_run_alive"]
         faults.point("stop:dead")
-        _let_shim_record(store, att, fates)
+        _let_shim_record(store, att, fates, by)
         cgroups.remove((att or {}).get("cgroups"))
         gpus.stop_check(res, store, att, fates, gpu_timeout)
     latest = store.latest()
@@ -129,13 +129,18 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None):
     return res
 
 
-def _let_shim_record(store, att, fates):
+def _let_shim_record(store, att, fates, by=None):
     """Wait (10 s at most: on a loaded machine, seen in CI, 2 s was too short) for the shim
     to record the exit before we answer, so a `status` right after is true. An orphan's shim is gone and will record nothing: then stop, which
     saw the job to its end, records it (under the run lock the caller holds), so the attempt
-    reads "exited", not "lost"."""
+    reads "exited", not "lost". A health action's stop (BY "health:...") is the shim's own
+    child: the shim records the exit itself and then needs the run lock this stop holds to
+    decide the restart, so waiting for the shim's end here held both for 10 s (the run read
+    `exited` that long, and restarted 10 s late)."""
     shim_ident = (att or {}).get("shim")
     sp = live(shim_ident) if shim_ident else None
+    if sp is not None and str(by or "").startswith("health:"):
+        return
     if sp is not None:
         w = PidWatch()
         if w.add(sp):
@@ -152,6 +157,9 @@ def _let_shim_record(store, att, fates):
     def record_exit(now):
         if now.get("exit") or now.get("error"):
             return False
-        now["exit"] = {"at": time.time(), "code": None, "signal": sigs[-1] if sigs else None, "by": "stop",
+        # what stop sent is not how the job ended (a job that saves on TERM returns 0): only
+        # the shim, its parent, could have read that, so it is unknown, said as unknown
+        now["exit"] = {"at": time.time(), "code": None, "signal": None, "unknown": True, "by": "stop",
+                       "signals_sent": sigs,
                        "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
     store.update_attempt(att["attempt"], record_exit)
