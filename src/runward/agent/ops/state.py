@@ -8,7 +8,7 @@ import time
 from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, summarize_tree
-from ..secrets import redact_env
+from ..secrets import redact_env, shown_multinode
 from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
@@ -54,9 +54,11 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         return out
     out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
                 "log": log_info(att.get("log")), "gpus": att.get("gpus")})
-    for k in ("multinode", "peer_events", "peer_stop", "stop_requested"):  # a multi-node run's node (peers.py)
+    for k in ("multinode", "peer_events", "peer_stop", "coordinator_lost", "stop_requested"):  # peers.py
         if att.get(k):
             out[k] = att[k]
+    if out.get("multinode"):
+        out["multinode"] = shown_multinode(out["multinode"])
     if att.get("job"):
         out["pid"] = att["job"]["pid"]
         out["start_time"] = att["job"]["start"]
@@ -199,6 +201,8 @@ def spec(req, home):
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
+    if sp.get("multinode"):
+        sp["multinode"] = shown_multinode(sp["multinode"])
     return {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
 
 
