@@ -209,7 +209,7 @@ def test_a_member_heeds_only_a_coordinator_that_proves_it_knows_the_secret(runs)
 def test_a_coordinator_that_cannot_listen_is_said_and_stops_the_run_and_the_secret_is_never_shown(runs):
     """The coordinator's port taken by someone else: node 0 does not run on unwatched. Its
     record and status say "coordinator lost", and with on_node_failure = "stop" its job is
-    stopped (a start still settling then fails, and a multi-node start rolls back)."""
+    stopped."""
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen(1)
