@@ -244,6 +244,8 @@ def test_a_member_whose_job_ends_before_its_link_connects_still_tells_node_0():
     """The end of a member's job that came before its link reached node 0's coordinator is
     not lost: the link goes on trying, says hello and then that the job ended (failed), so
     node 0 stops the others now, not after the 120 s it waits for a member that never came."""
+    import hashlib
+    import hmac
     import json
     import socket
     import subprocess
@@ -264,9 +266,15 @@ def test_a_member_whose_job_ends_before_its_link_connects_still_tells_node_0():
             conn, _ = srv.accept()
             with conn, conn.makefile("rb") as f:
                 conn.settimeout(10)
-                said = [json.loads(f.readline()), json.loads(f.readline())]
-        assert said[0] == {"hello": 1, "id": "early"}, said
-        assert said[1]["ended"] == 1 and said[1]["failed"] is True and said[1]["exit"]["code"] == 3, said
+                hello = json.loads(f.readline())
+                # the member tells only a coordinator that proves it knows the run's secret
+                # (none here: the run id is the key); docs/multinode.md, "Trust"
+                text = "runward-peers coordinator early 1 %s nc" % hello["nonce"]
+                proof = hmac.new(b"early", text.encode(), hashlib.sha256).hexdigest()
+                conn.sendall(json.dumps({"welcome": 1, "nonce": "nc", "proof": proof}).encode() + b"\n")
+                said = [hello, json.loads(f.readline()), json.loads(f.readline())]
+        assert said[0]["hello"] == 1 and said[0]["id"] == "early" and "proof" in said[1], said
+        assert said[2]["ended"] == 1 and said[2]["failed"] is True and said[2]["exit"]["code"] == 3, said
         assert member.wait(timeout=30) == 0
     finally:
         member.kill()

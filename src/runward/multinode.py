@@ -139,7 +139,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
             run_id = secrets.token_hex(6)
             addr = master_addr or ips[0]
             plan.update(id=run_id, addr=addr, ports=ports, ips=ips, part={
-                "id": run_id, "nnodes": n, "nodes": [_node_ref(t) for t in nodes], "master_addr": addr,
+                "id": run_id, "secret": secrets.token_hex(16), "nnodes": n, "nodes": [_node_ref(t) for t in nodes], "master_addr": addr,
                 "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure})
     finally:
         probed.set()
@@ -286,6 +286,8 @@ def _node_line(r: dict) -> str:
         bits.append(describe_exit(res["exit"]))
     if res.get("peer_stop"):
         bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")
+    if res.get("coordinator_lost"):
+        bits.append(f"coordinator lost ({res['coordinator_lost'].get('why')}): the nodes no longer watch each other")
     if "verified_dead" in res:
         bits.append("verified dead" if res["verified_dead"] else "NOT verified dead")
     return head + ", ".join(b for b in bits if b)

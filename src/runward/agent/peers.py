@@ -2,22 +2,35 @@
 (docs/multinode.md, "Failure propagation").
 
 Node 0's shim runs a small coordinator: a TCP listener on the coordinator port the CLI chose
-on node 0 (ops/nodes.py:free_ports). Every other node's shim connects to it (MASTER_ADDR,
-that port) and says hello. Messages are JSON lines:
+on node 0 (ops/nodes.py:free_ports), bound to MASTER_ADDR where that is node 0's own address.
+Every other node's shim connects to it (MASTER_ADDR, that port), and each side proves it
+knows the run's secret (the record's multinode.secret, never shown) before the other heeds
+it: HMAC-SHA256 over both sides' nonces, a different text each way. Messages are JSON lines:
 
-    member -> coordinator   {"hello": RANK, "id": RUN_ID}   {"ended": RANK, "failed": BOOL, "exit": {...}}
-    coordinator -> member   {"stop": {"rank": R, "why": TEXT}}   {"ended": 0, "failed": false}
+    member -> coordinator   {"hello": RANK, "id": RUN_ID, "nonce": NM}
+    coordinator -> member   {"welcome": RANK, "nonce": NC, "proof": MAC("coordinator", RANK, NM, NC)}
+    member -> coordinator   {"proof": MAC("member", RANK, NM, NC)}
+    then member -> coordinator   {"ended": RANK, "failed": BOOL, "exit": {...}}
+         coordinator -> member   {"stop": {"rank": R, "why": TEXT}}   {"ended": 0, "failed": false}
+
+A connection that has not proved itself within HELLO_S is closed, as is one whose line
+before that runs past HELLO_LINE; at most MAX_PENDING wait at once (the oldest makes room
+for a new one), so idle or slow connections cannot exhaust the coordinator (it polls with
+selectors, never select() over unbounded descriptors).
 
 A node whose job ends with a failure (a non-zero exit or a signal, not asked for by `stop`),
 or whose connection drops before it said it ended, is a failed node; a member that never
-connects within CONNECT_S is one too. With on_node_failure = "stop" (the default) the
-coordinator tells every member, and each shim then stops its own job with the verified stop
-(terminate.py: its leader first, the grace, KILL, every member checked dead); a
-member that loses the coordinator without its "ended" does the same. "continue" only
-records what happened. An end asked for by `stop` (stop_requested in the record) is never a
-failure: a user's stop of all nodes does not cascade.
+reaches a coordinator that proves itself within CONNECT_S is one too. With on_node_failure =
+"stop" (the default) the coordinator tells every member, and each shim then stops its own job
+with the verified stop (terminate.py: its leader first, the grace, KILL, every member checked
+dead); a member that loses the coordinator without its "ended" does the same. A link that
+fails (the coordinator cannot listen, its thread dies) is the failure of its node: its record
+says `coordinator_lost`, its connections are closed so the others see it, and with "stop"
+its job is stopped too. "continue" only records what happened. An end asked for by `stop`
+(stop_requested in the record) is never a failure: a user's stop of all nodes does not cascade.
 """
 
+import errno
 import os
 import time
 
@@ -29,6 +42,10 @@ from .wire import json_dumps, json_loads
 CONNECT_S = 120.0   # how long a member tries to reach the coordinator, and it waits for hellos
 RETRY_S = 0.5
 TELL_S = 5.0        # how long a member's shim waits, its job ended, for its link to say so
+HELLO_S = 5.0       # a connection not proved by then is closed (either side)
+MAX_PENDING = 64    # connections not proved yet, at once: the oldest is closed to make room
+HELLO_LINE = 1024   # the longest line before a connection proved itself
+LINE = 65536        # the longest line after
 
 
 def attach(store, n, att):
@@ -64,7 +81,9 @@ class Link:
         self.rank, self.nnodes = int(mn["rank"]), int(mn["nnodes"])
         self.policy = mn.get("on_node_failure") or "stop"
         self.conns = {}                 # coordinator: rank -> socket
-        self.sock = None                # member: its connection
+        self.sock = None                # member: its connection, once the coordinator proved itself
+        self.rest = b""                 # member: what came after the coordinator's welcome
+        self.unproved = None            # member: why the last listener was not heeded
         self.end = None                 # member: its "ended" message, once its job ended
         self.told = threading.Event()   # set once the end was said (or there is no one to say it to)
         self.lock = threading.Lock()    # member: the hello, then the end, once each
@@ -76,12 +95,40 @@ class Link:
     # --- both sides
 
     def run(self):
-        """The thread: coordinate (node 0) or follow; an error here is recorded, not lost."""
+        """The thread: coordinate (node 0) or follow; an error here is this node's failure,
+        said to the others and recorded, never a silent end of the watching."""
         try:
             self.coordinate() if self.rank == 0 else self.follow()
-        except Exception as e:  # the job runs on; its record says its peers are unwatched
-            self.note({"rank": self.rank, "why": "watching the peers failed: %s: %s" % (type(e).__name__, e),
-                       "at": time.time()})
+        except Exception as e:
+            self.link_failed("watching the peers failed: %s: %s" % (type(e).__name__, e))
+
+    def link_failed(self, why):
+        """Our link is gone: the record says so (status: coordinator lost); node 0 tells its
+        members first (they heed a proved coordinator); every connection is closed, so the
+        others see this node drop; with "stop" our job is stopped as well."""
+        self.mark_lost(why)
+        if self.rank == 0 and self.policy == "stop" and not self.job_over.is_set():
+            self.broadcast({"stop": {"rank": 0, "why": why}})
+        for c in list(self.conns.values()) + [self.sock]:
+            if c is not None:
+                c.close()
+        self.conns.clear()
+        self.told.set()
+        if not self.job_over.is_set():
+            self.node_failed(self.rank, why)
+
+    def mark_lost(self, why):
+        """The first loss of the link, kept in the record: status shows the run as unwatched."""
+        def mark(att):
+            if att.get("coordinator_lost"):
+                return False
+            att["coordinator_lost"] = {"why": why, "at": time.time()}
+        self.store.update_attempt(self.n, mark)
+
+    def mac(self, role, rank, nm, nc):
+        """The proof that ROLE knows the run's secret, bound to this hello's two nonces."""
+        key = (self.mn.get("secret") or self.mn.get("id") or "").encode()
+        return _hmac(key, ("runward-peers %s %s %s %s %s" % (role, self.mn.get("id"), rank, nm, nc)).encode())
 
     def job_ended(self, msg):
         self.job_over.set()
@@ -165,66 +212,160 @@ class Link:
     # --- node 0: the coordinator
 
     def coordinate(self):
-        import socket
+        srv = self._listen()
         try:
+            self._serve(srv)
+        finally:
+            srv.close()
+
+    def _listen(self):
+        """The listener, on MASTER_ADDR (the address the members use) where it is one of
+        ours, else on every address: a stranger cannot take the members' address:port
+        from under us, nor we be reached through addresses nobody uses."""
+        import socket
+        port = int(self.mn["coord_port"])
+        for host in [h for h in (self.mn.get("master_addr"), "") if h is not None]:
             srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            srv.bind(("", int(self.mn["coord_port"])))
+            try:
+                srv.bind((host, port))
+            except OSError as e:
+                srv.close()
+                if host and (isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL):
+                    continue  # not an address of this node (NAT, a name): every address then
+                raise OSError("the coordinator could not listen on %s:%s: %s" % (host or "*", port, e))
             srv.listen(64)
-        except OSError as e:
-            self.note({"rank": 0, "why": "the coordinator could not listen on port %s: %s"
-                       % (self.mn["coord_port"], e), "at": time.time()})
-            return
-        self._serve(srv)
+            srv.setblocking(False)
+            return srv
 
     def _serve(self, srv):
-        import select
-        bufs, said_end = {}, set()
-        deadline = time.monotonic() + CONNECT_S  # None once every member said hello
+        import selectors
+        self.sel = sel = selectors.DefaultSelector()  # epoll: any descriptor number, any count
+        sel.register(srv, selectors.EVENT_READ, "accept")
+        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.pending, self.bufs, said_end = {}, {}, set()
+        deadline = time.monotonic() + CONNECT_S  # None once every member proved itself
         while not self.job_over.is_set():
-            if deadline is not None and len(self.conns) >= self.nnodes - 1:
-                deadline = None
-            elif deadline is not None and time.monotonic() >= deadline:
-                missing = sorted(set(range(1, self.nnodes)) - set(self.conns))
-                self.node_failed(missing[0], "node %d never reached the coordinator" % missing[0])
-                deadline = None
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = select.select([srv, self.wake_r] + list(bufs), [], [], wait)[0]
-            for s in ready:
-                if s is srv:
-                    c, _ = srv.accept()
-                    bufs[c] = b""
-                elif s is not self.wake_r:
-                    self._read_member(s, bufs, said_end)
+            deadline = self._check_missing(deadline)
+            now = time.monotonic()
+            self._expire(now)
+            waits = [d - now for d in [deadline] + [p["until"] for p in list(self.pending.values())[:1]]
+                     if d is not None]
+            for key, _ in sel.select(max(0.0, min(waits)) if waits else None):
+                if key.data == "accept":
+                    self._accept(srv)
+                elif key.data == "pending" and key.fileobj in self.pending:
+                    self._read_pending(key.fileobj, said_end)
+                elif key.data == "member" and key.fileobj in self.bufs:
+                    self._read_member(key.fileobj, said_end)
 
-    def _read_member(self, s, bufs, said_end):
+    def _check_missing(self, deadline):
+        if deadline is not None and len(self.conns) >= self.nnodes - 1:
+            return None
+        if deadline is not None and time.monotonic() >= deadline:
+            missing = sorted(set(range(1, self.nnodes)) - set(self.conns))
+            self.node_failed(missing[0], "node %d never reached the coordinator" % missing[0])
+            return None
+        return deadline
+
+    def _accept(self, srv):
+        import selectors
+        for _ in range(MAX_PENDING):
+            try:
+                c, _ = srv.accept()
+            except BlockingIOError:
+                return
+            except OSError:  # out of descriptors: the oldest unproved connection makes room
+                if not self._drop_oldest():
+                    time.sleep(0.1)  # nothing of ours to close: not a busy loop meanwhile
+                return
+            if len(self.pending) >= MAX_PENDING:
+                self._drop_oldest()
+            c.setblocking(False)
+            self.pending[c] = {"buf": b"", "until": time.monotonic() + HELLO_S}
+            self.sel.register(c, selectors.EVENT_READ, "pending")
+
+    def _drop(self, c):
+        self.pending.pop(c, None)
+        self.bufs.pop(c, None)
+        self.sel.unregister(c)
+        c.close()
+
+    def _drop_oldest(self):
+        for c in self.pending:
+            self._drop(c)
+            return True
+        return False
+
+    def _expire(self, now):
+        for c, p in list(self.pending.items()):  # in the order they came: the first to expire first
+            if p["until"] > now:
+                return
+            self._drop(c)
+
+    def _read_pending(self, c, said_end):
+        """A connection not proved yet: its hello (answered with our proof), then its proof;
+        anything else, or too long a line, closes it unheeded."""
+        p = self.pending[c]
+        try:
+            chunk = c.recv(4096)
+        except OSError:
+            chunk = b""
+        p["buf"] += chunk
+        while chunk and b"\n" in p["buf"]:
+            line, p["buf"] = p["buf"].split(b"\n", 1)
+            msg = _parse(line)
+            if "nc" not in p:
+                chunk = self._answer_hello(c, p, msg)
+            elif _same(msg.get("proof"), self.mac("member", p["rank"], p["nm"], p["nc"])) \
+                    and p["rank"] not in self.conns:
+                del self.pending[c]
+                self.conns[p["rank"]], self.bufs[c] = c, p["buf"]
+                c.setblocking(True)
+                self.sel.modify(c, self.sel.get_key(c).events, "member")
+                return self._member_lines(c, p["rank"], said_end)
+            else:
+                chunk = b""
+        if not chunk or len(p["buf"]) > HELLO_LINE:
+            self._drop(c)
+
+    def _answer_hello(self, c, p, msg):
+        """b"" (close it) unless MSG is this run's hello from a member rank, then answered."""
+        nm = msg.get("nonce")
+        if msg.get("id") != self.mn.get("id") or type(msg.get("hello")) is not int \
+                or msg["hello"] not in range(1, self.nnodes) or not isinstance(nm, str) or not 16 <= len(nm) <= 128:
+            return b""
+        p.update(rank=msg["hello"], nm=nm, nc=os.urandom(16).hex())
+        reply = {"welcome": p["rank"], "nonce": p["nc"], "proof": self.mac("coordinator", p["rank"], nm, p["nc"])}
+        data = (json_dumps(reply) + "\n").encode()
+        try:
+            return b"x" if c.send(data) == len(data) else b""
+        except OSError:
+            return b""
+
+    def _read_member(self, s, said_end):
         try:
             chunk = s.recv(65536)
         except OSError:
             chunk = b""
         rank = next((r for r, c in self.conns.items() if c is s), None)
-        if not chunk:
-            del bufs[s]
-            s.close()
+        self.bufs[s] += chunk
+        if not chunk or (b"\n" not in self.bufs[s] and len(self.bufs[s]) > LINE):
+            self._drop(s)
+            self.conns.pop(rank, None)
             if rank is not None and rank not in said_end:
                 self.node_failed(rank, "lost the connection to node %d" % rank)
             return
-        bufs[s] += chunk
-        while b"\n" in bufs[s]:
-            line, bufs[s] = bufs[s].split(b"\n", 1)
+        self._member_lines(s, rank, said_end)
+
+    def _member_lines(self, s, rank, said_end):
+        while b"\n" in self.bufs[s]:
+            line, self.bufs[s] = self.bufs[s].split(b"\n", 1)
             msg = _parse(line)
-            if rank is None:  # a connection speaks only after its hello with this run's id
-                if msg.get("id") != self.mn.get("id") or msg.get("hello") not in range(1, self.nnodes):
-                    del bufs[s]
-                    s.close()
-                    return
-                rank = int(msg["hello"])
-                self.conns[rank] = s
-            elif "ended" in msg and int(msg["ended"]) == rank:
-                said_end.add(int(msg["ended"]))
+            if "ended" in msg and msg["ended"] == rank and rank not in said_end:
+                said_end.add(rank)
                 if msg.get("failed"):
-                    self.node_failed(int(msg["ended"]), "node %s's job ended: %s"
-                                     % (msg["ended"], _describe(msg.get("exit"))))
+                    self.node_failed(rank, "node %s's job ended: %s" % (rank, _describe(msg.get("exit"))))
 
     def broadcast(self, msg):
         for c in list(self.conns.values()):
@@ -233,53 +374,116 @@ class Link:
     # --- the other nodes: members
 
     def follow(self):
-        sock = self._connect()
+        sock = self._join()
         if sock is None:
             self.told.set()
             if not self.job_over.is_set():
-                self.node_failed(0, "could not reach node 0's coordinator at %s:%s"
-                                 % (self.mn.get("master_addr"), self.mn.get("coord_port")))
+                why = self.unproved or "could not reach node 0's coordinator at %s:%s" % (
+                    self.mn.get("master_addr"), self.mn.get("coord_port"))
+                self.mark_lost(why)
+                self.node_failed(0, why)
             return
         with self.lock:
-            self.send(sock, {"hello": self.rank, "id": self.mn.get("id")})
             self.sock = sock
             if self.end is not None:  # the job ended before we got here: say so now
                 self.send(sock, self.end)
                 self.told.set()
-        buf, done = b"", False
-        while not done:
+        if not self._heed(sock) and not self.job_over.is_set():
+            why = "lost the connection to node 0's coordinator"
+            self.mark_lost(why)
+            self.node_failed(0, why)
+
+    def _heed(self, sock):
+        """What the proved coordinator says, until its "ended" (True) or the link drops."""
+        buf = self.rest
+        while True:
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = _parse(line)
+                if "stop" in msg and isinstance(msg["stop"], dict):
+                    self.note(dict(msg["stop"], at=time.time(), told_by=0))
+                    if self.policy == "stop":
+                        self.stop_own(msg["stop"].get("rank"), msg["stop"].get("why"))
+                elif "ended" in msg:
+                    return True
             try:
                 sock.settimeout(None)
                 chunk = sock.recv(65536)
             except OSError:
                 chunk = b""
-            if not chunk:
-                break
+            if not chunk or len(buf) > LINE:
+                return False
             buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                msg = _parse(line)
-                if "stop" in msg:
-                    self.note(dict(msg["stop"], at=time.time(), told_by=0))
-                    if self.policy == "stop":
-                        self.stop_own(msg["stop"].get("rank"), msg["stop"].get("why"))
-                elif "ended" in msg:
-                    done = True
-        if not done and not self.job_over.is_set():
-            self.node_failed(0, "lost the connection to node 0's coordinator")
 
-    def _connect(self):
-        """A connection to node 0's coordinator, tried until CONNECT_S, on after our job
-        ended too: its end must still be said (the shim waits TELL_S for that, then exits)."""
+    def _join(self):
+        """A connection to node 0's coordinator that proved it knows the run's secret, tried
+        until CONNECT_S, on after our job ended too: its end must still be said (the shim
+        waits TELL_S for that, then exits). A listener that does not prove itself is noted
+        once and never heeded: we close it and try again."""
         import socket
         addr = (self.mn.get("master_addr"), int(self.mn["coord_port"]))
         deadline = time.monotonic() + CONNECT_S
         while time.monotonic() < deadline:
             try:
-                return socket.create_connection(addr, timeout=5.0)
+                sock = socket.create_connection(addr, timeout=5.0)
             except OSError:
                 time.sleep(RETRY_S)
+                continue
+            why = self._handshake(sock)
+            if why is None:
+                return sock
+            sock.close()
+            if why != self.unproved:
+                self.unproved = why
+                self.note({"rank": 0, "why": why, "at": time.time()})
+            time.sleep(RETRY_S)
         return None
+
+    def _handshake(self, sock):
+        """None once the listener proved it knows the secret (and we sent our proof), else why not."""
+        nm = os.urandom(16).hex()
+        where = "%s:%s" % sock.getpeername()[:2]
+        if not self.send(sock, {"hello": self.rank, "id": self.mn.get("id"), "nonce": nm}):
+            return "node 0's coordinator at %s closed the connection at our hello" % where
+        buf, until = b"", time.monotonic() + HELLO_S
+        while b"\n" not in buf:
+            left = until - time.monotonic()
+            if left <= 0 or len(buf) > HELLO_LINE:
+                return "the listener at %s did not answer our hello in %gs" % (where, HELLO_S)
+            try:
+                sock.settimeout(left)
+                chunk = sock.recv(4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return "node 0's coordinator at %s closed the connection at our hello" % where
+            buf += chunk
+        line, self.rest = buf.split(b"\n", 1)
+        msg = _parse(line)
+        if not _same(msg.get("proof"), self.mac("coordinator", self.rank, nm, msg.get("nonce"))):
+            return "the listener at %s did not prove it knows the run's secret: not heeded" % where
+        self.send(sock, {"proof": self.mac("member", self.rank, nm, msg.get("nonce"))})
+        return None
+
+
+def _hmac(key, msg):
+    """HMAC-SHA256 (RFC 2104), hex; hashlib only (python3-minimal's hmac is not relied on)."""
+    import hashlib
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    inner = hashlib.sha256(bytes(b ^ 0x36 for b in key) + msg).digest()
+    return hashlib.sha256(bytes(b ^ 0x5c for b in key) + inner).hexdigest()
+
+
+def _same(given, want):
+    """given == want in a time that does not depend on where they differ."""
+    if not isinstance(given, str) or len(given) != len(want):
+        return False
+    diff = 0
+    for x, y in zip(given.encode("utf-8", "replace"), want.encode()):
+        diff |= x ^ y
+    return diff == 0
 
 
 def _parse(line):

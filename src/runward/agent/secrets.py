@@ -92,6 +92,14 @@ def redact_env(env):
     return {k: redact_value(k, v) for k, v in (env or {}).items()}
 
 
+def shown_multinode(part):
+    """A multi-node run's part of a record as it may be shown or sent back: the secret its
+    nodes prove themselves with (agent/peers.py) stays on the target."""
+    if isinstance(part, dict) and part.get("secret"):
+        return dict(part, secret=REDACTED)
+    return part
+
+
 def is_shown_form(name, value, kept):
     """True when value is what redact_value showed for the kept value: a request carrying
     it back (restart from a spec) means the kept value, not these characters."""

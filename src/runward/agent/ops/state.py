@@ -8,7 +8,7 @@ import time
 from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, drift, log_info, members, summarize_tree
-from ..secrets import redact_env
+from ..secrets import redact_env, shown_multinode
 from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
@@ -55,9 +55,11 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
                 "log": log_info(att.get("log")), "gpus": att.get("gpus")})
     # a multi-node run's node (peers.py); stopped: a stop's end, also one nobody waited for (ops/stop.py)
-    for k in ("multinode", "peer_events", "peer_stop", "stop_requested", "stopped"):
+    for k in ("multinode", "peer_events", "peer_stop", "coordinator_lost", "stop_requested", "stopped"):
         if att.get(k):
             out[k] = att[k]
+    if out.get("multinode"):
+        out["multinode"] = shown_multinode(out["multinode"])
     if att.get("job"):
         out["pid"] = att["job"]["pid"]
         out["start_time"] = att["job"]["start"]
@@ -205,6 +207,8 @@ def spec(req, home):
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
+    if sp.get("multinode"):
+        sp["multinode"] = shown_multinode(sp["multinode"])
     out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:

@@ -10,6 +10,7 @@ import time
 from .. import cgroups, faults, gpus, supervise
 from ..procfs import boot_id, live, protected, scan
 from ..runs import attempt_state, members, own_procs
+from ..secrets import shown_multinode
 from ..store import RunStore
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
 from ..wire import event, outlive_caller
@@ -91,7 +92,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
     signum = parse_signal(sig)
     found = members(store.name, att, procs, prot)
     res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
-           "grace_s": grace, "multinode": (att or {}).get("multinode")}
+           "grace_s": grace, "multinode": shown_multinode((att or {}).get("multinode"))}
     if not found:
         res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                     "state": attempt_state(att, procs, boot_id())})
