@@ -314,3 +314,77 @@ def test_restart_takes_cwd_and_ready_timeout_and_ps_has_a_header(cli):
     assert rc == 0
     p = cli.run("ps", "sleep 300")
     assert p.returncode == 0 and p.stdout.splitlines()[0].split() == ["PID", "STARTED", "USER", "RUN", "COMMAND"]
+
+
+def _record(cli, name: str, n: int = 1) -> dict:
+    try:
+        return json.loads((cli.home / "runs" / name / "attempts" / f"{n}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_ctrl_c_during_a_restarts_start_says_the_new_attempt_runs(cli):
+    rc, doc = cli.json("start", "rs", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    proc = cli.popen("restart", "rs", "--json", "--settle", "60", start_new_session=True)
+    job = wait_for(lambda: marked("rs.2"), what="the new attempt to run")
+    rc, out, err = _interrupt(proc)
+    (pid, start), = job.items()
+    doc = json.loads(out)
+    assert rc == 130 and doc["error"]["type"] == "Interrupted", doc
+    assert doc["result"]["interrupted_in"] == "start" and doc["result"]["pid"] == pid, doc
+    assert f"attempt 2 is running, pid {pid}" in doc["error"]["message"], doc
+    assert "old one was stopped" in doc["error"]["message"] and alive(pid, start)
+    assert not marked("rs.1"), "the old attempt must be dead"
+
+
+def test_ctrl_c_during_a_restarts_stop_says_it_goes_on_and_nothing_is_started(cli):
+    rc, doc = cli.json("start", "rt", "--settle", "0.2", "--grace", "3", "--sh", 'trap "" TERM; exec sleep 600')
+    assert rc == 0, doc
+    old = (doc["result"]["pid"], doc["result"]["start_time"])
+    proc = cli.popen("restart", "rt", start_new_session=True)
+    wait_for(lambda: _record(cli, "rt").get("stop_requested") or proc.poll() is not None,
+             what="the restart's stop to begin")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "interrupted during the stop" in err and "nothing will be started" in err, err
+    assert "Traceback" not in err
+    wait_for(lambda: not alive(*old), timeout=20, what="the TERM-ignoring job dead after its grace")
+    wait_for(lambda: (_record(cli, "rt").get("stopped") or {}).get("verified_dead"), timeout=15,
+             what="the stop's verified end recorded")
+    assert not (cli.home / "runs" / "rt" / "attempts" / "2.json").exists(), "nothing may be started"
+
+
+def test_ctrl_c_during_watch_says_it_only_reads(cli):
+    rc, doc = cli.json("start", "wt", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    proc = cli.popen("watch", "wt", "--for", "120", start_new_session=True)
+    # watching: its agent runs as the CLI's child (the CLI is inside the verb, its handler set)
+    wait_for(lambda: proc.poll() is not None or Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().strip(),
+             what="watch's agent to run")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "watch only reads" in err and "Traceback" not in err, (out, err)
+    assert marked("wt.1"), "the run goes on"
+
+
+def test_ctrl_c_during_push_and_pull_says_what_is_left(cli, tmp_path):
+    src = tmp_path / "big.bin"
+    with open(src, "wb") as f:
+        for _ in range(384):
+            f.write(os.urandom(1 << 20))
+    dest = tmp_path / "far"
+    dest.mkdir()
+    (dest / "big.bin").write_bytes(b"old")
+    proc = cli.popen("push", "--json", f"{src}:{dest}/big.bin", start_new_session=True)
+    wait_for(lambda: any(dest.glob(".big.bin*")) or proc.poll() is not None, what="the push to write its temp file")
+    rc, out, err = _interrupt(proc)
+    doc = json.loads(out)
+    assert rc == 130 and doc["error"]["type"] == "Interrupted" and "never torn" in doc["error"]["message"], doc
+    after = (dest / "big.bin").read_bytes()
+    assert after == b"old" or after == src.read_bytes()
+    back = tmp_path / "back"
+    back.mkdir()
+    proc = cli.popen("pull", f"{src}:{back}/", start_new_session=True)
+    wait_for(lambda: any(back.glob(".*")) or proc.poll() is not None, what="the pull to write its temp file")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "0 file(s) pulled" in err and "pull again" in err, err
+    wait_for(lambda: not any(back.iterdir()), timeout=10, what="no temp file left")

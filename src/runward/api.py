@@ -199,7 +199,8 @@ def spec(target: Target, name: str) -> dict:
 def restart(target: Target, name: str, *, overrides: dict | None = None, grace: float | None = None,
             signal: str | None = None, deploy: Callable[[], dict] | None = None,
             lock_timeout: float | None = None, definition: dict | None = None,
-            keep_env: bool = False, check: Callable[[dict], dict | None] | None = None) -> dict:
+            keep_env: bool = False, check: Callable[[dict], dict | None] | None = None,
+            began: list[str] | None = None) -> dict:
     """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which.
     Nothing is stopped until every input is checked: the new attempt's arguments as the
     target's start would check them (check_start), then check(last), which gets the spec
@@ -209,8 +210,11 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     definition: the run as runward.toml defines it now (start's keyword arguments), which the
     new attempt takes instead of the last attempt's spec; the last attempt's --env K=V
     overrides are then kept only with keep_env. An overrides["env"] value of None unsets
-    that entry. The result's "changed" says what differs from the last attempt (changes)."""
+    that entry. The result's "changed" says what differs from the last attempt (changes).
+    began, when given, gets each step's name as it begins ("stop", "stop:begun" once the
+    target's agent took the stop, "deploy", "start"): what a Ctrl-C interrupted."""
     steps: list[dict] = []
+    began = [] if began is None else began
     try:
         last = spec(target, name)
     except RunwardError as e:
@@ -228,19 +232,23 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
     try:
+        began.append("stop")
         steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
-                                                     lock_timeout=lock_timeout)})
+                                                     lock_timeout=lock_timeout,
+                                                     on_begun=lambda: began.append("stop:begun"))})
     except RunwardError as e:
         e.details["failed_step"] = "stop"
         e.message = f"restart stopped at step 'stop': {e.message} (nothing was started)"
         raise
     if deploy is not None:
         try:
+            began.append("deploy")
             steps.append({"step": "deploy", "result": deploy()})
         except RunwardError as e:
             e.details["failed_step"] = "deploy"
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
             raise
+    began.append("start")
     try:
         res = start(target, name, **_start_kwargs(kw))
     except RunwardError as e:

@@ -197,16 +197,20 @@ def _main(argv: list[str]) -> int:
     from .errors import RunwardError
     from .verbs._common import Out
     out = Out(getattr(args, "json", False))
+    module = None
     try:
-        return _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd)).run(args, out)
+        module = _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd))
+        return module.run(args, out)
     except RunwardError as e:
         from .verbs._common import suggest_for
         suggest_for(args, e)
         return _fail(out, args, e)
     except KeyboardInterrupt:
-        if out.json:
-            out.doc({"ok": False, "command": args.cmd, "error": {"type": "Interrupted", "message": "interrupted"}})
-        return 130
+        # a verb that knows what an interruption leaves says it (its INTERRUPTED); a verb
+        # whose Ctrl-C needs the target asked (start, stop, restart) raises Interrupted itself
+        from .errors import Interrupted
+        said = getattr(module, "INTERRUPTED", None) or "interrupted"
+        return _fail(out, args, Interrupted(said))
 
 
 # Verbs whose positional words after the options are the job's command: a word argparse

@@ -75,6 +75,12 @@ class NotVerified(RunwardError):
     kind = "NotVerified"
 
 
+class Interrupted(RunwardError):
+    """Ctrl-C (SIGINT) while a verb waited; the message says what was and was not done."""
+    exit_code = 130
+    kind = "Interrupted"
+
+
 # Agent error types (agent/wire.py AgentFailure.type) -> local classes.
 AGENT_TYPES = {
     "BadInput": BadInput,

@@ -109,6 +109,11 @@ def pull(target: Target, specs: list[str], *, base: str | None = None) -> dict:
         raise RunwardError(f"cannot write {e.filename or 'a local file'}: {e.strerror}",
                            "check the local destination (space, permissions), then pull again",
                            result={"files": sink.done})
+    except KeyboardInterrupt:
+        from .errors import Interrupted
+        raise Interrupted(f"interrupted: {len(sink.done)} file(s) pulled and verified before it (result.files); "
+                          "the one in flight was not written (no temp file is left) and the rest were not pulled",
+                          "pull again to finish", result={"files": sink.done})
     finally:
         sink.abandon()
     res["files"] = sink.done

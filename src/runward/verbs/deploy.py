@@ -7,6 +7,13 @@ from ..errors import BadInput
 from ._common import config_dir, did_you_mean, emit, load_config, target_of
 
 
+# Ctrl-C (cli.main): what an interrupted push leaves on the target (agent/ops/sync.py's Batch)
+INTERRUPTED = ("interrupted: each file on the target is its old or its new version, never torn (a file is "
+               "renamed into place only once its sha256 matched); those not reached are as they were (with "
+               "--delete, some removals may be done); the same command again finishes it, sending only what "
+               "still differs")
+
+
 def add_arguments(p) -> None:
     from ._syncflags import add_arguments as sync_flags
     p.add_argument("name")

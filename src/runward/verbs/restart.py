@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..errors import BadInput
+from ..errors import BadInput, Interrupted
 from ..render import render_start, render_stop
 from ._common import config_dir, emit, load_config, old_spelling, on_runs, signal_arg, target_of
 
@@ -47,11 +47,41 @@ def run(args, out) -> int:
         from .. import multideploy
         return multideploy.emit(out, "restart", *_restart_nodes(args, cfg, args.name))
     target = target_of(args, cfg, args.name)
-    res = _restart(args, cfg, args.name, target, out)
+    began: list[str] = []
+    try:
+        res = _restart(args, cfg, args.name, target, out, began)
+    except KeyboardInterrupt:
+        raise interrupted(target, args.name, began, args.on)
     return emit(out, "restart", target, res, _render(res))
 
 
-def _restart(args, cfg, name, target, out) -> dict:
+def interrupted(target, name: str, began: list[str], on) -> Interrupted:
+    """Ctrl-C during a restart: which step it was in, and what the run is now."""
+    look = f"`runward status {name}" + (f" --on {on}`" if isinstance(on, str) else "`")
+    step = began[-1] if began else None
+    res: dict = {"name": name, "interrupted_in": (step or "checks").split(":")[0]}
+    if step is None:
+        msg = f"interrupted before anything was stopped: {name} runs on as it was"
+    elif step == "stop":
+        msg = (f"interrupted as the stop of {name} was sent, before the target said it had begun: the old attempt "
+               f"may still run, or its stop may go on there; nothing will be started")
+    elif step == "stop:begun":
+        msg = (f"interrupted during the stop: the stop goes on on the target to its verified end; "
+               f"{name} is stopped, not restarted: nothing will be started")
+    elif step == "deploy":
+        msg = (f"interrupted during the deploy: {name} is stopped (verified), not restarted; each file there is "
+               f"its old or its new verified version, never torn; nothing was started")
+    else:
+        from .start import _ask
+        now = _ask(target, name)
+        res.update(now)
+        msg = (f"interrupted during the start of the new attempt: the old one was stopped (verified); the target "
+               + (f"says attempt {now['attempt']} is running, pid {now['pid']} (its settle period was not watched "
+                  "to the end)" if now else "shows no new attempt running: it was not launched, or ended at once"))
+    return Interrupted(msg, f"see {look}; restart again, or start it, when you are ready", result=res)
+
+
+def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> dict:
     from .. import api
     if (cfg.runs.get(name) or {}).get("nodes") and not args.on:  # (--all too) every node, all or nothing
         from ..errors import OperationFailed
@@ -72,7 +102,7 @@ def _restart(args, cfg, name, target, out) -> dict:
     definition = start_kwargs_from_config(run_cfg) if run_cfg else None
     return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
                        deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env,
-                       check=check)
+                       check=check, began=began)
 
 
 def _files_step(args, cfg, name, target, out):

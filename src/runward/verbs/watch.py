@@ -7,6 +7,11 @@ import sys
 from ._common import emit, load_config
 
 
+# Ctrl-C (cli.main): watch only reads
+INTERRUPTED = ("interrupted: watch only reads; the run goes on as it was (its health actions, where it has "
+               "them, are its shim's on the target, not watch's)")
+
+
 def add_arguments(p) -> None:
     p.add_argument("name")
     p.add_argument("--for", dest="for_s", type=float, default=60.0, metavar="S", help="window (default 60)")
