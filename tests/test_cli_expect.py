@@ -388,3 +388,14 @@ def test_ctrl_c_during_push_and_pull_says_what_is_left(cli, tmp_path):
     rc, out, err = _interrupt(proc)
     assert rc == 130 and "0 file(s) pulled" in err and "pull again" in err, err
     wait_for(lambda: not any(back.iterdir()), timeout=10, what="no temp file left")
+
+
+def test_a_run_of_runward_toml_asked_on_another_target_points_to_its_own(cli):
+    """`stop train --on HOST` where runward.toml runs train in a container on HOST: not found
+    there, and the hint names the configured target instead of "runward status lists..."."""
+    toml(cli, '[targets.box]\non = "podman:trainbox"\n\n[runs.train]\non = "box"\ncommand = ["sleep", "1"]\n')
+    for verb in ("stop", "status", "logs"):
+        rc, doc = cli.json(verb, "train", "--on", "local")
+        assert rc == 4, doc
+        assert "[runs.train] runs on box (podman:trainbox)" in doc["error"]["hint"], doc
+        assert "--on box" in doc["error"]["hint"], doc

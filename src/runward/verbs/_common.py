@@ -134,7 +134,16 @@ def suggest_for(args, e) -> None:
     try:
         cfg = load_config(args)
         if name in cfg.runs:
-            return  # defined, just not on the target (never started there): no other name is meant
+            # defined, just not on the target asked: runward.toml's own target is meant when --on
+            # named another (`--on ssh://host` for a run in a container on that host)
+            on = getattr(args, "on", None)
+            configured = cfg.target(None, name)
+            if isinstance(on, str) and cfg.target(on) != configured:
+                hint = (f"runward.toml's [runs.{name}] runs on {configured.display()}: leave out --on, "
+                        f"or give --on {configured.label or configured}")
+                e.hint = hint
+                e.details["configured_target"] = configured.display()
+            return
         hint = did_you_mean(name, cfg, target_of(args, cfg, name))
     except BadInput:
         return
