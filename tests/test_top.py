@@ -263,3 +263,25 @@ def test_top_counts_a_supervised_runs_restarts(cli, terminal):
     finally:
         cli.json("stop", "crashy", "--grace", "2")
 
+
+
+@needs_tmux
+@needs_rich
+def test_last_alert_keeps_a_readable_width_beside_a_long_target_at_160_columns(cli, terminal):
+    long = "gpu-box-number-one-in-the-rack-a-of-the-east-hall-row-12"
+    (cli.cwd / "runward.toml").write_text(f'[targets.{long}]\non = "local"\n\n'
+                                          f'[targets.other]\non = "local"\nhome = "{cli.home}-2"\n')
+    rc, doc = cli.json("start", "nanr", "--settle", "0.3", "--sh",
+                       'echo "step 1 loss 2.5"; echo "step 2 loss nan"; exec sleep 300')
+    assert rc == 0, doc
+    try:
+        t = terminal(cli.env, cli.cwd, [PY, "-m", "runward", "top", "--all"], width=160)
+        screen = t.shows(r"NaN")
+        header = next(line for line in screen.splitlines() if "LAST ALERT" in line)
+        alert_cell = header.rstrip().rstrip("┃").rsplit("┃", 1)[1]
+        assert len(alert_cell) >= 36, (len(alert_cell), screen)
+        assert "loss is NaN" in screen.replace("\n", " ") or "NaN: loss" in screen, screen
+        t.keys("q")
+        assert t.exit_code() == 0
+    finally:
+        cli.json("stop", "nanr", "--grace", "2")

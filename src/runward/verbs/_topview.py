@@ -34,15 +34,18 @@ def view(top) -> Group:
     return Group(*parts)
 
 
+TARGET_WIDTH, ALERT_WIDTH = 28, 36  # at 160 columns an alert keeps a line of its own words
+
+
 def runs_table(top) -> Table:
     many = len(top.targets) > 1
     t = Table(expand=True, title="runs", title_justify="left")
-    if many:
-        t.add_column("TARGET", no_wrap=True)
+    if many:  # a long target (`name (ssh://user@host:port/pct:ID)`) folds, not the alert
+        t.add_column("TARGET", overflow="fold", max_width=TARGET_WIDTH)
     for name in ("RUN", "STATE", "UP", "ATTEMPT", "RESTARTS", "PID"):
         t.add_column(name, no_wrap=True)
     t.add_column("METRICS", no_wrap=True)
-    t.add_column("LAST ALERT", overflow="fold", ratio=1)
+    t.add_column("LAST ALERT", overflow="fold", ratio=1, min_width=ALERT_WIDTH)
     for part in top.snapshot:
         if part["error"]:
             t.add_row(*([part["target"]] if many else []), Text(part["error"], style="red"))
