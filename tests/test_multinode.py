@@ -220,10 +220,14 @@ def test_on_node_failure_continue_leaves_the_others_running(cli, tmp_path, mn):
         # the nodes are asked one after the other: node 0 may be read just before its job
         # failed and node 1 just after it heard so; wait for one reading that has both
         rc, st = cli.json("status", mn)
-        return rc == 0 and _rows(st)[0]["state"] == "failed" and _rows(st)[1]["run"].get("peer_events") and st
+        return rc == 0 and _rows(st)[0].get("failed") and _rows(st)[1]["run"].get("peer_events") and st
     st = wait_for(node1_saw_it, 60, "node 0 failed and node 1 recording node 0's end")
     assert _rows(st)[1]["state"] == "running", st
     assert st["result"]["state"] == "failed" and alive(pids[1])
+    # the failed node reads as its own status and top read it: exited, by its exit code
+    assert _rows(st)[0]["state"] == "exited" and _rows(st)[0]["run"]["exit"]["code"] not in (0, None), st
+    rc, one = cli.json("status", mn, "--on", _rows(st)[0]["target"].split(" (")[0])
+    assert one["result"]["runs"][0]["state"] == "exited", one
 
 
 # A member node's link whose job ends before it reached node 0's coordinator (not listening

@@ -220,14 +220,14 @@ def status(nodes: list[Target], name: str) -> tuple[dict, int]:
         row = {"rank": i, "target": t.display(), "ok": r["ok"]}
         if r["ok"]:
             row["run"] = (r["result"].get("runs") or [{}])[0]
-            row["state"] = row["run"].get("state")
+            row["state"] = row["run"].get("state")  # the node's own state, as top and its status say it
             if row["state"] == "exited" and _failed_exit(row["run"]):
-                row["state"] = "failed"
+                row["failed"] = True  # the node's job failed by itself: the run's aggregate is "failed"
         else:
             row["error"] = r["error"]
             row["state"] = "not here" if r["error"]["type"] == "RunNotFound" else "unreachable"
         rows.append(row)
-    states = [r["state"] for r in rows]
+    states = ["failed" if r.get("failed") else r["state"] for r in rows]
     res = {"name": name, "nnodes": len(nodes), "state": aggregate(states), "nodes": rows}
     ids = {((r.get("run") or {}).get("multinode") or {}).get("id") for r in rows if r["ok"]}
     if len(ids - {None}) > 1:
@@ -283,7 +283,7 @@ def _node_line(r: dict) -> str:
         bits.append(f"attempt {res['attempt']}")
     if res.get("exit"):
         from .render import describe_exit  # an unknown exit (an orphan's stop) said as unknown
-        bits.append(describe_exit(res["exit"]))
+        bits.append(describe_exit(res["exit"]) + (" (failed by itself)" if r.get("failed") else ""))
     if res.get("peer_stop"):
         bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")
     if res.get("coordinator_lost"):
