@@ -281,6 +281,8 @@ def test_last_alert_keeps_a_readable_width_beside_a_long_target_at_160_columns(c
         alert_cell = header.rstrip().rstrip("┃").rsplit("┃", 1)[1]
         assert len(alert_cell) >= 36, (len(alert_cell), screen)
         assert "loss is NaN" in screen.replace("\n", " ") or "NaN: loss" in screen, screen
+        # no restart policy: RESTARTS reads "-", not 0
+        assert re.search(r"nanr\s+│\s+running\s+│[^│]*│\s+1\s+│\s+-\s+│", screen), screen
         t.keys("q")
         assert t.exit_code() == 0
     finally:
