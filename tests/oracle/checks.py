@@ -119,6 +119,8 @@ def runward_leftovers(session, models: dict) -> list[str]:
         m = models.get(name)
         if m is None:
             continue
+        # a supervised shim forks a helper of its own (same stderr): count the shims proper
+        ps = [p for p in ps if p.ppid not in {q.pid for q in ps}]
         if m.state not in ("running", "stray") or len(ps) > 1:
             out.append("inv7 %s: %d shim(s) alive while the model says %s" % (name, len(ps), m.state))
     return out

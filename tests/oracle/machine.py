@@ -265,15 +265,15 @@ class OracleRules(OracleBase):
         if m is None:
             return
         self.acted("kill_shim", m)
-        job = self.job(m)
-        with open("/proc/%d/stat" % job.pid) as f:
-            shim = int(f.read().rsplit(")", 1)[1].split()[2])
-        if m.sh:   # the job's python is the shell's child; the shim is the shell's parent
+        shim = self.job(m).pid
+        for _ in range(4):   # the job's python, maybe a --sh run's shell, then the shim
             with open("/proc/%d/stat" % shim) as f:
-                shim = int(f.read().rsplit(")", 1)[1].split()[2])
-        with open("/proc/%d/cmdline" % shim, "rb") as f:
-            if b"runward-shim" not in f.read():
-                raise Violation("%s: the job's parent %d is not a shim" % (m.name, shim))
+                shim = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%d/cmdline" % shim, "rb") as f:
+                if b"runward-shim" in f.read():
+                    break
+        else:
+            raise Violation("%s: no shim among the job's ancestors" % m.name)
         os.kill(shim, signal.SIGKILL)
         m.state = "orphaned"
 
