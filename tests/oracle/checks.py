@@ -1,0 +1,171 @@
+"""The invariants (issue 26, 1-7), each comparing what runward says (its --json) with ground
+truth read here (truth.py) and with the model. A check returns a list of violations (strings
+naming the invariant); `settle` polls until none is left or a deadline passes, since the
+world moves on its own (a shim records an exit, a supervised run restarts after its backoff)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import truth
+from .model import ENDED, LIVE
+
+DEADLINE_S = 20.0
+
+
+def exit_fact(run_doc: dict) -> tuple:
+    ex = run_doc.get("exit")
+    if not ex or (ex.get("code") is None and ex.get("signal") is None):
+        return ("unknown",)
+    if ex.get("signal"):
+        return ("signal", ex["signal"])
+    return ("code", ex["code"])
+
+
+def members(run_doc: dict) -> set:
+    return set((run_doc.get("tree") or {}).get("pids") or ()) | set(run_doc.get("stray_processes") or ())
+
+
+def check_state(m, doc: dict | None) -> list[str]:
+    """Invariants 3 and 4: the state is the model's; an exit reported is the job's real one."""
+    name = m.name
+    if m.state == "removed":
+        return [] if doc is None else ["inv3 %s: removed, but status lists it (%s)" % (name, doc.get("state"))]
+    if doc is None:
+        return ["inv6 %s: status does not list the run (model: %s)" % (name, m.state)]
+    out = []
+    if doc.get("state") != m.state:
+        out.append("inv3 %s: status says %s, the model %s" % (name, doc.get("state"), m.state))
+    if doc.get("attempt") != m.attempt:
+        out.append("inv3 %s: status says attempt %s, the model %s" % (name, doc.get("attempt"), m.attempt))
+    if m.state in ENDED + ("stray",) and m.exits and exit_fact(doc) not in m.exits:
+        out.append("inv4 %s: exit reported %s, the job's real one is %s" % (name, exit_fact(doc), sorted(m.exits)))
+    return out
+
+
+def check_members(m, target, doc: dict | None, before: dict, after: dict) -> list[str]:
+    """Invariant 1: each process of the run alive before and after the status read (same pid
+    and start time) is a member status knows; none alive that status calls ended."""
+    both = [p for pid, p in after.items() if pid in before and before[pid].start == p.start]
+    if not both:
+        return []
+    if doc is None or m.state == "removed":
+        return ["inv1 %s: %d processes alive (%s) but the run is removed" % (
+            m.name, len(both), [p.cmdline[:60] for p in both])]
+    known = members(doc)
+    missing = [p for p in both if p.nspid not in known]
+    if not missing:
+        return []
+    return ["inv1 %s: status (%s) does not know live %s" % (
+        m.name, doc.get("state"), ["%d %s" % (p.nspid, p.cmdline[:60]) for p in missing])]
+
+
+def check_version(m, target) -> list[str]:
+    """Invariant 5: a running job runs the code deployed when it started (its own word)."""
+    if m.state != "running":
+        return []
+    ran = truth.read_text(target.root, "%s/%s/ran-%s" % (target.app, m.name, m.token)) or ""
+    lines = ran.split("\n")[:-1]
+    if len(lines) < m.attempt:
+        return ["inv5 %s: the job has not said what it runs (%d of %d attempts)" % (m.name, len(lines), m.attempt)]
+    said = lines[-1].split()[0]
+    if said != "v%d" % m.running_version:
+        return ["inv5 %s: the job runs %s, the deployed code is v%d" % (m.name, said, m.running_version)]
+    return []
+
+
+def check_log(m, target, home_removed: list[str]) -> list[str]:
+    """Invariant 6: every line the job said it printed (one per start, named in ran-TOKEN) is
+    still in its log, or in the log rm kept under removed/; the attempt records are there."""
+    if m.log_removed:
+        return []
+    ran = truth.read_text(target.root, "%s/%s/ran-%s" % (target.app, m.name, m.token)) or ""
+    nonces = [ln.split()[1] for ln in ran.split("\n") if ln.strip()]
+    if m.state == "removed":
+        text = "".join(truth.read_text(target.root, p) or "" for p in home_removed)
+        where = "the kept logs %s" % home_removed
+    else:
+        text = truth.read_text(target.root, "%s/runs/%s/log" % (target.home, m.name)) or ""
+        where = "its log"
+        for n in range(1, m.attempt + 1):
+            if truth.read_text(target.root, "%s/runs/%s/attempts/%d.json" % (target.home, m.name, n)) is None:
+                return ["inv6 %s: attempt %d's record is gone" % (m.name, n)]
+    lost = [n for n in nonces if "nonce %s" % n not in text]
+    return ["inv6 %s: job lines %s are not in %s" % (m.name, lost, where)] if lost else []
+
+
+def runward_leftovers(session, models: dict) -> list[str]:
+    """Invariant 7: once a verb has ended, nothing of runward's runs but what the docs name:
+    residents, ssh control masters, and one shim per run the model calls live. A shim is known
+    by its stderr (the attempt's shim log under a home of this session); a local agent by its
+    RUNWARD_HOME."""
+    out = []
+    homes = {t.home: t for t in session.targets.values()}
+    shims: dict = {}
+    for p in truth.scan(("AGENT_SHA",), ("AGENT_SHA",)):
+        if "runward-resident" in p.cmdline:
+            continue
+        if "runward-shim" in p.cmdline:
+            for fd in p.fds:
+                for home in homes:
+                    if fd.startswith(home + "/runs/") and fd.endswith(".shim.log"):
+                        shims.setdefault(fd.split("/")[-3], []).append(p)
+            continue
+        env = truth._read("/proc/%d/environ" % p.pid) or b""
+        if ("RUNWARD_HOME=%s\0" % session.home).encode() in env:
+            out.append("inv7: a local agent still runs after the verb ended: %d %s" % (p.pid, p.cmdline[-60:]))
+    for name, ps in shims.items():
+        m = models.get(name)
+        if m is None:
+            continue
+        # a supervised shim forks a helper of its own (same stderr): count the shims proper
+        ps = [p for p in ps if p.ppid not in {q.pid for q in ps}]
+        if m.state not in ("running", "stray") or len(ps) > 1:
+            out.append("inv7 %s: %d shim(s) alive while the model says %s" % (name, len(ps), m.state))
+    return out
+
+
+def removed_logs(target, name: str) -> list[str]:
+    d = target.host_path("%s/removed" % target.home)
+    try:
+        return ["%s/removed/%s" % (target.home, f) for f in os.listdir(d) if f.startswith(name + "-")]
+    except OSError:
+        return []
+
+
+def check_all(session, models: dict, status_of) -> list[str]:
+    """Every invariant over every run, once. `status_of(kind)` -> {name: run doc}."""
+    out = []
+    by_kind: dict = {}
+    for m in models.values():
+        by_kind.setdefault(m.kind, []).append(m)
+    for kind, ms in by_kind.items():
+        t = session.targets[kind]
+        procs = truth.scan()
+        before = {m.name: truth.tree(m.token, t.pidns, procs) for m in ms}
+        docs = status_of(kind)
+        procs = truth.scan()
+        after = {m.name: truth.tree(m.token, t.pidns, procs) for m in ms}
+        for m in ms:
+            doc = docs.get(m.name)
+            out += check_state(m, doc)
+            out += check_members(m, t, doc, before[m.name], after[m.name])
+            out += check_version(m, t)
+            out += check_log(m, t, removed_logs(t, m.name))
+            if m.state in ENDED + ("removed",) and after[m.name] and not out:
+                out.append("inv1 %s: %s, but %d of its processes live" % (m.name, m.state, len(after[m.name])))
+    return out + runward_leftovers(session, models)
+
+
+def settle(fn, deadline_s: float = DEADLINE_S) -> list[str]:
+    """Poll fn() (a list of violations) until it is empty or the deadline passes; the last
+    list is the verdict. The poll is the wait: no fixed sleep stands in for a check."""
+    end = time.monotonic() + deadline_s
+    delay = 0.05
+    while True:
+        v = fn()
+        if not v or time.monotonic() > end:
+            return v
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)

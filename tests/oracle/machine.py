@@ -1,0 +1,336 @@
+"""The rules: what users and the world do to runs, as a hypothesis RuleBasedStateMachine
+whose invariant (checks.check_all) runs after every step. `make(kinds, holes)` builds the
+machine for a set of target kinds; `holes=True` also walks model.KNOWN_HOLES."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from . import checks, truth, world
+from .model import KNOWN_HOLES, LIVE, RunModel
+
+STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
+TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
+MAX_RUNS = 3          # runs not removed at once: the CI machine has 2 cores
+PICK = st.integers(0, 1 << 16)
+NO_CGROUP_KINDS = ("podman", "pct")   # runward makes no cgroup there (doctor: cgroups: no)
+
+
+class Violation(AssertionError):
+    pass
+
+
+class OracleBase(RuleBasedStateMachine):
+    KINDS: tuple = ("local",)
+    HOLES = False
+
+    def __init__(self):
+        super().__init__()
+        self.session = world.Session(list(self.KINDS))
+        self.runs: dict[str, RunModel] = {}
+        self.n = 0
+
+    # --- helpers
+
+    def teardown(self):
+        self.session.cleanup([m.token for m in self.runs.values()])
+
+    def gated(self, hole: str) -> bool:
+        """True when a rule would walk a known hole and this profile does not walk them."""
+        return hole in KNOWN_HOLES and not self.HOLES
+
+    def pick(self, i: int, ok) -> RunModel | None:
+        c = [m for m in self.runs.values() if ok(m)]
+        return c[i % len(c)] if c else None
+
+    def any(self, ok) -> bool:
+        return any(ok(m) for m in self.runs.values())
+
+    def acted(self, what: str, m: RunModel | None = None):
+        STATS["steps"] += 1
+        if TRACE:
+            print("[oracle] step %s %s" % (what, m.name if m else ""), file=sys.stderr, flush=True)
+
+    def cli(self, *args) -> tuple[int, dict]:
+        STATS["verbs"] += 1
+        rc, doc = self.session.cli(*args)
+        if TRACE:
+            print("[oracle] runward %s -> %d" % (" ".join(args), rc), file=sys.stderr, flush=True)
+        return rc, doc
+
+    def expect(self, what: str, rc: int, doc: dict, want: tuple):
+        if rc not in want:
+            raise Violation("%s: exit %d, expected %s: %s" % (what, rc, want, str(doc)[:600]))
+
+    def target(self, m: RunModel):
+        return self.session.targets[m.kind]
+
+    def job(self, m: RunModel):
+        """The job's python (not a --sh run's shell), from ground truth."""
+        t = self.target(m)
+        for p in truth.tree(m.token, t.pidns).values():
+            words = p.cmdline.split()
+            if words and words[0].endswith("python3") and "job.py" in p.cmdline:
+                return p
+        raise Violation("%s: the model says %s but no job process of it lives" % (m.name, m.state))
+
+    def status_of(self, kind: str) -> dict:
+        rc, doc = self.session.cli("status", "--on", kind)
+        if rc != 0:
+            raise Violation("status --on %s: exit %d: %s" % (kind, rc, str(doc)[:600]))
+        return {r["name"]: r for r in doc["result"]["runs"]}
+
+    def write_job(self, m: RunModel):
+        src = world.JOB.read_text().replace('VERSION = "v0"', 'VERSION = "v%d"' % m.local_version)
+        d = self.session.work / m.name
+        d.mkdir(exist_ok=True)
+        (d / "job.py").write_text(src)
+
+    def deploy(self, m: RunModel):
+        rc, doc = self.cli("deploy", m.name)
+        self.expect("deploy %s" % m.name, rc, doc, (0,))
+        t = self.target(m)
+        want = truth.hashlib.sha256((self.session.work / m.name / "job.py").read_bytes()).hexdigest()
+        got = truth.sha256(t.root, "%s/%s/job.py" % (t.app, m.name))
+        if got != want:   # invariant 5, at once: deploy said verified
+            raise Violation("inv5 %s: deploy said verified, the job's filesystem has %s, local %s" % (m.name, got, want))
+        m.deployed_version = m.local_version
+
+    def signal_job(self, m: RunModel, ctl: str):
+        t = self.target(m)
+        p = self.job(m)
+        with open(t.host_path("%s/%s/ctl-%s" % (t.app, m.name, m.token)), "w") as f:
+            f.write(ctl)
+        os.kill(p.pid, signal.SIGUSR1)
+        return p
+
+    # --- the invariant: after every step
+
+    @invariant()
+    def all_true(self):
+        if not self.runs:
+            return
+        STATS["checks"] += 1
+        v = checks.settle(lambda: checks.check_all(self.session, self.runs, self.status_of))
+        if v:
+            raise Violation("; ".join(v))
+
+
+class OracleRules(OracleBase):
+    """The rules. Each does what a user or the world does, then says in the model what
+    should follow; the invariant decides whether it did."""
+
+    @precondition(lambda self: sum(m.state != "removed" for m in self.runs.values()) < MAX_RUNS)
+    @rule(k=PICK, sh=st.booleans(), supervised=st.booleans())
+    def start(self, k, sh, supervised):
+        """A user defines a run in runward.toml, deploys its code and starts it."""
+        kind = self.KINDS[k % len(self.KINDS)]
+        self.acted("start")
+        self.n += 1
+        name = "orc%s-%d" % (self.session.id[:6], self.n)
+        m = RunModel(name, kind, "ORCTOK-%s-%d" % (self.session.id, self.n), sh=sh, supervised=supervised,
+                     restarts_left=1 if supervised else 0)
+        t = self.target(m)
+        job = "%s/%s/job.py" % (t.app, name)
+        spec = ['[runs.%s]' % name, 'on = "%s"' % kind, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
+        spec.append('sh = "python3 %s %s; exit $?"' % (job, m.token) if sh else
+                    'command = ["python3", "%s", "%s"]' % (job, m.token))
+        if supervised:
+            spec += ['restart = "on-failure"', 'max_restarts = 1', 'backoff = "1s"', 'backoff_max = "1s"',
+                     'min_uptime = "1s"']
+        self.session.runs_toml[name] = "\n".join(spec) + "\n"
+        self.session.write_toml()
+        self.write_job(m)
+        self.runs[name] = m
+        self.deploy(m)
+        rc, doc = self.cli("start", name)
+        self.expect("start %s" % name, rc, doc, (0,))
+        m.running_version = m.deployed_version
+
+    @precondition(lambda self: bool(self.runs) and self.any(lambda m: m.state != "removed"))
+    @rule(i=PICK)
+    def stop(self, i):
+        m = self.pick(i, lambda m: m.state != "removed")
+        self.acted("stop", m)
+        rc, doc = self.cli("stop", m.name)
+        self.expect("stop %s" % m.name, rc, doc, (0,))
+        res = doc.get("result") or {}
+        if m.live and not res.get("verified_dead"):
+            raise Violation("stop %s: exit 0 without verified_dead: %s" % (m.name, str(res)[:400]))
+        left = truth.tree(m.token, self.target(m).pidns)
+        if left:   # invariant 2, at once: the stop said verified
+            raise Violation("inv2 %s: stop said verified, alive: %s" % (
+                m.name, [p.cmdline[:60] for p in left.values()]))
+        m.stopped()
+
+    def _restart_ok(self, m, deploy):
+        if m.state == "removed" or m.supervised:
+            return False
+        return deploy or m.local_version == m.deployed_version or not self.gated("restart-old-code")
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK, deploy=st.booleans())
+    def restart(self, i, deploy):
+        """restart [--deploy]. Without --deploy after a local edit it must refuse (exit 2)
+        and leave the run as it was (issue 25 item 11)."""
+        m = self.pick(i, lambda m: self._restart_ok(m, deploy))
+        if m is None:
+            return
+        self.acted("restart", m)
+        rc, doc = self.cli("restart", m.name, *(["--deploy"] if deploy else []))
+        if not deploy and m.local_version != m.deployed_version:
+            self.expect("restart %s after a local edit, without --deploy" % m.name, rc, doc, (2,))
+            return
+        self.expect("restart %s" % m.name, rc, doc, (0,))
+        if deploy:
+            m.deployed_version = m.local_version
+        m.state, m.attempt, m.escapees, m.exits = "running", m.attempt + 1, 0, set()
+        m.running_version = m.deployed_version
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK, deploy=st.booleans())
+    def edit_local(self, i, deploy):
+        """The user edits the job's code here, and maybe deploys it."""
+        m = self.pick(i, lambda m: m.state != "removed")
+        if m is None:
+            return
+        self.acted("edit_local", m)
+        m.local_version += 1
+        self.write_job(m)
+        if deploy:
+            self.deploy(m)
+
+    def _can_signal(self, m):
+        return m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK, how=st.sampled_from(["exit 0", "exit 3", "signal 12", "kill 9"]))
+    def job_ends(self, i, how):
+        """The job exits by itself (0, a code, a signal), or is SIGKILLed from outside."""
+        m = self.pick(i, lambda m: self._can_signal(m) and not (
+            m.state == "orphaned" and m.escapees and self.gated("lost-run-members")))
+        if m is None:
+            return
+        self.acted("job_ends", m)
+        verb, n = how.split()
+        if verb == "kill":
+            os.kill(self.job(m).pid, signal.SIGKILL)
+            m.job_ended("signal", 9)
+        else:
+            self.signal_job(m, how)
+            m.job_ended("code" if verb == "exit" else "signal", int(n))
+        m.running_version = m.deployed_version  # a supervised restart runs what is on disk
+
+    def _can_escape(self, m, kind):
+        if m.state != "running" or m.supervised:
+            return False
+        return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK, kind=st.sampled_from(["setsid", "double", "envi"]))
+    def escape(self, i, kind):
+        """The job leaves a process behind: its own session, a double fork, env -i."""
+        m = self.pick(i, lambda m: self._can_escape(m, kind))
+        if m is None:
+            return
+        self.acted("escape", m)
+        self.signal_job(m, "escape %s" % kind)
+        m.escapees += 1
+        t = self.target(m)
+        checks.settle(lambda: [] if any("%s-%s" % (m.token, kind) in p.cmdline
+                                         for p in truth.tree(m.token, t.pidns).values()) else ["no escapee yet"])
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def kill_child(self, i):
+        """SIGKILL from outside to one child of the job (its worker): the run goes on."""
+        m = self.pick(i, lambda m: m.state == "running")
+        if m is None:
+            return
+        self.acted("kill_child", m)
+        for p in truth.tree(m.token, self.target(m).pidns).values():
+            if "%s-worker" % m.token in p.cmdline:
+                os.kill(p.pid, signal.SIGKILL)
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def kill_shim(self, i):
+        """SIGKILL from outside to the run's shim: the job lives on, unsupervised (orphaned)."""
+        m = self.pick(i, lambda m: m.state == "running" and not (m.escapees and self.gated("lost-run-members")))
+        if m is None:
+            return
+        self.acted("kill_shim", m)
+        shim = self.job(m).pid
+        for _ in range(4):   # the job's python, maybe a --sh run's shell, then the shim
+            with open("/proc/%d/stat" % shim) as f:
+                shim = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%d/cmdline" % shim, "rb") as f:
+                if b"runward-shim" in f.read():
+                    break
+        else:
+            raise Violation("%s: no shim among the job's ancestors" % m.name)
+        os.kill(shim, signal.SIGKILL)
+        m.state = "orphaned"
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK, logs=st.booleans())
+    def rm(self, i, logs):
+        """rm [--logs]: refused (exit 1) while anything of the run lives."""
+        m = self.pick(i, lambda m: m.state != "removed")
+        if m is None:
+            return
+        self.acted("rm", m)
+        rc, doc = self.cli("rm", m.name, *(["--logs"] if logs else []))
+        if m.live or m.escapees:
+            self.expect("rm %s (%s)" % (m.name, m.state), rc, doc, (1,))
+            return
+        self.expect("rm %s" % m.name, rc, doc, (0,))
+        m.state, m.log_removed = "removed", logs
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(k=PICK)
+    def prune(self, k):
+        """prune --older-than 1s: what it removes must have been stopped (and nothing of it
+        alive); what ended under a second ago may go either way."""
+        kind = self.KINDS[k % len(self.KINDS)]
+        self.acted("prune")
+        rc, doc = self.cli("prune", "--older-than", "1s", "--on", kind)
+        self.expect("prune --on %s" % kind, rc, doc, (0,))
+        for r in (doc.get("result") or {}).get("removed") or ():
+            m = self.runs.get(r["name"])
+            if m is None:
+                continue
+            if m.live or m.escapees:
+                raise Violation("prune removed %s, which the model calls %s (%d escapees)" % (m.name, m.state, m.escapees))
+            m.state = "removed"
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def logs(self, i):
+        """logs: the job's own line for the current attempt is among the last lines."""
+        m = self.pick(i, lambda m: m.state == "running")
+        if m is None:
+            return
+        self.acted("logs", m)
+        t = self.target(m)
+
+        def seen():
+            ran = truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or ""
+            nonce = ran.split("\n")[-2].split()[1] if ran.count("\n") else None
+            rc, doc = self.cli("logs", m.name, "-n", "50")
+            lines = (doc.get("result") or {}).get("lines") or []
+            return [] if rc == 0 and nonce and any(nonce in ln for ln in lines) else [
+                "logs %s: exit %d, the job's line (nonce %s) not among %s" % (m.name, rc, nonce, lines[-5:])]
+        v = checks.settle(seen)
+        if v:
+            raise Violation(v[0])
+
+
+def make(kinds, holes: bool = False):
+    """The machine class for these target kinds (each must be usable here: world.why_not)."""
+    return type("Oracle_" + "_".join(kinds), (OracleRules,), {"KINDS": tuple(kinds), "HOLES": holes})

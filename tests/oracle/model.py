@@ -1,0 +1,79 @@
+"""What should be true: the oracle's model of each run, updated by the rules from what the
+user and the world did (never from what runward said), and the known holes of issue 25."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Combinations runward gets wrong today (issue 25), in one place. The CI profile never walks
+# them (the rules' preconditions avoid them); `scripts/oracle --holes` walks them and should
+# report the violation. Remove an entry once its fix lands: the CI profile then covers it.
+KNOWN_HOLES = {
+    "escapee-no-cgroup": "issue 25 item 8: an escapee that cleared its environment (env -i, double "
+                         "fork) outlives a verified stop where runward has no cgroup (containers)",
+    "restart-old-code": "issue 25 item 11: restart without --deploy after a local edit restarts the "
+                        "old code instead of refusing (exit 2)",
+    "lost-run-members": "issue 25 item 3: a lost run's (shim and job gone) live processes are not "
+                        "searched: status shows none and rm/prune remove the records",
+}
+
+LIVE = ("running", "stray", "orphaned")
+ENDED = ("exited", "gave_up", "lost")
+
+
+def exits_for(sh: bool, how: str, n: int) -> set:
+    """The exit facts a job ending `how` ("code" or "signal") with `n` may be reported as. A
+    --sh run's recorded exit is its shell's: `...; exit $?` turns a signal into 128+N."""
+    if how == "code":
+        return {("code", n)}
+    import signal
+    name = signal.Signals(n).name
+    return {("code", 128 + n)} if sh else {("signal", name)}
+
+
+@dataclass
+class RunModel:
+    name: str
+    kind: str
+    token: str
+    sh: bool = False
+    supervised: bool = False
+    state: str = "running"
+    attempt: int = 1
+    exits: set = field(default_factory=set)   # acceptable exit facts; ("unknown",) allowed where listed
+    escapees: int = 0
+    restarts_left: int = 0
+    local_version: int = 0
+    deployed_version: int = 0
+    running_version: int = 0
+    log_removed: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    def job_ended(self, how: str, n: int):
+        """The job ended by itself (or by a signal from outside): what its shim will make of it."""
+        facts = exits_for(self.sh, how, n)
+        if self.state == "orphaned":   # no shim to record it: lost, its exit unknown
+            self.state, self.exits = "lost", {("unknown",)}
+            return
+        failed = not (how == "code" and n == 0)
+        if self.supervised and failed and self.restarts_left > 0:
+            self.restarts_left -= 1
+            self.attempt += 1
+            self.exits = set()
+            return
+        self.exits = facts
+        self.state = "gave_up" if self.supervised and failed else ("stray" if self.escapees else "exited")
+
+    def stopped(self):
+        """A verified stop: nothing of the run lives; the exit is the stop's signal, or
+        unknown where no shim was there to see it (an orphan)."""
+        if self.state == "running":
+            self.exits = {("signal", "SIGTERM")} | ({("code", 143)} if self.sh else set())
+        elif self.state == "orphaned":
+            self.exits = {("signal", "SIGTERM"), ("code", 143), ("unknown",)}
+        if self.state in LIVE:
+            self.state = "exited"
+        self.escapees = 0

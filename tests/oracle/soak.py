@@ -1,0 +1,61 @@
+"""Run the oracle: the CI profile (tests/test_oracle.py) and soaks (scripts/oracle) share
+this. Each example is one fresh session (its own homes and runs) of up to `per_example`
+steps; hypothesis shrinks a failing one to a minimal sequence of rules."""
+
+from __future__ import annotations
+
+import traceback
+
+from hypothesis import HealthCheck, Phase, seed as hseed, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from . import machine, world
+
+
+def usable(kinds: list[str]) -> tuple[list[str], dict]:
+    """The kinds that can run here, and why each other one cannot."""
+    ok, why = [], {}
+    for k in kinds:
+        w = world.why_not(k)
+        (why.__setitem__(k, w) if w else ok.append(k))
+    return ok, why
+
+
+def profile(examples: int, per_example: int, shrink: bool = True) -> settings:
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    return settings(max_examples=examples, stateful_step_count=per_example, deadline=None, database=None,
+                    phases=phases, suppress_health_check=list(HealthCheck), print_blob=False,
+                    report_multiple_bugs=False)
+
+
+def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes=False, shrink=True):
+    """One hypothesis run; None when it found nothing, else the violation with its shrunk
+    sequence (hypothesis' "state = ...; state.rule(...)" lines)."""
+    cls = hseed(seed)(machine.make(kinds, holes))
+    try:
+        run_state_machine_as_test(cls, settings=profile(examples, per_example, shrink))
+    except Exception as e:  # noqa: BLE001 - a violation, or runward misbehaving otherwise
+        notes = "\n".join(getattr(e, "__notes__", []))
+        head = "".join(traceback.format_exception_only(type(e), e)).strip()
+        return "seed %d\n%s\n%s" % (seed, head, notes)
+    return None
+
+
+def soak(kinds: list[str], steps: int, seed: int, holes=False, per_example=25, shrink=True):
+    """Runs examples with seeds seed, seed+1, ... until `steps` verbs have run. Returns
+    (steps, checks, violations)."""
+    machine.STATS.update(steps=0, checks=0, verbs=0)
+    found = []
+    s = seed
+    while machine.STATS["steps"] < steps:
+        before = machine.STATS["steps"]
+        # hypothesis' first example is its simplest (often one rule): ask for enough examples
+        # that the budget is reached in one run, with ~half the rules acting in each
+        examples = 1 + max(1, (steps - before) * 2 // per_example)
+        v = run_once(kinds, s, examples, per_example, holes, shrink)
+        if v:
+            found.append(v)
+        s += 1
+        if machine.STATS["steps"] == before:   # nothing ran at all: do not spin
+            break
+    return machine.STATS["steps"], machine.STATS["checks"], found

@@ -1,0 +1,132 @@
+"""The oracle's world: the target kinds it drives, the session's directories and
+runward.toml, and runward itself, reached only through its CLI with --json, as a user
+reaches it. Nothing here imports runward."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import testbed
+
+from . import truth
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+JOB = Path(__file__).resolve().parent / "job.py"
+
+# kind -> (the `on` of its runward.toml target, the testbed feature it needs)
+KINDS = {
+    "local": ("local", None),
+    "ssh": ("ssh://rw1", "ssh"),
+    "podman": ("ssh://rw1/podman:rwpod", "podman"),
+    "pct": ("ssh://rw1/pct:200", "pct"),
+}
+
+
+@dataclass
+class Target:
+    kind: str
+    on: str
+    home: str     # runward's state there, as the target's agent sees it
+    app: str      # where the jobs' code is deployed, in the target's filesystem
+    root: str     # the target's filesystem root, as a path on this machine
+    pidns: str    # the target's pid namespace (readlink /proc/PID/ns/pid)
+
+    def host_path(self, path: str) -> str:
+        return os.path.join(self.root, path.lstrip("/"))
+
+
+def _container_init(kind: str, tb: dict) -> int:
+    """The host pid of the container's pid 1: its /proc/PID/root is the container's
+    filesystem and its ns/pid the container's pid namespace."""
+    if kind == "podman":
+        argv = ["podman", "inspect", "-f", "{{.State.Pid}}", tb["podman"]]
+    else:
+        argv = ["lxc-info", "-n", tb["lxc"], "-p", "-H"]
+    out = subprocess.run(argv, env=testbed.env(tb), capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 or not out.stdout.strip().isdigit():
+        raise RuntimeError("cannot find the %s container's init: %s %s" % (kind, out.stdout, out.stderr))
+    return int(out.stdout.strip())
+
+
+def why_not(kind: str) -> str | None:
+    """None when the kind can run here, else why not (the reason a test skips with)."""
+    if kind not in KINDS:
+        return "unknown target kind %r (known: %s)" % (kind, ", ".join(KINDS))
+    if os.geteuid() != 0:
+        return "the oracle's %s kind needs root (cgroups; testbed)" % kind
+    feature = KINDS[kind][1]
+    if feature is None:
+        return None
+    tb = testbed.load()
+    if tb is None:
+        return testbed.NOT_UP
+    if not tb.get(testbed.FEATURES[feature]):
+        return "the testbed has no %s" % feature
+    return None
+
+
+class Session:
+    """One oracle session: a scratch directory, one runward home here, one far home per
+    target (unique, so other users of the testbed are never touched), and runward.toml."""
+
+    def __init__(self, kinds: list[str]):
+        self.id = uuid.uuid4().hex[:8]
+        self.dir = Path(tempfile.mkdtemp(prefix="oracle-%s-" % self.id))
+        self.home = self.dir / "home"
+        self.work = self.dir / "work"
+        self.work.mkdir()
+        self.tb = testbed.load()
+        self.targets = {k: self._target(k) for k in kinds}
+        self.runs_toml: dict[str, str] = {}
+        self.env = testbed.env(self.tb) if self.tb else dict(os.environ)
+        self.env.update(RUNWARD_HOME=str(self.home), PYTHONPATH=str(ROOT / "src"),
+                        RUNWARD_RESIDENT_IDLE="30")
+        self.env.pop("RUNWARD_CONFIG", None)
+        if self.tb:
+            self.env["RUNWARD_SSH_CONFIG"] = self.tb["ssh_config"]
+
+    def _target(self, kind: str) -> Target:
+        on = KINDS[kind][0]
+        far = "/tmp/oracle-%s" % self.id
+        if kind == "local":
+            return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
+        if kind == "ssh":
+            return Target(kind, on, far + "/far-ssh", far + "/app-ssh", "/", os.readlink("/proc/self/ns/pid"))
+        init = _container_init(kind, self.tb)
+        return Target(kind, on, far + "/far", far + "/app", "/proc/%d/root" % init,
+                      os.readlink("/proc/%d/ns/pid" % init))
+
+    def write_toml(self):
+        parts = []
+        for k, t in self.targets.items():
+            parts.append('[targets.%s]\non = "%s"\n' % (k, t.on))
+            if k != "local":
+                parts.append('home = "%s"\npython = "/usr/bin/python3"\n' % t.home)
+        parts.extend(self.runs_toml.values())
+        (self.work / "runward.toml").write_text("\n".join(parts))
+
+    def cli(self, *args: str, timeout: float = 180) -> tuple[int, dict]:
+        """runward ARGS --json, as a user runs it: (exit code, its one JSON document)."""
+        argv = [sys.executable, "-m", "runward", *args, "--json"]
+        p = subprocess.run(argv, cwd=self.work, env=self.env, capture_output=True, text=True, timeout=timeout)
+        try:
+            doc = json.loads(p.stdout)
+        except ValueError:
+            doc = {"not_json": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
+        return p.returncode, doc
+
+    def cleanup(self, tokens: list[str]):
+        """Kill what the session's jobs left (by token, pid and start time), remove its files."""
+        truth.kill_tokens(tokens)
+        for t in self.targets.values():
+            if t.kind != "local":
+                shutil.rmtree(t.host_path("/tmp/oracle-%s" % self.id), ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
