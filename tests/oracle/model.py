@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 KNOWN_HOLES = {
     "escapee-no-cgroup": "issue 25 item 8: an escapee that cleared its environment (env -i, double "
                          "fork) outlives a verified stop where runward has no cgroup (containers)",
-    "restart-old-code": "issue 25 item 11: restart without --deploy after a local edit restarts the "
-                        "old code instead of refusing (exit 2)",
     "lost-run-members": "issue 25 item 3: a lost run's (shim and job gone) live processes are not "
                         "searched: status shows none and rm/prune remove the records",
 }
