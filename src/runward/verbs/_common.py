@@ -46,6 +46,9 @@ LINUX_SIGNALS = frozenset(
     "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO POLL PWR SYS RTMIN RTMAX".split())
 
 
+SIGNAL_HINT = "use a name such as TERM, INT, KILL, USR1, or a number from 1 to 64"
+
+
 def signal_arg(text: str) -> str:
     """--stop-signal: checked as the flag is read, so a bad one is exit 2 before any run is
     looked up or touched (TERM, SIGTERM, term, 15 and RTMIN+3 are all good)."""
@@ -54,8 +57,7 @@ def signal_arg(text: str) -> str:
     if (name.isdigit() and 0 < int(name) < 65) or (name in LINUX_SIGNALS) or (
             base in ("RTMIN", "RTMAX") and plus and offset.isdigit()):
         return text
-    raise argparse.ArgumentTypeError(f"unknown signal {text!r}: use a name such as TERM, INT, KILL, "
-                                     "USR1, or a number from 1 to 64")
+    raise argparse.ArgumentTypeError(f"unknown signal {text!r}")  # cli adds SIGNAL_HINT
 
 
 def load_config(args):
