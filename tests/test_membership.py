@@ -1,6 +1,8 @@
 """What is a live member of a run (issue 25, items 3 and 8), with real processes and /proc as
 the ground truth:
 
+- a lost run (its shim and its job killed) whose children live is searched like any other:
+  status lists them, rm and prune refuse to remove its records, stop ends them;
 - an escapee that clears its environment and leaves the job's session (`env -i setsid sh -c
   "(sleep N &)"`) is reparented to the shim, a child subreaper: where runward has no cgroup
   (an ordinary user here, a podman container behind ssh) that adoption is all that finds it,
@@ -60,6 +62,42 @@ def kill_all(pids):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# --- a lost run's live children keep it ----------------------------------------------------
+
+def test_a_lost_run_whose_children_live_is_listed_and_never_removed(cli):
+    token = f"9{os.getpid() % 100000:05d}1"
+    rc, doc = cli.json("start", "lostkids", "--settle", "0.2", "--sh", f"sleep {token} & exec sleep 600")
+    assert rc == 0, doc
+    child = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the job's child")[0]
+    try:
+        att = record(cli.home, "lostkids")
+        shim, job = att["shim"], att["job"]
+        os.kill(shim["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(shim["pid"], shim["start"]), what="the shim gone")
+        os.kill(job["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(job["pid"], job["start"]), what="the job gone")
+        assert alive(child)
+        st = cli.status("lostkids")
+        assert st["state"] == "lost", st
+        assert st.get("stray_processes") == [child], st
+        assert "1 of its processes are still alive" in st["note"], st
+        human = cli.run("status", "lostkids").stdout
+        assert "lostkids         lost" in human and str(child) in human, human
+        rc, doc = cli.json("rm", "lostkids")
+        assert rc == 1 and doc["error"]["type"] == "RunAlive" and str(child) in doc["error"]["message"], doc
+        assert (cli.home / "runs" / "lostkids" / "attempts" / "1.json").exists()
+        rc, doc = cli.json("prune", "--older-than", "0s")
+        assert rc == 0 and [k["name"] for k in doc["result"]["kept"]] == ["lostkids"], doc
+        assert (cli.home / "runs" / "lostkids").is_dir()
+        rc, doc = cli.json("stop", "lostkids", "--grace", "5")
+        assert rc == 0 and doc["result"]["verified_dead"] and not doc["result"]["already_stopped"], doc
+        assert not alive(child)
+        rc, doc = cli.json("rm", "lostkids")
+        assert rc == 0, doc
+    finally:
+        kill_all([child])
 
 
 # --- an escapee where runward has no cgroup: the shim adopted it ----------------------------
