@@ -218,7 +218,12 @@ def test_an_escapee_in_a_container_behind_ssh_is_counted_and_stopped(pod):
     name = f"escpod-{uuid.uuid4().hex[:6]}"
     token = f"7{os.getpid() % 100000:05d}7"
     rc, doc = pod.json("doctor", "--on", POD)
-    assert rc == 0 and not doc["result"]["hops"][-1]["checks"]["cgroups"]["can_create"], "no cgroup there"
+    cg = doc["result"]["hops"][-1]["checks"]["cgroups"]
+    assert rc == 0 and not cg["can_create"], "no cgroup there"
+    # doctor says what "cgroups no" costs and what still finds an escapee
+    assert cg["subreaper"] is True and "subreaper" in cg["without"] and "escapes" in cg["without"], cg
+    human = pod.run("doctor", "--on", POD).stdout
+    assert "cgroups no" in human and "without cgroups: " in human and "NO SUBREAPER" not in human, human
     rc, doc = pod.json("start", name, "--on", POD, "--settle", "0.2", "--sh", escape_line(token))
     assert rc == 0, doc
     job = doc["result"]["pid"]
