@@ -70,8 +70,8 @@ def test_a_lost_run_whose_children_live_is_listed_and_never_removed(cli):
     token = f"9{os.getpid() % 100000:05d}1"
     rc, doc = cli.json("start", "lostkids", "--settle", "0.2", "--sh", f"sleep {token} & exec sleep 600")
     assert rc == 0, doc
-    child = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the job's child")[0]
     try:
+        child = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the job's child")[0]
         att = record(cli.home, "lostkids")
         shim, job = att["shim"], att["job"]
         os.kill(shim["pid"], signal.SIGKILL)
@@ -96,8 +96,8 @@ def test_a_lost_run_whose_children_live_is_listed_and_never_removed(cli):
         assert not alive(child)
         rc, doc = cli.json("rm", "lostkids")
         assert rc == 0, doc
-    finally:
-        kill_all([child])
+    finally:  # whatever failed: nothing of the test outlives it
+        kill_all(procs_with(f"sleep\0{token}\0".encode()))
 
 
 # --- an escapee where runward has no cgroup: the shim adopted it ----------------------------
@@ -121,8 +121,8 @@ def test_the_shim_adopted_escapee_is_a_member_as_root_with_a_cgroup(cli):
     token = f"7{os.getpid() % 100000:05d}2"
     rc, doc = cli.json("start", "escroot", "--settle", "0.2", "--sh", escape_line(token))
     assert rc == 0, doc
-    esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the escapee")
     try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the escapee")
         att = record(cli.home, "escroot")
         check_escapee(esc[0], att["job"]["pid"], att["shim"]["pid"])
         st = cli.status("escroot")
@@ -132,7 +132,7 @@ def test_the_shim_adopted_escapee_is_a_member_as_root_with_a_cgroup(cli):
         assert esc[0] in [f["pid"] for f in doc["result"]["processes"]], doc
         assert not procs_with(f"sleep\0{token}\0".encode())
     finally:
-        kill_all(esc)
+        kill_all(procs_with(f"sleep\0{token}\0".encode()))
 
 
 MEMBER_USER = "rwmember"  # not test_trust's user: its teardown's `pkill -u` must never hit ours
