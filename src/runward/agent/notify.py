@@ -76,15 +76,22 @@ def _post(url, body):
     raise RuntimeError("%d tries, last: %s" % (TRIES, last))
 
 
+def _hook_child():
+    import signal
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    os.setpgid(0, 0)
+
+
 def _command(cmd, body):
     import shlex
     import signal
     import subprocess
     argv = shlex.split(cmd)
-    # its output goes to the shim's log (our stderr), never to the status pipe (our stdout)
+    # its output goes to the shim's log (our stderr), never to the status pipe (our stdout);
+    # a group of its own (killed whole at the timeout) but the shim's session: a child of the
+    # shim outside that session is one the shim adopted, a member of the run (runs.adopted)
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=2, stderr=2, close_fds=True,
-                         start_new_session=True,
-                         preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, ()))
+                         preexec_fn=_hook_child)
     try:
         p.communicate(body, timeout=COMMAND_S)
     except subprocess.TimeoutExpired:

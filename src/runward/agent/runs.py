@@ -10,10 +10,14 @@ from .store import tail_lines
 
 def members(name, att, procs, prot):
     """Every live process of a run: the job, its session and group, descendants, every
-    process carrying the marker (any attempt of this run), members of its cgroups."""
+    process carrying the marker (any attempt of this run), members of its cgroups, and
+    what its shim adopted (adopted)."""
     if not isinstance(procs, ProcTable):
         procs = ProcTable(procs)
     found = {pid: procs[pid] for pid in job_session(att, procs)}
+    for pid in adopted(att, procs):
+        if pid not in prot:  # the logger, the zygote: the shim's, not the job's
+            found[pid] = procs[pid]
     hid = att.get("home_id") if att else None
     for pid, phid in procs.markers().get(name, ()):
         # a record or a process from before home ids were kept matches on the name alone
@@ -26,6 +30,23 @@ def members(name, att, procs, prot):
     for pid in descendants(list(found), procs):
         found[pid] = procs[pid]
     return {pid: p for pid, p in found.items() if pid not in prot and not p.dead}
+
+
+def adopted(att, procs):
+    """The live shim's children other than its own helpers. The shim is a child subreaper:
+    an orphan of the job's tree (a double fork's grandchild, the child of a killed shell) is
+    reparented to it, even one that cleared its environment and left the job's session, and
+    where there is no cgroup (a container, an ordinary user) nothing else finds that one.
+    The shim's helpers stay in the shim's own session (a health action's stop, a notify
+    command), which nothing of the job's can join: setsid only makes new sessions; the
+    logger and the next attempt's zygote are protected as the shim is (procfs.is_shim)."""
+    shim = (att or {}).get("shim")
+    if not shim or (att.get("boot_id") and att["boot_id"] != this_boot()):
+        return []  # a pid and start time of another boot name nothing of ours
+    sp = procs.get(shim.get("pid"))
+    if sp is None or sp.start != shim.get("start") or sp.dead:
+        return []  # no shim (its orphans went to pid 1), or pid X is another process now
+    return [pid for pid in procs.children().get(sp.pid, ()) if procs[pid].sid != sp.pid]
 
 
 def job_session(att, procs):

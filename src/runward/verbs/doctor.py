@@ -42,6 +42,11 @@ def render_doctor(res: dict) -> str:
                      f", nvidia-smi {smi_s}, clock skew {c['clock_skew_s']:+.3f}s (±{c['clock_skew_uncertainty_s']:.3f}s)"
                      f", boot {c['boot_id'][:8]}"
                      f"{', in a container' if c.get('in_container') else ''}")
+        cg = c.get("cgroups") or {}
+        if cg.get("without"):  # what "cgroups no" costs, and what still finds an escapee
+            lines.append(f"  {'':<24} without cgroups: {cg['without']}")
+        if cg.get("subreaper_note"):
+            lines.append(f"  {'':<24} NO SUBREAPER: {cg['subreaper_note']}")
         if c.get("modules_missing"):
             lines.append(f"  {'':<24} python LACKS the standard module(s) {', '.join(c['modules_missing'])}: "
                          "install the whole standard library there (apt-get install -y python3)")

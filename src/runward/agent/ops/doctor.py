@@ -115,10 +115,27 @@ def _nvidia_smi():
     return out
 
 
+# What finds a run's processes where it gets no cgroup, and what then escapes all of it.
+WITHOUT_CGROUPS = (
+    "a run's processes are found by the marker (RUNWARD_RUN in their environment), the job's "
+    "session and process group, and, while its shim lives, as the shim's descendants (a child "
+    "subreaper: every orphan of the job's tree is reparented to it). What escapes all of them: "
+    "a process that clears its environment, leaves the job's session (setsid) and outlives the "
+    "shim (the job ended, or the shim was killed: it then goes to pid 1), or one the job had "
+    "started outside its own tree (systemd-run, a daemon it asked, docker run)")
+NO_SUBREAPER = ("python here lacks ctypes: the shim cannot be a child subreaper, so an orphan that "
+                "cleared its environment and left the job's session escapes at once")
+
+
 def _cgroups():
-    """Whether a run here would get a cgroup: one is made and removed again."""
+    """Whether a run here would get a cgroup: one is made and removed again; without one,
+    what still finds a run's processes and what escapes."""
     made = cgroups.create("doctor-%d" % os.getpid(), 0)
-    out = {"can_create": bool(made), "roots": [r for _, r in cgroups.roots()]}
+    out = {"can_create": bool(made), "roots": [r for _, r in cgroups.roots()], "subreaper": _subreaper()}
+    if not made:
+        out["without"] = WITHOUT_CGROUPS
+    if not out["subreaper"]:
+        out["subreaper_note"] = NO_SUBREAPER
     cgroups.remove(made)
     for p in made:
         try:
@@ -126,3 +143,13 @@ def _cgroups():
         except OSError:
             pass
     return out
+
+
+def _subreaper():
+    """Whether the shim here can make itself a child subreaper (shim._become_subreaper: prctl
+    through ctypes, which python3-minimal lacks)."""
+    try:
+        import ctypes
+        return callable(ctypes.CDLL(None).prctl)
+    except Exception:
+        return False

@@ -105,11 +105,12 @@ def _live(store, att, procs):
     state = attempt_state(att, procs, boot_id())
     if in_backoff(att):
         state = "restarting"  # its shim starts the next attempt soon: `stop` it first
-    found = members(store.name, att, procs, protected(procs)) if state != "lost" else {}
+    found = members(store.name, att, procs, protected(procs))  # whatever the state: lost too
     if state not in LIVE_STATES + ("restarting",) and not found:
         return None
     pid = (att.get("job") or {}).get("pid") if state in LIVE_STATES else None
-    return {"state": state if state in LIVE_STATES + ("restarting",) else "stopped, with live processes",
+    return {"state": state if state in LIVE_STATES + ("restarting",) else "%s, with live processes %s" % (
+                "lost" if state == "lost" else "stopped", ", ".join(map(str, sorted(found)))),
             "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
             "pids": sorted(found)}
 

@@ -63,7 +63,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if att.get("job"):
         out["pid"] = att["job"]["pid"]
         out["start_time"] = att["job"]["start"]
-    found = members(store.name, att, procs, prot) if state != "lost" else {}
+    # a lost attempt too: its shim and job may be gone while their children live on
+    found = members(store.name, att, procs, prot)
     if found:
         out["tree"] = summarize_tree(found, up, att["job"]["pid"] if att.get("job") else None)
         if out["tree"]["uptime_s"] is not None and att.get("started_at"):
@@ -75,7 +76,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         out.update(gpus.usage(att, found))
     if state == "exited" and found:
         state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
-    if state in ("stray", "failed") and found:
+    if state in ("stray", "failed", "lost") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
@@ -99,6 +100,8 @@ def _ending(out, att, state, bid):
         out["note"] = ("the machine rebooted since this attempt started (boot id changed)"
                        if att.get("boot_id") != bid else
                        "the shim died and the job is gone without an exit record")
+        if out.get("stray_processes"):
+            out["note"] += "; %d of its processes are still alive: stop ends them" % len(out["stray_processes"])
     if state == "orphaned":
         out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
     if state == "stray":
