@@ -190,6 +190,33 @@ def test_an_escapee_without_a_cgroup_is_counted_and_stopped_as_an_ordinary_user(
     assert not procs_with(f"sleep\0{token}\0".encode(), run.uid), "the escapee outlived a verified stop"
 
 
+def test_an_escapee_left_by_a_job_that_ended_by_itself_keeps_the_run_stray_until_stopped(ordinary):
+    """Without a cgroup: the job exits by itself and its adopted escapee lives on. The shim
+    stays its parent (before: the shim exited, the escapee went to pid 1, status said exited
+    and stop 'already stopped' while it ran)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}5"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exit 3'
+    p = run("start", "escend", "--settle", "0", "--json", "--sh", line)
+    esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")
+    att = wait_for(lambda: record(run.home, "escend").get("exit") and record(run.home, "escend"),
+                   what="the job's exit recorded")
+    assert att["exit"]["code"] == 3 and not att.get("cgroups"), att
+    assert int(stat_fields(esc[0])[1]) == att["shim"]["pid"], "the shim must stay the escapee's parent"
+    st = json.loads(run("status", "escend", "--json").stdout)["result"]["runs"][0]
+    listed = [x if isinstance(x, int) else x.get("pid") for x in st.get("stray_processes") or []]
+    assert st["state"] == "stray" and esc[0] in listed + (st.get("tree") or {}).get("pids", []), st
+    p = run("rm", "escend", "--json")
+    assert p.returncode == 1 and str(esc[0]) in p.stdout, p.stdout
+    p = run("stop", "escend", "--grace", "5", "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["result"]["verified_dead"], doc
+    assert not procs_with(f"sleep\0{token}\0".encode(), run.uid), "the escapee outlived a verified stop"
+    wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim to end with its last orphan")
+    st = json.loads(run("status", "escend", "--json").stdout)["result"]["runs"][0]
+    assert st["state"] == "exited" and st["exit"]["code"] == 3, st
+
+
 POD = "ssh://rw1/podman:rwpod"
 
 

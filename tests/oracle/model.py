@@ -8,12 +8,7 @@ from dataclasses import dataclass, field
 # Combinations runward gets wrong today (issue 25), in one place. The CI profile never walks
 # them (the rules' preconditions avoid them); `scripts/oracle --holes` walks them and should
 # report the violation. Remove an entry once its fix lands: the CI profile then covers it.
-KNOWN_HOLES = {
-    "escapee-no-cgroup": "issue 25 item 8: an escapee that cleared its environment (env -i, double "
-                         "fork) outlives a verified stop where runward has no cgroup (containers)",
-    "lost-run-members": "issue 25 item 3: a lost run's (shim and job gone) live processes are not "
-                        "searched: status shows none and rm/prune remove the records",
-}
+KNOWN_HOLES: dict = {}  # each of issue 25's holes the oracle walked (items 3, 8, 11) is mended
 
 LIVE = ("running", "stray", "orphaned")
 ENDED = ("exited", "gave_up", "lost")

@@ -146,6 +146,33 @@ def main(home_path, name, attempt, env, notify=None):
                 logfiles.reap(logger)  # its last lines are in the log before the shim is gone
     # a run with a restart policy: one attempt after another (supervise.py), else just one
     sup.loop(n, att, one, status_fd)
+    _wait_adopted()
+
+
+def _wait_adopted():
+    """The job is over and recorded; orphans of its tree that the shim adopted and that
+    still live are the run's (runs.adopted): the shim stays their parent until each has
+    ended, so `status` says `stray` and `stop` ends them. Gone to pid 1 with the shim, one
+    that cleared its environment and left the session would be found by nothing where there
+    is no cgroup (a container, an ordinary user), and `stop` would call the run stopped.
+    Each is waited for by its pid (no polling); one adopted meanwhile is seen by the scan
+    after. The shim's own helpers stay in its session and are not waited for here."""
+    from .procfs import scan
+    me, sid = os.getpid(), os.getsid(0)
+    while True:
+        procs = scan()
+        kids = [pid for pid in procs.children().get(me, ()) if procs[pid].sid != sid]
+        if not kids:
+            return
+        for pid in kids:
+            while True:
+                try:
+                    os.waitpid(pid, 0)
+                except InterruptedError:
+                    continue
+                except ChildProcessError:
+                    pass
+                break
 
 
 def end():

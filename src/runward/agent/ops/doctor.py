@@ -120,9 +120,10 @@ WITHOUT_CGROUPS = (
     "a run's processes are found by the marker (RUNWARD_RUN in their environment), the job's "
     "session and process group, and, while its shim lives, as the shim's descendants (a child "
     "subreaper: every orphan of the job's tree is reparented to it). What escapes all of them: "
-    "a process that clears its environment, leaves the job's session (setsid) and outlives the "
-    "shim (the job ended, or the shim was killed: it then goes to pid 1), or one the job had "
-    "started outside its own tree (systemd-run, a daemon it asked, docker run)")
+    "a process that clears its environment, leaves the job's session (setsid) and outlives a "
+    "shim that was killed (it then goes to pid 1; a shim whose job ended stays the parent of "
+    "what it adopted until each has ended), or one the job had started outside its own tree "
+    "(systemd-run, a daemon it asked, docker run)")
 NO_SUBREAPER = ("python here lacks ctypes: the shim cannot be a child subreaper, so an orphan that "
                 "cleared its environment and left the job's session escapes at once")
 
