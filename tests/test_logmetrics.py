@@ -320,7 +320,26 @@ def _triton(res):
     assert res["alerts"] == []  # Triton's "out of resource: shared memory" is no CUDA OOM
 
 
+def _torchrun_gloo_oom(res):
+    # rank 1's OOM ends its traceback; rank 0's "Connection closed by peer" is a traceback too:
+    # the health facts say both (tests/test_attribution.py says which was the cause)
+    assert kinds(res) == [("cuda_oom", 14), ("traceback", 23)]
+    assert by_line(res)[9] == {"step": 2.0, "loss": 1.0}
+
+
+def _torchrun_tee_gloo(res):
+    assert kinds(res) == [("traceback", 14)] and res["alerts"][0]["repeats"] == 2
+    assert by_line(res)[10] == {"step": 2.0, "loss": 1.0}  # "[default1]:step 2 loss 1.0"
+
+
+def _nccl_oom_cascade(res):
+    assert [k for k, _ in kinds(res)] == ["cuda_oom", "nccl", "traceback"]
+    assert kinds(res)[0] == ("cuda_oom", 10)
+
+
 FIXTURES = {
+    "torchrun_gloo_oom.log": _torchrun_gloo_oom, "torchrun_tee_gloo.log": _torchrun_tee_gloo,
+    "nccl_oom_cascade.log": _nccl_oom_cascade,
     "hf_trainer.log": _hf_trainer, "hf_trainer_tf.log": _hf_trainer_tf,
     "lightning_progress.log": _lightning, "nemo_nccl_timeout.log": _nemo,
     "deepspeed.log": _deepspeed, "deepspeed_megatron.log": _deepspeed_megatron,

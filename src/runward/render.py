@@ -148,6 +148,8 @@ def render_status(res: dict, target: str) -> str:
         from .supervision import status_lines
         lines += status_lines(r, now)
         lines += _stopped_lines(r, now)
+        if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade
+            lines.append(f"  {r['attribution']['summary']}")
         if r.get("note"):
             lines.append(f"  note: {r['note']}")
         if r.get("stray_processes"):

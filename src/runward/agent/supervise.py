@@ -362,7 +362,8 @@ class Supervisor(object):
                 att["gave_up"] = {"at": now, "restarts": len(self.restarts), "exits": self.exits,
                                   "max_restarts": self.pol["max_restarts"]}
                 write_json(self.store.attempt_path(n), att)
-                self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts))
+                self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts),
+                            attribution=_attribution(self.store, att))
                 return att
             return None
         att["restart_reason"] = why
@@ -499,6 +500,16 @@ class Zygote(object):
 
 
 # what a next attempt's record does not inherit from the one before
+def _attribution(store, att):
+    """The last attempt's root cause and cascade for the gave_up notification, or None: a
+    log that cannot be read does not hold the notification back."""
+    from . import attribution
+    try:
+        return attribution.for_attempt(store, att) if attribution.failed(att) else None
+    except (OSError, ValueError):
+        return None
+
+
 _PER_ATTEMPT = ("job", "exit", "error", "stop_requested", "next_restart_at", "restart_reason", "gave_up",
                 "actions", "logger", "log_offset", "log_file", "restart")
 

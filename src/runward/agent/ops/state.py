@@ -126,6 +126,15 @@ def _details(out, store, att, state, since=None):
             out["health"] = health.summary(saved, since=since)
         except (OSError, ValueError) as e:
             out["health"] = {"error": "could not read the log: %s" % e}
+    if att.get("log") and state in ("exited", "failed"):
+        from .. import attribution  # who failed first, and what followed (docs/diagnosis.md)
+        if attribution.failed(att):
+            try:
+                res = attribution.for_attempt(store, att)
+            except (OSError, ValueError) as e:
+                res = {"error": "could not read the log: %s" % e, "summary": None}
+            if res is not None:
+                out["attribution"] = res
 
 
 # --- logs, spec, ping
