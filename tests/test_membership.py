@@ -217,6 +217,30 @@ def test_an_escapee_left_by_a_job_that_ended_by_itself_keeps_the_run_stray_until
     assert st["state"] == "exited" and st["exit"]["code"] == 3, st
 
 
+def test_a_killed_shim_without_a_cgroup_is_a_blind_spot_said_in_status_and_stop(ordinary):
+    """No cgroup, the shim SIGKILLed from outside: an adopted escapee goes to pid 1 with
+    nothing to tie it to the run. Not findable; so status and stop say what they cannot see
+    instead of a bare 'verified' (design rule 11)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}3"
+    p = run("start", "blind", "--settle", "0.2", "--json", "--sh", escape_line(token))
+    assert p.returncode == 0, p.stdout + p.stderr
+    esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")
+    att = record(run.home, "blind")
+    try:
+        os.kill(att["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: int(stat_fields(esc[0])[1]) != att["shim"]["pid"], what="the escapee reparented away")
+        out = run("status", "blind", "--json").stdout
+        st = (json.loads(out)["result"] or {"runs": [out]})["runs"][0]
+        assert st["state"] == "orphaned" and "cannot be found" in st.get("blind_spot", ""), st
+        p = run("stop", "blind", "--grace", "2", "--json")
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0 and "cannot be found" in doc["result"].get("blind_spot", ""), doc
+        assert "note: this run has no cgroup" in run("status", "blind").stdout + run("stop", "blind").stdout
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+
+
 POD = "ssh://rw1/podman:rwpod"
 
 

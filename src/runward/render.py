@@ -96,13 +96,15 @@ def render_stop(r: dict) -> str:
                           "no process of the run alive)", *_gpu_release_lines(r)])
     if r.get("already_stopped"):
         return "\n".join([f"{r['name']}: already stopped (no process of the run alive; last state: {r.get('state')})",
-                          *_gpu_release_lines(r)])
+                          *_gpu_release_lines(r), *([f"  note: {r['blind_spot']}"] if r.get("blind_spot") else [])])
     procs = r.get("processes") or []
     lines = [f"stopped {r['name']} attempt {r.get('attempt')}: {len(procs)} process(es) dead, verified "
              f"({r['signal']}, {r.get('stop_s', 0):.2f}s)"]
     for p in procs:
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}")
     lines += _gpu_release_lines(r)
+    if r.get("blind_spot"):
+        lines.append(f"  note: {r['blind_spot']}")
     return "\n".join(lines)
 
 
@@ -152,6 +154,8 @@ def render_status(res: dict, target: str) -> str:
             lines.append(f"  {r['attribution']['summary']}")
         if r.get("note"):
             lines.append(f"  note: {r['note']}")
+        if r.get("blind_spot"):
+            lines.append(f"  note: {r['blind_spot']}")
         if r.get("stray_processes"):
             lines.append(f"  warning: processes of this run still alive: {r['stray_processes']} (runward stop {r['name']})")
         for g in r.get("gpu_usage") or []:

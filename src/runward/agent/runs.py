@@ -49,6 +49,27 @@ def adopted(att, procs):
     return [pid for pid in procs.children().get(sp.pid, ()) if procs[pid].sid != sp.pid]
 
 
+BLIND_SPOT = ("this run has no cgroup here and its shim was killed: a process of it that cleared its "
+              "environment, left its session and was adopted by the shim went to pid 1 with nothing to "
+              "tie it to the run, and cannot be found (runward doctor: cgroups)")
+
+
+def blind_spot(att, procs):
+    """What this attempt's member search cannot see, said rather than hidden (design rule 11):
+    with no cgroup, the shim's adoption is all that finds an escapee that cleared its
+    environment and left the job's session; a shim killed from outside takes that with it."""
+    shim = (att or {}).get("shim")
+    if not shim or (att or {}).get("cgroups") or not (att or {}).get("job"):
+        return None
+    sp = procs.get(shim.get("pid"))
+    if sp is not None and sp.start == shim.get("start") and not sp.dead:
+        return None
+    ex = att.get("exit") or {}
+    if ex and ex.get("by") is None:
+        return None  # the shim recorded the job's end itself, then left: nothing was dropped
+    return BLIND_SPOT
+
+
 def job_session(att, procs):
     """The job and the members of its session and its process group (both numbered by its
     pid), alive or dead. They stay the run's after the job exits: a child that cleared its

@@ -7,7 +7,7 @@ import time
 
 from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
-from ..runs import attempt_state, drift, log_info, members, summarize_tree
+from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
 from ..secrets import redact_env, shown_multinode
 from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
@@ -79,6 +79,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if state in ("stray", "failed", "lost") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
+    if state in ("orphaned", "lost", "exited") and blind_spot(att, procs):
+        out["blind_spot"] = blind_spot(att, procs)  # what the member search cannot see here
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
         from .. import supervise
         supervise.status_fields(out, att)

@@ -9,7 +9,7 @@ import time
 
 from .. import cgroups, faults, gpus, supervise
 from ..procfs import boot_id, live, protected, scan
-from ..runs import attempt_state, members, own_procs
+from ..runs import attempt_state, blind_spot, members, own_procs
 from ..secrets import shown_multinode
 from ..store import RunStore
 from ..terminate import PidWatch, parse_signal, signal_name, terminate
@@ -93,6 +93,9 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
     found = members(store.name, att, procs, prot)
     res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
            "grace_s": grace, "multinode": shown_multinode((att or {}).get("multinode"))}
+    unseen = blind_spot(att, procs)
+    if unseen:
+        res["blind_spot"] = unseen
     if not found:
         res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                     "state": attempt_state(att, procs, boot_id())})
