@@ -637,3 +637,21 @@ def test_disk_full_keeps_the_old_record_whole(cli, tmp_path):
                 except OSError:
                     pass
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_a_kill_sent_by_runwards_own_stop_is_no_oom_alert(cli):
+    """stop's KILL after the grace of a TERM-ignoring job: the job ended by SIGKILL, but not
+    the OOM killer's; status must not guess "possibly OOM-killed" (hostile review F5). A job
+    SIGKILLed from outside still gets the guess."""
+    rc, doc = cli.json("start", "stopkill", "--settle", "0.3", "--grace", "1", "--sh", 'trap "" TERM; exec sleep 600')
+    assert rc == 0, doc
+    rc, doc = cli.json("stop", "stopkill")
+    assert rc == 0 and any(p["fate"] == "killed" for p in doc["result"]["processes"]), doc
+    st = cli.status("stopkill")
+    kinds = [a["kind"] for a in (st.get("health") or {}).get("alerts") or []]
+    assert "oom_killed" not in kinds and "OOM" not in cli.run("status", "stopkill").stdout, st
+    rc, doc = cli.json("start", "outkill", "--settle", "0.3", "--", "sleep", "600")
+    assert rc == 0, doc
+    os.kill(doc["result"]["pid"], signal.SIGKILL)
+    st = wait_for(lambda: (lambda s: s if s["state"] == "exited" else None)(cli.status("outkill")), what="the exit")
+    assert "oom_killed" in [a["kind"] for a in (st.get("health") or {}).get("alerts") or []], st

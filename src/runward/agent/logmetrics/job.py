@@ -40,7 +40,7 @@ class ExitWatch(object):
             out.append(alert("exited", at, detail, code=code, signal=sig))
         sigkill = (str(sig or "").upper().replace("SIG", "") in ("KILL", "9")
                    or code in (137, -9))
-        if sigkill and not self.sigkill_seen:
+        if sigkill and not self.sigkill_seen and not exit_info.get("stopped"):
             self.sigkill_seen = True
             out.append(alert(
                 "oom_killed", at, "possibly OOM-killed: the job ended by SIGKILL (the "

@@ -44,6 +44,10 @@ def fact_rules(att, metrics=None):
         from .. import slurm  # the commands, not ops/slurm (which imports lifecycle, the shim...)
         out["alive"] = slurm.alive(att)
     out["exit"] = att.get("exit") or None
+    if out["exit"] and (att.get("stop_requested") or out["exit"].get("by")):
+        # a stop (runward's, a peer's, a health action's) ended it: its KILL after the grace
+        # is the stop's, not the OOM killer's (logmetrics/job.py)
+        out["exit"] = dict(out["exit"], stopped=True)
     return out
 
 
