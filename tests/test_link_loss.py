@@ -119,3 +119,31 @@ def test_a_stricter_ssh_config_of_the_users_own_is_kept(silent):
     assert rc == 3, doc
     print(f"silent link noticed after {took:.1f} s")
     assert took < 8, f"{took:.1f} s: the user's own 2 s keepalive was overridden"
+
+
+def test_a_link_gone_silent_mid_stop_says_the_stop_goes_on_and_it_does(silent, tmp_path):
+    """The stop had begun on the far side when the link went silent: exit 3 naming ssh, and the
+    message says the stop goes on there (hostile review: it said only 'retry'); the
+    TERM-ignoring job is KILLed after its grace with nobody connected."""
+    import json
+    import os
+    import uuid
+    from conftest import alive, wait_for
+    c, relay = silent
+    far = tmp_path / f"far-{uuid.uuid4().hex[:6]}"  # the test hosts share this machine's files and pids
+    (c.cwd / "runward.toml").write_text(f'[targets.h]\non = "ssh://rwsilent"\nhome = "{far}"\n')
+    c.env["RUNWARD_RESIDENT"] = "0"
+    rc, doc = c.json("start", "ls", "--on", "h", "--settle", "0.3", "--grace", "25",
+                     "--sh", 'trap "" TERM; exec sleep 600')
+    assert rc == 0, doc
+    job = (doc["result"]["pid"], doc["result"]["start_time"])
+    p = c.popen("stop", "ls", "--on", "h", "--json")
+    rec = far / "runs" / "ls" / "attempts" / "1.json"
+    wait_for(lambda: p.poll() is not None or "stop_requested" in rec.read_text(), what="the stop to begin")
+    relay.silent.set()
+    out, err = p.communicate(timeout=120)
+    doc = json.loads(out)
+    assert p.returncode == 3 and "goes on there" in doc["error"]["message"], doc
+    assert doc["error"]["details"].get("stop_goes_on") is True, doc
+    wait_for(lambda: not alive(*job), timeout=60, what="the job KILLed after its grace, nobody connected")
+    assert json.loads(rec.read_text()).get("stopped", {}).get("verified_dead"), rec.read_text()

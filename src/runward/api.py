@@ -169,11 +169,23 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
     if grace is not None and grace < 0:
         raise BadInput(f"invalid --grace {grace}", "give a number of seconds >= 0")
 
+    begun: list[bool] = []
+
     def on_event(ev: dict) -> None:
-        if "stop_begun" in ev and on_begun is not None:
-            on_begun()
-    res = transport.call(target, {"op": "stop", "name": name, "grace": grace, "signal": signal,
-                                  "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout}, on_event=on_event)
+        if "stop_begun" in ev:
+            begun.append(True)
+            if on_begun is not None:
+                on_begun()
+    try:
+        res = transport.call(target, {"op": "stop", "name": name, "grace": grace, "signal": signal,
+                                      "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout}, on_event=on_event)
+    except RunwardError as e:
+        if begun and e.exit_code == 3:  # the link, not the stop: the far agent outlives its caller
+            e.message += ("; the stop had begun on the target and goes on there to its verified end "
+                          "(it ignores a lost caller), which it records")
+            e.hint = f"runward status {name} shows its end once the target is reached again"
+            e.details["stop_goes_on"] = True
+        raise
     if not res.get("verified_dead"):
         raise NotVerified(f"{name}: {len(res.get('survivors', []))} process(es) survived the stop",
                           "see each survivor's state; a D-state process is stuck in the kernel (driver, NFS)",
