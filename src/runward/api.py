@@ -709,6 +709,11 @@ def health(target: Target, name: str, rules: dict | None = None, points: bool = 
     return transport.call(target, {"op": "health", "name": name, "rules": rules or {}, "points": points})
 
 
+def history(target: Target, name: str, *, series: bool = False) -> dict:
+    """Every attempt's facts (docs/history.md), one round trip; series: each attempt's points."""
+    return transport.call(target, {"op": "history", "name": name, "series": series})
+
+
 def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
           on_points: Callable[[dict], None] | None = None, since_s: float | None = None) -> dict:
     """Judge the window of for_s seconds from now (and, for the rules, since_s seconds

@@ -1,0 +1,142 @@
+"""Every attempt an experiment (issue 30): `history` says, per attempt, how it ended, how far
+and how fast it got and what changed against the attempt before. Ground truth: the example
+job's own log lines (the tok/s it really printed), the sha256 of train.py as it was deployed,
+the env each restart was given; real starts and restarts on the local target and over ssh
+into a container (testbed)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import statistics
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+import testbed
+from conftest import CLI, EXAMPLE, wait_for
+
+SECRET = "hf_" + uuid.uuid4().hex  # a secret's value: never in any output
+FAST = ["TRAIN_STEP_SECONDS=0.05", "TRAIN_STEPS=40", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
+
+
+def sha8(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:8]
+
+
+def _env(*items: str) -> list[str]:
+    return [a for kv in items for a in ("--env", kv)]
+
+
+def _exited(cli: CLI, name: str, attempt: int) -> dict:
+    def done():
+        st = cli.status(name)
+        return st if st["attempt"] == attempt and st["state"] == "exited" else None
+    return wait_for(done, timeout=60, what=f"attempt {attempt} of {name} to exit")
+
+
+def _printed_tok_s(log_lines: list[str]) -> list[float]:
+    return [float(m.group(1)) for ln in log_lines for m in [re.search(r"tok/s ([0-9.]+)", ln)] if m]
+
+
+def _attempt_lines(cli: CLI, name: str, n: int) -> list[str]:
+    rc, doc = cli.json("logs", name, "--attempt", str(n))
+    assert rc == 0, doc
+    return doc["result"]["lines"]
+
+
+def _check_history(cli: CLI, name: str, old: bytes, new: bytes, path_end: str) -> None:
+    """Two attempts: 14500 tok/s then 9000 with a changed train.py and a secret added."""
+    p = cli.run("history", name, "--json")
+    assert p.returncode == 0, p.stderr
+    assert SECRET not in p.stdout + p.stderr, "a secret's value left the target"
+    import json
+    a1, a2 = json.loads(p.stdout)["result"]["attempts"]
+    for row, n in ((a1, 1), (a2, 2)):
+        assert row["attempt"] == n and row["state"] == "exited" and row["exit"]["code"] == 0, row
+        assert row["steps"] == 40, row
+        printed = _printed_tok_s(_attempt_lines(cli, name, n))
+        assert len(printed) == 40
+        tp = row["throughput"]
+        assert tp["metric"] == "tok_s" and tp["points"] == 40 - tp["warmup_points"], tp
+        assert tp["median"] == pytest.approx(statistics.median(printed[tp["warmup_points"]:])), tp
+        assert row["loss"]["metric"] == "loss" and row["loss"]["last"] is not None
+    assert a1["changed"] is None
+    ch = a2["changed"]
+    (path,) = ch["files"]
+    assert path.endswith(path_end) and ch["files"][path] == [sha8(old), sha8(new)], ch
+    assert ch["env"]["changed"] == {"TRAIN_TOKS": ["14500", "9000"]}, ch
+    assert ch["env"]["added"] == {"HF_TOKEN": "[secret]"}, ch
+    assert "command" not in ch and "cwd" not in ch, ch
+    text = cli.run("history", name)
+    assert text.returncode == 0 and SECRET not in text.stdout
+    lines = text.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("#1 ") and lines[1].startswith("#2 "), lines
+    assert f"{sha8(old)}->{sha8(new)}" in lines[1] and "TRAIN_TOKS 14500->9000" in lines[1], lines[1]
+    assert "+HF_TOKEN=[secret]" in lines[1] and "step 40" in lines[1], lines[1]
+
+
+def test_history_says_what_changed_and_what_it_did_locally(cli):
+    name = f"lh{uuid.uuid4().hex[:6]}"
+    train = cli.cwd / "train.py"
+    old = EXAMPLE.read_bytes()
+    train.write_bytes(old)
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*FAST, "TRAIN_TOKS=14500"),
+                       "--", "python3", "train.py")
+    assert rc == 0, doc
+    _exited(cli, name, 1)
+    new = old + b"\n# attempt 2: a changed train.py\n"
+    train.write_bytes(new)
+    rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=9000", f"HF_TOKEN={SECRET}"))
+    assert rc == 0, doc
+    _exited(cli, name, 2)
+    _check_history(cli, name, old, new, "/train.py")
+
+
+def test_history_of_an_unknown_run_is_exit_4(cli):
+    rc, doc = cli.json("history", f"nx{uuid.uuid4().hex[:6]}")
+    assert rc == 4 and doc["error"]["type"] == "RunNotFound", doc
+
+
+# --------------------------------------------------------------------------- a container behind ssh
+
+@pytest.fixture
+def pod(tmp_path):
+    tb = testbed.require("podman")
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    c.env = testbed.env(tb, c.env)
+    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
+    c.dir = f"/tmp/rw-lg-{uuid.uuid4().hex[:8]}"  # in the container's own /tmp
+    c.container = tb["podman"]
+    yield c
+    subprocess.run(["podman", "exec", "-i", c.container, "rm", "-rf", c.dir], env=c.env, capture_output=True)
+
+
+def test_history_over_ssh_into_a_container_after_a_deploy(pod):
+    name = f"lp{uuid.uuid4().hex[:6]}"
+    dest = f"{pod.dir}/code"
+    old = EXAMPLE.read_bytes()
+    (pod.cwd / "train.py").write_bytes(old)
+    env = ", ".join(f'{k} = "{v}"' for k, v in (kv.split("=") for kv in FAST + ["TRAIN_TOKS=14500"]))
+    (pod.cwd / "runward.toml").write_text(
+        f'[targets.h1pod]\non = "ssh://rw1/podman:{pod.container}"\nhome = "{pod.dir}/home"\n\n'
+        f'[runs.{name}]\non = "h1pod"\ncommand = ["python3", "{dest}/train.py"]\ncwd = "{dest}"\n'
+        f'files = ["train.py:{dest}/train.py"]\nsettle = 0.3\nenv = {{ {env} }}\n')
+    try:
+        rc, doc = pod.json("deploy", name)
+        assert rc == 0, doc
+        rc, doc = pod.json("start", name)
+        assert rc == 0, doc
+        assert not Path(dest).exists(), "the files must land in the container, not on this host"
+        _exited(pod, name, 1)
+        new = old + b"\n# attempt 2: a changed train.py\n"
+        (pod.cwd / "train.py").write_bytes(new)
+        rc, doc = pod.json("restart", name, "--deploy", *_env("TRAIN_TOKS=9000", f"HF_TOKEN={SECRET}"))
+        assert rc == 0, doc
+        _exited(pod, name, 2)
+        _check_history(pod, name, old, new, f"{dest}/train.py")
+    finally:
+        pod.json("stop", name, "--grace", "2")
