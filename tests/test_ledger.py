@@ -78,6 +78,29 @@ def _check_history(cli: CLI, name: str, old: bytes, new: bytes, path_end: str) -
     assert "+HF_TOKEN=[secret]" in lines[1] and "step 40" in lines[1], lines[1]
 
 
+def _check_compare(cli: CLI, name: str, old: bytes, new: bytes) -> None:
+    """compare (the last two by default) says the same change, and the throughput change the
+    job really printed at the steps both attempts reached."""
+    p = cli.run("compare", name, "--json")
+    assert p.returncode == 0, p.stderr
+    assert SECRET not in p.stdout + p.stderr
+    import json
+    res = json.loads(p.stdout)["result"]
+    assert (res["a"], res["b"]) == (1, 2) and res["metric"] == "tok_s", res
+    assert [v for v in res["changed"]["files"].values()] == [[sha8(old), sha8(new)]], res["changed"]
+    lo, hi = res["steps"]
+    assert hi == 40 and lo <= 10, res["steps"]
+    printed = [dict(enumerate(_printed_tok_s(_attempt_lines(cli, name, n)), start=1)) for n in (1, 2)]
+    want = [statistics.median(t[s] for s in range(lo, hi + 1)) for t in printed]
+    assert res["throughput"] == pytest.approx(want), (res["throughput"], want)
+    assert want[1] / want[0] == pytest.approx(9000 / 14500, rel=0.05)  # the change the job really had
+    pct = (want[1] - want[0]) / want[0] * 100
+    assert res["verdict"].startswith(f"tok_s {want[0] / 1000:.2f}".rstrip("0").rstrip(".")), res["verdict"]
+    assert f"({pct:+.1f}%) over steps {lo}-40; loss at step 40" in res["verdict"], res["verdict"]
+    text = cli.run("compare", name, "1", "2")
+    assert text.returncode == 0 and res["verdict"] in text.stdout and "TRAIN_TOKS 14500->9000" in text.stdout
+
+
 def test_history_says_what_changed_and_what_it_did_locally(cli):
     name = f"lh{uuid.uuid4().hex[:6]}"
     train = cli.cwd / "train.py"
@@ -93,6 +116,27 @@ def test_history_says_what_changed_and_what_it_did_locally(cli):
     assert rc == 0, doc
     _exited(cli, name, 2)
     _check_history(cli, name, old, new, "/train.py")
+    _check_compare(cli, name, old, new)
+
+
+def test_compare_says_too_few_points_rather_than_a_number(cli):
+    name = f"lf{uuid.uuid4().hex[:6]}"
+    (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
+    short = ["TRAIN_STEP_SECONDS=0.5", "TRAIN_STEPS=3", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*short), "--", "python3", "train.py")
+    assert rc == 0, doc
+    _exited(cli, name, 1)
+    rc, doc = cli.json("restart", name)
+    assert rc == 0, doc
+    _exited(cli, name, 2)
+    rc, doc = cli.json("compare", name)
+    assert rc == 0, doc
+    res = doc["result"]
+    assert "throughput" not in res and "tok_s: too few points at common steps" in res["verdict"], res
+    rc, doc = cli.json("compare", name, "1")
+    assert rc == 2 and "two needed" in doc["error"]["message"], doc
+    rc, doc = cli.json("compare", name, "1", "9")
+    assert rc == 4 and "no attempt 9" in doc["error"]["message"], doc
 
 
 def test_history_of_an_unknown_run_is_exit_4(cli):
@@ -138,5 +182,6 @@ def test_history_over_ssh_into_a_container_after_a_deploy(pod):
         assert rc == 0, doc
         _exited(pod, name, 2)
         _check_history(pod, name, old, new, f"{dest}/train.py")
+        _check_compare(pod, name, old, new)
     finally:
         pod.json("stop", name, "--grace", "2")

@@ -709,9 +709,14 @@ def health(target: Target, name: str, rules: dict | None = None, points: bool = 
     return transport.call(target, {"op": "health", "name": name, "rules": rules or {}, "points": points})
 
 
-def history(target: Target, name: str, *, series: bool = False) -> dict:
-    """Every attempt's facts (docs/history.md), one round trip; series: each attempt's points."""
-    return transport.call(target, {"op": "history", "name": name, "series": series})
+def history(target: Target, name: str) -> dict:
+    """Every attempt's facts and what each changed (docs/history.md), one round trip."""
+    return transport.call(target, {"op": "history", "name": name})
+
+
+def compare(target: Target, name: str, a: int | None = None, b: int | None = None) -> dict:
+    """Attempts A and B (default: the last two) side by side (docs/history.md), one round trip."""
+    return transport.call(target, {"op": "compare", "name": name, "a": a, "b": b})
 
 
 def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,

@@ -20,12 +20,10 @@ from ..store import RunStore
 SECTION_MAX = 16 << 20  # bytes of one attempt's log parsed at most: a reply stays quick
 WARMUP_FRACTION = 0.1  # the first tenth of an attempt's throughput points is warm-up...
 WARMUP_MIN = 2  # ... and at least this many (compilation, autotuning, data loader start)
-SERIES_MAX = 2000  # points per attempt sent back when asked for the series (compare)
 
 
 def history(req, home):
-    """{"name", "attempts": [facts of each attempt, oldest first]}; req["series"]: each
-    attempt's points too ([step, throughput, loss]), thinned to SERIES_MAX."""
+    """{"name", "attempts": [facts of each attempt, oldest first]}."""
     store = RunStore.existing(home, req.get("name"))
     procs, bid = scan(), boot_id()
     rows, prev = [], None
@@ -33,7 +31,7 @@ def history(req, home):
         att = store.attempt(n)
         if not att:
             continue
-        row = facts(store, att, attempt_state(att, procs, bid), bool(req.get("series")))
+        row = facts(store, att, attempt_state(att, procs, bid), False)
         row["changed"] = changes(prev, att) if prev is not None else None
         rows.append(row)
         prev = att
@@ -41,6 +39,7 @@ def history(req, home):
 
 
 def facts(store, att, state, series):
+    """One attempt's facts; series: its points too, [step, throughput, loss] (compare)."""
     ex = att.get("exit") or {}
     started, ended = att.get("started_at"), ex.get("at")
     row = {"attempt": att.get("attempt"), "state": state, "started_at": started, "exit": att.get("exit"),
@@ -95,11 +94,9 @@ def summarize(pts, names, partial, series):
     if partial:
         out["log_partial"] = SECTION_MAX
     if series:
-        rows = [[p.get(step_name), p.get(tp), _num(p.get(loss))] for p in pts
-                if step_name in p and (tp in p or loss in p)]
-        every = max(1, -(-len(rows) // SERIES_MAX))
         out["series"] = {"step": step_name, "throughput": tp, "loss": loss, "warmup_points": warm,
-                         "points": rows[::every]}
+                         "points": [[p.get(step_name), p.get(tp), _num(p.get(loss))] for p in pts
+                                    if step_name in p and (tp in p or loss in p)]}
     return out
 
 
