@@ -97,6 +97,10 @@ def _check_compare(cli: CLI, name: str, old: bytes, new: bytes) -> None:
     pct = (want[1] - want[0]) / want[0] * 100
     assert res["verdict"].startswith(f"tok_s {want[0] / 1000:.2f}".rstrip("0").rstrip(".")), res["verdict"]
     assert f"({pct:+.1f}%) over steps {lo}-40; loss at step 40" in res["verdict"], res["verdict"]
+    (diff,) = res["diffs"].values()  # train.py's text as each attempt ran it, kept on the target
+    assert diff["truncated"] is False and "\n+# attempt 2: a changed train.py\n" in diff["diff"], diff
+    assert "(attempt 1)" in diff["diff"].splitlines()[0] and "(attempt 2)" in diff["diff"].splitlines()[1]
+    assert sum(ln.startswith(("+", "-")) for ln in diff["diff"].splitlines()[2:]) == 2, diff["diff"]
     text = cli.run("compare", name, "1", "2")
     assert text.returncode == 0 and res["verdict"] in text.stdout and "TRAIN_TOKS 14500->9000" in text.stdout
 
@@ -185,3 +189,40 @@ def test_history_over_ssh_into_a_container_after_a_deploy(pod):
         _check_compare(pod, name, old, new)
     finally:
         pod.json("stop", name, "--grace", "2")
+
+
+def test_compare_never_keeps_a_secret_and_rm_removes_what_it_kept(cli):
+    """A deployed file that holds a secret env value is not kept (compare says why); rm
+    removes the kept text with the run's records."""
+    name = f"ls{uuid.uuid4().hex[:6]}"
+    dest = cli.cwd / "deployed"
+    (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
+    (cli.cwd / "conf.yaml").write_text("lr: 1\n")
+    env = ", ".join(f'{k} = "{v}"' for k, v in (kv.split("=") for kv in FAST))
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\ncommand = ["python3", "{dest}/train.py"]\ncwd = "{dest}"\nsettle = 0.3\n'
+        f'files = ["train.py:{dest}/train.py", "conf.yaml:{dest}/conf.yaml"]\nenv = {{ {env} }}\n')
+    rc, doc = cli.json("deploy", name)
+    assert rc == 0, doc
+    rc, doc = cli.json("start", name)
+    assert rc == 0, doc
+    _exited(cli, name, 1)
+    (cli.cwd / "conf.yaml").write_text(f"lr: 2\ntoken: {SECRET}\n")
+    (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes() + b"# v2\n")
+    rc, doc = cli.json("restart", name, "--deploy", *_env(f"HF_TOKEN={SECRET}"))
+    assert rc == 0, doc
+    _exited(cli, name, 2)
+    p = cli.run("compare", name, "--json")
+    assert p.returncode == 0 and SECRET not in p.stdout + p.stderr, p.stderr
+    import json
+    diffs = json.loads(p.stdout)["result"]["diffs"]
+    assert diffs[f"{dest}/conf.yaml"] == {"why": "attempt 2: holds the value of a secret env entry"}, diffs
+    assert "+# v2" in diffs[f"{dest}/train.py"]["diff"], diffs
+    kept = cli.home / "runs" / name / "snapshots"
+    assert len(list(kept.iterdir())) == 3  # conf.yaml of attempt 1, train.py of both
+    assert not any(SECRET.encode() in f.read_bytes() for f in kept.iterdir())
+    rc, doc = cli.json("rm", name)
+    assert rc == 0, doc
+    assert not kept.exists() and not (cli.home / "runs" / name).exists()
+    left = [f for f in cli.home.rglob("*") if f.is_file() and f.stat().st_size == len(EXAMPLE.read_bytes()) + 5]
+    assert not left, f"rm left attempt 2's train.py behind: {left}"

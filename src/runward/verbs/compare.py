@@ -30,6 +30,12 @@ def render(res: dict) -> str:
     a, b = res["a"], res["b"]
     lines = [f"compare {res['name']}: attempt {a} -> {b}",
              "changed: " + (changed(res.get("changed") or {}) or "nothing (same files, env, command, cwd)")]
+    for path, d in (res.get("diffs") or {}).items():
+        if d.get("diff"):
+            lines.append(d["diff"].rstrip("\n") + ("\n... (diff cut; the file's two versions are on the target)"
+                                                    if d.get("truncated") else ""))
+        else:
+            lines.append(f"{path}: no diff: {d.get('why')}")
     if res.get("rows"):
         tp = res.get("metric") or "throughput"
         head = ("step", f"{tp} #{a}", f"{tp} #{b}", f"loss #{a}", f"loss #{b}")

@@ -5,9 +5,11 @@ on the target, only the comparison travels."""
 
 from ..logmetrics.rules import median
 from ..logselect import _attempt
+from ..snapshots import text_of
 from ..store import RunStore
 from .ledger import changes, facts
 
+DIFF_LINES = 400  # lines of one file's unified diff sent back at most
 MIN_POINTS = 3  # fewer throughput points than this on either side: no number, "too few points"
 ROWS = 10  # steps shown side by side at most
 
@@ -18,11 +20,32 @@ def compare(req, home):
     fa, fb = (facts(store, att, "", True) for att in (a, b))
     sa, sb = fa.pop("series"), fb.pop("series")
     out = {"name": store.name, "a": a["attempt"], "b": b["attempt"], "changed": changes(a, b)}
+    out["diffs"] = {p: file_diff(store, a, b, p) for p in out["changed"].get("files") or {}}
     for f in (fa, fb):
         f.pop("state", None)
     out["attempts"] = [fa, fb]
     out.update(side_by_side(sa, sb))
     return out
+
+
+def file_diff(store, a, b, path):
+    """{"diff", "truncated"}: the unified diff of PATH from attempt A's text to B's, when both
+    were kept (snapshots.py); else {"why"}: which side's text is not there, and why."""
+    texts = [text_of(store, att, path) for att in (a, b)]
+    if None in texts:
+        why = []
+        for att, t in zip((a, b), texts):
+            if t is None:
+                had = ((att.get("snapshots") or {}).get("skipped") or {}).get(path)
+                why.append("attempt %d: %s" % (att["attempt"], had or (
+                    "no file" if path not in (att.get("hashes") or {}) or not att["hashes"][path]
+                    else "its text was not kept (an older runward, or beyond the attempts kept)")))
+        return {"why": "; ".join(why)}
+    import difflib
+    lines = list(difflib.unified_diff(texts[0].splitlines(True), texts[1].splitlines(True),
+                                      "%s (attempt %d)" % (path, a["attempt"]), "%s (attempt %d)" % (path, b["attempt"])))
+    return {"diff": "".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines[:DIFF_LINES]),
+            "truncated": len(lines) > DIFF_LINES}
 
 
 def _pair(store, a, b):
