@@ -226,3 +226,62 @@ def test_compare_never_keeps_a_secret_and_rm_removes_what_it_kept(cli):
     assert not kept.exists() and not (cli.home / "runs" / name).exists()
     left = [f for f in cli.home.rglob("*") if f.is_file() and f.stat().st_size == len(EXAMPLE.read_bytes()) + 5]
     assert not left, f"rm left attempt 2's train.py behind: {left}"
+
+
+# --------------------------------------------------------------------------- baselines in health rules
+
+def _watch(cli: CLI, name: str, for_s: str) -> tuple[int, dict]:
+    return cli.json("watch", name, "--for", for_s, timeout=120)
+
+
+def _steps_past(cli: CLI, name: str, attempt: int, step: int) -> None:
+    def there():
+        lines = _attempt_lines(cli, name, attempt)
+        return any(re.match(rf"step {step} ", ln) for ln in lines)
+    wait_for(there, timeout=60, what=f"attempt {attempt} of {name} to reach step {step}")
+
+
+def test_a_baseline_rule_fires_on_a_slower_attempt_and_not_on_an_equal_one(cli):
+    name = f"lb{uuid.uuid4().hex[:6]}"
+    (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
+    env = ", ".join(f'{k} = "{v}"' for k, v in (kv.split("=") for kv in FAST + ["TRAIN_TOKS=14500"]))
+    toml = (f'[runs.{name}]\ncommand = ["python3", "train.py"]\ncwd = "{cli.cwd}"\nsettle = 0.3\n'
+            f'env = {{ {env} }}\n\n[runs.{name}.health]\ntok_s = {{ min_ratio = 0.95, baseline = "{{b}}" }}\n')
+    (cli.cwd / "runward.toml").write_text(toml.replace("{b}", "best"))
+    rc, doc = cli.json("start", name)
+    assert rc == 0, doc
+    _exited(cli, name, 1)  # the baseline: 40 steps at 14500 tok/s
+    try:
+        # slower: 9000 tok/s, running on (TRAIN_STEPS=0) while the watch judges it
+        rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=9000", "TRAIN_STEPS=0"))
+        assert rc == 0, doc
+        _steps_past(cli, name, 2, 12)
+        rc, doc = _watch(cli, name, "30")
+        assert rc == 1 and doc["result"]["alert"]["kind"] == "below_baseline", doc
+        al = doc["result"]["alert"]
+        assert al["baseline"] == 1 and al["metric"] == "tok_s" and al["ratio"] == pytest.approx(9000 / 14500, rel=0.05), al
+        assert "of attempt 1's" in al["detail"], al
+        # equal: 14500 again, judged against attempt 1 by number
+        (cli.cwd / "runward.toml").write_text(toml.replace("{b}", "attempt:1"))
+        rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=14500", "TRAIN_STEPS=0"))
+        assert rc == 0, doc
+        _steps_past(cli, name, 3, 12)
+        rc, doc = _watch(cli, name, "3")
+        assert rc == 0 and doc["result"]["healthy"], doc
+        seen = doc["result"]["baseline"]["tok_s"]
+        assert seen["baseline"] == 1 and seen["ratio"] == pytest.approx(1.0, rel=0.05), seen  # judged, not skipped
+    finally:
+        cli.json("stop", name, "--grace", "2")
+
+
+@pytest.mark.parametrize("rule, word", [
+    ('tok_s = { min_ratio = "fast" }', "min_ratio"),
+    ('tok_s = { min_ratio = 0.9, baseline = "worst" }', "baseline"),
+    ('tok_s = { ratio = 0.9 }', "min_ratio and baseline only"),
+])
+def test_a_bad_baseline_rule_is_exit_2_naming_it(cli, rule, word):
+    name = f"lx{uuid.uuid4().hex[:6]}"
+    (cli.cwd / "runward.toml").write_text(f'[runs.{name}]\ncommand = ["true"]\n\n[runs.{name}.health]\n{rule}\n')
+    rc, doc = cli.json("watch", name, "--for", "1")
+    assert rc == 2 and "tok_s" in doc["error"]["message"] and word in doc["error"]["message"], doc
+    assert "min_ratio = 0.95" in doc["error"]["hint"] or "attempt:N" in doc["error"]["hint"], doc

@@ -683,6 +683,8 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
              "stall_seconds": h.get("stall"), "drop_fraction": h.get("drop_fraction"),
              "metrics": h.get("metrics")}
+    from .baselines import rules as baseline_rules
+    rules["baseline"] = baseline_rules(h)  # tok_s = { min_ratio = 0.95, baseline = "best" }
     rules["min"].update(mins or {})
     rules["max"].update(maxs or {})
     if stall is not None:

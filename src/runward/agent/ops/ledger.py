@@ -38,8 +38,9 @@ def history(req, home):
     return {"name": store.name, "attempts": rows, "time": time.time()}
 
 
-def facts(store, att, state, series):
-    """One attempt's facts; series: its points too, [step, throughput, loss] (compare)."""
+def facts(store, att, state, series, metric=None):
+    """One attempt's facts; series: its points too, [step, throughput, loss] (compare);
+    metric: the throughput to read (a baseline rule's), else the main one."""
     ex = att.get("exit") or {}
     started, ended = att.get("started_at"), ex.get("at")
     row = {"attempt": att.get("attempt"), "state": state, "started_at": started, "exit": att.get("exit"),
@@ -47,7 +48,7 @@ def facts(store, att, state, series):
            "command": command(att), "cwd": att.get("cwd"), "files": short_hashes(att.get("hashes"))}
     if att.get("error"):
         row["error"] = att["error"]
-    row.update(metrics(store, att, series))
+    row.update(metrics(store, att, series, metric))
     return row
 
 
@@ -59,7 +60,7 @@ def short_hashes(hashes):
     return {p: (h or "")[:8] or None for p, h in sorted((hashes or {}).items())}
 
 
-def metrics(store, att, series):
+def metrics(store, att, series, metric=None):
     """steps reached, the main throughput (its name, median after warm-up, the points it
     had), the last loss; "log_partial" when the section was longer than SECTION_MAX."""
     if not att.get("log"):
@@ -74,11 +75,11 @@ def metrics(store, att, series):
         if m:
             pts.append(m)
             names.update(m)
-    return summarize(pts, names, partial, series)
+    return summarize(pts, names, partial, series, metric)
 
 
-def summarize(pts, names, partial, series):
-    tp = throughput_metric(n for n in names if not n.startswith("lr"))
+def summarize(pts, names, partial, series, metric=None):
+    tp = metric or throughput_metric(n for n in names if not n.startswith("lr"))
     loss = next((n for n in ("loss", "train_loss", "lm_loss") if n in names), None) or next(
         (n for n in sorted(names) if is_loss(n)), None)
     step_name = next((n for n in ("step", "global_step", "iter", "iteration", "num_updates") if n in names), None)
