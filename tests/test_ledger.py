@@ -285,3 +285,58 @@ def test_a_bad_baseline_rule_is_exit_2_naming_it(cli, rule, word):
     rc, doc = cli.json("watch", name, "--for", "1")
     assert rc == 2 and "tok_s" in doc["error"]["message"] and word in doc["error"]["message"], doc
     assert "min_ratio = 0.95" in doc["error"]["hint"] or "attempt:N" in doc["error"]["hint"], doc
+
+
+# --------------------------------------------------------------------------- the Python API and MCP
+
+def _two_short_attempts(cli: CLI, name: str) -> None:
+    (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*FAST, "TRAIN_TOKS=14500"),
+                       "--", "python3", "train.py")
+    assert rc == 0, doc
+    _exited(cli, name, 1)
+    (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes() + b"# v2\n")
+    rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=13000"))
+    assert rc == 0, doc
+    _exited(cli, name, 2)
+
+
+def _untimed(doc: dict) -> dict:
+    doc["result"].pop("time", None)  # when the history was read: the one field two calls differ in
+    return doc
+
+
+def test_the_python_api_and_the_mcp_tools_give_the_clis_documents(cli, monkeypatch):
+    name = f"la{uuid.uuid4().hex[:6]}"
+    _two_short_attempts(cli, name)
+    want = {v: _untimed(cli.json(v, name)[1]) for v in ("history", "compare")}
+    assert want["compare"]["result"]["diffs"] and want["history"]["result"]["attempts"][1]["changed"]
+    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+    monkeypatch.chdir(cli.cwd)
+    import runward
+    assert _untimed(runward.history(name).check().to_json()) == want["history"]
+    assert runward.compare(name, 1, 2).check().to_json() == want["compare"]
+    bad = runward.compare(name, 1, 9)
+    assert bad.exit_code == 4 and bad.error["type"] == "RunNotFound"
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import json
+    import sys
+
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    async def main():
+        params = StdioServerParameters(command=sys.executable, args=["-m", "runward", "mcp"], env=cli.env,
+                                       cwd=str(cli.cwd))
+        with open(cli.cwd / "mcp.stderr", "a") as err:
+            async with stdio_client(params, errlog=err) as (r, w):
+                async with ClientSession(r, w) as s:
+                    with anyio.fail_after(60):
+                        await s.initialize()
+                        tools = {t.name: t for t in (await s.list_tools()).tools}
+                        assert tools["history"].annotations.read_only_hint and tools["compare"].annotations.read_only_hint
+                        for verb, args in (("history", {"name": name}), ("compare", {"name": name, "a": 1, "b": 2})):
+                            res = await s.call_tool(verb, args)
+                            assert not res.is_error and _untimed(json.loads(res.content[0].text)) == want[verb]
+    anyio.run(main)
