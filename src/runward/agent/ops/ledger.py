@@ -9,7 +9,6 @@ said to have changed without either value leaving the target (secrets.redact_val
 import time
 
 from ..logmetrics import is_loss, parse_line, throughput_metric
-from ..logmetrics.names import STEP_NAMES
 from ..logmetrics.rules import median
 from ..logselect import _forwards, section
 from ..procfs import boot_id, scan
