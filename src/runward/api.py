@@ -695,6 +695,8 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
              "stall_seconds": h.get("stall"), "drop_fraction": h.get("drop_fraction"),
              "metrics": h.get("metrics")}
+    from .baselines import rules as baseline_rules
+    rules["baseline"] = baseline_rules(h)  # tok_s = { min_ratio = 0.95, baseline = "best" }
     rules["min"].update(mins or {})
     rules["max"].update(maxs or {})
     if stall is not None:
@@ -719,6 +721,16 @@ def parse_limits(items: list[str] | None, flag: str) -> dict:
 
 def health(target: Target, name: str, rules: dict | None = None, points: bool = False) -> dict:
     return transport.call(target, {"op": "health", "name": name, "rules": rules or {}, "points": points})
+
+
+def history(target: Target, name: str) -> dict:
+    """Every attempt's facts and what each changed (docs/history.md), one round trip."""
+    return transport.call(target, {"op": "history", "name": name})
+
+
+def compare(target: Target, name: str, a: int | None = None, b: int | None = None) -> dict:
+    """Attempts A and B (default: the last two) side by side (docs/history.md), one round trip."""
+    return transport.call(target, {"op": "compare", "name": name, "a": a, "b": b})
 
 
 def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,

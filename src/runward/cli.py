@@ -51,6 +51,8 @@ VERBS = (
     ("gpus", "each GPU: memory, utilization, and the processes on it mapped to their runs", "gpus"),
     ("ps", "safe pgrep -af: never lists itself, its ancestors or its own session", "ps"),
     ("kill", "safe pkill -f: shows what it would signal; --yes to do it, verified", "kill"),
+    ("history", "every attempt of a run: how it ended, steps, throughput, loss, what changed", "history"),
+    ("compare", "two attempts side by side: what changed, throughput and loss at common steps", "compare"),
     ("watch", "follow a run's health; exit 1 on the first alert", "watch"),
     ("top", "a live view of runs and GPUs; keys to read a log and stop a run (needs runward[top])", "top"),
     ("plot", "draw a run's metrics to a PNG (needs matplotlib)", "plot"),

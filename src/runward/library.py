@@ -180,6 +180,18 @@ def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min
     return _call("watch", argv, on, config, WatchResult)
 
 
+def history(name: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
+    """Every attempt: started, ran for, exit, steps, median throughput, last loss, what changed."""
+    return _call("history", [name], on, config, Result)
+
+
+def compare(name: str, a: int | None = None, b: int | None = None, *, on: Target | str | None = None,
+            config: str | None = None) -> Result:
+    """Attempts A and B (default: the last two) side by side: what changed (with diffs), the
+    metrics at common steps and a one-line verdict."""
+    return _call("compare", [name, *([str(a), str(b)] if a is not None or b is not None else [])], on, config, Result)
+
+
 def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
          config: str | None = None) -> Result:
     """Send local files through the hop chain: {LOCAL: REMOTE} (or "LOCAL:REMOTE" strings);

@@ -15,7 +15,7 @@ from pydantic import Field
 from . import library
 
 TOOLS = ("start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
-         "lint", "doctor", "targets")
+         "lint", "doctor", "targets", "history", "compare")
 _SRV = None  # the mcpserver.Server the tools act for (one per process)
 
 On = Annotated[str | None, Field(description="target: local, ssh://[user@]host[:port], ssh://host/pct:200, "
@@ -158,7 +158,21 @@ async def targets(ctx: Context) -> CallToolResult:
     return await _SRV.call(ctx, "targets", lambda: library.named_targets(config=_SRV.config))
 
 
-READ_ONLY = ("status", "logs", "watch", "gpus", "ps", "lint", "doctor", "targets")
+async def history(ctx: Context, name: Name, on: On = None) -> CallToolResult:
+    """Every attempt of a run, oldest first: started, ran for, state/exit, steps reached, the main throughput (median after warm-up), the last loss, and what changed against the attempt before (files by short hash, env keys with secrets hidden, command, cwd)."""
+    return await _SRV.call(ctx, "history", lambda: library.history(name, on=on, config=_SRV.config), on=on, name=name)
+
+
+Attempt = Annotated[int | None, Field(description="an attempt number (give both a and b, or neither: the last two)", ge=1)]
+
+
+async def compare(ctx: Context, name: Name, a: Attempt = None, b: Attempt = None, on: On = None) -> CallToolResult:
+    """Two attempts of a run side by side: what changed (unified diffs of changed text files, env and command), throughput and loss at the steps both reached, and a one-line verdict; too few points says so rather than a number."""
+    return await _SRV.call(ctx, "compare", lambda: library.compare(name, a, b, on=on, config=_SRV.config),
+                           on=on, name=name)
+
+
+READ_ONLY = ("status", "logs", "watch", "gpus", "ps", "lint", "doctor", "targets", "history", "compare")
 
 
 def register(server, srv) -> None:

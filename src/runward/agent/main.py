@@ -35,6 +35,8 @@ OPS = {
     "watch": ("ops.health", "watch", STREAM),
     "doctor": ("ops.doctor", "doctor", PLAIN),
     "free_ports": ("ops.nodes", "free_ports", PLAIN),
+    "history": ("ops.ledger", "history", PLAIN),
+    "compare": ("ops.compare", "compare", PLAIN),
     "slurm_start": ("ops.slurm", "start", PLAIN),  # a start or stop of a Slurm job (slurm_wants)
     "slurm_stop": ("ops.slurm", "stop", PLAIN),
 }

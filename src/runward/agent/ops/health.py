@@ -190,11 +190,13 @@ def watch(req, home, emit):
     t0, start = time.monotonic(), time.time()
     saved, _, new_points = scan(store, att, rules.get("metrics"))
     judge = Judge(att, saved, rules, start, req.get("since_s"))
+    bjudge = _baseline_judge(store, att, rules)
     facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
     while True:
         if new_points:
             emit({"points": new_points[-20:]})
         alerts = facts + judge.poll(att["log"], saved["alive"], time.time())
+        alerts += bjudge.poll(time.time()) if bjudge and not alerts else []
         ended = not saved["alive"]
         if alerts or ended or time.monotonic() - t0 >= window:
             break
@@ -205,11 +207,22 @@ def watch(req, home, emit):
             att = latest
             saved, _, new_points = scan(store, att, rules.get("metrics"))
             judge = Judge(att, saved, rules, time.time(), None)
+            bjudge = _baseline_judge(store, att, rules)
             facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
             continue
         att = latest
         saved, facts, new_points = scan(store, att, rules.get("metrics"))
-    return _reply(store, att, saved, alerts, facts, judge, round(time.monotonic() - t0, 2))
+    out = _reply(store, att, saved, alerts, facts, judge, round(time.monotonic() - t0, 2))
+    if bjudge:
+        out["baseline"] = bjudge.last  # what the baseline rules saw last (docs/history.md)
+    return out
+
+
+def _baseline_judge(store, att, rules):
+    if not rules.get("baseline"):
+        return None
+    from .baseline import BaselineJudge
+    return BaselineJudge(store, att, rules["baseline"])
 
 
 def _reply(store, att, saved, alerts, facts, judge, watched_s):

@@ -7,7 +7,7 @@ ping) is state.py's."""
 import os
 import time
 
-from .. import cgroups, faults, gpus, logfiles, shim, supervise
+from .. import cgroups, faults, gpus, logfiles, shim, snapshots, supervise
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
@@ -242,6 +242,7 @@ def _write_attempt(store, req, home, plan, made):
     }
     if plan["supervise"]:
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
+    att["snapshots"] = snapshots.keep(store, att["hashes"], att["env"])  # compare's diffs (docs/history.md)
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
