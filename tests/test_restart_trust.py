@@ -220,3 +220,39 @@ def test_restart_over_ssh_into_a_container_refuses_drift_and_a_missing_file(pod)
         assert _sha_in_pod(pod, f"{dest}/job.py") == v1
     finally:
         pod.json("stop", name, "--grace", "2")
+
+
+def test_a_multi_node_restart_with_a_node_down_stops_no_node(tmp_path):
+    """A node that does not answer (its container stopped) is found before anything is
+    stopped: exit 3 naming it, the other node's job untouched (hostile review F3: it stopped
+    the reachable nodes, then failed, leaving the run half down)."""
+    import subprocess
+    import uuid
+    import testbed
+    from conftest import CLI, alive
+    from test_container_init import IMAGE, OPTS
+    tb = testbed.require("podman")
+    (tmp_path / "work").mkdir()
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    c.env = testbed.env(tb, c.env)
+    box = f"rwtest-{uuid.uuid4().hex[:8]}"
+    p = subprocess.run(["podman", "run", "-d", "--name", box, *OPTS, "--init", IMAGE, "sleep", "infinity"],
+                       env=c.env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    name = "mr" + uuid.uuid4().hex[:6]
+    (c.cwd / "runward.toml").write_text(f'[runs.{name}]\nnodes = ["podman:{tb["podman"]}", "podman:{box}"]\n'
+                                        'command = ["sleep", "300"]\nsettle = 0.3\non_node_failure = "continue"\n')
+    try:
+        rc, doc = c.json("start", name)
+        assert rc == 0, doc
+        first = doc["result"]["nodes"][0]["result"]
+        subprocess.run(["podman", "stop", "-t", "0", box], env=c.env, capture_output=True, timeout=120, check=True)
+        rc, doc = c.json("restart", name, "--no-deploy")
+        assert rc == 3 and f"podman:{box}" in doc["error"]["message"], doc
+        assert "nothing was stopped" in doc["error"]["message"], doc
+        rc, st = c.json("status", name)
+        run = st["result"]["nodes"][0]["run"]
+        assert run["state"] == "running" and run["attempt"] == 1 and run["pid"] == first["pid"], st
+    finally:
+        c.run("stop", name, "--grace", "2")
+        subprocess.run(["podman", "rm", "-f", "-t", "0", box], env=c.env, capture_output=True, timeout=120)

@@ -161,8 +161,8 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
     if deploy:
         from .. import files as _files
         _files.check_sources(run_cfg["files"], config_dir(cfg))
-    elif run_cfg.get("files") and not args.no_deploy:
-        _refuse_drift_on_nodes(name, nodes, run_cfg["files"], config_dir(cfg))
+    drift_specs = run_cfg.get("files") if not deploy and not args.no_deploy else None
+    _check_nodes(name, nodes, drift_specs, config_dir(cfg))
     return multideploy.restart(
         nodes, name, kw, specs=run_cfg["files"] if deploy else None,
         base=config_dir(cfg), stop_kw={"grace": args.grace, "signal": args.stop_signal, "lock_timeout": args.lock_timeout},
@@ -170,17 +170,27 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
                   "on_node_failure": run_cfg.get("on_node_failure", "stop")})
 
 
-def _refuse_drift_on_nodes(name, nodes, specs, base) -> None:
-    """As a one-node restart's check: local files that differ from what any node has deployed
-    would restart the old code there; refused before anything is stopped."""
-    from .. import api
+def _check_nodes(name, nodes, specs, base) -> None:
+    """Before anything is stopped: every node answers (a node unreachable now would leave the
+    others stopped and the run half down: refused, exit 3, nothing touched), and, as a
+    one-node restart's check, local files that differ from what any node has deployed would
+    restart the old code there (refused, exit 2)."""
     from .. import files as _files
-    from ..errors import RunNotFound
-    for node in nodes:
-        try:
-            last = api.spec(node, name)
-        except RunNotFound:
+    from .. import multinode
+    from ..errors import RunwardError
+    asked = multinode._each(nodes, lambda _, t: multinode.api.spec(t, name))
+    for node, r in zip(nodes, asked):
+        if not r["ok"] and r["error"]["type"] != "RunNotFound":
+            from .. import errors
+            cls = getattr(errors, r["error"]["type"], None)
+            cls = cls if isinstance(cls, type) and issubclass(cls, RunwardError) else errors.OperationFailed
+            raise cls(f"{name}: node {node.display()} did not answer before the restart: "
+                      f"{r['error']['message']}; nothing was stopped on any node",
+                      r["error"].get("hint") or "restart once every node is reachable", hop=r["error"].get("hop"))
+    for node, r in zip(nodes, asked):
+        if not specs or not r["ok"]:
             continue  # never started there: the start sends nothing, nothing to compare
+        last = r["result"]
         drift = _files.local_drift(last, specs, base=base)
         if drift:
             raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what node {node.display()} has "
