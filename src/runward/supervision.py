@@ -7,7 +7,8 @@ from __future__ import annotations
 from .errors import BadInput
 
 KEYS = ("restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
-        "restart_exit_codes", "no_restart_exit_codes", "notify")
+        "restart_exit_codes", "no_restart_exit_codes", "notify",
+        "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default")
 MODES = ("never", "on-failure", "always")
 
 
@@ -25,6 +26,16 @@ def add_arguments(p) -> None:
     p.add_argument("--notify", action="append", metavar="CMD|URL",
                    help="on exited, restarted, gave_up and every alert: run CMD (event JSON on stdin) "
                         "or POST it to URL (repeatable)")
+    p.add_argument("--checkpoint", metavar="GLOB", help="the run's checkpoints on the target, a glob from its cwd "
+                                                         "(e.g. 'ckpt/step_*'): its progress, {last_checkpoint}")
+    p.add_argument("--checkpoint-marker", metavar="FILE",
+                   help="a checkpoint is complete when it holds this file (e.g. COMPLETE)")
+    p.add_argument("--checkpoint-saved", metavar="REGEX",
+                   help="or when a log line matches REGEX naming it (group `path` or 1)")
+    p.add_argument("--max-no-progress", type=int, metavar="N",
+                   help="give up after N attempts in a row that passed no step and saved no new checkpoint")
+    p.add_argument("--resume-default", metavar="PATH", help="{last_checkpoint} while no complete checkpoint exists "
+                                                            "(default: empty)")
 
 
 def policy(run_cfg: dict | None, args=None) -> dict | None:
@@ -66,9 +77,39 @@ def _parsed(raw: dict, health: dict | None) -> dict:
         if not all(isinstance(t, str) and t.strip() for t in out["notify"]):
             from .agent.secrets import mask_url_passwords
             raise BadInput(mask_url_passwords(f"invalid notify {n!r}"), 'notify = ["command ARG...", "https://hook"]')
+    _progress(raw, out)
     if health:
         out["health"] = health
     return out
+
+
+def _progress(raw: dict, out: dict) -> None:
+    """checkpoint, its completeness test and max_no_progress (agent/progress.py checks them
+    again on the target)."""
+    for k in ("checkpoint", "checkpoint_marker", "checkpoint_saved", "resume_default"):
+        if k in raw:
+            if not isinstance(raw[k], str) or not raw[k].strip():
+                raise BadInput(f"invalid {k} {raw[k]!r}", f"give a non-empty string, e.g. {_EXAMPLE[k]}")
+            out[k] = raw[k]
+    if "checkpoint_saved" in out:
+        import re
+        try:
+            re.compile(out["checkpoint_saved"])
+        except re.error as e:
+            raise BadInput(f"invalid checkpoint_saved regex {out['checkpoint_saved']!r}: {e}",
+                           f"a Python regex, e.g. {_EXAMPLE['checkpoint_saved']}")
+    if "checkpoint" in out and not ({"checkpoint_marker", "checkpoint_saved"} & set(out)):
+        raise BadInput(f"checkpoint {out['checkpoint']!r}: nothing tells a complete checkpoint from one being written",
+                       f"add {_EXAMPLE['checkpoint_marker']} (a file the job writes last) or {_EXAMPLE['checkpoint_saved']}")
+    if "max_no_progress" in raw:
+        out["max_no_progress"] = _count(raw["max_no_progress"], "max_no_progress")
+        if out["max_no_progress"] < 1:
+            raise BadInput("invalid max_no_progress 0", "give a whole number >= 1 (attempts in a row without progress)")
+
+
+_EXAMPLE = {"checkpoint": "checkpoint = \"ckpt/step_*\"", "checkpoint_marker": "checkpoint_marker = \"COMPLETE\"",
+            "checkpoint_saved": "checkpoint_saved = \"saved checkpoint (?P<path>\\S+)\"",
+            "resume_default": "resume_default = \"init/base\""}
 
 
 def _count(v, k: str) -> int:
@@ -144,8 +185,30 @@ def status_lines(r: dict, now: float) -> list[str]:
     if g:
         codes = ", ".join(str(e.get("code") if e.get("code") is not None else e.get("signal"))
                           for e in g.get("exits") or [])
-        out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
+        np = g.get("no_progress")
+        if np:
+            out.append(f"  gave up: {np.get('no_progress')} attempts in a row without progress (max_no_progress "
+                       f"{np.get('max_no_progress')}; best step {np.get('best_step')}, last checkpoint "
+                       f"{np.get('last_checkpoint') or 'none'}); exits: {codes}")
+        else:
+            out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
+    out += _progress_lines(r)
     for a in r.get("actions") or []:
         out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))
+    return out
+
+
+def _progress_lines(r: dict) -> list[str]:
+    p = r.get("progress")
+    if not p:
+        return [f"  resumed from {r['resume_from']}"] if r.get("resume_from") else []
+    out = [f"  progress: best step {p.get('best_step')}, last checkpoint {p.get('last_checkpoint') or 'none'}"
+           + (f", {p.get('no_progress')} of {p['max_no_progress']} attempts in a row without progress"
+              if p.get("max_no_progress") else "")]
+    if r.get("resume_from"):
+        out.append(f"  resumed from {r['resume_from']}")
+    for a in (p.get("attempts") or [])[-5:]:
+        out.append(f"    attempt {a.get('attempt')}: step {a.get('step')}, checkpoint {a.get('checkpoint') or 'none'}"
+                   + ("" if a.get("progressed") else " (no progress)"))
     return out

@@ -18,7 +18,7 @@ from .procfs import MARKER, live
 from .secrets import holds_masked_password, mask_url_passwords
 from .store import file_hashes, open_log, sync_file, write_all, write_json
 from .terminate import signal, signal_name  # _signal's plain ints: signal.py's enums cost every stop ~5 ms
-from .wire import bad_input
+from .wire import bad_input, json_dumps, json_loads
 
 MODES = ("never", "on-failure", "always")
 ACTIONS = ("notify", "stop", "restart")
@@ -53,6 +53,10 @@ def check_policy(p):
         if not isinstance(out[k], list) or not all(isinstance(c, int) and 0 <= c <= 255 for c in out[k]):
             raise bad_input("invalid %s %r" % (k, out[k]), "a list of exit codes 0-255")
     _check_health(out.get("health"))
+    if any(out.get(k) is not None for k in ("checkpoint", "checkpoint_marker", "checkpoint_saved",
+                                            "max_no_progress", "resume_default")):
+        from . import progress
+        progress.check(out)
     if not isinstance(out.get("notify") or [], list) or not all(isinstance(t, str) and t.strip()
                                                                 for t in out.get("notify") or []):
         raise bad_input("invalid notify %r" % (recorded(out).get("notify"),),
@@ -98,8 +102,9 @@ def exit_code_of(ex):
     return 128 + int(ex.get("signum") or 0)
 
 
-def decide(pol, ex, stop_req, restarts, now):
-    """(restart?, why) for an attempt that ended with EX."""
+def decide(pol, ex, stop_req, restarts, now, stuck=False):
+    """(restart?, why) for an attempt that ended with EX; STUCK: max_no_progress attempts
+    in a row gained nothing (progress.py)."""
     if stop_req and stop_req.get("by") != HEALTH_RESTART:
         return False, "stopped"
     code = exit_code_of(ex)
@@ -112,6 +117,8 @@ def decide(pol, ex, stop_req, restarts, now):
             return False, "succeeded"
         if code != 0 and pol["restart_exit_codes"] and code not in pol["restart_exit_codes"]:
             return False, "not_a_restart_exit_code"
+    if stuck:
+        return False, "no_progress"
     window = pol["restart_window"]
     recent = [t for t in restarts if not window or t >= now - window]
     if len(recent) >= pol["max_restarts"]:
@@ -177,6 +184,13 @@ def status_fields(out, att):
     if not pol:
         return
     out["policy"] = {k: pol.get(k) for k in DEFAULTS}
+    for k in ("checkpoint", "max_no_progress"):
+        if pol.get(k) is not None:
+            out["policy"][k] = pol[k]
+    if att.get("progress"):  # the attempts before this one, and this one once it ended
+        out["progress"] = att["progress"]
+    if att.get("resume_from"):
+        out["resume_from"] = att["resume_from"]
     out["restarts"] = (att.get("restart") or {}).get("number", 0)
     if att.get("actions"):
         out["actions"] = att["actions"]
@@ -209,6 +223,10 @@ class Supervisor(object):
         self.streak = 0  # failed starts in a row
         self.exits = []  # every attempt's end, kept for gave_up
         self.health = None
+        self.progress = None
+        if self.pol and (self.pol.get("checkpoint") or self.pol.get("max_no_progress")):
+            from .progress import Tracker
+            self.progress = Tracker(store, self.pol, att, env)
         # SIGCHLD (a health tick waits for it with a timeout) and WAKE (stop during the
         # backoff) are taken by sigtimedwait, never by a handler; the job gets them unblocked
         signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGCHLD, WAKE))
@@ -219,6 +237,8 @@ class Supervisor(object):
             if self.pol and (self.pol.get("health") or {}).get("actions") is not None:
                 from .health_actions import HealthKeeper
                 self.health = HealthKeeper(self.store, n, self.pol["health"], self.notify)
+            if self.progress is not None:  # {last_checkpoint} of this attempt
+                self.progress.resolve(att, self.env)
             run_one(n, att, status_fd)
             self.spawned()  # an exec that failed leaves the lock held: give it back
             status_fd = None
@@ -257,7 +277,7 @@ class Supervisor(object):
         if z.m != att["attempt"] or z.cgroups != att.get("cgroups") or not z.waiting():
             z.drop()
             return None
-        return z.go(att["marker"])
+        return z.go(att["marker"], self.progress.changed(att, self.env) if self.progress else None)
 
     def _drop_zygote(self):
         if self.zygote is not None:
@@ -308,6 +328,9 @@ class Supervisor(object):
         self.streak = 0 if up >= self.pol["min_uptime"] else self.streak + 1
         self.exits.append({"attempt": n, "code": ex.get("code"), "signal": ex.get("signal"),
                            "uptime_s": round(up, 3)})
+        if self.progress is not None:
+            prog = self.progress.ended(att)
+            att = self.store.update_attempt(n, lambda a: a.__setitem__("progress", prog))
         self.notify("exited", n, exit=ex, uptime_s=round(up, 3))
         sr = att.get("stop_requested")
         if sr and sr.get("by") != HEALTH_RESTART:
@@ -356,13 +379,19 @@ class Supervisor(object):
             return None
         att = self.store.attempt(n) or {}
         now = time.time()
-        ok, why = decide(self.pol, att["exit"], att.get("stop_requested"), self.restarts, now)
+        stuck = self.progress is not None and self.progress.stuck()
+        ok, why = decide(self.pol, att["exit"], att.get("stop_requested"), self.restarts, now, stuck)
         if not ok:
-            if why == "gave_up":
+            if why in ("gave_up", "no_progress"):
                 att["gave_up"] = {"at": now, "restarts": len(self.restarts), "exits": self.exits,
-                                  "max_restarts": self.pol["max_restarts"]}
+                                  "max_restarts": self.pol["max_restarts"], "reason": why}
+                if why == "no_progress":  # the numbers: how many attempts, the bar they missed
+                    p = self.progress.summary()
+                    att["gave_up"]["no_progress"] = {k: p[k] for k in ("no_progress", "max_no_progress",
+                                                                       "best_step", "last_checkpoint")}
                 write_json(self.store.attempt_path(n), att)
-                self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts))
+                self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts),
+                            reason=why, no_progress=att["gave_up"].get("no_progress"))
                 return att
             return None
         att["restart_reason"] = why
@@ -459,8 +488,13 @@ class Zygote(object):
                     os._exit(0)  # no restart, or the shim is gone
                 data += chunk
             os.close(go_r)
-            env[MARKER] = data.decode().strip()
+            marker, _, extra = data.decode().strip().partition("\t")
+            env[MARKER] = marker
             att = dict(att, cgroups=self.cgroups, entered=True)
+            if extra:
+                changed = json_loads(extra)
+                env.update(changed["env"])
+                att["argv"] = changed["argv"]
         except BaseException:
             os._exit(127)
         exec_job(att, env, devnull, self.err_r, err_w)
@@ -472,9 +506,11 @@ class Zygote(object):
         except ChildProcessError:
             return False
 
-    def go(self, marker):
-        """Exec the job; (pid, b"") once it runs, (pid, why) if exec failed (reaped then)."""
-        os.write(self.go_w, marker.encode() + b"\n")
+    def go(self, marker, changed=None):
+        """Exec the job; (pid, b"") once it runs, (pid, why) if exec failed (reaped then).
+        CHANGED: this attempt's argv and env entries ({last_checkpoint}), after the marker."""
+        extra = b"" if not changed else b"\t" + json_dumps(changed).encode()
+        os.write(self.go_w, marker.encode() + extra + b"\n")
         os.close(self.go_w)
         err = b""
         while True:
@@ -500,7 +536,7 @@ class Zygote(object):
 
 # what a next attempt's record does not inherit from the one before
 _PER_ATTEMPT = ("job", "exit", "error", "stop_requested", "next_restart_at", "restart_reason", "gave_up",
-                "actions", "logger", "log_offset", "log_file", "restart")
+                "actions", "logger", "log_offset", "log_file", "restart", "resume_from")
 
 
 def exit_of(status):

@@ -1,0 +1,134 @@
+"""Restarts that make progress (issue 29), with real processes (examples/train.py): each
+attempt's furthest step and newest complete checkpoint are recorded; a crash loop that gains
+nothing gives up after max_no_progress attempts (and says so with the numbers), one that
+gains goes on; {last_checkpoint} resolves to the newest *complete* checkpoint, never to a
+newer one still being written."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CLI, EXAMPLE
+from test_supervise import _end_shims, rec, records, shim_gone, wait_for
+
+PY = sys.executable
+FAST = ["--env", "TRAIN_STEP_SECONDS=0.02", "--env", "TRAIN_WORKERS=0", "--env", "TRAIN_ESCAPEE=0"]
+
+
+@pytest.fixture
+def sup(cli):
+    yield cli
+    _end_shims(cli.home)
+
+
+def start(c: CLI, name: str, *args: str) -> tuple[int, dict]:
+    return c.json("start", name, "--settle", "0", "--cwd", str(c.cwd), *args)
+
+
+def judged(c: CLI, name: str, n: int):
+    """Attempt N's record once its own progress is in it (a restart's record carries the
+    history of the attempts before it from the start)."""
+    def cond():
+        a = rec(c.home, name, n)
+        return a if any(h["attempt"] == n for h in (a.get("progress") or {}).get("attempts") or []) else None
+    return cond
+
+
+def state_is(c: CLI, name: str, want: str):
+    return lambda: (lambda s: s if s["state"] == want else None)(c.status(name))
+
+
+def test_crash_loop_without_progress_gives_up_after_n_with_the_numbers(sup, tmp_path):
+    got = tmp_path / "events.jsonl"
+    recorder = tmp_path / "rec.py"
+    recorder.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read())\n")
+    # every attempt dies at step 4 from step 0: the first gains steps, the next ones nothing
+    start(sup, "np", "--restart", "on-failure", "--backoff", "0", "--max-restarts", "10",
+          "--max-no-progress", "2", "--notify", f"{PY} {recorder} {got}", *FAST, "--env", "TRAIN_CRASH_AT=4",
+          "--", PY, str(EXAMPLE))
+    st = wait_for(state_is(sup, "np", "gave_up"), timeout=60, what="state gave_up")
+    assert st["attempt"] == 3 and st["restarts"] == 2, st  # 1 gained, 2 and 3 did not: max 2 reached
+    g = st["gave_up"]
+    assert g["reason"] == "no_progress", g
+    assert g["no_progress"] == {"no_progress": 2, "max_no_progress": 2, "best_step": 3, "last_checkpoint": None}, g
+    p = st["progress"]
+    assert [(a["attempt"], a["step"], a["progressed"]) for a in p["attempts"]] == \
+        [(1, 3, True), (2, 3, False), (3, 3, False)], p
+    text = sup.run("status", "np").stdout
+    assert "gave up: 2 attempts in a row without progress (max_no_progress 2; best step 3" in text, text
+    wait_for(lambda: shim_gone(sup.home, "np"), what="the shim to end")
+    gave = wait_for(lambda: [e for e in map(json.loads, got.read_text().splitlines()) if e["event"] == "gave_up"]
+                    if got.exists() else None, what="the gave_up notification")[0]
+    assert gave["reason"] == "no_progress" and gave["no_progress"]["best_step"] == 3, gave
+
+
+def test_crash_loop_that_resumes_and_gains_goes_on(sup):
+    # each attempt resumes from the newest complete checkpoint and dies 5 steps later: every
+    # attempt passes the best step, so max_no_progress 1 never ends it; max_restarts does
+    start(sup, "gp", "--restart", "on-failure", "--backoff", "0", "--max-restarts", "3", "--max-no-progress", "1",
+          "--checkpoint", "ckpt/step_*", "--checkpoint-marker", "COMPLETE", *FAST,
+          "--env", "TRAIN_CKPT_EVERY=2", "--env", "TRAIN_CRASH_AFTER=5", "--env", "TRAIN_RESUME={last_checkpoint}",
+          "--", PY, str(EXAMPLE), "--resume={last_checkpoint}")
+    st = wait_for(state_is(sup, "gp", "gave_up"), timeout=60, what="state gave_up")
+    assert st["gave_up"]["reason"] == "gave_up" and st["attempt"] == 4, st["gave_up"]
+    hist = st["progress"]["attempts"]
+    # resumed at 0, 4, 8, 12 (the last even step before each crash): steps 4, 8, 12, 16
+    assert [(a["step"], a["progressed"]) for a in hist] == [(4, True), (8, True), (12, True), (16, True)], hist
+    ck = sup.cwd / "ckpt"
+    assert [a["checkpoint"] for a in hist] == [str(ck / f"step_{s}") for s in (4, 8, 12, 16)], hist
+    r = records(sup.home, "gp")
+    assert [x.get("resume_from") for x in r] == [None] + [str(ck / f"step_{s}") for s in (4, 8, 12)]
+    assert r[2]["argv"][-1] == f"--resume={ck / 'step_8'}" and r[0]["argv"][-1] == "--resume=", r[2]["argv"]
+    log = Path(r[0]["log"]).read_text()
+    assert f"resumed from {ck / 'step_8'} step 8" in log, log[-2000:]
+    assert st["progress"]["best_step"] == 16 and st["progress"]["last_checkpoint"] == str(ck / "step_16")
+
+
+def test_last_checkpoint_skips_a_newer_incomplete_one(sup):
+    ck = sup.cwd / "ckpt"
+    for s, done in ((2, True), (7, True), (9, False), (12, False)):  # 9, 12: still being written
+        (ck / f"step_{s}").mkdir(parents=True)
+        (ck / f"step_{s}" / "state.json").write_text(json.dumps({"step": s}))
+        if done:
+            (ck / f"step_{s}" / "COMPLETE").write_text("")
+    rc, doc = start(sup, "sk", "--checkpoint", "ckpt/step_*", "--checkpoint-marker", "COMPLETE", *FAST,
+                    "--env", "TRAIN_RESUME={last_checkpoint}", "--env", "TRAIN_STEPS=3",
+                    "--", PY, str(EXAMPLE), "{last_checkpoint}")
+    assert rc in (0, 1), doc
+    wait_for(judged(sup, "sk", 1), what="the job to end, its progress recorded")
+    a = rec(sup.home, "sk", 1)
+    assert a["resume_from"] == str(ck / "step_7") and a["argv"][-1] == str(ck / "step_7"), a
+    assert f"resumed from {ck / 'step_7'} step 7" in Path(a["log"]).read_text()
+    # TRAIN_STEPS=3: done at the first step past it, one on from the resume
+    assert a["progress"]["attempts"][0]["step"] == 8 and a["progress"]["last_checkpoint"] == str(ck / "step_7")
+
+
+def test_checkpoint_saved_regex_names_the_complete_one(sup):
+    # no marker files: a directory counts once a log line names it; a newer unnamed one never
+    start(sup, "rx", "--restart", "on-failure", "--backoff", "0", "--max-restarts", "1",
+          "--checkpoint", "ckpt/step_*", "--checkpoint-saved", r"saved checkpoint (?P<path>\S+)", *FAST,
+          "--env", "TRAIN_CKPT_MARKER=", "--env", "TRAIN_CKPT_EVERY=3", "--env", "TRAIN_CRASH_AFTER=7",
+          "--env", "TRAIN_RESUME={last_checkpoint}", "--", "/bin/sh", "-c",
+          f'mkdir -p ckpt/step_99; exec {PY} {EXAMPLE}')
+    wait_for(judged(sup, "rx", 2), timeout=60, what="attempt 2 to end, its progress recorded")
+    r = records(sup.home, "rx")
+    assert r[1]["resume_from"] == str(sup.cwd / "ckpt" / "step_6"), r[1].get("resume_from")
+    assert r[1]["progress"]["attempts"][-1]["step"] == 12, r[1]["progress"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--checkpoint", "ckpt/*"], "checkpoint_marker"),
+    (["--max-no-progress", "0"], "max_no_progress"),
+    (["--checkpoint", "ckpt/*", "--checkpoint-saved", "saved ("], "checkpoint_saved"),
+    (["--env", "R={last_checkpoint}"], "--checkpoint"),
+])
+def test_bad_progress_input_is_refused_before_anything_starts(sup, args, says):
+    rc, doc = start(sup, "bad", "--restart", "on-failure", *args, "--", PY, str(EXAMPLE))
+    assert rc == 2, doc
+    err = doc["error"]
+    assert says in err["message"] + err.get("hint", ""), err
+    assert not (sup.home / "runs" / "bad" / "attempts").exists() or not records(sup.home, "bad")
