@@ -7,12 +7,15 @@ newer one still being written."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CLI, EXAMPLE
+import fakegpu
+from conftest import CLI, EXAMPLE, alive
 from test_supervise import _end_shims, rec, records, shim_gone, wait_for
 
 PY = sys.executable
@@ -132,3 +135,74 @@ def test_bad_progress_input_is_refused_before_anything_starts(sup, args, says):
     err = doc["error"]
     assert says in err["message"] + err.get("hint", ""), err
     assert not (sup.home / "runs" / "bad" / "attempts").exists() or not records(sup.home, "bad")
+
+
+# --------------------------------------------------------------------------- the GPU gate
+
+@pytest.fixture
+def gsup(sup, tmp_path):
+    """sup with the nvidia-smi stand-in first on PATH and a fresh 2-GPU fake driver."""
+    sup.state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
+    sup.env = fakegpu.env_with_standin(sup.state, sup.env)
+    return sup
+
+
+def test_gpu_gate_blocks_while_another_process_holds_the_gpu_then_starts_by_itself(gsup, tmp_path):
+    got = tmp_path / "events.jsonl"
+    recorder = tmp_path / "rec.py"
+    recorder.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read() + '\\n')\n")
+    holder = subprocess.Popen(["sleep", "300"])
+    try:
+        fakegpu.attach(gsup.state, 1, holder.pid, 2000)
+        start(gsup, "gb", "--gpus", "1", "--restart", "on-failure", "--backoff", "0", "--max-restarts", "1",
+              "--gpu-release-timeout", "0.5", "--notify", f"{PY} {recorder} {got}", *FAST,
+              "--env", "TRAIN_CRASH_AT=3", "--", PY, str(EXAMPLE))
+        st = wait_for(state_is(gsup, "gb", "blocked"), timeout=30, what="state blocked")
+        held = st["blocked"]["holders"]
+        assert [(h["pid"], h["used_mib"], h["gpu"]) for h in held] == [(holder.pid, 2000, 1)], st["blocked"]
+        assert "sleep 300" in held[0]["cmd"] and "GPU 1" in st["blocked"]["why"], st["blocked"]
+        assert f"blocked: the next attempt starts once the GPUs are released: GPU 1" in gsup.run("status", "gb").stdout
+        ev = wait_for(lambda: [e for e in _events(got) if e["event"] == "blocked"], what="the blocked notification")[0]
+        assert ev["holders"][0]["pid"] == holder.pid, ev
+        assert not rec(gsup.home, "gb", 2), "the next attempt started while the GPU was held"
+        holder.kill()
+        holder.wait()
+        freed = time.time()
+        a2 = wait_for(lambda: rec(gsup.home, "gb", 2).get("started_at") and rec(gsup.home, "gb", 2),
+                      what="the next attempt to start by itself")
+        assert a2["started_at"] >= freed and a2["gpu_gate"]["blocked"], a2.get("gpu_gate")
+        assert rec(gsup.home, "gb", 1)["blocked"]["released_at"] >= freed
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def test_gpu_gate_ends_the_old_attempts_leftover_and_waits_for_its_memory(gsup):
+    # attempt 1 crashes (at 2 s: its escapee has attached by then) and leaves its escapee (own
+    # session, reparented) holding 3000 MiB, which the fake driver frees 1.5 s after it dies
+    start(gsup, "gl", "--gpus", "1", "--restart", "on-failure", "--backoff", "0", "--max-restarts", "1",
+          "--gpu-release-timeout", "20", "--env", "TRAIN_STEP_SECONDS=0.02", "--env", "TRAIN_WORKERS=0",
+          "--env", "TRAIN_ESCAPEE=1", "--env", "TRAIN_ESCAPEE_LINGER=1", "--env", "TRAIN_ESCAPEE_GPU_MIB=3000",
+          "--env", "TRAIN_GPU_RELEASE_SECONDS=1.5", "--env", "TRAIN_CRASH_AT=100", "--", PY, str(EXAMPLE))
+    a2 = wait_for(lambda: rec(gsup.home, "gl", 2).get("started_at") and rec(gsup.home, "gl", 2), timeout=40,
+                  what="attempt 2 started")
+    a1 = rec(gsup.home, "gl", 1)
+    ended = a2["gpu_gate"]["ended"]
+    held = [p for p in fakegpu.read_state(gsup.state)["procs"] if p["pid"] == ended[0]["pid"]]
+    assert held and held[0]["mib"] == 3000, "the escapee never held the GPU: the scenario did not happen"
+    assert len(ended) == 1 and "--escapee" in ended[0]["cmd"], ended
+    assert not alive(ended[0]["pid"]), "the old attempt's escapee outlived the restart"
+    assert a2["started_at"] - a1["exit"]["at"] >= 1.5, "started before the driver freed the memory"
+    assert a2["gpu_gate"]["gpus"]["polls"] >= 2 and "blocked" not in a1, a2["gpu_gate"]
+
+
+def test_gpu_gate_costs_one_nvidia_smi_read_when_the_gpus_are_free(gsup):
+    start(gsup, "gf", "--gpus", "0", "--restart", "on-failure", "--backoff", "0", "--max-restarts", "1", *FAST,
+          "--env", "TRAIN_CRASH_AT=2", "--", PY, str(EXAMPLE))
+    a2 = wait_for(lambda: rec(gsup.home, "gf", 2).get("started_at") and rec(gsup.home, "gf", 2),
+                  what="attempt 2 started")
+    assert a2["gpu_gate"]["gpus"] == {"checked": True, "polls": 1, "max_used_mib": 1024.0}, a2["gpu_gate"]

@@ -135,7 +135,7 @@ def render_status(res: dict, target: str) -> str:
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
                      f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
-        elif st in ("exited", "stray", "failed", "restarting", "gave_up"):
+        elif st in ("exited", "stray", "failed", "restarting", "gave_up", "blocked"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
                 head += f"  {ago(now - r['exit']['at'])} ago"

@@ -8,7 +8,8 @@ from .errors import BadInput
 
 KEYS = ("restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
         "restart_exit_codes", "no_restart_exit_codes", "notify",
-        "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default")
+        "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
+        "gpu_release_timeout")
 MODES = ("never", "on-failure", "always")
 
 
@@ -34,6 +35,9 @@ def add_arguments(p) -> None:
                    help="or when a log line matches REGEX naming it (group `path` or 1)")
     p.add_argument("--max-no-progress", type=int, metavar="N",
                    help="give up after N attempts in a row that passed no step and saved no new checkpoint")
+    p.add_argument("--gpu-release-timeout", metavar="DURATION",
+                   help="with --gpus: a restart waits this long for the old attempt's GPU memory to be "
+                        "released, then says blocked and starts once it is (default 60s)")
     p.add_argument("--resume-default", metavar="PATH", help="{last_checkpoint} while no complete checkpoint exists "
                                                             "(default: empty)")
 
@@ -63,7 +67,7 @@ def _parsed(raw: dict, health: dict | None) -> dict:
         out["restart"] = raw["restart"]
     if "max_restarts" in raw:
         out["max_restarts"] = _count(raw["max_restarts"], "max_restarts")
-    for k in ("restart_window", "min_uptime"):
+    for k in ("restart_window", "min_uptime", "gpu_release_timeout"):
         if k in raw:
             out[k] = parse_duration(str(raw[k]), k)
     if "backoff" in raw or "backoff_max" in raw:
@@ -193,6 +197,9 @@ def status_lines(r: dict, now: float) -> list[str]:
         else:
             out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
     out += _progress_lines(r)
+    b = r.get("blocked")
+    if b and r.get("state") == "blocked":
+        out.append(f"  blocked: the next attempt starts once the GPUs are released: {b.get('why')}")
     for a in r.get("actions") or []:
         out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))

@@ -42,7 +42,8 @@ def check_policy(p):
     out.update((k, v) for k, v in p.items() if v is not None)
     if out["restart"] not in MODES:
         raise bad_input("invalid restart %r" % (out["restart"],), "restart = \"never\", \"on-failure\" or \"always\"")
-    for k in ("max_restarts", "restart_window", "min_uptime"):
+    for k in ("max_restarts", "restart_window", "min_uptime") + tuple(
+            k for k in ("gpu_release_timeout", "gpu_max_used_mib") if k in out):
         if not isinstance(out[k], (int, float)) or isinstance(out[k], bool) or out[k] < 0:
             raise bad_input("invalid %s %r" % (k, out[k]), "give a number >= 0")
     b = out["backoff"]
@@ -136,9 +137,13 @@ def backoff_delay(pol, streak):
 # --- what stop and status ask of a supervised run
 
 def in_backoff(att):
-    """The attempt ended and its shim lives on, waiting to start the next one."""
-    return bool(att and att.get("exit") and att.get("next_restart_at") and att.get("shim")
-                and live(att["shim"]) is not None)
+    """The attempt ended and its shim lives on, waiting to start the next one (its backoff,
+    or the GPU gate: blocked)."""
+    if not (att and att.get("exit") and att.get("shim")):
+        return False
+    b = att.get("blocked")
+    waits = att.get("next_restart_at") or (b and not b.get("released_at"))
+    return bool(waits) and live(att["shim"]) is not None
 
 
 def end_backoff(store, att, by=None):
@@ -195,12 +200,22 @@ def status_fields(out, att):
     if att.get("actions"):
         out["actions"] = att["actions"]
     sr = att.get("stop_requested")
-    if out["state"] == "exited" and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
+    if out["state"] == "exited" and _blocked(att):
+        out["state"] = "blocked"
+        out["blocked"] = att["blocked"]
+    elif out["state"] == "exited" and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
         out["state"] = "restarting"
         out["next_restart_at"] = att["next_restart_at"]
     elif att.get("gave_up"):
         out["state"] = "gave_up"
         out["gave_up"] = att["gave_up"]
+
+
+def _blocked(att):
+    """The next attempt waits for the GPUs (gpugate.py), and its shim lives on to start it."""
+    b, sr = att.get("blocked"), att.get("stop_requested")
+    return bool(b and not b.get("released_at") and att.get("shim") and live(att["shim"]) is not None
+                and (not sr or sr.get("by") == HEALTH_RESTART))
 
 
 # --- the shim's side: one attempt after another
@@ -224,6 +239,7 @@ class Supervisor(object):
         self.exits = []  # every attempt's end, kept for gave_up
         self.health = None
         self.progress = None
+        self.gate = None  # the GPU gate's facts of the restart under way (gpugate.py)
         if self.pol and (self.pol.get("checkpoint") or self.pol.get("max_no_progress")):
             from .progress import Tracker
             self.progress = Tracker(store, self.pol, att, env)
@@ -338,15 +354,23 @@ class Supervisor(object):
             # decide it; and that stop may hold the run lock while it waits for us to end
             return None
         delay = backoff_delay(self.pol, self.streak)
+        gated = bool(att.get("gpus"))  # the GPU gate (gpugate.py): the old attempt's GPUs released first
+        self.gate = None
         fd = self.store.lock("supervise", LOCK_WAIT_S)
         try:
             att = self._decide(n, delay)
-            if att is not None and not att.get("gave_up") and delay > 0:
-                # the backoff is waited without the lock: a stop meanwhile marks and wakes us
+            if att is not None and not att.get("gave_up") and (delay > 0 or gated):
+                # the backoff and the gate are waited without the lock: a stop meanwhile marks
+                # and wakes us
                 self.store.unlock(fd)
                 fd = None
-                if not self._backoff(delay):
+                if delay > 0 and not self._backoff(delay):
                     return None
+                if gated:
+                    from .gpugate import Gate
+                    self.gate = Gate(self.store, self.pol, n, WAKE, self.notify).wait()
+                    if self.gate is None:
+                        return None
                 fd = self.store.lock("supervise", LOCK_WAIT_S)
                 att = self._still_ours(n)
             if att is None or att.get("gave_up"):
@@ -430,6 +454,8 @@ class Supervisor(object):
                     "cgroups": self._cgroups(prev, m),
                     "restart": {"of": prev["attempt"], "number": len(self.restarts) + 1, "delay_s": delay,
                                 "reason": prev.get("restart_reason"), "after_exit": prev.get("exit")}})
+        if self.gate is not None:
+            att["gpu_gate"] = self.gate
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],
@@ -536,7 +562,7 @@ class Zygote(object):
 
 # what a next attempt's record does not inherit from the one before
 _PER_ATTEMPT = ("job", "exit", "error", "stop_requested", "next_restart_at", "restart_reason", "gave_up",
-                "actions", "logger", "log_offset", "log_file", "restart", "resume_from")
+                "actions", "logger", "log_offset", "log_file", "restart", "resume_from", "blocked", "gpu_gate")
 
 
 def exit_of(status):
