@@ -206,3 +206,21 @@ def test_gpu_gate_costs_one_nvidia_smi_read_when_the_gpus_are_free(gsup):
     a2 = wait_for(lambda: rec(gsup.home, "gf", 2).get("started_at") and rec(gsup.home, "gf", 2),
                   what="attempt 2 started")
     assert a2["gpu_gate"]["gpus"] == {"checked": True, "polls": 1, "max_used_mib": 1024.0}, a2["gpu_gate"]
+
+
+def test_stop_while_blocked_ends_the_supervision_without_a_next_attempt(gsup):
+    holder = subprocess.Popen(["sleep", "300"])
+    try:
+        fakegpu.attach(gsup.state, 0, holder.pid, 1500)
+        start(gsup, "gs", "--gpus", "0", "--restart", "on-failure", "--backoff", "0",
+              "--gpu-release-timeout", "0.3", *FAST, "--env", "TRAIN_CRASH_AT=2", "--", PY, str(EXAMPLE))
+        wait_for(state_is(gsup, "gs", "blocked"), timeout=30, what="state blocked")
+        # the GPU is still held by another process: the stop says so (exit 5), but the pending
+        # restart is cancelled all the same
+        rc, doc = gsup.json("stop", "gs", "--gpu-release-timeout", "0.3")
+        assert rc == 5 and doc["result"]["restart_cancelled"], doc
+        wait_for(lambda: shim_gone(gsup.home, "gs"), what="the blocked shim woken and ended")
+        assert len(records(gsup.home, "gs")) == 1 and gsup.status("gs")["state"] == "exited"
+    finally:
+        holder.kill()
+        holder.wait()
