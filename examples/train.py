@@ -18,7 +18,8 @@ Pure stdlib, Python >= 3.8; imports torch only to hold GPU memory, never needs i
   ckpt), its state.json first, then the TRAIN_CKPT_MARKER file (COMPLETE; empty: none), then
   `saved checkpoint PATH`.  TRAIN_RESUME PATH: go on from that checkpoint's step (a path with
   no state.json: from step 0, said).  TRAIN_CRASH_AFTER N: RuntimeError N steps after the start
-  or resume, exit 1.
+  or resume, exit 1.  TRAIN_CKPT_SIGNAL USR1: on that signal, save such a checkpoint (taking
+  TRAIN_CHECKPOINT_SECONDS between its data and its marker) and go on training.
   TRAIN_SEED 0. Any other TRAIN_* (e.g. TRAIN_RUN_TAG) is only echoed on the init line.
 Multi-node mode, when NNODES > 1 (runward sets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT):
   a TCP rendezvous at MASTER_ADDR:MASTER_PORT (node 0 listens), then each step an all-reduce
@@ -322,12 +323,13 @@ def save_checkpoint(directory, step, loss, seconds):
     return path
 
 
-def save_step_dir(root, step):
+def save_step_dir(root, step, seconds=0.0):
     """A checkpoint as trainers write them: a directory, its data first, its marker last."""
     path = os.path.abspath(os.path.join(root, f"step_{step}"))
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "state.json"), "w") as f:
         json.dump({"step": step}, f)
+    time.sleep(seconds)  # a real save of a few GiB takes a while: the marker comes last
     marker = os.environ.get("TRAIN_CKPT_MARKER", "COMPLETE")
     if marker:
         open(os.path.join(path, marker), "w").close()
@@ -375,6 +377,10 @@ def train():
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    save_now = []
+    if os.environ.get("TRAIN_CKPT_SIGNAL"):
+        signal.signal(getattr(signal, "SIG" + os.environ["TRAIN_CKPT_SIGNAL"].upper().replace("SIG", "")),
+                      lambda signum, _frame: save_now.append(signum))
 
     workers, escapee_pid, alive_w = spawn_workers(
         env_num("TRAIN_WORKERS", 2, int), os.environ.get("TRAIN_ESCAPEE", "1") == "1")
@@ -401,6 +407,9 @@ def train():
             timeout = max(0.0, next_at - time.monotonic())
             if select.select([wake_r], [], [], timeout)[0]:
                 os.read(wake_r, 64)  # drain; the handler already recorded the signal
+            if save_now:
+                del save_now[:]
+                save_step_dir(os.environ.get("TRAIN_CKPT_ROOT", "ckpt"), step, ckpt_s)
             if stop:
                 name = signal.Signals(stop[0]).name
                 path = save_checkpoint(ckpt_dir, step, loss, ckpt_s)

@@ -224,3 +224,47 @@ def test_stop_while_blocked_ends_the_supervision_without_a_next_attempt(gsup):
     finally:
         holder.kill()
         holder.wait()
+
+
+# --------------------------------------------------------------------------- stop --checkpoint
+
+def test_stop_checkpoint_waits_for_the_saved_line_then_stops(sup):
+    rc, doc = start(sup, "sc", "--settle", "0.3", *FAST, "--env", "TRAIN_CKPT_SIGNAL=USR1",
+                    "--env", "TRAIN_CHECKPOINT_SECONDS=1.0", "--", PY, str(EXAMPLE))
+    assert rc == 0, doc
+    rc, doc = sup.json("stop", "sc", "--checkpoint", "--checkpoint-wait-for", r"saved checkpoint (\S+)")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    c = doc["result"]["checkpoint"]
+    assert c["signal"] == "SIGUSR1" and c["saw_line"].startswith("saved checkpoint "), c
+    assert c["waited_s"] >= 1.0, c  # the save took 1 s: the stop waited for it
+    path = Path(c["saw_line"].split()[-1])
+    assert (path / "COMPLETE").exists()  # the marker came before the stop's TERM
+    text = sup.run("status", "sc").stdout
+    assert "exited" in text, text
+
+
+def test_stop_checkpoint_from_runward_toml_waits_for_a_new_complete_checkpoint(sup):
+    (sup.cwd / "runward.toml").write_text(
+        f'[runs.st]\ncommand = ["{PY}", "{EXAMPLE}"]\ncwd = "{sup.cwd}"\nsettle = 0.3\n'
+        'env = { TRAIN_STEP_SECONDS = "0.02", TRAIN_WORKERS = "0", TRAIN_ESCAPEE = "0", TRAIN_CKPT_SIGNAL = "USR1",'
+        ' TRAIN_CHECKPOINT_SECONDS = "0.8" }\n'
+        'checkpoint = "ckpt/step_*"\ncheckpoint_marker = "COMPLETE"\n'
+        'stop_checkpoint = { signal = "USR1", timeout = 30 }\n')
+    rc, doc = sup.json("start", "st")
+    assert rc == 0, doc
+    rc, doc = sup.json("stop", "st")
+    assert rc == 0, doc
+    c = doc["result"]["checkpoint"]
+    assert c["checkpoint"].startswith(str(sup.cwd / "ckpt" / "step_")) and c["waited_s"] >= 0.8, c
+    assert (Path(c["checkpoint"]) / "COMPLETE").exists()
+    human = sup.run("stop", "st").stdout  # already stopped: the job is gone, nothing to checkpoint
+    assert "checkpoint: the job is not running" in human, human
+
+
+def test_stop_checkpoint_with_nothing_to_wait_for_is_refused_before_any_signal(sup):
+    rc, doc = start(sup, "sn", "--settle", "0.3", *FAST, "--", PY, str(EXAMPLE))
+    assert rc == 0, doc
+    rc, doc = sup.json("stop", "sn", "--checkpoint")
+    assert rc == 2 and "nothing to wait for" in doc["error"]["message"], doc
+    assert sup.status("sn")["state"] == "running"
+    assert sup.json("stop", "sn")[0] == 0
