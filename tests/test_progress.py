@@ -268,3 +268,38 @@ def test_stop_checkpoint_with_nothing_to_wait_for_is_refused_before_any_signal(s
     assert rc == 2 and "nothing to wait for" in doc["error"]["message"], doc
     assert sup.status("sn")["state"] == "running"
     assert sup.json("stop", "sn")[0] == 0
+
+
+# --------------------------------------------------------------------------- idle
+
+def _idle_toml(c: CLI, name: str, window: str, interval: str = "0.3", action: str = "stop") -> None:
+    (c.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\ncommand = ["{PY}", "{EXAMPLE}"]\ncwd = "{c.cwd}"\nsettle = 0.3\ngpus = [1]\n'
+        'env = { TRAIN_STEP_SECONDS = "0.05", TRAIN_WORKERS = "0", TRAIN_ESCAPEE = "0" }\n'
+        f'[runs.{name}.health]\ninterval = {interval}\nidle = {{ gpu_util_below = 5, for = "{window}" }}\n'
+        f'actions = {{ idle = "{action}" }}\n')
+
+
+def test_idle_gpus_for_the_window_alert_and_act_busy_ones_do_not(gsup):
+    fakegpu.update(gsup.state, lambda s: s["gpus"][1].update(util=60))  # busy at first
+    _idle_toml(gsup, "id", "1s")
+    rc, doc = gsup.json("start", "id")
+    assert rc == 0, doc
+    wait_for(lambda: json.loads((gsup.home / "runs" / "id" / "health.json").read_text()).get("points")
+             if (gsup.home / "runs" / "id" / "health.json").exists() else None, what="the shim's health ticks")
+    went_idle = time.time()
+    fakegpu.update(gsup.state, lambda s: s["gpus"][1].update(util=2))
+    st = wait_for(state_is(gsup, "id", "exited"), timeout=30, what="the idle action's stop")
+    acts = st["actions"]
+    assert [(a["kind"], a["action"]) for a in acts] == [("idle", "stop")], acts
+    # never while the GPU was busy: only a full window after it went idle
+    assert acts[0]["at"] - went_idle >= 1.0, (acts[0]["at"] - went_idle, acts[0]["detail"])
+    assert "under 5% utilization" in acts[0]["detail"] and "GPU 1 2%" in acts[0]["detail"], acts[0]
+
+
+def test_an_idle_window_shorter_than_the_interval_is_refused(gsup):
+    _idle_toml(gsup, "iw", "2s", interval="5")
+    rc, doc = gsup.json("start", "iw")
+    assert rc == 2, doc
+    assert "shorter than the sampling interval" in doc["error"]["message"], doc["error"]
+    assert not (gsup.home / "runs" / "iw").exists()

@@ -151,15 +151,16 @@ def _codes(v, k: str) -> list[int]:
 
 
 ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "below_min",
-                "above_max", "drop")
+                "above_max", "drop", "idle")
 
 
 def _health(h: dict) -> dict | None:
     """[runs.NAME.health] with actions = {KIND = "stop" | "restart" | "notify"}: the rules
     (as `watch` reads them) and the actions, judged by the shim every `interval` seconds."""
     acts = h.get("actions")
-    if not acts:
+    if not acts and not h.get("idle"):
         return None
+    acts = acts or {}
     from .api import health_rules, parse_duration
     alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom"}
     actions = {alias.get(k, k): v for k, v in dict(acts).items()}
@@ -168,8 +169,29 @@ def _health(h: dict) -> dict | None:
     if bad:
         raise BadInput(f"invalid [health] actions {', '.join(map(str, bad))}",
                        f"actions = {{ nan = \"stop\", stall = \"restart\" }}; kinds: {', '.join(ACTION_KINDS)}")
-    return {"rules": health_rules({"health": h}), "actions": actions,
-            "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+    out = {"rules": health_rules({"health": h}), "actions": actions,
+           "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+    if h.get("idle"):
+        out["idle"] = _idle(h["idle"], out["interval"])
+    return out
+
+
+def _idle(idle, interval: float) -> dict:
+    """idle = { gpu_util_below = 5, for = "10m" }: judged by the shim once an interval, so a
+    window shorter than the interval could never be seen whole: refused, not ignored."""
+    from .api import parse_duration
+    hint = 'idle = { gpu_util_below = 5, for = "10m" }'
+    if not isinstance(idle, dict) or set(idle) - {"gpu_util_below", "for"} or "for" not in idle:
+        raise BadInput(f"invalid [health] idle {idle!r}", hint)
+    below = idle.get("gpu_util_below", 5)
+    if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 < below <= 100:
+        raise BadInput(f"invalid [health] idle gpu_util_below {below!r}", "a percentage over 0, up to 100; " + hint)
+    window = parse_duration(str(idle["for"]), "[health] idle for")
+    if window < interval:
+        raise BadInput(f"[health] idle for = {idle['for']!r} ({window:g}s) is shorter than the sampling interval "
+                       f"({interval:g}s): it could never be judged",
+                       f"make `for` at least {interval:g}s, or lower [health] interval")
+    return {"below": float(below), "for_s": window}
 
 
 def status_lines(r: dict, now: float) -> list[str]:

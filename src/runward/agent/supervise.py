@@ -94,6 +94,11 @@ def _check_health(h):
     iv = h.get("interval", 5.0)
     if not isinstance(iv, (int, float)) or iv <= 0:
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")
+    idle = h.get("idle")
+    if idle is not None and not (isinstance(idle, dict) and isinstance(idle.get("below"), (int, float))
+                                 and isinstance(idle.get("for_s"), (int, float)) and idle["for_s"] >= iv):
+        raise bad_input("invalid health idle %r" % (idle,),
+                        "idle = { gpu_util_below = 5, for = \"10m\" }, the window at least the interval (%gs)" % iv)
 
 
 def exit_code_of(ex):
