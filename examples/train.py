@@ -14,6 +14,12 @@ Pure stdlib, Python >= 3.8; imports torch only to hold GPU memory, never needs i
   TRAIN_SLOW_AFTER N + TRAIN_SLOW_FACTOR 0.5: tok/s drops   TRAIN_READY_LINE 1 (0: no `ready`)
   TRAIN_GPU_MIB / TRAIN_ESCAPEE_GPU_MIB N: hold N MiB (torch CUDA, else the nvidia-smi
   stand-in named by RUNWARD_FAKE_SMI_STATE; TRAIN_GPU_RELEASE_SECONDS: its release delay)
+  TRAIN_CKPT_EVERY N: every N steps a checkpoint directory TRAIN_CKPT_ROOT/step_N (default
+  ckpt), its state.json first, then the TRAIN_CKPT_MARKER file (COMPLETE; empty: none), then
+  `saved checkpoint PATH`.  TRAIN_RESUME PATH: go on from that checkpoint's step (a path with
+  no state.json: from step 0, said).  TRAIN_CRASH_AFTER N: RuntimeError N steps after the start
+  or resume, exit 1.  TRAIN_CKPT_SIGNAL USR1: on that signal, save such a checkpoint (taking
+  TRAIN_CHECKPOINT_SECONDS between its data and its marker) and go on training.
   TRAIN_SEED 0. Any other TRAIN_* (e.g. TRAIN_RUN_TAG) is only echoed on the init line.
 Multi-node mode, when NNODES > 1 (runward sets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT):
   a TCP rendezvous at MASTER_ADDR:MASTER_PORT (node 0 listens), then each step an all-reduce
@@ -317,6 +323,34 @@ def save_checkpoint(directory, step, loss, seconds):
     return path
 
 
+def save_step_dir(root, step, seconds=0.0):
+    """A checkpoint as trainers write them: a directory, its data first, its marker last."""
+    path = os.path.abspath(os.path.join(root, f"step_{step}"))
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "state.json"), "w") as f:
+        json.dump({"step": step}, f)
+    time.sleep(seconds)  # a real save of a few GiB takes a while: the marker comes last
+    marker = os.environ.get("TRAIN_CKPT_MARKER", "COMPLETE")
+    if marker:
+        open(os.path.join(path, marker), "w").close()
+    say(f"saved checkpoint {path}")
+
+
+def resumed_step():
+    """The step to go on from (TRAIN_RESUME), 0 without one."""
+    path = os.environ.get("TRAIN_RESUME", "")
+    if not path:
+        return 0
+    try:
+        with open(os.path.join(path, "state.json")) as f:
+            step = int(json.load(f)["step"])
+    except (OSError, ValueError, KeyError):
+        say(f"resume: no checkpoint state at {path!r}; from step 0")
+        return 0
+    say(f"resumed from {path} step {step}")
+    return step
+
+
 def train():
     if os.environ.get("TRAIN_FAIL_FAST") == "1" and this_rank_fails():
         say("error: TRAIN_FAIL_FAST=1: refusing to start (bad configuration)", sys.stderr)
@@ -343,6 +377,10 @@ def train():
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    save_now = []
+    if os.environ.get("TRAIN_CKPT_SIGNAL"):
+        signal.signal(getattr(signal, "SIG" + os.environ["TRAIN_CKPT_SIGNAL"].upper().replace("SIG", "")),
+                      lambda signum, _frame: save_now.append(signum))
 
     workers, escapee_pid, alive_w = spawn_workers(
         env_num("TRAIN_WORKERS", 2, int), os.environ.get("TRAIN_ESCAPEE", "1") == "1")
@@ -360,11 +398,18 @@ def train():
             return 0
         if os.environ.get("TRAIN_READY_LINE", "1") == "1":
             say("ready")
-        step, loss, next_at = 0, float("nan"), time.monotonic() + step_s
+        step, loss, next_at = resumed_step(), float("nan"), time.monotonic() + step_s
+        ckpt_every = env_num("TRAIN_CKPT_EVERY", 0, int)
+        crash_after = env_num("TRAIN_CRASH_AFTER", 0, int)
+        if crash_after:
+            crash_at = step + crash_after
         while True:
             timeout = max(0.0, next_at - time.monotonic())
             if select.select([wake_r], [], [], timeout)[0]:
                 os.read(wake_r, 64)  # drain; the handler already recorded the signal
+            if save_now:
+                del save_now[:]
+                save_step_dir(os.environ.get("TRAIN_CKPT_ROOT", "ckpt"), step, ckpt_s)
             if stop:
                 name = signal.Signals(stop[0]).name
                 path = save_checkpoint(ckpt_dir, step, loss, ckpt_s)
@@ -388,6 +433,8 @@ def train():
             rate *= 1.0 + rng.gauss(0.0, 0.02)
             lr = 3e-4 * min(1.0, step / 20.0)  # short linear warmup
             say(f"step {step} loss {loss:.4f} tok/s {rate:.1f} lr {lr:.1e}")
+            if ckpt_every and step % ckpt_every == 0:
+                save_step_dir(os.environ.get("TRAIN_CKPT_ROOT", "ckpt"), step)
             if ranks is not None and not reduce_step(ranks, step):
                 if os.environ.get("TRAIN_PEER_LOSS") == "exit":
                     return 1

@@ -163,7 +163,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
 
 def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
          gpu_timeout: float | None = None, lock_timeout: float | None = None,
-         on_begun: Callable[[], None] | None = None) -> dict:
+         on_begun: Callable[[], None] | None = None, checkpoint: dict | None = None) -> dict:
     """on_begun() is called once the target's agent has begun the stop: from then on it goes
     to its verified end there, whatever happens to this process (Ctrl-C, a dropped link)."""
     if grace is not None and grace < 0:
@@ -176,9 +176,12 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
             begun.append(True)
             if on_begun is not None:
                 on_begun()
+    req = {"op": "stop", "name": name, "grace": grace, "signal": signal,
+           "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout}
+    if checkpoint is not None:  # signal, wait for the checkpoint, then stop (agent/ops/stopckpt.py)
+        req["checkpoint"] = checkpoint
     try:
-        res = transport.call(target, {"op": "stop", "name": name, "grace": grace, "signal": signal,
-                                      "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout}, on_event=on_event)
+        res = transport.call(target, req, on_event=on_event)
     except RunwardError as e:
         if begun and e.exit_code == 3:  # the link, not the stop: the far agent outlives its caller
             e.message += ("; the stop had begun on the target and goes on there to its verified end "

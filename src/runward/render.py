@@ -91,6 +91,24 @@ def render_stop(r: dict) -> str:
     if r.get("slurm"):
         from . import slurmview
         return slurmview.stop(r)
+    if r.get("checkpoint"):
+        return "\n".join([_checkpoint_line(r["checkpoint"]), _render_stop(r)])
+    return _render_stop(r)
+
+
+def _checkpoint_line(c: dict) -> str:
+    """stop --checkpoint's first step, said before the stop's own lines."""
+    if c.get("skipped"):
+        return f"checkpoint: {c['skipped']}"
+    head = f"checkpoint: sent {c.get('signal')} to pid {c.get('sent_to')}, "
+    if c.get("saw_line"):
+        return head + f"saw after {c.get('waited_s', 0):.2f}s: {c['saw_line']}"
+    if c.get("checkpoint"):
+        return head + f"complete after {c.get('waited_s', 0):.2f}s: {c['checkpoint']}"
+    return head + (c.get("note") or "")
+
+
+def _render_stop(r: dict) -> str:
     if r.get("restart_cancelled") and r.get("already_stopped"):
         return "\n".join([f"{r['name']}: cancelled the pending restart (attempt {r.get('attempt')} had ended; "
                           "no process of the run alive)", *_gpu_release_lines(r)])
@@ -137,7 +155,7 @@ def render_status(res: dict, target: str) -> str:
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
                      f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
-        elif st in ("exited", "stray", "failed", "restarting", "gave_up"):
+        elif st in ("exited", "stray", "failed", "restarting", "gave_up", "blocked"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
                 head += f"  {ago(now - r['exit']['at'])} ago"

@@ -7,7 +7,9 @@ from __future__ import annotations
 from .errors import BadInput
 
 KEYS = ("restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
-        "restart_exit_codes", "no_restart_exit_codes", "notify")
+        "restart_exit_codes", "no_restart_exit_codes", "notify",
+        "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
+        "gpu_release_timeout")
 MODES = ("never", "on-failure", "always")
 
 
@@ -25,6 +27,19 @@ def add_arguments(p) -> None:
     p.add_argument("--notify", action="append", metavar="CMD|URL",
                    help="on exited, restarted, gave_up and every alert: run CMD (event JSON on stdin) "
                         "or POST it to URL (repeatable)")
+    p.add_argument("--checkpoint", metavar="GLOB", help="the run's checkpoints on the target, a glob from its cwd "
+                                                         "(e.g. 'ckpt/step_*'): its progress, {last_checkpoint}")
+    p.add_argument("--checkpoint-marker", metavar="FILE",
+                   help="a checkpoint is complete when it holds this file (e.g. COMPLETE)")
+    p.add_argument("--checkpoint-saved", metavar="REGEX",
+                   help="or when a log line matches REGEX naming it (group `path` or 1)")
+    p.add_argument("--max-no-progress", type=int, metavar="N",
+                   help="give up after N attempts in a row that passed no step and saved no new checkpoint")
+    p.add_argument("--gpu-release-timeout", metavar="DURATION",
+                   help="with --gpus: a restart waits this long for the old attempt's GPU memory to be "
+                        "released, then says blocked and starts once it is (default 60s)")
+    p.add_argument("--resume-default", metavar="PATH", help="{last_checkpoint} while no complete checkpoint exists "
+                                                            "(default: empty)")
 
 
 def policy(run_cfg: dict | None, args=None) -> dict | None:
@@ -52,7 +67,7 @@ def _parsed(raw: dict, health: dict | None) -> dict:
         out["restart"] = raw["restart"]
     if "max_restarts" in raw:
         out["max_restarts"] = _count(raw["max_restarts"], "max_restarts")
-    for k in ("restart_window", "min_uptime"):
+    for k in ("restart_window", "min_uptime", "gpu_release_timeout"):
         if k in raw:
             out[k] = parse_duration(str(raw[k]), k)
     if "backoff" in raw or "backoff_max" in raw:
@@ -66,9 +81,39 @@ def _parsed(raw: dict, health: dict | None) -> dict:
         if not all(isinstance(t, str) and t.strip() for t in out["notify"]):
             from .agent.secrets import mask_url_passwords
             raise BadInput(mask_url_passwords(f"invalid notify {n!r}"), 'notify = ["command ARG...", "https://hook"]')
+    _progress(raw, out)
     if health:
         out["health"] = health
     return out
+
+
+def _progress(raw: dict, out: dict) -> None:
+    """checkpoint, its completeness test and max_no_progress (agent/progress.py checks them
+    again on the target)."""
+    for k in ("checkpoint", "checkpoint_marker", "checkpoint_saved", "resume_default"):
+        if k in raw:
+            if not isinstance(raw[k], str) or not raw[k].strip():
+                raise BadInput(f"invalid {k} {raw[k]!r}", f"give a non-empty string, e.g. {_EXAMPLE[k]}")
+            out[k] = raw[k]
+    if "checkpoint_saved" in out:
+        import re
+        try:
+            re.compile(out["checkpoint_saved"])
+        except re.error as e:
+            raise BadInput(f"invalid checkpoint_saved regex {out['checkpoint_saved']!r}: {e}",
+                           f"a Python regex, e.g. {_EXAMPLE['checkpoint_saved']}")
+    if "checkpoint" in out and not ({"checkpoint_marker", "checkpoint_saved"} & set(out)):
+        raise BadInput(f"checkpoint {out['checkpoint']!r}: nothing tells a complete checkpoint from one being written",
+                       f"add {_EXAMPLE['checkpoint_marker']} (a file the job writes last) or {_EXAMPLE['checkpoint_saved']}")
+    if "max_no_progress" in raw:
+        out["max_no_progress"] = _count(raw["max_no_progress"], "max_no_progress")
+        if out["max_no_progress"] < 1:
+            raise BadInput("invalid max_no_progress 0", "give a whole number >= 1 (attempts in a row without progress)")
+
+
+_EXAMPLE = {"checkpoint": "checkpoint = \"ckpt/step_*\"", "checkpoint_marker": "checkpoint_marker = \"COMPLETE\"",
+            "checkpoint_saved": "checkpoint_saved = \"saved checkpoint (?P<path>\\S+)\"",
+            "resume_default": "resume_default = \"init/base\""}
 
 
 def _count(v, k: str) -> int:
@@ -106,15 +151,16 @@ def _codes(v, k: str) -> list[int]:
 
 
 ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "below_min",
-                "above_max", "drop")
+                "above_max", "drop", "idle")
 
 
 def _health(h: dict) -> dict | None:
     """[runs.NAME.health] with actions = {KIND = "stop" | "restart" | "notify"}: the rules
     (as `watch` reads them) and the actions, judged by the shim every `interval` seconds."""
     acts = h.get("actions")
-    if not acts:
+    if not acts and not h.get("idle"):
         return None
+    acts = acts or {}
     from .api import health_rules, parse_duration
     alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom"}
     actions = {alias.get(k, k): v for k, v in dict(acts).items()}
@@ -123,8 +169,29 @@ def _health(h: dict) -> dict | None:
     if bad:
         raise BadInput(f"invalid [health] actions {', '.join(map(str, bad))}",
                        f"actions = {{ nan = \"stop\", stall = \"restart\" }}; kinds: {', '.join(ACTION_KINDS)}")
-    return {"rules": health_rules({"health": h}), "actions": actions,
-            "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+    out = {"rules": health_rules({"health": h}), "actions": actions,
+           "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+    if h.get("idle"):
+        out["idle"] = _idle(h["idle"], out["interval"])
+    return out
+
+
+def _idle(idle, interval: float) -> dict:
+    """idle = { gpu_util_below = 5, for = "10m" }: judged by the shim once an interval, so a
+    window shorter than the interval could never be seen whole: refused, not ignored."""
+    from .api import parse_duration
+    hint = 'idle = { gpu_util_below = 5, for = "10m" }'
+    if not isinstance(idle, dict) or set(idle) - {"gpu_util_below", "for"} or "for" not in idle:
+        raise BadInput(f"invalid [health] idle {idle!r}", hint)
+    below = idle.get("gpu_util_below", 5)
+    if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 < below <= 100:
+        raise BadInput(f"invalid [health] idle gpu_util_below {below!r}", "a percentage over 0, up to 100; " + hint)
+    window = parse_duration(str(idle["for"]), "[health] idle for")
+    if window < interval:
+        raise BadInput(f"[health] idle for = {idle['for']!r} ({window:g}s) is shorter than the sampling interval "
+                       f"({interval:g}s): it could never be judged",
+                       f"make `for` at least {interval:g}s, or lower [health] interval")
+    return {"below": float(below), "for_s": window}
 
 
 def status_lines(r: dict, now: float) -> list[str]:
@@ -144,8 +211,33 @@ def status_lines(r: dict, now: float) -> list[str]:
     if g:
         codes = ", ".join(str(e.get("code") if e.get("code") is not None else e.get("signal"))
                           for e in g.get("exits") or [])
-        out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
+        np = g.get("no_progress")
+        if np:
+            out.append(f"  gave up: {np.get('no_progress')} attempts in a row without progress (max_no_progress "
+                       f"{np.get('max_no_progress')}; best step {np.get('best_step')}, last checkpoint "
+                       f"{np.get('last_checkpoint') or 'none'}); exits: {codes}")
+        else:
+            out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
+    out += _progress_lines(r)
+    b = r.get("blocked")
+    if b and r.get("state") == "blocked":
+        out.append(f"  blocked: the next attempt starts once the GPUs are released: {b.get('why')}")
     for a in r.get("actions") or []:
         out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))
+    return out
+
+
+def _progress_lines(r: dict) -> list[str]:
+    p = r.get("progress")
+    if not p:
+        return [f"  resumed from {r['resume_from']}"] if r.get("resume_from") else []
+    out = [f"  progress: best step {p.get('best_step')}, last checkpoint {p.get('last_checkpoint') or 'none'}"
+           + (f", {p.get('no_progress')} of {p['max_no_progress']} attempts in a row without progress"
+              if p.get("max_no_progress") else "")]
+    if r.get("resume_from"):
+        out.append(f"  resumed from {r['resume_from']}")
+    for a in (p.get("attempts") or [])[-5:]:
+        out.append(f"    attempt {a.get('attempt')}: step {a.get('step')}, checkpoint {a.get('checkpoint') or 'none'}"
+                   + ("" if a.get("progressed") else " (no progress)"))
     return out

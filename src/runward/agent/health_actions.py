@@ -29,6 +29,9 @@ class HealthKeeper(object):
         self.judge = None
         self.acted = False  # one stop or restart per attempt: the first alert that asks wins
         self.judged = set()  # the facts judged already, by (kind, line number, time)
+        self.idle = cfg.get("idle")  # {"below": %, "for_s": s}: every GPU of the run under it that long
+        self.idle_since = None
+        self.idle_said = False  # once per idle spell: busy again, and it may be said again
 
     def tick(self, n):
         from .ops import health
@@ -48,11 +51,38 @@ class HealthKeeper(object):
             if a.get("kind") != "exited" and key not in self.judged:
                 self.judged.add(key)
                 facts.append(a)
-        alerts = facts + self.judge.poll(att["log"], True, time.time())
+        alerts = facts + self.judge.poll(att["log"], True, time.time()) + self._idle(att)
         for a in alerts:
             if a["kind"] == "exited":
                 continue  # the job's end is the supervisor's own event (notify "exited")
             self._act(n, a, saved.get("last") or {})
+
+    def _idle(self, att):
+        """The idle alert: every GPU of the live run under gpu_util_below for the window,
+        read from nvidia-smi once a tick. An unreadable utilization is not idle."""
+        if not self.idle or not att.get("gpus"):
+            return []
+        from . import gpus
+        from .logmetrics.alerts import alert
+        try:
+            snap = gpus.snapshot()
+        except Exception:  # the driver's failure is not the run's idleness
+            snap = {"gpus": []}
+        util = {g["index"]: g.get("utilization_pct") for g in snap.get("gpus") or ()}
+        mine = [util.get(i) for i in att["gpus"]]
+        now = time.time()
+        if not all(isinstance(u, (int, float)) and u < self.idle["below"] for u in mine):
+            self.idle_since, self.idle_said = None, False
+            return []
+        if self.idle_since is None:
+            self.idle_since = now
+        if self.idle_said or now - self.idle_since < self.idle["for_s"]:
+            return []
+        self.idle_said = True
+        return [alert("idle", now, "every GPU of the run (%s) under %g%% utilization for %.0fs: %s" % (
+            ",".join(map(str, att["gpus"])), self.idle["below"], now - self.idle_since,
+            ", ".join("GPU %s %s%%" % (i, u) for i, u in zip(att["gpus"], mine))),
+            metric="gpu_util_pct", value=max(mine), since=self.idle_since)]
 
     def _act(self, n, a, last):
         action = self.actions.get(a["kind"], "notify")

@@ -81,7 +81,9 @@ def _status_text(status):
 # cache is; LD_LIBRARY_PATH: a Python built with a shared libpython outside the default
 # paths does not start without it). Never the job's env, never the marker: the shim must
 # never be found as a member of the run.
-_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RUNWARD_FAULT")
+# RUNWARD_FAKE_SMI_STATE: the tests' nvidia-smi stand-in (tests/bin) reads its fake driver
+# there; the shim's GPU gate (gpugate.py) asks nvidia-smi, and a real one ignores it.
+_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RUNWARD_FAULT", "RUNWARD_FAKE_SMI_STATE")
 
 
 def _shim_env():

@@ -18,7 +18,7 @@ from .procfs import MARKER, live
 from .secrets import holds_masked_password, mask_url_passwords
 from .store import file_hashes, open_log, sync_file, write_all, write_json
 from .terminate import signal, signal_name  # _signal's plain ints: signal.py's enums cost every stop ~5 ms
-from .wire import bad_input
+from .wire import bad_input, json_dumps, json_loads
 
 MODES = ("never", "on-failure", "always")
 ACTIONS = ("notify", "stop", "restart")
@@ -42,7 +42,8 @@ def check_policy(p):
     out.update((k, v) for k, v in p.items() if v is not None)
     if out["restart"] not in MODES:
         raise bad_input("invalid restart %r" % (out["restart"],), "restart = \"never\", \"on-failure\" or \"always\"")
-    for k in ("max_restarts", "restart_window", "min_uptime"):
+    for k in ("max_restarts", "restart_window", "min_uptime") + tuple(
+            k for k in ("gpu_release_timeout", "gpu_max_used_mib") if k in out):
         if not isinstance(out[k], (int, float)) or isinstance(out[k], bool) or out[k] < 0:
             raise bad_input("invalid %s %r" % (k, out[k]), "give a number >= 0")
     b = out["backoff"]
@@ -53,6 +54,10 @@ def check_policy(p):
         if not isinstance(out[k], list) or not all(isinstance(c, int) and 0 <= c <= 255 for c in out[k]):
             raise bad_input("invalid %s %r" % (k, out[k]), "a list of exit codes 0-255")
     _check_health(out.get("health"))
+    if any(out.get(k) is not None for k in ("checkpoint", "checkpoint_marker", "checkpoint_saved",
+                                            "max_no_progress", "resume_default")):
+        from . import progress
+        progress.check(out)
     if not isinstance(out.get("notify") or [], list) or not all(isinstance(t, str) and t.strip()
                                                                 for t in out.get("notify") or []):
         raise bad_input("invalid notify %r" % (recorded(out).get("notify"),),
@@ -89,6 +94,11 @@ def _check_health(h):
     iv = h.get("interval", 5.0)
     if not isinstance(iv, (int, float)) or iv <= 0:
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")
+    idle = h.get("idle")
+    if idle is not None and not (isinstance(idle, dict) and isinstance(idle.get("below"), (int, float))
+                                 and isinstance(idle.get("for_s"), (int, float)) and idle["for_s"] >= iv):
+        raise bad_input("invalid health idle %r" % (idle,),
+                        "idle = { gpu_util_below = 5, for = \"10m\" }, the window at least the interval (%gs)" % iv)
 
 
 def exit_code_of(ex):
@@ -98,8 +108,9 @@ def exit_code_of(ex):
     return 128 + int(ex.get("signum") or 0)
 
 
-def decide(pol, ex, stop_req, restarts, now):
-    """(restart?, why) for an attempt that ended with EX."""
+def decide(pol, ex, stop_req, restarts, now, stuck=False):
+    """(restart?, why) for an attempt that ended with EX; STUCK: max_no_progress attempts
+    in a row gained nothing (progress.py)."""
     if stop_req and stop_req.get("by") != HEALTH_RESTART:
         return False, "stopped"
     code = exit_code_of(ex)
@@ -112,6 +123,8 @@ def decide(pol, ex, stop_req, restarts, now):
             return False, "succeeded"
         if code != 0 and pol["restart_exit_codes"] and code not in pol["restart_exit_codes"]:
             return False, "not_a_restart_exit_code"
+    if stuck:
+        return False, "no_progress"
     window = pol["restart_window"]
     recent = [t for t in restarts if not window or t >= now - window]
     if len(recent) >= pol["max_restarts"]:
@@ -129,9 +142,13 @@ def backoff_delay(pol, streak):
 # --- what stop and status ask of a supervised run
 
 def in_backoff(att):
-    """The attempt ended and its shim lives on, waiting to start the next one."""
-    return bool(att and att.get("exit") and att.get("next_restart_at") and att.get("shim")
-                and live(att["shim"]) is not None)
+    """The attempt ended and its shim lives on, waiting to start the next one (its backoff,
+    or the GPU gate: blocked)."""
+    if not (att and att.get("exit") and att.get("shim")):
+        return False
+    b = att.get("blocked")
+    waits = att.get("next_restart_at") or (b and not b.get("released_at"))
+    return bool(waits) and live(att["shim"]) is not None
 
 
 def end_backoff(store, att, by=None):
@@ -177,16 +194,33 @@ def status_fields(out, att):
     if not pol:
         return
     out["policy"] = {k: pol.get(k) for k in DEFAULTS}
+    for k in ("checkpoint", "max_no_progress"):
+        if pol.get(k) is not None:
+            out["policy"][k] = pol[k]
+    if att.get("progress"):  # the attempts before this one, and this one once it ended
+        out["progress"] = att["progress"]
+    if att.get("resume_from"):
+        out["resume_from"] = att["resume_from"]
     out["restarts"] = (att.get("restart") or {}).get("number", 0)
     if att.get("actions"):
         out["actions"] = att["actions"]
     sr = att.get("stop_requested")
-    if out["state"] == "exited" and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
+    if out["state"] == "exited" and _blocked(att):
+        out["state"] = "blocked"
+        out["blocked"] = att["blocked"]
+    elif out["state"] == "exited" and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
         out["state"] = "restarting"
         out["next_restart_at"] = att["next_restart_at"]
     elif att.get("gave_up"):
         out["state"] = "gave_up"
         out["gave_up"] = att["gave_up"]
+
+
+def _blocked(att):
+    """The next attempt waits for the GPUs (gpugate.py), and its shim lives on to start it."""
+    b, sr = att.get("blocked"), att.get("stop_requested")
+    return bool(b and not b.get("released_at") and att.get("shim") and live(att["shim"]) is not None
+                and (not sr or sr.get("by") == HEALTH_RESTART))
 
 
 # --- the shim's side: one attempt after another
@@ -209,6 +243,11 @@ class Supervisor(object):
         self.streak = 0  # failed starts in a row
         self.exits = []  # every attempt's end, kept for gave_up
         self.health = None
+        self.progress = None
+        self.gate = None  # the GPU gate's facts of the restart under way (gpugate.py)
+        if self.pol and (self.pol.get("checkpoint") or self.pol.get("max_no_progress")):
+            from .progress import Tracker
+            self.progress = Tracker(store, self.pol, att, env)
         # SIGCHLD (a health tick waits for it with a timeout) and WAKE (stop during the
         # backoff) are taken by sigtimedwait, never by a handler; the job gets them unblocked
         signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGCHLD, WAKE))
@@ -219,6 +258,8 @@ class Supervisor(object):
             if self.pol and (self.pol.get("health") or {}).get("actions") is not None:
                 from .health_actions import HealthKeeper
                 self.health = HealthKeeper(self.store, n, self.pol["health"], self.notify)
+            if self.progress is not None:  # {last_checkpoint} of this attempt
+                self.progress.resolve(att, self.env)
             run_one(n, att, status_fd)
             self.spawned()  # an exec that failed leaves the lock held: give it back
             status_fd = None
@@ -257,7 +298,7 @@ class Supervisor(object):
         if z.m != att["attempt"] or z.cgroups != att.get("cgroups") or not z.waiting():
             z.drop()
             return None
-        return z.go(att["marker"])
+        return z.go(att["marker"], self.progress.changed(att, self.env) if self.progress else None)
 
     def _drop_zygote(self):
         if self.zygote is not None:
@@ -308,6 +349,9 @@ class Supervisor(object):
         self.streak = 0 if up >= self.pol["min_uptime"] else self.streak + 1
         self.exits.append({"attempt": n, "code": ex.get("code"), "signal": ex.get("signal"),
                            "uptime_s": round(up, 3)})
+        if self.progress is not None:
+            prog = self.progress.ended(att)
+            att = self.store.update_attempt(n, lambda a: a.__setitem__("progress", prog))
         self.notify("exited", n, exit=ex, uptime_s=round(up, 3))
         sr = att.get("stop_requested")
         if sr and sr.get("by") != HEALTH_RESTART:
@@ -315,15 +359,23 @@ class Supervisor(object):
             # decide it; and that stop may hold the run lock while it waits for us to end
             return None
         delay = backoff_delay(self.pol, self.streak)
+        gated = bool(att.get("gpus"))  # the GPU gate (gpugate.py): the old attempt's GPUs released first
+        self.gate = None
         fd = self.store.lock("supervise", LOCK_WAIT_S)
         try:
             att = self._decide(n, delay)
-            if att is not None and not att.get("gave_up") and delay > 0:
-                # the backoff is waited without the lock: a stop meanwhile marks and wakes us
+            if att is not None and not att.get("gave_up") and (delay > 0 or gated):
+                # the backoff and the gate are waited without the lock: a stop meanwhile marks
+                # and wakes us
                 self.store.unlock(fd)
                 fd = None
-                if not self._backoff(delay):
+                if delay > 0 and not self._backoff(delay):
                     return None
+                if gated:
+                    from .gpugate import Gate
+                    self.gate = Gate(self.store, self.pol, n, WAKE, self.notify).wait()
+                    if self.gate is None:
+                        return None
                 fd = self.store.lock("supervise", LOCK_WAIT_S)
                 att = self._still_ours(n)
             if att is None or att.get("gave_up"):
@@ -356,13 +408,19 @@ class Supervisor(object):
             return None
         att = self.store.attempt(n) or {}
         now = time.time()
-        ok, why = decide(self.pol, att["exit"], att.get("stop_requested"), self.restarts, now)
+        stuck = self.progress is not None and self.progress.stuck()
+        ok, why = decide(self.pol, att["exit"], att.get("stop_requested"), self.restarts, now, stuck)
         if not ok:
-            if why == "gave_up":
+            if why in ("gave_up", "no_progress"):
                 att["gave_up"] = {"at": now, "restarts": len(self.restarts), "exits": self.exits,
-                                  "max_restarts": self.pol["max_restarts"]}
+                                  "max_restarts": self.pol["max_restarts"], "reason": why}
+                if why == "no_progress":  # the numbers: how many attempts, the bar they missed
+                    p = self.progress.summary()
+                    att["gave_up"]["no_progress"] = {k: p[k] for k in ("no_progress", "max_no_progress",
+                                                                       "best_step", "last_checkpoint")}
                 write_json(self.store.attempt_path(n), att)
                 self.notify("gave_up", n, exits=self.exits, restarts=len(self.restarts),
+                            reason=why, no_progress=att["gave_up"].get("no_progress"),
                             attribution=_attribution(self.store, att))
                 return att
             return None
@@ -402,6 +460,8 @@ class Supervisor(object):
                     "cgroups": self._cgroups(prev, m),
                     "restart": {"of": prev["attempt"], "number": len(self.restarts) + 1, "delay_s": delay,
                                 "reason": prev.get("restart_reason"), "after_exit": prev.get("exit")}})
+        if self.gate is not None:
+            att["gpu_gate"] = self.gate
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],
@@ -460,8 +520,13 @@ class Zygote(object):
                     os._exit(0)  # no restart, or the shim is gone
                 data += chunk
             os.close(go_r)
-            env[MARKER] = data.decode().strip()
+            marker, _, extra = data.decode().strip().partition("\t")
+            env[MARKER] = marker
             att = dict(att, cgroups=self.cgroups, entered=True)
+            if extra:
+                changed = json_loads(extra)
+                env.update(changed["env"])
+                att["argv"] = changed["argv"]
         except BaseException:
             os._exit(127)
         exec_job(att, env, devnull, self.err_r, err_w)
@@ -473,9 +538,11 @@ class Zygote(object):
         except ChildProcessError:
             return False
 
-    def go(self, marker):
-        """Exec the job; (pid, b"") once it runs, (pid, why) if exec failed (reaped then)."""
-        os.write(self.go_w, marker.encode() + b"\n")
+    def go(self, marker, changed=None):
+        """Exec the job; (pid, b"") once it runs, (pid, why) if exec failed (reaped then).
+        CHANGED: this attempt's argv and env entries ({last_checkpoint}), after the marker."""
+        extra = b"" if not changed else b"\t" + json_dumps(changed).encode()
+        os.write(self.go_w, marker.encode() + extra + b"\n")
         os.close(self.go_w)
         err = b""
         while True:
@@ -511,7 +578,7 @@ def _attribution(store, att):
 
 
 _PER_ATTEMPT = ("job", "exit", "error", "stop_requested", "next_restart_at", "restart_reason", "gave_up",
-                "actions", "logger", "log_offset", "log_file", "restart")
+                "actions", "logger", "log_offset", "log_file", "restart", "resume_from", "blocked", "gpu_gate")
 
 
 def exit_of(status):

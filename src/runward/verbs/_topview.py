@@ -16,7 +16,7 @@ from ..render import _num, mib
 
 SPARK = 16
 STATE_STYLE = {"running": "green", "exited": "dim", "stray": "red", "lost": "red", "orphaned": "yellow",
-               "restarting": "yellow", "gave_up": "red"}
+               "restarting": "yellow", "gave_up": "red", "blocked": "yellow"}
 KEYS = "q quit  ↑/↓ select  l log  s stop"
 
 

@@ -20,6 +20,14 @@ def add_arguments(p) -> None:
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
                    help="how long to wait for the run's GPU memory to be released (default 60)")
     old_spelling(p, "--gpu-timeout", "gpu_release_timeout", type=float)
+    p.add_argument("--checkpoint", action="store_true",
+                   help="first send the checkpoint signal and wait for the checkpoint (runward.toml's "
+                        "stop_checkpoint, or the flags below), then stop as usual")
+    p.add_argument("--no-checkpoint", action="store_true", help="stop at once, even with stop_checkpoint")
+    p.add_argument("--checkpoint-signal", metavar="SIG", type=signal_arg, help="the checkpoint signal (default USR1)")
+    p.add_argument("--checkpoint-wait-for", metavar="REGEX",
+                   help="the log line that says the checkpoint is saved (default: a newer complete --checkpoint)")
+    p.add_argument("--checkpoint-timeout", type=float, metavar="SECONDS", help="wait at most this long (default 600)")
 
 
 def run(args, out) -> int:
@@ -34,7 +42,7 @@ def run(args, out) -> int:
         target = target_of(args, cfg, args.name)
         began: list[bool] = []
         try:
-            res = _stop(args, args.name, target, on_begun=lambda: began.append(True))
+            res = _stop(args, args.name, target, on_begun=lambda: began.append(True), cfg=cfg)
         except KeyboardInterrupt:
             return interrupted(out, target, args.name, bool(began), args.on)
         nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
@@ -45,10 +53,26 @@ def run(args, out) -> int:
     return multinode.emit(out, "stop", res, code)
 
 
-def _stop(args, name, target, on_begun=None):
+def _stop(args, name, target, on_begun=None, cfg=None):
     from .. import api
     return api.stop(target, name, grace=args.grace, signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
-                    lock_timeout=args.lock_timeout, on_begun=on_begun)
+                    lock_timeout=args.lock_timeout, on_begun=on_begun, checkpoint=_checkpoint(args, cfg, name))
+
+
+def _checkpoint(args, cfg, name) -> dict | None:
+    """stop --checkpoint's table: runward.toml's stop_checkpoint (which makes every stop of the
+    run checkpoint first), the flags over it; None for a plain stop."""
+    base = ((cfg.runs.get(name) if cfg is not None else None) or {}).get("stop_checkpoint")
+    flags = {k: v for k, v in (("signal", args.checkpoint_signal), ("wait_for", args.checkpoint_wait_for),
+                               ("timeout", args.checkpoint_timeout)) if v is not None}
+    if args.no_checkpoint or not (base is not None or args.checkpoint or flags):
+        return None
+    if base is not None and not isinstance(base, dict):
+        raise BadInput(f"invalid stop_checkpoint {base!r}", 'stop_checkpoint = { signal = "USR1", wait_for = "REGEX", timeout = 600 }')
+    bad = set(base or {}) - {"signal", "wait_for", "timeout"}
+    if bad:
+        raise BadInput(f"stop_checkpoint: unknown key(s) {', '.join(sorted(bad))}", "keys: signal, wait_for, timeout")
+    return {**(base or {}), **flags}
 
 
 def interrupted(out, target, name: str, began: bool, on) -> int:

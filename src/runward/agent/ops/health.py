@@ -119,12 +119,29 @@ def scan(store, att, metrics=None):
             for k, v in p["metrics"].items():
                 if k in last or len(last) < NAMES:
                     last[k] = v
+        _furthest(saved, res["points"])
         _mark(saved, now, res)
         saved["last_line"] = res.get("last_line") or saved.get("last_line", "")
         saved["alive"] = r["alive"]
         if json_dumps(saved, sort_keys=True) != before:  # a quiet log: no write, no fsync
             write_json(path, saved)
         return saved, facts, res["points"]
+
+
+STEP_NAMES = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
+
+
+def _furthest(saved, points):
+    """The furthest step the attempt's log showed (a supervised run's progress: progress.py);
+    the last value is not it: an eval line or a resumed count may go back."""
+    best = saved.get("max_step")
+    for p in points:
+        for k in STEP_NAMES:
+            v = p["metrics"].get(k)
+            if isinstance(v, (int, float)) and abs(v) < 1e18 and (best is None or v > best):
+                best = int(v) if v == int(v) else v
+    if best is not None:
+        saved["max_step"] = best
 
 
 def mark_watched(store, att, alerts):

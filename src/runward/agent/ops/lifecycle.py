@@ -88,6 +88,11 @@ def _plan(req, home, store):
     plan["log"] = log
     plan["log_max"], plan["log_keep"] = logfiles.rotation(req)
     plan["supervise"] = supervise.check_policy(req.get("supervise"))  # kept by the shim (supervise.py)
+    if "{last_checkpoint}" in repr((argv, sh, req["env"])) and not (plan["supervise"] or {}).get("checkpoint"):
+        # resolved by the shim before each attempt (progress.py): from which checkpoints?
+        raise bad_input("the command or env uses {last_checkpoint} but the run has no checkpoint glob",
+                        "add --checkpoint 'ckpt/step_*' --checkpoint-marker COMPLETE (or runward.toml's "
+                        "checkpoint = ...), or remove {last_checkpoint}")
     return plan
 
 

@@ -42,11 +42,21 @@ def stop(req, home):
         prot = protected(procs)
         sig = sig or (att or {}).get("stop_signal", "TERM")
         grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
+        if req.get("checkpoint") is not None:  # checked before anything is marked or signalled
+            from . import stopckpt
+            stopckpt.check(req["checkpoint"], att)
         mark_stop_requested(store, att, procs, req.get("by"))
+        ckpt = None
+        if req.get("checkpoint") is not None:  # marked first: a job that exits once saved is not restarted
+            ckpt = stopckpt.before_stop(store, att, req["checkpoint"])
+            procs = scan()
+            prot = protected(procs)
         ended = supervise.end_backoff(store, att, req.get("by"))  # a shim waiting to restart: no next attempt
         res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"), req.get("by"))
         if ended:
             res["restart_cancelled"] = True
+        if ckpt is not None:
+            res["checkpoint"] = ckpt
         _record_end(store, att, res, req.get("by"))
         return res
     finally:
