@@ -15,7 +15,7 @@ def rules(h: dict) -> dict:
     tables that have a min_ratio; BadInput naming the key for anything else in them."""
     out = {}
     for metric, v in h.items():
-        if not isinstance(v, dict) or metric in ("min", "max", "actions", "metrics"):
+        if not isinstance(v, dict) or metric in ("min", "max", "actions", "metrics", "idle"):  # idle: supervision.py
             continue
         if set(v) - {"min_ratio", "baseline"} or "min_ratio" not in v:
             raise BadInput(f"invalid [health] {metric} = {v!r}: a baseline rule has min_ratio and baseline only",
