@@ -5,6 +5,8 @@ the sha256 of the deployed file where the job reads it (in the container for a c
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -256,3 +258,42 @@ def test_a_multi_node_restart_with_a_node_down_stops_no_node(tmp_path):
     finally:
         c.run("stop", name, "--grace", "2")
         subprocess.run(["podman", "rm", "-f", "-t", "0", box], env=c.env, capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("dest", ["abs", "home"])
+def test_a_file_added_or_deleted_in_a_pushed_directory_is_drift(cli, tmp_path, dest):
+    """Hostile review F2: deleting app/override.conf locally (or adding app/new.conf) was no
+    drift: status said nothing and restart ran the config the operator had just deleted."""
+    import uuid
+    name = "dd" + uuid.uuid4().hex[:6]
+    far = f"/tmp/rw-dd-{name}/app" if dest == "abs" else f"~/rw-dd-{name}/app"
+    app = cli.cwd / "app"
+    app.mkdir()
+    (app / "base.conf").write_text("lr=1\n")
+    (app / "override.conf").write_text("lr=BAD\n")
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\nsh = "cat app/*.conf; exec sleep 600"\ncwd = "{far.rsplit("/", 1)[0]}"\n'
+        f'files = ["app/:{far}"]\nsettle = 0.3\n')
+    try:
+        rc, doc = cli.json("deploy", name)
+        assert rc == 0, doc
+        rc, doc = cli.json("start", name)
+        assert rc == 0, doc
+        (app / "override.conf").unlink()
+        st = cli.status(name)
+        changes = {d.get("change", "changed") for d in st.get("local_drift") or []}
+        assert any("deleted locally" in c for c in changes), st
+        rc, doc = cli.json("restart", name)
+        assert rc == 2 and "override.conf" in doc["error"]["message"], doc
+        assert cli.status(name)["attempt"] == 1
+        rc, doc = cli.json("deploy", name, "--delete")
+        assert rc == 0, doc
+        (app / "new.conf").write_text("lr=3\n")
+        rc, doc = cli.json("restart", name)
+        assert rc == 2 and "new.conf" in doc["error"]["message"], doc
+        rc, doc = cli.json("restart", name, "--deploy")
+        assert rc == 0, doc
+        assert not cli.status(name).get("local_drift"), cli.status(name)
+    finally:
+        cli.run("stop", name, "--grace", "2")
+        shutil.rmtree(os.path.expanduser(far.rsplit("/", 1)[0]), ignore_errors=True)

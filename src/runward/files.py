@@ -34,7 +34,10 @@ from .sync import parse_spec  # noqa: E402  (push's spec syntax, shared with loc
 def local_drift(target_status: dict, specs: list[str], base: str | None = None) -> list[dict]:
     """Files whose local bytes differ from what was last deployed (by sha256), in pushed
     directories too (their ignore files respected, as deploy does); hashed through the
-    local hash cache deploy uses (sync.LocalHashes), so an unchanged tree is not re-read."""
+    local hash cache deploy uses (sync.LocalHashes), so an unchanged tree is not re-read.
+    In a pushed directory, a file added locally and never deployed, and a deployed file
+    deleted locally, are drift too ("change"): either way the target's tree is not the local
+    one, and a restart would run what the operator changed away from."""
     from .sync import LocalHashes, source_roots
     deployed = target_status.get("deployed") or {}
     hashes, out = LocalHashes(), []
@@ -43,22 +46,48 @@ def local_drift(target_status: dict, specs: list[str], base: str | None = None) 
             root = source_roots([spec], base, [], True)[0]
         except BadInput:
             continue  # a local path gone is not drift of what was deployed
-        prefix = None
-        for rel, e in root["entries"].items():
-            if e["t"] != "f":
-                continue
+        key = _deployed_key(deployed, root["remote"])
+        local_files = {rel: e for rel, e in root["entries"].items() if e["t"] == "f"}
+        is_dir = bool(root.get("tree"))
+        for rel, e in local_files.items():
             remote = root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
-            tail = "/" + remote.lstrip("~/")
-            if prefix is None and remote not in deployed:  # where the far side put "~/..."
-                prefix = next((k[:-len(tail)] for k in deployed if k.endswith(tail)), None)
-            rec = deployed.get(remote) or (deployed.get(prefix + tail) if prefix is not None else None)
+            rec = deployed.get(key(remote))
+            got = hashes.sha256(e["local"]) if rec is not None or is_dir else None
             if rec is None:
-                continue
-            got = hashes.sha256(e["local"])
-            if got != rec["sha256"]:
+                if is_dir and _any_under(deployed, key(root["remote"])):
+                    out.append({"local": e["local"], "remote": remote, "local_sha256": got,
+                                "deployed_sha256": None, "change": "added locally, never deployed"})
+            elif got != rec["sha256"]:
                 out.append({"local": e["local"], "remote": remote, "local_sha256": got, "deployed_sha256": rec["sha256"]})
+        if is_dir:
+            top = key(root["remote"]).rstrip("/") + "/"
+            local_root = os.path.join(root.get("local") or "", "")
+            for k, rec in deployed.items():
+                rel = k[len(top):] if k.startswith(top) else None
+                if rel and rel not in local_files:
+                    out.append({"local": os.path.join(local_root, rel) if local_root else rel, "remote": k,
+                                "local_sha256": None, "deployed_sha256": rec.get("sha256"),
+                                "change": "deleted locally, still deployed (deploy --delete removes it)"})
     hashes.save()
     return out
+
+
+def _deployed_key(deployed: dict, root_remote: str):
+    """remote path -> its key in deployed.json: a "~/..." destination is recorded as the far
+    side expanded it ("/root/..."), so the home's path is read off a key that ends there."""
+    if not root_remote.startswith("~"):
+        return lambda remote: remote
+    rest = "/" + root_remote[1:].lstrip("/").rstrip("/")
+    home = next((k[:k.index(rest)] for k in deployed
+                 if rest in k and (k.endswith(rest) or k[k.index(rest) + len(rest)] == "/")), None)
+    if home is None:
+        return lambda remote: remote
+    return lambda remote: home + "/" + remote[1:].lstrip("/") if remote.startswith("~") else remote
+
+
+def _any_under(deployed: dict, d: str) -> bool:
+    top = d.rstrip("/") + "/"
+    return any(k.startswith(top) for k in deployed)
 
 
 def check_sources(specs: list[str], base: str | None = None) -> None:

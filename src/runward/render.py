@@ -185,7 +185,8 @@ def render_status(res: dict, target: str) -> str:
         for d in r.get("drift") or []:
             lines.append(f"  code drift: {d['path']} changed on disk since this attempt started")
         for d in r.get("local_drift") or []:
-            lines.append(f"  local drift: {d['local']} differs from the deployed {d['remote']}")
+            lines.append(f"  local drift: {d['local']} " + (f"{d['change']}: {d['remote']}" if d.get("change")
+                                                           else f"differs from the deployed {d['remote']}"))
         h = r.get("health") or {}
         main = h.get("main_metrics")  # the main ones; --json has every metric
         shown = {k: v for k, v in (h.get("metrics") or {}).items() if main is None or k in main}

@@ -153,7 +153,8 @@ def push(req, home, emit, stdin):
         cache.save()
     if req.get("run"):
         _record_deployed(RunStore(home, req["run"]), res["files"] + [
-            {"remote": _dest(roots[i][0], rel), "sha256": sha} for i, rel, sha in req.get("keep") or []])
+            {"remote": _dest(roots[i][0], rel), "sha256": sha} for i, rel, sha in req.get("keep") or []],
+            [d["remote"] for d in res.get("deleted") or []])
     res.update(verified=["sha256_on_target"], host=os.uname().nodename, in_container=in_container())
     return res
 
@@ -501,8 +502,9 @@ def _check_same_file_at(fd, dfd, name, shown):
     return got
 
 
-def _record_deployed(store, done):
-    """deployed.json: the sha256 of what deploy wrote or found unchanged, for status."""
+def _record_deployed(store, done, deleted=()):
+    """deployed.json: the sha256 of what deploy wrote or found unchanged, for status; what
+    --delete removed is no longer deployed (else status calls it drift forever)."""
     store.home.ensure()
     try:
         os.mkdir(store.dir, 0o700)
@@ -512,4 +514,6 @@ def _record_deployed(store, done):
     for f in done:
         if f.get("sha256"):
             dep[f["remote"]] = {"sha256": f["sha256"], "at": time.time()}
+    for remote in deleted:
+        dep.pop(remote, None)
     write_json(os.path.join(store.dir, "deployed.json"), dep)
