@@ -208,6 +208,10 @@ def test_an_escapee_left_by_a_job_that_ended_by_itself_keeps_the_run_stray_until
     assert st["state"] == "stray" and esc[0] in listed + (st.get("tree") or {}).get("pids", []), st
     p = run("rm", "escend", "--json")
     assert p.returncode == 1 and str(esc[0]) in p.stdout, p.stdout
+    # a new attempt would not see attempt 1's adopted orphan (hostile review F1): refused
+    p = run("start", "escend", "--settle", "0.2", "--json", "--", "sleep", "600")
+    assert p.returncode == 1 and str(esc[0]) in p.stdout and "--replace" in p.stdout, p.stdout
+    assert not (run.home / "runs" / "escend" / "attempts" / "2.json").exists()
     p = run("stop", "escend", "--grace", "5", "--json")
     doc = json.loads(p.stdout)
     assert p.returncode == 0 and doc["result"]["verified_dead"], doc

@@ -1,5 +1,5 @@
 """What an exited job leaves alive: its session and process group stay part of the run
-("stray" in status), a start is not refused for them, --replace and stop end them. Real
+("stray" in status), a start is refused for them as for a live job, --replace and stop end them. Real
 processes throughout."""
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ def test_an_exited_job_with_processes_alive_is_stray_until_stopped(cli):
     human = cli.run("status", "left")
     assert human.returncode == 0 and "left             stray" in human.stdout, human.stdout
     assert "1 of its processes are still alive" in human.stdout and str(child) in human.stdout
-    # a stray attempt does not refuse a start (only a live job does), nor is it touched by it
+    # a stray attempt refuses a start as a live job does (a new attempt's member search would
+    # not see an old attempt's cgroup or adopted orphans: hostile review F1), touching nothing
     rc, doc = cli.json("start", "left", "--settle", "0.2", "--", "sleep", "301")
-    assert rc == 0 and doc["result"]["replaced"] is None, doc
-    assert alive(child)
+    assert rc == 1 and str(child) in doc["error"]["message"] and "--replace" in doc["error"]["hint"], doc
+    assert alive(child) and cli.status("left")["attempt"] == 1
     rc, doc = cli.json("stop", "left", "--grace", "5")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert child in [f["pid"] for f in doc["result"]["processes"]]

@@ -143,9 +143,18 @@ def _replace_old(store, req, procs):
     if state not in ("running", "orphaned", "starting"):
         # a shim waiting to restart the last attempt: this start supersedes it
         supervise.end_backoff(store, prev)
-        # processes an exited job left ("stray") do not block a start; --replace ends them too
-        if not (req.get("replace") and members(store.name, prev, procs, protected(procs))):
+        # processes an exited job left ("stray") block a start as a live job does: a new
+        # attempt's member search would not see an old attempt's cgroup or adopted orphans,
+        # so stop and rm would call the run stopped while they live; --replace ends them
+        left = members(store.name, prev, procs, protected(procs))
+        if not left:
             return None
+        if not req.get("replace"):
+            raise AgentFailure("RunAlive", "run %s: attempt %s's job exited, but %d of its processes are still "
+                               "alive (pid %s)" % (store.name, prev.get("attempt"), len(left),
+                                                    ", ".join(str(p) for p in sorted(left)[:8])),
+                               "`runward stop %s` ends them (verified), or start with --replace" % store.name,
+                               attempt=prev.get("attempt"), pids=sorted(left))
     if not req.get("replace"):
         raise AgentFailure("AlreadyRunning", "run %s is already running (attempt %s, pid %s)" % (
             store.name, prev.get("attempt"), (prev.get("job") or {}).get("pid")),
