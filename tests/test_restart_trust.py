@@ -297,3 +297,30 @@ def test_a_file_added_or_deleted_in_a_pushed_directory_is_drift(cli, tmp_path, d
     finally:
         cli.run("stop", name, "--grace", "2")
         shutil.rmtree(os.path.expanduser(far.rsplit("/", 1)[0]), ignore_errors=True)
+
+
+def test_restart_deploy_to_a_destination_it_cannot_write_stops_nothing(cli, tmp_path):
+    """Hostile review F4: restart --deploy stopped the run, then found a directory where a file
+    goes and left it stopped. The deploy's plan now runs before the stop (and a dry run says
+    the conflict too)."""
+    import uuid
+    name = "rd" + uuid.uuid4().hex[:6]
+    far = tmp_path / "far"
+    (cli.cwd / "app").mkdir()
+    (cli.cwd / "app" / "b.conf").write_text("lr=1\n")
+    (cli.cwd / "runward.toml").write_text(f'[runs.{name}]\ncommand = ["sleep", "600"]\nsettle = 0.3\n'
+                                          f'files = ["app/:{far}/app"]\n')
+    rc, doc = cli.json("deploy", name)
+    assert rc == 0, doc
+    rc, doc = cli.json("start", name)
+    assert rc == 0, doc
+    job = (doc["result"]["pid"], doc["result"]["start_time"])
+    (far / "app" / "b.conf").unlink()
+    (far / "app" / "b.conf" / "x").mkdir(parents=True)
+    (cli.cwd / "app" / "b.conf").write_text("lr=2\n")
+    rc, doc = cli.json("push", "--dry-run", f"{cli.cwd / 'app'}/:{far}/app")
+    assert rc == 1 and "is a directory there" in doc["error"]["message"], doc
+    rc, doc = cli.json("restart", name, "--deploy")
+    assert rc == 1 and "is a directory there" in doc["error"]["message"], doc
+    assert alive(*job) and cli.status(name)["attempt"] == 1, "the run must be untouched"
+    cli.run("stop", name, "--grace", "2")

@@ -19,7 +19,7 @@ import sys
 import time
 
 from . import transport
-from .errors import BadInput, RunwardError
+from .errors import BadInput, OperationFailed, RunwardError
 from .ignore import Matcher
 from .targets import Target
 
@@ -145,6 +145,9 @@ def diff(root: dict, there: dict, delete: bool, hashes: LocalHashes) -> tuple[li
         items += _deletions(root, far)
     for rel, e in root["entries"].items():
         f = far.get(rel)
+        if e["t"] == "f" and f and f[0] == "d" and not delete:  # the plan finds it: a dry run says it too
+            raise OperationFailed(f"{_dest(there.get('remote') or root['remote'], rel)} is a directory there; the source "
+                           "has a file", "remove the directory on the target, or push with --delete from its parent")
         if e["t"] == "d":
             if not f or f[0] != "d" or f[2] != e["mode"]:
                 items.append({"rel": rel, "t": "d", "mode": e["mode"]})

@@ -118,8 +118,13 @@ def _files_step(args, cfg, name, target, out):
             raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
                            f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
         _files.check_sources(specs, base)
+
+        def plan(last: dict) -> None:
+            # the deploy's own plan (one manifest round trip) before the stop: a destination it
+            # cannot write (a directory where a file goes) is refused with the run untouched
+            _files.push(target, specs, run=name, base=base, dry_run=True)
         return (lambda: _files.push(target, specs, run=name, progress=not out.json and not args.all,
-                                    base=base)), None
+                                    base=base)), plan
     if not specs:
         return None, None
 
