@@ -7,6 +7,12 @@ from ..render import render_stop
 from ._common import emit, load_config, old_spelling, on_runs, signal_arg, target_of
 
 
+# Ctrl-C (cli.main) of a stop over several targets (--all, a multi-node run); one target's stop
+# says more itself (interrupted(), below)
+INTERRUPTED = ("interrupted: each target's stop that had begun goes on there to its verified end "
+               "(its agent outlives the caller) and is recorded; `runward status` shows each")
+
+
 def add_arguments(p) -> None:
     p.add_argument("name", nargs="?", help="the run (or --all)")
     p.add_argument("--all", action="store_true",
