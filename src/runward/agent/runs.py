@@ -46,7 +46,9 @@ def adopted(att, procs):
     sp = procs.get(shim.get("pid"))
     if sp is None or sp.start != shim.get("start") or sp.dead:
         return []  # no shim (its orphans went to pid 1), or pid X is another process now
-    return [pid for pid in procs.children().get(sp.pid, ()) if procs[pid].sid != sp.pid]
+    # a child already dead (a zombie the shim has not reaped yet: the attempt that just ended)
+    # is nothing left to stop; counting it made a stop in the backoff say "1 process dead"
+    return [pid for pid in procs.children().get(sp.pid, ()) if procs[pid].sid != sp.pid and not procs[pid].dead]
 
 
 BLIND_SPOT = ("this run has no cgroup here and its shim was killed: a process of it that cleared its "

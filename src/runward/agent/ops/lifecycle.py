@@ -139,6 +139,8 @@ def _replace_old(store, req, procs):
     left alive), verified (and its GPUs released when it recorded some). Returns the stop's
     result, or None."""
     prev = store.latest()
+    if prev is None:
+        return None  # the first attempt: nothing of this run's can be alive
     state = attempt_state(prev, procs, boot_id())
     if state not in ("running", "orphaned", "starting"):
         # a shim waiting to restart the last attempt: this start supersedes it
