@@ -319,7 +319,7 @@ def test_a_notify_hook_still_running_is_not_a_member_of_the_next_attempt(cli, tm
     try:
         live_hooks = wait_for(lambda: (lambda ps: ps if len(ps) == 2 else None)(
             [int(x) for x in (pids.read_text().split() if pids.exists() else []) if alive(int(x))]),
-            what="the exited and restarted hooks running")
+            what=f"the exited and restarted hooks running (pids file: {pids.read_text() if pids.exists() else None!r})")
         st = wait_for(lambda: (lambda s: s if s["state"] == "running" and s["attempt"] == 2 else None)(
             cli.status("hooked")), what="attempt 2 running")
         assert st["tree"]["pids"] == [st["pid"]] and not set(live_hooks) & set(st["tree"]["pids"]), st

@@ -12,6 +12,15 @@ import os
 import sys
 import threading
 
+try:
+    import _signal as _sig  # the C module: no enum import (terminate.py says why)
+except ImportError:
+    import signal as _sig
+
+# Popen one hook at a time: a fork while another thread of the shim is inside an import holds
+# the import lock in the child too (see _hook_child)
+_SPAWN = threading.Lock()
+
 COMMAND_S = 30.0
 HTTP_TIMEOUT_S = 5.0
 TRIES = 3
@@ -77,8 +86,11 @@ def _post(url, body):
 
 
 def _hook_child():
-    import signal
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    """Runs in the forked child before its exec: nothing here may import or take a lock
+    another thread held at the fork. It imported signal, and two hooks started at once (a
+    run's exited and restarted events) left the second child deadlocked on the import lock:
+    the hook never ran and nothing said so."""
+    _sig.pthread_sigmask(_sig.SIG_SETMASK, ())
     os.setpgid(0, 0)
 
 
@@ -90,8 +102,9 @@ def _command(cmd, body):
     # its output goes to the shim's log (our stderr), never to the status pipe (our stdout);
     # a group of its own (killed whole at the timeout) but the shim's session: a child of the
     # shim outside that session is one the shim adopted, a member of the run (runs.adopted)
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=2, stderr=2, close_fds=True,
-                         preexec_fn=_hook_child)
+    with _SPAWN:
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=2, stderr=2, close_fds=True,
+                             preexec_fn=_hook_child)
     try:
         p.communicate(body, timeout=COMMAND_S)
     except subprocess.TimeoutExpired:

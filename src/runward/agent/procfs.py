@@ -330,3 +330,19 @@ def in_container():
     if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
         return True
     return not in_host_pidns()
+
+
+def close_all_but(keep):
+    """In a fork that waits before its exec: every descriptor the shim had at the fork goes
+    but KEEP. A notify hook's stdin pipe open then (close-on-exec, but the zygote waits, it
+    does not exec) kept the hook's `cat` from ever reading EOF: the hook never ran."""
+    try:
+        fds = [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

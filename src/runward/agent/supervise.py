@@ -14,7 +14,7 @@ import os
 import time
 
 from . import cgroups, faults
-from .procfs import MARKER, live
+from .procfs import MARKER, close_all_but, live
 from .secrets import holds_masked_password, mask_url_passwords
 from .store import file_hashes, open_log, sync_file, write_all, write_json
 from .terminate import signal, signal_name  # _signal's plain ints: signal.py's enums cost every stop ~5 ms
@@ -506,6 +506,7 @@ class Zygote(object):
     def _child(self, go_r, err_w, att, env, exec_job, devnull):
         try:
             os.close(self.go_w)
+            close_all_but((0, 1, 2, go_r, err_w, self.err_r, devnull))
             os.setsid()
             for cg in self.cgroups:
                 try:
