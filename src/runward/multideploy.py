@@ -93,11 +93,5 @@ def render_restart(res: dict) -> str:
 
 
 def emit(out, verb: str, res: dict, code: int) -> int:
-    doc = {"ok": code == EXIT_OK, "command": verb, "target": ",".join(r["target"] for r in res["nodes"]),
-           "result": res}
-    if code != EXIT_OK:
-        doc["error"] = {"type": "NodesFailed", "message": res.get("message") or f"{verb} failed on a node",
-                        "exit_code": code}
-    out.doc(doc)
-    out.say(render_deploy(res) if verb == "deploy" else render_restart(res))
-    return code
+    text = render_deploy(res) if verb == "deploy" else render_restart(res)
+    return multinode.emit(out, verb, res, code, text)

@@ -310,14 +310,14 @@ def render(res: dict, verb: str) -> str:
     return "\n".join(lines)
 
 
-def emit(out, verb: str, res: dict, code: int) -> int:
+def emit(out, verb: str, res: dict, code: int, text: str | None = None) -> int:
     doc = {"ok": code == EXIT_OK, "command": verb, "target": ",".join(r["target"] for r in res["nodes"]),
            "result": res}
     if code != EXIT_OK:
         doc["error"] = {"type": "NodesFailed", "message": res.get("message") or f"{verb} failed on a node",
                         "exit_code": code}
     out.doc(doc)
-    out.say(render(res, verb))
+    out.say(render(res, verb) if text is None else text)
     return code
 
 

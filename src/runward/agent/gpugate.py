@@ -14,7 +14,7 @@ import time
 from . import gpus
 from .procfs import protected, scan
 from .runs import members
-from .terminate import parse_signal, signal, terminate
+from .terminate import parse_signal, reap_ended, signal, terminate
 
 BLOCKED_POLL_S = 3600.0  # once blocked: one long poll after another, each ended by a stop
 
@@ -66,7 +66,7 @@ class Gate(object):
         fates = terminate(found, procs, parse_signal(self.att.get("stop_signal") or "TERM"),
                           float(self.att.get("grace", 30.0)), find_more=lambda: self._members()[0])
         facts["ended"] = [{"pid": f["pid"], "fate": f["fate"], "cmd": (f.get("cmd") or "")[:200]} for f in fates]
-        _reap()
+        reap_ended()
         return self._members()[0]
 
     def _gpus(self, facts):
@@ -106,16 +106,3 @@ class Gate(object):
 def _released(a):
     if a.get("blocked"):
         a["blocked"]["released_at"] = time.time()
-
-
-def _reap():
-    """Leftovers reparented to the shim (a child subreaper) are its to reap once dead."""
-    import os
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue

@@ -12,7 +12,7 @@ from . import boot, cgroups, logfiles, peers, supervise
 from . import faults
 from .procfs import read_proc
 from .store import Home, RunStore, open_log, write_all, write_json
-from .terminate import signal
+from .terminate import reap_ended, signal
 from .wire import AgentFailure, json_dumps, json_loads
 
 _QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
@@ -234,22 +234,10 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     att = store.update_attempt(n, record_exit)
     say(status_fd, {"exit": ex})
     peers.ended(link, ex, att)
-    _reap_ended()
+    reap_ended()
     # an empty cgroup is removed now (rmdir fails while an escaped process is still in it,
     # and then `stop` still finds that process there)
     cgroups.remove(att.get("cgroups"))
-
-
-def _reap_ended():
-    """The orphans that have ended by now; those still alive go on to pid 1 when we exit."""
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
 
 
 def _fork_job(att, env, devnull, out_fd=None):

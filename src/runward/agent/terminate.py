@@ -288,3 +288,16 @@ def terminate(members, procs, sig, grace, find_more=None, kill_rounds=2, kill_wa
     stopping.graceful(sig, grace)
     stopping.kill(kill_rounds, kill_wait)
     return stopping.result()
+
+
+def reap_ended():
+    """Reap the children that have ended by now, without waiting: the shim's adopted orphans
+    (it is a child subreaper) are its to reap once dead."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
