@@ -97,7 +97,7 @@ def test_a_bad_stop_signal_is_bad_input_before_the_run_is_looked_up(cli):
             rc, doc = cli.json(verb, "no-such-run", flag, "NOTASIGNAL")
             assert rc == 2 and doc["error"]["type"] == "BadInput", doc
             assert "NOTASIGNAL" in doc["error"]["message"]
-    rc, doc = cli.json("stop", "no-such-run", "--stop-signal", "rtmin+3")
+    rc, doc = cli.json("stop", "no-such-run", "--stop-signal", "sigusr1")
     assert rc == 4, doc  # a good signal: then the missing run is the answer
 
 
@@ -185,3 +185,20 @@ def test_kill_over_ssh_from_a_remote_shell_whose_command_line_has_the_pattern(tm
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert {x["pid"] for x in json.loads(p.stdout)["result"]["processes"]} == set(pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the agent's table is the Linux signal module")
+def test_the_clis_signal_rule_is_the_agents():
+    """runward.signals (checked before anything is stopped) and agent/terminate.parse_signal
+    (what the target takes) accept the same values."""
+    from runward import signals
+    from runward.agent.terminate import SIGNALS, parse_signal
+    from runward.agent.wire import AgentFailure
+    values = [n[3:] for n in SIGNALS] + [n.lower() for n in SIGNALS] + ["0", "1", "64", "65", "RTMIN+3", "FOO", " term "]
+    for v in values:
+        try:
+            parse_signal(v)
+            agent = True
+        except AgentFailure:
+            agent = False
+        assert signals.known(v) == agent, v

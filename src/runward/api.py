@@ -296,9 +296,9 @@ def check_start(name: str, kw: dict) -> None:
         except (re.error, TypeError) as e:
             raise BadInput(f"{name}: invalid ready regex {kw['ready']!r} {where}: {e}",
                            "use a Python regular expression")
-    if kw.get("stop_signal") is not None and not _signal_known(kw["stop_signal"]):
-        raise BadInput(f"{name}: unknown stop_signal {kw['stop_signal']!r} {where}",
-                       "use a name such as TERM, INT, KILL, USR1 or a number")
+    from . import signals
+    if kw.get("stop_signal") is not None and not signals.known(kw["stop_signal"]):
+        raise BadInput(f"{name}: unknown stop_signal {kw['stop_signal']!r} {where}", signals.HINT)
     for key, ok, want in (("log_max", lambda v: v >= 1024, "a size of at least 1K"),
                           ("log_keep", lambda v: 1 <= v <= 100, "between 1 and 100 rotated files")):
         v = kw.get(key)
@@ -307,18 +307,6 @@ def check_start(name: str, kw: dict) -> None:
             raise BadInput(f"{name}: invalid {key} {v!r} {where}", f"give {want}")
 
 
-def _signal_known(sig) -> bool:
-    """The agent's rule (agent/terminate.parse_signal): a number 1..64, or a signal's name
-    with or without SIG. Names are read from this machine's signal module only on Linux (the
-    targets' system); elsewhere the target alone judges a name."""
-    import signal
-    import sys
-    s = str(sig).strip().upper()
-    if s.isdigit():
-        return 0 < int(s) < 65
-    name = s if s.startswith("SIG") else "SIG" + s
-    return not sys.platform.startswith("linux") or (
-        not name.startswith("SIG_") and isinstance(getattr(signal, name, None), int))
 def _check_notify_kept(name: str, kw: dict) -> None:
     """A notify URL's password is kept in no record (the spec shows it as ***): a restart
     from the last spec cannot send it, so it refuses before it stops anything."""

@@ -226,8 +226,8 @@ def _bad_arguments(e: BadArguments, verb: str | None, json_mode: bool) -> int:
         hint = (f"put the command after --: runward {verb} {'NAME ' if verb == 'start' else ''}"
                 "[OPTIONS] -- COMMAND [ARG]...")
     elif "unknown signal" in e.message:  # --stop-signal's check (verbs/_common.signal_arg)
-        from .verbs._common import SIGNAL_HINT
-        hint = SIGNAL_HINT
+        from .signals import HINT
+        hint = HINT
     if json_mode:
         import json
         doc = {"ok": False, "command": verb, "error": {"type": "BadInput", "message": e.message, "exit_code": 2}}

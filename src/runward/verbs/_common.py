@@ -39,25 +39,13 @@ def old_spelling(p, flag: str, dest: str, **kw) -> None:
     p.add_argument(flag, dest=dest, help=argparse.SUPPRESS, **kw)
 
 
-# Linux's signal names (signal(7)), without the SIG prefix: a target is Linux whatever the CLI
-# runs on, so the CLI's own `signal` module (macOS numbers and names) is not the table
-LINUX_SIGNALS = frozenset(
-    "HUP INT QUIT ILL TRAP ABRT IOT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT "
-    "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO POLL PWR SYS RTMIN RTMAX".split())
-
-
-SIGNAL_HINT = "use a name such as TERM, INT, KILL, USR1, or a number from 1 to 64"
-
-
 def signal_arg(text: str) -> str:
-    """--stop-signal: checked as the flag is read, so a bad one is exit 2 before any run is
-    looked up or touched (TERM, SIGTERM, term, 15 and RTMIN+3 are all good)."""
-    name = text.strip().upper().removeprefix("SIG")
-    base, plus, offset = name.partition("+")
-    if (name.isdigit() and 0 < int(name) < 65) or (name in LINUX_SIGNALS) or (
-            base in ("RTMIN", "RTMAX") and plus and offset.isdigit()):
+    """--stop-signal: checked as the flag is read (signals.known, the target's own rule), so a
+    bad one is exit 2 before any run is looked up or touched."""
+    from ..signals import known
+    if known(text):
         return text
-    raise argparse.ArgumentTypeError(f"unknown signal {text!r}")  # cli adds SIGNAL_HINT
+    raise argparse.ArgumentTypeError(f"unknown signal {text!r}")  # cli adds signals.HINT
 
 
 def load_config(args):
