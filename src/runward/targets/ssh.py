@@ -41,7 +41,17 @@ def _without_alive(base: list[str]) -> list[str]:
     return out
 
 
+_STRICTER: dict = {}  # (base, dest, port) -> the answer, once per process (a call builds several argvs)
+
+
 def _config_is_stricter(base: list[str], dest: str, port: int | None) -> bool:
+    key = (tuple(base), dest, port)
+    if key not in _STRICTER:
+        _STRICTER[key] = _ask_stricter(base, dest, port)
+    return _STRICTER[key]
+
+
+def _ask_stricter(base: list[str], dest: str, port: int | None) -> bool:
     """Does the user's own ssh config find a silent link sooner than runward's keepalive for
     this destination? Asked of `ssh -G` (what ssh itself resolves) only where a config file
     mentions ServerAlive at all: most never do, and they pay no extra process."""

@@ -79,8 +79,9 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if state in ("stray", "failed", "lost") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
-    if state in ("orphaned", "lost", "exited") and blind_spot(att, procs):
-        out["blind_spot"] = blind_spot(att, procs)  # what the member search cannot see here
+    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited") else None
+    if unseen:
+        out["blind_spot"] = unseen  # what the member search cannot see here
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
         from .. import supervise
         supervise.status_fields(out, att)
