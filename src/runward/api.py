@@ -124,7 +124,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           replace_grace: float | None = None, env_overrides: list[str] | None = None,
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
           log_keep: int | None = None, multinode: dict | None = None,
-          supervise: dict | None = None, late: Callable[[dict], None] | None = None) -> dict:
+          supervise: dict | None = None, late: Callable[[dict], None] | None = None,
+          stall: dict | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
@@ -150,6 +151,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req["multinode"] = multinode
     if supervise:  # the policy the shim keeps (runward/supervision.py, agent/supervise.py)
         req["supervise"] = supervise
+    if stall:  # {"after", "ratio"}: stall_after and straggler_ratio (agent/stall.py)
+        req["stall"] = stall
     try:
         return transport.call(target, req, on_event=on_event, late=late)
     except RunwardError as e:
@@ -680,18 +683,23 @@ def _name_holders(target: Target, states: list[dict], pidns: str | None, home_id
 
 
 def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict | None = None,
-                 stall: float | None = None, drop: float | None = None) -> dict:
-    """Rules for the agent's log scan: runward.toml's [runs.NAME.health], then flags."""
+                 stall: float | None = None, drop: float | None = None, ratio: float | None = None) -> dict:
+    """Rules for the agent's log scan: runward.toml's [runs.NAME.health], then flags. STALL is
+    stall_after in seconds (agent/stall.py: the step, or the log's silence where it has none)."""
     h = dict((run_cfg or {}).get("health") or {})
+    from .stallopts import from_config
+    so = from_config(h)
     rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
-             "stall_seconds": h.get("stall"), "drop_fraction": h.get("drop_fraction"),
-             "metrics": h.get("metrics")}
+             "stall_after": so.get("after"), "straggler_ratio": so.get("ratio"),
+             "drop_fraction": h.get("drop_fraction"), "metrics": h.get("metrics")}
     from .baselines import rules as baseline_rules
     rules["baseline"] = baseline_rules(h)  # tok_s = { min_ratio = 0.95, baseline = "best" }
     rules["min"].update(mins or {})
     rules["max"].update(maxs or {})
     if stall is not None:
-        rules["stall_seconds"] = stall
+        rules["stall_after"] = stall
+    if ratio is not None:
+        rules["straggler_ratio"] = ratio
     if drop is not None:
         rules["drop_fraction"] = drop
     return {k: v for k, v in rules.items() if v not in (None, {}, [])}

@@ -22,7 +22,7 @@ GRAD_NAMES = ("grad_norm", "gnorm")
 
 KIND_LABEL = {
     "nan": "NaN", "inf": "Inf", "cuda_oom": "CUDA OOM", "traceback": "traceback",
-    "oom_killed": "OOM-killed?", "nccl": "NCCL", "stall": "stall", "below_min": "below floor",
+    "oom_killed": "OOM-killed?", "nccl": "NCCL", "stall": "stall", "straggler": "straggler", "below_min": "below floor",
     "above_max": "above ceiling", "drop": "throughput drop", "exited": "exited",
 }
 

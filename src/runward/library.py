@@ -175,7 +175,7 @@ def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min
           config: str | None = None) -> WatchResult:
     """Judge the run's health through a window of for_s seconds; the verdict (healthy, or the
     first alert: NaN, OOM, throughput under a floor, a stall, the job ended)."""
-    argv = [name, "--for", _num(for_s), *_limits("--min", min), *_limits("--max", max), *_opt("--stall", stall),
+    argv = [name, "--for", _num(for_s), *_limits("--min", min), *_limits("--max", max), *_opt("--stall-after", stall),
             *_opt("--since", since)]
     return _call("watch", argv, on, config, WatchResult)
 

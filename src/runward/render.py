@@ -195,6 +195,9 @@ def render_status(res: dict, target: str) -> str:
         if h.get("throughput_series"):
             from .health import sparkline
             lines.append(f"  {h['throughput_metric']}: {sparkline(h['throughput_series'])}")
+        if r.get("stall"):
+            from .stallview import stall_line
+            lines.append(stall_line(r["stall"]))
         facts = h.get("alerts") or []
         if len(facts) > 5:
             lines.append(f"  {len(facts) - 5} earlier alerts (--json lists them; --since 10m skips old ones)")

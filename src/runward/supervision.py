@@ -150,8 +150,9 @@ def _codes(v, k: str) -> list[int]:
     return codes
 
 
-ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "below_min",
+ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "straggler", "below_min",
                 "above_max", "drop", "idle")
+ACTIONS = ("notify", "stop", "restart")  # one of them, maybe after "stacks," (take the stacks first)
 
 
 def _health(h: dict) -> dict | None:
@@ -165,15 +166,25 @@ def _health(h: dict) -> dict | None:
     alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom"}
     actions = {alias.get(k, k): v for k, v in dict(acts).items()}
     bad = [k for k in actions if k not in ACTION_KINDS] + [f"{k}={v}" for k, v in actions.items()
-                                                           if v not in ("notify", "stop", "restart")]
+                                                           if not _action_ok(v)]
     if bad:
         raise BadInput(f"invalid [health] actions {', '.join(map(str, bad))}",
-                       f"actions = {{ nan = \"stop\", stall = \"restart\" }}; kinds: {', '.join(ACTION_KINDS)}")
+                       f"actions = {{ nan = \"stop\", stall = \"stacks,restart\" }}; kinds: {', '.join(ACTION_KINDS)}; "
+                       f"actions: {', '.join(ACTIONS)}, each maybe after \"stacks,\"")
     out = {"rules": health_rules({"health": h}), "actions": actions,
            "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
     if h.get("idle"):
         out["idle"] = _idle(h["idle"], out["interval"])
     return out
+
+
+def _action_ok(v) -> bool:
+    """"stop", "stacks", "stacks,restart": the stacks (once) and at most one other action."""
+    if not isinstance(v, str):
+        return False
+    parts = [x.strip() for x in v.split(",")]
+    rest = [x for x in parts if x != "stacks"]
+    return len(parts) - len(rest) <= 1 and len(rest) <= 1 and all(x in ACTIONS for x in rest) and bool(parts)
 
 
 def _idle(idle, interval: float) -> dict:

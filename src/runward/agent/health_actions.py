@@ -51,11 +51,23 @@ class HealthKeeper(object):
             if a.get("kind") != "exited" and key not in self.judged:
                 self.judged.add(key)
                 facts.append(a)
-        alerts = facts + self.judge.poll(att["log"], True, time.time()) + self._idle(att)
+        alerts = facts + self.judge.poll(att["log"], True, time.time()) + self._idle(att) + self._stalls(att)
         for a in alerts:
             if a["kind"] == "exited":
                 continue  # the job's end is the supervisor's own event (notify "exited")
             self._act(n, a, saved.get("last") or {})
+
+    def _stalls(self, att):
+        """stall and straggler (stall.py), each acted on once per episode: a stall until the
+        step moves again, a straggler per rank and basis while it lasts."""
+        from . import stall
+        out = []
+        for a in stall.watch_alerts(self.store, att, self.rules, True):
+            key = (a["kind"], a.get("since"), a.get("rank"), a.get("basis"))
+            if key not in self.judged:
+                self.judged.add(key)
+                out.append(a)
+        return out
 
     def _idle(self, att):
         """The idle alert: every GPU of the live run under gpu_util_below for the window,
@@ -85,13 +97,19 @@ class HealthKeeper(object):
             metric="gpu_util_pct", value=max(mine), since=self.idle_since)]
 
     def _act(self, n, a, last):
-        action = self.actions.get(a["kind"], "notify")
+        # "stacks,restart": the stacks first (while the hung processes still live), then the rest
+        asked = [x.strip() for x in str(self.actions.get(a["kind"], "notify")).split(",")]
+        action = ([x for x in asked if x != "stacks"] or ["notify"])[-1]
         if action != "notify" and self.acted:
             action = "notify"  # already stopping: the rest is evidence only
         rec = {"kind": a["kind"], "action": action, "at": time.time(), "line": a.get("line"),
                "line_no": a.get("line_no"), "line_t": a.get("t"), "detail": a.get("detail"),
                "metric": a.get("metric"), "value": a.get("value"),
                "metrics": dict(list(last.items())[:12])}
+        if "stacks" in asked:
+            from .stall import take_stacks
+            rec["stacks"] = a.get("stacks") or take_stacks(self.store.attempt(n) or {})
+            rec["action"] = "stacks," + action if action != "notify" else "stacks"
         if action in ("stop", "restart"):
             self.acted = True
             rec["stop_reply"] = os.path.join(self.store.dir, "attempts", "%d.health-stop.log" % n)

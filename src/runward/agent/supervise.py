@@ -84,13 +84,22 @@ def notify_secrets(pol):
     return list(real) if real != (recorded(pol) or {}).get("notify", []) else None
 
 
+def _action_ok(v):
+    """notify, stop or restart, maybe after "stacks," (health_actions.py takes them first)."""
+    if not isinstance(v, str):
+        return False
+    rest = [x.strip() for x in v.split(",") if x.strip() != "stacks"]
+    return len(rest) <= 1 and all(x in ACTIONS for x in rest)
+
+
 def _check_health(h):
     if not h:
         return
     acts = h.get("actions") or {}
-    bad = {k: v for k, v in acts.items() if v not in ACTIONS}
+    bad = {k: v for k, v in acts.items() if not _action_ok(v)}
     if bad:
-        raise bad_input("invalid health action(s) %r" % (bad,), "each action is notify, stop or restart")
+        raise bad_input("invalid health action(s) %r" % (bad,),
+                        "each action is notify, stop or restart, maybe after stacks, (stacks,restart)")
     iv = h.get("interval", 5.0)
     if not isinstance(iv, (int, float)) or iv <= 0:
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")

@@ -48,6 +48,8 @@ def add_arguments(p) -> None:
                    help="several nodes: when one node's job fails, stop the others (default) or let them run")
     from ..supervision import add_arguments as supervision_arguments
     supervision_arguments(p)
+    from ..stallopts import add_arguments as stall_arguments
+    stall_arguments(p)
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
 
@@ -167,6 +169,10 @@ def _kw(args, cfg, name) -> dict:
     sup = policy(cfg.runs.get(name), args)
     if sup:
         kw["supervise"] = sup
+    from ..stallopts import options
+    stall = options(cfg.runs.get(name), args, name)
+    if stall:
+        kw["stall"] = stall  # stall_after, straggler_ratio: kept in the attempt (agent/stall.py)
     if not kw.get("argv") and kw.get("sh") is None:
         close = did_you_mean(name, cfg) if name not in cfg.runs else None
         raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")

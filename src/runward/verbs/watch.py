@@ -17,7 +17,10 @@ def add_arguments(p) -> None:
     p.add_argument("--for", dest="for_s", type=float, default=60.0, metavar="S", help="window (default 60)")
     p.add_argument("--min", action="append", metavar="METRIC=V", help="alert below this floor, e.g. tok_s=14500")
     p.add_argument("--max", action="append", metavar="METRIC=V", help="alert above this ceiling")
-    p.add_argument("--stall", type=float, metavar="S", help="alert when the log is silent this long while alive")
+    from ..stallopts import add_arguments as stall_arguments
+    stall_arguments(p)
+    from ._common import old_spelling
+    old_spelling(p, "--stall", "stall_after")  # its seconds are stall_after's (docs/diagnosis.md)
     p.add_argument("--drop", type=float, metavar="FRACTION",
                    help="alert when throughput stays under FRACTION of its early median (default 0.5)")
     p.add_argument("--since", metavar="DURATION",
@@ -27,13 +30,20 @@ def add_arguments(p) -> None:
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
 
 
+def _stall(args) -> dict:
+    from ..stallopts import options
+    o = options(None, args)
+    return {"stall": o.get("after"), "ratio": o.get("ratio")}
+
+
 def run(args, out) -> int:
     from .. import api
     from .. import multinode
     cfg = load_config(args)
     target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
     rules = api.health_rules(cfg.runs.get(args.name), mins=api.parse_limits(args.min, "--min"),
-                             maxs=api.parse_limits(args.max, "--max"), stall=args.stall, drop=args.drop)
+                             maxs=api.parse_limits(args.max, "--max"), drop=args.drop,
+                             **_stall(args))
     from ..health import format_alert
 
     def on_points(ev: dict) -> None:

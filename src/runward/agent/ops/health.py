@@ -201,6 +201,7 @@ def watch(req, home, emit):
     watch yet, or one of this call's rules), or healthy at the end. The log is polled every
     0.5 s (no inotify in the stdlib); each poll reads only new bytes."""
     from .window import Judge
+    from .. import stall
     store, att = _latest(req, home)
     window = float(req.get("for_s") or 60.0)
     rules = req.get("rules") or {}
@@ -213,6 +214,7 @@ def watch(req, home, emit):
         if new_points:
             emit({"points": new_points[-20:]})
         alerts = facts + judge.poll(att["log"], saved["alive"], time.time())
+        alerts += stall.watch_alerts(store, att, rules, saved["alive"]) if not alerts else []
         alerts += bjudge.poll(time.time()) if bjudge and not alerts else []
         ended = not saved["alive"]
         if alerts or ended or time.monotonic() - t0 >= window:

@@ -21,7 +21,7 @@ LOG_TAIL_LINES = 20
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
              "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep",
              "multinode",
-             "supervise")
+             "supervise", "stall")
 
 
 # --- start
@@ -255,6 +255,7 @@ def _write_attempt(store, req, home, plan, made):
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
         "log_max": plan["log_max"], "log_keep": plan["log_keep"],
         "multinode": req.get("multinode"),  # this node's rank and its peers (peers.py)
+        "stall": req.get("stall"),  # stall_after, straggler_ratio (stall.py)
     }
     if plan["supervise"]:
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file

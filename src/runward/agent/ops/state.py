@@ -129,6 +129,8 @@ def _details(out, store, att, state, since=None):
             out["health"] = health.summary(saved, since=since)
         except (OSError, ValueError) as e:
             out["health"] = {"error": "could not read the log: %s" % e}
+    if att.get("log") and state == "running":
+        _stall(out, store, att)
     if att.get("log") and state in ("exited", "failed"):
         from .. import attribution  # who failed first, and what followed (docs/diagnosis.md)
         if attribution.failed(att):
@@ -138,6 +140,21 @@ def _details(out, store, att, state, since=None):
                 res = {"error": "could not read the log: %s" % e, "summary": None}
             if res is not None:
                 out["attribution"] = res
+
+
+def _stall(out, store, att):
+    """A live run's stall and stragglers (stall.py): said beside its health, and its alerts
+    among the health's, where status, top and MCP show alerts."""
+    from .. import stall
+    try:
+        res = stall.check(store, att)
+    except (OSError, ValueError) as e:
+        out["stall"] = {"error": "could not judge a stall: %s" % e}
+        return
+    out["stall"] = res
+    h = out.get("health")
+    if isinstance(h, dict) and "error" not in h:
+        h["alerts"] = list(h.get("alerts") or []) + res["alerts"]
 
 
 # --- logs, spec, ping

@@ -1,0 +1,382 @@
+"""Stall and straggler: a live run that stopped working, and the rank that holds it back
+(docs/diagnosis.md, "Stalls and stragglers").
+
+- **stall**: the run's step (the furthest `step`/`iteration`/... its log shows) has not
+  advanced for stall_after seconds while the job is alive. A log that shows no step at all is
+  judged by its silence instead (basis "log"), and the alert says so.
+- **stall_after**: set (start --stall-after, [runs.NAME.health] stall_after), else derived from
+  the observed step time, max(10 x median step time, 120 s), else 120 s until a step time is
+  seen. A step time is observed between two reads that both saw the step advance: (time
+  between them) / (steps between them), so one read of a long log makes no false estimate.
+- **straggler**: a rank (its `[rankN]:`/`[defaultN]:` lines, attribution.py's prefixes) whose
+  step stopped advancing for stall_after while another rank's went on; a rank whose processes
+  (env RANK=N) used no CPU over stall_after while another rank's kept a core busy; a rank
+  whose step time is straggler_ratio (default 3) times the other ranks' median.
+
+The state (where the log was read to, each rank's step and when it advanced, CPU samples) is
+kept beside the run's records (stall.json), so status, watch and the shim's health actions
+share it; each call reads only what the log gained. Stdlib only.
+"""
+
+import contextlib
+import fcntl
+import os
+import time
+
+from .procfs import CLK_TCK, scan as scan_procs
+from .store import read_json, write_json
+
+MIN_AFTER = 120.0  # the derived stall_after's floor
+FACTOR = 10.0  # ... and its multiple of the median step time
+RATIO = 3.0  # straggler_ratio's default
+READ_BYTES = 4 << 20  # a call reads at most the newest 4 MiB the log gained
+KEEP = 16  # step-time estimates kept (the run's and each rank's)
+CPU_SAMPLES = 32
+IDLE_CORE = 0.02  # a rank under 2% of a core is not computing
+BUSY_CORE = 0.3  # ... while another over 30% of one is
+STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
+VERSION = 1
+
+
+@contextlib.contextmanager
+def _locked(store):
+    lock = os.open(os.path.join(store.home.path, "runs", "." + store.name + ".stall.lock"),
+                   os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)
+
+
+def _fresh(att):
+    return {"v": VERSION, "attempt": att.get("attempt"), "offset": int(att.get("log_offset") or 0),
+            "lines": 0, "carry": "", "step": None, "step_t": None, "iv": [], "ranks": {}, "cpu": {},
+            "growth_t": None, "episode": None}
+
+
+def _load(store, att):
+    st = read_json(os.path.join(store.dir, "stall.json")) or {}
+    if st.get("attempt") != att.get("attempt") or st.get("v") != VERSION:
+        return _fresh(att)
+    return st
+
+
+def _rank_of(line):
+    """(rank key, the line after its prefixes): "rank 3" for torch's `[rank3]:`, "local rank 3"
+    for torchrun's `[default3]:`; the innermost prefix wins, as in attribution.py."""
+    from .attribution import RANK_PREFIX_RE
+    key = None
+    while True:
+        m = RANK_PREFIX_RE.match(line)
+        if not m:
+            return key, line
+        key = ("rank " if m.group(1) == "rank" else "local rank ") + m.group(2)
+        line = line[m.end():]
+
+
+def _step_of(text):
+    if "step" not in text and "iter" not in text and "update" not in text:
+        return None  # most lines: no parse at all
+    from .logmetrics.line import parse_line
+    m = parse_line(text)
+    for k in STEP_KEYS:
+        v = m.get(k)
+        if isinstance(v, (int, float)) and v == v and abs(v) < 1e18:
+            return v
+    return None
+
+
+def _read(st, path, now):
+    """The lines the log gained since the last call: {rank: (last step or None, last line no)},
+    the run's furthest step in them, and the read's time (the log's mtime: when its last
+    line was written)."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return {}, None, None
+    with f:
+        fs = os.fstat(f.fileno())
+        if fs.st_size < st["offset"]:  # replaced or truncated: read it from its start
+            st["offset"], st["carry"] = 0, ""
+        start = max(st["offset"], fs.st_size - READ_BYTES)
+        f.seek(start)
+        data = f.read(fs.st_size - start)
+    t = min(now, fs.st_mtime)
+    if data or st["growth_t"] is None:
+        st["growth_t"] = t
+    text = (st["carry"] if start == st["offset"] else "") + data.decode("utf-8", "replace")
+    st["offset"] = start + len(data)
+    lines = text.split("\n")
+    st["carry"] = lines.pop()[-4096:]
+    seen, best = {}, None
+    for line in lines:
+        st["lines"] += 1
+        key, rest = _rank_of(line.replace("\r", ""))
+        step = _step_of(rest)
+        if step is not None and (best is None or step > best):
+            best = step
+        if key is not None:
+            old = seen.get(key, (None, 0))[0]
+            seen[key] = (step if step is not None else old, st["lines"])
+    return seen, best, t
+
+
+def _advance(rec, step, t):
+    """REC's step to STEP seen at T: a step-time estimate when an earlier read saw it advance."""
+    if step is None or (rec.get("step") is not None and step <= rec["step"]):
+        return
+    if rec.get("step") is not None and rec.get("step_t") is not None and t > rec["step_t"]:
+        rec["iv"] = (rec.get("iv") or [])[-(KEEP - 1):] + [(t - rec["step_t"]) / float(step - rec["step"])]
+    rec["step"], rec["step_t"] = step, t
+
+
+def update(st, att, now):
+    seen, best, t = _read(st, att["log"], now)
+    if t is None:
+        return
+    _advance(st, best, t)
+    for key, (step, line_no) in seen.items():
+        r = st["ranks"].setdefault(key, {"step": None, "step_t": None, "iv": []})
+        r["line_t"], r["line_no"] = t, line_no
+        if step is not None and r.get("step_t") is None and r.get("step") is None:
+            r["step"], r["step_t"] = step, t
+        else:
+            _advance(r, step, t)
+
+
+def _sample_cpu(st, att, now):
+    """CPU seconds of each rank's processes (env RANK=N among the job's descendants),
+    kept as samples over time."""
+    job = (att.get("job") or {}).get("pid")
+    if not job:
+        return
+    from .procfs import descendants
+    procs = scan_procs()
+    if int(job) not in procs:
+        return
+    cpu = {}
+    for pid in [int(job)] + list(descendants([int(job)], procs)):
+        p = procs.get(pid)
+        rank = p.env("RANK") if p is not None and not p.dead else None
+        if rank is not None and rank.isdigit():
+            key = "rank " + rank
+            cpu[key] = cpu.get(key, 0.0) + (p.utime + p.stime) / float(CLK_TCK)
+    for key, c in cpu.items():
+        st["cpu"][key] = (st["cpu"].get(key) or [])[-(CPU_SAMPLES - 1):] + [[now, round(c, 3)]]
+    for key in list(st["cpu"]):
+        if key not in cpu:
+            del st["cpu"][key]  # that rank's processes are gone
+
+
+def median(xs):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
+
+
+def stall_after(cfg, st):
+    """(seconds, "set" | "derived" | "default", the median step time or None)."""
+    med = median(st.get("iv") or [])
+    if cfg.get("after"):
+        return float(cfg["after"]), "set", med
+    if med is not None:
+        return max(FACTOR * med, MIN_AFTER), "derived", med
+    return MIN_AFTER, "default", None
+
+
+def _thin(samples):
+    """At most CPU_SAMPLES, older ones further apart: a window of stall_after stays spanned."""
+    if len(samples) > CPU_SAMPLES:
+        half = len(samples) // 2
+        samples[:half] = samples[:half:2]
+    return samples
+
+
+def cpu_rate(samples, window):
+    """Cores the rank used over the last WINDOW seconds of SAMPLES, or None when the samples
+    do not span it yet."""
+    if not samples:
+        return None
+    t1, c1 = samples[-1]
+    old = [s for s in samples if s[0] <= t1 - window]
+    if not old or t1 <= old[-1][0]:
+        return None
+    return (c1 - old[-1][1]) / (t1 - old[-1][0])
+
+
+def _node(att):
+    mn = att.get("multinode") or {}
+    return mn.get("rank")
+
+
+def _name(key, node):
+    return key if node is None else "%s (node %s)" % (key, node)
+
+
+def _rank_fields(key, node):
+    kind, _, n = key.rpartition(" ")
+    return {"rank": int(n), "rank_kind": kind, "node": node}
+
+
+def _behind(st):
+    """The ranks whose step is lowest while another's is higher: stopped first."""
+    steps = dict((k, r["step"]) for k, r in st["ranks"].items() if r.get("step") is not None)
+    if len(set(steps.values())) < 2:
+        return [], None
+    low, high = min(steps.values()), max(steps.values())
+    return sorted(k for k, s in steps.items() if s == low), (low, high)
+
+
+def _idle(st, window):
+    """(ranks whose CPU stood still over WINDOW, ranks that kept a core busy meanwhile)."""
+    rates = dict((k, cpu_rate(s, window)) for k, s in st["cpu"].items())
+    rates = dict((k, v) for k, v in rates.items() if v is not None)
+    idle = sorted(k for k, v in rates.items() if v < IDLE_CORE)
+    busy = sorted(k for k, v in rates.items() if v > BUSY_CORE)
+    return idle, busy, rates
+
+
+def _stall(st, att, after, src, now):
+    from .logmetrics.alerts import alert
+    node = _node(att)
+    said = "stall_after %gs, %s" % (after, src)
+    if st["step"] is not None:
+        since, basis = st["step_t"], "step"
+        detail = "step %s has not advanced for %ds (%s)" % (_num(st["step"]), now - since, said)
+    else:
+        since, basis = st["growth_t"] or att.get("started_at") or now, "log"
+        detail = ("the log shows no steps: judged by its silence, no new output for %ds (%s)"
+                  % (now - since, said))
+    if now - since <= after:
+        return None
+    behind, span = _behind(st)
+    idle, busy, _ = _idle(st, min(after, max(now - since, 1.0)))
+    suspects = behind or (idle if busy else [])
+    extra = {}
+    if behind:
+        detail += "; %s stopped first (its last step %s, the others reached %s)" % (
+            ", ".join(_name(k, node) for k in behind), _num(span[0]), _num(span[1]))
+    elif suspects:
+        detail += "; %s used no CPU while %s kept a core busy" % (
+            ", ".join(_name(k, node) for k in idle), ", ".join(busy))
+    if suspects:
+        extra = _rank_fields(suspects[0], node)
+        extra["ranks"] = suspects
+    if node is not None:
+        extra["node"] = node
+    return alert("stall", now, detail, metric="step" if basis == "step" else None,
+                 value=round(now - since, 1), since=since, basis=basis, stall_after=after, **extra)
+
+
+def _num(v):
+    return int(v) if isinstance(v, float) and v == int(v) else v
+
+
+def _stragglers(st, att, after, ratio, now):
+    from .logmetrics.alerts import alert
+    node, out = _node(att), []
+    ranks = dict((k, r) for k, r in st["ranks"].items() if r.get("step_t") is not None)
+    going = [k for k, r in ranks.items() if now - r["step_t"] <= after]
+    for k, r in sorted(ranks.items()):
+        if going and k not in going:
+            top = max(going, key=lambda g: ranks[g]["step"])
+            out.append(alert("straggler", now, "%s: its step %s has not advanced for %ds (stall_after %gs) "
+                             "while %s went on to step %s" % (
+                                 _name(k, node), _num(r["step"]), now - r["step_t"], after,
+                                 _name(top, node), _num(ranks[top]["step"])),
+                             metric="step", value=round(now - r["step_t"], 1), since=r["step_t"],
+                             basis="log", **_rank_fields(k, node)))
+    idle, busy, rates = _idle(st, after)
+    for k in idle if busy else ():
+        out.append(alert("straggler", now, "%s: its processes used no CPU for %gs (%.0f%% of a core) "
+                         "while %s kept a core busy" % (_name(k, node), after, 100 * rates[k],
+                                                       ", ".join(busy)),
+                         metric="cpu_cores", value=round(rates[k], 3), basis="cpu", **_rank_fields(k, node)))
+    meds = dict((k, median(r.get("iv") or [])) for k, r in ranks.items())
+    meds = dict((k, v) for k, v in meds.items() if v)
+    for k, v in sorted(meds.items()):
+        # the median of the OTHER ranks: with two ranks the median of all would be their mean,
+        # which no rank is ever 3 x slower than
+        mid = median([x for o, x in meds.items() if o != k])
+        if mid and v > ratio * mid:
+            out.append(alert("straggler", now, "%s: %.1f x slower than the other ranks' median (%.3gs per step, "
+                             "median %.3gs; straggler_ratio %g)" % (_name(k, node), v / mid, v, mid, ratio),
+                             metric="step_time_s", value=round(v, 4), basis="step_time", ratio=round(v / mid, 2),
+                             **_rank_fields(k, node)))
+    return out
+
+
+def check(store, att, cfg=None, now=None, capture=True):
+    """Read what the attempt's log gained and sample its ranks' CPU; judge. Returns
+    {"stall_after", "stall_after_from" (set | derived | default), "median_step_s", "step",
+    "step_t", "ranks", "alerts"} (alerts: at most one stall, and the stragglers). On a stall's
+    first sight (one episode: until the step moves again) the stacks are taken once
+    (capture; stacks.py where this agent has it)."""
+    cfg = dict(att.get("stall") or {}, **dict((k, v) for k, v in (cfg or {}).items() if v is not None))
+    now = time.time() if now is None else now
+    with _locked(store):
+        st = _load(store, att)
+        update(st, att, now)
+        after, src, med = stall_after(cfg, st)
+        # /proc is read whole for the ranks' CPU: at most every after/10 s (1 s to 10 s), so a
+        # watch polling twice a second does not pay it each time (bench/hang.py measures it)
+        if now - (st.get("cpu_t") or 0) >= min(max(after / 10.0, 1.0), 10.0):
+            st["cpu_t"] = now
+            _sample_cpu(st, att, now)
+            for s in st["cpu"].values():
+                _thin(s)
+        alerts = []
+        a = _stall(st, att, after, src, now)
+        if a is not None:
+            _episode(store, st, att, a, capture)
+            alerts.append(a)
+        else:
+            st["episode"] = None  # the step moved: a later stall is a new episode
+        alerts += _stragglers(st, att, after, float(cfg.get("ratio") or RATIO), now)
+        write_json(os.path.join(store.dir, "stall.json"), st)
+    ranks = dict((k, {"step": _num(r.get("step")), "step_t": r.get("step_t"), "line_t": r.get("line_t")})
+                 for k, r in st["ranks"].items())
+    for k, s in st["cpu"].items():
+        ranks.setdefault(k, {})["cpu_s"] = s[-1][1]
+    return {"stall_after": after, "stall_after_from": src, "median_step_s": med,
+            "straggler_ratio": float(cfg.get("ratio") or RATIO), "step": _num(st["step"]),
+            "step_t": st["step_t"], "ranks": ranks, "alerts": alerts}
+
+
+def watch_alerts(store, att, rules, alive):
+    """A watch's or the shim's stall and straggler alerts: RULES' stall_after and
+    straggler_ratio over the attempt's own; none for a job that is not alive."""
+    if not alive or not att.get("log"):
+        return []
+    return check(store, att, {"after": rules.get("stall_after"), "ratio": rules.get("straggler_ratio")})["alerts"]
+
+
+def _episode(store, st, att, a, capture):
+    """Once per stall episode (keyed by the time progress stopped): the stacks, if asked."""
+    ep = st.get("episode")
+    if not ep or ep.get("since") != a["since"]:
+        ep = st["episode"] = {"since": a["since"], "at": a["t"]}
+        if capture:
+            ep["stacks"] = take_stacks(att)
+    if ep.get("stacks"):
+        a["stacks"] = ep["stacks"]
+
+
+def take_stacks(att):
+    """The run's stacks through stacks.py (capture, keep): {"path", "summary"} or {"note"}."""
+    try:
+        from . import stacks
+    except ImportError:
+        return {"note": "stacks were not taken: this agent has no stacks module"}
+    try:
+        doc = stacks.capture(att, native=False, timeout=10.0)
+        out = {"path": stacks.keep(att, doc)}
+    except Exception as e:  # a stall is reported whatever the stack reader does
+        return {"note": "stacks could not be taken: %s" % e}
+    for k in ("summary", "note", "error"):
+        if doc.get(k):
+            out[k] = doc[k]
+    return out

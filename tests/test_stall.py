@@ -1,0 +1,135 @@
+"""Stall and straggler (agent/stall.py, docs/diagnosis.md "Stalls and stragglers"): real jobs,
+real torchrun (gloo, CPU), judged by status, watch and the shim's health actions."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from conftest import wait_for
+from test_attribution import _torchrun
+
+HANG_JOB = """\
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, t = dist.get_rank(), torch.ones(4)
+for step in range(100000):
+    if rank == 1 and step == 8:
+        time.sleep(3600)  # rank 1 stops in its loop; rank 0 waits for it in all_reduce
+    print("step %d loss 1.0" % step, flush=True)
+    dist.all_reduce(t)
+    time.sleep(0.2)
+"""
+
+SLOW_JOB = """\
+import os, time
+rank = int(os.environ["RANK"])
+for step in range(100000):
+    print("step %d loss 1.0" % step, flush=True)
+    time.sleep(0.8 if rank == 1 else 0.1)  # rank 1: 8 x slower, no collective holds it back
+"""
+
+
+def _alerts(st: dict, kind: str) -> list[dict]:
+    return [a for a in (st.get("health") or {}).get("alerts") or [] if a["kind"] == kind]
+
+
+def _need_torchrun() -> str:
+    torchrun = _torchrun()
+    if torchrun is None:
+        pytest.skip("torch is not installed (pip install -e '.[torch]')")
+    return torchrun
+
+
+def test_torchrun_rank_sleeping_while_the_other_waits_in_all_reduce_is_a_stall_naming_it(cli, tmp_path):
+    torchrun = _need_torchrun()
+    script = tmp_path / "hang.py"
+    script.write_text(HANG_JOB)
+    name = f"hang{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "5", "--settle", "0.2", "--", torchrun, "--tee", "3",
+                       "--standalone", "--nproc_per_node=2", str(script), timeout=120)
+    assert rc == 0, doc
+    wait_for(lambda: cli.status(name)["stall"].get("step") == 8, 120, "rank 0 to reach step 8")
+    st = wait_for(lambda: (lambda s: s if _alerts(s, "stall") else None)(cli.status(name)), 30, "the stall")
+    a = _alerts(st, "stall")[0]
+    found = a["t"] - a["since"]  # since: the read that saw step 8, the last step
+    assert found <= 5 + 5, a  # within stall_after + a few seconds
+    assert a["basis"] == "step" and a["rank"] == 1 and a["stall_after"] == 5, a
+    assert "local rank 1 stopped first (its last step 7, the others reached 8)" in a["detail"], a
+    assert st["stall"]["stall_after"] == 5 and st["stall"]["stall_after_from"] == "set", st["stall"]
+    human = cli.run("status", name).stdout
+    assert "stall_after 5s (set)" in human and "alert: " in human and "stall: step 8 has not advanced" in human, human
+    # watch as a gate: exit 1 on the stall, as on every alert
+    rc, w = cli.json("watch", name, "--for", "20", "--stall-after", "5")
+    assert rc == 1 and w["result"]["alert"]["kind"] == "stall", w
+    assert cli.run("stop", name).returncode == 0
+
+
+def test_a_rank_8_times_slower_than_the_other_is_a_straggler(cli, tmp_path):
+    torchrun = _need_torchrun()
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_JOB)
+    name = f"slow{os.getpid()}"
+    rc, doc = cli.json("start", name, "--settle", "0.2", "--", torchrun, "--tee", "3", "--standalone",
+                       "--nproc_per_node=2", str(script), timeout=120)
+    assert rc == 0, doc
+
+    def slow():
+        st = cli.status(name)
+        return [a for a in _alerts(st, "straggler") if a["basis"] == "step_time"]
+    found = wait_for(slow, 60, "the slow rank's straggler alert")
+    assert [(a["rank"], a["rank_kind"]) for a in found] == [(1, "local rank")], found
+    assert "x slower than the other ranks' median" in found[0]["detail"] and found[0]["ratio"] > 3, found
+    st = cli.status(name)
+    assert st["stall"]["stall_after_from"] == "derived" and st["stall"]["stall_after"] == 120, st["stall"]
+    assert not _alerts(st, "stall"), st  # slow is not stalled
+    assert cli.run("stop", name).returncode == 0
+
+
+def test_a_job_that_prints_no_steps_is_judged_by_its_log_silence_and_says_so(cli):
+    name = f"quiet{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "2", "--settle", "0.2", "--", "python3", "-c",
+                       "import time; print('loading', flush=True); time.sleep(3600)")
+    assert rc == 0, doc
+    st = wait_for(lambda: (lambda s: s if _alerts(s, "stall") else None)(cli.status(name)), 20, "the stall")
+    a = _alerts(st, "stall")[0]
+    assert a["basis"] == "log" and "the log shows no steps: judged by its silence" in a["detail"], a
+    assert "the log shows no steps" in cli.run("status", name).stdout
+    assert cli.run("stop", name).returncode == 0
+
+
+def test_stall_action_takes_stacks_then_stops_once_per_episode(cli, tmp_path):
+    (cli.cwd / "runward.toml").write_text(
+        "[runs.act]\ncommand = [\"python3\", \"-c\", \"import time\\nfor i in range(5): print('step %d' % i, "
+        "flush=True); time.sleep(0.1)\\ntime.sleep(3600)\"]\n"
+        "[runs.act.health]\nstall_after = \"2s\"\ninterval = 0.5\nactions = { stall = \"stacks,stop\" }\n")
+    rc, doc = cli.json("start", "act", "--settle", "0.2")
+    assert rc == 0, doc
+    st = wait_for(lambda: (lambda s: s if s["state"] != "running" else None)(cli.status("act")), 30,
+                  "the stall action to stop the run")
+    acts = [a for a in st.get("actions") or [] if a["kind"] == "stall"]
+    assert len(acts) == 1 and acts[0]["action"] == "stacks,stop", st
+    assert acts[0]["stacks"].get("path") or acts[0]["stacks"].get("note"), acts[0]
+
+
+def test_old_spellings_are_read_as_stall_after_and_bad_values_are_refused(cli):
+    (cli.cwd / "runward.toml").write_text("[runs.both.health]\nstall = 5\nstall_after = 5\n")
+    p = cli.run("start", "both", "--", "true")
+    assert p.returncode == 2 and "keep stall_after (stall is its old name)" in p.stderr, p.stderr
+    p = cli.run("start", "x", "--stall-after", "0", "--", "true")
+    assert p.returncode == 2 and "--stall-after" in p.stderr, p.stderr
+    p = cli.run("start", "x", "--straggler-ratio", "0.5", "--", "true")
+    assert p.returncode == 2 and "--straggler-ratio" in p.stderr, p.stderr
+    (cli.cwd / "runward.toml").write_text("[runs.bad.health]\nactions = { stall = \"stacks,dance\" }\n")
+    p = cli.run("start", "bad", "--", "true")
+    assert p.returncode == 2 and "stacks,restart" in p.stderr, p.stderr
+    name = f"old{os.getpid()}"
+    rc, doc = cli.json("start", name, "--settle", "0.2", "--", "python3", "-c", "import time; time.sleep(3600)")
+    assert rc == 0, doc
+    t0 = time.monotonic()
+    rc, w = cli.json("watch", name, "--for", "20", "--stall", "1")  # the old flag: stall_after 1 s
+    assert rc == 1 and w["result"]["alert"]["kind"] == "stall" and w["result"]["alert"]["basis"] == "log", w
+    assert time.monotonic() - t0 < 15
+    assert cli.run("stop", name).returncode == 0
