@@ -687,10 +687,11 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     """Rules for the agent's log scan: runward.toml's [runs.NAME.health], then flags. STALL is
     stall_after in seconds (agent/stall.py: the step, or the log's silence where it has none)."""
     h = dict((run_cfg or {}).get("health") or {})
-    from .stallopts import from_config
-    so = from_config(h)
+    after = h.get("stall_after", h.get("stall"))  # stall: its old name (stallopts.py checks both)
+    if after is not None and not isinstance(after, (int, float)):
+        after = parse_duration(str(after), "[health] stall_after")
     rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
-             "stall_after": so.get("after"), "straggler_ratio": so.get("ratio"),
+             "stall_after": after, "straggler_ratio": h.get("straggler_ratio"),
              "drop_fraction": h.get("drop_fraction"), "metrics": h.get("metrics")}
     from .baselines import rules as baseline_rules
     rules["baseline"] = baseline_rules(h)  # tok_s = { min_ratio = 0.95, baseline = "best" }

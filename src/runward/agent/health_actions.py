@@ -18,6 +18,17 @@ from .wire import json_dumps
 DEFAULT_INTERVAL = 5.0
 
 
+ACTIONS = ("notify", "stop", "restart")
+
+
+def action_ok(v):
+    """notify, stop or restart, maybe after "stacks," (the stacks are taken first)."""
+    if not isinstance(v, str):
+        return False
+    rest = [x.strip() for x in v.split(",") if x.strip() != "stacks"]
+    return len(rest) <= 1 and all(x in ACTIONS for x in rest)
+
+
 class HealthKeeper(object):
     def __init__(self, store, n, cfg, notify):
         self.store = store

@@ -21,7 +21,6 @@ from .terminate import signal, signal_name  # _signal's plain ints: signal.py's 
 from .wire import bad_input, json_dumps, json_loads
 
 MODES = ("never", "on-failure", "always")
-ACTIONS = ("notify", "stop", "restart")
 DEFAULTS = {"restart": "never", "max_restarts": 5, "restart_window": 0.0, "backoff": [1.0, 60.0],
             "min_uptime": 10.0, "restart_exit_codes": [], "no_restart_exit_codes": []}
 WAKE = signal.SIGUSR1  # stop -> a shim in its backoff: "no next attempt"
@@ -84,19 +83,12 @@ def notify_secrets(pol):
     return list(real) if real != (recorded(pol) or {}).get("notify", []) else None
 
 
-def _action_ok(v):
-    """notify, stop or restart, maybe after "stacks," (health_actions.py takes them first)."""
-    if not isinstance(v, str):
-        return False
-    rest = [x.strip() for x in v.split(",") if x.strip() != "stacks"]
-    return len(rest) <= 1 and all(x in ACTIONS for x in rest)
-
-
 def _check_health(h):
     if not h:
         return
     acts = h.get("actions") or {}
-    bad = {k: v for k, v in acts.items() if not _action_ok(v)}
+    from .health_actions import action_ok
+    bad = {k: v for k, v in acts.items() if not action_ok(v)}
     if bad:
         raise bad_input("invalid health action(s) %r" % (bad,),
                         "each action is notify, stop or restart, maybe after stacks, (stacks,restart)")

@@ -30,9 +30,10 @@ def add_arguments(p) -> None:
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
 
 
-def _stall(args) -> dict:
+def _stall(args, cfg) -> dict:
+    """stall_after and straggler_ratio, runward.toml's checked, the flags over them."""
     from ..stallopts import options
-    o = options(None, args)
+    o = options(cfg.runs.get(args.name), args, args.name)
     return {"stall": o.get("after"), "ratio": o.get("ratio")}
 
 
@@ -43,7 +44,7 @@ def run(args, out) -> int:
     target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
     rules = api.health_rules(cfg.runs.get(args.name), mins=api.parse_limits(args.min, "--min"),
                              maxs=api.parse_limits(args.max, "--max"), drop=args.drop,
-                             **_stall(args))
+                             **_stall(args, cfg))
     from ..health import format_alert
 
     def on_points(ev: dict) -> None:
