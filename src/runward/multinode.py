@@ -229,6 +229,10 @@ def status(nodes: list[Target], name: str) -> tuple[dict, int]:
         rows.append(row)
     states = ["failed" if r.get("failed") else r["state"] for r in rows]
     res = {"name": name, "nnodes": len(nodes), "state": aggregate(states), "nodes": rows}
+    from .crossnode import verdict
+    v = verdict(rows)  # one root cause across the nodes (docs/diagnosis.md)
+    if v is not None:
+        res["attribution"] = v
     ids = {((r.get("run") or {}).get("multinode") or {}).get("id") for r in rows if r["ok"]}
     if len(ids - {None}) > 1:
         res["note"] = "the nodes' records name different multi-node starts (run ids): not one run"
@@ -297,12 +301,18 @@ def render(res: dict, verb: str) -> str:
     lines = [f"{res['name']}: {res.get('state') or ('stopped on every node' if res.get('verified_dead') else verb)}"
              f" over {res['nnodes']} nodes"
              + (f" (run id {res['run_id']}, master {res['master_addr']}:{res['master_port']})" if res.get("run_id") else "")]
+    from .health import format_alert
     for r in res["nodes"]:
         lines.append(_node_line(r))
+        for a in ((r.get("run") or {}).get("health") or {}).get("alerts") or ():
+            if a.get("kind") in ("stall", "straggler"):  # a live node's own (agent/stall.py names the node)
+                lines.append("    alert: " + format_alert(a))
         rb = r.get("rollback")
         if rb:
             lines.append("    stopped again: " + ("verified dead" if rb.get("verified_dead") else
                                                  f"NOT verified: {(rb.get('error') or {}).get('message', '')}"))
+    if res.get("attribution"):
+        lines.append("  " + res["attribution"]["summary"])
     if res.get("message"):
         lines.append(res["message"])
     if res.get("note"):
