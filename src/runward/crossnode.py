@@ -8,13 +8,17 @@ from __future__ import annotations
 
 
 def _who(s: dict) -> str:
-    from .agent.attribution import _who as who
-    return who(s.get("rank"), s.get("local_rank"), s.get("node"))
+    """As agent/attribution.py says a rank (the CLI side keeps to the agent's boot and logmetrics)."""
+    rank, node = s.get("rank"), s.get("node")
+    if rank is None:
+        return "a rank not named in the log" if node is None else f"node {node}"
+    who = f"{'local rank' if s.get('local_rank') else 'rank'} {rank}"
+    return who if node is None else f"{who} (node {node})"
 
 
 def _clock(t) -> str:
-    from .agent.attribution import _clock as clock
-    return clock(t)
+    import time
+    return "" if t is None else " at " + time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _nodes(rows: list[dict]) -> dict[int, dict]:
