@@ -44,7 +44,9 @@ while True:
 
 
 def cli(env, *args, check=True) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "runward", *args], env=env, capture_output=True, text=True)
+    # in the work directory: its runward.toml is the one read
+    p = subprocess.run([sys.executable, "-m", "runward", *args], env=env, capture_output=True, text=True,
+                       cwd=str(Path(env["RUNWARD_HOME"]).parent))
     if check and p.returncode != 0:
         raise SystemExit(f"runward {' '.join(args)}: rc {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
@@ -129,6 +131,7 @@ def main() -> None:
         acts = (f"[runs.acted.health]\ninterval = {a.interval}\nactions = {{ stall = \"notify\", "
                 f"straggler = \"notify\" }}\n")
         judged, job2 = shim_cost(env, work, "acted", a.window, acts)
+        assert Path(env["RUNWARD_HOME"], "runs", "acted", "stall.json").exists(), "the shim judged nothing"
         print(f"shim CPU: {base:.3f} s/min unwatched (baseline), {judged:.3f} s/min with health actions every "
               f"{a.interval:g} s (+{judged - base:.3f}); the job itself {job:.2f} / {job2:.2f} s/min")
         w, job3 = watch_cost(env, work, a.window)
