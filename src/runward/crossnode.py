@@ -80,3 +80,27 @@ def summary(v: dict) -> str:
         head += "; node%s %s stopped by the others" % ("s" if len(v["stopped_by_peers"]) > 1 else "",
                                                        ",".join(map(str, v["stopped_by_peers"])))
     return head
+
+
+def stall_verdict(rows: list[dict]) -> dict | None:
+    """A multi-node run's stall across nodes: each live node judges its own log (agent/stall.py);
+    the node whose step is behind the others' stopped first. None when no node has stalled."""
+    stalled = [r for r in rows if any(a.get("kind") == "stall" for a in _alerts(r))]
+    if not stalled:
+        return None
+    steps = {r["rank"]: ((r.get("run") or {}).get("stall") or {}).get("step") for r in rows}
+    known = {n: s for n, s in steps.items() if s is not None}
+    out = {"nodes_stalled": [r["rank"] for r in stalled], "steps": steps, "first": None}
+    if len(set(known.values())) > 1:
+        low = min(known.values())
+        out["first"] = sorted(n for n, s in known.items() if s == low)
+        out["summary"] = "stall: node%s %s stopped first (its last step %s; the furthest node reached %s)" % (
+            "s" if len(out["first"]) > 1 else "", ",".join(map(str, out["first"])), low, max(known.values()))
+    else:
+        out["summary"] = "stall on node%s %s; every node's log stopped at the same step" % (
+            "s" if len(stalled) > 1 else "", ",".join(str(r["rank"]) for r in stalled))
+    return out
+
+
+def _alerts(row: dict) -> list[dict]:
+    return (((row.get("run") or {}).get("health") or {}).get("alerts")) or []

@@ -229,10 +229,13 @@ def status(nodes: list[Target], name: str) -> tuple[dict, int]:
         rows.append(row)
     states = ["failed" if r.get("failed") else r["state"] for r in rows]
     res = {"name": name, "nnodes": len(nodes), "state": aggregate(states), "nodes": rows}
-    from .crossnode import verdict
+    from .crossnode import stall_verdict, verdict
     v = verdict(rows)  # one root cause across the nodes (docs/diagnosis.md)
     if v is not None:
         res["attribution"] = v
+    s = stall_verdict(rows)  # which node stopped first
+    if s is not None:
+        res["stall"] = s
     ids = {((r.get("run") or {}).get("multinode") or {}).get("id") for r in rows if r["ok"]}
     if len(ids - {None}) > 1:
         res["note"] = "the nodes' records name different multi-node starts (run ids): not one run"
@@ -311,8 +314,9 @@ def render(res: dict, verb: str) -> str:
         if rb:
             lines.append("    stopped again: " + ("verified dead" if rb.get("verified_dead") else
                                                  f"NOT verified: {(rb.get('error') or {}).get('message', '')}"))
-    if res.get("attribution"):
-        lines.append("  " + res["attribution"]["summary"])
+    for k in ("attribution", "stall"):
+        if res.get(k):
+            lines.append("  " + res[k]["summary"])
     if res.get("message"):
         lines.append(res["message"])
     if res.get("note"):

@@ -1,0 +1,37 @@
+"""A stall across two ssh hosts of the testbed (agent/stall.py per node, runward/crossnode.py
+across them): a 2-node torchrun job (gloo, CPU) whose rank 1, alone on node 1, sleeps in its
+loop while rank 0 on node 0 waits for it in all_reduce."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import wait_for
+from test_multinode import _config, _torchrun, mn  # noqa: F401  (mn: the fixture)
+from test_stall import HANG_JOB
+
+
+def test_two_node_stall_names_the_node_whose_rank_stopped_first(cli, tmp_path, mn):  # noqa: F811
+    torchrun = _torchrun()
+    if torchrun is None:
+        pytest.skip("torch is not installed (pip install -e '.[torch]')")
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    script = tmp_path / "hang.py"
+    script.write_text(HANG_JOB)
+    rc, doc = cli.json("start", mn, "--stall-after", "5", "--ready", r"step 1 ", "--ready-timeout", "180",
+                       "--stop-signal", "INT", "--grace", "10", "--env", "GLOO_SOCKET_IFNAME=eth0", "--",
+                       torchrun, "--nnodes={nnodes}", "--node_rank={node_rank}", "--nproc_per_node=1",
+                       "--master_addr={master_addr}", "--master_port={master_port}", str(script), timeout=300)
+    assert rc == 0, doc
+
+    def stalled():
+        rc, d = cli.json("status", mn)
+        return d["result"] if rc == 0 and (d["result"].get("stall") or {}).get("first") else None
+    res = wait_for(stalled, 60, "the stall on both nodes")
+    s = res["stall"]
+    assert s["first"] == [1] and s["steps"] in ({0: 8, 1: 7}, {"0": 8, "1": 7}), s
+    assert "stall: node 1 stopped first (its last step 7; the furthest node reached 8)" in cli.run("status", mn).stdout
+    node1 = next(r for r in res["nodes"] if r["rank"] == 1)["run"]
+    a = next(a for a in node1["health"]["alerts"] if a["kind"] == "stall")
+    assert a["node"] == 1 and a["stall_after"] == 5 and a["t"] - a["since"] <= 10, a
+    assert cli.run("stop", mn).returncode == 0
