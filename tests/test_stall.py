@@ -32,6 +32,24 @@ for step in range(100000):
 """
 
 
+QUIET_JOB = """\
+import os, time
+rank = int(os.environ["RANK"])
+step, t = 0, time.monotonic()
+while True:
+    if rank == 1 and step == 3:
+        time.sleep(3600)  # rank 1 stops: no step, no CPU
+    if rank == 0:
+        while time.monotonic() - t < 0.1:
+            pass  # rank 0 computes: a core busy
+        t = time.monotonic()
+    else:
+        time.sleep(0.1)
+    print("step %d loss 1.0" % step, flush=True)
+    step += 1
+"""
+
+
 def _alerts(st: dict, kind: str) -> list[dict]:
     return [a for a in (st.get("health") or {}).get("alerts") or [] if a["kind"] == kind]
 
@@ -132,4 +150,27 @@ def test_old_spellings_are_read_as_stall_after_and_bad_values_are_refused(cli):
     rc, w = cli.json("watch", name, "--for", "20", "--stall", "1")  # the old flag: stall_after 1 s
     assert rc == 1 and w["result"]["alert"]["kind"] == "stall" and w["result"]["alert"]["basis"] == "log", w
     assert time.monotonic() - t0 < 15
+    assert cli.run("stop", name).returncode == 0
+
+
+def test_a_rank_that_stops_while_the_other_computes_on_is_a_straggler_by_its_log_and_its_cpu(cli, tmp_path):
+    torchrun = _need_torchrun()
+    script = tmp_path / "quiet.py"
+    script.write_text(QUIET_JOB)
+    name = f"qr{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "3", "--settle", "0.2", "--", torchrun, "--tee", "3",
+                       "--standalone", "--nproc_per_node=2", str(script), timeout=120)
+    assert rc == 0, doc
+    seen: dict = {}
+
+    def both():
+        for a in _alerts(cli.status(name), "straggler"):
+            seen.setdefault(a["basis"], a)
+        return seen if {"log", "cpu"} <= set(seen) else None
+    wait_for(both, 60, "the quiet rank's straggler alerts by its log and its CPU")
+    assert seen["log"]["rank"] == 1 and seen["log"]["rank_kind"] == "local rank", seen
+    assert "while local rank 0 went on to step" in seen["log"]["detail"], seen
+    assert seen["cpu"]["rank"] == 1 and seen["cpu"]["rank_kind"] == "rank" and seen["cpu"]["value"] < 0.02, seen
+    assert "used no CPU" in seen["cpu"]["detail"] and "while rank 0 kept a core busy" in seen["cpu"]["detail"], seen
+    assert not _alerts(cli.status(name), "stall")  # the run's step goes on: no stall
     assert cli.run("stop", name).returncode == 0
