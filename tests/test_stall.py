@@ -174,3 +174,25 @@ def test_a_rank_that_stops_while_the_other_computes_on_is_a_straggler_by_its_log
     assert "used no CPU" in seen["cpu"]["detail"] and "while rank 0 kept a core busy" in seen["cpu"]["detail"], seen
     assert not _alerts(cli.status(name), "stall")  # the run's step goes on: no stall
     assert cli.run("stop", name).returncode == 0
+
+
+def test_mcp_status_and_watch_tools_say_the_stall(cli):
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    from test_mcp import _call, _session
+    name = f"mcpq{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "1", "--settle", "0.2", "--", "python3", "-c",
+                       "import time; print('step 1', flush=True); time.sleep(3600)")
+    assert rc == 0, doc
+
+    async def go():
+        async with _session(cli.env, cli.cwd) as s:
+            err, w = await _call(s, "watch", {"name": name, "for_s": 20, "stall": 1})
+            _, st = await _call(s, "status", {"name": name})
+            return err, w, st
+    err, w, st = anyio.run(go)
+    assert err and w["result"]["alert"]["kind"] == "stall" and w["result"]["alert"]["basis"] == "step", w
+    run = st["result"]["runs"][0]
+    assert run["stall"]["stall_after"] == 1 and run["stall"]["stall_after_from"] == "set", run["stall"]
+    assert [a["kind"] for a in run["health"]["alerts"]] == ["stall"], run["health"]
+    assert cli.run("stop", name).returncode == 0
