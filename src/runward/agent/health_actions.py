@@ -1,6 +1,6 @@
 """Health actions, judged by the shim while the job lives, with nobody connected: every
 interval, the attempt's facts (ops/health.py: NaN, OOM, traceback, NCCL, ...) and the rules
-`watch` knows (ops/window.py: floors, ceilings, drop, stall) from the incremental parser. An
+`watch` knows (ops/window.py: floors, ceilings, drop; stall.py: stall, straggler). An
 alert whose kind names an action in [runs.NAME.health] actions gets it: notify (the default),
 stop (the verified stop the CLI's stop is, run as a child of the shim: the agent's own stop
 op, so stop's rules and checks are the same), or restart (that stop, marked as a health

@@ -1,4 +1,4 @@
-"""A watch's own rules over its window: floors, ceilings, drops and stalls judged by a
+"""A watch's own rules over its window: floors, ceilings and drops judged by a
 logmetrics scan whose state lives in memory for the one call, so nothing it finds is stored
 or replayed. The window starts where the log stood when the watch began, or, with a look-back
 (since_s), at the last place known to have been read before then (health.json's marks), at
