@@ -196,3 +196,13 @@ def test_mcp_status_and_watch_tools_say_the_stall(cli):
     assert run["stall"]["stall_after"] == 1 and run["stall"]["stall_after_from"] == "set", run["stall"]
     assert [a["kind"] for a in run["health"]["alerts"]] == ["stall"], run["health"]
     assert cli.run("stop", name).returncode == 0
+
+
+def test_before_two_reads_saw_the_step_advance_its_time_is_bounded_from_the_attempts_start():
+    """A 72 s step must not look stalled at 120 s because no two reads saw it advance yet."""
+    from runward.agent.stall import stall_after
+    st = {"iv": [], "step": 105, "step_t": 1000.0 + 360, "min_step": 100}  # resumed at 100: 5 steps in 6 min
+    assert stall_after({}, st, 1000.0) == (720.0, "derived", 72.0)
+    assert stall_after({}, dict(st, iv=[50.0, 70.0, 60.0]), 1000.0) == (600.0, "derived", 60.0)  # two reads: theirs
+    assert stall_after({"after": 5}, st, 1000.0)[:2] == (5.0, "set")
+    assert stall_after({}, {"iv": [], "step": None}, 1000.0) == (120.0, "default", None)

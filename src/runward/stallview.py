@@ -8,7 +8,9 @@ def stall_line(s: dict) -> str:
     if s.get("error"):
         return f"  stall: {s['error']}"
     after, src, med = s.get("stall_after"), s.get("stall_after_from"), s.get("median_step_s")
-    how = {"set": "set", "derived": f"derived: max(10 x median step {med:.3g}s, 120s)" if med else "derived",
+    step = (f"step time <= {med:.3g}s, from the attempt's start" if s.get("step_time_from") == "start"
+            else f"median step {med:.3g}s" if med else "")
+    how = {"set": "set", "derived": f"derived: max(10 x {step}, 120s)" if med else "derived",
            "default": "default: no step time observed yet"}.get(src, src)
     line = f"  stall_after {after:g}s ({how})"
     if s.get("step") is not None:

@@ -94,7 +94,7 @@ def _read(st, path, now):
     try:
         f = open(path, "rb")
     except OSError:
-        return {}, None, None
+        return {}, None, None, None
     with f:
         fs = os.fstat(f.fileno())
         if fs.st_size < st["offset"]:  # replaced or truncated: read it from its start
@@ -109,17 +109,19 @@ def _read(st, path, now):
     st["offset"] = start + len(data)
     lines = text.split("\n")
     st["carry"] = lines.pop()[-4096:]
-    seen, best = {}, None
+    seen, best, low = {}, None, None
     for line in lines:
         st["lines"] += 1
         key, rest = _rank_of(line.replace("\r", ""))
         step = _step_of(rest)
         if step is not None and (best is None or step > best):
             best = step
+        if step is not None and (low is None or step < low):
+            low = step
         if key is not None:
             old = seen.get(key, (None, 0))[0]
             seen[key] = (step if step is not None else old, st["lines"])
-    return seen, best, t
+    return seen, best, low, t
 
 
 def _advance(rec, step, t):
@@ -132,10 +134,12 @@ def _advance(rec, step, t):
 
 
 def update(st, att, now):
-    seen, best, t = _read(st, att["log"], now)
+    seen, best, low, t = _read(st, att["log"], now)
     if t is None:
         return
     _advance(st, best, t)
+    if low is not None and (st.get("min_step") is None or low < st["min_step"]):
+        st["min_step"] = low  # a resumed run's first step: the steps counted from it
     for key, (step, line_no) in seen.items():
         r = st["ranks"].setdefault(key, {"step": None, "step_t": None, "iv": []})
         r["line_t"], r["line_no"] = t, line_no
@@ -177,9 +181,22 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
 
 
-def stall_after(cfg, st):
-    """(seconds, "set" | "derived" | "default", the median step time or None)."""
+def step_time(st, started=None):
+    """(the median step time, "reads") from the estimates; else, once a step was seen,
+    (time from the attempt's start to the furthest step / steps seen, "start"): an upper
+    bound (it holds the start-up), so a stall_after derived from it errs long, never short
+    (a 60 s step must not look stalled at 120 s before two reads saw it advance)."""
     med = median(st.get("iv") or [])
+    if med is not None:
+        return med, "reads"
+    if st.get("step") is not None and started and st.get("step_t") and st["step_t"] > started:
+        return (st["step_t"] - started) / max(st["step"] - (st.get("min_step") or 0), 1), "start"
+    return None, None
+
+
+def stall_after(cfg, st, started=None):
+    """(seconds, "set" | "derived" | "default", the step time or None)."""
+    med, _ = step_time(st, started)
     if cfg.get("after"):
         return float(cfg["after"]), "set", med
     if med is not None:
@@ -320,7 +337,7 @@ def check(store, att, cfg=None, now=None, capture=True):
     with _locked(store):
         st = _load(store, att)
         update(st, att, now)
-        after, src, med = stall_after(cfg, st)
+        after, src, med = stall_after(cfg, st, att.get("started_at"))
         # /proc is read whole for the ranks' CPU: at most every after/10 s (1 s to 10 s), so a
         # watch polling twice a second does not pay it each time (bench/hang.py measures it)
         if now - (st.get("cpu_t") or 0) >= min(max(after / 10.0, 1.0), 10.0):
@@ -342,6 +359,7 @@ def check(store, att, cfg=None, now=None, capture=True):
     for k, s in st["cpu"].items():
         ranks.setdefault(k, {})["cpu_s"] = s[-1][1]
     return {"stall_after": after, "stall_after_from": src, "median_step_s": med,
+            "step_time_from": step_time(st, att.get("started_at"))[1],
             "straggler_ratio": float(cfg.get("ratio") or RATIO), "step": _num(st["step"]),
             "step_t": st["step_t"], "ranks": ranks, "alerts": alerts}
 
