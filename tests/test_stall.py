@@ -206,3 +206,14 @@ def test_before_two_reads_saw_the_step_advance_its_time_is_bounded_from_the_atte
     assert stall_after({}, dict(st, iv=[50.0, 70.0, 60.0]), 1000.0) == (600.0, "derived", 60.0)  # two reads: theirs
     assert stall_after({"after": 5}, st, 1000.0)[:2] == (5.0, "set")
     assert stall_after({}, {"iv": [], "step": None}, 1000.0) == (120.0, "default", None)
+
+
+def test_a_step_counter_that_starts_again_each_epoch_is_progress_not_a_stall(cli):
+    name = f"epoch{os.getpid()}"
+    rc, doc = cli.json("start", name, "--settle", "0.2", "--", "python3", "-c",
+                       "import time\nfor e in range(10000):\n for s in range(3):\n"
+                       "  print('epoch %d step %d loss 1.0' % (e, s), flush=True); time.sleep(0.3)")
+    assert rc == 0, doc
+    rc, w = cli.json("watch", name, "--for", "5", "--stall-after", "2")  # 5 s: step 2 seen for 2.5 s, twice over
+    assert rc == 0 and w["result"]["healthy"], w
+    assert cli.run("stop", name).returncode == 0

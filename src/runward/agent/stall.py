@@ -1,7 +1,7 @@
 """Stall and straggler: a live run that stopped working, and the rank that holds it back
 (docs/diagnosis.md, "Stalls and stragglers").
 
-- **stall**: the run's step (the furthest `step`/`iteration`/... its log shows) has not
+- **stall**: the run's step (the last `step`/`iteration`/... its log printed) has not
   advanced for stall_after seconds while the job is alive. A log that shows no step at all is
   judged by its silence instead (basis "log"), and the alert says so.
 - **stall_after**: set (start --stall-after, [runs.NAME.health] stall_after), else derived from
@@ -89,7 +89,7 @@ def _step_of(text):
 
 def _read(st, path, now):
     """The lines the log gained since the last call: {rank: (last step or None, last line no)},
-    the run's furthest step in them, and the read's time (the log's mtime: when its last
+    the run's last step in them, the lowest, and the read's time (the log's mtime: when its last
     line was written)."""
     try:
         f = open(path, "rb")
@@ -114,8 +114,8 @@ def _read(st, path, now):
         st["lines"] += 1
         key, rest = _rank_of(line.replace("\r", ""))
         step = _step_of(rest)
-        if step is not None and (best is None or step > best):
-            best = step
+        if step is not None:
+            best = step  # the last in the log's order (an epoch's counter may start again)
         if step is not None and (low is None or step < low):
             low = step
         if key is not None:
@@ -125,10 +125,12 @@ def _read(st, path, now):
 
 
 def _advance(rec, step, t):
-    """REC's step to STEP seen at T: a step-time estimate when an earlier read saw it advance."""
-    if step is None or (rec.get("step") is not None and step <= rec["step"]):
+    """REC's step to STEP, the last one its log printed, seen at T. Any other value is
+    progress: a counter that starts again each epoch goes back, and the run is not stalled.
+    A step-time estimate when an earlier read saw it go forward."""
+    if step is None or step == rec.get("step"):
         return
-    if rec.get("step") is not None and rec.get("step_t") is not None and t > rec["step_t"]:
+    if rec.get("step") is not None and rec.get("step_t") is not None and t > rec["step_t"] and step > rec["step"]:
         rec["iv"] = (rec.get("iv") or [])[-(KEEP - 1):] + [(t - rec["step_t"]) / float(step - rec["step"])]
     rec["step"], rec["step_t"] = step, t
 
