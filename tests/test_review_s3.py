@@ -1,0 +1,147 @@
+"""Hostile black-box review s3 (issue 25's late fixes): each test is a finding, reproduced
+with real processes and files, ground truth read from /proc and the files themselves, never
+from runward's own answers. Each fails on the code it was found on (d87cae8)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import alive, read_stat, wait_for
+from test_membership import kill_all, ordinary, procs_with, record, stat_fields  # noqa: F401 (a fixture)
+
+
+# --- drift: a pushed directory's files are never hashed at start -----------------------------
+
+def test_a_file_edited_on_the_target_inside_a_pushed_directory_is_drift(cli, tmp_path):
+    """A run whose `files` is a directory: its start records {dir: None} (sha256 of a
+    directory fails, kept as None), so `drift` ("the code on disk is not the code running",
+    README) is blind to every file in it: a.py rewritten and b.py deleted on the target
+    while the job runs, and status says nothing."""
+    pkg = cli.cwd / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("print('a')\n")
+    (pkg / "b.py").write_text("print('b')\n")
+    dst = tmp_path / "dst" / "pkg"
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.dirdrift]\nsh = "exec sleep 600"\nfiles = ["pkg:{dst}"]\n')
+    rc, doc = cli.json("deploy", "dirdrift")
+    assert rc == 0, doc
+    rc, doc = cli.json("start", "dirdrift", "--settle", "0.2")
+    assert rc == 0, doc
+    try:
+        started_with = hashlib.sha256((dst / "a.py").read_bytes()).hexdigest()
+        (dst / "a.py").write_text("print('changed behind runward')\n")
+        (dst / "b.py").unlink()
+        assert hashlib.sha256((dst / "a.py").read_bytes()).hexdigest() != started_with
+        st = cli.status("dirdrift")
+        assert st["state"] == "running", st
+        drifted = {d["path"] for d in st.get("drift") or ()}
+        assert {str(dst / "a.py"), str(dst / "b.py")} <= drifted, (
+            "the code on disk is not the code running, and status does not say so: %s" % st.get("drift"))
+    finally:
+        cli.json("stop", "dirdrift", "--grace", "2")
+
+
+# --- the lingering shim killed: what it held goes to pid 1, and nothing says so ---------------
+
+def test_a_shim_killed_while_it_lingers_for_an_adopted_escapee_is_said_as_a_blind_spot(ordinary):
+    """No cgroup (an ordinary user). The job exits by itself; its escapee (env -i, setsid,
+    double fork) is adopted, and the shim lingers as its parent (shim._wait_adopted): `stray`.
+    Then the shim is SIGKILLed from outside: the escapee goes to pid 1, untraceable. Before:
+    status `exited` with no blind_spot, stop 'already stopped ... verified' with no
+    blind_spot, rm removed the records, `sleep TOKEN` alive throughout. runs.blind_spot
+    returns None whenever the shim recorded the exit itself, but a lingering shim recorded it
+    and then held the orphans; killed, it dropped them."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}4"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exit 3'
+    p = run("start", "lingerkill", "--settle", "0", "--json", "--sh", line)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = wait_for(lambda: record(run.home, "lingerkill").get("exit") and record(run.home, "lingerkill"),
+                       what="the job's exit recorded")
+        shim = att["shim"]
+        wait_for(lambda: int(stat_fields(esc)[1]) == shim["pid"], what="the shim to hold the escapee")
+        st = json.loads(run("status", "lingerkill", "--json").stdout)["result"]["runs"][0]
+        assert st["state"] == "stray", st  # the late fix holds while the shim lives
+        os.kill(shim["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(shim["pid"], shim["start"]), what="the shim gone")
+        assert alive(esc) and int(stat_fields(esc)[1]) != shim["pid"]  # ground truth: alive, at pid 1
+        st = json.loads(run("status", "lingerkill", "--json").stdout)["result"]["runs"][0]
+        seen = esc in (st.get("stray_processes") or []) + ((st.get("tree") or {}).get("pids") or [])
+        assert seen or "cannot be found" in (st.get("blind_spot") or ""), (
+            "status says %r with no word of what it cannot see while %d lives" % (st["state"], esc))
+        p = run("stop", "lingerkill", "--grace", "2", "--json")
+        doc = json.loads(p.stdout)
+        assert not alive(esc) or "cannot be found" in ((doc.get("result") or {}).get("blind_spot") or ""), (
+            "stop: %s while sleep %s (pid %d) lives" % (doc, token, esc))
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+
+
+# --- a lost run's session number, reused by another program -----------------------------------
+
+REUSE = r'''
+import os, sys
+target, token = int(sys.argv[1]), sys.argv[2]
+for _ in range(3000):
+    r, w = os.pipe()
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(target - 1))
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        if os.getpid() != target:
+            os._exit(1)
+        os.setsid()  # session and group TARGET, as the lost job's were
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", token])
+        os._exit(0)  # the leader goes; its sleep stays in session TARGET
+    os.close(w)
+    hit = os.read(r, 1) == b"" and os.waitpid(pid, 0)[1] == 0
+    os.close(r)
+    if hit:
+        sys.exit(0)
+sys.exit(3)
+'''
+
+
+def test_a_lost_runs_reused_session_number_is_another_programs_and_never_stopped(cli):
+    """A lost attempt (shim and job SIGKILLed: no exit record) keeps claiming session/group
+    X (its job's pid) with no end bound: once X is free, any program that gets pid X and
+    makes a session leaves processes that runward calls the run's. Before: status listed an
+    unrelated `sleep` as the run's stray, `start` was refused over it, and `stop` SIGTERMed
+    it ('1 process(es) dead, verified'): design rule 2 (pids are reused) and rule 3."""
+    if os.geteuid() != 0 or not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        pytest.skip("needs root to pick the next pid (ns_last_pid) and make the reuse real")
+    rc, doc = cli.json("start", "lostreuse", "--settle", "0.2", "--", "sleep", "600")
+    assert rc == 0, doc
+    att = record(cli.home, "lostreuse")
+    shim, job = att["shim"], att["job"]
+    token = f"8{os.getpid() % 100000:05d}6"
+    try:
+        for who in (shim, job):
+            os.kill(who["pid"], signal.SIGKILL)
+            wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
+        assert cli.status("lostreuse")["state"] == "lost"
+        # an unrelated program (no marker, no cgroup of the run, not adopted) in session X
+        p = subprocess.run([sys.executable, "-c", REUSE, str(job["pid"]), token], env={"PATH": "/usr/bin:/bin"})
+        if p.returncode != 0:
+            pytest.skip("pid %d was not free to take again (a busy machine)" % job["pid"])
+        other = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the unrelated sleep")[0]
+        assert int(stat_fields(other)[3]) == job["pid"] and b"RUNWARD_RUN" not in open(
+            f"/proc/{other}/environ", "rb").read()
+        st = cli.status("lostreuse")
+        assert other not in (st.get("stray_processes") or []), "an unrelated process called the run's: %s" % st
+        rc, doc = cli.json("stop", "lostreuse", "--grace", "2")
+        assert alive(other), "stop signalled an unrelated process: %s" % doc
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode()))
