@@ -145,3 +145,59 @@ def test_a_lost_runs_reused_session_number_is_another_programs_and_never_stopped
         assert alive(other), "stop signalled an unrelated process: %s" % doc
     finally:
         kill_all(procs_with(f"sleep\0{token}\0".encode()))
+
+
+# --- rm over what status says it cannot see -------------------------------------------------
+
+def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_silence(ordinary):
+    """Design rule 11: nothing destructive is decided on unknown. No cgroup, the job and its
+    shim SIGKILLed: status says (blind_spot) that an escapee may live unfound, and one does.
+    Before: `rm` removed the records with not a word of it (exit 0), while `sleep TOKEN` ran."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}8"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
+    p = run("start", "escrm", "--settle", "0.2", "--json", "--sh", line)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = record(run.home, "escrm")
+        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        for who in (att["shim"], att["job"]):
+            os.kill(who["pid"], signal.SIGKILL)
+            wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
+        st = json.loads(run("status", "escrm", "--json").stdout)["result"]["runs"][0]
+        assert "cannot be found" in (st.get("blind_spot") or ""), st  # status says it
+        p = run("rm", "escrm", "--json")
+        doc = json.loads(p.stdout)
+        assert alive(esc)
+        said = json.dumps(doc)
+        assert p.returncode != 0 or "cannot be found" in said or "blind_spot" in said, (
+            "rm removed the records in silence while sleep %s (pid %d) lives: %s" % (token, esc, said))
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+
+
+# --- restart --deploy leaves a locally deleted file on the target, unsaid ---------------------
+
+def test_restart_deploy_says_the_local_drift_it_left(cli, tmp_path):
+    """A file renamed locally in a pushed directory (a.py -> a2.py): `restart --deploy` sends
+    a2.py and leaves a.py on the target (no --delete), which the job still sees. Before: exit
+    0, 'verified', no word of it in the result; the next plain `restart` is then refused for
+    that very drift. `--no-deploy` lists the local_drift it leaves; --deploy must as well."""
+    pkg = cli.cwd / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("print('a')\n")
+    dst = tmp_path / "dst" / "pkg"
+    (cli.cwd / "runward.toml").write_text(f'[runs.renamed]\nsh = "exec sleep 600"\nfiles = ["pkg:{dst}"]\n')
+    assert cli.json("deploy", "renamed")[0] == 0
+    rc, doc = cli.json("start", "renamed", "--settle", "0.2")
+    assert rc == 0, doc
+    try:
+        (pkg / "a.py").rename(pkg / "a2.py")
+        rc, doc = cli.json("restart", "renamed", "--deploy", "--settle", "0.2")
+        assert rc == 0, doc
+        assert (dst / "a.py").exists() and (dst / "a2.py").exists()  # ground truth: both on the target
+        assert "local_drift" in json.dumps(doc["result"]) and str(dst / "a.py") in json.dumps(doc["result"]), (
+            "restart --deploy left %s on the target and said nothing: %s" % (dst / "a.py", doc["result"]))
+    finally:
+        cli.json("stop", "renamed", "--grace", "2")
