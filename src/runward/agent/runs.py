@@ -67,8 +67,11 @@ def blind_spot(att, procs):
     if sp is not None and sp.start == shim.get("start") and not sp.dead:
         return None
     ex = att.get("exit") or {}
-    if ex and ex.get("by") is None:
-        return None  # the shim recorded the job's end itself, then left: nothing was dropped
+    held = att.get("lingering") or {}
+    if ex and ex.get("by") is None and not (held and not held.get("ended")):
+        # the shim recorded the job's end itself, then left: nothing was dropped; unless it
+        # was killed while it held adopted orphans (shim._wait_adopted): they went to pid 1
+        return None
     return BLIND_SPOT
 
 

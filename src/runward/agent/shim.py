@@ -148,23 +148,30 @@ def main(home_path, name, attempt, env, notify=None):
                 logfiles.reap(logger)  # its last lines are in the log before the shim is gone
     # a run with a restart policy: one attempt after another (supervise.py), else just one
     sup.loop(n, att, one, status_fd)
-    _wait_adopted()
+    _wait_adopted(store)
 
 
-def _wait_adopted():
+def _wait_adopted(store):
     """The job is over and recorded; orphans of its tree that the shim adopted and that
     still live are the run's (runs.adopted): the shim stays their parent until each has
     ended, so `status` says `stray` and `stop` ends them. Gone to pid 1 with the shim, one
     that cleared its environment and left the session would be found by nothing where there
     is no cgroup (a container, an ordinary user), and `stop` would call the run stopped.
     Each is waited for by its pid (no polling); one adopted meanwhile is seen by the scan
-    after. The shim's own helpers stay in its session and are not waited for here."""
+    after. The shim's own helpers stay in its session and are not waited for here.
+    While it holds any, its last attempt's record says so (`lingering`): a shim SIGKILLed
+    then drops them to pid 1, and runs.blind_spot must say that it cannot see them."""
     from .procfs import scan
     me, sid = os.getpid(), os.getsid(0)
+    held = None
     while True:
         procs = scan()
         kids = [pid for pid in procs.children().get(me, ()) if procs[pid].sid != sid]
+        if held is None and kids:
+            held = _mark_lingering(store, procs[me].start, None)
         if not kids:
+            if held:
+                _mark_lingering(store, procs[me].start, held)
             return
         for pid in kids:
             while True:
@@ -175,6 +182,26 @@ def _wait_adopted():
                 except ChildProcessError:
                     pass
                 break
+
+
+def _mark_lingering(store, my_start, since):
+    """Mark (since None) or close (since: when it began) the shim's holding of adopted
+    orphans in its own last attempt's record; a newer attempt's record (another shim's) is
+    left alone. Returns when the holding began, or 0 when nothing was marked."""
+    n, me, now = (store.run() or {}).get("attempt"), os.getpid(), time.time()
+    if not n:
+        return 0
+
+    def mark(att):
+        shim = att.get("shim") or {}
+        if shim.get("pid") != me or shim.get("start") != my_start:
+            return False
+        att["lingering"] = {"since": since, "ended": now} if since else {"since": now}
+    try:
+        att = store.update_attempt(n, mark)
+    except OSError:
+        return 0  # a record that cannot be written: status says what it can
+    return (att.get("lingering") or {}).get("since", 0)
 
 
 def end():
