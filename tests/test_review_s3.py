@@ -87,6 +87,36 @@ def test_a_shim_killed_while_it_lingers_for_an_adopted_escapee_is_said_as_a_blin
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
 
 
+def test_a_shim_killed_in_its_backoff_while_it_holds_an_adopted_escapee_is_a_blind_spot(ordinary):
+    """The same drop in a supervised run's backoff: attempt 1 exits (code 3) leaving an
+    adopted escapee, the shim waits out a 60 s backoff as its parent, and is SIGKILLed.
+    Before: status `exited`, stop 'already stopped ... verified', both with no blind_spot,
+    while `sleep TOKEN` lived at pid 1."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}0"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exit 3'
+    p = run("start", "backoffkill", "--settle", "0", "--restart", "on-failure", "--max-restarts", "1",
+            "--backoff", "60", "--json", "--sh", line)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = wait_for(lambda: record(run.home, "backoffkill").get("exit") and record(run.home, "backoffkill"),
+                       what="attempt 1's exit recorded")
+        shim = att["shim"]
+        assert int(stat_fields(esc)[1]) == shim["pid"] and not (run.home / "runs" / "backoffkill" / "attempts"
+                                                                / "2.json").exists()
+        os.kill(shim["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(shim["pid"], shim["start"]), what="the shim gone")
+        assert alive(esc)
+        st = json.loads(run("status", "backoffkill", "--json").stdout)["result"]["runs"][0]
+        seen = esc in (st.get("stray_processes") or []) + ((st.get("tree") or {}).get("pids") or [])
+        assert seen or "cannot be found" in (st.get("blind_spot") or ""), st
+        doc = json.loads(run("stop", "backoffkill", "--grace", "2", "--json").stdout)
+        assert not alive(esc) or "cannot be found" in ((doc.get("result") or {}).get("blind_spot") or ""), doc
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+
+
 # --- a lost run's session number, reused by another program -----------------------------------
 
 REUSE = r'''

@@ -163,16 +163,15 @@ def _wait_adopted(store):
     then drops them to pid 1, and runs.blind_spot must say that it cannot see them."""
     from .procfs import scan
     me, sid = os.getpid(), os.getsid(0)
-    held = None
+    opened = False
     while True:
         procs = scan()
         kids = [pid for pid in procs.children().get(me, ()) if procs[pid].sid != sid]
-        if held is None and kids:
-            held = _mark_lingering(store, procs[me].start, None)
         if not kids:
-            if held:
-                _mark_lingering(store, procs[me].start, held)
+            _mark_lingering(store, procs[me].start, close=True)
             return
+        if not opened:
+            opened = _mark_lingering(store, procs[me].start, close=False) or True
         for pid in kids:
             while True:
                 try:
@@ -184,24 +183,42 @@ def _wait_adopted(store):
                 break
 
 
-def _mark_lingering(store, my_start, since):
-    """Mark (since None) or close (since: when it began) the shim's holding of adopted
-    orphans in its own last attempt's record; a newer attempt's record (another shim's) is
-    left alone. Returns when the holding began, or 0 when nothing was marked."""
+def _adopted_now():
+    """Whether the shim is the parent of an orphan of the job's tree now (runs.adopted's
+    rule, seen from the shim: a live child out of its session, not a shim's own helper)."""
+    from .procfs import protected, scan
+    procs = scan()
+    prot = protected(procs)
+    me, sid = os.getpid(), os.getsid(0)
+    return any(procs[pid].sid != sid and not procs[pid].dead and pid not in prot
+               for pid in procs.children().get(me, ()))
+
+
+def _mark_lingering(store, my_start, close):
+    """Open (close False) or close the `lingering` mark in the shim's own last attempt's
+    record; a newer attempt's record (another shim's) is left alone, and nothing is written
+    when there is nothing to change."""
     n, me, now = (store.run() or {}).get("attempt"), os.getpid(), time.time()
     if not n:
-        return 0
+        return False
 
     def mark(att):
-        shim = att.get("shim") or {}
+        shim, held = att.get("shim") or {}, att.get("lingering")
         if shim.get("pid") != me or shim.get("start") != my_start:
             return False
-        att["lingering"] = {"since": since, "ended": now} if since else {"since": now}
+        if close:
+            if not held or held.get("ended"):
+                return False
+            held["ended"] = now
+        elif held and not held.get("ended"):
+            return False
+        else:
+            att["lingering"] = {"since": now}
     try:
-        att = store.update_attempt(n, mark)
+        store.update_attempt(n, mark)
     except OSError:
-        return 0  # a record that cannot be written: status says what it can
-    return (att.get("lingering") or {}).get("since", 0)
+        return False  # a record that cannot be written: status says what it can
+    return True
 
 
 def end():
@@ -254,10 +271,15 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     link = peers.attach(store, n, att)  # a multi-node run's node: its peers watched (peers.py)
     ex = sup.wait_exit(pid, n)
     faults.point("shim:exited")
+    # without a cgroup, orphans the shim holds past the job's end (a backoff, the last
+    # linger) are findable only while it lives: the record says so (runs.blind_spot)
+    held = not att.get("cgroups") and _adopted_now()
 
     def record_exit(a):
         faults.point("shim:recording-exit")  # the record lock held: a racing stop waits here
         a["exit"] = ex
+        if held:
+            a["lingering"] = {"since": time.time()}
     att = store.update_attempt(n, record_exit)
     say(status_fd, {"exit": ex})
     peers.ended(link, ex, att)
