@@ -117,6 +117,33 @@ def test_a_shim_killed_in_its_backoff_while_it_holds_an_adopted_escapee_is_a_bli
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
 
 
+def test_a_stray_run_whose_shim_was_killed_says_its_blind_spot_in_status_too(ordinary):
+    """The job leaves two: `sleep 1TOKEN` in its session (found: the run is `stray`) and an
+    env -i setsid escapee the shim adopted; the lingering shim is SIGKILLed. Status computed
+    blind_spot only for orphaned/lost/exited, and `stray` is none of them: status said
+    'stray, 1 still alive: stop ends them' (stop then said the blind spot, status never)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}1"
+    line = f'sleep 1{token} & env -i setsid sh -c "(sleep {token} &); exit 0"; exit 3'
+    p = run("start", "straykill", "--settle", "0", "--json", "--sh", line)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = wait_for(lambda: record(run.home, "straykill").get("exit") and record(run.home, "straykill"),
+                       what="the job's exit recorded")
+        shim = att["shim"]
+        wait_for(lambda: int(stat_fields(esc)[1]) == shim["pid"], what="the shim to hold the escapee")
+        os.kill(shim["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(shim["pid"], shim["start"]), what="the shim gone")
+        assert alive(esc)
+        st = json.loads(run("status", "straykill", "--json").stdout)["result"]["runs"][0]
+        assert st["state"] == "stray" and esc not in (st.get("stray_processes") or []), st
+        assert "cannot be found" in (st.get("blind_spot") or ""), (
+            "status: stray, with no word of sleep %s (pid %d) it cannot see: %s" % (token, esc, st))
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid) + procs_with(f"sleep\01{token}\0".encode(), run.uid))
+
+
 # --- a lost run's session number, reused by another program -----------------------------------
 
 REUSE = r'''
