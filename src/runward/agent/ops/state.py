@@ -79,7 +79,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if state in ("stray", "failed", "lost") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
-    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited") else None
+    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited", "stray") else None
     if unseen:
         out["blind_spot"] = unseen  # what the member search cannot see here
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
