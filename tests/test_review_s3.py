@@ -258,3 +258,30 @@ def test_restart_deploy_says_the_local_drift_it_left(cli, tmp_path):
             "restart --deploy left %s on the target and said nothing: %s" % (dst / "a.py", doc["result"]))
     finally:
         cli.json("stop", "renamed", "--grace", "2")
+
+
+# --- local_drift's "still deployed" read from deployed.json, not from the target -------------
+
+def test_a_file_push_delete_removed_is_not_said_to_be_still_deployed(cli, tmp_path):
+    """b.py deleted locally, then `push --delete` of the same directory removes it from the
+    target (ground truth: gone). deployed.json is only `deploy`'s: status went on saying 'b.py
+    deleted locally, still deployed', and `restart` refused for a drift that is not there."""
+    pkg = cli.cwd / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("a\n")
+    (pkg / "b.py").write_text("b\n")
+    dst = tmp_path / "dst" / "pkg"
+    (cli.cwd / "runward.toml").write_text(f'[runs.pushdel]\nsh = "exec sleep 600"\nfiles = ["pkg:{dst}"]\n')
+    assert cli.json("deploy", "pushdel")[0] == 0
+    rc, doc = cli.json("start", "pushdel", "--settle", "0.2")
+    assert rc == 0, doc
+    try:
+        (pkg / "b.py").unlink()
+        rc, doc = cli.json("push", "--on", "local", "--delete", f"pkg:{dst}")
+        assert rc == 0, doc
+        assert not (dst / "b.py").exists() and (dst / "a.py").exists()  # ground truth
+        st = cli.status("pushdel")
+        stale = [d for d in st.get("local_drift") or () if d.get("remote") == str(dst / "b.py")]
+        assert not stale, "status says %s is still deployed; it is gone: %s" % (dst / "b.py", stale)
+    finally:
+        cli.json("stop", "pushdel", "--grace", "2")
