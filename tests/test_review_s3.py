@@ -285,3 +285,60 @@ def test_a_file_push_delete_removed_is_not_said_to_be_still_deployed(cli, tmp_pa
         assert not stale, "status says %s is still deployed; it is gone: %s" % (dst / "b.py", stale)
     finally:
         cli.json("stop", "pushdel", "--grace", "2")
+
+
+# --- a local file of a pushed directory that cannot be read -----------------------------------
+
+def _unreadable_project(run, name, sh):
+    base = run.home.parent
+    pkg = base / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("print(1)\n")
+    (base / "runward.toml").write_text(f'[runs.{name}]\nsh = "{sh}"\nfiles = ["pkg:{base}/dst/pkg"]\n')
+    for p in (pkg, pkg / "a.py", base / "runward.toml"):
+        os.chown(p, run.uid, run.uid)
+    p = run("deploy", name, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    return pkg
+
+
+def test_status_with_an_unreadable_local_file_in_a_pushed_directory_answers(ordinary):
+    """`status` in the project reads the local files for local_drift; one it may not read
+    (mode 000) made it die with a PermissionError traceback, exit 1, no JSON document under
+    --json (README: every command prints exactly one)."""
+    run = ordinary
+    pkg = _unreadable_project(run, "unread", "exec sleep 600")
+    p = run("start", "unread", "--settle", "0.2", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        (pkg / "a.py").chmod(0)
+        p = run("status", "unread", "--json")
+        assert "Traceback" not in p.stderr, p.stderr[-600:]
+        doc = json.loads(p.stdout)  # one JSON document
+        assert str(pkg / "a.py") in json.dumps(doc), doc
+    finally:
+        run("stop", "unread", "--grace", "2")
+
+
+def test_restart_deploy_that_stopped_the_run_never_exits_2(ordinary):
+    """README: a restart's exit 2 means bad input found before anything was stopped ("the old
+    attempt untouched"). A local file that turns unreadable after the plan (the old job's
+    TERM trap chmods it, as any process of the user may) failed the deploy after the stop:
+    exit 2, 'the run is stopped'. A script reading exit 2 as untouched is misled; the other
+    deploy failures after the stop (disk full, a directory in the way) are exit 1."""
+    run = ordinary
+    base = run.home.parent
+    pkg = _unreadable_project(run, "unread2", f"trap 'chmod 000 {base}/pkg/a.py; exit 0' TERM; "
+                                              "while :; do sleep 0.1; done")
+    p = run("start", "unread2", "--settle", "0.2", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = record(run.home, "unread2")["job"]
+    try:
+        (pkg / "a.py").write_text("print(2)\n")
+        p = run("restart", "unread2", "--deploy", "--settle", "0.2", "--json")
+        stopped = not alive(job["pid"], job["start"])
+        assert not (p.returncode == 2 and stopped), (
+            "exit 2 (untouched, README) while the old attempt was stopped: %s" % p.stdout[-400:])
+    finally:
+        (pkg / "a.py").chmod(0o644)
+        run("stop", "unread2", "--grace", "2")
