@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from . import transport
 from .agent.secrets import holds_masked_password, redact_value
-from .errors import BadInput, NotVerified, RunwardError
+from .errors import BadInput, NotVerified, OperationFailed, RunwardError
 from .targets import Target
 
 DEFAULT_SETTLE = 3.0
@@ -262,19 +262,28 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         except RunwardError as e:
             e.details["failed_step"] = "deploy"
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
-            raise
+            raise _after_stop(e) from None
     began.append("start")
     try:
         res = start(target, name, **_start_kwargs(kw))
     except RunwardError as e:
         e.details["failed_step"] = "start"
         e.message = f"restart failed at step 'start': {e.message} (the old attempt was stopped)"
-        raise
+        raise _after_stop(e) from None
     steps.append({"step": "start", "result": res})
     return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
             "spec_from": "runward.toml" if definition is not None else "last attempt",
             "last_attempt": last.get("attempt"), "changed": changed, **(noted or {}),
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
+
+
+def _after_stop(e: RunwardError) -> RunwardError:
+    """A restart's exit 2 says bad input found before anything was stopped (README: the old
+    attempt untouched); once the stop is done, a bad input met later (a local file that
+    turned unreadable after the checks) is a failed step, exit 1, as a full disk is."""
+    if not isinstance(e, BadInput):
+        return e
+    return OperationFailed(e.message, e.hint, hop=e.hop, details=e.details, result=e.result)
 
 
 def check_start(name: str, kw: dict) -> None:
