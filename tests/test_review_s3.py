@@ -342,3 +342,40 @@ def test_restart_deploy_that_stopped_the_run_never_exits_2(ordinary):
     finally:
         (pkg / "a.py").chmod(0o644)
         run("stop", "unread2", "--grace", "2")
+
+
+# --- a supervised restart's earlier attempt's cgroup is searched by nobody --------------------
+
+def test_a_supervised_runs_first_attempt_escapee_in_its_cgroup_outlives_a_killed_shim_unseen(cli):
+    """Root, with cgroups. Attempt 1 leaves an escapee (env -i, setsid, double fork: it stays
+    in attempt 1's cgroup, adopted by the shim) and exits 3; the shim restarts (attempt 2,
+    a cgroup of its own). While the shim lives, status counts the escapee (adopted). Then the
+    shim is SIGKILLed: the member search of attempt 2 looks at attempt 2's cgroup only, and
+    blind_spot is never said for a run with cgroups. Before: status 'orphaned, 1 procs',
+    stop '1 process(es) dead, verified', `sleep TOKEN` alive in runward/...NAME.1's cgroup."""
+    token = f"8{os.getpid() % 100000:05d}4"
+    line = (f'n=${{RUNWARD_RUN##*.}}; if [ $n = 1 ]; then env -i setsid sh -c "(sleep {token} &); exit 0"; '
+            'exit 3; fi; exec sleep 600')
+    rc, doc = cli.json("start", "supcg", "--settle", "0", "--restart", "on-failure", "--max-restarts", "1",
+                       "--backoff", "0", "--sh", line)
+    try:
+        if not (doc.get("result") or {}).get("cgroups") and not record(cli.home, "supcg").get("cgroups"):
+            pytest.skip("no cgroup for runs here (needs root and a writable cgroup tree)")
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the escapee")[0]
+        att2 = wait_for(lambda: (lambda a: a if a.get("job") else None)(record(cli.home, "supcg", 2)),
+                        what="attempt 2 running")
+        assert "supcg.1" in open(f"/proc/{esc}/cgroup").read()  # ground truth: attempt 1's cgroup
+        shim = att2["shim"]
+        os.kill(shim["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(shim["pid"], shim["start"]), what="the shim gone")
+        assert alive(esc)
+        st = cli.status("supcg")
+        seen = esc in ((st.get("tree") or {}).get("pids") or []) + (st.get("stray_processes") or [])
+        assert seen or st.get("blind_spot"), "status %r does not see pid %d, nor says it cannot: %s" % (
+            st["state"], esc, st)
+        rc, doc = cli.json("stop", "supcg", "--grace", "2")
+        assert not alive(esc) or (doc.get("result") or {}).get("blind_spot"), (
+            "stop said %s while sleep %s (pid %d) lives in attempt 1's cgroup" % (doc.get("result"), token, esc))
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode()))
+        cli.json("stop", "supcg", "--grace", "1")
