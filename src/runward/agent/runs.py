@@ -23,7 +23,7 @@ def members(name, att, procs, prot):
         # a record or a process from before home ids were kept matches on the name alone
         if pid not in prot and (hid is None or phid is None or phid == hid):
             found[pid] = procs[pid]
-    for pid in cgroups.pids(att.get("cgroups") if att else ()):
+    for pid in cgroups.pids(cgroups.run_paths(att.get("cgroups")) if att else ()):
         p = procs.get(pid)
         if p is not None:
             found[pid] = p

@@ -136,7 +136,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
         res["verified"] = ["no_process_of_run_alive"]
         faults.point("stop:dead")
         _let_shim_record(store, att, fates, by)
-        cgroups.remove((att or {}).get("cgroups"))
+        cgroups.remove(cgroups.run_paths((att or {}).get("cgroups")))  # earlier attempts' left ones too
         gpus.stop_check(res, store, att, fates, gpu_timeout)
     latest = store.latest()
     res["state"] = attempt_state(latest, own_procs(latest), boot_id())
