@@ -12,7 +12,7 @@ from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
 from ..secrets import is_shown_form, redact_env
-from ..store import RunStore, file_hashes, open_log, remove_file, write_all, write_json
+from ..store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..terminate import parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
 from .stop import mark_stop_requested, stop_locked
@@ -206,6 +206,23 @@ def _hashed_files(req, argv, cwd):
     return hashed
 
 
+def _attempt_hashes(store, home, paths):
+    """file_hashes of PATHS; a directory among them (a pushed directory: its own hash is None)
+    is hashed file by file as its deploy recorded them (deployed.json), through the hash cache
+    that push filled, so that `drift` sees a file in it edited or removed on the target while
+    the job runs; files the job writes there (checkpoints) are not read."""
+    out = file_hashes(paths)
+    dirs = [p.rstrip("/") + "/" for p in paths if out.get(p) is None and os.path.isdir(p)]
+    if dirs:
+        from ..hashcache import HashCache
+        cache = HashCache(home)
+        for k in sorted(read_json(os.path.join(store.dir, "deployed.json")) or {}):
+            if any(k.startswith(d) for d in dirs):
+                out[k] = cache.sha256_path(k)
+        cache.save()
+    return out
+
+
 def _new_attempt(store, req, home, plan):
     """Write the attempt record, the attempt's header in the log, and the run record, last:
     a failure on the way (a full disk, a refused log) leaves run.json as it was, and what
@@ -249,7 +266,7 @@ def _write_attempt(store, req, home, plan, made):
         "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
         "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
         "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
-        "gpus": req.get("gpus"), "hashes": file_hashes(_hashed_files(req, plan["argv"], plan["cwd"])),
+        "gpus": req.get("gpus"), "hashes": _attempt_hashes(store, home, _hashed_files(req, plan["argv"], plan["cwd"])),
         "files": req.get("files") or [],
         "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
