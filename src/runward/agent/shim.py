@@ -170,8 +170,9 @@ def _wait_adopted(store):
         if not kids:
             _mark_lingering(store, procs[me].start, close=True)
             return
-        if not opened:
-            opened = _mark_lingering(store, procs[me].start, close=False) or True
+        if not opened:  # once: the record may say so already (opened at the job's exit)
+            _mark_lingering(store, procs[me].start, close=False)
+            opened = True
         for pid in kids:
             while True:
                 try:
