@@ -147,6 +147,32 @@ def test_a_stray_run_whose_shim_was_killed_says_its_blind_spot_in_status_too(ord
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid) + procs_with(f"sleep\01{token}\0".encode(), run.uid))
 
 
+def test_a_backoff_with_an_adopted_orphan_still_says_the_pending_restart(ordinary):
+    """Issue 25 item 12: during every wait before a restart, status says `restarting` with
+    `next_restart_at`. Attempt 1 exits (3) leaving an adopted escapee; the shim waits out a
+    60 s backoff. Before: state `stray`, next_restart_at None (the pending restart unsaid),
+    and the stop that cancelled it said only '1 process(es) dead' (no 'cancelled')."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}6"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exit 3'
+    p = run("start", "backoffstray", "--settle", "0", "--restart", "on-failure", "--max-restarts", "1",
+            "--backoff", "60", "--json", "--sh", line)
+    assert p.returncode in (0, 1) and json.loads(p.stdout)["result"]["pid"], p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        wait_for(lambda: record(run.home, "backoffstray").get("exit"), what="attempt 1's exit recorded")
+        st = wait_for(lambda: (lambda s: s if s["state"] in ("stray", "restarting") else None)(
+            json.loads(run("status", "backoffstray", "--json").stdout)["result"]["runs"][0]), what="the backoff")
+        assert esc in (st.get("stray_processes") or []) + ((st.get("tree") or {}).get("pids") or []), st
+        assert st.get("next_restart_at"), "a restart is pending in 60 s and status does not say so: %s" % st
+        p = run("stop", "backoffstray", "--grace", "2", "--json")
+        doc = json.loads(p.stdout)
+        assert doc["result"].get("restart_cancelled") and "cancelled" in run("status", "backoffstray").stdout + \
+            json.dumps(doc), doc
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+
+
 # --- a lost run's session number, reused by another program -----------------------------------
 
 REUSE = r'''
