@@ -120,6 +120,8 @@ def _render_stop(r: dict) -> str:
              f"({r['signal']}, {r.get('stop_s', 0):.2f}s)"]
     for p in procs:
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}")
+    if r.get("restart_cancelled"):  # the attempt had ended; what it left was stopped, and the restart too
+        lines.append("  cancelled the pending restart")
     lines += _gpu_release_lines(r)
     if r.get("blind_spot"):
         lines.append(f"  note: {r['blind_spot']}")
