@@ -354,6 +354,24 @@ def test_ctrl_c_during_a_restarts_stop_says_it_goes_on_and_nothing_is_started(cl
     assert not (cli.home / "runs" / "rt" / "attempts" / "2.json").exists(), "nothing may be started"
 
 
+def test_ctrl_c_during_kill_yes_says_it_goes_on_and_it_does(cli, tmp_path):
+    """A kill --yes interrupted in its grace: it said only "interrupted", and its agent died
+    with the CLI, so a TERM-ignoring match was never KILLed (issue 31 item 1, every verb)."""
+    import uuid
+    token = "rwkc" + uuid.uuid4().hex[:8]
+    got = tmp_path / "got-term"
+    rc, doc = cli.json("start", "kc", "--settle", "0.2",
+                       "--sh", f'trap "echo x > {got}" TERM; while :; do sleep 1; done # {token}')
+    assert rc == 0, doc
+    job = (doc["result"]["pid"], doc["result"]["start_time"])
+    proc = cli.popen("kill", token, "--yes", "--grace", "3", start_new_session=True)
+    wait_for(lambda: got.exists() or proc.poll() is not None, what="the kill's TERM to arrive")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "goes on on the target" in err and f"runward ps {token}" in err, err
+    assert "Traceback" not in err
+    wait_for(lambda: not alive(*job), timeout=20, what="the TERM-ignoring match KILLed after the grace")
+
+
 def test_ctrl_c_during_watch_says_it_only_reads(cli):
     rc, doc = cli.json("start", "wt", "--settle", "0.2", "--", "sleep", "300")
     assert rc == 0, doc

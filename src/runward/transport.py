@@ -174,8 +174,8 @@ _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "pi
 _FOLLOWS = frozenset(("watch",))
 # Ops whose far side goes on to its end without us (the agent's wire.outlive_caller): on
 # Ctrl-C the call's child is neither killed nor waited for. A local stop's child is the agent
-# itself, and a stop interrupted after its TERM still owes the KILL after the grace.
-_OUTLIVE = frozenset(("stop",))
+# itself, and a stop (or a kill --yes) interrupted after its TERM still owes the KILL after the grace.
+_OUTLIVE = frozenset(("stop", "kill"))
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 

@@ -20,8 +20,19 @@ def run(args, out) -> int:
     from .. import api
     cfg = load_config(args)
     target = target_of(args, cfg)
-    res = api.kill(target, args.pattern, signal=args.signal, grace=args.grace, tree=args.tree, yes=args.yes,
-                   max_matches=args.max_procs)
+    try:
+        res = api.kill(target, args.pattern, signal=args.signal, grace=args.grace, tree=args.tree, yes=args.yes,
+                       max_matches=args.max_procs)
+    except KeyboardInterrupt:
+        if not args.yes:
+            raise  # a dry run changed nothing: cli.main's plain "interrupted" is the whole truth
+        # the agent outlives its caller once it has sent the signals (agent/ops/pskill.kill)
+        import shlex
+        from ..errors import Interrupted
+        on = f" --on {target}" if not target.is_local else ""
+        raise Interrupted("interrupted: a kill whose signals had been sent goes on on the target to its end "
+                          "(KILL after the grace to what is left); nothing records that end",
+                          f"see what is left: runward ps {shlex.quote(args.pattern)}{on}")
     return emit(out, "kill", target, res, render_kill(res, args.pattern))
 
 
