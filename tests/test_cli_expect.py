@@ -372,6 +372,29 @@ def test_ctrl_c_during_kill_yes_says_it_goes_on_and_it_does(cli, tmp_path):
     wait_for(lambda: not alive(*job), timeout=20, what="the TERM-ignoring match KILLed after the grace")
 
 
+def test_ctrl_c_during_exec_says_the_command_may_still_run(cli):
+    """exec's command has a session of its own: Ctrl-C said only "interrupted" while it ran on."""
+    import random
+    arg = "3000.%06d" % random.randrange(10 ** 6)
+
+    def running():
+        for d in os.listdir("/proc"):
+            try:
+                if Path(f"/proc/{d}/cmdline").read_bytes() == b"sleep\0%s\0" % arg.encode():
+                    return int(d)
+            except OSError:
+                pass
+        return None
+    proc = cli.popen("exec", "--", "sleep", arg, start_new_session=True)
+    pid = wait_for(lambda: running(), what="exec's command to run")
+    try:
+        rc, out, err = _interrupt(proc)
+        assert rc == 130 and "may still be running on the target" in err, err
+        assert running() == pid  # what it said is so
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_ctrl_c_during_watch_says_it_only_reads(cli):
     rc, doc = cli.json("start", "wt", "--settle", "0.2", "--", "sleep", "300")
     assert rc == 0, doc
