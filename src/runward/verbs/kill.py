@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ..render import render_procs
-from ._common import emit, load_config, old_spelling, target_of
+from ._common import emit, load_config, old_spelling, signal_arg, target_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("pattern", help="extended regex against the full command line")
-    p.add_argument("--signal", default="TERM", metavar="SIG", help="the signal sent first (default TERM), then KILL")
+    p.add_argument("--signal", default="TERM", metavar="SIG", type=signal_arg,
+                   help="the signal sent first (default TERM), then KILL")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS", help="before KILL (default 10)")
     p.add_argument("--tree", action="store_true", help="also every descendant of a match")
     p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
