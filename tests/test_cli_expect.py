@@ -395,7 +395,7 @@ def test_ctrl_c_during_exec_says_the_command_may_still_run(cli):
         os.kill(pid, signal.SIGKILL)
 
 
-def test_ctrl_c_during_watch_says_it_only_reads(cli):
+def test_ctrl_c_during_watch_and_logs_f_says_they_only_read(cli):
     rc, doc = cli.json("start", "wt", "--settle", "0.2", "--", "sleep", "300")
     assert rc == 0, doc
     proc = cli.popen("watch", "wt", "--for", "120", start_new_session=True)
@@ -404,6 +404,12 @@ def test_ctrl_c_during_watch_says_it_only_reads(cli):
              what="watch's agent to run")
     rc, out, err = _interrupt(proc)
     assert rc == 130 and "watch only reads" in err and "Traceback" not in err, (out, err)
+    assert marked("wt.1"), "the run goes on"
+    proc = cli.popen("logs", "wt", "-f", start_new_session=True)
+    wait_for(lambda: proc.poll() is not None or Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().strip(),
+             what="the follower's agent to run")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "logs only reads" in err and "run goes on" in err, (out, err)
     assert marked("wt.1"), "the run goes on"
 
 
