@@ -155,6 +155,8 @@ def render_status(res: dict, target: str) -> str:
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
                      f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
+        elif st == "blocked" and (r.get("blocked") or {}).get("by") == "restart":  # never ran yet
+            head += "  waiting for its GPUs (restart)"
         elif st in ("exited", "stray", "failed", "restarting", "gave_up", "blocked"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
@@ -167,6 +169,10 @@ def render_status(res: dict, target: str) -> str:
             lines.append(head)
         from .supervision import status_lines
         lines += status_lines(r, now)
+        b = r.get("blocked") or {}
+        if b.get("by") == "restart" and st == "blocked":
+            lines.append(f"  blocked: this attempt starts by itself once the GPUs are released: {b.get('why')} "
+                         f"(`runward stop {r['name']}` cancels)")
         lines += _stopped_lines(r, now)
         if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade
             lines.append(f"  {r['attribution']['summary']}")

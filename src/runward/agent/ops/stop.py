@@ -46,6 +46,9 @@ def stop(req, home):
             from . import stopckpt
             stopckpt.check(req["checkpoint"], att)
         mark_stop_requested(store, att, procs, req.get("by"))
+        from .. import gatewait
+        if gatewait.pending(att):  # restart's attempt blocked on the GPUs: it never ran; cancelled
+            return gatewait.stop_result(store, att, gatewait.cancel(store, att))
         ckpt = None
         if req.get("checkpoint") is not None:  # marked first: a job that exits once saved is not restarted
             ckpt = stopckpt.before_stop(store, att, req["checkpoint"])
