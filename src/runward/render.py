@@ -100,7 +100,8 @@ def _checkpoint_line(c: dict) -> str:
     """stop --checkpoint's first step, said before the stop's own lines."""
     if c.get("skipped"):
         return f"checkpoint: {c['skipped']}"
-    head = f"checkpoint: sent {c.get('signal')} to pid {c.get('sent_to')}, "
+    head = (f"checkpoint: sent {c.get('signal')} through `{c['via']}`, " if c.get("via")  # Slurm: scancel
+            else f"checkpoint: sent {c.get('signal')} to pid {c.get('sent_to')}, ")
     if c.get("saw_line"):
         return head + f"saw after {c.get('waited_s', 0):.2f}s: {c['saw_line']}"
     if c.get("checkpoint"):
@@ -109,6 +110,8 @@ def _checkpoint_line(c: dict) -> str:
 
 
 def _render_stop(r: dict) -> str:
+    if "start_cancelled" in (r.get("verified") or ()):  # a restart blocked on its GPUs (agent/gatewait.py)
+        return f"{r['name']}: cancelled the blocked start of attempt {r.get('attempt')} (it never ran)"
     if r.get("restart_cancelled") and r.get("already_stopped"):
         return "\n".join([f"{r['name']}: cancelled the pending restart (attempt {r.get('attempt')} had ended; "
                           "no process of the run alive)", *_gpu_release_lines(r)])
