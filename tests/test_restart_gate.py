@@ -14,7 +14,7 @@ import pytest
 
 import fakegpu
 from conftest import EXAMPLE, alive
-from test_progress import FAST
+from test_progress import FAST, _events
 from test_supervise import _end_shims, rec, records, shim_gone, wait_for
 
 PY = sys.executable
@@ -39,15 +39,18 @@ def holder(g):
         p.wait()
 
 
-def _started(c, name: str, gpus: str = "1"):
-    rc, doc = c.json("start", name, "--settle", "0.3", "--cwd", str(c.cwd), "--gpus", gpus, *FAST,
+def _started(c, name: str, gpus: str = "1", *extra: str):
+    rc, doc = c.json("start", name, "--settle", "0.3", "--cwd", str(c.cwd), "--gpus", gpus, *FAST, *extra,
                      "--", PY, str(EXAMPLE))
     assert rc == 0, doc
     return doc["result"]
 
 
-def test_restart_blocked_on_a_held_gpu_names_the_holder_then_starts_by_itself(g, holder):
-    first = _started(g, "rg")
+def test_restart_blocked_on_a_held_gpu_names_the_holder_then_starts_by_itself(g, holder, tmp_path):
+    got = tmp_path / "events.jsonl"
+    recorder = tmp_path / "rec.py"
+    recorder.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read() + '\\n')\n")
+    first = _started(g, "rg", "1", "--notify", f"{PY} {recorder} {got}")
     fakegpu.attach(g.state, 1, holder.pid, 2000)
     rc, doc = g.json("restart", "rg", "--gpu-release-timeout", "0.5")
     assert rc == 5, doc
@@ -64,6 +67,8 @@ def test_restart_blocked_on_a_held_gpu_names_the_holder_then_starts_by_itself(g,
     text = g.run("status", "rg").stdout
     assert "blocked: this attempt starts by itself once the GPUs are released: GPU 1" in text, text
     assert not rec(g.home, "rg", 2).get("job"), "the new attempt started while the GPU was held"
+    ev = wait_for(lambda: [e for e in _events(got) if e["event"] == "blocked"], what="the blocked notification")[0]
+    assert ev["attempt"] == 2 and ev["holders"][0]["pid"] == holder.pid, ev
     holder.kill()
     holder.wait()
     freed = time.time()
