@@ -135,6 +135,11 @@ def main(home_path, name, attempt, env, notify=None):
     att["shim"] = {"pid": me.pid, "start": me.start}
     _become_subreaper()
     sup = supervise.Supervisor(store, att, env, _exec_job, devnull, notify)
+    if att.get("gate"):  # restart's GPU gate: the job waits until the old attempt's GPUs are released
+        from . import gatewait
+        if not gatewait.wait(store, n, att, lambda m: say(status_fd, m), sup.notify,
+                             lambda fd: setattr(sup, "lock_fd", fd)):
+            return  # a stop cancelled it: nothing was started
 
     def one(n, att, status_fd):
         logger, out_fd = _logger(att)

@@ -580,7 +580,7 @@ def _attribution(store, att):
 
 
 _PER_ATTEMPT = ("job", "exit", "error", "stop_requested", "next_restart_at", "restart_reason", "gave_up",
-                "actions", "logger", "log_offset", "log_file", "restart", "resume_from", "blocked", "gpu_gate")
+                "actions", "logger", "log_offset", "log_file", "restart", "resume_from", "blocked", "gpu_gate", "gate")
 
 
 def exit_of(status):

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-signal", metavar="SIG", type=signal_arg,
                    help="the signal that stops the old attempt (default: the one it was started with)")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
+    p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
+                   help="a run with GPUs: how long the stop waits for their memory to be released (default 60); "
+                        "still held then, the new attempt is blocked (exit 5) and starts by itself once they are")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
     how.add_argument("--no-deploy", action="store_true",
@@ -102,7 +105,7 @@ def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> di
     definition = start_kwargs_from_config(run_cfg) if run_cfg else None
     return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
                        deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env,
-                       check=check, began=began)
+                       check=check, began=began, gpu_timeout=args.gpu_release_timeout)
 
 
 def _files_step(args, cfg, name, target, out):

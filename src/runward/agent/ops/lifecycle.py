@@ -273,6 +273,10 @@ def _write_attempt(store, req, home, plan, made):
         "log_max": plan["log_max"], "log_keep": plan["log_keep"],
         "multinode": req.get("multinode"),  # this node's rank and its peers (peers.py)
     }
+    if req.get("gate"):  # restart's GPU gate (gatewait.py): the shim starts the job once they are released
+        from .. import gatewait
+        att["gate"] = {k: req["gate"].get(k) for k in ("gpus", "max_used_mib")}
+        att["blocked"] = gatewait.blocked_record(req["gate"])
     if plan["supervise"]:
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
     att["snapshots"] = snapshots.keep(store, att["hashes"], att["env"])  # compare's diffs (docs/history.md)
@@ -303,7 +307,7 @@ def start(req, home):
         replaced = _replace_old(store, req, scan())
         # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
         gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel) \
-            if req.get("wait_gpus_free") and req.get("gpus") else None
+            if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate") else None  # gated: the shim waits
         n, log_from = _new_attempt(store, req, home, plan)
         faults.point("start:recorded")
         _, pipe = shim.spawn(home, store.name, n, plan["env"], supervise.notify_secrets(plan["supervise"]))
@@ -312,6 +316,8 @@ def start(req, home):
             err = (msg or {}).get("error") or "the shim did not report the job started"
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
+        if "blocked" in msg:  # restart's GPU gate: the shim waits for them, and starts the job by itself
+            return _blocked_reply(store, n, msg["blocked"], replaced)
         job = msg["job"]
         event({"started": {"attempt": n, "pid": job["pid"]}})  # an interrupted CLI can say what runs
         faults.point("start:spawned")
@@ -323,6 +329,14 @@ def start(req, home):
         res["gpu_wait"] = gpu_wait
     faults.point("start:settled")
     return res
+
+
+def _blocked_reply(store, n, blocked, replaced):
+    """The start's answer when its shim waits for the GPUs: what is verified is the waiter."""
+    att = store.attempt(n) or {}
+    return {"name": store.name, "attempt": n, "state": "blocked", "blocked": blocked, "replaced": replaced,
+            "alive_after_settle": False, "log": att.get("log"), "gpus": att.get("gpus"),
+            "shim": att.get("shim"), "verified": ["waiter_alive"]}
 
 
 def _job_on_record(store, n):
