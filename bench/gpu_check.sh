@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check on a real NVIDIA machine (issue 5): start a small torch job under runward that
 # holds ~2 GiB on GPU 0, show `runward gpus` mapping it to its run, stop it and verify the
-# release, and print each figure. Bounded: every step has its own timeout; the whole check
+# release, then the GPU gate (a supervised job SIGKILLed: its next attempt starts only once
+# the memory is released), and print each figure. Bounded: every step has its own timeout; the whole check
 # takes well under 5 minutes (typically 20-40 s, most of it torch's CUDA start-up).
 #
 #   bash bench/gpu_check.sh            # from the checkout; PYTHON=... picks the python with torch
@@ -71,6 +72,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/runward-gpu-check.XXXXXX")"
 export RUNWARD_HOME="$WORK/home"
 cleanup() {
     rw stop "$NAME" --grace 5 --gpu-release-timeout 20 >/dev/null 2>&1 || true
+    rw stop gpugate --grace 5 --gpu-release-timeout 20 >/dev/null 2>&1 || true
     rm -rf "$WORK" "${STANDIN_STATE:-}" "${STANDIN_STATE:+$STANDIN_STATE.lock}"
 }
 trap cleanup EXIT
@@ -135,10 +137,81 @@ elif [ "$(jget "$WORK/stop.json" 'd["result"]["gpu_release"]["verified"]')" != "
     fail "stop answered 0 but gpu_release is not verified"
 fi
 
+# --- the GPU gate: a supervised CUDA job killed with SIGKILL; the next attempt only once its
+# memory is released (issue 29: a restart that starts while the memory is held OOMs at once)
+say ""
+say "== GPU gate (supervised job SIGKILLed; the next attempt starts only once GPU 0 is released)"
+GATE="gpugate"
+rw start "$GATE" --json --gpus 0 --wait-gpus-free --gpu-wait-timeout 60 --settle 1 \
+    --restart on-failure --backoff 0 --max-restarts 1 --gpu-release-timeout 60 \
+    --ready "^gpu: pid=[0-9]+ holds $MIB MiB on (cuda:0|GPU 0)" --ready-timeout 120 \
+    --env TRAIN_GPU_MIB="$MIB" --env TRAIN_STEP_SECONDS=0.2 --env TRAIN_WORKERS=1 --env TRAIN_ESCAPEE=0 \
+    -- "$PY" "$ROOT/examples/train.py" > "$WORK/gate-start.json"
+rc=$?
+GPID=$(jget "$WORK/gate-start.json" 'd["result"]["pid"]')
+if [ $rc -ne 0 ] || [ -z "$GPID" ]; then
+    fail "gate: start (exit $rc): $(jget "$WORK/gate-start.json" 'd["error"]["message"]')"
+else
+    # its memory on GPU 0 first (the CUDA context can show a moment after the ready line)
+    for _ in $(seq 1 40); do
+        nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -qx "$GPID" && break
+        sleep 0.25
+    done
+    A1="$RUNWARD_HOME/runs/$GATE/attempts/1.json"
+    A2="$RUNWARD_HOME/runs/$GATE/attempts/2.json"
+    T_KILL=$(now)
+    kill -KILL "$GPID"
+    # the release as nvidia-smi shows it: the killed pid gone from GPU 0's compute apps, and
+    # GPU 0's memory.used, less what the processes it lists hold (attempt 2 takes its own the
+    # moment it starts), at most 1024 MiB: the gate's own test
+    released() {
+        "$PY" - "$GPID" <<'PYEOF'
+import subprocess, sys
+q = lambda *a: subprocess.run(["nvidia-smi", *a, "--format=csv,noheader,nounits"], capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+uuid, used = [c.strip() for c in q("--query-gpu=uuid,memory.used", "-i", "0")[0].split(",")]
+apps = [[c.strip() for c in ln.split(",")] for ln in q("--query-compute-apps=gpu_uuid,pid,used_memory") if ln.strip()]
+apps = [a for a in apps if a[0] == uuid]
+gone = all(a[1] != sys.argv[1] for a in apps)
+rest = float(used) - sum(float(a[2]) for a in apps if a[2].replace(".", "").isdigit())
+sys.exit(0 if gone and rest <= 1024 else 1)
+PYEOF
+    }
+    T_REL=""
+    end=$((SECONDS + 120))
+    while [ $SECONDS -lt $end ]; do   # as fast as nvidia-smi answers, 0.05 s between
+        if released; then T_REL=$(now); break; fi
+        sleep 0.05
+    done
+    # attempt 2: its record and its job alive (its pid's start time in its record, /proc)
+    end=$((SECONDS + 120))
+    while [ $SECONDS -lt $end ] && [ -z "$(jget "$A2" 'd.get("started_at") or ""')" ]; do sleep 0.1; done
+    STARTED=$(jget "$A2" 'd.get("started_at") or ""')
+    P2=$(jget "$A2" 'd["job"]["pid"]')
+    if [ -z "$T_REL" ]; then
+        fail "gate: GPU 0 was not seen released within 2 minutes of the SIGKILL"
+    elif [ -z "$STARTED" ] || [ -z "$P2" ] || [ ! -d "/proc/$P2" ]; then
+        fail "gate: attempt 2 did not start (alive) after the release: $(jget "$A1" 'd.get("blocked")')"
+    else
+        fig "kill -> GPU 0 released (nvidia-smi)" "$("$PY" -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$T_KILL" "$T_REL")s"
+        fig "kill -> attempt 2 started" "$("$PY" -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$T_KILL" "$STARTED")s"
+        fig "gate: waited / nvidia-smi reads" "$(jget "$A2" 'd["gpu_gate"].get("waited_s")')s / $(jget "$A2" 'd["gpu_gate"]["gpus"].get("polls")')"
+        fig "attempt 2 pid (alive)" "$P2"
+        # this script sees the release one nvidia-smi call (its own time, 0.05 s between) after
+        # it happened at the latest: a start earlier than that, less that margin, came first
+        early=$("$PY" -c "import sys; print(int(float(sys.argv[1]) < float(sys.argv[2]) - float(sys.argv[3])))" "$STARTED" "$T_REL" "${GATE_MARGIN_S:-1.0}")
+        [ "$early" = 0 ] || fail "gate: attempt 2 started before GPU 0 was released"
+        [ "$(jget "$A2" 'd["gpu_gate"]["gpus"].get("checked")')" = "True" ] || fail "gate: the release was not checked"
+    fi
+fi
+rw stop "$GATE" --json --grace 20 --gpu-release-timeout 60 > "$WORK/gate-stop.json" \
+    || fail "gate: stop of attempt 2 (exit $?): $(jget "$WORK/gate-stop.json" 'd["error"]["message"]')"
+
 say ""
 fig "total" "$(since "$T_START")s"
 if [ ${#FAILS[@]} -ne 0 ]; then
     say "GPU CHECK FAILED: ${FAILS[*]}"
     exit 1
 fi
-say "GPU CHECK OK: start verified alive, gpus mapped the job to its run, stop verified dead and GPU 0 released"
+say "GPU CHECK OK: start verified alive, gpus mapped the job to its run, stop verified dead and GPU 0 released;"
+say "  a SIGKILLed supervised job's next attempt started only once GPU 0 was released"

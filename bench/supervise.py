@@ -8,7 +8,7 @@ supervisor adds between a crash and the next attempt running. Each tool is set t
 once: runward `--restart always --backoff 0 --min-uptime 0`; supervisord `autorestart=true
 startsecs=0 startretries=1000`; pm2 `autorestart: true, restart_delay: 0, min_uptime: 0`.
 
-Usage: python bench/supervise.py [--crashes 15] [--rounds 2] [--install-dir DIR]
+Usage: python bench/supervise.py [--crashes 15] [--rounds 2] [--install-dir DIR] [--gate]
 Installs supervisor (pip, a venv) and pm2 (npm --prefix) into DIR (default: a scratch dir,
 removed at the end unless --install-dir is given); needs python3 -m venv, node and npm.
 Prints the medians and the ratio of runward to the faster peer (goal <= 1.0x).
@@ -65,11 +65,19 @@ def install(d: Path) -> tuple[Path, Path]:
     return venv, pm2
 
 
-def run_runward(d: Path, n: int) -> list[float]:
+def run_runward(d: Path, n: int, gate: bool = False) -> list[float]:
+    """gate: the run has a GPU (--gpus 0) of the nvidia-smi stand-in (tests/bin), always free:
+    each restart passes the GPU gate, which costs one nvidia-smi read (issue 29)."""
     f = d / "rw.times"
     env = dict(os.environ, RUNWARD_HOME=str(d / "rwhome"), PYTHONPATH=str(ROOT / "src"))
+    extra = []
+    if gate:
+        sys.path.insert(0, str(ROOT / "tests"))
+        import fakegpu
+        env = fakegpu.env_with_standin(fakegpu.create_state(d / "smi.json", gpus=1), env)
+        extra = ["--gpus", "0"]
     rw = [sys.executable, "-m", "runward"]
-    subprocess.run(rw + ["start", "crash", "--settle", "0", "--restart", "always", "--backoff", "0",
+    subprocess.run(rw + ["start", "crash", "--settle", "0", "--restart", "always", "--backoff", "0", *extra,
                          "--min-uptime", "0", "--max-restarts", "100000", "--sh", JOB.format(f=f)],
                    env=env, capture_output=True)
     try:
@@ -123,17 +131,21 @@ def main() -> int:
     ap.add_argument("--crashes", type=int, default=15, help="restarts measured per tool and round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--install-dir", help="reuse (or make) the peers' installation here")
+    ap.add_argument("--gate", action="store_true",
+                    help="also runward with a GPU (the nvidia-smi stand-in, free): the GPU gate's cost per restart")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="rw-bench-sup-"))
     inst = Path(args.install_dir) if args.install_dir else scratch / "peers"
     venv, pm2 = install(inst)
-    got: dict[str, list[float]] = {"runward": [], "supervisord": [], "pm2": []}
+    tools = ("runward", "supervisord", "pm2") + (("runward+gate",) if args.gate else ())
+    got: dict[str, list[float]] = {t: [] for t in tools}
     try:
         for r in range(args.rounds):
-            for tool in ("runward", "supervisord", "pm2"):
+            for tool in tools:
                 d = scratch / f"{tool}-{r}"
                 d.mkdir()
                 fn = {"runward": lambda: run_runward(d, args.crashes),
+                      "runward+gate": lambda: run_runward(d, args.crashes, gate=True),
                       "supervisord": lambda: run_supervisord(d, venv, args.crashes),
                       "pm2": lambda: run_pm2(d, pm2, args.crashes)}[tool]
                 got[tool] += fn()
@@ -146,6 +158,8 @@ def main() -> int:
               f"p90 {sorted(v)[int(len(v) * 0.9) - 1] * 1000:7.1f} ms  (n={len(v)})")
     peer = min(("supervisord", "pm2"), key=lambda k: med[k])
     print(f"runward / {peer} (the faster peer): {med['runward'] / med[peer]:.2f}x  (goal <= 1.0x)")
+    if args.gate:
+        print(f"the GPU gate (GPUs free, one stand-in nvidia-smi read): +{(med['runward+gate'] - med['runward']) * 1000:.1f} ms")
     return 0
 
 

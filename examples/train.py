@@ -99,8 +99,6 @@ def worker_main(kind, index, alive_fd):
         # A stubborn worker models one stuck in a collective: only SIGKILL ends it. The
         # others leave at once (os._exit: nothing to clean up, safe at any moment).
         signal.signal(sig, signal.SIG_IGN if stubborn else (lambda *_: os._exit(0)))
-    if kind == "escapee":
-        hold_gpu(int(env_num("TRAIN_ESCAPEE_GPU_MIB", 0, int)))
     while os.read(alive_fd, 1):  # blocks in the kernel; b"" (EOF) means main is gone
         pass
     if linger:  # outlive main, as the real leaked worker does; bounded so tests never leak
@@ -117,6 +115,9 @@ def escapee_main(alive_fd, report_fd):
         os._exit(0)
     if os.fork():
         os._exit(0)
+    # its GPU memory is held before main hears from it: main steps on only then, so a crash at
+    # step N leaves an escapee that holds the memory, however slow the attach (a loaded machine)
+    hold_gpu(int(env_num("TRAIN_ESCAPEE_GPU_MIB", 0, int)))
     os.write(report_fd, b"%d\n" % os.getpid())  # tell main who we are, then forget it
     os.close(report_fd)
     return worker_main("escapee", 0, alive_fd)
@@ -134,7 +135,7 @@ def spawn_workers(count, escapee):
         first = subprocess.Popen(me + ["--escapee", str(alive_r), str(report_w)],
                                  pass_fds=(alive_r, report_w))
         os.close(report_w)
-        if select.select([report_r], [], [], 10.0)[0]:
+        if select.select([report_r], [], [], 60.0)[0]:  # its GPU attach (CUDA init) first
             escapee_pid = int(os.read(report_r, 32) or 0) or None
         os.close(report_r)
         first.wait()  # the session leader exits at once; its grandchild is the escapee

@@ -354,7 +354,48 @@ def test_ctrl_c_during_a_restarts_stop_says_it_goes_on_and_nothing_is_started(cl
     assert not (cli.home / "runs" / "rt" / "attempts" / "2.json").exists(), "nothing may be started"
 
 
-def test_ctrl_c_during_watch_says_it_only_reads(cli):
+def test_ctrl_c_during_kill_yes_says_it_goes_on_and_it_does(cli, tmp_path):
+    """A kill --yes interrupted in its grace: it said only "interrupted", and its agent died
+    with the CLI, so a TERM-ignoring match was never KILLed (issue 31 item 1, every verb)."""
+    import uuid
+    token = "rwkc" + uuid.uuid4().hex[:8]
+    got = tmp_path / "got-term"
+    rc, doc = cli.json("start", "kc", "--settle", "0.2",
+                       "--sh", f'trap "echo x > {got}" TERM; while :; do sleep 1; done # {token}')
+    assert rc == 0, doc
+    job = (doc["result"]["pid"], doc["result"]["start_time"])
+    proc = cli.popen("kill", token, "--yes", "--grace", "3", start_new_session=True)
+    wait_for(lambda: got.exists() or proc.poll() is not None, what="the kill's TERM to arrive")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "goes on on the target" in err and f"runward ps {token}" in err, err
+    assert "Traceback" not in err
+    wait_for(lambda: not alive(*job), timeout=20, what="the TERM-ignoring match KILLed after the grace")
+
+
+def test_ctrl_c_during_exec_says_the_command_may_still_run(cli):
+    """exec's command has a session of its own: Ctrl-C said only "interrupted" while it ran on."""
+    import random
+    arg = "3000.%06d" % random.randrange(10 ** 6)
+
+    def running():
+        for d in os.listdir("/proc"):
+            try:
+                if Path(f"/proc/{d}/cmdline").read_bytes() == b"sleep\0%s\0" % arg.encode():
+                    return int(d)
+            except OSError:
+                pass
+        return None
+    proc = cli.popen("exec", "--", "sleep", arg, start_new_session=True)
+    pid = wait_for(lambda: running(), what="exec's command to run")
+    try:
+        rc, out, err = _interrupt(proc)
+        assert rc == 130 and "may still be running on the target" in err, err
+        assert running() == pid  # what it said is so
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_during_watch_and_logs_f_says_they_only_read(cli):
     rc, doc = cli.json("start", "wt", "--settle", "0.2", "--", "sleep", "300")
     assert rc == 0, doc
     proc = cli.popen("watch", "wt", "--for", "120", start_new_session=True)
@@ -363,6 +404,12 @@ def test_ctrl_c_during_watch_says_it_only_reads(cli):
              what="watch's agent to run")
     rc, out, err = _interrupt(proc)
     assert rc == 130 and "watch only reads" in err and "Traceback" not in err, (out, err)
+    assert marked("wt.1"), "the run goes on"
+    proc = cli.popen("logs", "wt", "-f", start_new_session=True)
+    wait_for(lambda: proc.poll() is not None or Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().strip(),
+             what="the follower's agent to run")
+    rc, out, err = _interrupt(proc)
+    assert rc == 130 and "logs only reads" in err and "run goes on" in err, (out, err)
     assert marked("wt.1"), "the run goes on"
 
 

@@ -106,7 +106,8 @@ class Job:
 
     def tree(self):
         """(main pid, worker pids, escapee pid or None) from the init line."""
-        m = INIT.match(self.wait_line(r"^init ").string.splitlines()[0])
+        # the init line: first but for an escapee's `gpu:` line (it holds its memory before main goes on)
+        m = next(filter(None, map(INIT.match, self.wait_line(r"^init ").string.splitlines())))
         workers = [int(p) for p in m.group(3).split(",")] if m.group(3) != "-" else []
         return int(m.group(1)), workers, None if m.group(4) == "-" else int(m.group(4))
 

@@ -80,6 +80,16 @@ SHAPES = [
           id="bash-c-lone-pkill-execs"),
     shape("bash -c 'pkill -f train.py 2>/dev/null'", ("self-kill", E), assume_shell=False,
           id="bash-c-lone-pkill-with-redirection-forks"),
+    # issue 31: bash -c / -lc exec a lone or last pkill, so it is no error; the agent tool's
+    # wrapper that would carry the text is a warning of its own; dash (sh -c) stays an error
+    shape("bash -c 'pkill -f train.py'", ("self-kill-fragile", W), ("self-kill-wrapper", W),
+          id="bash-c-lone-pkill-agent-mode"),
+    shape("bash -lc 'pkill -f train.py'", ("self-kill-fragile", W), ("self-kill-wrapper", W),
+          id="bash-lc-lone-pkill-agent-mode"),
+    shape("bash -c 'cd /w && pkill -f train.py'", ("self-kill-fragile", W), ("self-kill-wrapper", W),
+          id="bash-c-last-pkill-agent-mode"),
+    shape("sh -c 'pkill -f train.py'", ("self-kill", E), id="sh-c-lone-pkill-agent-mode"),
+    shape("bash -c 'pkill -f train.py; echo done'", ("self-kill", E), id="bash-c-pkill-then-more-agent-mode"),
     shape("ssh gpu1 'pkill -f train.py'", ("self-kill-fragile", W), id="ssh-lone-pkill"),
     shape("ssh gpu1 'pkill -f train.py || true; nohup python train.py > log 2>&1 &'",
           ("self-kill", E), ("kill-then-start", W), ("unverified-nohup", I),
@@ -535,6 +545,24 @@ def test_real_lone_pkill_is_spared_by_exec_and_a_redirection_undoes_that():
     assert run_bash(redirected).returncode == -9
     rules = [f.rule for f in lint(f"bash -c {shlex.quote(redirected)}", assume_shell=False)]
     assert rules == ["self-kill"]
+
+
+@needs_procps
+@pytest.mark.parametrize("flag", ["-c", "-lc"])
+def test_real_bash_c_lone_pkill_is_no_error_and_a_live_wrapper_is_warned_of(flag):
+    """issue 31: `bash -c` / `bash -lc` exec a lone pkill (checked here: nothing is killed), so
+    lint's default mode says no error; but a wrapper that runs that text and stays alive is
+    killed (checked here too), and lint's default mode says so as a warning."""
+    token = unique_token()
+    text = f"bash {flag} {shlex.quote(f'pkill -9 -f {token}')}"
+    assert run_bash(text).returncode == 1  # bash exec'd pkill: nothing of ours matched
+    wrapped = run_bash(f"{text}; echo survived")  # a wrapper shell that outlives the text
+    assert wrapped.returncode == -9 and "survived" not in wrapped.stdout
+    found = {(f.rule, f.severity) for f in lint(text)}
+    assert found == {("self-kill-fragile", W), ("self-kill-wrapper", W)}, found
+    [f] = [f for f in lint(text) if f.rule == "self-kill-wrapper"]
+    assert token in f.message and "runward kill" in f.fix and "runward stop" in f.fix, f
+    assert f"[{token[0]}]{token[1:]}" in f.fix, f.fix  # the bracket trick, checked to work
 
 
 @needs_procps

@@ -101,6 +101,14 @@ def test_a_bad_stop_signal_is_bad_input_before_the_run_is_looked_up(cli):
     assert rc == 4, doc  # a good signal: then the missing run is the answer
 
 
+def test_a_bad_kill_signal_is_bad_input_before_the_target_is_asked(cli):
+    # the flag is checked as it is read (signals.known), as stop's: no connect to a host that
+    # is not there, and the message names the input as typed (it said 'SIGNOPE', at hop local)
+    rc, doc = cli.json("kill", "x", "--signal", "NOPE", "--yes", "--on", "ssh://rw-no-such-host.invalid")
+    assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+    assert "'NOPE'" in doc["error"]["message"] and "64" in doc["error"]["hint"], doc
+
+
 def test_invalid_pattern_and_signal(cli):
     rc, doc = cli.json("ps", "(unclosed")
     assert rc == 2 and "(unclosed" in doc["error"]["message"]

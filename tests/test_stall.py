@@ -77,6 +77,13 @@ def test_torchrun_rank_sleeping_while_the_other_waits_in_all_reduce_is_a_stall_n
     assert a["basis"] == "step" and a["rank"] == 1 and a["stall_after"] == 5, a
     assert "local rank 1 stopped first (its last step 7, the others reached 8)" in a["detail"], a
     assert st["stall"]["stall_after"] == 5 and st["stall"]["stall_after_from"] == "set", st["stall"]
+    stacks = a["stacks"]  # taken once for the episode (agent/stacks.py), kept beside the records
+    assert os.path.exists(stacks["path"]), stacks
+    if stacks["ok"]:  # py-spy on this machine: rank 0 waits in the collective
+        assert "rank 0 in all_reduce" in stacks["summary"], stacks
+    else:
+        assert "py-spy missing" in stacks["note"], stacks  # said, not a traceback
+    assert cli.status(name)["stall"]["alerts"][0]["stacks"]["path"] == stacks["path"]  # once per episode
     human = cli.run("status", name).stdout
     assert "stall_after 5s (set)" in human and "alert: " in human and "stall: step 8 has not advanced" in human, human
     # watch as a gate: exit 1 on the stall, as on every alert
@@ -129,7 +136,7 @@ def test_stall_action_takes_stacks_then_stops_once_per_episode(cli, tmp_path):
                   "the stall action to stop the run")
     acts = [a for a in st.get("actions") or [] if a["kind"] == "stall"]
     assert len(acts) == 1 and acts[0]["action"] == "stacks,stop", st
-    assert acts[0]["stacks"].get("path") or acts[0]["stacks"].get("note"), acts[0]
+    assert acts[0]["stacks"]["path"] and (acts[0]["stacks"]["ok"] or "py-spy missing" in acts[0]["stacks"]["note"]), acts[0]
 
 
 def test_old_spellings_are_read_as_stall_after_and_bad_values_are_refused(cli):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from . import transport
 from .agent.secrets import holds_masked_password, redact_value
-from .errors import BadInput, NotVerified, RunwardError
+from .errors import BadInput, NotVerified, OperationFailed, RunwardError
 from .targets import Target
 
 DEFAULT_SETTLE = 3.0
@@ -125,7 +125,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
           log_keep: int | None = None, multinode: dict | None = None,
           supervise: dict | None = None, late: Callable[[dict], None] | None = None,
-          stall: dict | None = None) -> dict:
+          gate: dict | None = None, stall: dict | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
@@ -134,7 +134,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     by size, keeping log_keep files (default 3; docs/protocol.md, "Log rotation"). on_event
     gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
     multinode: this node's part of a multi-node run (multinode.py), kept in its record.
-    late(request): completes the request just before it is sent (transport.call's late)."""
+    late(request): completes the request just before it is sent (transport.call's late).
+    gate: restart's GPU gate (restartgate.py): the job waits on the target until they are released."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -151,6 +152,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req["multinode"] = multinode
     if supervise:  # the policy the shim keeps (runward/supervision.py, agent/supervise.py)
         req["supervise"] = supervise
+    if gate:
+        req["gate"] = gate
     if stall:  # {"after", "ratio"}: stall_after and straggler_ratio (agent/stall.py)
         req["stall"] = stall
     try:
@@ -218,7 +221,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             signal: str | None = None, deploy: Callable[[], dict] | None = None,
             lock_timeout: float | None = None, definition: dict | None = None,
             keep_env: bool = False, check: Callable[[dict], dict | None] | None = None,
-            began: list[str] | None = None) -> dict:
+            began: list[str] | None = None, gpu_timeout: float | None = None) -> dict:
     """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which.
     Nothing is stopped until every input is checked: the new attempt's arguments as the
     target's start would check them (check_start), then check(last), which gets the spec
@@ -230,7 +233,10 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     overrides are then kept only with keep_env. An overrides["env"] value of None unsets
     that entry. The result's "changed" says what differs from the last attempt (changes).
     began, when given, gets each step's name as it begins ("stop", "stop:begun" once the
-    target's agent took the stop, "deploy", "start"): what a Ctrl-C interrupted."""
+    target's agent took the stop, "deploy", "start"): what a Ctrl-C interrupted.
+    Every process verified dead but the GPUs still held after gpu_timeout: the new attempt
+    waits on the target and starts by itself once they are released (restartgate.py); the
+    result then says blocked, raised as NotVerified (exit 5)."""
     steps: list[dict] = []
     began = [] if began is None else began
     try:
@@ -249,11 +255,20 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
+    gate = None
     try:
         began.append("stop")
         steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
-                                                     lock_timeout=lock_timeout,
+                                                     lock_timeout=lock_timeout, gpu_timeout=gpu_timeout,
                                                      on_begun=lambda: began.append("stop:begun"))})
+    except NotVerified as e:
+        from . import restartgate
+        gate = restartgate.from_stop(e)
+        if gate is None:
+            e.details["failed_step"] = "stop"
+            e.message = f"restart stopped at step 'stop': {e.message} (nothing was started)"
+            raise
+        steps.append({"step": "stop", "result": e.result})
     except RunwardError as e:
         e.details["failed_step"] = "stop"
         e.message = f"restart stopped at step 'stop': {e.message} (nothing was started)"
@@ -265,19 +280,33 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         except RunwardError as e:
             e.details["failed_step"] = "deploy"
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
-            raise
+            raise _after_stop(e) from None
     began.append("start")
     try:
-        res = start(target, name, **_start_kwargs(kw))
+        res = start(target, name, gate=gate, **_start_kwargs(kw))
     except RunwardError as e:
         e.details["failed_step"] = "start"
         e.message = f"restart failed at step 'start': {e.message} (the old attempt was stopped)"
-        raise
+        raise _after_stop(e) from None
     steps.append({"step": "start", "result": res})
+    if res.get("state") == "blocked":
+        from . import restartgate
+        raise restartgate.blocked(name, {"name": name, "steps": steps, "attempt": res.get("attempt"),
+                                         "state": "blocked", "blocked": res.get("blocked"),
+                                         "last_attempt": last.get("attempt"), "changed": changed})
     return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
             "spec_from": "runward.toml" if definition is not None else "last attempt",
             "last_attempt": last.get("attempt"), "changed": changed, **(noted or {}),
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
+
+
+def _after_stop(e: RunwardError) -> RunwardError:
+    """A restart's exit 2 says bad input found before anything was stopped (README: the old
+    attempt untouched); once the stop is done, a bad input met later (a local file that
+    turned unreadable after the checks) is a failed step, exit 1, as a full disk is."""
+    if not isinstance(e, BadInput):
+        return e
+    return OperationFailed(e.message, e.hint, hop=e.hop, details=e.details, result=e.result)
 
 
 def check_start(name: str, kw: dict) -> None:

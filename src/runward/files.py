@@ -52,7 +52,13 @@ def local_drift(target_status: dict, specs: list[str], base: str | None = None) 
         for rel, e in local_files.items():
             remote = root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
             rec = deployed.get(key(remote))
-            got = hashes.sha256(e["local"]) if rec is not None or is_dir else None
+            try:
+                got = hashes.sha256(e["local"]) if rec is not None or is_dir else None
+            except OSError as err:  # its bytes unknown here: not "the same", and no traceback
+                out.append({"local": e["local"], "remote": remote, "local_sha256": None,
+                            "deployed_sha256": (rec or {}).get("sha256"),
+                            "change": f"unreadable locally ({err.strerror or err})"})
+                continue
             if rec is None:
                 if is_dir and _any_under(deployed, key(root["remote"])):
                     out.append({"local": e["local"], "remote": remote, "local_sha256": got,

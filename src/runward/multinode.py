@@ -201,12 +201,19 @@ def _worst(rows: list[dict]) -> int:
     return all_runs_code(rows)
 
 
-def stop(nodes: list[Target], name: str, **kw) -> tuple[dict, int]:
-    """Every node at once, each verified dead: (result with each node's fate, exit code)."""
+def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, **kw) -> tuple[dict, int]:
+    """Every node at once, each verified dead: (result with each node's fate, exit code).
+    checkpoint: first every node's checkpoint signal and wait (multickpt.py), then the stop."""
+    ckpt = None
+    if checkpoint is not None:
+        from . import multickpt
+        ckpt = multickpt.before_stop(nodes, name, checkpoint, kw.get("lock_timeout"))
     results = _each(nodes, lambda _, t: _stop_node(t, name, **kw))
     rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
     ok = all(r["ok"] for r in rows)
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}
+    if ckpt is not None:
+        res["checkpoint"] = ckpt
     if ok:
         res["verified"] = ["every_node_dead"]
     return res, _worst(rows)
@@ -304,6 +311,9 @@ def render(res: dict, verb: str) -> str:
     lines = [f"{res['name']}: {res.get('state') or ('stopped on every node' if res.get('verified_dead') else verb)}"
              f" over {res['nnodes']} nodes"
              + (f" (run id {res['run_id']}, master {res['master_addr']}:{res['master_port']})" if res.get("run_id") else "")]
+    if res.get("checkpoint"):  # said first: it came before the stop (multickpt.py)
+        from .multickpt import lines as checkpoint_lines
+        lines += checkpoint_lines(res["checkpoint"])
     from .health import format_alert
     for r in res["nodes"]:
         lines.append(_node_line(r))

@@ -100,7 +100,8 @@ def _checkpoint_line(c: dict) -> str:
     """stop --checkpoint's first step, said before the stop's own lines."""
     if c.get("skipped"):
         return f"checkpoint: {c['skipped']}"
-    head = f"checkpoint: sent {c.get('signal')} to pid {c.get('sent_to')}, "
+    head = (f"checkpoint: sent {c.get('signal')} through `{c['via']}`, " if c.get("via")  # Slurm: scancel
+            else f"checkpoint: sent {c.get('signal')} to pid {c.get('sent_to')}, ")
     if c.get("saw_line"):
         return head + f"saw after {c.get('waited_s', 0):.2f}s: {c['saw_line']}"
     if c.get("checkpoint"):
@@ -109,6 +110,8 @@ def _checkpoint_line(c: dict) -> str:
 
 
 def _render_stop(r: dict) -> str:
+    if "start_cancelled" in (r.get("verified") or ()):  # a restart blocked on its GPUs (agent/gatewait.py)
+        return f"{r['name']}: cancelled the blocked start of attempt {r.get('attempt')} (it never ran)"
     if r.get("restart_cancelled") and r.get("already_stopped"):
         return "\n".join([f"{r['name']}: cancelled the pending restart (attempt {r.get('attempt')} had ended; "
                           "no process of the run alive)", *_gpu_release_lines(r)])
@@ -120,6 +123,8 @@ def _render_stop(r: dict) -> str:
              f"({r['signal']}, {r.get('stop_s', 0):.2f}s)"]
     for p in procs:
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}")
+    if r.get("restart_cancelled"):  # the attempt had ended; what it left was stopped, and the restart too
+        lines.append("  cancelled the pending restart")
     lines += _gpu_release_lines(r)
     if r.get("blind_spot"):
         lines.append(f"  note: {r['blind_spot']}")
@@ -155,6 +160,8 @@ def render_status(res: dict, target: str) -> str:
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
                      f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
+        elif st == "blocked" and (r.get("blocked") or {}).get("by") == "restart":  # never ran yet
+            head += "  waiting for its GPUs (restart)"
         elif st in ("exited", "stray", "failed", "restarting", "gave_up", "blocked"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):
@@ -167,6 +174,10 @@ def render_status(res: dict, target: str) -> str:
             lines.append(head)
         from .supervision import status_lines
         lines += status_lines(r, now)
+        b = r.get("blocked") or {}
+        if b.get("by") == "restart" and st == "blocked":
+            lines.append(f"  blocked: this attempt starts by itself once the GPUs are released: {b.get('why')} "
+                         f"(`runward stop {r['name']}` cancels)")
         lines += _stopped_lines(r, now)
         if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade
             lines.append(f"  {r['attribution']['summary']}")

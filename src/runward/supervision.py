@@ -231,7 +231,7 @@ def status_lines(r: dict, now: float) -> list[str]:
             out.append(f"  gave up after {g.get('restarts')} restarts (max {g.get('max_restarts')}); exits: {codes}")
     out += _progress_lines(r)
     b = r.get("blocked")
-    if b and r.get("state") == "blocked":
+    if b and r.get("state") == "blocked" and b.get("by") != "restart":  # restart's own: render.py
         out.append(f"  blocked: the next attempt starts once the GPUs are released: {b.get('why')}")
     for a in r.get("actions") or []:
         out.append(f"  health action: {a.get('action')} on {a.get('kind')}"

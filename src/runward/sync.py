@@ -148,6 +148,9 @@ def diff(root: dict, there: dict, delete: bool, hashes: LocalHashes) -> tuple[li
         if e["t"] == "f" and f and f[0] == "d" and not delete:  # the plan finds it: a dry run says it too
             raise OperationFailed(f"{_dest(there.get('remote') or root['remote'], rel)} is a directory there; the source "
                            "has a file", "remove the directory on the target, or push with --delete from its parent")
+        if e["t"] == "d" and f and f[0] == "f" and not delete:  # its bytes would go, unsaid
+            raise OperationFailed(f"{_dest(there.get('remote') or root['remote'], rel)} is a file there; the source "
+                                  "has a directory", "remove the file on the target, or push with --delete from its parent")
         if e["t"] == "d":
             if not f or f[0] != "d" or f[2] != e["mode"]:
                 items.append({"rel": rel, "t": "d", "mode": e["mode"]})

@@ -92,13 +92,15 @@ def ssh_alive_options() -> list[str]:
     keepalive: ssh probes after an interval of silence and gives up when three more went
     unanswered, so at 4 intervals. The control master started with these options carries
     every later call, so this bounds a call on a dead link too (before: 15 s x 3 + TCP's own
-    retries, ~70 s). targets/ssh.py drops them for a destination whose own ssh config is
-    stricter."""
+    retries, ~70 s). The fifth interval is the connect that ssh's own mux client tries when
+    its master ends under it (targets/ssh.py caps ConnectTimeout to one interval while a
+    master is up), so T = 5 intervals bounds every call. targets/ssh.py drops these options
+    for a destination whose own ssh config is stricter."""
     try:
         total = float(os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT") or 15)
     except ValueError:
         total = 15.0
-    interval = max(1, round(max(3.0, total) / 4))
+    interval = max(1, round(max(3.0, total) / 5))
     return ["-o", f"ServerAliveInterval={interval}", "-o", "ServerAliveCountMax=3"]
 
 
@@ -172,8 +174,8 @@ _RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "pi
 _FOLLOWS = frozenset(("watch",))
 # Ops whose far side goes on to its end without us (the agent's wire.outlive_caller): on
 # Ctrl-C the call's child is neither killed nor waited for. A local stop's child is the agent
-# itself, and a stop interrupted after its TERM still owes the KILL after the grace.
-_OUTLIVE = frozenset(("stop",))
+# itself, and a stop (or a kill --yes) interrupted after its TERM still owes the KILL after the grace.
+_OUTLIVE = frozenset(("stop", "kill"))
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 
@@ -705,6 +707,13 @@ def _parse_line(line: bytes) -> dict | None:
 # ---------------------------------------------------------------------------------------
 
 _SSH_FAILURES = [
+    # OpenSSH's mux client when the master ends before the session opened, then its own
+    # direct connect (capped to a keepalive interval, targets/ssh.py) got no answer either
+    (r"read from master failed(?s:.*)(?:timed out|No route to host|Network is unreachable)",
+     "the ssh link stopped answering: the control connection ended under the call (its keepalive "
+     "went unanswered) and a new connection got no answer: link down or host frozen",
+     "check the network to the host; the next call tries a full connect again "
+     "(RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)"),
     (r"Could not resolve hostname", "host name could not be resolved",
      "check the host name, or add it to ~/.ssh/config"),
     (r"Connection refused", "connection refused: nothing listens for ssh there",

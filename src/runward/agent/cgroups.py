@@ -46,6 +46,23 @@ def pids(paths):
     return out
 
 
+def run_paths(paths):
+    """PATHS (one attempt's cgroups) and their siblings of the same run's other attempts
+    (<home id>-<name>.<N>): a supervised restart's attempt has a cgroup of its own, and what
+    an earlier attempt left in its cgroup (the shim removes an attempt's cgroup when it is
+    empty, so only those remain) is still the run's, also once the shim is gone."""
+    out = []
+    for p in paths or ():
+        base, leaf = os.path.split(p.rstrip("/"))
+        stem = leaf.rsplit(".", 1)[0] + "."
+        try:
+            names = os.listdir(base)
+        except OSError:
+            names = [leaf]
+        out.extend(os.path.join(base, n) for n in names if n.startswith(stem) and n[len(stem):].isdigit())
+    return out
+
+
 def remove(paths):
     for p in paths or ():
         try:

@@ -44,22 +44,44 @@ def failure(code, text, exe):
 
 def query(args, timeout=TIMEOUT):
     """(path, exit status, stdout, stderr) of one nvidia-smi call; path None if there is none."""
+    return queries([args], timeout)[0]
+
+
+def queries(arg_lists, timeout=TIMEOUT):
+    """query() of each argument list, the calls run at once: a snapshot's two (GPUs, compute
+    apps) cost one call's wall time, not two. nvidia-smi takes tens of ms (more without
+    persistence mode), and the GPU gate reads one snapshot before every restart."""
     import subprocess
     from .minimal import which  # shutil's, where python3-minimal lacks shutil
     exe = which("nvidia-smi")
     if exe is None:
-        return None, None, "", ""
+        return [(None, None, "", "")] * len(arg_lists)
+    procs = []
     try:
-        p = subprocess.run([exe] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=timeout)
+        for args in arg_lists:
+            procs.append(subprocess.Popen([exe] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE))
+        deadline = time.monotonic() + timeout
+        return [_answer(p, exe, max(0.0, deadline - time.monotonic()), timeout) for p in procs]
+    except OSError as e:
+        raise AgentFailure("GpuUnavailable", "nvidia-smi could not be run: %s" % e,
+                           "check that %s is an executable nvidia-smi" % exe, nvidia_smi=exe)
+    finally:
+        for p in procs:  # one that did not answer in time (or was never read): killed, reaped
+            if p.returncode is None:
+                p.kill()
+                p.wait()
+
+
+def _answer(p, exe, left, timeout):
+    import subprocess
+    try:
+        out, err = p.communicate(timeout=left)
     except subprocess.TimeoutExpired:
         raise AgentFailure("GpuUnavailable", "nvidia-smi did not answer within %gs" % timeout,
                            "a hung driver or a GPU in a bad state: check dmesg for Xid errors, run nvidia-smi by hand",
                            nvidia_smi=exe)
-    except OSError as e:
-        raise AgentFailure("GpuUnavailable", "nvidia-smi could not be run: %s" % e,
-                           "check that %s is an executable nvidia-smi" % exe, nvidia_smi=exe)
-    return exe, p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    return exe, p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def cell(text, number=True):
@@ -125,7 +147,7 @@ def snapshot(cached=False):
     failure raises GpuUnavailable with the tool's own message."""
     if cached and _CACHE:
         return _CACHE[0]
-    exe, code, out, err = query([GPU_QUERY, FORMAT])
+    (exe, code, out, err), app = queries([[GPU_QUERY, FORMAT], [APP_QUERY, FORMAT]])
     snap = {"nvidia_smi": exe, "gpus": [], "apps": [], "at": time.time()}
     if exe is None:
         snap["note"] = "no nvidia-smi on this target"
@@ -135,7 +157,7 @@ def snapshot(cached=False):
         raise failure(code, out + err, exe)
     else:
         snap["gpus"] = [_cells(r, _GPU_CELLS) for r in rows(out, GPU_COLS)]
-        exe, code, out, err = query([APP_QUERY, FORMAT])
+        exe, code, out, err = app
         if code != 0:
             raise failure(code, out + err, exe)
         for r in rows(out, APP_COLS):

@@ -119,7 +119,7 @@ class HealthKeeper(object):
                "metrics": dict(list(last.items())[:12])}
         if "stacks" in asked:
             from .stall import take_stacks
-            rec["stacks"] = a.get("stacks") or take_stacks(self.store.attempt(n) or {})
+            rec["stacks"] = a.get("stacks") or take_stacks(self.store.attempt(n) or {}, self.store)
             rec["action"] = "stacks," + action if action != "notify" else "stacks"
         if action in ("stop", "restart"):
             self.acted = True

@@ -16,6 +16,7 @@ OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its ev
 OPS = {
     "start": ("ops.lifecycle", "start", PLAIN),
     "stop": ("ops.stop", "stop", PLAIN),
+    "checkpoint": ("ops.stop", "checkpoint", PLAIN),  # a multi-node stop's first half (every node)
     "status": ("ops.state", "status", PLAIN),
     "spec": ("ops.state", "spec", PLAIN),
     "ping": ("ops.state", "ping", PLAIN),

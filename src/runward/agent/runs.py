@@ -14,7 +14,7 @@ def members(name, att, procs, prot):
     what its shim adopted (adopted)."""
     if not isinstance(procs, ProcTable):
         procs = ProcTable(procs)
-    found = {pid: procs[pid] for pid in job_session(att, procs)}
+    found = {}
     for pid in adopted(att, procs):
         if pid not in prot:  # the logger, the zygote: the shim's, not the job's
             found[pid] = procs[pid]
@@ -23,13 +23,29 @@ def members(name, att, procs, prot):
         # a record or a process from before home ids were kept matches on the name alone
         if pid not in prot and (hid is None or phid is None or phid == hid):
             found[pid] = procs[pid]
-    for pid in cgroups.pids(att.get("cgroups") if att else ()):
+    for pid in cgroups.pids(cgroups.run_paths(att.get("cgroups")) if att else ()):
         p = procs.get(pid)
         if p is not None:
             found[pid] = p
+    sess = job_session(att, procs)
+    if sess and not _ended_when_known(att, procs) and not any(pid in found for pid in sess):
+        # a lost job (dead, no recorded end): its session number may be another program's
+        # by now (a session leader that got pid X again); claimed only with one of ours in it
+        sess = []
+    for pid in sess:
+        found[pid] = procs[pid]
     for pid in descendants(list(found), procs):
         found[pid] = procs[pid]
     return {pid: p for pid, p in found.items() if pid not in prot and not p.dead}
+
+
+def _ended_when_known(att, procs):
+    """Whether the job's session number is still provably its own: the job is there (pid and
+    start time; a zombie too holds its pid), or its end was recorded (job_session bounds
+    members by it)."""
+    job = att.get("job") or {}
+    jp = procs.get(job.get("pid"))
+    return bool((att.get("exit") or {}).get("at")) or (jp is not None and jp.start == job.get("start"))
 
 
 def adopted(att, procs):
@@ -67,8 +83,11 @@ def blind_spot(att, procs):
     if sp is not None and sp.start == shim.get("start") and not sp.dead:
         return None
     ex = att.get("exit") or {}
-    if ex and ex.get("by") is None:
-        return None  # the shim recorded the job's end itself, then left: nothing was dropped
+    held = att.get("lingering") or {}
+    if ex and ex.get("by") is None and not (held and not held.get("ended")):
+        # the shim recorded the job's end itself, then left: nothing was dropped; unless it
+        # was killed while it held adopted orphans (shim._wait_adopted): they went to pid 1
+        return None
     return BLIND_SPOT
 
 

@@ -135,6 +135,11 @@ def main(home_path, name, attempt, env, notify=None):
     att["shim"] = {"pid": me.pid, "start": me.start}
     _become_subreaper()
     sup = supervise.Supervisor(store, att, env, _exec_job, devnull, notify)
+    if att.get("gate"):  # restart's GPU gate: the job waits until the old attempt's GPUs are released
+        from . import gatewait
+        if not gatewait.wait(store, n, att, lambda m: say(status_fd, m), sup.notify,
+                             lambda fd: setattr(sup, "lock_fd", fd)):
+            return  # a stop cancelled it: nothing was started
 
     def one(n, att, status_fd):
         logger, out_fd = _logger(att)
@@ -148,24 +153,31 @@ def main(home_path, name, attempt, env, notify=None):
                 logfiles.reap(logger)  # its last lines are in the log before the shim is gone
     # a run with a restart policy: one attempt after another (supervise.py), else just one
     sup.loop(n, att, one, status_fd)
-    _wait_adopted()
+    _wait_adopted(store)
 
 
-def _wait_adopted():
+def _wait_adopted(store):
     """The job is over and recorded; orphans of its tree that the shim adopted and that
     still live are the run's (runs.adopted): the shim stays their parent until each has
     ended, so `status` says `stray` and `stop` ends them. Gone to pid 1 with the shim, one
     that cleared its environment and left the session would be found by nothing where there
     is no cgroup (a container, an ordinary user), and `stop` would call the run stopped.
     Each is waited for by its pid (no polling); one adopted meanwhile is seen by the scan
-    after. The shim's own helpers stay in its session and are not waited for here."""
+    after. The shim's own helpers stay in its session and are not waited for here.
+    While it holds any, its last attempt's record says so (`lingering`): a shim SIGKILLed
+    then drops them to pid 1, and runs.blind_spot must say that it cannot see them."""
     from .procfs import scan
     me, sid = os.getpid(), os.getsid(0)
+    opened = False
     while True:
         procs = scan()
         kids = [pid for pid in procs.children().get(me, ()) if procs[pid].sid != sid]
         if not kids:
+            _mark_lingering(store, procs[me].start, close=True)
             return
+        if not opened:  # once: the record may say so already (opened at the job's exit)
+            _mark_lingering(store, procs[me].start, close=False)
+            opened = True
         for pid in kids:
             while True:
                 try:
@@ -175,6 +187,44 @@ def _wait_adopted():
                 except ChildProcessError:
                     pass
                 break
+
+
+def _adopted_now():
+    """Whether the shim is the parent of an orphan of the job's tree now (runs.adopted's
+    rule, seen from the shim: a live child out of its session, not a shim's own helper)."""
+    from .procfs import protected, scan
+    procs = scan()
+    prot = protected(procs)
+    me, sid = os.getpid(), os.getsid(0)
+    return any(procs[pid].sid != sid and not procs[pid].dead and pid not in prot
+               for pid in procs.children().get(me, ()))
+
+
+def _mark_lingering(store, my_start, close):
+    """Open (close False) or close the `lingering` mark in the shim's own last attempt's
+    record; a newer attempt's record (another shim's) is left alone, and nothing is written
+    when there is nothing to change."""
+    n, me, now = (store.run() or {}).get("attempt"), os.getpid(), time.time()
+    if not n:
+        return False
+
+    def mark(att):
+        shim, held = att.get("shim") or {}, att.get("lingering")
+        if shim.get("pid") != me or shim.get("start") != my_start:
+            return False
+        if close:
+            if not held or held.get("ended"):
+                return False
+            held["ended"] = now
+        elif held and not held.get("ended"):
+            return False
+        else:
+            att["lingering"] = {"since": now}
+    try:
+        store.update_attempt(n, mark)
+    except OSError:
+        return False  # a record that cannot be written: status says what it can
+    return True
 
 
 def end():
@@ -227,10 +277,15 @@ def _supervise(store, n, att, env, devnull, out_fd, status_fd, sup):
     link = peers.attach(store, n, att)  # a multi-node run's node: its peers watched (peers.py)
     ex = sup.wait_exit(pid, n)
     faults.point("shim:exited")
+    # without a cgroup, orphans the shim holds past the job's end (a backoff, the last
+    # linger) are findable only while it lives: the record says so (runs.blind_spot)
+    held = not att.get("cgroups") and _adopted_now()
 
     def record_exit(a):
         faults.point("shim:recording-exit")  # the record lock held: a racing stop waits here
         a["exit"] = ex
+        if held:
+            a["lingering"] = {"since": time.time()}
     att = store.update_attempt(n, record_exit)
     say(status_fd, {"exit": ex})
     peers.ended(link, ex, att)

@@ -380,23 +380,26 @@ def _episode(store, st, att, a, capture):
     if not ep or ep.get("since") != a["since"]:
         ep = st["episode"] = {"since": a["since"], "at": a["t"]}
         if capture:
-            ep["stacks"] = take_stacks(att)
+            ep["stacks"] = take_stacks(att, store)
     if ep.get("stacks"):
         a["stacks"] = ep["stacks"]
 
 
-def take_stacks(att):
-    """The run's stacks through stacks.py (capture, keep): {"path", "summary"} or {"note"}."""
+def take_stacks(att, store=None):
+    """The run's stacks through stacks.py (capture, keep): {"path", "ok", "summary"}, and
+    "note" saying why none were read (py-spy missing, ptrace denied: its error and hint)."""
     try:
         from . import stacks
     except ImportError:
-        return {"note": "stacks were not taken: this agent has no stacks module"}
+        return {"ok": False, "note": "stacks were not taken: this agent has no stacks module"}
+    home = store.home if store is not None else None
     try:
-        doc = stacks.capture(att, native=False, timeout=10.0)
-        out = {"path": stacks.keep(att, doc)}
+        doc = stacks.capture(att, native=False, timeout=10.0, home_dir=home.path if home else None)
+        out = {"path": stacks.keep(att, doc, home=home), "ok": bool(doc.get("ok"))}
     except Exception as e:  # a stall is reported whatever the stack reader does
-        return {"note": "stacks could not be taken: %s" % e}
-    for k in ("summary", "note", "error"):
-        if doc.get(k):
-            out[k] = doc[k]
+        return {"ok": False, "note": "stacks could not be taken: %s" % e}
+    if doc.get("summary"):
+        out["summary"] = doc["summary"]
+    if not doc.get("ok"):
+        out["note"] = "stacks not read: %s (%s)" % (doc.get("error"), doc.get("hint"))
     return out

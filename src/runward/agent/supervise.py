@@ -206,10 +206,11 @@ def status_fields(out, att):
     if att.get("actions"):
         out["actions"] = att["actions"]
     sr = att.get("stop_requested")
-    if out["state"] == "exited" and _blocked(att):
+    ended = out["state"] in ("exited", "stray")  # stray: the attempt left processes (listed) in the wait
+    if ended and _blocked(att):
         out["state"] = "blocked"
         out["blocked"] = att["blocked"]
-    elif out["state"] == "exited" and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
+    elif ended and in_backoff(att) and (not sr or sr.get("by") == HEALTH_RESTART):
         out["state"] = "restarting"
         out["next_restart_at"] = att["next_restart_at"]
     elif att.get("gave_up"):
@@ -580,7 +581,7 @@ def _attribution(store, att):
 
 
 _PER_ATTEMPT = ("job", "exit", "error", "stop_requested", "next_restart_at", "restart_reason", "gave_up",
-                "actions", "logger", "log_offset", "log_file", "restart", "resume_from", "blocked", "gpu_gate")
+                "actions", "logger", "log_offset", "log_file", "restart", "resume_from", "blocked", "gpu_gate", "gate")
 
 
 def exit_of(status):

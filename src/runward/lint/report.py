@@ -31,6 +31,7 @@ class Finding:
 RULES = {
     "self-kill": "error",
     "self-kill-fragile": "warning",
+    "self-kill-wrapper": "warning",
     "self-match-list": "warning",
     "kill-then-start": "warning",
     "host-path-in-container": "warning",

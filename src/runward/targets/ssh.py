@@ -26,9 +26,40 @@ def argv(hop, base: list[str], options: list[str], remote: str | None = None) ->
     port = ["-p", str(hop.port)] if hop.port else []
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
     base = _own_master(base, dest, hop.port)
-    if any(w.startswith("ServerAliveInterval=") for w in base) and _config_is_stricter(base, dest, hop.port):
+    interval = next((int(w.split("=", 1)[1]) for w in base if w.startswith("ServerAliveInterval=")), 0)
+    if interval and _config_is_stricter(base, dest, hop.port):
         base = _without_alive(base)
+    if interval:
+        base = _fallback_connect(base, interval)
     return [*base, *port, *options, "--", dest, *([remote] if remote is not None else [])]
+
+
+def _fallback_connect(base: list[str], interval: int) -> list[str]:
+    """BASE with ConnectTimeout cut to one keepalive interval while this destination's
+    control master is up. A call then goes through the master and never connects, except
+    in one case: the master ends before the call's session opened (its keepalive found the
+    link silent), and OpenSSH's mux client falls back to a direct connect on that same dead
+    link, which waited the whole connect timeout more (25 s in all by default, measured).
+    With the cap the call ends within the alive timeout (transport.ssh_alive_options). A
+    master that ended for another reason (ControlPersist expiring at that moment, killed)
+    leaves a healthy link that connects well within an interval; a socket file left by a
+    killed master is unlinked by that same connect, so only one call pays the cap."""
+    path = next((w[len("ControlPath="):] for w in base if w.startswith("ControlPath=")), "")
+    folder, _, name = path.rpartition("/")
+    if not name.endswith("-%C"):  # not a socket named by _own_master: its master is not findable
+        return base
+    try:
+        up = any(f.startswith(name[:-2]) for f in os.listdir(folder))
+    except OSError:
+        return base
+    if not up:
+        return base
+    out = []
+    for w in base:
+        if w.startswith("ConnectTimeout=") and int(w.split("=", 1)[1]) > interval:
+            w = f"ConnectTimeout={interval}"
+        out.append(w)
+    return out
 
 
 def _without_alive(base: list[str]) -> list[str]:

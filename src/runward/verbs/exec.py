@@ -8,6 +8,11 @@ import sys
 from ..errors import BadInput
 from ._common import load_config, target_of
 
+# Ctrl-C (cli.main): the command runs in a session of its own on the target, which neither a
+# terminal's Ctrl-C nor the end of our agent or ssh reaches (checked: it ran on after "interrupted")
+INTERRUPTED = ("interrupted: the command may still be running on the target (it has a session of its "
+               "own, and runward does not end it); find it with `runward ps PATTERN --on TARGET`")
+
 
 def add_arguments(p) -> None:
     p.add_argument("--sh", metavar="STRING", help="one shell command line (linted first)")

@@ -7,6 +7,9 @@ import sys
 from ..errors import EXIT_OK, BadInput
 from ._common import emit, load_config
 
+# Ctrl-C (cli.main): logs only reads, and a follower's agent ends with its caller (stdin_held)
+INTERRUPTED = "interrupted: logs only reads; its follower on the target ended too, and the run goes on as it was"
+
 
 def add_arguments(p) -> None:
     p.add_argument("name")

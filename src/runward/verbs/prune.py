@@ -33,6 +33,8 @@ def render_prune(res: dict, where: str, older: str) -> str:
         ago = f"ended {_ago(now - r['ended_at'])} ago" if r.get("ended_at") else "never started"
         kept = [lg.get("moved_to") or lg["path"] for lg in r.get("logs") or () if lg.get("kept")]
         lines.append(f"  {r['name']}  ({ago})" + (f"  log kept at {', '.join(kept)}" if kept else ""))
+        if r.get("blind_spot"):
+            lines.append(f"    note: {r['blind_spot']}")
     for k in res.get("kept") or ():
         if not k["why"].startswith("ended"):
             lines.append(f"  kept {k['name']}: {k['why']}")

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-signal", metavar="SIG", type=signal_arg,
                    help="the signal that stops the old attempt (default: the one it was started with)")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
+    p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
+                   help="a run with GPUs: how long the stop waits for their memory to be released (default 60); "
+                        "still held then, the new attempt is blocked (exit 5) and starts by itself once they are")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
     how.add_argument("--no-deploy", action="store_true",
@@ -102,7 +105,7 @@ def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> di
     definition = start_kwargs_from_config(run_cfg) if run_cfg else None
     return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
                        deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env,
-                       check=check, began=began)
+                       check=check, began=began, gpu_timeout=args.gpu_release_timeout)
 
 
 def _files_step(args, cfg, name, target, out):
@@ -119,10 +122,14 @@ def _files_step(args, cfg, name, target, out):
                            f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
         _files.check_sources(specs, base)
 
-        def plan(last: dict) -> None:
+        def plan(last: dict) -> dict | None:
             # the deploy's own plan (one manifest round trip) before the stop: a destination it
             # cannot write (a directory where a file goes) is refused with the run untouched
             _files.push(target, specs, run=name, base=base, dry_run=True)
+            # what the deploy (no --delete) leaves: files deleted locally, still on the target
+            left = [d for d in _files.local_drift(last, specs, base=base)
+                    if (d.get("change") or "").startswith("deleted locally")]
+            return {"local_drift": left} if left else None
         return (lambda: _files.push(target, specs, run=name, progress=not out.json and not args.all,
                                     base=base)), plan
     if not specs:
@@ -214,9 +221,16 @@ def _render(res: dict) -> str:
                                          or "nothing changed") + f" ({len(s['result'].get('unchanged', []))} unchanged)"
                          for s in res["steps"] if s["step"] == "deploy"]),
                       render_changes(res),
-                      *([f"not deployed (--no-deploy): {len(res['local_drift'])} file(s) differ locally: "
-                         + ", ".join(d["remote"] for d in res["local_drift"])] if res.get("local_drift") else []),
+                      *([_drift_left(res)] if res.get("local_drift") else []),
                       render_start(res["steps"][-1]["result"])])
+
+
+def _drift_left(res: dict) -> str:
+    files = ", ".join(d["remote"] for d in res["local_drift"])
+    if any(s["step"] == "deploy" for s in res["steps"]):
+        return (f"left on the target: {len(res['local_drift'])} file(s) deleted locally ({files}); "
+                f"runward deploy {res['name']} --delete removes them")
+    return f"not deployed (--no-deploy): {len(res['local_drift'])} file(s) differ locally: {files}"
 
 
 def render_changes(res: dict) -> str:

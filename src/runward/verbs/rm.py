@@ -32,6 +32,8 @@ def render_removed(res: dict, where: str) -> str:
             lines.append(f"  its log is kept at {log['path']}{more} ({log.get('why')})")
         elif log.get("exists"):
             lines.append(f"  its log {log['path']}{more} was removed")
+    if res.get("blind_spot"):
+        lines.append(f"  note: {res['blind_spot']}")
     return "\n".join(lines)
 
 

@@ -55,7 +55,8 @@ def run(args, out) -> int:
         if nodes is None:
             return emit(out, "stop", target, res, render_stop(res))
     res, code = multinode.stop(nodes, args.name, grace=args.grace, signal=args.stop_signal,
-                               gpu_timeout=args.gpu_release_timeout, lock_timeout=args.lock_timeout)
+                               gpu_timeout=args.gpu_release_timeout, lock_timeout=args.lock_timeout,
+                               checkpoint=_checkpoint(args, cfg, args.name))
     return multinode.emit(out, "stop", res, code)
 
 
@@ -113,7 +114,7 @@ def _stop_any(args, cfg, name, target):
         from ..errors import OperationFailed
         res, code = multinode.stop([cfg.target(t) for t in cfg.runs[name]["nodes"]], name, grace=args.grace,
                                    signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
-                                   lock_timeout=args.lock_timeout)
+                                   lock_timeout=args.lock_timeout, checkpoint=_checkpoint(args, cfg, name))
         if code:
             e = OperationFailed(f"{name}: not every node's stop was verified", result=res)
             e.exit_code = code

@@ -12,7 +12,7 @@ from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
 from ..secrets import is_shown_form, redact_env
-from ..store import RunStore, file_hashes, open_log, remove_file, write_all, write_json
+from ..store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..terminate import parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
 from .stop import mark_stop_requested, stop_locked
@@ -206,6 +206,23 @@ def _hashed_files(req, argv, cwd):
     return hashed
 
 
+def _attempt_hashes(store, home, paths):
+    """file_hashes of PATHS; a directory among them (a pushed directory: its own hash is None)
+    is hashed file by file as its deploy recorded them (deployed.json), through the hash cache
+    that push filled, so that `drift` sees a file in it edited or removed on the target while
+    the job runs; files the job writes there (checkpoints) are not read."""
+    out = file_hashes(paths)
+    dirs = [p.rstrip("/") + "/" for p in paths if out.get(p) is None and os.path.isdir(p)]
+    if dirs:
+        from ..hashcache import HashCache
+        cache = HashCache(home)
+        for k in sorted(read_json(os.path.join(store.dir, "deployed.json")) or {}):
+            if any(k.startswith(d) for d in dirs):
+                out[k] = cache.sha256_path(k)
+        cache.save()
+    return out
+
+
 def _new_attempt(store, req, home, plan):
     """Write the attempt record, the attempt's header in the log, and the run record, last:
     a failure on the way (a full disk, a refused log) leaves run.json as it was, and what
@@ -249,7 +266,7 @@ def _write_attempt(store, req, home, plan, made):
         "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
         "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
         "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
-        "gpus": req.get("gpus"), "hashes": file_hashes(_hashed_files(req, plan["argv"], plan["cwd"])),
+        "gpus": req.get("gpus"), "hashes": _attempt_hashes(store, home, _hashed_files(req, plan["argv"], plan["cwd"])),
         "files": req.get("files") or [],
         "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
         "home_id": home.id, "settle": plan["settle"], "ready": plan["ready"],
@@ -257,6 +274,10 @@ def _write_attempt(store, req, home, plan, made):
         "multinode": req.get("multinode"),  # this node's rank and its peers (peers.py)
         "stall": req.get("stall"),  # stall_after, straggler_ratio (stall.py)
     }
+    if req.get("gate"):  # restart's GPU gate (gatewait.py): the shim starts the job once they are released
+        from .. import gatewait
+        att["gate"] = {k: req["gate"].get(k) for k in ("gpus", "max_used_mib")}
+        att["blocked"] = gatewait.blocked_record(req["gate"])
     if plan["supervise"]:
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
     att["snapshots"] = snapshots.keep(store, att["hashes"], att["env"])  # compare's diffs (docs/history.md)
@@ -287,7 +308,7 @@ def start(req, home):
         replaced = _replace_old(store, req, scan())
         # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
         gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel) \
-            if req.get("wait_gpus_free") and req.get("gpus") else None
+            if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate") else None  # gated: the shim waits
         n, log_from = _new_attempt(store, req, home, plan)
         faults.point("start:recorded")
         _, pipe = shim.spawn(home, store.name, n, plan["env"], supervise.notify_secrets(plan["supervise"]))
@@ -296,6 +317,8 @@ def start(req, home):
             err = (msg or {}).get("error") or "the shim did not report the job started"
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
+        if "blocked" in msg:  # restart's GPU gate: the shim waits for them, and starts the job by itself
+            return _blocked_reply(store, n, msg["blocked"], replaced)
         job = msg["job"]
         event({"started": {"attempt": n, "pid": job["pid"]}})  # an interrupted CLI can say what runs
         faults.point("start:spawned")
@@ -307,6 +330,14 @@ def start(req, home):
         res["gpu_wait"] = gpu_wait
     faults.point("start:settled")
     return res
+
+
+def _blocked_reply(store, n, blocked, replaced):
+    """The start's answer when its shim waits for the GPUs: what is verified is the waiter."""
+    att = store.attempt(n) or {}
+    return {"name": store.name, "attempt": n, "state": "blocked", "blocked": blocked, "replaced": replaced,
+            "alive_after_settle": False, "log": att.get("log"), "gpus": att.get("gpus"),
+            "shim": att.get("shim"), "verified": ["waiter_alive"]}
 
 
 def _job_on_record(store, n):

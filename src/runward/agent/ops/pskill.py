@@ -7,7 +7,7 @@ import os
 from ..boot import BOOTSTRAP
 from ..procfs import CLK_TCK, MARKER, boot_id, boot_time, descendants, owner_uid, protected, scan
 from ..terminate import parse_signal, signal_name, terminate
-from ..wire import bad_input
+from ..wire import bad_input, event, outlive_caller
 
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox", "sshd", "su", "sudo", "runuser"))
 POSIX_CLASSES = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "space": r"\s", "upper": "A-Z",
@@ -117,6 +117,11 @@ def kill(req, home):
     if not found:
         res.update({"dry_run": False, "processes": [], "verified_dead": True, "survivors": []})
         return res
+
+    # from here the kill goes on to its end (KILL after the grace to what is left) whatever
+    # happens to the CLI: interrupted mid-grace, it left a TERM-ignoring match alive for good
+    outlive_caller()
+    event({"kill_begun": {"pids": sorted(found)}})
 
     def find_more():
         ps_ = scan()

@@ -11,7 +11,7 @@ import os
 import time
 
 from ..procfs import boot_id, protected, scan
-from ..runs import attempt_state, members
+from ..runs import attempt_state, blind_spot, members
 from ..supervise import in_backoff
 from ..store import RunStore, fsync_dir, remove_file
 from ..wire import AgentFailure, bad_input
@@ -30,7 +30,8 @@ def rm(req, home):
             raise AgentFailure("RunAlive", "run %s is %s (attempt %s, pid %s): not removed" % (
                 store.name, live["state"], live["attempt"], live["pid"]),
                 "stop it first: `runward stop %s`" % store.name, **live)
-        return _remove(store, bool(req.get("logs")), _shared(_log_owners(home), store.name))
+        res = _remove(store, bool(req.get("logs")), _shared(_log_owners(home), store.name))
+        return _unseen(res, att, procs)
     finally:
         store.unlock(fd)
 
@@ -67,18 +68,27 @@ def prune(req, home):
             elif ended is not None and now - ended <= older:
                 kept.append({"name": name, "why": "ended %ds ago" % (now - ended), "ended_at": ended})
             elif req.get("dry_run"):
-                removed.append({"name": name, "ended_at": ended, "attempts": len(store.attempts()),
-                                "dry_run": True})
+                removed.append(_unseen({"name": name, "ended_at": ended, "attempts": len(store.attempts()),
+                                        "dry_run": True}, att, procs))
             else:
                 owners = _log_owners(home) if owners is None else owners
                 got = _remove(store, bool(req.get("logs")), _shared(owners, name))
                 for names in owners.values():
                     names.discard(name)  # its records are gone: a log it shared is another's alone
                 got["ended_at"] = ended
-                removed.append(got)
+                removed.append(_unseen(got, att, procs))
         finally:
             store.unlock(fd)
     return {"older_than_s": older, "dry_run": bool(req.get("dry_run")), "removed": removed, "kept": kept}
+
+
+def _unseen(res, att, procs):
+    """A run removed while its status names a blind spot (no cgroup, its shim killed: an
+    escapee may live where no search finds it) says so, as its stop does (design rule 11)."""
+    unseen = blind_spot(att, procs)
+    if unseen:
+        res["blind_spot"] = unseen
+    return res
 
 
 def ended_at(att, store):

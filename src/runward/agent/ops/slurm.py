@@ -238,7 +238,14 @@ def stop(req, home):
         att = store.latest()
         sig = req.get("signal") or att.get("stop_signal", "TERM")
         grace = float(req["grace"]) if req.get("grace") is not None else float(att.get("grace", 30.0))
-        return _stop_job(store, att, sig, grace)
+        ckpt = None
+        if req.get("checkpoint") is not None:  # through scancel to the job's program (slurmckpt.py)
+            from . import slurmckpt
+            ckpt = slurmckpt.before_stop(store, att, req["checkpoint"])
+        res = _stop_job(store, att, sig, grace)
+        if ckpt is not None:
+            res["checkpoint"] = ckpt
+        return res
     finally:
         store.unlock(fd)
 

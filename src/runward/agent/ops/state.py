@@ -52,6 +52,9 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     out = {"name": store.name, "state": state, "attempt": att.get("attempt") if att else None}
     if att is None:
         return out
+    if att.get("gate"):  # restart's GPU gate: waiting for the GPUs is `blocked` (gatewait.py)
+        from .. import gatewait
+        state = out["state"] = gatewait.status(out, att, state)
     out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
                 "log": log_info(att.get("log")), "gpus": att.get("gpus")})
     # a multi-node run's node (peers.py); stopped: a stop's end, also one nobody waited for (ops/stop.py)
@@ -79,7 +82,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if state in ("stray", "failed", "lost") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
-    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited") else None
+    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited", "stray") else None
     if unseen:
         out["blind_spot"] = unseen  # what the member search cannot see here
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)

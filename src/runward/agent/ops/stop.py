@@ -46,6 +46,9 @@ def stop(req, home):
             from . import stopckpt
             stopckpt.check(req["checkpoint"], att)
         mark_stop_requested(store, att, procs, req.get("by"))
+        from .. import gatewait
+        if gatewait.pending(att):  # restart's attempt blocked on the GPUs: it never ran; cancelled
+            return gatewait.stop_result(store, att, gatewait.cancel(store, att))
         ckpt = None
         if req.get("checkpoint") is not None:  # marked first: a job that exits once saved is not restarted
             ckpt = stopckpt.before_stop(store, att, req["checkpoint"])
@@ -136,7 +139,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
         res["verified"] = ["no_process_of_run_alive"]
         faults.point("stop:dead")
         _let_shim_record(store, att, fates, by)
-        cgroups.remove((att or {}).get("cgroups"))
+        cgroups.remove(cgroups.run_paths((att or {}).get("cgroups")))  # earlier attempts' left ones too
         gpus.stop_check(res, store, att, fates, gpu_timeout)
     latest = store.latest()
     res["state"] = attempt_state(latest, own_procs(latest), boot_id())
@@ -177,3 +180,21 @@ def _let_shim_record(store, att, fates, by=None):
                        "signals_sent": sigs,
                        "note": "recorded by stop: the shim was gone, the job's own exit status is unknown"}
     store.update_attempt(att["attempt"], record_exit)
+
+
+def checkpoint(req, home):
+    """The op a multi-node stop sends every node first (multinode.stop): the stop marked, the
+    checkpoint signal sent, its wait; the stop itself comes once every node has answered, so
+    no node's job is ended while another's still saves its part (a collective save waits
+    for every rank)."""
+    from . import stopckpt
+    store = RunStore.existing(home, req.get("name"))
+    fd = store.lock("stop", req.get("lock_timeout"))
+    try:
+        att = store.latest()
+        stopckpt.check(req.get("checkpoint"), att)
+        mark_stop_requested(store, att, scan())  # marked first: a job that exits once saved is not restarted
+        res = stopckpt.before_stop(store, att, req["checkpoint"])
+        return dict(res, name=store.name, attempt=(att or {}).get("attempt"))
+    finally:
+        store.unlock(fd)

@@ -47,9 +47,9 @@ def before_stop(store, att, spec):
     if jp is None:
         out["skipped"] = "the job is not running: nothing to checkpoint"
         return out
-    tracker = _tracker(store, att, pol)
+    tracker = tracker_of(store, att, pol)
     before = tracker.latest() if tracker else None
-    log, offset = att.get("log"), _size(att.get("log"))
+    log, offset = att.get("log"), size(att.get("log"))
     try:
         os.kill(jp.pid, sig)  # its identity (pid and start time) was checked just above
     except ProcessLookupError:
@@ -57,6 +57,12 @@ def before_stop(store, att, spec):
         return out
     out["sent_to"] = jp.pid
     event({"checkpoint_signal": {"pid": jp.pid, "signal": out["signal"]}})
+    return wait_saved(out, rx, tracker, before, log, offset, lambda: live(job) is not None, timeout)
+
+
+def wait_saved(out, rx, tracker, before, log, offset, alive, timeout):
+    """Until the log (from OFFSET) shows RX, or the tracker a checkpoint newer than BEFORE,
+    or alive() says the job ended, or TIMEOUT: each said in OUT, which is returned."""
     t0 = time.monotonic()
     carry = b""
     while True:
@@ -69,7 +75,7 @@ def before_stop(store, att, spec):
         if now is not None and now != before:
             out.update(checkpoint=now, waited_s=round(time.monotonic() - t0, 3))
             return out
-        if live(job) is None:
+        if not alive():
             out.update(ended=True, waited_s=round(time.monotonic() - t0, 3),
                        note="the job ended before its checkpoint was seen")
             return out
@@ -80,14 +86,14 @@ def before_stop(store, att, spec):
         time.sleep(POLL_S)
 
 
-def _tracker(store, att, pol):
+def tracker_of(store, att, pol):
     if not pol.get("checkpoint"):
         return None
     from ..progress import Tracker
     return Tracker(store, pol, att, {})
 
 
-def _size(path):
+def size(path):
     try:
         return os.stat(path).st_size
     except (OSError, TypeError):
@@ -110,3 +116,4 @@ def _match(path, offset, carry, rx):
         if rx.search(text):
             return text[:500], offset, b""
     return None, offset, lines[-1]
+

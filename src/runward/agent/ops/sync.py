@@ -151,10 +151,12 @@ def push(req, home, emit, stdin):
         for _, dirs, _ in roots:
             dirs.close()
         cache.save()
+    gone = [d["remote"] for d in res.get("deleted") or []]
     if req.get("run"):
         _record_deployed(RunStore(home, req["run"]), res["files"] + [
-            {"remote": _dest(roots[i][0], rel), "sha256": sha} for i, rel, sha in req.get("keep") or []],
-            [d["remote"] for d in res.get("deleted") or []])
+            {"remote": _dest(roots[i][0], rel), "sha256": sha} for i, rel, sha in req.get("keep") or []], gone)
+    if res["files"] or gone:  # (a dry run never reaches the far side's push)
+        _update_others(home, req.get("run"), res["files"], gone)
     res.update(verified=["sha256_on_target"], host=os.uname().nodename, in_container=in_container())
     return res
 
@@ -517,3 +519,24 @@ def _record_deployed(store, done, deleted=()):
     for remote in deleted:
         dep.pop(remote, None)
     write_json(os.path.join(store.dir, "deployed.json"), dep)
+
+
+def _update_others(home, run, written, gone):
+    """A push (or another run's deploy) that rewrote or removed a file some run's deploy
+    recorded: that record follows (only paths it already holds), else status kept calling a
+    file removed by `push --delete` "still deployed", and restart refused over it."""
+    new = dict((f["remote"], f["sha256"]) for f in written if f.get("sha256"))
+    for name in home.run_names():
+        if name == run:
+            continue
+        path = os.path.join(RunStore(home, name).dir, "deployed.json")
+        dep = read_json(path, {}) or {}
+        hit = [r for r in list(new) + list(gone) if r in dep]
+        if not hit:
+            continue
+        for r in hit:
+            if r in new:
+                dep[r] = {"sha256": new[r], "at": time.time()}
+            else:
+                dep.pop(r, None)
+        write_json(path, dep)

@@ -1,7 +1,7 @@
 """The rule families, one module each, named after what they check:
 
 - selfmatch: a kill or a process listing whose pattern matches a process that encloses it
-  (self-kill, self-kill-fragile, self-match-list);
+  (self-kill, self-kill-fragile, self-kill-wrapper, self-match-list);
 - verification: a job started, restarted or waited for with nothing that verifies it
   (kill-then-start, unverified-nohup, sleep-as-verification);
 - filesystem: files copied to one filesystem and used in a container that has another

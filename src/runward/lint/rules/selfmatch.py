@@ -42,6 +42,12 @@ WHY_FRAGILE = (
     "-c string, so by the time pkill looks that shell is pkill. Add anything after it "
     "(`; nohup ...`, `&& echo done`, a redirection), run it under an older bash or dash, and "
     "the shell kills itself.")
+WHY_WRAPPER = (
+    "The shell you wrote execs this command, so it is not there to be signalled; but a "
+    "program that runs your text through a shell of its own and keeps that shell alive (an "
+    "agent tool's Bash, a CI step's script) has the whole text, this pattern included, in "
+    "that shell's argv, and pkill -f skips only its own pid: that outer shell is signalled, "
+    "and the tool reports a killed command.")
 WHY_SELF_LIST = (
     "pgrep -f and `ps | grep` match against whole command lines, and a shell running this "
     "line carries the pattern in its own argv (as does the grep itself), so the output lists "
@@ -153,10 +159,16 @@ def evaluate(scan: Scan, query: Query, ctx: Ctx, *, signal: int | None, span, te
         killed = [p for p in matched if p.state == "alive" and harmed(p, signal)]
         spared = [p for p in matched if p.state in ("exec-lone", "exec-last")
                   and harmed(p, signal)]
-        if killed:
+        # The issue-31 call: a kill that only the *assumed* wrapper (level 0) dies of, while
+        # the shell you wrote execs it, is not an error: bash -c / -lc is gone by the time
+        # pkill looks. The wrapper's truth is kept as a warning of its own.
+        wrapper_only = spared and all(p.role == "agent" for p in killed)
+        if killed and not wrapper_only:
             add_self_kill(scan, query, ctx, killed, signal, span, text, words)
         elif spared:
             add_fragile(scan, query, ctx, spared, span, text)
+        if killed and wrapper_only:
+            add_wrapper(scan, query, ctx, killed[-1], signal, span, words)
         return
     listed = [p for p in matched if p.state == "alive" and p.role != "interactive"]
     listed += [p for p in siblings if query.selects(p)]
@@ -196,6 +208,19 @@ def add_fragile(scan: Scan, query, ctx, spared, span, text) -> None:
     fix = (safe_kill_fix(query, ctx) + "; if you keep it, keep it the last command of "
            "its string, with no redirection")
     scan.add("self-kill-fragile", span, message, WHY_FRAGILE, fix)
+
+
+def add_wrapper(scan: Scan, query, ctx, wrapper, signal, span, words) -> None:
+    sig = SIGNAL_NAMES.get(signal, str(signal))
+    message = (f"the shell you wrote execs `{command_text(words) if words else 'this'}`, but "
+               f"a wrapper that runs this text and stays alive (an agent tool's `bash -c` "
+               f"adding its own cd/eval/pwd, assumed at level 0) carries pattern "
+               f"{query.pattern!r} in its command line, "
+               f"`{display_argv(wrapper.argv)}`, and would get SIG{sig}; typed at a prompt "
+               f"(`runward lint --interactive`) nothing carries it")
+    fix = safe_kill_fix(query, ctx) + ", or `runward stop NAME` for a run runward started"
+    fix += bracket_fix(scan, query, span, "self-kill-wrapper", words)
+    scan.add("self-kill-wrapper", span, message, WHY_WRAPPER, fix)
 
 
 def add_self_list(scan: Scan, query, ctx, listed, span, text) -> None:

@@ -1,0 +1,106 @@
+"""`runward restart`'s own GPU gate (issue 29, docs/supervision.md "restart: blocked"), with
+real processes and the nvidia-smi stand-in: the stop verifies the old attempt dead, but
+another process still holds the run's GPU; the new attempt is then blocked (exit 5, the
+holder named), waits on the target, and starts by itself once the GPU is released. A stop
+meanwhile cancels it, and nothing starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+import fakegpu
+from conftest import EXAMPLE, alive
+from test_progress import FAST, _events
+from test_supervise import _end_shims, rec, records, shim_gone, wait_for
+
+PY = sys.executable
+
+
+@pytest.fixture
+def g(cli, tmp_path):
+    cli.state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
+    cli.env = fakegpu.env_with_standin(cli.state, cli.env)
+    yield cli
+    _end_shims(cli.home)
+
+
+@pytest.fixture
+def holder(g):
+    """Another process that holds 2000 MiB on GPU 1 (a leaked worker, another user's job)."""
+    p = subprocess.Popen(["sleep", "300"])
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _started(c, name: str, gpus: str = "1", *extra: str):
+    rc, doc = c.json("start", name, "--settle", "0.3", "--cwd", str(c.cwd), "--gpus", gpus, *FAST, *extra,
+                     "--", PY, str(EXAMPLE))
+    assert rc == 0, doc
+    return doc["result"]
+
+
+def test_restart_blocked_on_a_held_gpu_names_the_holder_then_starts_by_itself(g, holder, tmp_path):
+    got = tmp_path / "events.jsonl"
+    recorder = tmp_path / "rec.py"
+    recorder.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read() + '\\n')\n")
+    first = _started(g, "rg", "1", "--notify", f"{PY} {recorder} {got}")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    rc, doc = g.json("restart", "rg", "--gpu-release-timeout", "0.5")
+    assert rc == 5, doc
+    msg = doc["error"]["message"]
+    assert "rg: blocked: GPU 1" in msg and "2,000 MiB" in msg and str(holder.pid) in msg, msg
+    assert "the run starts by itself when released; `runward stop rg` cancels" in msg, msg
+    res = doc["result"]
+    assert res["state"] == "blocked" and res["attempt"] == 2, res
+    assert [(h["pid"], h["used_mib"], h["gpu"]) for h in res["blocked"]["holders"]] == [(holder.pid, 2000, 1)], res
+    assert "sleep 300" in res["blocked"]["holders"][0]["cmd"], res["blocked"]
+    assert not alive(first["pid"]), "the old attempt outlived the restart's stop"
+    st = g.status("rg")
+    assert st["state"] == "blocked" and st["attempt"] == 2 and "pid" not in st, st
+    text = g.run("status", "rg").stdout
+    assert "blocked: this attempt starts by itself once the GPUs are released: GPU 1" in text, text
+    assert not rec(g.home, "rg", 2).get("job"), "the new attempt started while the GPU was held"
+    ev = wait_for(lambda: [e for e in _events(got) if e["event"] == "blocked"], what="the blocked notification")[0]
+    assert ev["attempt"] == 2 and ev["holders"][0]["pid"] == holder.pid, ev
+    holder.kill()
+    holder.wait()
+    freed = time.time()
+    st = wait_for(lambda: (lambda s: s if s["state"] == "running" else None)(g.status("rg")), timeout=30,
+                  what="the blocked attempt to start by itself")
+    a2 = rec(g.home, "rg", 2)
+    assert st["attempt"] == 2 and alive(st["pid"]) and a2["started_at"] >= freed, (st, a2)
+    assert a2["blocked"]["released_at"] >= freed and "error" not in a2, a2["blocked"]
+    assert g.json("stop", "rg")[0] == 0
+
+
+def test_stop_of_a_blocked_restart_cancels_it_and_nothing_starts(g, holder):
+    _started(g, "rc", "0")
+    fakegpu.attach(g.state, 0, holder.pid, 1500)
+    rc, doc = g.json("restart", "rc", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    a2 = rec(g.home, "rc", 2)
+    t0 = time.monotonic()
+    rc, doc = g.json("stop", "rc")
+    assert rc == 0 and doc["result"]["restart_cancelled"] and doc["result"]["verified_dead"], doc
+    assert time.monotonic() - t0 < 10, "the stop waited for the GPU it never used"
+    assert shim_gone(g.home, "rc") and not alive(a2["shim"]["pid"]), "the waiter outlived the stop"
+    holder.kill()
+    holder.wait()  # released now: nothing may start any more
+    st = g.status("rc")
+    assert st["state"] == "failed" and "cancelled" in st["error"], st
+    assert len(records(g.home, "rc")) == 2 and not rec(g.home, "rc", 2).get("job")
+
+
+def test_restart_with_the_gpus_free_starts_at_once(g):
+    _started(g, "rf", "1")
+    rc, doc = g.json("restart", "rf", "--gpu-release-timeout", "0.5")
+    assert rc == 0 and doc["result"]["attempt"] == 2 and alive(doc["result"]["pid"]), doc
+    assert "blocked" not in rec(g.home, "rf", 2)
+    assert g.json("stop", "rf")[0] == 0
