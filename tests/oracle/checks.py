@@ -115,6 +115,7 @@ def runward_leftovers(session, models: dict) -> list[str]:
     RUNWARD_HOME."""
     out = []
     homes = {t.home: t for t in session.targets.values()}
+    local_homes = [str(session.home)] + [t.home for t in session.targets.values() if t.kind == "user"]
     shims: dict = {}
     for p in truth.scan(("AGENT_SHA",), ("AGENT_SHA",)):
         if "runward-resident" in p.cmdline:
@@ -126,7 +127,7 @@ def runward_leftovers(session, models: dict) -> list[str]:
                         shims.setdefault(fd.split("/")[-3], []).append(p)
             continue
         env = truth._read("/proc/%d/environ" % p.pid) or b""
-        if ("RUNWARD_HOME=%s\0" % session.home).encode() in env:
+        if any(("RUNWARD_HOME=%s\0" % h).encode() in env for h in local_homes):
             out.append("inv7: a local agent still runs after the verb ended: %d %s" % (p.pid, p.cmdline[-60:]))
     for name, ps in shims.items():
         m = models.get(name)

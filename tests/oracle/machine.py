@@ -18,7 +18,7 @@ STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
 MAX_RUNS = 3          # runs not removed at once: the CI machine has 2 cores
 PICK = st.integers(0, 1 << 16)
-NO_CGROUP_KINDS = ("podman", "pct")   # runward makes no cgroup there (doctor: cgroups: no)
+NO_CGROUP_KINDS = ("podman", "pct", "user")   # runward makes no cgroup there (doctor: cgroups: no)
 
 
 class Violation(AssertionError):
@@ -56,9 +56,9 @@ class OracleBase(RuleBasedStateMachine):
         if TRACE:
             print("[oracle] step %s %s" % (what, m.name if m else ""), file=sys.stderr, flush=True)
 
-    def cli(self, *args) -> tuple[int, dict]:
+    def cli(self, *args, kind: str = "") -> tuple[int, dict]:
         STATS["verbs"] += 1
-        rc, doc = self.session.cli(*args)
+        rc, doc = self.session.cli(*args, kind=kind)
         if TRACE:
             print("[oracle] runward %s -> %d" % (" ".join(args), rc), file=sys.stderr, flush=True)
         return rc, doc
@@ -80,7 +80,7 @@ class OracleBase(RuleBasedStateMachine):
         raise Violation("%s: the model says %s but no job process of it lives" % (m.name, m.state))
 
     def status_of(self, kind: str) -> dict:
-        rc, doc = self.session.cli("status", "--on", kind)
+        rc, doc = self.session.cli("status", "--on", kind, kind=kind)
         if rc != 0:
             raise Violation("status --on %s: exit %d: %s" % (kind, rc, str(doc)[:600]))
         return {r["name"]: r for r in doc["result"]["runs"]}
@@ -92,7 +92,7 @@ class OracleBase(RuleBasedStateMachine):
         (d / "job.py").write_text(src)
 
     def deploy(self, m: RunModel):
-        rc, doc = self.cli("deploy", m.name)
+        rc, doc = self.cli("deploy", m.name, kind=m.kind)
         self.expect("deploy %s" % m.name, rc, doc, (0,))
         t = self.target(m)
         want = truth.hashlib.sha256((self.session.work / m.name / "job.py").read_bytes()).hexdigest()
@@ -148,7 +148,7 @@ class OracleRules(OracleBase):
         self.write_job(m)
         self.runs[name] = m
         self.deploy(m)
-        rc, doc = self.cli("start", name)
+        rc, doc = self.cli("start", name, kind=m.kind)
         self.expect("start %s" % name, rc, doc, (0,))
         m.running_version = m.deployed_version
 
@@ -157,7 +157,7 @@ class OracleRules(OracleBase):
     def stop(self, i):
         m = self.pick(i, lambda m: m.state != "removed")
         self.acted("stop", m)
-        rc, doc = self.cli("stop", m.name)
+        rc, doc = self.cli("stop", m.name, kind=m.kind)
         self.expect("stop %s" % m.name, rc, doc, (0,))
         res = doc.get("result") or {}
         if m.live and not res.get("verified_dead"):
@@ -182,7 +182,7 @@ class OracleRules(OracleBase):
         if m is None:
             return
         self.acted("restart", m)
-        rc, doc = self.cli("restart", m.name, *(["--deploy"] if deploy else []))
+        rc, doc = self.cli("restart", m.name, *(["--deploy"] if deploy else []), kind=m.kind)
         if not deploy and m.local_version != m.deployed_version:
             self.expect("restart %s after a local edit, without --deploy" % m.name, rc, doc, (2,))
             return
@@ -285,7 +285,7 @@ class OracleRules(OracleBase):
         if m is None:
             return
         self.acted("rm", m)
-        rc, doc = self.cli("rm", m.name, *(["--logs"] if logs else []))
+        rc, doc = self.cli("rm", m.name, *(["--logs"] if logs else []), kind=m.kind)
         if m.live or m.escapees:
             self.expect("rm %s (%s)" % (m.name, m.state), rc, doc, (1,))
             return
@@ -299,7 +299,7 @@ class OracleRules(OracleBase):
         alive); what ended under a second ago may go either way."""
         kind = self.KINDS[k % len(self.KINDS)]
         self.acted("prune")
-        rc, doc = self.cli("prune", "--older-than", "1s", "--on", kind)
+        rc, doc = self.cli("prune", "--older-than", "1s", "--on", kind, kind=kind)
         self.expect("prune --on %s" % kind, rc, doc, (0,))
         for r in (doc.get("result") or {}).get("removed") or ():
             m = self.runs.get(r["name"])
@@ -322,7 +322,7 @@ class OracleRules(OracleBase):
         def seen():
             ran = truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or ""
             nonce = ran.split("\n")[-2].split()[1] if ran.count("\n") else None
-            rc, doc = self.cli("logs", m.name, "-n", "50")
+            rc, doc = self.cli("logs", m.name, "-n", "50", kind=m.kind)
             lines = (doc.get("result") or {}).get("lines") or []
             return [] if rc == 0 and nonce and any(nonce in ln for ln in lines) else [
                 "logs %s: exit %d, the job's line (nonce %s) not among %s" % (m.name, rc, nonce, lines[-5:])]

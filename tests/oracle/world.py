@@ -24,6 +24,7 @@ JOB = Path(__file__).resolve().parent / "job.py"
 # kind -> (the `on` of its runward.toml target, the testbed feature it needs)
 KINDS = {
     "local": ("local", None),
+    "user": ("local", None),       # local as an ordinary user: no cgroup of its own
     "ssh": ("ssh://rw1", "ssh"),
     "podman": ("ssh://rw1/podman:rwpod", "podman"),
     "pct": ("ssh://rw1/pct:200", "pct"),
@@ -63,6 +64,8 @@ def why_not(kind: str) -> str | None:
     if os.geteuid() != 0:
         return "the oracle's %s kind needs root (cgroups; testbed)" % kind
     feature = KINDS[kind][1]
+    if kind == "user" and not os.access("/usr/bin/python3", os.X_OK):
+        return "the oracle's user kind needs /usr/bin/python3 for the ordinary user"
     if feature is None:
         return None
     tb = testbed.load()
@@ -71,6 +74,20 @@ def why_not(kind: str) -> str | None:
     if not tb.get(testbed.FEATURES[feature]):
         return "the testbed has no %s" % feature
     return None
+
+
+USER = "rworacle"  # the user kind's own user: other tests' `pkill -u` never hits its runs
+
+
+def ordinary_user():
+    """(uid, gid) of the user kind's ordinary user, made once (root only: why_not says so)."""
+    import pwd
+    try:
+        pw = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", USER], check=True)
+        pw = pwd.getpwnam(USER)
+    return pw.pw_uid, pw.pw_gid
 
 
 class Session:
@@ -84,6 +101,14 @@ class Session:
         self.work = self.dir / "work"
         self.work.mkdir()
         self.tb = testbed.load()
+        self.user_base = None
+        if "user" in kinds:   # its home and code in a directory of its own, 0700, its own
+            self.uid, self.gid = ordinary_user()
+            self.user_base = Path("/tmp/oracle-%s-user" % self.id)
+            self.user_base.mkdir(mode=0o700)
+            os.chown(self.user_base, self.uid, self.gid)
+            os.chmod(self.dir, 0o755)   # runward.toml and the local code: readable by that user
+            os.chmod(self.work, 0o755)
         self.targets = {k: self._target(k) for k in kinds}
         self.runs_toml: dict[str, str] = {}
         self.env = testbed.env(self.tb) if self.tb else dict(os.environ)
@@ -96,6 +121,9 @@ class Session:
     def _target(self, kind: str) -> Target:
         on = KINDS[kind][0]
         far = "/tmp/oracle-%s" % self.id
+        if kind == "user":
+            b = str(self.user_base)
+            return Target(kind, on, b + "/home", b + "/app", "/", os.readlink("/proc/self/ns/pid"))
         if kind == "local":
             return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
         if kind == "ssh":
@@ -108,15 +136,24 @@ class Session:
         parts = []
         for k, t in self.targets.items():
             parts.append('[targets.%s]\non = "%s"\n' % (k, t.on))
-            if k != "local":
+            if k not in ("local", "user"):
                 parts.append('home = "%s"\npython = "/usr/bin/python3"\n' % t.home)
         parts.extend(self.runs_toml.values())
         (self.work / "runward.toml").write_text("\n".join(parts))
 
-    def cli(self, *args: str, timeout: float = 180) -> tuple[int, dict]:
-        """runward ARGS --json, as a user runs it: (exit code, its one JSON document)."""
+    def cli(self, *args: str, kind: str = "", timeout: float = 180) -> tuple[int, dict]:
+        """runward ARGS --json, as a user runs it: (exit code, its one JSON document). For the
+        user kind's runs, as that ordinary user, with a home of its own."""
         argv = [sys.executable, "-m", "runward", *args, "--json"]
-        p = subprocess.run(argv, cwd=self.work, env=self.env, capture_output=True, text=True, timeout=timeout)
+        extra: dict = {}
+        env = self.env
+        if kind == "user":
+            argv[0] = "/usr/bin/python3"
+            env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": self.targets["user"].home, "LANG": "C.UTF-8",
+                   "PYTHONPATH": str(ROOT / "src"), "HOME": str(self.user_base), "RUNWARD_RESIDENT_IDLE": "30",
+                   "PYTHONDONTWRITEBYTECODE": "1"}
+            extra = dict(user=self.uid, group=self.gid, extra_groups=[])
+        p = subprocess.run(argv, cwd=self.work, env=env, capture_output=True, text=True, timeout=timeout, **extra)
         try:
             doc = json.loads(p.stdout)
         except ValueError:
@@ -126,7 +163,9 @@ class Session:
     def cleanup(self, tokens: list[str]):
         """Kill what the session's jobs left (by token, pid and start time), remove its files."""
         truth.kill_tokens(tokens)
+        if self.user_base:
+            shutil.rmtree(self.user_base, ignore_errors=True)
         for t in self.targets.values():
-            if t.kind != "local":
+            if t.kind not in ("local", "user"):
                 shutil.rmtree(t.host_path("/tmp/oracle-%s" % self.id), ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
