@@ -68,7 +68,17 @@ class OracleBase(RuleBasedStateMachine):
             raise Violation("%s: exit %d, expected %s: %s" % (what, rc, want, str(doc)[:600]))
 
     def target(self, m: RunModel):
-        return self.session.targets[m.kind]
+        """The run's target; a multi-node run's node 0."""
+        return self.session.targets[checks.views(m)[0][0]]
+
+    def nodes(self, m: RunModel):
+        """(target, token) of every node of the run (one for a run on one target)."""
+        return [(self.session.targets[t], tok) for t, tok in checks.views(m)]
+
+    def single(self, m: RunModel) -> bool:
+        """Not a multi-node run: the rules that drive one job (its ends, escapees, shim, rm,
+        logs) walk these; a multi-node run gets start, stop, restart, edit and deploy."""
+        return m.kind not in world.NODES
 
     def job(self, m: RunModel):
         """The job's python (not a --sh run's shell), from ground truth."""
@@ -80,7 +90,7 @@ class OracleBase(RuleBasedStateMachine):
         raise Violation("%s: the model says %s but no job process of it lives" % (m.name, m.state))
 
     def status_of(self, kind: str) -> dict:
-        rc, doc = self.session.cli("status", "--on", kind, kind=kind)
+        rc, doc = self.session.cli("status", "--on", kind, kind=kind)  # a target (or node) name
         if rc != 0:
             raise Violation("status --on %s: exit %d: %s" % (kind, rc, str(doc)[:600]))
         return {r["name"]: r for r in doc["result"]["runs"]}
@@ -94,11 +104,12 @@ class OracleBase(RuleBasedStateMachine):
     def deploy(self, m: RunModel):
         rc, doc = self.cli("deploy", m.name, kind=m.kind)
         self.expect("deploy %s" % m.name, rc, doc, (0,))
-        t = self.target(m)
         want = truth.hashlib.sha256((self.session.work / m.name / "job.py").read_bytes()).hexdigest()
-        got = truth.sha256(t.root, "%s/%s/job.py" % (t.app, m.name))
-        if got != want:   # invariant 5, at once: deploy said verified
-            raise Violation("inv5 %s: deploy said verified, the job's filesystem has %s, local %s" % (m.name, got, want))
+        for t, _ in self.nodes(m):   # invariant 5, at once: deploy said verified, on every node
+            got = truth.sha256(t.root, "%s/%s/job.py" % (t.app, m.name))
+            if got != want:
+                raise Violation("inv5 %s: deploy said verified, the job's filesystem on %s has %s, local %s" % (
+                    m.name, t.on, got, want))
         m.deployed_version = m.local_version
 
     def signal_job(self, m: RunModel, ctl: str):
@@ -130,6 +141,8 @@ class OracleRules(OracleBase):
     def start(self, k, sh, supervised):
         """A user defines a run in runward.toml, deploys its code and starts it."""
         kind = self.KINDS[k % len(self.KINDS)]
+        if kind in world.NODES:
+            sh = supervised = False   # a multi-node run: argv (its {node_rank}), unsupervised
         self.acted("start")
         self.n += 1
         name = "orc%s-%d" % (self.session.id[:6], self.n)
@@ -137,9 +150,16 @@ class OracleRules(OracleBase):
                      restarts_left=1 if supervised else 0)
         t = self.target(m)
         job = "%s/%s/job.py" % (t.app, name)
-        spec = ['[runs.%s]' % name, 'on = "%s"' % kind, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
-        spec.append('sh = "python3 %s %s; exit $?"' % (job, m.token) if sh else
-                    'command = ["python3", "%s", "%s"]' % (job, m.token))
+        spec = ['[runs.%s]' % name, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
+        if kind in world.NODES:
+            spec += ['nodes = [%s]' % ", ".join('"%s"' % n[0] for n in world.NODES[kind]),
+                     'command = ["python3", "%s", "%s-r{node_rank}"]' % (job, m.token)]
+            if kind == "mnct":   # two containers with no network between them: no coordinator link
+                spec.append('on_node_failure = "continue"')
+        else:
+            spec.append('on = "%s"' % kind)
+            spec.append('sh = "python3 %s %s; exit $?"' % (job, m.token) if sh else
+                        'command = ["python3", "%s", "%s"]' % (job, m.token))
         if supervised:
             spec += ['restart = "on-failure"', 'max_restarts = 1', 'backoff = "1s"', 'backoff_max = "1s"',
                      'min_uptime = "1s"']
@@ -162,8 +182,8 @@ class OracleRules(OracleBase):
         res = doc.get("result") or {}
         if m.live and not res.get("verified_dead"):
             raise Violation("stop %s: exit 0 without verified_dead: %s" % (m.name, str(res)[:400]))
-        left = truth.tree(m.token, self.target(m).pidns)
-        if left:   # invariant 2, at once: the stop said verified
+        left = {p.pid: p for t, tok in self.nodes(m) for p in truth.tree(tok, t.pidns).values()}
+        if left:   # invariant 2, at once: the stop said verified, on every node
             raise Violation("inv2 %s: stop said verified, alive: %s" % (
                 m.name, [p.cmdline[:60] for p in left.values()]))
         m.stopped()
@@ -206,7 +226,7 @@ class OracleRules(OracleBase):
             self.deploy(m)
 
     def _can_signal(self, m):
-        return m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
+        return self.single(m) and m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=PICK, how=st.sampled_from(["exit 0", "exit 3", "signal 12", "kill 9"]))
@@ -227,7 +247,7 @@ class OracleRules(OracleBase):
         m.running_version = m.deployed_version  # a supervised restart runs what is on disk
 
     def _can_escape(self, m, kind):
-        if m.state != "running" or m.supervised:
+        if m.state != "running" or m.supervised or not self.single(m):
             return False
         return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
 
@@ -249,7 +269,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def kill_child(self, i):
         """SIGKILL from outside to one child of the job (its worker): the run goes on."""
-        m = self.pick(i, lambda m: m.state == "running")
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m))
         if m is None:
             return
         self.acted("kill_child", m)
@@ -261,7 +281,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def kill_shim(self, i):
         """SIGKILL from outside to the run's shim: the job lives on, unsupervised (orphaned)."""
-        m = self.pick(i, lambda m: m.state == "running" and not (m.escapees and self.gated("lost-run-members")))
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not (m.escapees and self.gated("lost-run-members")))
         if m is None:
             return
         self.acted("kill_shim", m)
@@ -281,7 +301,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK, logs=st.booleans())
     def rm(self, i, logs):
         """rm [--logs]: refused (exit 1) while anything of the run lives."""
-        m = self.pick(i, lambda m: m.state != "removed")
+        m = self.pick(i, lambda m: m.state != "removed" and self.single(m))
         if m is None:
             return
         self.acted("rm", m)
@@ -297,7 +317,10 @@ class OracleRules(OracleBase):
     def prune(self, k):
         """prune --older-than 1s: what it removes must have been stopped (and nothing of it
         alive); what ended under a second ago may go either way."""
-        kind = self.KINDS[k % len(self.KINDS)]
+        kinds = [k for k in self.KINDS if k not in world.NODES]
+        if not kinds:
+            return
+        kind = kinds[k % len(kinds)]
         self.acted("prune")
         rc, doc = self.cli("prune", "--older-than", "1s", "--on", kind, kind=kind)
         self.expect("prune --on %s" % kind, rc, doc, (0,))
@@ -313,7 +336,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def logs(self, i):
         """logs: the job's own line for the current attempt is among the last lines."""
-        m = self.pick(i, lambda m: m.state == "running")
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m))
         if m is None:
             return
         self.acted("logs", m)

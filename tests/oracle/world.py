@@ -28,6 +28,13 @@ KINDS = {
     "ssh": ("ssh://rw1", "ssh"),
     "podman": ("ssh://rw1/podman:rwpod", "podman"),
     "pct": ("ssh://rw1/pct:200", "pct"),
+    "mn": (None, "ssh"),           # one run over two ssh hosts (rw1, rw2): nodes mn0, mn1
+    "mnct": (None, "pct"),         # one run over two filesystems: podman (mnct0) and LXC (mnct1)
+}
+# a multi-node kind's nodes: (target name in runward.toml, its `on`, the container kind or None)
+NODES = {
+    "mn": (("mn0", "ssh://rw1", None), ("mn1", "ssh://rw2", None)),
+    "mnct": (("mnct0", "ssh://rw1/podman:rwpod", "podman"), ("mnct1", "ssh://rw1/pct:200", "pct")),
 }
 
 
@@ -71,8 +78,9 @@ def why_not(kind: str) -> str | None:
     tb = testbed.load()
     if tb is None:
         return testbed.NOT_UP
-    if not tb.get(testbed.FEATURES[feature]):
-        return "the testbed has no %s" % feature
+    for f in (feature, "podman") if kind == "mnct" else (feature,):
+        if not tb.get(testbed.FEATURES[f]):
+            return "the testbed has no %s" % f
     return None
 
 
@@ -109,7 +117,10 @@ class Session:
             os.chown(self.user_base, self.uid, self.gid)
             os.chmod(self.dir, 0o755)   # runward.toml and the local code: readable by that user
             os.chmod(self.work, 0o755)
-        self.targets = {k: self._target(k) for k in kinds}
+        self.targets = {}
+        for k in kinds:
+            for name, on, ct in NODES.get(k, ((k, KINDS[k][0], None),)):
+                self.targets[name] = self._node(name, on, ct) if k in NODES else self._target(k)
         self.runs_toml: dict[str, str] = {}
         self.env = testbed.env(self.tb) if self.tb else dict(os.environ)
         self.env.update(RUNWARD_HOME=str(self.home), PYTHONPATH=str(ROOT / "src"),
@@ -130,6 +141,18 @@ class Session:
             return Target(kind, on, far + "/far-ssh", far + "/app-ssh", "/", os.readlink("/proc/self/ns/pid"))
         init = _container_init(kind, self.tb)
         return Target(kind, on, far + "/far", far + "/app", "/proc/%d/root" % init,
+                      os.readlink("/proc/%d/ns/pid" % init))
+
+    def _node(self, name: str, on: str, ct: str | None) -> Target:
+        """One node of a multi-node kind: a home of its own; the code at one path on every node
+        (runward.toml's `files` is one list), in each node's own filesystem."""
+        far = "/tmp/oracle-%s" % self.id
+        kind = name.rstrip("0123456789")
+        if ct is None:
+            return Target(kind, on, "%s/far-%s" % (far, name), far + "/app-" + kind, "/",
+                          os.readlink("/proc/self/ns/pid"))
+        init = _container_init(ct, self.tb)
+        return Target(kind, on, "%s/far-%s" % (far, name), far + "/app-" + kind, "/proc/%d/root" % init,
                       os.readlink("/proc/%d/ns/pid" % init))
 
     def write_toml(self):
