@@ -188,6 +188,8 @@ class Session:
         truth.kill_tokens(tokens)
         if self.user_base:
             shutil.rmtree(self.user_base, ignore_errors=True)
+        # this machine's /tmp/oracle-ID too: where a misdirected deploy (issue 25 item 9) writes
+        shutil.rmtree("/tmp/oracle-%s" % self.id, ignore_errors=True)
         for t in self.targets.values():
             if t.kind not in ("local", "user"):
                 shutil.rmtree(t.host_path("/tmp/oracle-%s" % self.id), ignore_errors=True)
