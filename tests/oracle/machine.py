@@ -11,7 +11,7 @@ import sys
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from . import checks, truth, world
+from . import checks, more, truth, world
 from .model import KNOWN_HOLES, LIVE, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
@@ -62,6 +62,10 @@ class OracleBase(RuleBasedStateMachine):
         if TRACE:
             print("[oracle] runward %s -> %d" % (" ".join(args), rc), file=sys.stderr, flush=True)
         return rc, doc
+
+    @staticmethod
+    def violation(msg: str) -> Violation:
+        return Violation(msg)
 
     def expect(self, what: str, rc: int, doc: dict, want: tuple):
         if rc not in want:
@@ -137,17 +141,17 @@ class OracleRules(OracleBase):
     should follow; the invariant decides whether it did."""
 
     @precondition(lambda self: sum(m.state != "removed" for m in self.runs.values()) < MAX_RUNS)
-    @rule(k=PICK, sh=st.booleans(), supervised=st.booleans())
-    def start(self, k, sh, supervised):
+    @rule(k=PICK, sh=st.booleans(), supervised=st.booleans(), health=st.booleans())
+    def start(self, k, sh, supervised, health=False):
         """A user defines a run in runward.toml, deploys its code and starts it."""
         kind = self.KINDS[k % len(self.KINDS)]
         if kind in world.NODES:
-            sh = supervised = False   # a multi-node run: argv (its {node_rank}), unsupervised
+            sh = supervised = health = False   # a multi-node run: argv (its {node_rank}), unsupervised
         self.acted("start")
         self.n += 1
         name = "orc%s-%d" % (self.session.id[:6], self.n)
         m = RunModel(name, kind, "ORCTOK-%s-%d" % (self.session.id, self.n), sh=sh, supervised=supervised,
-                     restarts_left=1 if supervised else 0)
+                     restarts_left=1 if supervised else 0, health=health)
         t = self.target(m)
         job = "%s/%s/job.py" % (t.app, name)
         spec = ['[runs.%s]' % name, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
@@ -163,6 +167,8 @@ class OracleRules(OracleBase):
         if supervised:
             spec += ['restart = "on-failure"', 'max_restarts = 1', 'backoff = "1s"', 'backoff_max = "1s"',
                      'min_uptime = "1s"']
+        if health:
+            spec += ['[runs.%s.health]' % name, 'interval = 1', 'actions = { nan = "stop" }']
         self.session.runs_toml[name] = "\n".join(spec) + "\n"
         self.session.write_toml()
         self.write_job(m)
@@ -356,4 +362,4 @@ class OracleRules(OracleBase):
 
 def make(kinds, holes: bool = False):
     """The machine class for these target kinds (each must be usable here: world.why_not)."""
-    return type("Oracle_" + "_".join(kinds), (OracleRules,), {"KINDS": tuple(kinds), "HOLES": holes})
+    return type("Oracle_" + "_".join(kinds), (more.MoreRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})

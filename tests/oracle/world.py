@@ -164,28 +164,42 @@ class Session:
         parts.extend(self.runs_toml.values())
         (self.work / "runward.toml").write_text("\n".join(parts))
 
+    def how(self, kind: str = "") -> tuple[list, dict, dict]:
+        """(argv head, env, subprocess options) of runward's CLI as a user runs it; for the user
+        kind's runs, as that ordinary user, with a home of its own."""
+        if kind != "user":
+            return [sys.executable, "-m", "runward"], self.env, {}
+        env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": self.targets["user"].home, "LANG": "C.UTF-8",
+               "PYTHONPATH": str(ROOT / "src"), "HOME": str(self.user_base), "RUNWARD_RESIDENT_IDLE": "30",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        return ["/usr/bin/python3", "-m", "runward"], env, dict(user=self.uid, group=self.gid, extra_groups=[])
+
     def cli(self, *args: str, kind: str = "", timeout: float = 180) -> tuple[int, dict]:
-        """runward ARGS --json, as a user runs it: (exit code, its one JSON document). For the
-        user kind's runs, as that ordinary user, with a home of its own."""
-        argv = [sys.executable, "-m", "runward", *args, "--json"]
-        extra: dict = {}
-        env = self.env
-        if kind == "user":
-            argv[0] = "/usr/bin/python3"
-            env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": self.targets["user"].home, "LANG": "C.UTF-8",
-                   "PYTHONPATH": str(ROOT / "src"), "HOME": str(self.user_base), "RUNWARD_RESIDENT_IDLE": "30",
-                   "PYTHONDONTWRITEBYTECODE": "1"}
-            extra = dict(user=self.uid, group=self.gid, extra_groups=[])
-        p = subprocess.run(argv, cwd=self.work, env=env, capture_output=True, text=True, timeout=timeout, **extra)
+        """runward ARGS --json, as a user runs it: (exit code, its one JSON document)."""
+        head, env, extra = self.how(kind)
+        p = subprocess.run([*head, *args, "--json"], cwd=self.work, env=env, capture_output=True, text=True,
+                           timeout=timeout, **extra)
+        return p.returncode, self.doc(p.stdout, p.stderr)
+
+    @staticmethod
+    def doc(stdout: str, stderr: str) -> dict:
         try:
-            doc = json.loads(p.stdout)
+            return json.loads(stdout)
         except ValueError:
-            doc = {"not_json": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
-        return p.returncode, doc
+            return {"not_json": stdout[-2000:], "stderr": stderr[-2000:]}
+
+    def popen(self, *args: str, kind: str = "", json_out: bool = True) -> subprocess.Popen:
+        """runward ARGS started, not waited for (a follow to interrupt, two verbs at once)."""
+        head, env, extra = self.how(kind)
+        return subprocess.Popen([*head, *args, *(["--json"] if json_out else [])], cwd=self.work, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **extra)
 
     def cleanup(self, tokens: list[str]):
         """Kill what the session's jobs left (by token, pid and start time), remove its files."""
         truth.kill_tokens(tokens)
+        # the session's ssh control masters: their socket is in its home, about to be removed
+        dirs = [str(self.dir)] + ([str(self.user_base)] if self.user_base else [])
+        truth.kill_procs([p for p in truth.scan(("[mux]",)) if any(d in p.cmdline for d in dirs)])
         if self.user_base:
             shutil.rmtree(self.user_base, ignore_errors=True)
         # this machine's /tmp/oracle-ID too: where a misdirected deploy (issue 25 item 9) writes
