@@ -11,7 +11,7 @@ import sys
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from . import checks, more, truth, world
+from . import checks, link, more, truth, world
 from .model import KNOWN_HOLES, LIVE, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
@@ -362,4 +362,4 @@ class OracleRules(OracleBase):
 
 def make(kinds, holes: bool = False):
     """The machine class for these target kinds (each must be usable here: world.why_not)."""
-    return type("Oracle_" + "_".join(kinds), (more.MoreRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})
+    return type("Oracle_" + "_".join(kinds), (more.MoreRules, link.LinkRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})

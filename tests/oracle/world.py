@@ -26,6 +26,7 @@ KINDS = {
     "local": ("local", None),
     "user": ("local", None),       # local as an ordinary user: no cgroup of its own
     "ssh": ("ssh://rw1", "ssh"),
+    "link": ("ssh://rworacle-link", "ssh"),   # rw1 through the session's own relay (link.py)
     "podman": ("ssh://rw1/podman:rwpod", "podman"),
     "pct": ("ssh://rw1/pct:200", "pct"),
     "mn": (None, "ssh"),           # one run over two ssh hosts (rw1, rw2): nodes mn0, mn1
@@ -128,6 +129,13 @@ class Session:
         self.env.pop("RUNWARD_CONFIG", None)
         if self.tb:
             self.env["RUNWARD_SSH_CONFIG"] = self.tb["ssh_config"]
+        self.relay = None
+        if "link" in kinds:   # the link kind: rw1's sshd through a relay this session may cut
+            from . import link
+            self.relay = link.Relay((self.tb["addresses"]["rw1"], 22))
+            cfg = self.dir / "ssh_config"
+            cfg.write_text(link.ssh_config(self.tb, self.relay.port))
+            self.env["RUNWARD_SSH_CONFIG"] = str(cfg)
 
     def _target(self, kind: str) -> Target:
         on = KINDS[kind][0]
@@ -137,8 +145,9 @@ class Session:
             return Target(kind, on, b + "/home", b + "/app", "/", os.readlink("/proc/self/ns/pid"))
         if kind == "local":
             return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
-        if kind == "ssh":
-            return Target(kind, on, far + "/far-ssh", far + "/app-ssh", "/", os.readlink("/proc/self/ns/pid"))
+        if kind in ("ssh", "link"):
+            return Target(kind, on, "%s/far-%s" % (far, kind), "%s/app-%s" % (far, kind), "/",
+                          os.readlink("/proc/self/ns/pid"))
         init = _container_init(kind, self.tb)
         return Target(kind, on, far + "/far", far + "/app", "/proc/%d/root" % init,
                       os.readlink("/proc/%d/ns/pid" % init))
@@ -197,6 +206,8 @@ class Session:
     def cleanup(self, tokens: list[str]):
         """Kill what the session's jobs left (by token, pid and start time), remove its files."""
         truth.kill_tokens(tokens)
+        if self.relay:
+            self.relay.close()
         # the session's ssh control masters: their socket is in its home, about to be removed
         dirs = [str(self.dir)] + ([str(self.user_base)] if self.user_base else [])
         truth.kill_procs([p for p in truth.scan(("[mux]",)) if any(d in p.cmdline for d in dirs)])
