@@ -117,3 +117,31 @@ class LinkRules:
                     m.name, len(gone), [p.cmdline[:60] for p in gone]))
         finally:
             self.session.relay.up()
+
+
+class ContainerRules:
+    """Mixed into machine.OracleRules: the `podown` kind's fault (a container of the session's
+    own: the testbed's rwpod serves every session, so it is never stopped)."""
+
+    @precondition(lambda self: "podown" in self.KINDS and self.any(lambda m: m.kind == "podown" and m.state != "removed"))
+    @rule()
+    def container_stopped(self):
+        """The container is stopped (podman stop) under its runs: status must not say running
+        (while it is down, nor after it is started again: the shims and jobs died with it); the
+        runs it held are lost, their exit unknown."""
+        self.acted("container_stopped")
+        s = self.session
+        s.podman("stop", "-t", "2", s.container)
+        t = s.targets["podown"]
+        rc, doc = self.cli("status", "--on", "podown")
+        running = [r["name"] for r in (doc.get("result") or {}).get("runs") or () if r.get("state") == "running"]
+        if rc == 0 and running:
+            raise self.violation("status with the container stopped says running: %s" % running)
+        if rc == 0 or rc not in (3, 1):
+            raise self.violation("status --on podown with the container stopped: exit %d, expected an error "
+                                 "naming the container: %s" % (rc, str(doc)[:400]))
+        s.podman("start", s.container)
+        s.refresh(t)
+        for m in self.runs.values():
+            if m.kind == "podown" and m.live:
+                m.state, m.exits, m.escapees = "lost", {("unknown",)}, 0

@@ -363,4 +363,4 @@ class OracleRules(OracleBase):
 
 def make(kinds, holes: bool = False):
     """The machine class for these target kinds (each must be usable here: world.why_not)."""
-    return type("Oracle_" + "_".join(kinds), (more.MoreRules, link.LinkRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})
+    return type("Oracle_" + "_".join(kinds), (more.MoreRules, link.LinkRules, link.ContainerRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})

@@ -27,6 +27,7 @@ KINDS = {
     "user": ("local", None),       # local as an ordinary user: no cgroup of its own
     "ssh": ("ssh://rw1", "ssh"),
     "link": ("ssh://rworacle-link", "ssh"),   # rw1 through the session's own relay (link.py)
+    "podown": ("podman:rworacle-SESSION", "podman"),   # a container of the session's own (its stop)
     "podman": ("ssh://rw1/podman:rwpod", "podman"),
     "pct": ("ssh://rw1/pct:200", "pct"),
     "mn": (None, "ssh"),           # one run over two ssh hosts (rw1, rw2): nodes mn0, mn1
@@ -52,11 +53,11 @@ class Target:
         return os.path.join(self.root, path.lstrip("/"))
 
 
-def _container_init(kind: str, tb: dict) -> int:
+def _container_init(kind: str, tb: dict, name: str = "") -> int:
     """The host pid of the container's pid 1: its /proc/PID/root is the container's
     filesystem and its ns/pid the container's pid namespace."""
     if kind == "podman":
-        argv = ["podman", "inspect", "-f", "{{.State.Pid}}", tb["podman"]]
+        argv = ["podman", "inspect", "-f", "{{.State.Pid}}", name or tb["podman"]]
     else:
         argv = ["lxc-info", "-n", tb["lxc"], "-p", "-H"]
     out = subprocess.run(argv, env=testbed.env(tb), capture_output=True, text=True, timeout=60)
@@ -118,6 +119,12 @@ class Session:
             os.chown(self.user_base, self.uid, self.gid)
             os.chmod(self.dir, 0o755)   # runward.toml and the local code: readable by that user
             os.chmod(self.work, 0o755)
+        self.container = None
+        if "podown" in kinds:   # made from the testbed's image as rwpod is, removed at the end
+            self.container = "rworacle-%s" % self.id
+            self.podman("run", "-d", "--name", self.container, "--hostname", self.container, "--init",
+                        "--network", "none", self.podman("inspect", "-f", "{{.ImageName}}", self.tb["podman"]),
+                        "sleep", "infinity")
         self.targets = {}
         for k in kinds:
             for name, on, ct in NODES.get(k, ((k, KINDS[k][0], None),)):
@@ -145,6 +152,10 @@ class Session:
             return Target(kind, on, b + "/home", b + "/app", "/", os.readlink("/proc/self/ns/pid"))
         if kind == "local":
             return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
+        if kind == "podown":
+            t = Target(kind, "podman:" + self.container, far + "/far", far + "/app", "", "")
+            self.refresh(t)
+            return t
         if kind in ("ssh", "link"):
             return Target(kind, on, "%s/far-%s" % (far, kind), "%s/app-%s" % (far, kind), "/",
                           os.readlink("/proc/self/ns/pid"))
@@ -163,6 +174,18 @@ class Session:
         init = _container_init(ct, self.tb)
         return Target(kind, on, "%s/far-%s" % (far, name), far + "/app-" + kind, "/proc/%d/root" % init,
                       os.readlink("/proc/%d/ns/pid" % init))
+
+    def podman(self, *args: str, check: bool = True) -> str:
+        p = subprocess.run(["podman", *args], env=testbed.env(self.tb), capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise RuntimeError("podman %s: %s" % (" ".join(args), p.stderr[-500:]))
+        return p.stdout.strip()
+
+    def refresh(self, t: Target):
+        """The session's container's root and pid namespace, found again (a new init after a
+        restart of the container)."""
+        init = _container_init("podman", self.tb, self.container)
+        t.root, t.pidns = "/proc/%d/root" % init, os.readlink("/proc/%d/ns/pid" % init)
 
     def write_toml(self):
         parts = []
@@ -208,6 +231,8 @@ class Session:
         truth.kill_tokens(tokens)
         if self.relay:
             self.relay.close()
+        if self.container:
+            self.podman("rm", "-f", "-t", "0", self.container, check=False)
         # the session's ssh control masters: their socket is in its home, about to be removed
         dirs = [str(self.dir)] + ([str(self.user_base)] if self.user_base else [])
         truth.kill_procs([p for p in truth.scan(("[mux]",)) if any(d in p.cmdline for d in dirs)])
