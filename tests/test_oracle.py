@@ -15,15 +15,21 @@ EXAMPLES = 6          # the first is hypothesis' simplest (a start or two)
 PER_EXAMPLE = 20
 
 
-@pytest.mark.parametrize("kind", ["local", "ssh", "podman"])
-def test_oracle_ci_profile(kind):
-    why = world.why_not(kind)
-    if why:
-        pytest.skip(why)
+# target kinds walked together in one session share its ~20 rules (docs/testing.md)
+GROUPS = ["local,user", "ssh,link,mn", "podman,podown", "pct,mnct"]
+
+
+@pytest.mark.parametrize("kinds", GROUPS)
+def test_oracle_ci_profile(kinds):
+    kinds = kinds.split(",")
+    for kind in kinds:
+        why = world.why_not(kind)
+        if why:
+            pytest.skip(why)
     machine.STATS.update(steps=0, checks=0, verbs=0)
-    found = soak.run_once([kind], SEED, EXAMPLES, PER_EXAMPLE, holes=False, shrink=False)
+    found = soak.run_once(kinds, SEED, EXAMPLES, PER_EXAMPLE, holes=False, shrink=False)
     assert found is None, found
-    print("oracle %s: %s" % (kind, machine.STATS))
+    print("oracle %s: %s" % (",".join(kinds), machine.STATS))
     assert machine.STATS["steps"] >= EXAMPLES, machine.STATS   # the rules acted, not only no-ops
 
 
