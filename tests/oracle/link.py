@@ -128,7 +128,8 @@ class ContainerRules:
     def container_stopped(self):
         """The container is stopped (podman stop) under its runs: status must not say running
         (while it is down, nor after it is started again: the shims and jobs died with it); the
-        runs it held are lost, their exit unknown."""
+        runs it held are lost, their exit unknown (a stray one's job had ended: exited, as
+        recorded, its escapees gone with the container)."""
         self.acted("container_stopped")
         s = self.session
         s.podman("stop", "-t", "2", s.container)
@@ -143,5 +144,7 @@ class ContainerRules:
         s.podman("start", s.container)
         s.refresh(t)
         for m in self.runs.values():
-            if m.kind == "podown" and m.live:
+            if m.kind == "podown" and m.state == "stray":   # its job's exit was recorded already
+                m.state, m.escapees = "exited", 0
+            elif m.kind == "podown" and m.live:
                 m.state, m.exits, m.escapees = "lost", {("unknown",)}, 0
