@@ -228,6 +228,11 @@ class Session:
 
     def cleanup(self, tokens: list[str]):
         """Kill what the session's jobs left (by token, pid and start time), remove its files."""
+        # the shims first: a shim that outlives its job records the end, and its run lock
+        # would make the run directory again after the rmtree below
+        homes = [t.home + "/runs/" for t in self.targets.values()]
+        truth.kill_procs([p for p in truth.scan(("runward-shim",), ("runward-shim",))
+                          if any(fd.startswith(h) for fd in p.fds for h in homes)])
         truth.kill_tokens(tokens)
         if self.relay:
             self.relay.close()
