@@ -10,6 +10,7 @@ import time
 
 from . import truth
 from .model import ENDED, LIVE
+from .world import NODES
 
 DEADLINE_S = 20.0
 
@@ -74,11 +75,20 @@ def check_members(m, target, doc: dict | None, before: dict, after: dict) -> lis
         m.name, doc.get("state"), ["%d %s" % (p.nspid, p.cmdline[:60]) for p in missing])]
 
 
-def check_version(m, target) -> list[str]:
+def views(m) -> list[tuple[str, str]]:
+    """(target name, token) of each node of the run: one for a run on one target; a
+    multi-node run's rank N carries TOKEN-rN (its argv's `{node_rank}`), so the ranks' trees
+    are told apart even where the nodes share one pid namespace (the testbed's ssh hosts)."""
+    if m.kind not in NODES:
+        return [(m.kind, m.token)]
+    return [(n[0], "%s-r%d" % (m.token, i)) for i, n in enumerate(NODES[m.kind])]
+
+
+def check_version(m, target, tok: str) -> list[str]:
     """Invariant 5: a running job runs the code deployed when it started (its own word)."""
     if m.state != "running":
         return []
-    ran = truth.read_text(target.root, "%s/%s/ran-%s" % (target.app, m.name, m.token)) or ""
+    ran = truth.read_text(target.root, "%s/%s/ran-%s" % (target.app, m.name, tok)) or ""
     lines = ran.split("\n")[:-1]
     if len(lines) < m.attempt:
         return ["inv5 %s: the job has not said what it runs (%d of %d attempts)" % (m.name, len(lines), m.attempt)]
@@ -88,12 +98,12 @@ def check_version(m, target) -> list[str]:
     return []
 
 
-def check_log(m, target, home_removed: list[str]) -> list[str]:
+def check_log(m, target, home_removed: list[str], tok: str) -> list[str]:
     """Invariant 6: every line the job said it printed (one per start, named in ran-TOKEN) is
     still in its log, or in the log rm kept under removed/; the attempt records are there."""
     if m.log_removed:
         return []
-    ran = truth.read_text(target.root, "%s/%s/ran-%s" % (target.app, m.name, m.token)) or ""
+    ran = truth.read_text(target.root, "%s/%s/ran-%s" % (target.app, m.name, tok)) or ""
     nonces = [ln.split()[1] for ln in ran.split("\n") if ln.strip()]
     if m.state == "removed":
         text = "".join(truth.read_text(target.root, p) or "" for p in home_removed)
@@ -115,6 +125,7 @@ def runward_leftovers(session, models: dict) -> list[str]:
     RUNWARD_HOME."""
     out = []
     homes = {t.home: t for t in session.targets.values()}
+    local_homes = [str(session.home)] + [t.home for t in session.targets.values() if t.kind == "user"]
     shims: dict = {}
     for p in truth.scan(("AGENT_SHA",), ("AGENT_SHA",)):
         if "runward-resident" in p.cmdline:
@@ -123,12 +134,12 @@ def runward_leftovers(session, models: dict) -> list[str]:
             for fd in p.fds:
                 for home in homes:
                     if fd.startswith(home + "/runs/") and fd.endswith(".shim.log"):
-                        shims.setdefault(fd.split("/")[-3], []).append(p)
+                        shims.setdefault((home, fd.split("/")[-3]), []).append(p)
             continue
         env = truth._read("/proc/%d/environ" % p.pid) or b""
-        if ("RUNWARD_HOME=%s\0" % session.home).encode() in env:
+        if any(("RUNWARD_HOME=%s\0" % h).encode() in env for h in local_homes):
             out.append("inv7: a local agent still runs after the verb ended: %d %s" % (p.pid, p.cmdline[-60:]))
-    for name, ps in shims.items():
+    for (home, name), ps in shims.items():
         m = models.get(name)
         if m is None:
             continue
@@ -148,27 +159,28 @@ def removed_logs(target, name: str) -> list[str]:
 
 
 def check_all(session, models: dict, status_of) -> list[str]:
-    """Every invariant over every run, once. `status_of(kind)` -> {name: run doc}."""
+    """Every invariant over every run, once, on each node. `status_of(target)` -> {name: run
+    doc}: for a multi-node run, each node's own record (an ordinary run of that name there)."""
     out = []
-    by_kind: dict = {}
+    by_target: dict = {}
     for m in models.values():
-        by_kind.setdefault(m.kind, []).append(m)
-    for kind, ms in by_kind.items():
-        t = session.targets[kind]
+        for tname, tok in views(m):
+            by_target.setdefault(tname, []).append((m, tok))
+    for tname, ms in by_target.items():
+        t = session.targets[tname]
         procs = truth.scan()
-        before = {m.name: truth.tree(m.token, t.pidns, procs) for m in ms}
-        docs = status_of(kind)
+        before = {tok: truth.tree(tok, t.pidns, procs) for m, tok in ms}
+        docs = status_of(tname)
         procs = truth.scan()
-        after = {m.name: truth.tree(m.token, t.pidns, procs) for m in ms}
-        for m in ms:
+        after = {tok: truth.tree(tok, t.pidns, procs) for m, tok in ms}
+        for m, tok in ms:
             doc = docs.get(m.name)
-            out += check_state(m, doc)
-            out += check_members(m, t, doc, before[m.name], after[m.name])
-            out += check_version(m, t)
-            out += check_log(m, t, removed_logs(t, m.name))
-            seen = [p for p in after[m.name].values() if not unseeable(p, doc, after[m.name])]
-            if m.state in ENDED + ("removed",) and seen and not out:
-                out.append("inv1 %s: %s, but %d of its processes live" % (m.name, m.state, len(seen)))
+            found = check_state(m, doc) + check_members(m, t, doc, before[tok], after[tok])
+            found += check_version(m, t, tok) + check_log(m, t, removed_logs(t, m.name), tok)
+            seen = [p for p in after[tok].values() if not unseeable(p, doc, after[tok])]
+            if m.state in ENDED + ("removed",) and seen and not found:
+                found.append("inv1 %s: %s, but %d of its processes live" % (m.name, m.state, len(seen)))
+            out += [v.replace(m.name, "%s@%s" % (m.name, tname), 1) if m.kind in NODES else v for v in found]
     return out + runward_leftovers(session, models)
 
 

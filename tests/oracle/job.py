@@ -9,6 +9,7 @@ it reads ctl-TOKEN beside itself and does what it says:
     signal N         kill itself with signal N
     escape KIND      leave a process behind that carries TOKEN in its command line:
                      setsid (new session), double (double fork), envi (double fork, env -i)
+    nan 0            print a NaN loss line
 Every process it makes carries TOKEN in its command line, so the oracle finds them by token
 and by ancestry, never by asking runward. Stdlib only: it runs in the containers too."""
 import os
@@ -55,6 +56,8 @@ def on_usr1(signum, frame):
         os.kill(os.getpid(), int(arg))
     if verb == "escape":
         escape(arg)
+    if verb == "nan":   # a diverged loss, as a training script logs it (a health action's cue)
+        print("iter 3010: loss nan", flush=True)
 
 
 def main():

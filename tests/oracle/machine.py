@@ -11,14 +11,15 @@ import sys
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from . import checks, truth, world
+from . import checks, link, more, truth, world
 from .model import KNOWN_HOLES, LIVE, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
 MAX_RUNS = 3          # runs not removed at once: the CI machine has 2 cores
 PICK = st.integers(0, 1 << 16)
-NO_CGROUP_KINDS = ("podman", "pct")   # runward makes no cgroup there (doctor: cgroups: no)
+SUPERVISED_ESCAPEES = bool(os.environ.get("ORACLE_SUPERVISED_ESCAPEES"))  # trying it
+NO_CGROUP_KINDS = ("podman", "pct", "user")   # runward makes no cgroup there (doctor: cgroups: no)
 
 
 class Violation(AssertionError):
@@ -56,19 +57,33 @@ class OracleBase(RuleBasedStateMachine):
         if TRACE:
             print("[oracle] step %s %s" % (what, m.name if m else ""), file=sys.stderr, flush=True)
 
-    def cli(self, *args) -> tuple[int, dict]:
+    def cli(self, *args, kind: str = "") -> tuple[int, dict]:
         STATS["verbs"] += 1
-        rc, doc = self.session.cli(*args)
+        rc, doc = self.session.cli(*args, kind=kind)
         if TRACE:
             print("[oracle] runward %s -> %d" % (" ".join(args), rc), file=sys.stderr, flush=True)
         return rc, doc
+
+    @staticmethod
+    def violation(msg: str) -> Violation:
+        return Violation(msg)
 
     def expect(self, what: str, rc: int, doc: dict, want: tuple):
         if rc not in want:
             raise Violation("%s: exit %d, expected %s: %s" % (what, rc, want, str(doc)[:600]))
 
     def target(self, m: RunModel):
-        return self.session.targets[m.kind]
+        """The run's target; a multi-node run's node 0."""
+        return self.session.targets[checks.views(m)[0][0]]
+
+    def nodes(self, m: RunModel):
+        """(target, token) of every node of the run (one for a run on one target)."""
+        return [(self.session.targets[t], tok) for t, tok in checks.views(m)]
+
+    def single(self, m: RunModel) -> bool:
+        """Not a multi-node run: the rules that drive one job (its ends, escapees, shim, rm,
+        logs) walk these; a multi-node run gets start, stop, restart, edit and deploy."""
+        return m.kind not in world.NODES
 
     def job(self, m: RunModel):
         """The job's python (not a --sh run's shell), from ground truth."""
@@ -80,7 +95,7 @@ class OracleBase(RuleBasedStateMachine):
         raise Violation("%s: the model says %s but no job process of it lives" % (m.name, m.state))
 
     def status_of(self, kind: str) -> dict:
-        rc, doc = self.session.cli("status", "--on", kind)
+        rc, doc = self.session.cli("status", "--on", kind, kind=kind)  # a target (or node) name
         if rc != 0:
             raise Violation("status --on %s: exit %d: %s" % (kind, rc, str(doc)[:600]))
         return {r["name"]: r for r in doc["result"]["runs"]}
@@ -92,13 +107,14 @@ class OracleBase(RuleBasedStateMachine):
         (d / "job.py").write_text(src)
 
     def deploy(self, m: RunModel):
-        rc, doc = self.cli("deploy", m.name)
+        rc, doc = self.cli("deploy", m.name, kind=m.kind)
         self.expect("deploy %s" % m.name, rc, doc, (0,))
-        t = self.target(m)
         want = truth.hashlib.sha256((self.session.work / m.name / "job.py").read_bytes()).hexdigest()
-        got = truth.sha256(t.root, "%s/%s/job.py" % (t.app, m.name))
-        if got != want:   # invariant 5, at once: deploy said verified
-            raise Violation("inv5 %s: deploy said verified, the job's filesystem has %s, local %s" % (m.name, got, want))
+        for t, _ in self.nodes(m):   # invariant 5, at once: deploy said verified, on every node
+            got = truth.sha256(t.root, "%s/%s/job.py" % (t.app, m.name))
+            if got != want:
+                raise Violation("inv5 %s: deploy said verified, the job's filesystem on %s has %s, local %s" % (
+                    m.name, t.on, got, want))
         m.deployed_version = m.local_version
 
     def signal_job(self, m: RunModel, ctl: str):
@@ -126,29 +142,40 @@ class OracleRules(OracleBase):
     should follow; the invariant decides whether it did."""
 
     @precondition(lambda self: sum(m.state != "removed" for m in self.runs.values()) < MAX_RUNS)
-    @rule(k=PICK, sh=st.booleans(), supervised=st.booleans())
-    def start(self, k, sh, supervised):
+    @rule(k=PICK, sh=st.booleans(), supervised=st.booleans(), health=st.booleans())
+    def start(self, k, sh, supervised, health=False):
         """A user defines a run in runward.toml, deploys its code and starts it."""
         kind = self.KINDS[k % len(self.KINDS)]
+        if kind in world.NODES:
+            sh = supervised = health = False   # a multi-node run: argv (its {node_rank}), unsupervised
         self.acted("start")
         self.n += 1
         name = "orc%s-%d" % (self.session.id[:6], self.n)
         m = RunModel(name, kind, "ORCTOK-%s-%d" % (self.session.id, self.n), sh=sh, supervised=supervised,
-                     restarts_left=1 if supervised else 0)
+                     restarts_left=1 if supervised else 0, health=health)
         t = self.target(m)
         job = "%s/%s/job.py" % (t.app, name)
-        spec = ['[runs.%s]' % name, 'on = "%s"' % kind, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
-        spec.append('sh = "python3 %s %s; exit $?"' % (job, m.token) if sh else
-                    'command = ["python3", "%s", "%s"]' % (job, m.token))
+        spec = ['[runs.%s]' % name, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
+        if kind in world.NODES:
+            spec += ['nodes = [%s]' % ", ".join('"%s"' % n[0] for n in world.NODES[kind]),
+                     'command = ["python3", "%s", "%s-r{node_rank}"]' % (job, m.token)]
+            if kind == "mnct":   # two containers with no network between them: no coordinator link
+                spec.append('on_node_failure = "continue"')
+        else:
+            spec.append('on = "%s"' % kind)
+            spec.append('sh = "python3 %s %s; exit $?"' % (job, m.token) if sh else
+                        'command = ["python3", "%s", "%s"]' % (job, m.token))
         if supervised:
             spec += ['restart = "on-failure"', 'max_restarts = 1', 'backoff = "1s"', 'backoff_max = "1s"',
                      'min_uptime = "1s"']
+        if health:
+            spec += ['[runs.%s.health]' % name, 'interval = 1', 'actions = { nan = "stop" }']
         self.session.runs_toml[name] = "\n".join(spec) + "\n"
         self.session.write_toml()
         self.write_job(m)
         self.runs[name] = m
         self.deploy(m)
-        rc, doc = self.cli("start", name)
+        rc, doc = self.cli("start", name, kind=m.kind)
         self.expect("start %s" % name, rc, doc, (0,))
         m.running_version = m.deployed_version
 
@@ -157,13 +184,13 @@ class OracleRules(OracleBase):
     def stop(self, i):
         m = self.pick(i, lambda m: m.state != "removed")
         self.acted("stop", m)
-        rc, doc = self.cli("stop", m.name)
+        rc, doc = self.cli("stop", m.name, kind=m.kind)
         self.expect("stop %s" % m.name, rc, doc, (0,))
         res = doc.get("result") or {}
         if m.live and not res.get("verified_dead"):
             raise Violation("stop %s: exit 0 without verified_dead: %s" % (m.name, str(res)[:400]))
-        left = truth.tree(m.token, self.target(m).pidns)
-        if left:   # invariant 2, at once: the stop said verified
+        left = {p.pid: p for t, tok in self.nodes(m) for p in truth.tree(tok, t.pidns).values()}
+        if left:   # invariant 2, at once: the stop said verified, on every node
             raise Violation("inv2 %s: stop said verified, alive: %s" % (
                 m.name, [p.cmdline[:60] for p in left.values()]))
         m.stopped()
@@ -182,7 +209,7 @@ class OracleRules(OracleBase):
         if m is None:
             return
         self.acted("restart", m)
-        rc, doc = self.cli("restart", m.name, *(["--deploy"] if deploy else []))
+        rc, doc = self.cli("restart", m.name, *(["--deploy"] if deploy else []), kind=m.kind)
         if not deploy and m.local_version != m.deployed_version:
             self.expect("restart %s after a local edit, without --deploy" % m.name, rc, doc, (2,))
             return
@@ -206,7 +233,7 @@ class OracleRules(OracleBase):
             self.deploy(m)
 
     def _can_signal(self, m):
-        return m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
+        return self.single(m) and m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=PICK, how=st.sampled_from(["exit 0", "exit 3", "signal 12", "kill 9"]))
@@ -227,7 +254,7 @@ class OracleRules(OracleBase):
         m.running_version = m.deployed_version  # a supervised restart runs what is on disk
 
     def _can_escape(self, m, kind):
-        if m.state != "running" or m.supervised:
+        if m.state != "running" or not self.single(m) or (m.supervised and not SUPERVISED_ESCAPEES):
             return False
         return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
 
@@ -249,7 +276,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def kill_child(self, i):
         """SIGKILL from outside to one child of the job (its worker): the run goes on."""
-        m = self.pick(i, lambda m: m.state == "running")
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m))
         if m is None:
             return
         self.acted("kill_child", m)
@@ -261,7 +288,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def kill_shim(self, i):
         """SIGKILL from outside to the run's shim: the job lives on, unsupervised (orphaned)."""
-        m = self.pick(i, lambda m: m.state == "running" and not (m.escapees and self.gated("lost-run-members")))
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not (m.escapees and self.gated("lost-run-members")))
         if m is None:
             return
         self.acted("kill_shim", m)
@@ -281,11 +308,11 @@ class OracleRules(OracleBase):
     @rule(i=PICK, logs=st.booleans())
     def rm(self, i, logs):
         """rm [--logs]: refused (exit 1) while anything of the run lives."""
-        m = self.pick(i, lambda m: m.state != "removed")
+        m = self.pick(i, lambda m: m.state != "removed" and self.single(m))
         if m is None:
             return
         self.acted("rm", m)
-        rc, doc = self.cli("rm", m.name, *(["--logs"] if logs else []))
+        rc, doc = self.cli("rm", m.name, *(["--logs"] if logs else []), kind=m.kind)
         if m.live or m.escapees:
             self.expect("rm %s (%s)" % (m.name, m.state), rc, doc, (1,))
             return
@@ -297,9 +324,12 @@ class OracleRules(OracleBase):
     def prune(self, k):
         """prune --older-than 1s: what it removes must have been stopped (and nothing of it
         alive); what ended under a second ago may go either way."""
-        kind = self.KINDS[k % len(self.KINDS)]
+        kinds = [k for k in self.KINDS if k not in world.NODES]
+        if not kinds:
+            return
+        kind = kinds[k % len(kinds)]
         self.acted("prune")
-        rc, doc = self.cli("prune", "--older-than", "1s", "--on", kind)
+        rc, doc = self.cli("prune", "--older-than", "1s", "--on", kind, kind=kind)
         self.expect("prune --on %s" % kind, rc, doc, (0,))
         for r in (doc.get("result") or {}).get("removed") or ():
             m = self.runs.get(r["name"])
@@ -313,7 +343,7 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def logs(self, i):
         """logs: the job's own line for the current attempt is among the last lines."""
-        m = self.pick(i, lambda m: m.state == "running")
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m))
         if m is None:
             return
         self.acted("logs", m)
@@ -322,7 +352,7 @@ class OracleRules(OracleBase):
         def seen():
             ran = truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or ""
             nonce = ran.split("\n")[-2].split()[1] if ran.count("\n") else None
-            rc, doc = self.cli("logs", m.name, "-n", "50")
+            rc, doc = self.cli("logs", m.name, "-n", "50", kind=m.kind)
             lines = (doc.get("result") or {}).get("lines") or []
             return [] if rc == 0 and nonce and any(nonce in ln for ln in lines) else [
                 "logs %s: exit %d, the job's line (nonce %s) not among %s" % (m.name, rc, nonce, lines[-5:])]
@@ -333,4 +363,4 @@ class OracleRules(OracleBase):
 
 def make(kinds, holes: bool = False):
     """The machine class for these target kinds (each must be usable here: world.why_not)."""
-    return type("Oracle_" + "_".join(kinds), (OracleRules,), {"KINDS": tuple(kinds), "HOLES": holes})
+    return type("Oracle_" + "_".join(kinds), (more.MoreRules, link.LinkRules, link.ContainerRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})

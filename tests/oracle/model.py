@@ -31,6 +31,7 @@ class RunModel:
     token: str
     sh: bool = False
     supervised: bool = False
+    health: bool = False      # [runs.NAME.health] actions = { nan = "stop" }, interval 1 s
     state: str = "running"
     attempt: int = 1
     exits: set = field(default_factory=set)   # acceptable exit facts; ("unknown",) allowed where listed

@@ -35,7 +35,7 @@ def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes
     try:
         run_state_machine_as_test(cls, settings=profile(examples, per_example, shrink))
     except Exception as e:  # noqa: BLE001 - a violation, or runward misbehaving otherwise
-        notes = "\n".join(getattr(e, "__notes__", []))
+        notes = "\n".join(dict.fromkeys(getattr(e, "__notes__", [])))  # hypothesis may add one twice
         head = "".join(traceback.format_exception_only(type(e), e)).strip()
         return "seed %d\n%s\n%s" % (seed, head, notes)
     return None

@@ -122,7 +122,13 @@ def kill_tokens(tokens: list[str]):
             if p.pid not in found and p.ppid in found:
                 found[p.pid] = p
                 grew = True
-    for p in found.values():
+    kill_procs(list(found.values()))
+
+
+def kill_procs(procs: list):
+    """SIGKILL each of these still alive (pid and start time checked just before)."""
+    import signal
+    for p in procs:
         if alive(p):
             try:
                 os.kill(p.pid, signal.SIGKILL)

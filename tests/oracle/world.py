@@ -24,9 +24,19 @@ JOB = Path(__file__).resolve().parent / "job.py"
 # kind -> (the `on` of its runward.toml target, the testbed feature it needs)
 KINDS = {
     "local": ("local", None),
+    "user": ("local", None),       # local as an ordinary user: no cgroup of its own
     "ssh": ("ssh://rw1", "ssh"),
+    "link": ("ssh://rworacle-link", "ssh"),   # rw1 through the session's own relay (link.py)
+    "podown": ("podman:rworacle-SESSION", "podman"),   # a container of the session's own (its stop)
     "podman": ("ssh://rw1/podman:rwpod", "podman"),
     "pct": ("ssh://rw1/pct:200", "pct"),
+    "mn": (None, "ssh"),           # one run over two ssh hosts (rw1, rw2): nodes mn0, mn1
+    "mnct": (None, "pct"),         # one run over two filesystems: podman (mnct0) and LXC (mnct1)
+}
+# a multi-node kind's nodes: (target name in runward.toml, its `on`, the container kind or None)
+NODES = {
+    "mn": (("mn0", "ssh://rw1", None), ("mn1", "ssh://rw2", None)),
+    "mnct": (("mnct0", "ssh://rw1/podman:rwpod", "podman"), ("mnct1", "ssh://rw1/pct:200", "pct")),
 }
 
 
@@ -43,11 +53,11 @@ class Target:
         return os.path.join(self.root, path.lstrip("/"))
 
 
-def _container_init(kind: str, tb: dict) -> int:
+def _container_init(kind: str, tb: dict, name: str = "") -> int:
     """The host pid of the container's pid 1: its /proc/PID/root is the container's
     filesystem and its ns/pid the container's pid namespace."""
     if kind == "podman":
-        argv = ["podman", "inspect", "-f", "{{.State.Pid}}", tb["podman"]]
+        argv = ["podman", "inspect", "-f", "{{.State.Pid}}", name or tb["podman"]]
     else:
         argv = ["lxc-info", "-n", tb["lxc"], "-p", "-H"]
     out = subprocess.run(argv, env=testbed.env(tb), capture_output=True, text=True, timeout=60)
@@ -63,14 +73,31 @@ def why_not(kind: str) -> str | None:
     if os.geteuid() != 0:
         return "the oracle's %s kind needs root (cgroups; testbed)" % kind
     feature = KINDS[kind][1]
+    if kind == "user" and not os.access("/usr/bin/python3", os.X_OK):
+        return "the oracle's user kind needs /usr/bin/python3 for the ordinary user"
     if feature is None:
         return None
     tb = testbed.load()
     if tb is None:
         return testbed.NOT_UP
-    if not tb.get(testbed.FEATURES[feature]):
-        return "the testbed has no %s" % feature
+    for f in (feature, "podman") if kind == "mnct" else (feature,):
+        if not tb.get(testbed.FEATURES[f]):
+            return "the testbed has no %s" % f
     return None
+
+
+USER = "rworacle"  # the user kind's own user: other tests' `pkill -u` never hits its runs
+
+
+def ordinary_user():
+    """(uid, gid) of the user kind's ordinary user, made once (root only: why_not says so)."""
+    import pwd
+    try:
+        pw = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", USER], check=True)
+        pw = pwd.getpwnam(USER)
+    return pw.pw_uid, pw.pw_gid
 
 
 class Session:
@@ -84,7 +111,24 @@ class Session:
         self.work = self.dir / "work"
         self.work.mkdir()
         self.tb = testbed.load()
-        self.targets = {k: self._target(k) for k in kinds}
+        self.user_base = None
+        if "user" in kinds:   # its home and code in a directory of its own, 0700, its own
+            self.uid, self.gid = ordinary_user()
+            self.user_base = Path("/tmp/oracle-%s-user" % self.id)
+            self.user_base.mkdir(mode=0o700)
+            os.chown(self.user_base, self.uid, self.gid)
+            os.chmod(self.dir, 0o755)   # runward.toml and the local code: readable by that user
+            os.chmod(self.work, 0o755)
+        self.container = None
+        if "podown" in kinds:   # made from the testbed's image as rwpod is, removed at the end
+            self.container = "rworacle-%s" % self.id
+            self.podman("run", "-d", "--name", self.container, "--hostname", self.container, "--init",
+                        "--network", "none", self.podman("inspect", "-f", "{{.ImageName}}", self.tb["podman"]),
+                        "sleep", "infinity")
+        self.targets = {}
+        for k in kinds:
+            for name, on, ct in NODES.get(k, ((k, KINDS[k][0], None),)):
+                self.targets[name] = self._node(name, on, ct) if k in NODES else self._target(k)
         self.runs_toml: dict[str, str] = {}
         self.env = testbed.env(self.tb) if self.tb else dict(os.environ)
         self.env.update(RUNWARD_HOME=str(self.home), PYTHONPATH=str(ROOT / "src"),
@@ -92,41 +136,116 @@ class Session:
         self.env.pop("RUNWARD_CONFIG", None)
         if self.tb:
             self.env["RUNWARD_SSH_CONFIG"] = self.tb["ssh_config"]
+        self.relay = None
+        if "link" in kinds:   # the link kind: rw1's sshd through a relay this session may cut
+            from . import link
+            self.relay = link.Relay((self.tb["addresses"]["rw1"], 22))
+            cfg = self.dir / "ssh_config"
+            cfg.write_text(link.ssh_config(self.tb, self.relay.port))
+            self.env["RUNWARD_SSH_CONFIG"] = str(cfg)
 
     def _target(self, kind: str) -> Target:
         on = KINDS[kind][0]
         far = "/tmp/oracle-%s" % self.id
+        if kind == "user":
+            b = str(self.user_base)
+            return Target(kind, on, b + "/home", b + "/app", "/", os.readlink("/proc/self/ns/pid"))
         if kind == "local":
             return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
-        if kind == "ssh":
-            return Target(kind, on, far + "/far-ssh", far + "/app-ssh", "/", os.readlink("/proc/self/ns/pid"))
+        if kind == "podown":
+            t = Target(kind, "podman:" + self.container, far + "/far", far + "/app", "", "")
+            self.refresh(t)
+            return t
+        if kind in ("ssh", "link"):
+            return Target(kind, on, "%s/far-%s" % (far, kind), "%s/app-%s" % (far, kind), "/",
+                          os.readlink("/proc/self/ns/pid"))
         init = _container_init(kind, self.tb)
         return Target(kind, on, far + "/far", far + "/app", "/proc/%d/root" % init,
                       os.readlink("/proc/%d/ns/pid" % init))
+
+    def _node(self, name: str, on: str, ct: str | None) -> Target:
+        """One node of a multi-node kind: a home of its own; the code at one path on every node
+        (runward.toml's `files` is one list), in each node's own filesystem."""
+        far = "/tmp/oracle-%s" % self.id
+        kind = name.rstrip("0123456789")
+        if ct is None:
+            return Target(kind, on, "%s/far-%s" % (far, name), far + "/app-" + kind, "/",
+                          os.readlink("/proc/self/ns/pid"))
+        init = _container_init(ct, self.tb)
+        return Target(kind, on, "%s/far-%s" % (far, name), far + "/app-" + kind, "/proc/%d/root" % init,
+                      os.readlink("/proc/%d/ns/pid" % init))
+
+    def podman(self, *args: str, check: bool = True) -> str:
+        p = subprocess.run(["podman", *args], env=testbed.env(self.tb), capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise RuntimeError("podman %s: %s" % (" ".join(args), p.stderr[-500:]))
+        return p.stdout.strip()
+
+    def refresh(self, t: Target):
+        """The session's container's root and pid namespace, found again (a new init after a
+        restart of the container)."""
+        init = _container_init("podman", self.tb, self.container)
+        t.root, t.pidns = "/proc/%d/root" % init, os.readlink("/proc/%d/ns/pid" % init)
 
     def write_toml(self):
         parts = []
         for k, t in self.targets.items():
             parts.append('[targets.%s]\non = "%s"\n' % (k, t.on))
-            if k != "local":
+            if k not in ("local", "user"):
                 parts.append('home = "%s"\npython = "/usr/bin/python3"\n' % t.home)
         parts.extend(self.runs_toml.values())
         (self.work / "runward.toml").write_text("\n".join(parts))
 
-    def cli(self, *args: str, timeout: float = 180) -> tuple[int, dict]:
+    def how(self, kind: str = "") -> tuple[list, dict, dict]:
+        """(argv head, env, subprocess options) of runward's CLI as a user runs it; for the user
+        kind's runs, as that ordinary user, with a home of its own."""
+        if kind != "user":
+            return [sys.executable, "-m", "runward"], self.env, {}
+        env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": self.targets["user"].home, "LANG": "C.UTF-8",
+               "PYTHONPATH": str(ROOT / "src"), "HOME": str(self.user_base), "RUNWARD_RESIDENT_IDLE": "30",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        return ["/usr/bin/python3", "-m", "runward"], env, dict(user=self.uid, group=self.gid, extra_groups=[])
+
+    def cli(self, *args: str, kind: str = "", timeout: float = 180) -> tuple[int, dict]:
         """runward ARGS --json, as a user runs it: (exit code, its one JSON document)."""
-        argv = [sys.executable, "-m", "runward", *args, "--json"]
-        p = subprocess.run(argv, cwd=self.work, env=self.env, capture_output=True, text=True, timeout=timeout)
+        head, env, extra = self.how(kind)
+        p = subprocess.run([*head, *args, "--json"], cwd=self.work, env=env, capture_output=True, text=True,
+                           timeout=timeout, **extra)
+        return p.returncode, self.doc(p.stdout, p.stderr)
+
+    @staticmethod
+    def doc(stdout: str, stderr: str) -> dict:
         try:
-            doc = json.loads(p.stdout)
+            return json.loads(stdout)
         except ValueError:
-            doc = {"not_json": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
-        return p.returncode, doc
+            return {"not_json": stdout[-2000:], "stderr": stderr[-2000:]}
+
+    def popen(self, *args: str, kind: str = "", json_out: bool = True) -> subprocess.Popen:
+        """runward ARGS started, not waited for (a follow to interrupt, two verbs at once)."""
+        head, env, extra = self.how(kind)
+        return subprocess.Popen([*head, *args, *(["--json"] if json_out else [])], cwd=self.work, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **extra)
 
     def cleanup(self, tokens: list[str]):
         """Kill what the session's jobs left (by token, pid and start time), remove its files."""
+        # the shims first: a shim that outlives its job records the end, and its run lock
+        # would make the run directory again after the rmtree below
+        homes = [t.home + "/runs/" for t in self.targets.values()]
+        truth.kill_procs([p for p in truth.scan(("runward-shim",), ("runward-shim",))
+                          if any(fd.startswith(h) for fd in p.fds for h in homes)])
         truth.kill_tokens(tokens)
+        if self.relay:
+            self.relay.close()
+        if self.container:
+            self.podman("rm", "-f", "-t", "0", self.container, check=False)
+        # the session's ssh control masters: their socket is in its home, about to be removed
+        dirs = [str(self.dir)] + ([str(self.user_base)] if self.user_base else [])
+        truth.kill_procs([p for p in truth.scan(("[mux]",)) if any(d in p.cmdline for d in dirs)])
+        if self.user_base:
+            shutil.rmtree(self.user_base, ignore_errors=True)
+        # this machine's /tmp/oracle-ID too: where a misdirected deploy (issue 25 item 9) writes
+        shutil.rmtree("/tmp/oracle-%s" % self.id, ignore_errors=True)
         for t in self.targets.values():
-            if t.kind != "local":
+            if t.kind not in ("local", "user"):
                 shutil.rmtree(t.host_path("/tmp/oracle-%s" % self.id), ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,195 @@
+"""More rules (issue 26, second stop): pull, `logs -f` interrupted, a NaN line acted on by a
+health action, two verbs at once on one run. A mixin of machine.OracleRules: the same model,
+the same invariant after every step; the facts each rule checks at once come from /proc and
+the job's files, never from runward."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from . import checks, truth
+
+PICK = st.integers(0, 1 << 16)
+FOLLOW_S = 30.0   # how long a follow may take to print the job's line
+
+
+BOOTSTRAP = "import sys,os,marshal"   # every runward agent's command line (its bootstrap)
+
+
+def _ports(pids) -> set:
+    """Local TCP ports of the sockets these processes hold (an ssh client's, its master's)."""
+    inodes, ports = set(), set()
+    for pid in pids:
+        try:
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+        for table in ("tcp", "tcp6"):
+            for line in (truth._read("/proc/%d/net/%s" % (pid, table)) or b"").decode().split("\n")[1:]:
+                w = line.split()
+                if len(w) > 9 and w[9] in inodes:
+                    ports.add(int(w[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _via_our_ssh(p, procs: dict, ports: set) -> bool:
+    """p descends from an sshd session of one of our connections (its SSH_CONNECTION's client
+    port is one of ours): on the testbed's ssh hosts, which share this machine's pid namespace
+    with every other user's agents."""
+    while p is not None:
+        env = truth._read("/proc/%d/environ" % p.pid) or b""
+        for kv in env.split(b"\0"):
+            if kv.startswith(b"SSH_CONNECTION="):
+                w = kv.split(b"=", 1)[1].split()
+                return len(w) > 1 and w[1].isdigit() and int(w[1]) in ports
+        p = procs.get(p.ppid)
+    return False
+
+
+def follow_procs(session, target, before: set) -> list:
+    """What runward started for a follow, read from /proc: processes new since `before` (pid,
+    start) that carry one of this session's RUNWARD_HOMEs here (local agents, the CLI's ssh or
+    podman child), or are an agent in the target's pid namespace: in a container's, any new
+    one; on an ssh host, one under an sshd session of our own connections. Shims, residents
+    and ssh control masters (`[mux]`) are the docs' to keep."""
+    homes = [str(session.home)] + [t.home for t in session.targets.values() if t.kind == "user"]
+    mine = [("RUNWARD_HOME=%s\0" % h).encode() for h in homes]
+    procs = {p.pid: p for p in truth.scan()}
+    ours = [p for p in procs.values() if any(w in (truth._read("/proc/%d/environ" % p.pid) or b"") for w in mine)]
+    dirs = [str(session.dir)] + ([str(session.user_base)] if session.user_base else [])
+    masters = [p.pid for p in procs.values() if "[mux]" in p.cmdline and any(d in p.cmdline for d in dirs)]
+    ports = _ports([p.pid for p in ours] + masters) if target.root == "/" else set()
+    out = [p for p in ours if (p.pid, p.start) not in before]
+    for p in procs.values():
+        if (p.pid, p.start) in before or p in out or p.pidns != target.pidns or BOOTSTRAP not in p.cmdline:
+            continue
+        if target.kind in ("local", "user"):
+            continue
+        if target.root != "/" or _via_our_ssh(p, procs, ports):
+            out.append(p)
+    return [p for p in out if not any(w in p.cmdline for w in ("runward-shim", "runward-resident", "[mux]"))]
+
+
+class MoreRules:
+    """Mixed into machine.OracleRules (it gives cli, pick, target, nodes, job, signal_job...)."""
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK, node=st.integers(0, 1))
+    def pull(self, i, node):
+        """pull the job's own file (ran-TOKEN, which it writes) from the node it runs on: the
+        bytes here are the bytes in the job's filesystem there."""
+        m = self.pick(i, lambda m: not (m.supervised and m.live))   # its restarts append to the file
+        if m is None:
+            return
+        self.acted("pull", m)
+        views = checks.views(m)
+        tname, tok = views[node % len(views)]
+        t = self.session.targets[tname]
+        remote = "%s/%s/ran-%s" % (t.app, m.name, tok)
+        base = self.session.user_base if m.kind == "user" else self.session.dir
+        self.n += 1
+        local = os.path.join(str(base), "pulled-%d" % self.n)
+        rc, doc = self.cli("pull", "--on", tname, "%s:%s" % (remote, local), kind=m.kind)
+        self.expect("pull %s from %s" % (remote, tname), rc, doc, (0,))
+        with open(local, "rb") as f:
+            got = f.read()
+        want = truth._read(t.host_path(remote))
+        if got != want:
+            raise self.violation("pull %s: said verified, %d bytes here, the job's file has %s" % (
+                remote, len(got), None if want is None else len(want)))
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def logs_follow_interrupted(self, i):
+        """logs -f, then Ctrl-C once the job's line is printed: the CLI ends (130) and nothing
+        that followed the log is left, on the target or here (invariant 7)."""
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m))
+        if m is None:
+            return
+        self.acted("logs -f", m)
+        t = self.target(m)
+        ran = truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or ""
+        nonce = ran.split("\n")[-2].split()[1]
+        before = {(q.pid, q.start) for q in truth.scan()}
+        p = self.session.popen("logs", m.name, "-f", "-n", "20", kind=m.kind, json_out=False)
+        seen, end = "", time.monotonic() + FOLLOW_S
+        try:
+            while nonce not in seen and time.monotonic() < end and p.poll() is None:
+                if select.select([p.stdout], [], [], 0.5)[0]:
+                    seen += os.read(p.stdout.fileno(), 65536).decode("utf-8", "replace")
+            if nonce not in seen:
+                raise self.violation("logs -f %s: the job's line (nonce %s) not printed in %.0f s (exit %s): %r" % (
+                    m.name, nonce, FOLLOW_S, p.poll(), seen[-300:]))
+            during = [q for q in follow_procs(self.session, t, before) if q.pid != p.pid]
+            p.send_signal(signal.SIGINT)
+            rc = p.wait(30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        self.expect("logs -f %s, interrupted" % m.name, rc, {"output": seen[-300:]}, (130,))
+        left = checks.settle(lambda: ["inv7 %s: logs -f ended (Ctrl-C), still running: %s" % (
+            m.name, [q.cmdline[:80] for q in ps]) for ps in [[q for q in during if truth.alive(q)]] if ps])
+        if left:
+            raise self.violation(left[0])
+        self.follow_seen = during   # for a look by hand: what the follow ran
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def nan_line(self, i):
+        """The job logs a NaN loss; its run says `nan = "stop"`: its shim stops it within its
+        interval, with nobody connected. The effect is read from /proc: nothing of it lives."""
+        m = self.pick(i, lambda m: m.state == "running" and m.health and self.single(m))
+        if m is None:
+            return
+        self.acted("nan_line", m)
+        self.signal_job(m, "nan 0")
+        t = self.target(m)
+        left = checks.settle(lambda: ["%s: the NaN line's stop left %d processes" % (m.name, len(ps))
+                                      for ps in [truth.tree(m.token, t.pidns)] if ps])
+        if left:
+            raise self.violation(left[0])
+        m.stopped()
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def stop_and_restart_at_once(self, i):
+        """stop and restart of one run at the same time: either order is right (stopped, or a
+        new attempt running), each verb exits 0, and nothing of the run is left but the new
+        attempt's own tree (invariants 1 and 7 after)."""
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not m.supervised)
+        if m is None:
+            return
+        self.acted("stop+restart", m)
+        deploy = ["--deploy"] if m.local_version != m.deployed_version else []
+        ps = [self.session.popen("stop", m.name, kind=m.kind),
+              self.session.popen("restart", m.name, *deploy, kind=m.kind)]
+        outs = [p.communicate(timeout=180) for p in ps]
+        for what, p, (out, err) in zip(("stop", "restart"), ps, outs):
+            self.expect("%s %s (with the other at once)" % (what, m.name), p.returncode,
+                        self.session.doc(out, err), (0,))
+        if deploy:
+            m.deployed_version = m.local_version
+        t = self.target(m)
+        nonces = (truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or "").count("\n")
+        alive = truth.tree(m.token, t.pidns)
+        m.attempt += 1
+        if alive:   # stop, then restart: a new attempt runs (the job says so: a new line)
+            if nonces < m.attempt:
+                raise self.violation("%s: alive after stop+restart, but the job did not start again" % m.name)
+            m.state, m.escapees, m.exits = "running", 0, set()
+            m.running_version = m.deployed_version
+        else:       # restart, then stop
+            m.state, m.escapees = "exited", 0
+            m.exits = {("signal", "SIGTERM")} | ({("code", 143)} if m.sh else set())
