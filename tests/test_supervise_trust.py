@@ -182,6 +182,25 @@ def test_a_stop_in_the_backoff_says_it_cancelled_the_restart(sup):
     wait_for(lambda: shim_gone(sup.home, "bk"), what="the shim woken and ended")
 
 
+def test_a_run_that_gave_up_with_a_stray_reads_gave_up_and_its_stop_cancels_no_restart(sup):
+    """gave_up wins over stray (README's states table), the strays named; the shim lingers as
+    their parent; a stop ends them and does not claim to cancel a restart there is none of
+    (found by the oracle's supervised escapees: start; escape; job_ends; job_ends)."""
+    pidf = sup.cwd / "esc.pid"
+    sup.json("start", "gs", "--settle", "0", "--restart", "on-failure", "--max-restarts", "0",
+             "--sh", f"setsid sleep 300 & echo $! > {pidf}.tmp && mv {pidf}.tmp {pidf}; exit 3")
+    doc = wait_for(lambda: (lambda d: d if d["state"] == "gave_up" else None)(sup.status("gs")),
+                   what="gave_up")
+    esc = int(wait_for(lambda: pidf.exists() and pidf.read_text().strip(), what="esc.pid"))
+    assert alive(esc) and esc in doc.get("stray_processes", []), doc
+    p = sup.run("stop", "gs")
+    assert p.returncode == 0, p.stderr
+    assert "cancelled the pending restart" not in p.stdout, p.stdout
+    wait_for(lambda: not alive(esc), what="the stray ended")
+    wait_for(lambda: shim_gone(sup.home, "gs"), what="the lingering shim ended")
+    assert sup.status("gs")["state"] == "gave_up"
+
+
 def test_a_stop_of_a_supervised_run_answers_without_waiting_out_its_shim(sup):
     """The shim ends with the stop; before, it waited for the run lock the stop held while
     the stop waited (10 s at most) for the shim to end."""

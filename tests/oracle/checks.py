@@ -145,7 +145,10 @@ def runward_leftovers(session, models: dict) -> list[str]:
             continue
         # a supervised shim forks a helper of its own (same stderr): count the shims proper
         ps = [p for p in ps if p.ppid not in {q.pid for q in ps}]
-        if m.state not in ("running", "stray") or len(ps) > 1:
+        # a supervised run that gave up while escapees live: its shim stays their parent (README's
+        # gave_up row: gave_up wins, the strays are named), as a stray run's does
+        lingers = m.state == "gave_up" and m.escapees
+        if (m.state not in ("running", "stray") and not lingers) or len(ps) > 1:
             out.append("inv7 %s: %d shim(s) alive while the model says %s" % (name, len(ps), m.state))
     return out
 
@@ -178,7 +181,8 @@ def check_all(session, models: dict, status_of) -> list[str]:
             found = check_state(m, doc) + check_members(m, t, doc, before[tok], after[tok])
             found += check_version(m, t, tok) + check_log(m, t, removed_logs(t, m.name), tok)
             seen = [p for p in after[tok].values() if not unseeable(p, doc, after[tok])]
-            if m.state in ENDED + ("removed",) and seen and not found:
+            strays_named = m.state == "gave_up" and m.escapees   # listed as strays: check_members' part
+            if m.state in ENDED + ("removed",) and seen and not found and not strays_named:
                 found.append("inv1 %s: %s, but %d of its processes live" % (m.name, m.state, len(seen)))
             out += [v.replace(m.name, "%s@%s" % (m.name, tname), 1) if m.kind in NODES else v for v in found]
     return out + runward_leftovers(session, models)

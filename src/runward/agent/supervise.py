@@ -164,7 +164,9 @@ def end_backoff(store, att, by=None):
     marked = []
 
     def mark(fresh):  # the record as it is now: the job may have ended since ATT was read
-        if not fresh.get("exit") or (fresh.get("stop_requested") or {}).get("by") == "cli":
+        # a shim that gave up and lingers only as the parent of what the job left has no
+        # next attempt to cancel: saying "cancelled the pending restart" would be false
+        if not fresh.get("exit") or fresh.get("gave_up") or (fresh.get("stop_requested") or {}).get("by") == "cli":
             return False
         fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": "cli"}
         marked.append(True)
