@@ -128,3 +128,21 @@ def test_torchrun_rank_0_in_all_reduce_and_rank_1_asleep(cli, tmp_path):
         assert "1 other process" in s, s  # torchrun's agent: no RANK in its environment
     finally:
         cli.run("stop", name, "--grace", "5", "--signal", "INT")
+
+
+@needs_spy
+def test_the_stacks_verb_names_the_frame_and_keeps_the_capture(cli, tmp_path):
+    (tmp_path / "blocked.py").write_text(BLOCKED)
+    name = f"stkcli{os.getpid()}"
+    _start(cli, tmp_path, name, sys.executable, str(tmp_path / "blocked.py"))
+    try:
+        rc, doc = cli.json("stacks", name)
+        assert rc == 0, doc
+        assert "in wait_for_the_lock_forever (blocked.py:5)" in doc["result"]["summary"], doc
+        assert Path(doc["result"]["kept"]).is_file(), doc
+        human = cli.run("stacks", name).stdout
+        assert "wait_for_the_lock_forever (blocked.py:5)" in human, human
+    finally:
+        cli.run("stop", name, "--grace", "2")
+    p = cli.run("stacks", f"nosuch{os.getpid()}")
+    assert p.returncode == 4, (p.returncode, p.stdout, p.stderr)

@@ -21,14 +21,11 @@ import time
 
 from .procfs import ProcTable, live, protected, scan
 from .runs import members
+from .stackgroup import group, meaningful, summary  # noqa: F401 (meaningful: part of the interface)
 from .store import write_json
 
 VERSION = 1  # the document's format
 KEEP = 10  # captures kept per run (the newest); older ones are removed by keep()
-# Frames that are where a thread waits, not what it is doing: the summary names the first
-# frame outside them (a rank in queue.get is "in" the caller that asked for the item).
-PLUMBING = ("threading.py", "selectors.py", "queue.py", "subprocess.py", "socket.py",
-            "multiprocessing/connection.py", "multiprocessing/synchronize.py")
 INSTALL_HINT = ("install py-spy on the target (`pip install py-spy`, or `pip install "
                 "'runward[stacks]'` where runward runs and `runward stacks --bring-py-spy`)")
 
@@ -78,14 +75,6 @@ def _who(p):
 def _frames(thread):
     return [{"name": f.get("name"), "file": f.get("short_filename") or f.get("filename"),
              "line": f.get("line")} for f in thread.get("frames") or ()]
-
-
-def meaningful(frames):
-    """The innermost frame (frames are innermost first) that is not a waiting place."""
-    for f in frames:
-        if not any((f.get("file") or "").endswith(s) for s in PLUMBING):
-            return f
-    return frames[0] if frames else None
 
 
 def _classify(err, p):
@@ -165,48 +154,6 @@ def capture(rec, native=False, timeout=10.0, home_dir=None):
     doc["groups"] = group(doc["procs"])
     doc["summary"] = summary(doc)
     return doc
-
-
-def _where(f):
-    return "%s (%s:%s)" % (f.get("name"), f.get("file"), f.get("line")) if f else "?"
-
-
-def group(procs):
-    """[{where, ranks, others, pids}] per distinct meaningful frame, ranked processes first."""
-    out = {}
-    for p in procs:
-        if "frame" not in p:
-            continue
-        g = out.setdefault(_where(p["frame"]), {"where": _where(p["frame"]), "ranks": [], "others": [], "pids": []})
-        g["pids"].append(p["pid"])
-        if p.get("rank") is not None:
-            g["ranks"].append(p["rank"])
-        else:
-            g["others"].append(p.get("comm"))
-    gs = sorted(out.values(), key=lambda g: (not g["ranks"], sorted(g["ranks"])[:1], g["where"]))
-    for g in gs:
-        g["ranks"].sort()
-    return gs
-
-
-def summary(doc):
-    """One line: "ranks 0,1 in all_reduce (...); rank 2 in slow_step (train.py:40); ..."."""
-    if not doc.get("ok") and doc.get("error"):
-        return "stacks not read: %s (%s)" % (doc["error"], doc.get("hint"))
-    parts = []
-    for g in doc.get("groups") or ():
-        who = []
-        if g["ranks"]:
-            who.append("rank%s %s" % ("s" if len(g["ranks"]) > 1 else "", ",".join(map(str, g["ranks"]))))
-        if g["others"]:
-            n = len(g["others"])
-            who.append("%d other process%s (%s)" % (n, "es" if n > 1 else "", ",".join(sorted(set(g["others"])))))
-        parts.append("%s in %s" % (" and ".join(who), g["where"]))
-    bad = [p for p in doc.get("procs") or () if "error" in p]
-    if bad:
-        kinds = sorted(set(p["error"] for p in bad))
-        parts.append("%d not read (%s)" % (len(bad), ", ".join(kinds)))
-    return "; ".join(parts)
 
 
 def _run_dir(rec, home):

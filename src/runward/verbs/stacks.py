@@ -1,0 +1,24 @@
+"""runward stacks NAME [--on T]... [--native]: the Python stacks of every process of the run,
+grouped by frame and named by rank (docs/diagnosis.md). Exit 0 when stacks were read, 1 when
+none could be (py-spy missing, ptrace denied: the hint says what to do), 3 unreachable,
+4 no such run."""
+
+from __future__ import annotations
+
+from ..errors import EXIT_FAILED, EXIT_OK
+from ._common import emit, load_config, target_of
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name", help="the run")
+    p.add_argument("--native", action="store_true", help="native (C/C++) frames too, where py-spy can (py-spy --native)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long py-spy may take per process (default 10)")
+
+
+def run(args, out) -> int:
+    from .. import api, stacksview
+    cfg = load_config(args)
+    targets = [cfg.target(t, args.name) for t in args.nodes] if len(args.nodes) > 1 else [target_of(args, cfg, args.name)]
+    res = api.stacks(targets, args.name, native=args.native, timeout=args.timeout)
+    return emit(out, "stacks", targets[0], res, stacksview.render(res), EXIT_OK if res.get("ok") else EXIT_FAILED)
