@@ -142,6 +142,10 @@ def test_the_stacks_verb_names_the_frame_and_keeps_the_capture(cli, tmp_path):
         assert Path(doc["result"]["kept"]).is_file(), doc
         human = cli.run("stacks", name).stdout
         assert "wait_for_the_lock_forever (blocked.py:5)" in human, human
+        api = subprocess.run([sys.executable, "-c", "import runward, sys; r = runward.stacks(sys.argv[1]); "
+                              "print(r.exit_code); print(r.to_json()['result']['summary'])", name],
+                             env=cli.env, capture_output=True, text=True, timeout=60)
+        assert api.stdout.splitlines()[0] == "0" and "wait_for_the_lock_forever" in api.stdout, api
     finally:
         cli.run("stop", name, "--grace", "2")
     p = cli.run("stacks", f"nosuch{os.getpid()}")

@@ -19,6 +19,7 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     from .. import api, stacksview
     cfg = load_config(args)
-    targets = [cfg.target(t, args.name) for t in args.nodes] if len(args.nodes) > 1 else [target_of(args, cfg, args.name)]
+    nodes = getattr(args, "nodes", None) or []  # the Python API's parser has no --on action
+    targets = [cfg.target(t, args.name) for t in nodes] if len(nodes) > 1 else [target_of(args, cfg, args.name)]
     res = api.stacks(targets, args.name, native=args.native, timeout=args.timeout)
     return emit(out, "stacks", targets[0], res, stacksview.render(res), EXIT_OK if res.get("ok") else EXIT_FAILED)
