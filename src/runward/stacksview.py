@@ -10,15 +10,52 @@ from .agent.stackgroup import group, summary
 from .errors import RunwardError
 
 
-def capture(targets: list, name: str, *, native: bool = False, timeout: float = 10.0) -> dict:
+def local_py_spy() -> str | None:
+    """The py-spy binary the `stacks` extra's wheel installed here (beside this python), or on PATH."""
+    import os
+    import shutil
+    import sys
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.path.isfile(here) else shutil.which("py-spy")
+
+
+def bring(target, doc: dict, req: dict) -> dict:
+    """A target without py-spy: push this machine's (same architecture only), into runward's
+    home there (tools/py-spy), sha256-checked by the push and again by the agent before it
+    runs it; then capture again. Anything that stops it is said in the answer, not raised."""
+    import platform
+    from . import files
+    import hashlib
+    spy = local_py_spy()
+    if spy is None:
+        return dict(doc, bring="no py-spy here to bring: pip install 'runward[stacks]' where runward runs")
+    if doc.get("machine") != platform.machine():
+        return dict(doc, bring=f"not brought: the target is {doc.get('machine')}, this machine's py-spy is "
+                               f"{platform.machine()}; install py-spy there")
+    dest = doc["home"].rstrip("/") + "/tools/py-spy"
+    try:
+        files.push(target, [f"{spy}:{dest}"])
+    except RunwardError as e:
+        return dict(doc, bring=f"push of py-spy to {dest} failed: {e.message}")
+    again = transport.call(target, dict(req, py_spy_sha256=hashlib.sha256(open(spy, "rb").read()).hexdigest()))
+    again["brought"] = dest
+    return again
+
+
+def capture(targets: list, name: str, *, native: bool = False, timeout: float = 10.0,
+            allow_bring: bool = False) -> dict:
     """Every node's capture (in parallel), merged: `nodes` (each target's own document, or
-    its error), and `groups` / `summary` over every process read, each tagged with its node."""
+    its error), and `groups` / `summary` over every process read, each tagged with its node.
+    allow_bring: a node without py-spy gets this machine's (bring)."""
     from concurrent.futures import ThreadPoolExecutor
     req = {"op": "stacks", "name": name, "native": native, "timeout": timeout}
 
     def one(t):
         try:
-            return transport.call(t, dict(req))
+            d = transport.call(t, dict(req))
+            if allow_bring and d.get("error") == "py-spy missing":
+                d = bring(t, d, req)
+            return d
         except RunwardError as e:
             if len(targets) == 1:
                 raise
@@ -49,6 +86,11 @@ def capture(targets: list, name: str, *, native: bool = False, timeout: float = 
 def render(doc: dict) -> str:
     """The summary, then each process: pid, rank, its frame or why it was not read."""
     lines = [doc.get("summary") or "no stacks"]
+    for d in [doc, *(doc.get("nodes") or [])]:
+        if d.get("bring"):
+            lines.append(d["bring"])
+        if d.get("brought"):
+            lines.append(f"py-spy brought to {d['brought']} (sha256-checked)")
     for p in doc.get("procs") or ():
         who = "rank %s" % p["rank"] if p.get("rank") is not None else p.get("comm") or "?"
         node = " node %s" % p["node"] if p.get("node") is not None and doc.get("nodes") else ""

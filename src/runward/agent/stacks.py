@@ -30,11 +30,37 @@ INSTALL_HINT = ("install py-spy on the target (`pip install py-spy`, or `pip ins
                 "'runward[stacks]'` where runward runs and `runward stacks --bring-py-spy`)")
 
 
-def find_py_spy(home_dir=None):
-    """py-spy on this target: runward's own copy (brought, under its home), PATH, or beside
-    the python3 that runs us (a venv's bin, where `pip install py-spy` puts it)."""
+def sha256_of(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def brought(home_dir, want=None):
+    """runward's own py-spy under its home (`--bring-py-spy` pushed it), or None: run only
+    when its bytes are the ones pushed: WANT (this call's push) or the hash recorded beside it
+    when it was checked (rule 10: nothing is executed unchecked)."""
+    from .store import read_json
+    path = os.path.join(home_dir, "tools", "py-spy")
+    try:
+        got = sha256_of(path)
+        if want is None:
+            want = (read_json(path + ".sha256.json") or {}).get("sha256")
+        elif got == want:
+            write_json(path + ".sha256.json", {"sha256": want})
+    except OSError:
+        return None
+    return path if got == want else None
+
+
+def find_py_spy(home_dir=None, want=None):
+    """py-spy on this target: runward's own copy (brought, under its home, hash-checked), PATH,
+    or beside the python3 that runs us (a venv's bin, where `pip install py-spy` puts it)."""
     cands = []
-    if home_dir:
+    if home_dir and brought(home_dir, want):
         cands.append(os.path.join(home_dir, "tools", "py-spy"))
     w = shutil.which("py-spy")
     if w:
@@ -118,20 +144,23 @@ def _dump_one(spy, p, native, timeout):
     return out
 
 
-def capture(rec, native=False, timeout=10.0, home_dir=None):
+def capture(rec, native=False, timeout=10.0, home_dir=None, want=None):
     """One node's capture: every live member of the attempt REC (the set status counts: job
     tree, marker, cgroup, adopted) dumped by py-spy in parallel, within TIMEOUT seconds.
     Never raises for "cannot": `ok` False with `error` and `hint` say why."""
     t0 = time.time()
     doc = {"v": VERSION, "run": rec.get("run"), "attempt": rec.get("attempt"), "at": t0,
-           "native": bool(native), "host": os.uname()[1], "procs": []}
+           "native": bool(native), "host": os.uname()[1], "machine": os.uname()[4], "procs": []}
     node = (rec.get("multinode") or {}).get("rank")
     if node is not None:
         doc["node"] = node
     procs = ProcTable(scan())
     mem = members(rec.get("run"), rec, procs, protected(procs))
-    spy = find_py_spy(home_dir)
-    if not mem:
+    spy = find_py_spy(home_dir, want)
+    if want and spy != os.path.join(home_dir or "", "tools", "py-spy"):
+        doc.update(ok=False, error="py-spy hash mismatch",
+                   hint="the py-spy pushed to %s/tools is not the bytes sent; run again" % home_dir)
+    elif not mem:
         doc.update(ok=False, error="no live process", hint="the run has no live process on this target")
     elif spy is None:
         doc.update(ok=False, error="py-spy missing", hint=INSTALL_HINT)

@@ -14,6 +14,10 @@ def add_arguments(p) -> None:
     p.add_argument("--native", action="store_true", help="native (C/C++) frames too, where py-spy can (py-spy --native)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="how long py-spy may take per process (default 10)")
+    p.add_argument("--bring-py-spy", action="store_true",
+                   help="where the target has no py-spy, push this machine's (runward[stacks]; same architecture "
+                        "only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "
+                        "makes it the default")
 
 
 def run(args, out) -> int:
@@ -21,5 +25,6 @@ def run(args, out) -> int:
     cfg = load_config(args)
     nodes = getattr(args, "nodes", None) or []  # the Python API's parser has no --on action
     targets = [cfg.target(t, args.name) for t in nodes] if len(nodes) > 1 else [target_of(args, cfg, args.name)]
-    res = api.stacks(targets, args.name, native=args.native, timeout=args.timeout)
+    res = api.stacks(targets, args.name, native=args.native, timeout=args.timeout,
+                     bring=args.bring_py_spy or cfg.stacks_bring)
     return emit(out, "stacks", targets[0], res, stacksview.render(res), EXIT_OK if res.get("ok") else EXIT_FAILED)
