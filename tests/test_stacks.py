@@ -140,6 +140,10 @@ def test_the_stacks_verb_names_the_frame_and_keeps_the_capture(cli, tmp_path):
         assert rc == 0, doc
         assert "in wait_for_the_lock_forever (blocked.py:5)" in doc["result"]["summary"], doc
         assert Path(doc["result"]["kept"]).is_file(), doc
+        st = cli.status(name)
+        assert st["stacks"]["summary"] == doc["result"]["summary"], st
+        shown = cli.run("status", name).stdout
+        assert " ago): 1 other process (python" in shown and "wait_for_the_lock_forever (blocked.py:5)" in shown, shown
         human = cli.run("stacks", name).stdout
         assert "wait_for_the_lock_forever (blocked.py:5)" in human, human
         api = subprocess.run([sys.executable, "-c", "import runward, sys; r = runward.stacks(sys.argv[1]); "
