@@ -124,7 +124,7 @@ fig "status gpu_usage" "$(jget "$WORK/status.json" 'd["result"]["runs"][0].get("
 say ""
 say "== runward stacks"
 t0=$(now)
-rw stacks "$NAME" --json > "$WORK/stacks.json"
+rw stacks "$NAME" --bring-py-spy --json > "$WORK/stacks.json"   # its own py-spy, else this machine's (runward[stacks])
 rc=$?
 STACKS_S=$(since "$t0")
 fig "stacks call (wall)" "${STACKS_S}s"
