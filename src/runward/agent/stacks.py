@@ -82,7 +82,9 @@ def ptrace_hint():
             scope = f.read().strip()
     except OSError:
         scope = None
-    h = "py-spy needs ptrace: run as the job's user"
+    # a same-user process can still refuse: one that set itself non-dumpable (prctl
+    # PR_SET_DUMPABLE 0, as hardened launchers do) is traceable by root (CAP_SYS_PTRACE) only
+    h = "py-spy needs ptrace: run as the job's user (a non-dumpable process: as root)"
     if scope and scope not in ("0", "1"):
         h += "; kernel.yama.ptrace_scope is %s here (needs <= 1, or root)" % scope
     return h + "; in a container, CAP_SYS_PTRACE (--cap-add SYS_PTRACE), or read it from the host by the host pid"
