@@ -97,6 +97,8 @@ def render(doc: dict) -> str:
         f = p.get("frame")
         where = ("%s (%s:%s)" % (f.get("name"), f.get("file"), f.get("line")) if f
                  else "not read: %s (%s)" % (p.get("error"), p.get("hint")))
+        nf = p.get("native_frame")  # --native: the C/C++ frame it is in, beside its Python one
+        where += "  native: %s (%s)" % (nf.get("name"), nf.get("file")) if nf else ""
         lines.append("  pid %-8s %-10s%s  %s" % (p.get("pid"), who, node, where))
     if doc.get("kept"):
         lines.append("kept: %s" % doc["kept"])

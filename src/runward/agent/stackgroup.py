@@ -9,11 +9,19 @@ PLUMBING = ("threading.py", "selectors.py", "queue.py", "subprocess.py", "socket
 
 
 def meaningful(frames):
-    """The innermost frame (frames are innermost first) that is not a waiting place."""
+    """The innermost Python frame (frames are innermost first) that is not a waiting place.
+    Native frames (--native) are skipped: two ranks both waiting in libc's futex are not in
+    the same place; the Python frame that called into C says where each is."""
     for f in frames:
-        if not any((f.get("file") or "").endswith(s) for s in PLUMBING):
+        if not f.get("native") and not any((f.get("file") or "").endswith(s) for s in PLUMBING):
             return f
-    return frames[0] if frames else None
+    py = [f for f in frames if not f.get("native")]
+    return (py or frames)[0] if frames else None
+
+
+def native_above(frames):
+    """The innermost native frame, where a rank stuck in C/C++ is (--native), or None."""
+    return next((f for f in frames if f.get("native")), None)
 
 
 def _where(f):

@@ -21,7 +21,7 @@ import time
 
 from .procfs import ProcTable, live, protected, scan
 from .runs import members
-from .stackgroup import group, meaningful, summary  # noqa: F401 (meaningful: part of the interface)
+from .stackgroup import group, meaningful, native_above, summary  # noqa: F401 (meaningful: part of the interface)
 from .store import write_json
 
 VERSION = 1  # the document's format
@@ -101,8 +101,10 @@ def _who(p):
 
 
 def _frames(thread):
-    return [{"name": f.get("name"), "file": f.get("short_filename") or f.get("filename"),
-             "line": f.get("line")} for f in thread.get("frames") or ()]
+    # py-spy names the shared library of a native frame in `module` (None for Python frames)
+    return [dict({"name": f.get("name"), "file": f.get("short_filename") or f.get("filename"),
+                  "line": f.get("line")}, **({"native": True} if f.get("module") else {}))
+            for f in thread.get("frames") or ()]
 
 
 def _classify(err, p):
@@ -143,6 +145,9 @@ def _dump_one(spy, p, native, timeout):
     main = next((t for t in out["threads"] if t["name"] == "MainThread"), None) or \
         (out["threads"][0] if out["threads"] else None)
     out["frame"] = meaningful(main["frames"]) if main else None
+    nf = native_above(main["frames"]) if main and native else None
+    if nf:
+        out["native_frame"] = nf
     return out
 
 
