@@ -51,8 +51,12 @@ nvidia-smi --version 2>/dev/null | sed -n '1,3p' || true
 RUNWARD=()
 if [ -x "$ROOT/.venv/bin/runward" ]; then
     RUNWARD=("$ROOT/.venv/bin/runward")
-elif "$PY" -c "import runward" 2>/dev/null; then
+elif "$PY" -c "import runward, sys; sys.exit(not runward.__file__.startswith(sys.argv[1]))" "$ROOT/" 2>/dev/null; then
     RUNWARD=("$PY" -m runward)
+elif "$PY" -c "import runward" 2>/dev/null; then
+    # another checkout's runward (an editable install elsewhere): this checkout's source
+    # first, or the check would time that one
+    RUNWARD=(env PYTHONPATH="$ROOT/src" "$PY" -m runward)
 else
     VENV="${RUNWARD_GPU_VENV:-${TMPDIR:-/tmp}/runward-gpu-venv}"
     if [ ! -x "$VENV/bin/runward" ]; then
