@@ -30,8 +30,9 @@ def test_a_process_gone_mid_capture_is_said_per_process():
 @needs_spy
 def test_stacks_bring_in_runward_toml_brings_without_the_flag(cli, tmp_path):
     name = _remote(cli, tmp_path, "ssh", "ssh://rw1", "cfg")
+    toml = cli.cwd / "runward.toml"
+    plain = toml.read_text()  # restored before the stop: a runward that refuses [stacks] still stops it
     try:
-        toml = cli.cwd / "runward.toml"
         toml.write_text(toml.read_text() + '\n[stacks]\nbring = "yes"\n')
         p = cli.run("stacks", name, "--on", "t")
         assert p.returncode == 2 and "[stacks]" in p.stderr and "bring = true" in p.stderr, (p.stdout, p.stderr)
@@ -41,5 +42,5 @@ def test_stacks_bring_in_runward_toml_brings_without_the_flag(cli, tmp_path):
         assert doc["result"]["brought"] == f"/tmp/rwstk-cfg-{os.getpid()}/tools/py-spy", doc["result"]
         assert "wait_for_the_lock_forever (<string>:5)" in doc["result"]["summary"], doc["result"]
     finally:
-        toml.write_text(toml.read_text().replace("bring = true", "bring = false"))
+        toml.write_text(plain)
         _stop(cli, name, "ssh://rw1")
