@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def main() -> int:
     finally:
         run(rw + ["stop", name, "--on", "h", "--grace", "2"], env, ok=(0, 1, 4, 5))
         subprocess.run(["ssh", "-F", cfg, a.host, "rm", "-rf", remote_home], env=env)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def measure(a, rw, env, cfg, name) -> int:
