@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check on a real NVIDIA machine (issue 5): start a small torch job under runward that
-# holds ~2 GiB on GPU 0, show `runward gpus` mapping it to its run, stop it and verify the
+# holds ~2 GiB on GPU 0, show `runward gpus` mapping it to its run, `runward stacks` on it
+# (py-spy: pip install py-spy), stop it and verify the
 # release, then the GPU gate (a supervised job SIGKILLed: its next attempt starts only once
 # the memory is released), and print each figure. Bounded: every step has its own timeout; the whole check
 # takes well under 5 minutes (typically 20-40 s, most of it torch's CUDA start-up).
@@ -50,8 +51,12 @@ nvidia-smi --version 2>/dev/null | sed -n '1,3p' || true
 RUNWARD=()
 if [ -x "$ROOT/.venv/bin/runward" ]; then
     RUNWARD=("$ROOT/.venv/bin/runward")
-elif "$PY" -c "import runward" 2>/dev/null; then
+elif "$PY" -c "import runward, sys; sys.exit(not runward.__file__.startswith(sys.argv[1]))" "$ROOT/" 2>/dev/null; then
     RUNWARD=("$PY" -m runward)
+elif "$PY" -c "import runward" 2>/dev/null; then
+    # another checkout's runward (an editable install elsewhere): this checkout's source
+    # first, or the check would time that one
+    RUNWARD=(env PYTHONPATH="$ROOT/src" "$PY" -m runward)
 else
     VENV="${RUNWARD_GPU_VENV:-${TMPDIR:-/tmp}/runward-gpu-venv}"
     if [ ! -x "$VENV/bin/runward" ]; then
@@ -118,6 +123,23 @@ else
 fi
 rw status "$NAME" --json > "$WORK/status.json"
 fig "status gpu_usage" "$(jget "$WORK/status.json" 'd["result"]["runs"][0].get("gpu_usage")')"
+
+# --- stacks: the Python stack of the CUDA job, read by py-spy (issue 28) ---------------------
+say ""
+say "== runward stacks"
+t0=$(now)
+rw stacks "$NAME" --bring-py-spy --json > "$WORK/stacks.json"   # its own py-spy, else this machine's (runward[stacks])
+rc=$?
+STACKS_S=$(since "$t0")
+fig "stacks call (wall)" "${STACKS_S}s"
+fig "summary" "$(jget "$WORK/stacks.json" 'd["result"]["summary"]')"
+FRAME=$(jget "$WORK/stacks.json" "[p['frame'] for p in d['result']['procs'] if p.get('pid') == $PID and p.get('frame')][0]")
+if [ $rc -ne 0 ] || [ -z "$FRAME" ]; then
+    # py-spy missing or ptrace refused: the answer's hint says what to do
+    fail "stacks (exit $rc): no frame for the job (pid $PID): $(jget "$WORK/stacks.json" 'd["result"].get("hint") or d.get("error")')"
+else
+    fig "the job's frame" "$FRAME"
+fi
 
 # --- stop: verified dead, then verified GPU release -----------------------------------------
 say ""
@@ -213,5 +235,5 @@ if [ ${#FAILS[@]} -ne 0 ]; then
     say "GPU CHECK FAILED: ${FAILS[*]}"
     exit 1
 fi
-say "GPU CHECK OK: start verified alive, gpus mapped the job to its run, stop verified dead and GPU 0 released;"
+say "GPU CHECK OK: start verified alive, gpus mapped the job to its run, stacks read its frame, stop verified dead and GPU 0 released;"
 say "  a SIGKILLed supervised job's next attempt started only once GPU 0 was released"

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
-AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.logmetrics", "runward.agent.secrets")
+# stackgroup: pure grouping of stack captures, so a multi-node merge says it as one node does
+AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.stackgroup")
 
 
 def _modules() -> dict[str, Path]:

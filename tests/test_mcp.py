@@ -25,7 +25,7 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 TOOLS = {"start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
-         "lint", "doctor", "targets", "history", "compare"}
+         "lint", "doctor", "targets", "history", "compare", "stacks"}
 CT = "ssh://rw1/pct:200"
 
 

@@ -128,3 +128,96 @@ def test_torchrun_rank_0_in_all_reduce_and_rank_1_asleep(cli, tmp_path):
         assert "1 other process" in s, s  # torchrun's agent: no RANK in its environment
     finally:
         cli.run("stop", name, "--grace", "5", "--signal", "INT")
+
+
+@needs_spy
+def test_the_stacks_verb_names_the_frame_and_keeps_the_capture(cli, tmp_path):
+    (tmp_path / "blocked.py").write_text(BLOCKED)
+    name = f"stkcli{os.getpid()}"
+    _start(cli, tmp_path, name, sys.executable, str(tmp_path / "blocked.py"))
+    try:
+        rc, doc = cli.json("stacks", name)
+        assert rc == 0, doc
+        assert "in wait_for_the_lock_forever (blocked.py:5)" in doc["result"]["summary"], doc
+        assert Path(doc["result"]["kept"]).is_file(), doc
+        st = cli.status(name)
+        assert st["stacks"]["summary"] == doc["result"]["summary"], st
+        shown = cli.run("status", name).stdout
+        assert " ago): 1 other process (python" in shown and "wait_for_the_lock_forever (blocked.py:5)" in shown, shown
+        human = cli.run("stacks", name).stdout
+        assert "wait_for_the_lock_forever (blocked.py:5)" in human, human
+        api = subprocess.run([sys.executable, "-c", "import runward, sys; r = runward.stacks(sys.argv[1]); "
+                              "print(r.exit_code); print(r.to_json()['result']['summary'])", name],
+                             env=cli.env, capture_output=True, text=True, timeout=60)
+        assert api.stdout.splitlines()[0] == "0" and "wait_for_the_lock_forever" in api.stdout, api
+    finally:
+        cli.run("stop", name, "--grace", "2")
+    p = cli.run("stacks", f"nosuch{os.getpid()}")
+    assert p.returncode == 4, (p.returncode, p.stdout, p.stderr)
+
+
+BLOCKED_C = ("import time\ndef wait_for_the_lock_forever():\n    print('ready', flush=True)\n"
+             "    while True:\n        time.sleep(0.5)\nwait_for_the_lock_forever()\n")
+
+
+def _remote(cli, tmp_path, feature, on, tag):
+    """A run of BLOCKED_C on ON, as target `t` whose runward home is this test's own (so a
+    py-spy brought there is this test's, found missing first)."""
+    import testbed
+    tb = testbed.require(feature)
+    cli.env.update(testbed.env(tb, cli.env), RUNWARD_SSH_CONFIG=tb["ssh_config"])
+    name = f"stk{tag}{os.getpid()}"
+    home = f"/tmp/rwstk-{tag}-{os.getpid()}"
+    (cli.cwd / "runward.toml").write_text(f'[targets.t]\non = "{on}"\nhome = "{home}"\n')
+    rc, doc = cli.json("start", name, "--on", "t", "--settle", "0.2", "--ready", "ready", "--",
+                       "python3", "-c", BLOCKED_C, timeout=120)
+    assert rc == 0, doc
+    return name
+
+
+def _stop(cli, name, on):
+    cli.run("stop", name, "--on", "t", "--grace", "2")
+    cli.run("exec", "--on", "t", "--", "rm", "-rf", f"/tmp/rwstk-{name[3:6]}-{os.getpid()}")
+
+
+@needs_spy
+def test_over_ssh_missing_then_brought_with_its_hash_checked(cli, tmp_path):
+    on = "ssh://rw1"
+    name = _remote(cli, tmp_path, "ssh", on, "ssh")
+    try:
+        rc, doc = cli.json("stacks", name, "--on", "t")
+        if shutil.which("py-spy", path="/usr/local/bin:/usr/bin:/bin"):
+            pytest.skip("the testbed host has a py-spy of its own: nothing to bring")
+        assert rc == 1 and doc["result"]["error"] == "py-spy missing", doc
+        assert "pip install py-spy" in doc["result"]["hint"], doc
+        rc, doc = cli.json("stacks", name, "--on", "t", "--bring-py-spy")
+        assert rc == 0, doc
+        assert "wait_for_the_lock_forever (<string>:5)" in doc["result"]["summary"], doc
+        res = doc["result"]
+        # pushed, then run only after the agent checked its sha256
+        assert res["py_spy"] == res["brought"] == f"/tmp/rwstk-ssh-{os.getpid()}/tools/py-spy", res
+        # the kept copy changed behind runward's back (rw1 shares this filesystem): never run
+        with open(res["brought"], "ab") as f:
+            f.write(b"\0")
+        rc, doc = cli.json("stacks", name, "--on", "t")
+        assert rc == 1 and doc["result"]["error"] == "py-spy missing", doc
+        rc, doc = cli.json("stacks", name, "--on", "t", "--bring-py-spy")  # pushed again, checked again
+        assert rc == 0 and doc["result"]["brought"], doc
+    finally:
+        _stop(cli, name, on)
+
+
+@needs_spy
+def test_in_a_podman_container_over_ssh(cli, tmp_path):
+    on = "ssh://rw1/podman:rwpod"
+    name = _remote(cli, tmp_path, "podman", on, "pod")
+    try:
+        rc, doc = cli.json("stacks", name, "--on", "t", "--bring-py-spy")
+        res = doc.get("result") or {}
+        # root in the container reads its own processes: ptrace of the same user needs no
+        # CAP_SYS_PTRACE (podman's default seccomp allows it); py-spy is brought in
+        assert rc == 0, doc
+        assert "wait_for_the_lock_forever (<string>:5)" in res["summary"], doc
+        assert res["brought"] == f"/tmp/rwstk-pod-{os.getpid()}/tools/py-spy" == res["py_spy"], res
+    finally:
+        _stop(cli, name, on)

@@ -822,3 +822,16 @@ def prune(target: Target, older_than: float, *, dry_run: bool = False, logs: boo
     if older_than < 0:
         raise BadInput(f"invalid --older-than {older_than}", "give a duration >= 0, e.g. 7d")
     return transport.call(target, {"op": "prune", "older_than": older_than, "dry_run": dry_run, "logs": logs})
+
+
+def stacks(targets: Target | list[Target], name: str, *, native: bool = False, timeout: float = 10.0,
+           bring: bool = False) -> dict:
+    """The Python stacks of every process of the run on every node (py-spy), grouped by frame
+    and named by rank, kept with the attempt on each node (docs/diagnosis.md). `ok` False with
+    `error`/`hint` when none could be read (py-spy missing, ptrace denied). bring: a target
+    without py-spy gets this machine's (same architecture), pushed and hash-checked."""
+    from . import stacksview
+    if timeout <= 0:
+        raise BadInput(f"invalid --timeout {timeout}", "give seconds > 0")
+    return stacksview.capture(targets if isinstance(targets, list) else [targets], name,
+                              native=native, timeout=timeout, allow_bring=bring)

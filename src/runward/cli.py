@@ -49,6 +49,7 @@ VERBS = (
     ("deploy", "push the run's files (runward.toml) to where it runs", "deploy"),
     ("doctor", "what works on a target, hop by hop", "doctor"),
     ("gpus", "each GPU: memory, utilization, and the processes on it mapped to their runs", "gpus"),
+    ("stacks", "the Python stacks of a run's processes on every node, grouped by frame and rank (py-spy)", "stacks"),
     ("ps", "safe pgrep -af: never lists itself, its ancestors or its own session", "ps"),
     ("kill", "safe pkill -f: shows what it would signal; --yes to do it, verified", "kill"),
     ("history", "every attempt of a run: how it ended, steps, throughput, loss, what changed", "history"),
@@ -87,7 +88,7 @@ class _OnAction(argparse.Action):
         ns.on = ns.nodes[0]
 
 
-MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus", "deploy")
+MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus", "deploy", "stacks")
 
 
 def _verb_module(module: str):

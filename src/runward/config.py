@@ -54,6 +54,7 @@ class Config:
         self.ssh_config: str | None = None
         self.ssh_alive_timeout: float | None = None
         self.mcp: dict = {}
+        self.stacks_bring = False  # [stacks] bring: `stacks` may push runward's py-spy (docs/diagnosis.md)
 
     def target(self, text: str | None, run: str | None = None) -> Target:
         """--on TEXT (a name from [targets] or a target string), else the run's `on`, else local."""
@@ -140,11 +141,15 @@ def _parsed(p: str, raw: bytes) -> dict:
 
 def _validate(p: str, data: dict) -> Config:
     cfg = Config(path=p)
-    unknown = set(data) - {"targets", "runs", "ssh", "mcp"}
+    unknown = set(data) - {"targets", "runs", "ssh", "mcp", "stacks"}
     if unknown:
         raise BadInput(f"{p}: unknown section(s) {', '.join(sorted(unknown))}",
-                       "sections are [targets.*], [runs.*], [ssh], [mcp]")
+                       "sections are [targets.*], [runs.*], [ssh], [mcp], [stacks]")
     cfg.mcp = _mcp_section(p, data.get("mcp") or {})
+    st = data.get("stacks") or {}
+    if set(st) - {"bring"} or not isinstance(st.get("bring", False), bool):
+        raise BadInput(f"{p}: [stacks] takes one key, bring = true|false", "[stacks]\nbring = true")
+    cfg.stacks_bring = st.get("bring", False)
     ssh = data.get("ssh", {})
     bad = set(ssh) - {"config", "alive_timeout"} if isinstance(ssh, dict) else {"(not a table)"}
     if bad:

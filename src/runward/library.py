@@ -210,6 +210,15 @@ def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result
     return _call("gpus", [], on, config, Result)
 
 
+def stacks(name: str, *, on: Target | str | None = None, native: bool = False, timeout: float | None = None,
+           config: str | None = None) -> Result:
+    """The Python stacks of every process of the run on one target (py-spy), grouped by frame
+    and named by rank; kept with the attempt. (The nodes of a multi-node run: the CLI's
+    repeated --on, or api.stacks with a list of targets.)"""
+    argv = [name, *(["--native"] if native else []), *_opt("--timeout", timeout)]
+    return _call("stacks", argv, on, config, Result)
+
+
 def ps(pattern: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
     """Processes whose command line matches the regex; never this call's own chain."""
     return _call("ps", ["--", pattern], on, config, Result)

@@ -15,7 +15,7 @@ from pydantic import Field
 from . import library
 
 TOOLS = ("start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
-         "lint", "doctor", "targets", "history", "compare")
+         "lint", "doctor", "targets", "history", "compare", "stacks")
 _SRV = None  # the mcpserver.Server the tools act for (one per process)
 
 On = Annotated[str | None, Field(description="target: local, ssh://[user@]host[:port], ssh://host/pct:200, "
@@ -115,6 +115,13 @@ async def gpus(ctx: Context, on: On = None) -> CallToolResult:
     return await _SRV.call(ctx, "gpus", lambda: library.gpus(on=on, config=_SRV.config), on=on)
 
 
+async def stacks(ctx: Context, name: Name, on: On = None, native: Annotated[bool, Field(
+        description="native (C/C++) frames too, where py-spy can")] = False) -> CallToolResult:
+    """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing, ptrace denied)."""
+    return await _SRV.call(ctx, "stacks", lambda: library.stacks(name, on=on, native=native, config=_SRV.config),
+                           on=on, name=name)
+
+
 async def ps(ctx: Context, pattern: Annotated[str, Field(description="extended regex against the full command line")],
              on: On = None) -> CallToolResult:
     """Safe pgrep -af: processes matching the pattern, never this call's own chain (the pattern travels on stdin)."""
@@ -172,7 +179,7 @@ async def compare(ctx: Context, name: Name, a: Attempt = None, b: Attempt = None
                            on=on, name=name)
 
 
-READ_ONLY = ("status", "logs", "watch", "gpus", "ps", "lint", "doctor", "targets", "history", "compare")
+READ_ONLY = ("status", "logs", "watch", "gpus", "ps", "lint", "doctor", "targets", "history", "compare", "stacks")
 
 
 def register(server, srv) -> None:

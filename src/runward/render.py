@@ -181,6 +181,9 @@ def render_status(res: dict, target: str) -> str:
         lines += _stopped_lines(r, now)
         if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade
             lines.append(f"  {r['attribution']['summary']}")
+        if (r.get("stacks") or {}).get("summary"):  # the newest `runward stacks` of this attempt
+            at = r["stacks"].get("at")
+            lines.append(f"  stacks ({ago(now - at) + ' ago' if at else 'when unknown'}): {r['stacks']['summary']}")
         if r.get("note"):
             lines.append(f"  note: {r['note']}")
         if r.get("blind_spot"):

@@ -35,6 +35,7 @@ OPS = {
     "health": ("ops.health", "health", PLAIN),
     "watch": ("ops.health", "watch", STREAM),
     "doctor": ("ops.doctor", "doctor", PLAIN),
+    "stacks": ("ops.stacks", "stacks", PLAIN),
     "free_ports": ("ops.nodes", "free_ports", PLAIN),
     "history": ("ops.ledger", "history", PLAIN),
     "compare": ("ops.compare", "compare", PLAIN),

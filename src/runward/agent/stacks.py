@@ -21,23 +21,46 @@ import time
 
 from .procfs import ProcTable, live, protected, scan
 from .runs import members
+from .stackgroup import group, meaningful, native_above, summary  # noqa: F401 (meaningful: part of the interface)
 from .store import write_json
 
 VERSION = 1  # the document's format
 KEEP = 10  # captures kept per run (the newest); older ones are removed by keep()
-# Frames that are where a thread waits, not what it is doing: the summary names the first
-# frame outside them (a rank in queue.get is "in" the caller that asked for the item).
-PLUMBING = ("threading.py", "selectors.py", "queue.py", "subprocess.py", "socket.py",
-            "multiprocessing/connection.py", "multiprocessing/synchronize.py")
 INSTALL_HINT = ("install py-spy on the target (`pip install py-spy`, or `pip install "
                 "'runward[stacks]'` where runward runs and `runward stacks --bring-py-spy`)")
 
 
-def find_py_spy(home_dir=None):
-    """py-spy on this target: runward's own copy (brought, under its home), PATH, or beside
-    the python3 that runs us (a venv's bin, where `pip install py-spy` puts it)."""
+def sha256_of(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def brought(home_dir, want=None):
+    """runward's own py-spy under its home (`--bring-py-spy` pushed it), or None: run only
+    when its bytes are the ones pushed: WANT (this call's push) or the hash recorded beside it
+    when it was checked (rule 10: nothing is executed unchecked)."""
+    from .store import read_json
+    path = os.path.join(home_dir, "tools", "py-spy")
+    try:
+        got = sha256_of(path)
+        if want is None:
+            want = (read_json(path + ".sha256.json") or {}).get("sha256")
+        elif got == want:
+            write_json(path + ".sha256.json", {"sha256": want})
+    except OSError:
+        return None
+    return path if got == want else None
+
+
+def find_py_spy(home_dir=None, want=None):
+    """py-spy on this target: runward's own copy (brought, under its home, hash-checked), PATH,
+    or beside the python3 that runs us (a venv's bin, where `pip install py-spy` puts it)."""
     cands = []
-    if home_dir:
+    if home_dir and brought(home_dir, want):
         cands.append(os.path.join(home_dir, "tools", "py-spy"))
     w = shutil.which("py-spy")
     if w:
@@ -59,7 +82,9 @@ def ptrace_hint():
             scope = f.read().strip()
     except OSError:
         scope = None
-    h = "py-spy needs ptrace: run as the job's user"
+    # a same-user process can still refuse: one that set itself non-dumpable (prctl
+    # PR_SET_DUMPABLE 0, as hardened launchers do) is traceable by root (CAP_SYS_PTRACE) only
+    h = "py-spy needs ptrace: run as the job's user (a non-dumpable process: as root)"
     if scope and scope not in ("0", "1"):
         h += "; kernel.yama.ptrace_scope is %s here (needs <= 1, or root)" % scope
     return h + "; in a container, CAP_SYS_PTRACE (--cap-add SYS_PTRACE), or read it from the host by the host pid"
@@ -76,16 +101,10 @@ def _who(p):
 
 
 def _frames(thread):
-    return [{"name": f.get("name"), "file": f.get("short_filename") or f.get("filename"),
-             "line": f.get("line")} for f in thread.get("frames") or ()]
-
-
-def meaningful(frames):
-    """The innermost frame (frames are innermost first) that is not a waiting place."""
-    for f in frames:
-        if not any((f.get("file") or "").endswith(s) for s in PLUMBING):
-            return f
-    return frames[0] if frames else None
+    # py-spy names the shared library of a native frame in `module` (None for Python frames)
+    return [dict({"name": f.get("name"), "file": f.get("short_filename") or f.get("filename"),
+                  "line": f.get("line")}, **({"native": True} if f.get("module") else {}))
+            for f in thread.get("frames") or ()]
 
 
 def _classify(err, p):
@@ -126,23 +145,29 @@ def _dump_one(spy, p, native, timeout):
     main = next((t for t in out["threads"] if t["name"] == "MainThread"), None) or \
         (out["threads"][0] if out["threads"] else None)
     out["frame"] = meaningful(main["frames"]) if main else None
+    nf = native_above(main["frames"]) if main and native else None
+    if nf:
+        out["native_frame"] = nf
     return out
 
 
-def capture(rec, native=False, timeout=10.0, home_dir=None):
+def capture(rec, native=False, timeout=10.0, home_dir=None, want=None):
     """One node's capture: every live member of the attempt REC (the set status counts: job
     tree, marker, cgroup, adopted) dumped by py-spy in parallel, within TIMEOUT seconds.
     Never raises for "cannot": `ok` False with `error` and `hint` say why."""
     t0 = time.time()
     doc = {"v": VERSION, "run": rec.get("run"), "attempt": rec.get("attempt"), "at": t0,
-           "native": bool(native), "host": os.uname()[1], "procs": []}
+           "native": bool(native), "host": os.uname()[1], "machine": os.uname()[4], "procs": []}
     node = (rec.get("multinode") or {}).get("rank")
     if node is not None:
         doc["node"] = node
     procs = ProcTable(scan())
     mem = members(rec.get("run"), rec, procs, protected(procs))
-    spy = find_py_spy(home_dir)
-    if not mem:
+    spy = find_py_spy(home_dir, want)
+    if want and spy != os.path.join(home_dir or "", "tools", "py-spy"):
+        doc.update(ok=False, error="py-spy hash mismatch",
+                   hint="the py-spy pushed to %s/tools is not the bytes sent; run again" % home_dir)
+    elif not mem:
         doc.update(ok=False, error="no live process", hint="the run has no live process on this target")
     elif spy is None:
         doc.update(ok=False, error="py-spy missing", hint=INSTALL_HINT)
@@ -165,48 +190,6 @@ def capture(rec, native=False, timeout=10.0, home_dir=None):
     doc["groups"] = group(doc["procs"])
     doc["summary"] = summary(doc)
     return doc
-
-
-def _where(f):
-    return "%s (%s:%s)" % (f.get("name"), f.get("file"), f.get("line")) if f else "?"
-
-
-def group(procs):
-    """[{where, ranks, others, pids}] per distinct meaningful frame, ranked processes first."""
-    out = {}
-    for p in procs:
-        if "frame" not in p:
-            continue
-        g = out.setdefault(_where(p["frame"]), {"where": _where(p["frame"]), "ranks": [], "others": [], "pids": []})
-        g["pids"].append(p["pid"])
-        if p.get("rank") is not None:
-            g["ranks"].append(p["rank"])
-        else:
-            g["others"].append(p.get("comm"))
-    gs = sorted(out.values(), key=lambda g: (not g["ranks"], sorted(g["ranks"])[:1], g["where"]))
-    for g in gs:
-        g["ranks"].sort()
-    return gs
-
-
-def summary(doc):
-    """One line: "ranks 0,1 in all_reduce (...); rank 2 in slow_step (train.py:40); ..."."""
-    if not doc.get("ok") and doc.get("error"):
-        return "stacks not read: %s (%s)" % (doc["error"], doc.get("hint"))
-    parts = []
-    for g in doc.get("groups") or ():
-        who = []
-        if g["ranks"]:
-            who.append("rank%s %s" % ("s" if len(g["ranks"]) > 1 else "", ",".join(map(str, g["ranks"]))))
-        if g["others"]:
-            n = len(g["others"])
-            who.append("%d other process%s (%s)" % (n, "es" if n > 1 else "", ",".join(sorted(set(g["others"])))))
-        parts.append("%s in %s" % (" and ".join(who), g["where"]))
-    bad = [p for p in doc.get("procs") or () if "error" in p]
-    if bad:
-        kinds = sorted(set(p["error"] for p in bad))
-        parts.append("%d not read (%s)" % (len(bad), ", ".join(kinds)))
-    return "; ".join(parts)
 
 
 def _run_dir(rec, home):

@@ -143,6 +143,28 @@ def _details(out, store, att, state, since=None):
                 res = {"error": "could not read the log: %s" % e, "summary": None}
             if res is not None:
                 out["attribution"] = res
+    kept = _last_stacks(store, att)
+    if kept:
+        out["stacks"] = kept
+
+
+def _last_stacks(store, att):
+    """The newest `stacks` capture of this attempt (agent/stacks.py keeps them as
+    stacks/<attempt>-<ms>.json): when and its summary. Read here without importing the
+    capture module (subprocess, threads): status stays light."""
+    d = os.path.join(store.dir, "stacks")
+    try:
+        pre = "%d-" % int(att.get("attempt") or 0)
+        fs = [f for f in os.listdir(d) if f.startswith(pre) and f.endswith(".json")]
+    except (OSError, ValueError):
+        return None
+    for f in sorted(fs, key=lambda f: int(f[len(pre):-5]) if f[len(pre):-5].isdigit() else 0, reverse=True)[:1]:
+        try:
+            doc = read_json(os.path.join(d, f)) or {}
+        except AgentFailure:
+            return None
+        return {"at": doc.get("at"), "summary": doc.get("summary"), "ok": doc.get("ok"), "path": os.path.join(d, f)}
+    return None
 
 
 def _stall(out, store, att):

@@ -1,0 +1,22 @@
+"""The `stacks` op: the Python stacks of a run's processes on this target (agent/stacks.py),
+kept beside the run's records and answered."""
+
+from .. import stacks as cap
+from ..store import RunStore
+from ..wire import AgentFailure
+
+
+def stacks(req, home):
+    store = RunStore.existing(home, req.get("name"))
+    att = store.latest()
+    if not att:
+        raise AgentFailure("RunNotFound", "run %s has no attempt on this target" % store.name,
+                           "`runward start %s` first" % store.name)
+    doc = cap.capture(att, native=bool(req.get("native")), timeout=float(req.get("timeout") or 10.0),
+                      home_dir=home.path, want=req.get("py_spy_sha256"))
+    doc["home"] = home.path  # where --bring-py-spy puts runward's own copy (tools/py-spy)
+    try:
+        doc["kept"] = cap.keep(att, doc, home)
+    except OSError as e:  # a read-only or full home: the answer stands, unkept, and says so
+        doc["kept_error"] = str(e)
+    return doc
