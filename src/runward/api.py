@@ -754,6 +754,12 @@ def compare(target: Target, name: str, a: int | None = None, b: int | None = Non
     return transport.call(target, {"op": "compare", "name": name, "a": a, "b": b})
 
 
+def overlay(target: Target, name: str, attempts: list[int]) -> dict:
+    """The metric points ([step, throughput, loss]) of each of ATTEMPTS (plot --attempts),
+    one round trip; an attempt that does not exist is RunNotFound, one with no metrics BadInput."""
+    return transport.call(target, {"op": "overlay", "name": name, "attempts": list(attempts)})
+
+
 def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,
           on_points: Callable[[dict], None] | None = None, since_s: float | None = None) -> dict:
     """Judge the window of for_s seconds from now (and, for the rules, since_s seconds
