@@ -13,7 +13,7 @@ the new attempt and stops it, verified. docs/supervision.md says all of it for u
 import os
 import time
 
-from . import cgroups, faults
+from . import cgroups, faults, snapshots
 from .procfs import MARKER, close_all_but, live
 from .secrets import holds_masked_password, mask_url_passwords
 from .store import file_hashes, open_log, sync_file, write_all, write_json
@@ -463,6 +463,8 @@ class Supervisor(object):
                                 "reason": prev.get("restart_reason"), "after_exit": prev.get("exit")}})
         if self.gate is not None:
             att["gpu_gate"] = self.gate
+        # the text of the files as they are now (a deploy since may have changed them), not prev's
+        att["snapshots"] = snapshots.keep(store, att["hashes"], att.get("env"), prev.get("snapshots", {}).get("bounds"))
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],

@@ -33,6 +33,7 @@ def line(r: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"])) if r.get("started_at") else "never started"
     parts = [f"#{r['attempt']}", started, f"ran {duration(r.get('ran_s'))}", ending(r),
              f"step {r['steps']}" if r.get("steps") is not None else "no steps"]
+    parts[4:4] = where(r)
     tp = r.get("throughput")
     if tp and tp.get("median") is not None:
         parts.append(f"{tp['metric']} {si(tp['median'])} (median of {tp['points']})")
@@ -44,6 +45,21 @@ def line(r: dict) -> str:
     if r.get("changed") is not None:
         text += "  | " + (changed(r["changed"]) or "no change")
     return text
+
+
+def where(r: dict) -> list[str]:
+    """A supervised restart's cause, a Slurm job, a node: said only where the attempt has one."""
+    out = []
+    if r.get("restart"):
+        rs = r["restart"]
+        out.append(f"restart {rs.get('number')} of #{rs.get('of')} ({rs.get('reason') or 'by the shim'})")
+    if r.get("slurm"):
+        s = r["slurm"]
+        out.append(f"slurm job {s.get('job_id')}" + (f" {s['state']} ExitCode {s.get('exit_code')}"
+                                                       if s.get("state") else ""))
+    if r.get("node"):
+        out.append(f"node {r['node'].get('rank')} of {r['node'].get('nnodes')}")
+    return out
 
 
 def ending(r: dict) -> str:
