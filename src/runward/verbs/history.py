@@ -17,6 +17,12 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     from .. import api
     cfg = load_config(args)
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes:  # every node's history, merged: per node where they differ (multihistory.py)
+        from .. import multihistory
+        res, code = multihistory.history(nodes, args.name)
+        return multinode.emit(out, "history", res, code, render_nodes(res))
     target = target_of(args, cfg, args.name)
     res = api.history(target, args.name)
     return emit(out, "history", target, res, render(res))
@@ -27,6 +33,17 @@ def render(res: dict) -> str:
     if not rows:
         return f"{res.get('name')}: no attempts"
     return "\n".join(line(r) for r in rows)
+
+
+def render_nodes(res: dict) -> str:
+    """A multi-node history (multihistory.py): node 0's line, then each node that differs."""
+    out = []
+    for r in res.get("attempts") or []:
+        out.append(line(r) + f"  [node {r.get('rank', 0)}" + ("" if r.get("nodes") else ", every node the same") + "]")
+        for rank, diff in (r.get("nodes") or {}).items():
+            out.append(f"    node {rank}: " + line({**r, **diff, "changed": diff.get("changed")}).split("  ", 2)[2])
+    bad = [f"node {n['rank']} ({n['target']}): {n['error'].get('message')}" for n in res["nodes"] if not n["ok"]]
+    return "\n".join(out + bad) or f"{res.get('name')}: no attempts"
 
 
 def line(r: dict) -> str:
