@@ -19,11 +19,16 @@ def test_history_says_each_slurm_attempts_job_state_and_exit(cli, sb):  # noqa: 
     p = cli.run("history", name, "--on", on, "--json")
     assert p.returncode == 0, p.stderr
     (row,) = json.loads(p.stdout)["result"]["attempts"]
-    assert row["slurm"] == {"job_id": job, "partition": sb["partition"], "state": "FAILED", "exit_code": "3:0"}, row
-    assert row["started_at"] and row["ran_s"] is not None and row["steps"] == 1, row
-    # Slurm's own word on the job, where it still remembers it (MinJobAge)
+    sl = row["slurm"]
+    assert {k: sl[k] for k in ("job_id", "partition", "state", "exit_code")} == {
+        "job_id": job, "partition": sb["partition"], "state": "FAILED", "exit_code": "3:0"}, row
+    assert row["steps"] == 1, row
+    # Slurm's own word on the job, where it still remembers it (MinJobAge): the same times
     sc = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
     if sc:
         assert "JobState=FAILED" in sc and "ExitCode=3:0" in sc, sc
+        assert f"StartTime={sl['start']}" in sc and f"EndTime={sl['end']}" in sc, (sl, sc)
+    else:
+        assert sl["start"] and sl["end"], sl
     text = cli.run("history", name, "--on", on).stdout
     assert f"slurm job {job} FAILED ExitCode 3:0" in text, text

@@ -73,7 +73,8 @@ def where(r: dict) -> list[str]:
     if r.get("slurm"):
         s = r["slurm"]
         out.append(f"slurm job {s.get('job_id')}" + (f" {s['state']} ExitCode {s.get('exit_code')}"
-                                                       if s.get("state") else ""))
+                                                       if s.get("state") else "")
+                   + (f" ({s['start']} .. {s['end']})" if s.get("start") and s.get("end") else ""))
     if r.get("node"):
         out.append(f"node {r['node'].get('rank')} of {r['node'].get('nnodes')}")
     return out

@@ -63,7 +63,8 @@ def extra(row, att):
     if sl:
         ex = att.get("exit") or {}
         row["slurm"] = {"job_id": sl.get("job_id"), "partition": sl.get("partition"),
-                        "state": ex.get("state"), "exit_code": ex.get("exit_code")}  # Slurm's "0:0"
+                        "state": ex.get("state"), "exit_code": ex.get("exit_code"),  # Slurm's "0:0"
+                        "start": ex.get("start"), "end": ex.get("end")}  # Slurm's StartTime/EndTime
     mn = att.get("multinode")
     if mn:
         row["node"] = {"rank": mn.get("rank"), "nnodes": mn.get("nnodes")}
