@@ -6,7 +6,8 @@ text (UTF-8, no NUL) and small is copied to <run dir>/snapshots/<sha256>: by con
 unchanged file costs nothing more per attempt. Bounded: FILE_MAX per file, ATTEMPT_MAX per
 attempt, the files of the last KEEP_ATTEMPTS attempts (older ones' text removed as the next
 start writes its own); runward.toml's snapshots = {...} (runward/snapbounds.py) sets them
-per run, and the attempt's record says the bounds it was kept under; rm and prune remove it with the run's directory. A file that holds the
+per run, and the attempt's record says the bounds it was kept under; rm and prune remove it
+with the run's directory. A file that holds the
 value of one of the run's secret env entries is never kept. Keeping is best effort: a file it
 cannot keep is named with the reason, and a start never fails on it."""
 
@@ -74,7 +75,9 @@ def _text(path, sha, secrets, b, room):
 
 
 def _size(n):
-    return "%d MiB" % (n >> 20) if n >= 1 << 20 and not n % (1 << 20) else "%d KiB" % (n >> 10) if n >= 1024 else "%d B" % n
+    if n >= 1 << 20 and not n % (1 << 20):
+        return "%d MiB" % (n >> 20)
+    return "%d KiB" % (n >> 10) if n >= 1024 else "%d B" % n
 
 
 def _forget_old(store, d, kept, keep_attempts):

@@ -463,8 +463,8 @@ class Supervisor(object):
                                 "reason": prev.get("restart_reason"), "after_exit": prev.get("exit")}})
         if self.gate is not None:
             att["gpu_gate"] = self.gate
-        # the text of the files as they are now (a deploy since may have changed them), not prev's
-        att["snapshots"] = snapshots.keep(store, att["hashes"], att.get("env"), prev.get("snapshots", {}).get("bounds"))
+        # the files' text as it is now (a deploy since may have changed it), not prev's; the job's env has every secret
+        att["snapshots"] = snapshots.keep(store, att["hashes"], self.env, prev.get("snapshots", {}).get("bounds"))
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],
