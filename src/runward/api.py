@@ -125,7 +125,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
           log_keep: int | None = None, multinode: dict | None = None,
           supervise: dict | None = None, late: Callable[[dict], None] | None = None,
-          gate: dict | None = None, stall: dict | None = None) -> dict:
+          gate: dict | None = None, stall: dict | None = None, snapshots: dict | None = None) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
@@ -135,7 +135,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
     multinode: this node's part of a multi-node run (multinode.py), kept in its record.
     late(request): completes the request just before it is sent (transport.call's late).
-    gate: restart's GPU gate (restartgate.py): the job waits on the target until they are released."""
+    gate: restart's GPU gate (restartgate.py): the job waits on the target until they are released.
+    snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's)."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -156,6 +157,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req["gate"] = gate
     if stall:  # {"after", "ratio"}: stall_after and straggler_ratio (agent/stall.py)
         req["stall"] = stall
+    if snapshots:
+        req["snapshots"] = snapshots
     try:
         return transport.call(target, req, on_event=on_event, late=late)
     except RunwardError as e:
@@ -432,7 +435,7 @@ def _shown_env(kw: dict) -> dict:
 def _start_kwargs(kw: dict) -> dict:
     allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
                "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "env_overrides", "lock_timeout", "log_max", "log_keep", "supervise"}
+               "env_overrides", "lock_timeout", "log_max", "log_keep", "supervise", "snapshots"}
     return {k: v for k, v in kw.items() if k in allowed}
 
 
@@ -760,6 +763,12 @@ def history(target: Target, name: str) -> dict:
 def compare(target: Target, name: str, a: int | None = None, b: int | None = None) -> dict:
     """Attempts A and B (default: the last two) side by side (docs/history.md), one round trip."""
     return transport.call(target, {"op": "compare", "name": name, "a": a, "b": b})
+
+
+def overlay(target: Target, name: str, attempts: list[int]) -> dict:
+    """The metric points ([step, throughput, loss]) of each of ATTEMPTS (plot --attempts),
+    one round trip; an attempt that does not exist is RunNotFound, one with no metrics BadInput."""
+    return transport.call(target, {"op": "overlay", "name": name, "attempts": list(attempts)})
 
 
 def watch(target: Target, name: str, *, for_s: float, rules: dict | None = None,

@@ -40,7 +40,7 @@ RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "read
             "restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
             "restart_exit_codes", "no_restart_exit_codes", "notify",  # the last three lines: docs/supervision.md
             "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
-            "gpu_release_timeout", "stop_checkpoint",
+            "gpu_release_timeout", "stop_checkpoint", "snapshots",  # snapshots: snapbounds.py
             "deploy_on_restart"}  # `restart` deploys the run's files first (as --deploy)
 TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbatch options (docs/slurm.md)
 MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)

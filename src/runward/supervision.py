@@ -151,7 +151,7 @@ def _codes(v, k: str) -> list[int]:
 
 
 ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "straggler", "below_min",
-                "above_max", "drop", "idle")
+                "above_max", "drop", "idle", "below_baseline")
 ACTIONS = ("notify", "stop", "restart")  # one of them, maybe after "stacks," (take the stacks first)
 
 
@@ -163,7 +163,7 @@ def _health(h: dict) -> dict | None:
         return None
     acts = acts or {}
     from .api import health_rules, parse_duration
-    alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom"}
+    alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom", "baseline": "below_baseline"}
     actions = {alias.get(k, k): v for k, v in dict(acts).items()}
     bad = [k for k in actions if k not in ACTION_KINDS] + [f"{k}={v}" for k, v in actions.items()
                                                            if not _action_ok(v)]

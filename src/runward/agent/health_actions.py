@@ -43,6 +43,8 @@ class HealthKeeper(object):
         self.idle = cfg.get("idle")  # {"below": %, "for_s": s}: every GPU of the run under it that long
         self.idle_since = None
         self.idle_said = False  # once per idle spell: busy again, and it may be said again
+        self.bjudge = None  # the baseline rules' judge (ops/baseline.py), built at the first tick
+        self.below = set()  # the metrics already said below their baseline this attempt
 
     def tick(self, n):
         from .ops import health
@@ -62,7 +64,8 @@ class HealthKeeper(object):
             if a.get("kind") != "exited" and key not in self.judged:
                 self.judged.add(key)
                 facts.append(a)
-        alerts = facts + self.judge.poll(att["log"], True, time.time()) + self._idle(att) + self._stalls(att)
+        alerts = (facts + self.judge.poll(att["log"], True, time.time()) + self._idle(att) + self._stalls(att)
+                  + self._baseline(att))
         for a in alerts:
             if a["kind"] == "exited":
                 continue  # the job's end is the supervisor's own event (notify "exited")
@@ -78,6 +81,18 @@ class HealthKeeper(object):
             if key not in self.judged:
                 self.judged.add(key)
                 out.append(a)
+        return out
+
+    def _baseline(self, att):
+        """below_baseline alerts, once per metric: the judge says it again at every poll
+        while the attempt stays slow, and one action (or notification) is what was asked."""
+        if not self.rules.get("baseline"):
+            return []
+        if self.bjudge is None:
+            from .ops.baseline import BaselineJudge
+            self.bjudge = BaselineJudge(self.store, att, self.rules["baseline"])
+        out = [a for a in self.bjudge.poll(time.time()) if a.get("metric") not in self.below]
+        self.below.update(a.get("metric") for a in out)
         return out
 
     def _idle(self, att):

@@ -39,6 +39,7 @@ OPS = {
     "free_ports": ("ops.nodes", "free_ports", PLAIN),
     "history": ("ops.ledger", "history", PLAIN),
     "compare": ("ops.compare", "compare", PLAIN),
+    "overlay": ("ops.overlay", "overlay", PLAIN),  # plot --attempts
     "slurm_start": ("ops.slurm", "start", PLAIN),  # a start or stop of a Slurm job (slurm_wants)
     "slurm_stop": ("ops.slurm", "stop", PLAIN),
 }

@@ -119,7 +119,7 @@ def from_sacct(job_id):
     says so: `Slurm accounting storage is disabled`) or it does not know the job yet."""
     if which("sacct") is None:
         return None
-    rc, out, err = run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode,Reason,NodeList"])
+    rc, out, err = run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode,Reason,NodeList,Start,End"])
     if rc != 0:
         return None
     for line in out.splitlines():
@@ -127,7 +127,8 @@ def from_sacct(job_id):
         if len(parts) >= 2 and parts[0]:
             st = parts[0].split()[0]  # "CANCELLED by 0"
             return dict(parse_exit(parts[1]), state=st, reason=parts[2] if len(parts) > 2 else "",
-                        nodes=parts[3] if len(parts) > 3 else "", source="sacct")
+                        nodes=parts[3] if len(parts) > 3 else "", source="sacct",
+                        start=parts[4] if len(parts) > 4 else None, end=parts[5] if len(parts) > 5 else None)
     return None
 
 
@@ -146,7 +147,8 @@ def from_scontrol(job_id):
     if not fields.get("JobState"):
         return None
     return dict(parse_exit(fields.get("ExitCode")), state=fields["JobState"], reason=fields.get("Reason", ""),
-                nodes=fields.get("NodeList", ""), source="scontrol")
+                nodes=fields.get("NodeList", ""), source="scontrol", start=fields.get("StartTime"),
+                end=fields.get("EndTime"))  # Slurm's own times (its local time, as it prints them)
 
 
 def job_state(job_id):

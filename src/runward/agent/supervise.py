@@ -13,7 +13,7 @@ the new attempt and stops it, verified. docs/supervision.md says all of it for u
 import os
 import time
 
-from . import cgroups, faults
+from . import cgroups, faults, snapshots
 from .procfs import MARKER, close_all_but, live
 from .secrets import holds_masked_password, mask_url_passwords
 from .store import file_hashes, open_log, sync_file, write_all, write_json
@@ -157,15 +157,12 @@ def end_backoff(store, att, by=None):
     in its backoff) is told to start no next attempt: the record first, then the wake-up, as
     for a running job. True if one was. A health action's stop (BY) that finds the job
     already ended leaves the decision to the policy."""
-    if by and by != "cli":
-        return False
-    if not (att and att.get("supervise") and att.get("shim") and live(att["shim"]) is not None):
+    if (by and by != "cli") or not (att and att.get("supervise") and att.get("shim") and live(att["shim"]) is not None):
         return False
     marked = []
 
     def mark(fresh):  # the record as it is now: the job may have ended since ATT was read
-        # a shim that gave up and lingers only as the parent of what the job left has no
-        # next attempt to cancel: saying "cancelled the pending restart" would be false
+        # gave_up: a shim lingering as its strays' parent has no next attempt to cancel
         if not fresh.get("exit") or fresh.get("gave_up") or (fresh.get("stop_requested") or {}).get("by") == "cli":
             return False
         fresh["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": "cli"}
@@ -466,6 +463,8 @@ class Supervisor(object):
                                 "reason": prev.get("restart_reason"), "after_exit": prev.get("exit")}})
         if self.gate is not None:
             att["gpu_gate"] = self.gate
+        # the files' text as it is now (a deploy since may have changed it), not prev's; the job's env has every secret
+        att["snapshots"] = snapshots.keep(store, att["hashes"], self.env, prev.get("snapshots", {}).get("bounds"))
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],

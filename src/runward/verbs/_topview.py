@@ -91,6 +91,10 @@ def _metrics(top, target: str, r: dict) -> Text:
         series = (h.get("throughput_series") if m == h.get("throughput_metric")
                   else top.history.get((target, r["name"], r.get("attempt"), m)))
         lines.append(f"{m} {_num(values.get(m))} {sparkline(series or [], SPARK)}")
+    from ._topbase import change
+    vs = change(r)  # a line of the cell, not a column: the table stays readable at 80 columns
+    if vs:
+        lines.append(vs)
     if h.get("error"):
         lines.append(h["error"])
     return Text("\n".join(lines) or "-")

@@ -17,6 +17,12 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     from .. import api
     cfg = load_config(args)
+    from .. import multinode
+    nodes = multinode.nodes_of(args, cfg, args.name)
+    if nodes:  # every node's history, merged: per node where they differ (multihistory.py)
+        from .. import multihistory
+        res, code = multihistory.history(nodes, args.name)
+        return multinode.emit(out, "history", res, code, render_nodes(res))
     target = target_of(args, cfg, args.name)
     res = api.history(target, args.name)
     return emit(out, "history", target, res, render(res))
@@ -29,10 +35,22 @@ def render(res: dict) -> str:
     return "\n".join(line(r) for r in rows)
 
 
+def render_nodes(res: dict) -> str:
+    """A multi-node history (multihistory.py): node 0's line, then each node that differs."""
+    out = []
+    for r in res.get("attempts") or []:
+        out.append(line(r) + f"  [node {r.get('rank', 0)}" + ("" if r.get("nodes") else ", every node the same") + "]")
+        for rank, diff in (r.get("nodes") or {}).items():
+            out.append(f"    node {rank}: " + line({**r, **diff, "changed": diff.get("changed")}).split("  ", 2)[2])
+    bad = [f"node {n['rank']} ({n['target']}): {n['error'].get('message')}" for n in res["nodes"] if not n["ok"]]
+    return "\n".join(out + bad) or f"{res.get('name')}: no attempts"
+
+
 def line(r: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"])) if r.get("started_at") else "never started"
     parts = [f"#{r['attempt']}", started, f"ran {duration(r.get('ran_s'))}", ending(r),
              f"step {r['steps']}" if r.get("steps") is not None else "no steps"]
+    parts[4:4] = where(r)
     tp = r.get("throughput")
     if tp and tp.get("median") is not None:
         parts.append(f"{tp['metric']} {si(tp['median'])} (median of {tp['points']})")
@@ -44,6 +62,22 @@ def line(r: dict) -> str:
     if r.get("changed") is not None:
         text += "  | " + (changed(r["changed"]) or "no change")
     return text
+
+
+def where(r: dict) -> list[str]:
+    """A supervised restart's cause, a Slurm job, a node: said only where the attempt has one."""
+    out = []
+    if r.get("restart"):
+        rs = r["restart"]
+        out.append(f"restart {rs.get('number')} of #{rs.get('of')} ({rs.get('reason') or 'by the shim'})")
+    if r.get("slurm"):
+        s = r["slurm"]
+        out.append(f"slurm job {s.get('job_id')}" + (f" {s['state']} ExitCode {s.get('exit_code')}"
+                                                       if s.get("state") else "")
+                   + (f" ({s['start']} .. {s['end']})" if s.get("start") and s.get("end") else ""))
+    if r.get("node"):
+        out.append(f"node {r['node'].get('rank')} of {r['node'].get('nnodes')}")
+    return out
 
 
 def ending(r: dict) -> str:

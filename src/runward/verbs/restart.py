@@ -102,7 +102,7 @@ def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> di
     overrides = {"settle": args.settle, "ready": args.ready, "ready_timeout": args.ready_timeout, "cwd": args.cwd,
                  "env": env or None, "env_from": env_from, "reuse_env": True}
     deploy, check = _files_step(args, cfg, name, target, out)
-    definition = start_kwargs_from_config(run_cfg) if run_cfg else None
+    definition = start_kwargs_from_config(run_cfg, name) if run_cfg else None
     return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
                        deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env,
                        check=check, began=began, gpu_timeout=args.gpu_release_timeout)
@@ -160,7 +160,7 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
     if deploy and not run_cfg.get("files"):
         raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
-    kw = start_kwargs_from_config(run_cfg)
+    kw = start_kwargs_from_config(run_cfg, name)
     env, env_from = api.read_env(args.env, args.env_file)
     kw["env"] = {k: v for k, v in {**(kw.get("env") or {}), **env}.items()
                  if not (k in env and v == "" and k not in env_from)}  # `--env K=` typed: unset

@@ -53,7 +53,7 @@ def add_arguments(p) -> None:
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]... (everything after --)")
 
 
-def start_kwargs_from_config(run: dict) -> dict:
+def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
     """api.start's keyword arguments from a [runs.NAME] table of runward.toml."""
     kw = {}
     if "command" in run:
@@ -68,6 +68,9 @@ def start_kwargs_from_config(run: dict) -> dict:
         kw["log_max"] = parse_size(run["log_max"])
     if "gpus" in run:
         kw["gpus"] = gpu_list(run["gpus"])
+    if "snapshots" in run:  # the bounds of the text kept for compare (docs/history.md)
+        from ..snapbounds import parse
+        kw["snapshots"] = parse(run["snapshots"], name)
     if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
         w = run["wait_gpus_free"]
         kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
@@ -156,7 +159,7 @@ def refuse_node_restarts(name: str, kw: dict) -> None:
 
 def _kw(args, cfg, name) -> dict:
     """api.start's keyword arguments: runward.toml's definition, the command line over it."""
-    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(name, {})))
+    kw = _over_config(args, start_kwargs_from_config(cfg.runs.get(name, {}), name))
     if args.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")

@@ -67,6 +67,9 @@ def collect_target(target) -> dict:
             except RunwardError:
                 pass  # one was removed between the calls: the list is still right
         part["runs"] = res.get("runs") or []
+        from ._topbase import baseline
+        for r in part["runs"]:  # the change against the best earlier attempt (docs/history.md)
+            r["baseline"] = baseline(target, r["name"], r.get("attempt"))
     except RunwardError as e:
         part["error"] = e.message
         return part

@@ -47,8 +47,27 @@ def facts(store, att, state, series, metric=None):
            "command": command(att), "cwd": att.get("cwd"), "files": short_hashes(att.get("hashes"))}
     if att.get("error"):
         row["error"] = att["error"]
+    extra(row, att)
     row.update(metrics(store, att, series, metric))
     return row
+
+
+def extra(row, att):
+    """What only some attempts have: a supervised restart's cause (the shim started it, with
+    the files as they were on disk then), a Slurm job's id and end, a node's rank."""
+    r = att.get("restart")
+    if r:
+        row["restart"] = {"of": r.get("of"), "number": r.get("number"), "reason": r.get("reason"),
+                          "delay_s": r.get("delay_s"), "by": "shim"}
+    sl = att.get("slurm")
+    if sl:
+        ex = att.get("exit") or {}
+        row["slurm"] = {"job_id": sl.get("job_id"), "partition": sl.get("partition"),
+                        "state": ex.get("state"), "exit_code": ex.get("exit_code"),  # Slurm's "0:0"
+                        "start": ex.get("start"), "end": ex.get("end")}  # Slurm's StartTime/EndTime
+    mn = att.get("multinode")
+    if mn:
+        row["node"] = {"rank": mn.get("rank"), "nnodes": mn.get("nnodes")}
 
 
 def command(att):

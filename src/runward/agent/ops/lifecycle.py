@@ -280,7 +280,9 @@ def _write_attempt(store, req, home, plan, made):
         att["blocked"] = gatewait.blocked_record(req["gate"])
     if plan["supervise"]:
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
-    att["snapshots"] = snapshots.keep(store, att["hashes"], att["env"])  # compare's diffs (docs/history.md)
+    # compare's diffs (docs/history.md); the request's env, not the record's: an env_from
+    # secret (--env NAME) is stored nowhere, and must be searched for all the same
+    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"))
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -210,7 +210,7 @@ def record_end(store, att, st):
     job after MinJobAge, and health's exit fact reads it from there."""
     if (att.get("exit") or {}).get("state") or st is None or st["state"] in slurm.ACTIVE:
         return
-    ex = {k: st[k] for k in ("code", "signal", "exit_code") if k in st}
+    ex = {k: st[k] for k in ("code", "signal", "exit_code", "start", "end") if st.get(k) not in (None, "", "Unknown")}
     ex.update({"at": time.time(), "state": st["state"], "source": st.get("source")})
 
     def keep(now):  # under the record lock: a status and a stop may both get here
