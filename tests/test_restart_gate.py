@@ -104,3 +104,17 @@ def test_restart_with_the_gpus_free_starts_at_once(g):
     assert rc == 0 and doc["result"]["attempt"] == 2 and alive(doc["result"]["pid"]), doc
     assert "blocked" not in rec(g.home, "rf", 2)
     assert g.json("stop", "rf")[0] == 0
+
+
+def test_restart_waits_the_runs_own_gpu_release_timeout_not_60s(g, holder):
+    """A run started with --gpu-release-timeout 0.5: `restart` without the flag is blocked after
+    the run's own timeout (the stop's wait said as 0.5 s), not after the 60 s default."""
+    _started(g, "rt", "1", "--restart", "on-failure", "--gpu-release-timeout", "0.5s")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    t0 = time.monotonic()
+    rc, doc = g.json("restart", "rt", timeout=90)
+    took = time.monotonic() - t0
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    assert "after 0.5s" in doc["error"]["message"], doc["error"]["message"]
+    assert took < 30, f"restart took {took:.1f}s: the 60 s default, not the run's 0.5 s"
+    assert g.json("stop", "rt")[0] == 0

@@ -387,6 +387,9 @@ def stop_check(res, store, att, fates, gpu_timeout, max_used=None):
     otherwise)."""
     if not (att or {}).get("gpus"):
         return res
+    pol = att.get("supervise") or {}  # the run's own gpu_release_timeout / max used, where it set them
+    gpu_timeout = pol.get("gpu_release_timeout") if gpu_timeout is None else gpu_timeout
+    max_used = pol.get("gpu_max_used_mib") if max_used is None else max_used
     rel = release(att, fates, gpu_timeout, max_used, store.home)
     res["gpu_release"] = rel
     if rel.get("verified"):

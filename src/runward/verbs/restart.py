@@ -31,7 +31,8 @@ def add_arguments(p) -> None:
                    help="the signal that stops the old attempt (default: the one it was started with)")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
-                   help="a run with GPUs: how long the stop waits for their memory to be released (default 60); "
+                   help="a run with GPUs: how long the stop waits for their memory to be released (default: the "
+                        "run's gpu_release_timeout, else 60); "
                         "still held then, the new attempt is blocked (exit 5) and starts by itself once they are")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")

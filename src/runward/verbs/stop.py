@@ -24,7 +24,8 @@ def add_arguments(p) -> None:
     p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
                    help="give up after this long if another verb holds the run (default 30)")
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
-                   help="how long to wait for the run's GPU memory to be released (default 60)")
+                   help="how long to wait for the run's GPU memory to be released (default: the run's "
+                        "gpu_release_timeout, else 60)")
     old_spelling(p, "--gpu-timeout", "gpu_release_timeout", type=float)
     p.add_argument("--checkpoint", action="store_true",
                    help="first send the checkpoint signal and wait for the checkpoint (runward.toml's "
