@@ -4,6 +4,9 @@ from /proc, the records and the nvidia-smi stand-in's state, never runward's own
 from __future__ import annotations
 
 import os
+import signal
+
+import pytest
 
 import fakegpu
 from conftest import alive, marked, wait_for
@@ -89,3 +92,23 @@ def test_a_step_printed_every_100_iterations_is_not_a_stall_between_two_prints(t
     # and a real stall is still found: no new line for 10 x the interval and more
     late = stall.check(store, att, now=t0 + 1000 + res["stall_after"] + 5, capture=False)
     assert [a["kind"] for a in late["alerts"]] == ["stall"], late
+
+
+@pytest.mark.parametrize("script", ['trap "rm -f /tmp/lock" EXIT; pkill -f {p}', "time pkill -f {p}",
+                                    'trap "echo bye" INT; true; pkill -f {p}'])
+def test_lint_calls_a_bash_c_that_does_not_exec_its_pkill_an_error(cli, script):
+    """bash 5.2 execs a -c string's last simple command, unless a trap is set (it must run it)
+    or the command is timed (the shell must report the time): then bash stays, carries the
+    pattern in its argv and pkill -f kills it. Checked here with real bash first; lint said only
+    `self-kill-fragile` (a warning, exit 0) for these."""
+    import shutil
+    import subprocess
+    import uuid
+    if not shutil.which("bash"):
+        pytest.skip("no bash here to check what it does")
+    pat = "rv2" + uuid.uuid4().hex[:8]  # this test's own argv never carries it
+    real = subprocess.run(["bash", "-c", script.format(p=pat)], capture_output=True, timeout=20)
+    assert real.returncode == -signal.SIGTERM, f"bash was not killed by its own pkill here: {real}"
+    rc, doc = cli.json("lint", "bash -c '%s'" % script.format(p="train.py").replace("'", "'\\''"))
+    kinds = [(f["rule"], f["severity"]) for f in doc["result"]["findings"]]
+    assert ("self-kill", "error") in kinds and rc != 0, (rc, kinds)
