@@ -112,3 +112,25 @@ def test_lint_calls_a_bash_c_that_does_not_exec_its_pkill_an_error(cli, script):
     rc, doc = cli.json("lint", "bash -c '%s'" % script.format(p="train.py").replace("'", "'\\''"))
     kinds = [(f["rule"], f["severity"]) for f in doc["result"]["findings"]]
     assert ("self-kill", "error") in kinds and rc != 0, (rc, kinds)
+
+
+def test_a_stop_as_the_gpu_is_released_cancels_the_blocked_restart_at_once(g, holder):
+    """The holder ends and `stop` comes at the same moment: the waiter's poll sees the GPU
+    free and asks for the run lock, which the stop holds while it waits for that very waiter
+    to end. Ground truth: nothing starts, the waiter ends; the stop must say cancelled, not
+    wait out its 10 s and answer `blocked`."""
+    import time
+    _started(g, "rs", "1")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    rc, doc = g.json("restart", "rs", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    a2 = rec(g.home, "rs", 2)
+    holder.kill()
+    holder.wait()
+    t0 = time.monotonic()
+    rc, doc = g.json("stop", "rs")
+    took = time.monotonic() - t0
+    wait_for(lambda: not alive(a2["shim"]["pid"], a2["shim"]["start"]), what="the waiter to end")
+    assert not _live_jobs("rs"), _live_jobs("rs")
+    assert rc == 0 and doc["result"]["state"] == "failed" and doc["result"]["restart_cancelled"], (took, doc)
+    assert took < 5, f"the stop took {took:.1f}s"
