@@ -134,3 +134,18 @@ def test_a_stop_as_the_gpu_is_released_cancels_the_blocked_restart_at_once(g, ho
     assert not _live_jobs("rs"), _live_jobs("rs")
     assert rc == 0 and doc["result"]["state"] == "failed" and doc["result"]["restart_cancelled"], (took, doc)
     assert took < 5, f"the stop took {took:.1f}s"
+
+
+def test_rm_of_a_blocked_restart_says_blocked_as_status_does(g, holder):
+    """rm of a run whose restart waits for its GPUs is refused (its waiter would start the job
+    later: right), but it said `run rb is starting (attempt 2, pid None)` while status says
+    blocked and no job was ever forked."""
+    _started(g, "rb", "1")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    rc, doc = g.json("restart", "rb", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and g.status("rb")["state"] == "blocked", doc
+    rc, doc = g.json("rm", "rb")
+    assert rc == 1 and doc["error"]["type"] == "RunAlive", doc
+    assert "is blocked" in doc["error"]["message"] and "starting" not in doc["error"]["message"], doc["error"]
+    assert (g.home / "runs" / "rb").is_dir() and not _live_jobs("rb")
+    assert g.json("stop", "rb")[0] == 0
