@@ -177,3 +177,17 @@ def test_a_block_buffered_log_is_not_a_stall_between_two_flushes(tmp_path):
             for dt in range(0, 200, 10):  # a watch's reads
                 alerts += stall.check(store, att, now=t0 + 200 * k + dt, capture=False)["alerts"]
     assert not alerts, alerts[0]["detail"]
+
+
+def test_lint_calls_a_pkill_under_bash_c_eval_an_error(cli):
+    """`bash -c 'eval pkill -f X'`: eval runs the words in the same shell, which stays (bash 5.2
+    execs no command from an eval), so pkill -f kills it; lint said a warning, as for a lone
+    pkill that bash execs."""
+    import subprocess
+    import uuid
+    pat = "rv2" + uuid.uuid4().hex[:8]
+    real = subprocess.run(["bash", "-c", f"eval pkill -f {pat}"], capture_output=True, timeout=20)
+    assert real.returncode == -signal.SIGTERM, f"bash was not killed by its own pkill here: {real}"
+    rc, doc = cli.json("lint", "bash -c 'eval pkill -f train.py'")
+    kinds = [(f["rule"], f["severity"]) for f in doc["result"]["findings"]]
+    assert ("self-kill", "error") in kinds and rc != 0, (rc, kinds)
