@@ -146,7 +146,7 @@ def runner_state(script: Script, idx: int, ctx: Ctx) -> Ctx:
     runner = ctx.enclosing[ctx.runner]
     pipeline = script.pipelines[idx]
     state = "alive"
-    if (runner.family in EXEC_SHELLS and not script.compound
+    if (runner.family in EXEC_SHELLS and not script.compound and ctx.evaluated != ctx.runner
             and len(pipeline.commands) == 1 and not pipeline.background
             and not pipeline.negated and not pipeline.timed and not pipeline.commands[0].redirs
             and not any(_sets_trap(p) for p in script.pipelines[:idx])):
