@@ -172,9 +172,11 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
 
 def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
          gpu_timeout: float | None = None, lock_timeout: float | None = None,
-         on_begun: Callable[[], None] | None = None, checkpoint: dict | None = None) -> dict:
+         on_begun: Callable[[], None] | None = None, checkpoint: dict | None = None,
+         gpu_gate: bool = False) -> dict:
     """on_begun() is called once the target's agent has begun the stop: from then on it goes
-    to its verified end there, whatever happens to this process (Ctrl-C, a dropped link)."""
+    to its verified end there, whatever happens to this process (Ctrl-C, a dropped link).
+    gpu_gate (restart's stop): a blocked attempt cancelled still has its GPUs checked."""
     if grace is not None and grace < 0:
         raise BadInput(f"invalid --grace {grace}", "give a number of seconds >= 0")
 
@@ -187,6 +189,8 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
                 on_begun()
     req = {"op": "stop", "name": name, "grace": grace, "signal": signal,
            "gpu_timeout": gpu_timeout, "lock_timeout": lock_timeout}
+    if gpu_gate:
+        req["gpu_gate"] = True
     if checkpoint is not None:  # signal, wait for the checkpoint, then stop (agent/ops/stopckpt.py)
         req["checkpoint"] = checkpoint
     try:
@@ -262,7 +266,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     try:
         began.append("stop")
         steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
-                                                     lock_timeout=lock_timeout, gpu_timeout=gpu_timeout,
+                                                     lock_timeout=lock_timeout, gpu_timeout=gpu_timeout, gpu_gate=True,
                                                      on_begun=lambda: began.append("stop:begun"))})
     except NotVerified as e:
         from . import restartgate

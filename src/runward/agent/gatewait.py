@@ -17,6 +17,7 @@ from .procfs import live
 BLOCKED_POLL_S = 3600.0  # one long poll after another, each ended by a stop's mark
 CANCEL_WAIT_S = 10.0     # a stop waits this long for the waiting shim to see its mark (polls: 0.5 s)
 LOCK_WAIT_S = 3600.0     # released: the run lock before the fork; a stop may hold it through a long grace
+CANCEL_POLL_S = 0.5      # released, waiting for the run lock: the stop's mark is read this often
 CANCELLED = "not started: `runward stop` cancelled it while it was blocked on the GPUs"
 
 
@@ -77,7 +78,7 @@ def wait(store, n, att, say, notify, hold):
             polls += p
         # released: the run lock, held until the job is recorded (hold: the Supervisor gives it
         # back then), so a stop either cancels the attempt before the fork or finds its job
-        fd = store.lock("supervise", LOCK_WAIT_S)
+        fd = _lock(store, on_poll)
         try:
             on_poll()
         except BaseException:
@@ -87,6 +88,21 @@ def wait(store, n, att, say, notify, hold):
     except Cancelled:
         return _end(store, n, att, "cancelled_at", error=CANCELLED)
     return _end(store, n, att, "released_at", polls=polls, checked=now is not None)
+
+
+def _lock(store, on_poll):
+    """The run lock, asked for in short waits with the stop's mark read between them: a stop
+    holds that lock while it waits for this shim to end (cancel), so one long wait here made
+    that stop wait out CANCEL_WAIT_S and answer `blocked` though the attempt was cancelled."""
+    from .wire import AgentFailure
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        on_poll()
+        try:
+            return store.lock("supervise", CANCEL_POLL_S)
+        except AgentFailure as e:
+            if e.type != "LockTimeout" or time.monotonic() > deadline:
+                raise
 
 
 def _end(store, n, att, when, error=None, **facts):

@@ -6,7 +6,8 @@
   judged by its silence instead (basis "log"), and the alert says so.
 - **stall_after**: set (start --stall-after, [runs.NAME.health] stall_after), else derived from
   the observed step time, max(10 x median step time, 120 s), else 120 s until a step time is
-  seen. A step time is observed between two reads that both saw the step advance: (time
+  seen. The step time there is at least the time between two step lines: a log printing every
+  100 iterations (Megatron's default) advances once per 100 steps, not once per step. A step time is observed between two reads that both saw the step advance: (time
   between them) / (steps between them), so one read of a long log makes no false estimate.
 - **straggler**: a rank (its `[rankN]:`/`[defaultN]:` lines, attribution.py's prefixes) whose
   step stopped advancing for stall_after while another rank's went on; a rank whose processes
@@ -109,19 +110,20 @@ def _read(st, path, now):
     st["offset"] = start + len(data)
     lines = text.split("\n")
     st["carry"] = lines.pop()[-4096:]
-    seen, best, low = {}, None, None
+    seen, best, low, n = {}, None, None, 0
     for line in lines:
         st["lines"] += 1
         key, rest = _rank_of(line.replace("\r", ""))
         step = _step_of(rest)
         if step is not None:
+            n += 1
             best = step  # the last in the log's order (an epoch's counter may start again)
         if step is not None and (low is None or step < low):
             low = step
         if key is not None:
             old = seen.get(key, (None, 0))[0]
             seen[key] = (step if step is not None else old, st["lines"])
-    return seen, best, low, t
+    return seen, best, low, t, n
 
 
 def _advance(rec, step, t):
@@ -136,9 +138,12 @@ def _advance(rec, step, t):
 
 
 def update(st, att, now):
-    seen, best, low, t = _read(st, att["log"], now)
+    seen, best, low, t, n = _read(st, att["log"], now)
     if t is None:
         return
+    if n and best != st.get("step") and st.get("step_t") is not None and t > st["step_t"]:
+        # the time between step lines: what a healthy run may go without a new step
+        st["li"] = (st.get("li") or [])[-(KEEP - 1):] + [(t - st["step_t"]) / float(n)]
     _advance(st, best, t)
     if low is not None and (st.get("min_step") is None or low < st["min_step"]):
         st["min_step"] = low  # a resumed run's first step: the steps counted from it
@@ -202,7 +207,7 @@ def stall_after(cfg, st, started=None):
     if cfg.get("after"):
         return float(cfg["after"]), "set", med
     if med is not None:
-        return max(FACTOR * med, MIN_AFTER), "derived", med
+        return max(FACTOR * max(med, median(st.get("li") or []) or 0), MIN_AFTER), "derived", med
     return MIN_AFTER, "default", None
 
 

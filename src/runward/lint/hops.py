@@ -116,7 +116,7 @@ def container(words: list[Word], ctx: Ctx) -> Inner | None:
 
 def eval_string(words: list[Word], ctx: Ctx) -> Inner:
     """`eval WORDS`: this same shell parses the joined words again, and stays alive."""
-    return Inner(replace(ctx.with_runner_state("alive"), depth=ctx.depth + 1),
+    return Inner(replace(ctx.with_runner_state("alive"), depth=ctx.depth + 1, evaluated=ctx.runner),
                  join_words(words[1:]))
 
 

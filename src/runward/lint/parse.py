@@ -37,6 +37,7 @@ class Pipeline:
     commands: list[Command]
     sep: str | None  # the operator that ended it: ; & && || newline, or None at the end
     negated: bool = False
+    timed: bool = False  # `time CMD`: bash stays to report the time, so it never execs CMD
 
     @property
     def background(self) -> bool:
@@ -77,6 +78,7 @@ class ScriptBuilder:
         self.pending_redir: str | None = None
         self.compound = False
         self.negated = False
+        self.timed = False
         self.parens = 0
 
     def feed(self, tok: Word | Op) -> None:
@@ -120,17 +122,19 @@ class ScriptBuilder:
     def _end_pipeline(self, sep: str | None) -> None:
         self._end_command()
         if self.commands:
-            self.pipelines.append(Pipeline(self.commands, sep, self.negated))
+            self.pipelines.append(Pipeline(self.commands, sep, self.negated, self.timed))
         elif sep == "&" and self.pipelines:
             self.pipelines[-1].sep = "&"  # `( ... ) &`
-        self.commands, self.negated = [], False
+        self.commands, self.negated, self.timed = [], False, False
 
     def _split_command(self, words: list[Word], redirs: list[tuple[str, Word]]) -> Command:
         i = 0
         while i < len(words) and not words[i].quoted and words[i].value in PREFIX_KEYWORDS:
             if words[i].value == "!":
                 self.negated = True
-            elif words[i].value != "time":
+            elif words[i].value == "time":
+                self.timed = True
+            else:
                 self.compound = True
             i += 1 + (words[i].value == "time" and i + 1 < len(words)
                       and words[i + 1].value == "-p")

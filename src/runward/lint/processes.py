@@ -66,6 +66,7 @@ class Ctx:
     target: str | None = ""  # the runward --on spelling of the domain; None if there is none
     level: int = 0
     runner: int = -1  # index in enclosing of the shell reading the current script
+    evaluated: int = -1  # the runner whose script is an `eval`'s: bash never execs from there
     depth: int = 0
 
     def with_runner_state(self, state: str) -> Ctx:

@@ -120,6 +120,19 @@ class Linter:
         verification.record_program(self.scan, words, command, ctx)
 
 
+def _sets_trap(pipeline) -> bool:
+    """`trap ACTION SIG...` with a handler: bash 5.2 then never execs a later command (it must
+    stay to run the handler), checked with EXIT, ERR and INT; `trap '' SIG` and `trap - SIG`
+    leave the exec alone."""
+    for c in pipeline.commands:
+        words = [w.value for w in c.words]
+        if words[:1] == ["trap"]:
+            args = words[2:] if words[1:2] == ["--"] else words[1:]
+            if len(args) >= 2 and args[0] not in ("", "-"):
+                return True
+    return False
+
+
 def runner_state(script: Script, idx: int, ctx: Ctx) -> Ctx:
     """Is the shell reading this script still alive while this pipeline runs?
 
@@ -133,9 +146,10 @@ def runner_state(script: Script, idx: int, ctx: Ctx) -> Ctx:
     runner = ctx.enclosing[ctx.runner]
     pipeline = script.pipelines[idx]
     state = "alive"
-    if (runner.family in EXEC_SHELLS and not script.compound
+    if (runner.family in EXEC_SHELLS and not script.compound and ctx.evaluated != ctx.runner
             and len(pipeline.commands) == 1 and not pipeline.background
-            and not pipeline.negated and not pipeline.commands[0].redirs):
+            and not pipeline.negated and not pipeline.timed and not pipeline.commands[0].redirs
+            and not any(_sets_trap(p) for p in script.pipelines[:idx])):
         if len(script.pipelines) == 1:
             state = "exec-lone"
         elif idx == len(script.pipelines) - 1 and not any(

@@ -115,11 +115,14 @@ def _live(store, att, procs):
     state = attempt_state(att, procs, boot_id())
     if in_backoff(att):
         state = "restarting"  # its shim starts the next attempt soon: `stop` it first
+    if state == "starting" and att.get("gate"):  # restart's waiter on the GPUs: status says blocked
+        from .. import gatewait
+        state = gatewait.status({}, att, state)
     found = members(store.name, att, procs, protected(procs))  # whatever the state: lost too
-    if state not in LIVE_STATES + ("restarting",) and not found:
+    if state not in LIVE_STATES + ("restarting", "blocked") and not found:
         return None
     pid = (att.get("job") or {}).get("pid") if state in LIVE_STATES else None
-    return {"state": state if state in LIVE_STATES + ("restarting",) else "%s, with live processes %s" % (
+    return {"state": state if state in LIVE_STATES + ("restarting", "blocked") else "%s, with live processes %s" % (
                 "lost" if state == "lost" else "stopped", ", ".join(map(str, sorted(found)))),
             "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
             "pids": sorted(found)}

@@ -48,7 +48,10 @@ def stop(req, home):
         mark_stop_requested(store, att, procs, req.get("by"))
         from .. import gatewait
         if gatewait.pending(att):  # restart's attempt blocked on the GPUs: it never ran; cancelled
-            return gatewait.stop_result(store, att, gatewait.cancel(store, att))
+            res = gatewait.stop_result(store, att, gatewait.cancel(store, att))
+            # restart's stop: the next attempt must pass the gate too, or a second restart
+            # while blocked starts on the GPUs still held (a plain stop does not wait for them)
+            return gpus.stop_check(res, store, att, [], req.get("gpu_timeout")) if req.get("gpu_gate") else res
         ckpt = None
         if req.get("checkpoint") is not None:  # marked first: a job that exits once saved is not restarted
             ckpt = stopckpt.before_stop(store, att, req["checkpoint"])
