@@ -151,9 +151,6 @@ def test_rm_of_a_blocked_restart_says_blocked_as_status_does(g, holder):
     assert g.json("stop", "rb")[0] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="left for the lead: a block-buffered log (print to a file, no -u / "
-                   "PYTHONUNBUFFERED; runward sets neither) writes 100 steps at once; stall_after has no "
-                   "measure of the time between writes, and a fix is a design choice")
 def test_a_block_buffered_log_is_not_a_stall_between_two_flushes(tmp_path):
     """print() to a file is block-buffered (8 KiB): at 2 s a step and ~80-byte lines the log
     gains 100 lines every 200 s. A watch reading every 10 s sees the step advance by 100 at

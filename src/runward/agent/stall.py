@@ -7,8 +7,12 @@
 - **stall_after**: set (start --stall-after, [runs.NAME.health] stall_after), else derived from
   the observed step time, max(10 x median step time, 120 s), else 120 s until a step time is
   seen. The step time there is at least the time between two step lines: a log printing every
-  100 iterations (Megatron's default) advances once per 100 steps, not once per step. A step time is observed between two reads that both saw the step advance: (time
-  between them) / (steps between them), so one read of a long log makes no false estimate.
+  100 iterations (Megatron's default) advances once per 100 steps, not once per step. And it
+  is at least 3 x the median time between the log's writes that carried steps (the first
+  counted from the attempt's start): a block-buffered log (print to a file, no -u) gains 100
+  steps at once every few minutes and is healthy between two flushes. A step time is
+  observed between two reads that both saw the step advance: (time between them) / (steps
+  between them), so one read of a long log makes no false estimate.
 - **straggler**: a rank (its `[rankN]:`/`[defaultN]:` lines, attribution.py's prefixes) whose
   step stopped advancing for stall_after while another rank's went on; a rank whose processes
   (env RANK=N) used no CPU over stall_after while another rank's kept a core busy; a rank
@@ -29,6 +33,7 @@ from .store import read_json, write_json
 
 MIN_AFTER = 120.0  # the derived stall_after's floor
 FACTOR = 10.0  # ... and its multiple of the median step time
+WRITE_FACTOR = 3.0  # ... and of the median time between the log's writes that carried steps
 RATIO = 3.0  # straggler_ratio's default
 READ_BYTES = 4 << 20  # a call reads at most the newest 4 MiB the log gained
 KEEP = 16  # step-time estimates kept (the run's and each rank's)
@@ -144,6 +149,11 @@ def update(st, att, now):
     if n and best != st.get("step") and st.get("step_t") is not None and t > st["step_t"]:
         # the time between step lines: what a healthy run may go without a new step
         st["li"] = (st.get("li") or [])[-(KEEP - 1):] + [(t - st["step_t"]) / float(n)]
+    if n:  # the time between writes that carried steps (the first: from the attempt's start)
+        prev = st.get("wt") or att.get("started_at")
+        if prev is not None and t > prev:
+            st["wi"] = (st.get("wi") or [])[-(KEEP - 1):] + [t - prev]
+        st["wt"] = max(t, st.get("wt") or 0)
     _advance(st, best, t)
     if low is not None and (st.get("min_step") is None or low < st["min_step"]):
         st["min_step"] = low  # a resumed run's first step: the steps counted from it
@@ -207,7 +217,8 @@ def stall_after(cfg, st, started=None):
     if cfg.get("after"):
         return float(cfg["after"]), "set", med
     if med is not None:
-        return max(FACTOR * max(med, median(st.get("li") or []) or 0), MIN_AFTER), "derived", med
+        return max(FACTOR * max(med, median(st.get("li") or []) or 0), WRITE_FACTOR * (median(st.get("wi") or []) or 0),
+                   MIN_AFTER), "derived", med
     return MIN_AFTER, "default", None
 
 
