@@ -23,13 +23,11 @@ kept beside the run's records (stall.json), so status, watch and the shim's heal
 share it; each call reads only what the log gained. Stdlib only.
 """
 
-import contextlib
-import fcntl
 import os
 import time
 
 from .procfs import CLK_TCK, scan as scan_procs
-from .store import read_json, write_json
+from .store import read_json, side_lock, write_json
 
 MIN_AFTER = 120.0  # the derived stall_after's floor
 FACTOR = 10.0  # ... and its multiple of the median step time
@@ -42,17 +40,6 @@ IDLE_CORE = 0.02  # a rank under 2% of a core is not computing
 BUSY_CORE = 0.3  # ... while another over 30% of one is
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
 VERSION = 1
-
-
-@contextlib.contextmanager
-def _locked(store):
-    lock = os.open(os.path.join(store.home.path, "runs", "." + store.name + ".stall.lock"),
-                   os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(lock)
 
 
 def _fresh(att):
@@ -352,7 +339,7 @@ def check(store, att, cfg=None, now=None, capture=True):
     (capture; stacks.py where this agent has it)."""
     cfg = dict(att.get("stall") or {}, **dict((k, v) for k, v in (cfg or {}).items() if v is not None))
     now = time.time() if now is None else now
-    with _locked(store):
+    with side_lock(store, "stall"):
         st = _load(store, att)
         update(st, att, now)
         after, src, med = stall_after(cfg, st, att.get("started_at"))

@@ -2,7 +2,9 @@
 run (run.json, attempts/N.json, log), written atomically; and the small file helpers the
 records and logs need."""
 
+import contextlib
 import errno
+import fcntl
 import os
 import time
 
@@ -463,3 +465,16 @@ def file_hashes(paths):
         except OSError:
             out[p] = None
     return out
+
+
+@contextlib.contextmanager
+def side_lock(store, what):
+    """An exclusive lock of one side file of a run (its health or stall state), apart from
+    the run lock: status, watch and the shim read and write that state in turn."""
+    lock = os.open(os.path.join(store.home.path, "runs", ".%s.%s.lock" % (store.name, what)),
+                   os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)

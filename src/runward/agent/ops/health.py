@@ -14,15 +14,13 @@ Two kinds of alert, kept apart:
   state (the step's progress is a fact of the run, not of the watch's window).
 """
 
-import contextlib
-import fcntl
 import os
 import time
 
 from .. import logmetrics
 from ..logmetrics.alerts import alert
 from ..procfs import live
-from ..store import RunStore, read_json, write_json
+from ..store import RunStore, read_json, side_lock, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
 FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))
@@ -51,17 +49,6 @@ def fact_rules(att, metrics=None):
         # is the stop's, not the OOM killer's (logmetrics/job.py)
         out["exit"] = dict(out["exit"], stopped=True)
     return out
-
-
-@contextlib.contextmanager
-def _locked(store):
-    lock = os.open(os.path.join(store.home.path, "runs", "." + store.name + ".health.lock"),
-                   os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(lock)
 
 
 def _start_of(att):
@@ -106,7 +93,7 @@ def scan(store, att, metrics=None):
     """One incremental scan of the current attempt's part of the log for its facts; returns
     (saved record, new facts, new points)."""
     path = os.path.join(store.dir, "health.json")
-    with _locked(store):
+    with side_lock(store, "health"):
         saved = _load(path, att)
         before = json_dumps(saved, sort_keys=True)
         r = fact_rules(att, metrics)
@@ -150,7 +137,7 @@ def mark_watched(store, att, alerts):
     """The facts a watch reported are not reported by the next one."""
     keys = set((a.get("kind"), a.get("line_no"), a.get("t")) for a in alerts)
     path = os.path.join(store.dir, "health.json")
-    with _locked(store):
+    with side_lock(store, "health"):
         saved = _load(path, att)
         for a in saved.get("alerts") or []:
             if (a.get("kind"), a.get("line_no"), a.get("t")) in keys:
