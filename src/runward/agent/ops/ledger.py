@@ -135,13 +135,23 @@ def changes(prev, att):
              for p in sorted(set(a) | set(b)) if a.get(p) != b.get(p)}
     if files:
         out["files"] = files
-    env = env_changes(prev.get("env") or {}, att.get("env") or {})
+    env = env_changes(_env(prev), _env(att))
     if env:
         out["env"] = env
     for key, old, new in (("command", command(prev), command(att)), ("cwd", prev.get("cwd"), att.get("cwd"))):
         if old != new:
             out[key] = [old, new]
     return out
+
+
+def _env(att):
+    """The attempt's env as compared: an entry given as `--env NAME` or in an `--env-file` is
+    in env_from only (its value is stored nowhere): the key is said when added or removed,
+    never as changed -- that is not known, and a new source need not mean a new value."""
+    env = dict(att.get("env") or {})
+    for k in att.get("env_from") or {}:
+        env[k] = "(value not kept)"
+    return env
 
 
 def env_changes(a, b):
