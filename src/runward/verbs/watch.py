@@ -37,6 +37,13 @@ def _stall(args, cfg) -> dict:
     return {"stall": o.get("after"), "ratio": o.get("ratio")}
 
 
+def _unjudged(res: dict) -> str:
+    """The baseline rules that judged nothing: a healthy watch is no pass of a rule that could
+    not be judged (a baseline attempt that is not there, too few points yet)."""
+    return "".join(f"\n{m} vs baseline: not judged: {b.get('why') or b.get('verdict') or 'no points yet'}"
+                   for m, b in (res.get("baseline") or {}).items() if b.get("ratio") is None)
+
+
 def run(args, out) -> int:
     from .. import api
     from .. import multinode
@@ -64,7 +71,7 @@ def run(args, out) -> int:
         text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"
                 + (f"; {res['throughput_metric']} last {res['metrics'].get(res['throughput_metric'])}"
                    if res.get("throughput_metric") else ""))
-        return emit(out, "watch", target, res, text + acted)
+        return emit(out, "watch", target, res, text + _unjudged(res) + acted)
     text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
     if res.get("ended"):
         text += f"\n{args.name}: the job is not running"
