@@ -65,3 +65,32 @@ def test_watch_says_a_baseline_attempt_that_is_not_there(cli: CLI):
         assert "attempt 9" in said, (p.returncode, said)
     finally:
         cli.run("stop", name)
+
+
+def test_a_rotated_secrets_old_value_is_kept_in_no_snapshot_nor_shown(cli: CLI):
+    """API_KEY rotated in runward.toml; conf.yaml still holds the old value. The new attempt
+    checked only the new value, so the file was kept, and once conf.yaml changed, compare's
+    diff printed the old secret (`-key: <old value>`). Ground truth: the bytes under
+    snapshots/ and compare's output."""
+    name = f"rc{uuid.uuid4().hex[:6]}"
+    old, new = "old_" + uuid.uuid4().hex, "new_" + uuid.uuid4().hex
+    (cli.cwd / "job.py").write_text("pass\n")
+    conf = cli.cwd / "conf.yaml"
+    conf.write_text(f"key: {old}\n")
+
+    def toml(value):
+        (cli.cwd / "runward.toml").write_text(
+            f'[runs.{name}]\ncommand = ["python3", "job.py"]\ncwd = "{cli.cwd}"\nsettle = 0\n'
+            f'files = ["conf.yaml:{cli.cwd}/dst/conf.yaml"]\nenv = {{ API_KEY = "{value}" }}\n')
+    toml(old)
+    assert cli.run("deploy", name).returncode == 0
+    assert cli.run("start", name).returncode == 0
+    toml(new)
+    assert cli.run("restart", name).returncode == 0
+    conf.write_text("key: from-the-vault\n")
+    p = cli.run("restart", name, "--deploy")
+    assert p.returncode == 0, p.stderr
+    snaps = cli.home / "runs" / name / "snapshots"
+    assert not [f.name for f in snaps.iterdir() if old.encode() in f.read_bytes()]
+    said = cli.run("compare", name, "2", "3").stdout + cli.run("compare", name, "2", "3", "--json").stdout
+    assert old not in said, said
