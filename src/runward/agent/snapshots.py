@@ -28,8 +28,7 @@ def keep(store, hashes, env, bounds=None):
     files HASHES, under BOUNDS ({file_max, attempt_max, keep_attempts}; the defaults else)."""
     b = {"file_max": FILE_MAX, "attempt_max": ATTEMPT_MAX, "keep_attempts": KEEP_ATTEMPTS}
     b.update({k: int(v) for k, v in (bounds or {}).items() if k in b and isinstance(v, int) and v > 0})
-    secrets = [v.encode() for k, v in (env or {}).items()
-               if is_secret_name(k) and isinstance(v, str) and len(v) >= SECRET_MIN]
+    secrets = _secret_values(store, env)
     kept, skipped, total = {}, {}, 0
     d = os.path.join(store.dir, "snapshots")
     for path, sha in sorted((hashes or {}).items()):
@@ -48,6 +47,17 @@ def keep(store, hashes, env, bounds=None):
             skipped[path] = "not kept: %s" % (e.strerror or e)
     _forget_old(store, d, kept, b["keep_attempts"])
     return {"kept": kept, "skipped": skipped, "bounds": b}
+
+
+def _secret_values(store, env):
+    """The values of the run's secret env entries: this start's, and those the earlier
+    attempts' records keep -- a rotated secret's old value, still in a file, would else be kept
+    and shown by compare's diff."""
+    envs = [env or {}]
+    for n in store.attempts():
+        envs.append((store.attempt(n) or {}).get("env") or {})
+    return sorted({v.encode() for e in envs for k, v in e.items()
+                   if is_secret_name(k) and isinstance(v, str) and len(v) >= SECRET_MIN})
 
 
 def _text(path, sha, secrets, b, room):
