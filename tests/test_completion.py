@@ -52,7 +52,7 @@ def test_bash_completes_verbs_flags_and_names(project):
     lines = p.stdout.splitlines()
     assert lines[0] == "complete -o default -F _runward runward"
     got = dict(ln.split("|", 1) for ln in lines[1:])
-    assert got["runward st"].split() == ["start", "stop", "status"]
+    assert got["runward st"].split() == ["start", "stop", "status", "stacks"]
     assert got["runward stop "].split() == ["evaluate", "train"]
     assert got["runward stop --g"].split() == ["--grace", "--gpu-release-timeout"]  # old spellings hidden
     assert got["runward start --on "].split() == ["local", "box", "gpu1"]
