@@ -48,3 +48,40 @@ def test_top_shows_the_change_against_the_best_earlier_attempt(cli, tmp_path, tw
         assert t.exit_code() == 0
     finally:
         t.close()
+
+
+def test_top_compares_with_the_rules_attempt_n_not_the_best(cli, two_attempts):
+    """A run whose health rule says baseline = "attempt:2" (runward.toml): top's change is
+    against attempt 2, as watch and the shim judge it, not against the fastest attempt."""
+    import json
+    import subprocess
+    import sys
+    name = two_attempts
+
+    def a2_median():
+        rows = cli.json("history", name)[1]["result"]["attempts"]
+        tp = (rows[1].get("throughput") or {}) if len(rows) > 1 else {}
+        return tp.get("median")
+    wait_for(a2_median, 60, "attempt 2's median throughput")
+    rc, doc = cli.json("restart", name, "--env", "TRAIN_TOKS=12000", "--settle", "0.3")
+    assert rc == 0, doc
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\ncommand = ["python3", "train.py"]\n'
+        f'[runs.{name}.health]\ntok_s = {{ min_ratio = 0.9, baseline = "attempt:2" }}\n')
+    probe = ("import json, sys\nfrom runward.verbs import top\nfrom runward.config import load as load_config\n"
+             "from runward.targets import parse_target\n"
+             "cfg = load_config()\nwhich = top.baseline_rules(cfg)\n"
+             "part = top.collect_target(parse_target('local'), which)\n"
+             "r = [r for r in part['runs'] if r['name'] == sys.argv[1]][0]\n"
+             "print(json.dumps({'which': which, 'baseline': r['baseline']}))\n")
+    p = subprocess.run([sys.executable, "-c", probe, name], cwd=cli.cwd, env=cli.env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["which"] == {name: "attempt:2"}, got
+    base = got["baseline"]
+    assert base["attempt"] == 2 and base["which"] == "attempt", base
+    assert base["median"] == pytest.approx(9000, rel=0.05), base   # what attempt 2 printed, not the best 14500
+    from runward.verbs._topbase import change
+    s = change({"baseline": base, "health": {"throughput_metric": base["metric"], "throughput_series": [12000.0]}})
+    assert s == f"vs #2 {(12000 / base['median'] - 1) * 100:+.1f}%", s

@@ -50,10 +50,22 @@ def run(args, out) -> int:
         targets = config_targets(cfg)  # in a project: its runs live on runward.toml's targets
     else:
         targets = [target_of(args, cfg)]
-    return Top(targets, args.interval).loop()
+    return Top(targets, args.interval, baseline_rules(cfg)).loop()
 
 
-def collect_target(target) -> dict:
+def baseline_rules(cfg) -> dict:
+    """{run: "best" | "attempt:N"}: the baseline each run's health rules name (the first rule's),
+    so top compares with what watch and the shim judge against; "best" where none is set."""
+    out = {}
+    for name, run in (cfg.runs or {}).items():
+        for rule in ((run or {}).get("health") or {}).values():
+            if isinstance(rule, dict) and isinstance(rule.get("baseline"), str):
+                out[name] = rule["baseline"]
+                break
+    return out
+
+
+def collect_target(target, which: dict | None = None) -> dict:
     """One target's part of a snapshot: its runs with their health, and its GPUs; a failure
     is kept as text beside the target, never raised (one host down hides no other)."""
     from .. import api
@@ -68,8 +80,8 @@ def collect_target(target) -> dict:
                 pass  # one was removed between the calls: the list is still right
         part["runs"] = res.get("runs") or []
         from ._topbase import baseline
-        for r in part["runs"]:  # the change against the best earlier attempt (docs/history.md)
-            r["baseline"] = baseline(target, r["name"], r.get("attempt"))
+        for r in part["runs"]:  # the change against the baseline: the rule's, else the best (docs/history.md)
+            r["baseline"] = baseline(target, r["name"], r.get("attempt"), (which or {}).get(r["name"], "best"))
     except RunwardError as e:
         part["error"] = e.message
         return part
@@ -94,8 +106,9 @@ def split_keys(data: bytes) -> list[bytes]:
 class Top:
     """The view's state: the last snapshot, the selected run, the open log, the message line."""
 
-    def __init__(self, targets: list, interval: float):
+    def __init__(self, targets: list, interval: float, which: dict | None = None):
         self.targets = targets
+        self.which = which or {}
         self.interval = interval
         self.snapshot: list[dict] = []
         self.taken_at: float | None = None
@@ -124,7 +137,7 @@ class Top:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(self.targets)))
         while not self.done.is_set():
             try:
-                parts = list(pool.map(collect_target, self.targets))
+                parts = list(pool.map(lambda t: collect_target(t, self.which), self.targets))
             except Exception as e:  # a bug here must not freeze the view: say it, try again
                 with self.lock:
                     self.message = f"refresh failed: {type(e).__name__}: {e}"
