@@ -34,4 +34,11 @@ def test_two_node_stall_names_the_node_whose_rank_stopped_first(cli, tmp_path, m
     node1 = next(r for r in res["nodes"] if r["rank"] == 1)["run"]
     a = next(a for a in node1["health"]["alerts"] if a["kind"] == "stall")
     assert a["node"] == 1 and a["stall_after"] == 5 and a["t"] - a["since"] <= 10, a
+    # the stacks of both nodes (py-spy brought to each, hash-checked): rank 0 waits in the
+    # collective, rank 1 (node 1) sleeps in its loop -- the hung rank, in its frame
+    rc, st = cli.json("stacks", mn, "--bring-py-spy", timeout=120)
+    assert rc == 0, st
+    frames = {p.get("rank"): (p.get("frame") or {}) for p in st["result"]["procs"] if p.get("rank") is not None}
+    assert frames[0].get("name") == "all_reduce", (frames, st["result"]["summary"])
+    assert frames[1].get("name") == "<module>" and "rank 1 in <module> (hang.py:6)" in st["result"]["summary"], (frames, st["result"]["summary"])
     assert cli.run("stop", mn).returncode == 0
