@@ -1,4 +1,4 @@
-"""A stall across two ssh hosts of the testbed (agent/stall.py per node, runward/crossnode.py
+"""A stall and a failure across two ssh hosts of the testbed (agent/stall.py per node, runward/crossnode.py
 across them): a 2-node torchrun job (gloo, CPU) whose rank 1, alone on node 1, sleeps in its
 loop while rank 0 on node 0 waits for it in all_reduce."""
 
@@ -42,3 +42,27 @@ def test_two_node_stall_names_the_node_whose_rank_stopped_first(cli, tmp_path, m
     assert frames[0].get("name") == "all_reduce", (frames, st["result"]["summary"])
     assert frames[1].get("name") == "<module>" and "rank 1 in <module> (hang.py:6)" in st["result"]["summary"], (frames, st["result"]["summary"])
     assert cli.run("stop", mn).returncode == 0
+
+
+def test_two_node_oom_on_node_1_is_the_root_and_node_0_its_cascade(cli, tmp_path, mn):  # noqa: F811
+    """The real 2-node failure: rank 1 (node 1) raises a CUDA-OOM-like error, rank 0 (node 0)
+    then fails in the collective; multi-node status names one root across nodes."""
+    from test_attribution import OOM_JOB
+    torchrun = _torchrun()
+    if torchrun is None:
+        pytest.skip("torch is not installed (pip install -e '.[torch]')")
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    script = tmp_path / "oom.py"
+    script.write_text(OOM_JOB)
+    rc, doc = cli.json("start", mn, "--settle", "0.2", "--env", "GLOO_SOCKET_IFNAME=eth0", "--",
+                       torchrun, "--nnodes={nnodes}", "--node_rank={node_rank}", "--nproc_per_node=1",
+                       "--master_addr={master_addr}", "--master_port={master_port}", str(script), timeout=300)
+
+    def judged():
+        rc, d = cli.json("status", mn)
+        return d["result"] if rc in (0, 1) and (d.get("result") or {}).get("attribution") else None
+    res = wait_for(judged, 120, "one failure verdict across the nodes")
+    v = res["attribution"]
+    assert v["summary"].startswith("root cause: rank 1 (node 1) CUDA out of memory"), v
+    assert "node 0" in v["summary"] and "root cause: rank 0" not in v["summary"], v  # node 0: an effect
+    cli.run("stop", mn)
