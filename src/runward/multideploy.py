@@ -6,7 +6,7 @@ node (verified), then start every node (multinode.start: all or nothing, rolled 
 
 from __future__ import annotations
 
-from . import api, files, multinode
+from . import api, files, multinode, restartgate
 from .errors import EXIT_OK
 from .targets import Target
 
@@ -46,13 +46,17 @@ def restart(nodes: list[Target], name: str, kw: dict, *, specs: list[str] | None
             return res, code
     stop, code = multinode.stop(nodes, name, **stop_kw)
     res["steps"].append({"step": "stop", "result": stop})
-    if code != EXIT_OK:
+    gates = restartgate.node_gates(stop["nodes"]) if code != EXIT_OK and stop_kw.get("gpu_gate") else None
+    if code != EXIT_OK and gates is None:
         res.update(state="stop not verified", failed_step="stop", nodes=stop["nodes"],
                    message="restart stopped at step 'stop': not every node's stop was verified; nothing was started")
         return res, code
-    start, code = multinode.start(nodes, name, kw, **start_kw)
+    start, code = multinode.start(nodes, name, kw, gates=gates, **start_kw)
     res["steps"].append({"step": "start", "result": start})
     res.update({k: start[k] for k in ("state", "nodes", "run_id", "master_addr", "master_port") if k in start})
+    if start.get("state") == "blocked":  # every node's processes dead, some node's GPUs held: all wait
+        res.update(message=start["message"], verified=["every_node_processes_dead"])
+        return res, code
     if code != EXIT_OK:
         res.update(failed_step="start", message="restart failed at step 'start': "
                    + (start.get("message") or "a node did not start") + " (the old attempts were stopped)")

@@ -101,8 +101,13 @@ def _address(t: Target, probe: dict) -> str:
 
 
 def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None = None,
-          nproc_per_node: int | None = None, on_node_failure: str = "stop", on_event=None) -> tuple[dict, int]:
+          nproc_per_node: int | None = None, on_node_failure: str = "stop", on_event=None,
+          gates: list[dict] | None = None) -> tuple[dict, int]:
     """Start NAME on every node in parallel, all or nothing: (result, exit code).
+
+    gates (restart, restartgate.node_gates): one per node; each node's attempt then waits on
+    its target until every node's GPUs are released (agent/gatebarrier.py), and the result
+    says blocked (exit 5).
 
     Each node's start is under way (its ssh session, its agent loaded) while every node is
     probed: its request, which needs the probe's addresses and ports, is sent once the probe
@@ -125,7 +130,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
             req["env"] = {**req["env"], **rank_env(rank, n, addr, port, plan["ips"], nproc_per_node),
                           "RUNWARD_MULTINODE_ID": plan["id"]}
             req["multinode"] = dict(plan["part"], rank=rank)
-        return api.start(t, name, on_event=on_event, late=late, **kw)
+        return api.start(t, name, on_event=on_event, late=late, gate=gates[rank] if gates else None, **kw)
 
     results: list[dict] = []
     starts = threading.Thread(target=lambda: results.extend(_each(nodes, one)), daemon=True)
@@ -155,11 +160,24 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
         results = [{"ok": False, "error": {"type": "Interrupted", "message": "interrupted", "exit_code": 130}}
                    for _ in nodes]
     res["nodes"] = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
+    if all(r["ok"] for r in results) and gates:
+        return _blocked(res)
     if all(r["ok"] for r in results):
         res.update(state="running", verified=["every_node_alive_after_settle"])
         return res, EXIT_OK
     _roll_back(nodes, name, res)
     return res, EXIT_FAILED if res["rolled_back_verified"] else 5
+
+
+def _blocked(res: dict) -> tuple[dict, int]:
+    """Every node's attempt waits on its target for the GPUs (a restart's gate): exit 5,
+    nothing verified alive yet; each node starts by itself once every node's are released."""
+    held = [r for r in res["nodes"] if (r["result"].get("blocked") or {}).get("holders")]
+    why = "; ".join((r["result"].get("blocked") or {}).get("why") or "" for r in held) or \
+        ((res["nodes"][0]["result"].get("blocked") or {}).get("why") or "GPUs not released")
+    res.update(state="blocked", message=f"{res['name']}: blocked: {why}; every node starts by itself once every "
+               f"node's GPUs are released; `runward stop {res['name']}` cancels")
+    return res, 5
 
 
 class _NotSent(RunwardError):
@@ -290,7 +308,11 @@ def _node_line(r: dict) -> str:
     res = r.get("result") or r.get("run") or {}
     if "ports" in res:  # the probe's answer: this node was reached, and nothing started here
         return head + "reachable, nothing started"
+    if "start_cancelled" in (res.get("verified") or ()):  # a restart's attempt blocked on the GPUs
+        return head + f"cancelled the blocked start of attempt {res.get('attempt')} (it never ran)"
     bits = [r.get("state") or res.get("state") or ("alive" if res.get("alive_after_settle") else "")]
+    if bits[0] == "blocked" and (res.get("blocked") or {}).get("why"):
+        bits[0] += f" ({res['blocked']['why']})"
     if res.get("pid"):
         bits.append(f"pid {res['pid']}")
     if res.get("attempt"):

@@ -12,7 +12,11 @@ from .errors import NotVerified
 def from_stop(e: NotVerified) -> dict | None:
     """The gate for the start, from a stop that verified every process dead but not the GPUs
     released; None for any other failure (survivors: nothing may start)."""
-    res = e.result or {}
+    return from_result(e.result or {})
+
+
+def from_result(res: dict) -> dict | None:
+    """from_stop's gate, from a stop's result (a node's row of a multi-node stop)."""
     rel = res.get("gpu_release") or {}
     if not (res.get("verified_dead") and rel.get("checked") and rel.get("verified") is False and rel.get("gpus")):
         return None
@@ -33,3 +37,32 @@ def blocked(name: str, res: dict) -> NotVerified:
                        f"`runward stop {name}` cancels",
                        f"`runward status {name}` says blocked, then running; `runward gpus` names every holder",
                        result=res)
+
+
+def node_gates(rows: list[dict]) -> list[dict] | None:
+    """A multi-node restart's gates, one per node, from its stop's rows: None unless every
+    node's stop verified its processes dead and the only failure is held GPUs. Every node
+    gets one, its own GPUs free or not: no node starts until every node's are released
+    (agent/gatebarrier.py), and the free ones say which node they wait for."""
+    gates: list[dict | None] = []
+    for r in rows:
+        if r["ok"]:
+            gates.append(None)
+            continue
+        g = from_result(r.get("result") or {}) if r["error"]["type"] == "NotVerified" else None
+        if g is None:
+            return None
+        gates.append(dict(g, why=f"node {r['rank']} {r['target']}: {g['why']}"))
+    held = [g for g in gates if g is not None]
+    if not held:
+        return None
+    why = "; ".join(g["why"] for g in held)
+    out = []
+    for r, g in zip(rows, gates):
+        if g is None:  # released here: the gate reads them once (free), then waits for the others
+            rel = (r.get("result") or {}).get("gpu_release") or {}
+            g = {"gpus": [x["index"] for x in rel.get("gpus") or ()], "max_used_mib": rel.get("max_used_mib"),
+                 "timeout_s": rel.get("timeout_s"), "holders": [], "held": [],
+                 "why": f"waiting for the other nodes' GPUs: {why}"}
+        out.append(g)
+    return out

@@ -56,9 +56,12 @@ def wait(store, n, att, say, notify, hold):
     says when), False when a stop cancelled the attempt (the record says so). Free at the
     first read (freed since the stop looked): one nvidia-smi read, and the start goes on."""
     gate = att["gate"]
-    idx, max_used = list(gate.get("gpus") or ()), float(gate.get("max_used_mib", gpus.MAX_USED_MIB))
+    idx = list(gate.get("gpus") or ())
+    max_used = float(gpus.MAX_USED_MIB if gate.get("max_used_mib") is None else gate["max_used_mib"])
     now, _, _, polls = gpus.poll(idx, max_used, 0, store.home)
-    if now is None or all(s["free"] for s in now):
+    # a node of a multi-node run waits for the others' GPUs too (gatebarrier.py), its own free or not
+    multi = int((att.get("multinode") or {}).get("nnodes") or 1) > 1
+    if (now is None or all(s["free"] for s in now)) and not multi:
         return _end(store, n, att, "released_at", polls=polls, checked=now is not None)
 
     def mark(a):
@@ -76,6 +79,10 @@ def wait(store, n, att, say, notify, hold):
             on_poll()
             now, _, _, p = gpus.poll(idx, max_used, BLOCKED_POLL_S, store.home, on_poll)
             polls += p
+        if multi:  # ours are released: every node starts once every node's are
+            from . import gatebarrier
+            store.update_attempt(n, lambda a: a.setdefault("blocked", {}).update(own_released_at=time.time()))
+            gatebarrier.wait(att["multinode"], on_poll)
         # released: the run lock, held until the job is recorded (hold: the Supervisor gives it
         # back then), so a stop either cancels the attempt before the fork or finds its job
         fd = _lock(store, on_poll)

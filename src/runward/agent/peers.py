@@ -219,24 +219,7 @@ class Link:
             srv.close()
 
     def _listen(self):
-        """The listener, on MASTER_ADDR (the address the members use) where it is one of
-        ours, else on every address: a stranger cannot take the members' address:port
-        from under us, nor we be reached through addresses nobody uses."""
-        import socket
-        port = int(self.mn["coord_port"])
-        for host in [h for h in (self.mn.get("master_addr"), "") if h is not None]:
-            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                srv.bind((host, port))
-            except OSError as e:
-                srv.close()
-                if host and (isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL):
-                    continue  # not an address of this node (NAT, a name): every address then
-                raise OSError("the coordinator could not listen on %s:%s: %s" % (host or "*", port, e))
-            srv.listen(64)
-            srv.setblocking(False)
-            return srv
+        return listen(self.mn)
 
     def _serve(self, srv):
         import selectors
@@ -464,6 +447,27 @@ class Link:
             return "the listener at %s did not prove it knows the run's secret: not heeded" % where
         self.send(sock, {"proof": self.mac("member", self.rank, nm, msg.get("nonce"))})
         return None
+
+
+def listen(mn):
+    """The listener, on MASTER_ADDR (the address the members use) where it is one of
+    ours, else on every address: a stranger cannot take the members' address:port
+    from under us, nor we be reached through addresses nobody uses."""
+    import socket
+    port = int(mn["coord_port"])
+    for host in [h for h in (mn.get("master_addr"), "") if h is not None]:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            srv.bind((host, port))
+        except OSError as e:
+            srv.close()
+            if host and (isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL):
+                continue  # not an address of this node (NAT, a name): every address then
+            raise OSError("the coordinator could not listen on %s:%s: %s" % (host or "*", port, e))
+        srv.listen(64)
+        srv.setblocking(False)
+        return srv
 
 
 def _hmac(key, msg):

@@ -178,7 +178,8 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
     _check_nodes(name, nodes, drift_specs, config_dir(cfg))
     return multideploy.restart(
         nodes, name, kw, specs=run_cfg["files"] if deploy else None,
-        base=config_dir(cfg), stop_kw={"grace": args.grace, "signal": args.stop_signal, "lock_timeout": args.lock_timeout},
+        base=config_dir(cfg), stop_kw={"grace": args.grace, "signal": args.stop_signal, "lock_timeout": args.lock_timeout,
+                                                   "gpu_timeout": args.gpu_release_timeout, "gpu_gate": True},
         start_kw={"master_addr": run_cfg.get("master_addr"), "nproc_per_node": run_cfg.get("nproc_per_node"),
                   "on_node_failure": run_cfg.get("on_node_failure", "stop")})
 
