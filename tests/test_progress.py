@@ -261,6 +261,35 @@ def test_stop_checkpoint_from_runward_toml_waits_for_a_new_complete_checkpoint(s
     assert "checkpoint: the job is not running" in human, human
 
 
+def test_restart_checkpoints_first_and_the_new_attempt_resumes_from_that_checkpoint(sup):
+    # runward.toml's stop_checkpoint makes a restart's stop checkpoint too: the old attempt saves
+    # on the signal (no periodic checkpoint at all), and {last_checkpoint} of the new attempt is
+    # the very checkpoint it saved, complete (the marker written before the stop's TERM)
+    (sup.cwd / "runward.toml").write_text(
+        f'[runs.rc]\ncommand = ["{PY}", "{EXAMPLE}"]\ncwd = "{sup.cwd}"\nsettle = 0.3\n'
+        'env = { TRAIN_STEP_SECONDS = "0.02", TRAIN_WORKERS = "0", TRAIN_ESCAPEE = "0", TRAIN_CKPT_SIGNAL = "USR1",'
+        ' TRAIN_CHECKPOINT_SECONDS = "0.5", TRAIN_RESUME = "{last_checkpoint}" }\n'
+        'checkpoint = "ckpt/step_*"\ncheckpoint_marker = "COMPLETE"\n'
+        'stop_checkpoint = { signal = "USR1", timeout = 30 }\n')
+    rc, doc = sup.json("start", "rc")
+    assert rc == 0, doc
+    assert not (sup.cwd / "ckpt").exists()  # nothing saved yet: the first attempt starts from 0
+    rc, doc = sup.json("restart", "rc")
+    assert rc == 0, doc
+    c = doc["result"]["steps"][0]["result"]["checkpoint"]
+    saved = Path(c["checkpoint"])
+    assert saved.parent == sup.cwd / "ckpt" and (saved / "COMPLETE").exists() and c["waited_s"] >= 0.5, c
+    assert rec(sup.home, "rc", 2).get("resume_from") == str(saved), rec(sup.home, "rc", 2)
+    log = sup.home / "runs" / "rc" / "log"
+    wait_for(lambda: f"resumed from {saved} step" in log.read_text(), what="attempt 2 resuming from the saved checkpoint")
+    text = sup.run("restart", "rc", "--no-checkpoint").stdout  # at once: no signal, no wait
+    assert "checkpoint:" not in text and "attempt 3" in text, text
+    rc, doc = sup.json("restart", "rc", "--checkpoint-timeout", "0")
+    assert rc == 0, doc  # not waited for: said so, then the stop and the start as usual
+    c = doc["result"]["steps"][0]["result"]["checkpoint"]
+    assert c["timed_out"] and c["note"] == "no checkpoint seen within 0s: stopping as usual", c
+
+
 def test_stop_checkpoint_with_nothing_to_wait_for_is_refused_before_any_signal(sup):
     rc, doc = start(sup, "sn", "--settle", "0.3", *FAST, "--", PY, str(EXAMPLE))
     assert rc == 0, doc

@@ -63,7 +63,14 @@ def test_multinode_stop_checkpoint_signals_every_node_then_stops_them_all(cli, t
     try:
         rc, doc = cli.json("start", name)
         assert rc == 0, doc
-        pids = [r["result"]["pid"] for r in _rows(doc)]
+        old = [r["result"]["pid"] for r in _rows(doc)]
+        rc, doc = cli.json("restart", name, timeout=180)  # stop_checkpoint makes a restart checkpoint first too
+        assert rc == 0, doc
+        ck = doc["result"]["steps"][0]["result"]["checkpoint"]
+        assert [(c["rank"], c["ok"], c["result"]["sent_to"]) for c in ck] == [(0, True, old[0]), (1, True, old[1])], ck
+        assert all(c["result"]["saw_line"].startswith("saved checkpoint ") for c in ck), ck
+        pids = [r["result"]["pid"] for r in doc["result"]["nodes"]]
+        assert not set(pids) & set(old), (pids, old)
         rc, doc = cli.json("stop", name, timeout=180)
         assert rc == 0 and doc["result"]["verified_dead"], doc
         ck = doc["result"]["checkpoint"]

@@ -228,8 +228,11 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             signal: str | None = None, deploy: Callable[[], dict] | None = None,
             lock_timeout: float | None = None, definition: dict | None = None,
             keep_env: bool = False, check: Callable[[dict], dict | None] | None = None,
-            began: list[str] | None = None, gpu_timeout: float | None = None) -> dict:
+            began: list[str] | None = None, gpu_timeout: float | None = None,
+            checkpoint: dict | None = None) -> dict:
     """stop, verify; deploy, verify; start, verify — a failed step ends the chain and says which.
+    checkpoint: the stop's checkpoint first (stop --checkpoint), so the new attempt's
+    {last_checkpoint} is the one the old attempt just saved.
     Nothing is stopped until every input is checked: the new attempt's arguments as the
     target's start would check them (check_start), then check(last), which gets the spec
     reply (the last attempt's spec and what deploy recorded, "deployed") and raises to
@@ -267,7 +270,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         began.append("stop")
         steps.append({"step": "stop", "result": stop(target, name, grace=grace, signal=signal,
                                                      lock_timeout=lock_timeout, gpu_timeout=gpu_timeout, gpu_gate=True,
-                                                     on_begun=lambda: began.append("stop:begun"))})
+                                                     checkpoint=checkpoint, on_begun=lambda: began.append("stop:begun"))})
     except NotVerified as e:
         from . import restartgate
         gate = restartgate.from_stop(e)

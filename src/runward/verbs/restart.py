@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import BadInput, Interrupted
 from ..render import render_start, render_stop
+from .stop import checkpoint_of
 from ._common import config_dir, emit, load_config, old_spelling, on_runs, signal_arg, target_of
 
 
@@ -34,6 +35,8 @@ def add_arguments(p) -> None:
                    help="a run with GPUs: how long the stop waits for their memory to be released (default: the "
                         "run's gpu_release_timeout, else 60); "
                         "still held then, the new attempt is blocked (exit 5) and starts by itself once they are")
+    from .stop import add_checkpoint_args
+    add_checkpoint_args(p, "stop, and the new attempt's {last_checkpoint} is that checkpoint")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
     how.add_argument("--no-deploy", action="store_true",
@@ -106,7 +109,8 @@ def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> di
     definition = start_kwargs_from_config(run_cfg, name) if run_cfg else None
     return api.restart(target, name, overrides=overrides, grace=args.grace, signal=args.stop_signal,
                        deploy=deploy, lock_timeout=args.lock_timeout, definition=definition, keep_env=args.keep_env,
-                       check=check, began=began, gpu_timeout=args.gpu_release_timeout)
+                       check=check, began=began, gpu_timeout=args.gpu_release_timeout,
+                       checkpoint=checkpoint_of(args, cfg, name))
 
 
 def _files_step(args, cfg, name, target, out):
@@ -179,7 +183,8 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
     return multideploy.restart(
         nodes, name, kw, specs=run_cfg["files"] if deploy else None,
         base=config_dir(cfg), stop_kw={"grace": args.grace, "signal": args.stop_signal, "lock_timeout": args.lock_timeout,
-                                                   "gpu_timeout": args.gpu_release_timeout, "gpu_gate": True},
+                                                   "gpu_timeout": args.gpu_release_timeout, "gpu_gate": True,
+                                                   "checkpoint": checkpoint_of(args, cfg, name)},
         start_kw={"master_addr": run_cfg.get("master_addr"), "nproc_per_node": run_cfg.get("nproc_per_node"),
                   "on_node_failure": run_cfg.get("on_node_failure", "stop")})
 

@@ -27,9 +27,14 @@ def add_arguments(p) -> None:
                    help="how long to wait for the run's GPU memory to be released (default: the run's "
                         "gpu_release_timeout, else 60)")
     old_spelling(p, "--gpu-timeout", "gpu_release_timeout", type=float)
+    add_checkpoint_args(p, "stop as usual")
+
+
+def add_checkpoint_args(p, then: str) -> None:
+    """stop's and restart's checkpoint before the stop (runward.toml's stop_checkpoint)."""
     p.add_argument("--checkpoint", action="store_true",
                    help="first send the checkpoint signal and wait for the checkpoint (runward.toml's "
-                        "stop_checkpoint, or the flags below), then stop as usual")
+                        f"stop_checkpoint, or the flags below), then {then}")
     p.add_argument("--no-checkpoint", action="store_true", help="stop at once, even with stop_checkpoint")
     p.add_argument("--checkpoint-signal", metavar="SIG", type=signal_arg, help="the checkpoint signal (default USR1)")
     p.add_argument("--checkpoint-wait-for", metavar="REGEX",
@@ -57,19 +62,19 @@ def run(args, out) -> int:
             return emit(out, "stop", target, res, render_stop(res))
     res, code = multinode.stop(nodes, args.name, grace=args.grace, signal=args.stop_signal,
                                gpu_timeout=args.gpu_release_timeout, lock_timeout=args.lock_timeout,
-                               checkpoint=_checkpoint(args, cfg, args.name))
+                               checkpoint=checkpoint_of(args, cfg, args.name))
     return multinode.emit(out, "stop", res, code)
 
 
 def _stop(args, name, target, on_begun=None, cfg=None):
     from .. import api
     return api.stop(target, name, grace=args.grace, signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
-                    lock_timeout=args.lock_timeout, on_begun=on_begun, checkpoint=_checkpoint(args, cfg, name))
+                    lock_timeout=args.lock_timeout, on_begun=on_begun, checkpoint=checkpoint_of(args, cfg, name))
 
 
-def _checkpoint(args, cfg, name) -> dict | None:
-    """stop --checkpoint's table: runward.toml's stop_checkpoint (which makes every stop of the
-    run checkpoint first), the flags over it; None for a plain stop."""
+def checkpoint_of(args, cfg, name) -> dict | None:
+    """stop --checkpoint's table: runward.toml's stop_checkpoint (which makes every stop and
+    restart of the run checkpoint first), the flags over it; None for a plain stop."""
     base = ((cfg.runs.get(name) if cfg is not None else None) or {}).get("stop_checkpoint")
     flags = {k: v for k, v in (("signal", args.checkpoint_signal), ("wait_for", args.checkpoint_wait_for),
                                ("timeout", args.checkpoint_timeout)) if v is not None}
@@ -115,7 +120,7 @@ def _stop_any(args, cfg, name, target):
         from ..errors import OperationFailed
         res, code = multinode.stop([cfg.target(t) for t in cfg.runs[name]["nodes"]], name, grace=args.grace,
                                    signal=args.stop_signal, gpu_timeout=args.gpu_release_timeout,
-                                   lock_timeout=args.lock_timeout, checkpoint=_checkpoint(args, cfg, name))
+                                   lock_timeout=args.lock_timeout, checkpoint=checkpoint_of(args, cfg, name))
         if code:
             e = OperationFailed(f"{name}: not every node's stop was verified", result=res)
             e.exit_code = code
