@@ -277,3 +277,14 @@ def test_no_import_cycle_among_the_agents_own_modules():
                 edges.add(target)
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+MAX_MODULE_LINES = 600  # as the agent's own (tests/test_agent_package.py)
+
+
+def test_no_module_over_600_lines_anywhere():
+    """A module past 600 lines holds more than one concern: split it by concern (say which in
+    its docstring) and re-export what callers import, as transport.py and api.py were."""
+    too_long = [f"{path.relative_to(ROOT)}: {n} lines" for path in MODULES.values()
+                if (n := path.read_text().count("\n")) > MAX_MODULE_LINES]
+    assert not too_long, "\n".join(too_long)
