@@ -3,7 +3,11 @@ cache that depends on nothing of runward's, a CLI side that reaches into the age
 through its boot and logmetrics modules, and a top-level --help that loads no verb.
 
 Imports are read with ast, at module level and inside functions alike (a function-level
-import closes a cycle as surely as a module-level one, only later, at run time)."""
+import closes a cycle as surely as a module-level one, only later, at run time), and so are
+imports by name (importlib.import_module): a string, an f-string (every module under its
+constant prefix), or a module-level table of strings. No edge is dropped: `from P import m`,
+m a submodule, is an edge to P.m (P itself was loaded before any module of it ran, and none
+of its names is read); `from P import name` of anything else is an edge to P."""
 
 from __future__ import annotations
 
@@ -37,13 +41,62 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _is_import_module(func: ast.expr) -> bool:
+    return getattr(func, "attr", None) == "import_module" or getattr(func, "id", None) == "import_module"
+
+
+def _dynamic(arg: ast.expr, package: str, tables: dict[str, ast.expr], params: set[str]) -> list[str] | None:
+    """The dotted names an import_module(arg) can load: a string; an f-string's constant
+    prefix with `*` (every module under it; `{__package__}` read as the package); each string
+    of a module-level dict or tuple it indexes. A parameter of the function: [] here, its
+    callers' arguments are checked (test_every_import_by_name_is_seen). None: unreadable."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.JoinedStr):
+        prefix = ""
+        for part in arg.values:
+            if isinstance(part, ast.Constant):
+                prefix += part.value
+            elif getattr(part.value, "id", None) == "__package__":
+                prefix += package
+            else:
+                return [prefix + "*"]
+        return [prefix]
+    if isinstance(arg, ast.Subscript) and getattr(arg.value, "id", None) in tables:
+        table = tables[arg.value.id]
+        items = table.values if isinstance(table, ast.Dict) else getattr(table, "elts", [])
+        found = [v.value for v in items if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+        return found if len(found) == len(items) else None
+    if isinstance(arg, ast.Name) and arg.id in params:
+        return []
+    return None
+
+
+UNREAD: list[str] = []  # imports by name the walk could not read (a test fails on any)
+
+
 def _imported_names(name: str, path: Path) -> list[tuple[str, int]]:
     """(dotted name, line) of each runward name this module imports: `import runward.x`
     gives runward.x; `from P import n` gives P.n (a submodule or an attribute of P: the
-    name says which once resolved against MODULES)."""
+    name says which once resolved against MODULES); import_module's names (_dynamic), a
+    prefix ending in `*`."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     names = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    tables = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+              for t in node.targets if isinstance(t, ast.Name)}
+    params: dict[ast.Call, set[str]] = {}  # an import_module call -> its enclosing functions' parameters
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for call in ast.walk(fn):
+                params.setdefault(call, set()).update(a.arg for a in fn.args.args + fn.args.kwonlyargs)
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and _is_import_module(call.func) and call.args:
+            found = _dynamic(call.args[0], package, tables, params.get(call, set()))
+            if found is None:
+                UNREAD.append(f"{path.relative_to(ROOT)}:{call.lineno}")
+            names += [(d, call.lineno) for d in found or () if d.split(".")[0] == "runward"]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "runward"]
         elif isinstance(node, ast.ImportFrom):
@@ -56,6 +109,15 @@ def _imported_names(name: str, path: Path) -> list[tuple[str, int]]:
             if base.split(".")[0] == "runward":
                 names += [(f"{base}.{a.name}", node.lineno) for a in node.names]
     return names
+
+
+def _modules_of(dotted: str) -> set[str]:
+    """The graph nodes a dotted name reaches: its module (_module_of), or for a prefix
+    ending in `*` every module under it."""
+    if dotted.endswith("*"):
+        return {_node(m) for m in MODULES if m.startswith(dotted[:-1])}
+    found = _module_of(dotted)
+    return {found} if found else set()
 
 
 def _module_of(dotted: str) -> str | None:
@@ -79,11 +141,7 @@ def _graph() -> dict[str, set[str]]:
     for name, path in MODULES.items():
         edges = graph.setdefault(_node(name), set())
         for dotted, _ in _imported_names(name, path):
-            target = _module_of(dotted)
-            if target is not None and target != _node(name):
-                edges.add(target)
-    # cli imports each verb's module by name (importlib), out of ast's sight
-    graph["runward.cli"] |= {m for m in MODULES if m.startswith("runward.verbs.")}
+            edges |= _modules_of(dotted) - {_node(name)}
     return graph
 
 
@@ -117,6 +175,36 @@ def test_the_module_walk_sees_every_kind_of_import():
     assert _module_of("runward.render.render_status") == "runward.render"
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
+    graph = _graph()
+    # imports by name: cli's f-string reaches every verb; library's table every verb it runs
+    assert {m for m in MODULES if m.startswith("runward.verbs.")} <= graph["runward.cli"]
+    assert {"runward.verbs.start", "runward.verbs.status"} <= graph["runward.library"]
+    assert "runward.verbs.mcp" not in graph["runward.library"]
+
+
+def test_every_import_by_name_is_seen():
+    """An import_module whose name the walk cannot read would hide an edge; one whose name
+    is a parameter is read at its callers, which must pass strings that are not runward's."""
+    _graph()
+    assert not UNREAD, f"imports by name the layout test cannot read: {UNREAD}"
+    passers = {}  # function -> (module, line) of an import_module(its parameter)
+    for name, path in MODULES.items():
+        for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(fn, ast.FunctionDef):
+                params = {a.arg for a in fn.args.args}
+                for call in ast.walk(fn):
+                    if (isinstance(call, ast.Call) and _is_import_module(call.func) and call.args
+                            and getattr(call.args[0], "id", None) in params):
+                        passers[fn.name] = [a.arg for a in fn.args.args].index(call.args[0].id)
+    bad = []
+    for name, path in MODULES.items():
+        for call in ast.walk(ast.parse(path.read_text(), str(path))):
+            fname = getattr(call.func, "id", None) or getattr(call.func, "attr", None) if isinstance(call, ast.Call) else None
+            if fname in passers and len(call.args) > passers[fname]:
+                arg = call.args[passers[fname]]
+                if not isinstance(arg, ast.Constant) or str(arg.value).split(".")[0] == "runward":
+                    bad.append(f"{path.relative_to(ROOT)}:{call.lineno} {fname}({ast.unparse(arg)})")
+    assert not bad, "imports by name through a parameter that may be runward's: " + "; ".join(bad)
 
 
 def test_no_import_cycle_among_runward_modules():
@@ -185,8 +273,18 @@ def test_no_import_cycle_among_the_agents_own_modules():
         edges = graph.setdefault(name, set())
         for dotted, _ in _imported_names(name, path):
             target = _module_in_agent(dotted)
-            # a package's own modules are loaded through it: that edge is the import system's
-            if target is not None and target != name and not name.startswith(target + "."):
+            if target is not None and target != name:
                 edges.add(target)
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+MAX_MODULE_LINES = 600  # as the agent's own (tests/test_agent_package.py)
+
+
+def test_no_module_over_600_lines_anywhere():
+    """A module past 600 lines holds more than one concern: split it by concern (say which in
+    its docstring) and re-export what callers import, as transport.py and api.py were."""
+    too_long = [f"{path.relative_to(ROOT)}: {n} lines" for path in MODULES.values()
+                if (n := path.read_text().count("\n")) > MAX_MODULE_LINES]
+    assert not too_long, "\n".join(too_long)

@@ -461,8 +461,9 @@ def test_every_hop_module_is_registered_and_round_trips():
     import pkgutil
 
     import runward.targets as targets
-    # slurm:// is a scheme that names a login host, not a hop that wraps (targets/slurm.py)
-    mods = {m.name for m in pkgutil.iter_modules(targets.__path__)} - {"ssh", "slurm"}
+    # slurm:// is a scheme that names a login host, not a hop that wraps (targets/slurm.py);
+    # model.py holds Hop and Target themselves
+    mods = {m.name for m in pkgutil.iter_modules(targets.__path__)} - {"ssh", "slurm", "model"}
     assert mods == set(targets.CONTAINER_HOPS), (mods, set(targets.CONTAINER_HOPS))
     inner = ["python3", "-c", "print('a b')", "$HOME"]
     for kind, mod in targets.CONTAINER_HOPS.items():
@@ -472,3 +473,15 @@ def test_every_hop_module_is_registered_and_round_trips():
         wrapped = t.hops[1].wrap(inner)
         assert wrapped[-len(inner):] == inner and name in wrapped[:-len(inner)], wrapped
         assert mod.check(name) is None
+
+
+def test_a_slurm_target_is_built_by_its_own_module():
+    """targets/slurm.py builds its Target from targets/model.py, below both it and the
+    package: no class handed in by the package that imports it (issue 27: no import cycle)."""
+    from runward.targets import Hop, Target, slurm
+    t = slurm.parse("slurm://alice@login1:2222/debug", label="cluster", options={"time": "1:00:00"})
+    assert isinstance(t, Target) and t.hops == (Hop("ssh", "login1", "alice", 2222),)
+    assert str(t) == "slurm://alice@login1:2222/debug" and slurm.render(t) == str(t)
+    assert t.slurm == {"partition": "debug", "options": {"time": "1:00:00"}} and t.label == "cluster"
+    assert str(slurm.parse("slurm://local/gpu")) == "slurm://local/gpu"
+    assert parse_target("slurm://login1/debug") == slurm.parse("slurm://login1/debug")

@@ -40,6 +40,19 @@ class OperationFailed(RunwardError):
     kind = "OperationFailed"
 
 
+class ExitedEarly(OperationFailed):
+    """start's job exited (or was gone) during the settle period: its exit code and last log
+    lines are in result. A subclass, so `except OperationFailed` catches it as it always did;
+    a --json document and runward.Result.error say "ExitedEarly"."""
+    kind = "ExitedEarly"
+
+
+class NotStarted(RunwardError):
+    """A multi-node start's request to one node was never sent: another node was not
+    reachable, so nothing ran anywhere (multinode.py)."""
+    kind = "NotStarted"
+
+
 class BadInput(RunwardError):
     exit_code = EXIT_BAD_INPUT
     kind = "BadInput"
@@ -88,7 +101,7 @@ AGENT_TYPES = {
     "NotVerified": NotVerified,
     "AlreadyRunning": OperationFailed,
     "RunAlive": OperationFailed,         # rm of a run that is not stopped (names its pid)
-    "ExitedEarly": OperationFailed,
+    "ExitedEarly": ExitedEarly,
     "StartFailed": OperationFailed,
     "Failed": OperationFailed,
     "GpuUnavailable": OperationFailed,   # nvidia-smi fails: driver not loaded, NVML error
@@ -101,6 +114,34 @@ AGENT_TYPES = {
     "HopFailed": HopFailed,              # the far side's python lacks a standard module
     "Unreachable": Unreachable,          # the agent could not reach a service it drives (slurmctld)
 }
+
+
+# Agent error types the CLI handles itself and never shows: the far side lacks this agent's
+# code (the bootstrap's, or a resident of another version), so transport sends it again.
+AGENT_INTERNAL_TYPES = ("AgentMissing",)
+
+# Types that a verb's document says without an exception to carry them, with their exit codes.
+DOCUMENT_TYPES = {
+    "Alert": (EXIT_FAILED,),       # watch: a health alert (verbs/watch.py)
+    "Refused": (EXIT_BAD_INPUT,),  # the MCP server's policy refused a tool call (mcpserver.py)
+    # a multi-node verb that failed on a node: the worst node's code (multinode.emit)
+    "NodesFailed": (EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED),
+}
+
+
+def _error_types() -> dict[str, tuple[int, ...]]:
+    types = {c.kind: (c.exit_code,) for c in (RunwardError, OperationFailed, ExitedEarly, NotStarted, BadInput,
+                                               Unreachable, HopFailed, AgentError, RunNotFound, NotVerified,
+                                               Interrupted)}
+    types.update((name, (cls.exit_code,)) for name, cls in AGENT_TYPES.items())
+    types.update(DOCUMENT_TYPES)
+    return types
+
+
+# The closed list: every "type" a --json error document (and so runward.Result.error, an MCP
+# tool's error) can carry -> its exit codes (README's table). docs/api.md and docs/agents.md
+# list exactly these (tests/test_error_types.py); a new type is added here first.
+ERROR_TYPES = _error_types()
 
 
 def from_agent(err: dict, hop: str | None = None) -> RunwardError:

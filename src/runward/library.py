@@ -295,8 +295,7 @@ def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[...
     from .verbs._common import suggest_for
     if isinstance(on, Target):
         on, config = on.spec, config or on.config
-    # by name, as cli does: the API runs the verbs, never `mcp` (whose server runs the API)
-    module = importlib.import_module(f"{__package__}.verbs.{verb}")
+    module = importlib.import_module(_VERB_MODULES[verb])
     out = _Captured()
     try:
         words = [str(a) for a in argv]
@@ -313,6 +312,19 @@ def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[...
         out.doc({"ok": False, "command": verb, "error": e.to_dict(), "result": e.result})
         code = e.exit_code
     return kind(verb, code, out.document or {"ok": code == EXIT_OK, "command": verb})
+
+
+# The verbs this API runs, each by its module, written out so that the import graph
+# (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
+# (library -> verbs.mcp -> mcpserver -> library would be a cycle).
+_VERB_MODULES = {
+    "compare": "runward.verbs.compare", "deploy": "runward.verbs.deploy", "doctor": "runward.verbs.doctor",
+    "exec": "runward.verbs.exec", "gpus": "runward.verbs.gpus", "history": "runward.verbs.history",
+    "kill": "runward.verbs.kill", "lint": "runward.verbs.lint", "logs": "runward.verbs.logs",
+    "ps": "runward.verbs.ps", "push": "runward.verbs.push", "restart": "runward.verbs.restart",
+    "stacks": "runward.verbs.stacks", "start": "runward.verbs.start", "status": "runward.verbs.status",
+    "stop": "runward.verbs.stop", "watch": "runward.verbs.watch",
+}
 
 
 def _parser(verb: str, module):

@@ -11,14 +11,14 @@ expanded per node (never through a shell)."""
 from __future__ import annotations
 
 from . import api, transport
-from .errors import EXIT_FAILED, EXIT_OK, BadInput, RunNotFound, RunwardError
+from .errors import EXIT_FAILED, EXIT_OK, BadInput, NotStarted, RunNotFound, RunwardError
 from .targets import Target, parse_target
 
 PLACEHOLDERS = ("node_rank", "nnodes", "master_addr", "master_port")
 POLICIES = ("stop", "continue")
 # failures of a node's start after which nothing of this start runs there: refused before
 # anything was launched (bad input), because a run of that name was already alive there,
-# which is not ours to stop, or its request never sent (_NotSent)
+# which is not ours to stop, or its request never sent (errors.NotStarted)
 _NOT_LAUNCHED = ("BadInput", "AlreadyRunning", "NotStarted")
 
 
@@ -123,7 +123,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
         def late(req: dict) -> None:
             probed.wait()
             if not plan:
-                raise _NotSent(f"node {rank}: not sent, since not every node was reachable")
+                raise NotStarted(f"node {rank}: not sent, since not every node was reachable")
             addr, port = plan["addr"], plan["ports"][0]
             values = {"node_rank": rank, "nnodes": n, "master_addr": addr, "master_port": port}
             req["argv"] = expand(kw.get("argv"), values)
@@ -178,11 +178,6 @@ def _blocked(res: dict) -> tuple[dict, int]:
     res.update(state="blocked", message=f"{res['name']}: blocked: {why}; every node starts by itself once every "
                f"node's GPUs are released; `runward stop {res['name']}` cancels")
     return res, 5
-
-
-class _NotSent(RunwardError):
-    """A node's start request not sent: another node was not reachable (nothing ran)."""
-    kind = "NotStarted"
 
 
 def _outcome(r: dict) -> dict:

@@ -16,105 +16,9 @@ from __future__ import annotations
 import re
 
 from ..errors import BadInput
-from . import docker, lxc, pct, podman, slurm, ssh
-from .ssh import quote_argv
-
-# The container hops, by the kind written in a target (`KIND:NAME`).
-CONTAINER_HOPS = {m.KIND: m for m in (pct, docker, podman, lxc)}
-CONTAINER_KINDS = tuple(CONTAINER_HOPS)
-_CNAME_PAT = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-
-
-class Hop:
-    """One link of a target chain. (Plain class, not a dataclass: dataclasses costs the CLI
-    ~8 ms of start-up through `inspect`.)"""
-    __slots__ = ("kind", "name", "user", "port")
-
-    def __init__(self, kind: str, name: str, user: str | None = None, port: int | None = None):
-        self.kind = kind      # ssh | pct | docker | podman | lxc
-        self.name = name      # host for ssh, container name or id otherwise
-        self.user = user
-        self.port = port
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Hop) and (self.kind, self.name, self.user, self.port) == (
-            other.kind, other.name, other.user, other.port)
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.name, self.user, self.port))
-
-    def __repr__(self) -> str:
-        return f"Hop({str(self)!r})"
-
-    def __str__(self) -> str:
-        if self.kind == "ssh":
-            s = self.name
-            if self.user:
-                s = f"{self.user}@{s}"
-            if self.port:
-                s = f"{s}:{self.port}"
-            return f"ssh://{s}"
-        return f"{self.kind}:{self.name}"
-
-    def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
-        """The argv that runs `argv` through this hop."""
-        if self.kind == "ssh":
-            return ssh.wrap(self, argv, ssh_base)
-        return CONTAINER_HOPS[self.kind].wrap(self, argv)
-
-    def ssh_argv(self, base: list[str], options: list[str], remote: str | None = None) -> list[str]:
-        return ssh.argv(self, base, options, remote)
-
-
-class Target:
-    __slots__ = ("hops", "label", "home", "python", "slurm")
-
-    def __init__(self, hops: tuple[Hop, ...] = (), label: str | None = None, home: str | None = None,
-                 python: str | None = None):
-        self.hops = tuple(hops)
-        self.label = label    # the name it was given in runward.toml, if any
-        self.home = home      # state dir on the target (None: the agent's default)
-        self.python = python  # the far side's interpreter (None: python3 from the remote PATH)
-        self.slurm = None     # {"partition", "options"} of a slurm:// target (targets/slurm.py)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Target) and (self.hops, self.home, _part(self)) == (
-            other.hops, other.home, _part(other))
-
-    def __hash__(self) -> int:
-        return hash((self.hops, self.home, _part(self)))
-
-    def __repr__(self) -> str:
-        return f"Target({str(self)!r})"
-
-    @property
-    def is_local(self) -> bool:
-        return not self.hops
-
-    def __str__(self) -> str:
-        if self.slurm is not None:
-            return slurm.render(self)
-        return "/".join(str(h) for h in self.hops) if self.hops else "local"
-
-    def display(self) -> str:
-        return f"{self.label} ({self})" if self.label and self.label != str(self) else str(self)
-
-    def host_prefix(self) -> "Target":
-        """The target up to (and including) the last ssh hop: where the container's host lives."""
-        idx = max((i for i, h in enumerate(self.hops) if h.kind == "ssh"), default=-1)
-        return Target(self.hops[: idx + 1], home=None, python=self.python)
-
-    def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
-        for hop in reversed(self.hops):
-            argv = hop.wrap(argv, ssh_base)
-        return argv
-
-    def hop_names(self) -> list[str]:
-        return ["local", *(str(h) for h in self.hops)]
-
-
-def _part(t: Target):
-    return t.slurm["partition"] if t.slurm else None
+from . import slurm, ssh
+from .model import CONTAINER_HOPS, CONTAINER_KINDS, Hop, Target, _CNAME_PAT
+from .ssh import quote_argv  # re-exported: transport and the tests quote with it
 
 
 def parse_target(text: str, *, label: str | None = None, home: str | None = None,
@@ -125,7 +29,7 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
         raise BadInput("empty target", "use local, ssh://[user@]host[:port], or a container hop like podman:NAME")
     text = text.strip()
     if text.startswith(slurm.SCHEME):
-        return slurm.parse(text, Target, Hop, label=label, home=home, python=python, options=slurm_options)
+        return slurm.parse(text, label=label, home=home, python=python, options=slurm_options)
     if slurm_options:
         raise BadInput(f"[targets.{label}] has Slurm options ({', '.join(slurm_options)}) but is not a slurm:// target",
                        "write on = \"slurm://LOGIN/PARTITION\", or remove them")

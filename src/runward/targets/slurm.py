@@ -12,17 +12,18 @@ from __future__ import annotations
 import re
 
 from ..errors import BadInput
+from .model import SLURM_SCHEME, Hop, Target, _slurm_str
+from .ssh import parse as parse_ssh
 
-SCHEME = "slurm://"
+SCHEME = SLURM_SCHEME
 # runward.toml's [targets.X] keys that are sbatch options (docs/slurm.md)
 OPTION_KEYS = ("account", "time", "gpus", "nodes", "ntasks_per_node", "srun", "extra")
 _PART_PAT = r"^[A-Za-z0-9_.-]{1,64}$"
 _VALUE_PAT = r"^[A-Za-z0-9_.:,=/+-]{1,128}$"
 
 
-def parse(text: str, target_cls, hop_cls, *, label=None, home=None, python=None, options=None):
+def parse(text: str, *, label=None, home=None, python=None, options=None) -> Target:
     """A Target for `slurm://HOST/PARTITION`: an ssh hop to the login host (none for local)."""
-    from . import ssh
     rest = text[len(SCHEME):]
     hostpart, _, part = rest.partition("/")
     fix = "write slurm://[user@]login-host[:port]/PARTITION, or slurm://local/PARTITION on a login node"
@@ -33,14 +34,14 @@ def parse(text: str, target_cls, hop_cls, *, label=None, home=None, python=None,
                        "digits, '_', '.', '-' (`sinfo -s` lists them)")
     hops = ()
     if hostpart != "local":
-        parsed = ssh.parse(hostpart)
+        parsed = parse_ssh(hostpart)
         if parsed is None:
             raise BadInput(f"invalid login host {hostpart!r} in target {text!r}", fix)
         host, user, port = parsed
         if port is not None and not 0 < port < 65536:
             raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
-        hops = (hop_cls("ssh", host, user, port),)
-    t = target_cls(hops, label=label, home=home, python=python)
+        hops = (Hop("ssh", host, user, port),)
+    t = Target(hops, label=label, home=home, python=python)
     t.slurm = {"partition": part, "options": check_options(options or {}, label or text)}
     return t
 
@@ -67,9 +68,8 @@ def check_options(opts: dict, where: str) -> dict:
     return out
 
 
-def render(target) -> str:
-    host = str(target.hops[0])[len("ssh://"):] if target.hops else "local"
-    return f"{SCHEME}{host}/{target.slurm['partition']}"
+def render(target: Target) -> str:
+    return _slurm_str(target)
 
 
 def request(target, req: dict) -> dict:

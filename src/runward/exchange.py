@@ -1,0 +1,280 @@
+"""One exchange with a spawned agent process (transport.py's split, by concern): the child
+started by posix_spawn with its stdout an unlinked file and no stray descriptor, its stdin fed
+(the blob, the request, a payload) from a thread, its event lines and one reply read back
+(and a binary op's data frames handed on); what the far side printed that is not JSON kept
+for diagnosis.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+from .errors import HopFailed
+from .sshconf import child_environ
+
+
+def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False):
+    try:
+        proc = Spawned(argv)
+    except FileNotFoundError as e:
+        raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
+                        f"install {argv[0]} or put it on PATH", hop="local")
+    if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
+        try:
+            proc.stdin.write(head)
+            proc.stdin.flush()
+        except OSError:
+            pass  # the far side went away (or refused the hash alone): its reply says which
+        try:
+            head = late_body()
+        except BaseException:
+            proc.kill()  # before any request: the far side runs nothing
+            proc.wait()
+            proc.stderr_bytes()
+            raise
+    writer = None
+    if payload is None:
+        # The agent reads its whole input before it writes a byte, so a plain write cannot
+        # deadlock here; a thread is only needed to stream a payload while we read.
+        _feed(proc.stdin, head, None, held)
+    else:
+        import threading
+        writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
+        writer.start()
+    timer = None
+    if timeout:
+        import threading
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+    got = _Replies(on_event, on_data)
+    left = False
+    try:
+        for line in proc.stdout:
+            got.take(line)
+            if got.pending:
+                got.pass_bytes(proc.stdout)
+    except KeyboardInterrupt:
+        if not outlive:
+            proc.kill()
+            raise
+        left = True  # the far side goes on (a stop's KILL after the grace): left to it
+        proc.leave()
+        raise
+    except BaseException:  # a caller's handler failing (its reader gone: `logs -f | head`)
+        proc.kill()
+        raise
+    finally:
+        rc = None if left else proc.wait()
+        if timer:
+            timer.cancel()
+        stderr = b"" if left else proc.stderr_bytes()
+    if writer is not None:
+        writer.join(timeout=5)
+    return rc, got.garbage, got.reply, stderr.decode("utf-8", "replace")
+
+
+class _Replies:
+    """What an agent writes, line by line: its events handed on as they come, its one reply
+    kept, and the first lines that are not its JSON (the diagnosis shows them)."""
+
+    def __init__(self, on_event: Callable[[dict], None] | None, on_data: Callable[[bytes], None] | None = None):
+        self.on_event, self.on_data = on_event, on_data
+        self.reply: dict | None = None
+        self.garbage: list[bytes] = []
+        self.events = False
+        self.pending = 0  # raw bytes that follow the last line (its event was {"data": N})
+
+    def pass_bytes(self, stream) -> None:
+        """The pending raw bytes from stream to on_data, 1 MiB at most at a time."""
+        left, self.pending = self.pending, 0
+        while left:
+            chunk = stream.read(min(left, 1 << 20))
+            if not chunk:
+                return  # the far side ended mid-frame: its missing reply is diagnosed
+            left -= len(chunk)
+            self.on_data(chunk)
+
+    def take(self, line: bytes) -> None:
+        msg = _parse_line(line)
+        if msg is None:
+            if len(self.garbage) < 20:
+                self.garbage.append(line)
+        elif "event" in msg:
+            ev = msg["event"]
+            if isinstance(ev, dict) and "notice" in ev:
+                # what the far side says while the call waits (a run lock held by another
+                # verb): for the person, on stderr, whatever the call's own events are
+                sys.stderr.write(f"runward: {ev['notice']}\n")
+                sys.stderr.flush()
+                return
+            self.events = True
+            if self.on_data is not None and isinstance(ev, dict) and isinstance(ev.get("data"), int) and len(ev) == 1:
+                self.pending = ev["data"]
+                return
+            if self.on_event is not None:
+                self.on_event(ev)
+        else:
+            self.reply = msg
+
+
+def _agent_missing(reply: dict | None) -> bool:
+    """The far side does not have this agent version (it ran nothing)."""
+    return (reply is not None and not reply.get("ok")
+            and (reply.get("error") or {}).get("type") == "AgentMissing")
+
+
+class Spawned:
+    """One call's far end: a child with stdin and stdout on pipes and stderr in an unlinked
+    file. It replaces subprocess.Popen, whose imports (selectors, threading, locale,
+    contextlib) cost every call about 5 ms before it starts; os.posix_spawn does what a call
+    needs. stderr goes to a file, not a pipe: an ssh ControlPersist master forked by the call
+    keeps a pipe open for minutes (we would wait for its EOF), and an agent writing more than
+    a pipe's 64 KiB there before its reply would stall on a pipe read only at the end.
+
+    Like Popen(close_fds=True), the child inherits no descriptor but 0, 1 and 2, and SIGPIPE
+    and SIGXFSZ are back to their defaults there (Python ignores SIGPIPE in itself)."""
+
+    def __init__(self, argv: list[str]):
+        from _signal import SIGPIPE, SIGXFSZ
+        from _thread import allocate_lock
+        self._lock = allocate_lock()
+        self.returncode: int | None = None
+        fds: list[int] = []
+        try:
+            for make in (_unlinked_file, os.pipe, os.pipe):
+                got = make()
+                for fd in (got if isinstance(got, tuple) else (got,)):
+                    fds.append(fd)
+                    fds[-1] = _high_fd(fd)
+            err, in_r, in_w, out_r, out_w = fds
+            actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                       (os.POSIX_SPAWN_DUP2, err, 2)]
+            actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
+            self.pid = os.posix_spawnp(argv[0], argv, child_environ(), file_actions=actions,
+                                       setsigdef=(SIGPIPE, SIGXFSZ))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        os.close(in_r)
+        os.close(out_w)
+        self._err = err
+        self.stdin = os.fdopen(in_w, "wb")
+        self.stdout = os.fdopen(out_r, "rb")
+
+    def kill(self) -> None:
+        # under the lock, and only before wait() has reaped the child: its pid cannot have
+        # been given to another process yet
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    os.kill(self.pid, 9)
+                except ProcessLookupError:
+                    pass
+
+    def leave(self) -> None:
+        """Let the child run on without us: our ends of its pipes closed, never waited for
+        (it is reaped by whoever adopts it once this CLI has exited)."""
+        for f in (self.stdin, self.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        if self._err >= 0:
+            os.close(self._err)
+            self._err = -1
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+            with self._lock:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            self.stdout.close()
+            try:
+                self.stdin.close()
+            except OSError:
+                pass  # the far side went away with our input unread
+        return self.returncode
+
+    def stderr_bytes(self) -> bytes:
+        """Everything the child wrote to stderr (call after wait())."""
+        if self._err < 0:
+            return b""
+        os.lseek(self._err, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(self._err, 1 << 16):
+            chunks.append(chunk)
+        os.close(self._err)
+        self._err = -1
+        return b"".join(chunks)
+
+
+def _unlinked_file() -> int:
+    d = os.environ.get("TMPDIR") or "/tmp"
+    try:
+        return os.open(d, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError):  # not Linux, or a filesystem without O_TMPFILE
+        import tempfile
+        with tempfile.TemporaryFile() as f:
+            return os.dup(f.fileno())
+
+
+def _high_fd(fd: int) -> int:
+    """fd moved to 3 or above: where the CLI runs with 0, 1 or 2 closed, a pipe can take
+    one of them, and a spawn's dup2 onto the same number would leave it close-on-exec."""
+    if fd > 2:
+        return fd
+    import fcntl
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return new
+
+
+def _inheritable_fds() -> list[int]:
+    """Descriptors above 2 that would survive exec: inherited from whoever started the CLI
+    (Python opens its own close-on-exec)."""
+    for d in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(d)
+            break
+        except OSError:
+            continue
+    else:
+        return []
+    fds = []
+    for n in names:
+        fd = int(n)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    fds.append(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+    return fds
+
+
+def _feed(stdin, head: bytes, payload: Iterable[bytes] | None, held: bool = False) -> None:
+    """Write the call's input; close it unless held (a follower's: closed by wait(), or by
+    the kernel when this process dies, which is the far side's sign that nobody follows)."""
+    try:
+        stdin.write(head)
+        if payload is not None:
+            for chunk in payload:
+                stdin.write(chunk)
+        if held:
+            stdin.flush()
+        else:
+            stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # the far side went away; the reader side diagnoses why
+
+
+def _parse_line(line: bytes) -> dict | None:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) and ("event" in msg or ("ok" in msg and "v" in msg)) else None

@@ -1,0 +1,187 @@
+"""The CLI's way to an ssh host's resident agent (transport.py's split, by concern): which
+operations may go there, a forward of the control master to its socket, the record of
+tries in cache/far-agents (beside the far sides known to have this agent cached), and
+when to stop trying. agent/resident.py is the far side of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .cache import cache_path, make_private_dir, read_cache, write_cache
+from .errors import HopFailed, RunwardError, Unreachable
+from .exchange import _agent_missing, _exchange, _Replies
+from .sshconf import control_dir, ssh_alive_options, ssh_base
+from .targets import Target
+
+
+# Operations that only read: on an ssh target they may be served by the far side's resident
+# agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
+_RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
+                           "manifest"))
+
+
+_RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
+
+
+def _single_ssh(target: Target) -> bool:
+    """A target whose resident is reachable: an ssh host itself (in a container behind it,
+    the resident's socket would be out of sshd's reach)."""
+    return len(target.hops) == 1 and target.hops[0].kind == "ssh"
+
+
+def _resident_on() -> bool:
+    return os.environ.get("RUNWARD_RESIDENT", "1") != "0"
+
+
+class _Resident:
+    """The way to the far side's resident agent, for one call.
+
+    Its state lives in cache/far-agents beside the agent's own lines, keyed by the same
+    "<sha256> <far key>": "@<key>\t<name>" records a forward of the control master from
+    the local socket <control dir>/r-<name> to the resident's socket there, "@<key>\t!" a
+    try that failed. After _RESIDENT_FAILS_MAX failures in a row (forwarding refused by
+    sshd, a resident killed each time its session ends) this agent version stops trying
+    that far side and every call goes the ordinary way.
+
+    Only read-only operations are sent there, so a try that ends without a reply is made
+    again the ordinary way, which also starts a resident again if it is gone."""
+
+    def __init__(self, target: Target, req: dict, payload, entry: str, known: list[str]):
+        self.target, self.entry, self.known = target, entry, known
+        self.forward: str | None = None
+        self.stale: str | None = None
+        self.fails = 0
+        self.wanted = (payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
+                       and _single_ssh(target) and _resident_on())
+        if not self.wanted:
+            return
+        self.idle = float(os.environ.get("RUNWARD_RESIDENT_IDLE") or 600)
+        prefix = "@" + entry + "\t"
+        name = None
+        for line in known:
+            if line.startswith(prefix):
+                state = line[len(prefix):]
+                if state == "!":
+                    self.fails += 1
+                elif state.isalnum():  # a name we made (os.urandom hex): never a path
+                    name, self.fails = state, 0
+        if self.fails >= _RESIDENT_FAILS_MAX:
+            self.wanted = False
+        elif name:
+            self.forward = os.path.join(control_dir(), "r-" + name)
+
+    def call(self, data: bytes, on_event, timeout) -> dict | None:
+        """The reply through the forward, or None (then the call goes the ordinary way):
+        no forward (the control master is gone: set up again after the call), or a
+        connection that ended without a reply (counted as a failure)."""
+        import _socket
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            try:
+                s.connect(self.forward)
+            except OSError:
+                self.stale, self.forward = self.forward, None
+                return None
+            s.settimeout(timeout)
+            got, buf = _Replies(on_event), b""
+            try:
+                s.sendall(data)
+                while chunk := s.recv(1 << 16):
+                    *lines, buf = (buf + chunk).split(b"\n")
+                    for line in lines:
+                        got.take(line)
+            except OSError:
+                pass
+            # AgentMissing: a resident of another agent version there, not ours to use
+            reply = None if _agent_missing(got.reply) else got.reply
+            if reply is None:
+                if got.events:  # what it said cannot be taken back by asking again
+                    raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
+                                    "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+                self._master_gone()
+                self._record("!")
+                self.fails += 1
+            elif self.fails:
+                self._record(os.path.basename(self.forward)[2:])  # it works again
+            return reply
+        finally:
+            s.close()
+
+    def _master_gone(self) -> None:
+        """The forward closed without a reply. If the control master carrying it is gone
+        too, it ended on its keepalive: the link went silent. Said now, as Unreachable; the
+        ordinary way would only wait a connect timeout more on the same dead link."""
+        hop = self.target.hops[0]
+        try:
+            rc = _exchange(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
+        except (RunwardError, OSError):
+            return
+        if rc != 0:
+            every = int(ssh_alive_options()[1].split("=")[1])
+            raise Unreachable(f"{hop}: the ssh link stopped answering (silent for {every} s, then 3 "
+                              f"keepalives {every} s apart went unanswered): link down or host frozen",
+                              "check the network to the host; runward status tries again with a new "
+                              "connection (RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)",
+                              hop=str(hop))
+
+    def found(self, info: dict) -> None:
+        """The ordinary call's agent reports the resident (found alive or started now): set
+        up the control master's forward to it, unless the one we have still connects."""
+        if self.forward or self.fails >= _RESIDENT_FAILS_MAX:
+            return
+        remote = info.get("path")
+        if not isinstance(remote, str) or not remote.startswith("/") or ":" in remote:
+            return
+        name = os.urandom(6).hex()
+        local = os.path.join(control_dir(), "r-" + name)
+        argv = self.target.hops[0].ssh_argv(ssh_base(), ["-O", "forward", "-L", f"{local}:{remote}"])
+        try:
+            rc = _exchange(argv, b"", None, None, None)[0]
+        except (RunwardError, OSError):
+            return
+        if rc == 0:
+            self._record(name)
+            if self.stale:  # a forward of a master that has exited: its socket file stays
+                try:
+                    os.unlink(self.stale)
+                except OSError:
+                    pass
+
+    def _record(self, state: str) -> None:
+        _far_remember(f"@{self.entry}\t{state}", self.entry.split(" ", 1)[0], self.known)
+        self.known.append(f"@{self.entry}\t{state}")
+
+
+def _far_key(target: Target) -> str:
+    """Which far side a target reaches, as far as the agent's cache goes: the hop chain, the
+    python it runs (a cache file per interpreter version) and the home."""
+    py = sys.executable if target.is_local else (target.python or os.environ.get("RUNWARD_PYTHON") or "python3")
+    return json.dumps([str(target), py, target.home or ""])
+
+
+def _far_lines() -> list[str]:
+    """cache/far-agents: one "<agent sha256> <far key>" line per far side known to have
+    that agent cached."""
+    return (read_cache(cache_path("far-agents")) or b"").decode("utf-8", "replace").splitlines()
+
+
+def _far_remember(entry: str, sha: str, known: list[str]) -> None:
+    """Add entry to cache/far-agents (known: its lines as read before the call): one small
+    O_APPEND write, never torn; past 64 KiB the file is rewritten with the lines of this
+    agent version only."""
+    path = cache_path("far-agents")
+    if sum(len(x) + 1 for x in known) > 1 << 16:
+        keep = [x for x in known if x.startswith((sha + " ", "@" + sha + " "))] + [entry]
+        write_cache(path, "".join(x + "\n" for x in keep).encode())
+        return
+    try:
+        make_private_dir(os.path.dirname(path))
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (entry + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a read-only home: the source goes with every call
