@@ -1,0 +1,52 @@
+"""The oracle finds the trust issue's holes when they are put back (issue 26): two of the
+sequences it printed, shrunk by hand to the steps that matter, kept as regression tests. Each
+fails on a copy of the tree with its fix taken out (docs/testing.md, "Known holes": how, and
+what the oracle printed); the third, a multi-node deploy, is test_oracle.py's
+`..._two_node_run_lands_on_both_filesystems`."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracle import machine, world
+
+
+def _session(kind: str):
+    why = world.why_not(kind)
+    if why:
+        pytest.skip(why)
+    return machine.make([kind])()
+
+
+def test_oracle_an_env_i_escapee_of_a_job_that_ended_without_cgroups_is_still_the_runs():
+    """Issue 25 item 3 (shim.py's _wait_adopted taken out): an ordinary user's run (no cgroup),
+    its job leaves an `env -i` escapee in a session of its own and exits by itself. Put back,
+    status said exited while the escapee lived (invariant 1), and stop would call it stopped."""
+    state = _session("user")
+    try:
+        state.start(k=0, sh=False, supervised=False)
+        state.all_true()
+        state.escape(i=0, kind="envi")
+        state.all_true()
+        state.job_ends(i=0, how="exit 0")
+        state.all_true()
+        state.stop(i=0)
+        state.all_true()
+    finally:
+        state.teardown()
+
+
+def test_oracle_restart_after_a_local_edit_without_deploy_is_refused():
+    """Issue 25 item 11 (verbs/restart.py's local-drift check taken out): the user edits the
+    job's code here and restarts without --deploy. Put back, the restart said exit 0 and the
+    new attempt ran the old code; the oracle expects the refusal (exit 2, the run untouched)."""
+    state = _session("local")
+    try:
+        state.start(k=0, sh=False, supervised=False)
+        state.all_true()
+        state.edit_local(i=0, deploy=False)
+        state.all_true()
+        state.restart(i=0, deploy=False)
+        state.all_true()
+    finally:
+        state.teardown()
