@@ -94,12 +94,13 @@ def test_a_held_gpu_on_one_node_blocks_every_node_then_all_start_together(cli, t
     rc, st = cli.json("status", name)
     assert [r["state"] for r in st["result"]["nodes"]] == ["blocked", "blocked"], st
     assert st["result"]["state"] == "blocked", st
-    text = cli.run("status", name).stdout  # each node says why it waits
-    assert re.search(r"node 0 n0 \(ssh://rw1\): blocked \(waiting for the other nodes' GPUs: node 1", text), text
-    assert re.search(r"node 1 n1 \(ssh://rw2\): blocked \(node 1 n1 \(ssh://rw2\): GPU 1 still holds 2,000 MiB \(pid %d" % holder.pid, text), text
     # node 0's GPU is free: it waits for node 1's all the same, no job forked on either node
     wait_for(lambda: _rec(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30, "node 0's own release")
     assert not _rec(tmp_path, 0, name, 2).get("job") and not _rec(tmp_path, 1, name, 2).get("job")
+    text = cli.run("status", name).stdout  # each node says why it waits
+    assert re.search(r"node 0 n0 \(ssh://rw1\): blocked \(GPUs released here; waiting for node 1 \(ssh://rw2\)\)",
+                     text), text
+    assert re.search(r"node 1 n1 \(ssh://rw2\): blocked \(node 1 n1 \(ssh://rw2\): GPU 1 still holds 2,000 MiB \(pid %d" % holder.pid, text), text
     holder.kill()
     holder.wait()
     freed = time.time()
@@ -123,7 +124,12 @@ def test_a_stop_while_blocked_cancels_every_node_and_nothing_starts(cli, tmp_pat
     shims = [_rec(tmp_path, i, name, 2)["shim"]["pid"] for i in (0, 1)]
     p = cli.run("stop", name)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("cancelled the blocked start of attempt 2 (it never ran)") == 2, p.stdout
+    # each node's stop cancels its waiter, or finds it cancelled already by the other's (the
+    # barrier tells every node: a multi-node attempt starts together or not at all)
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith("  node ")]
+    assert len(rows) == 2 and all("cancelled the blocked start of attempt 2 (it never ran)" in ln
+                                  or ln.endswith("failed, attempt 2, verified dead") for ln in rows), p.stdout
+    assert "cancelled the blocked start" in p.stdout, p.stdout
     for i in (0, 1):
         assert not alive(shims[i]), f"node {i}'s waiting shim outlived the stop"
     # again, the GPU still held: nothing of the run lives, but node 1's GPU is not released (exit 5)
@@ -137,4 +143,24 @@ def test_a_stop_while_blocked_cancels_every_node_and_nothing_starts(cli, tmp_pat
     assert cli.json("stop", name, timeout=120)[0] == 0  # released: stopped, verified, on every node
     for i in (0, 1):  # released now: a cancelled attempt stays cancelled on every node
         a = _rec(tmp_path, i, name, 2)
-        assert a["blocked"].get("cancelled_at") and not a.get("job"), a
+        assert a["blocked"].get("cancelled_at") and not a.get("job") and a["error"].startswith("not started: "), a
+
+
+def test_a_stop_of_one_node_while_blocked_cancels_every_node(cli, tmp_path, mg):
+    name, states, holder = mg
+    assert cli.json("start", name, timeout=120)[0] == 0
+    fakegpu.attach(states[1], 1, holder.pid, 2000)
+    _blocked(cli, name, holder)
+    shim0 = _rec(tmp_path, 0, name, 2)["shim"]["pid"]
+    p = cli.run("stop", name, "--on", "n1")
+    assert p.returncode == 0 and "cancelled the blocked start of attempt 2 (it never ran)" in p.stdout, p.stdout
+    # node 1 will never start, so node 0 does not wait for it: told by node 1, it is cancelled too
+    wait_for(lambda: not alive(shim0), 20, "node 0's waiting shim to end")
+    a0 = _rec(tmp_path, 0, name, 2)
+    assert a0["error"] == "not started: node 1 (ssh://rw2) was stopped while every node waited for the GPUs", a0
+    assert a0["blocked"]["cancelled_at"] and not a0.get("job"), a0
+    holder.kill()
+    holder.wait()
+    rc, st = cli.json("status", name)
+    assert [r["state"] for r in st["result"]["nodes"]] == ["failed", "failed"], st
+    assert not any(_rec(tmp_path, i, name, 2).get("job") for i in (0, 1))

@@ -194,6 +194,10 @@ def _roll_back(nodes: list[Target], name: str, res: dict) -> None:
     for (i, _), s in zip(todo, stops):
         res["nodes"][i]["rollback"] = s["result"] if s["ok"] else {"error": s["error"], "verified_dead": False}
     failed = [f"node {i} ({r['target']}): {r['error']['message']}" for i, r in enumerate(res["nodes"]) if not r["ok"]]
+    if not todo:  # every node refused before launching anything: nothing to roll back
+        res.update(state="not started", rolled_back_verified=True,
+                   message="start refused on " + "; ".join(failed) + "; nothing was started or stopped")
+        return
     res["state"] = "rolled back"
     res["message"] = "start failed on " + "; ".join(failed) + "; every node that started was stopped"
     res["rolled_back_verified"] = all((r.get("rollback") or {}).get("verified_dead", True) for r in res["nodes"])

@@ -161,7 +161,8 @@ def render_status(res: dict, target: str) -> str:
                      f"  cpu {t.get('cpu_seconds', 0):.1f}s  rss {human_bytes(t.get('rss_bytes'))}"
                      f"  pss {human_bytes(t['pss_bytes']) if t.get('pss_bytes') is not None else 'unknown'}")
         elif st == "blocked" and (r.get("blocked") or {}).get("by") == "restart":  # never ran yet
-            head += "  waiting for its GPUs (restart)"
+            # what it waits for: its own GPUs' holders, or (a node of a multi-node run) the others'
+            head += f"  restart waiting: {(r.get('blocked') or {}).get('why') or 'for its GPUs'}"
         elif st in ("exited", "stray", "failed", "restarting", "gave_up", "blocked"):
             head += f"  {describe_exit(r.get('exit'))}"
             if r.get("exit", {}) and r["exit"].get("at"):

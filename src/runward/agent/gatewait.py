@@ -22,7 +22,11 @@ CANCELLED = "not started: `runward stop` cancelled it while it was blocked on th
 
 
 class Cancelled(Exception):
-    """A stop marked the blocked attempt."""
+    """A stop marked the blocked attempt, or (a multi-node run) another node's: why says which."""
+
+    def __init__(self, why=None):
+        Exception.__init__(self, why)
+        self.why = why
 
 
 def blocked_record(gate):
@@ -54,14 +58,14 @@ def status(out, att, state):
 def wait(store, n, att, say, notify, hold):
     """In the shim, before the job is forked: True once the GPUs are released (the record
     says when), False when a stop cancelled the attempt (the record says so). Free at the
-    first read (freed since the stop looked): one nvidia-smi read, and the start goes on."""
+    first read (freed since the stop looked): one nvidia-smi read, and the start goes on.
+    A node of a multi-node run waits for every node's (gatebarrier.py), its own free or not."""
     gate = att["gate"]
     idx = list(gate.get("gpus") or ())
     max_used = float(gpus.MAX_USED_MIB if gate.get("max_used_mib") is None else gate["max_used_mib"])
     now, _, _, polls = gpus.poll(idx, max_used, 0, store.home)
-    # a node of a multi-node run waits for the others' GPUs too (gatebarrier.py), its own free or not
     multi = int((att.get("multinode") or {}).get("nnodes") or 1) > 1
-    if (now is None or all(s["free"] for s in now)) and not multi:
+    if _free(now) and not multi:
         return _end(store, n, att, "released_at", polls=polls, checked=now is not None)
 
     def mark(a):
@@ -75,14 +79,12 @@ def wait(store, n, att, say, notify, hold):
         if (store.attempt(n) or {}).get("stop_requested"):
             raise Cancelled()
     try:
-        while not (now is None or all(s["free"] for s in now)):
+        if multi:
+            _every_node(store, n, att, idx, max_used, on_poll)
+        while not _free(now) and not multi:
             on_poll()
             now, _, _, p = gpus.poll(idx, max_used, BLOCKED_POLL_S, store.home, on_poll)
             polls += p
-        if multi:  # ours are released: every node starts once every node's are
-            from . import gatebarrier
-            store.update_attempt(n, lambda a: a.setdefault("blocked", {}).update(own_released_at=time.time()))
-            gatebarrier.wait(att["multinode"], on_poll)
         # released: the run lock, held until the job is recorded (hold: the Supervisor gives it
         # back then), so a stop either cancels the attempt before the fork or finds its job
         fd = _lock(store, on_poll)
@@ -92,9 +94,52 @@ def wait(store, n, att, say, notify, hold):
             store.unlock(fd)
             raise
         hold(fd)
-    except Cancelled:
-        return _end(store, n, att, "cancelled_at", error=CANCELLED)
+    except Cancelled as c:
+        return _end(store, n, att, "cancelled_at", error=c.why or CANCELLED)
     return _end(store, n, att, "released_at", polls=polls, checked=now is not None)
+
+
+def _free(now):
+    return now is None or all(s["free"] for s in now)
+
+
+def _every_node(store, n, att, idx, max_used, on_poll):
+    """A multi-node run's node: its own GPUs read every second, and what it waits for kept
+    in the record's blocked.why (its own holders, else the other nodes), until every node's
+    GPUs are released (gatebarrier.py)."""
+    from . import gatebarrier
+    first = (att.get("blocked") or {}).get("why") or "GPUs not released"
+    known = {h.get("pid") for h in (att.get("blocked") or {}).get("holders") or ()}
+    said = [first]
+
+    def own():
+        now = gpus.poll(idx, max_used, 0, store.home)[0]
+        if _free(now):
+            return True, None
+        held = [s for s in now if not s["free"]]
+        if {h.get("pid") for s in held for h in s["holders"]} == known:
+            return False, None  # the holders the restart named: its words stand
+        return False, "; ".join("GPU %s holds %s MiB (%s)" % (
+            s["index"], "{:,}".format(int(s.get("used_mib") or 0)),
+            ", ".join("pid %s" % h.get("pid") for h in s["holders"]) or "no process listed") for s in held)
+
+    def note(text):
+        text = text or first
+        if text == said[0]:
+            return
+        said[0] = text
+
+        def change(a):
+            b = a.setdefault("blocked", {})
+            b["why"] = text
+            if text.startswith("GPUs released here"):
+                b["holders"] = []
+                b.setdefault("own_released_at", time.time())
+        store.update_attempt(n, change)
+    try:
+        gatebarrier.wait(att["multinode"], own, on_poll, note)
+    except gatebarrier.PeerStopped as p:
+        raise Cancelled("not started: %s" % p.reason)
 
 
 def _lock(store, on_poll):

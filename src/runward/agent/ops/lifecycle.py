@@ -157,6 +157,12 @@ def _replace_old(store, req, procs):
                                                     ", ".join(str(p) for p in sorted(left)[:8])),
                                "`runward stop %s` ends them (verified), or start with --replace" % store.name,
                                attempt=prev.get("attempt"), pids=sorted(left))
+    from .. import gatewait
+    if not req.get("replace") and gatewait.pending(prev):  # a restart's attempt waiting for the GPUs
+        raise AgentFailure("AlreadyRunning", "run %s is blocked: attempt %s waits for the GPUs and starts by "
+                           "itself once they are released" % (store.name, prev.get("attempt")),
+                           "`runward stop %s` cancels it, or start with --replace" % store.name,
+                           attempt=prev.get("attempt"), pid=None)
     if not req.get("replace"):
         raise AgentFailure("AlreadyRunning", "run %s is already running (attempt %s, pid %s)" % (
             store.name, prev.get("attempt"), (prev.get("job") or {}).get("pid")),
