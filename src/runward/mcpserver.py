@@ -23,7 +23,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
-from . import library, mcptools
+from . import library, mcptasks, mcptools
 from .errors import EXIT_BAD_INPUT, RunwardError
 from .mcptools import TOOLS
 
@@ -112,16 +112,24 @@ class Server:
     def __init__(self, config: str | None, policy: Policy):
         self.config = config
         self.policy = policy
+        # start/stop/watch as MCP tasks, for clients that ask; a task id passes the policy as a call would
+        self.tasks = mcptasks.Tasks(config, lambda verb, on, name: refusal(
+            verb, on, name, {}, policy, library._config(config)))
 
     async def call(self, ctx: Context, verb: str, fn: Callable[[], library.Result], *, on: str | None = None,
-                   name: str | None = None, args: dict | None = None, expect_s: float | None = None) -> CallToolResult:
+                   name: str | None = None, args: dict | None = None, expect_s: float | None = None,
+                   ready: str | None = None) -> CallToolResult:
         try:
             cfg = library._config(self.config)
             doc = refusal(verb, on, name, args or {}, self.policy, cfg)
         except RunwardError as e:
             doc = {"ok": False, "command": verb, "error": e.to_dict()}
         if doc is None:
-            doc = (await _with_progress(ctx, verb, fn, expect_s)).to_json()
+            made = await self.tasks.create(verb, fn, on, name, expect_s, ready)
+            if isinstance(made, dict):  # a task: the interceptor answers with its handle instead of this
+                doc = {"ok": True, "command": verb, "task": made["taskId"]}
+            else:
+                doc = (made or await _with_progress(ctx, verb, fn, expect_s)).to_json()
         return CallToolResult(content=[TextContent(type="text", text=json.dumps(doc))],
                               structured_content=doc, is_error=not doc.get("ok"))
 
@@ -154,8 +162,9 @@ async def _with_progress(ctx: Context, verb: str, fn: Callable[[], library.Resul
 
 
 def build(config: str | None, policy: Policy) -> MCPServer:
-    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version())
-    mcptools.register(server, Server(config, policy))
+    srv = Server(config, policy)
+    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version(), extensions=[srv.tasks])
+    mcptools.register(server, srv)
     return server
 
 
