@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import pytest
 
+import testbed
 from conftest import ROOT, wait_for
 
 pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
@@ -323,6 +324,57 @@ def test_a_client_without_the_extension_gets_the_plain_call_and_progress(env):
             assert not res.is_error and _doc(res)["result"]["verified"] == ["alive_after_settle"]
             assert progress and progress[0][1] == 2.5, progress
     anyio.run(main)
+
+
+def test_an_early_exit_is_a_completed_task_flagged_as_an_error_by_either_process(env):
+    a, b = _name(env, "e"), _name(env, "f")
+    early = {"on": "local", "settle": 5, "command": ["sh", "-c", "sleep 1; exit 3"]}
+
+    async def main():
+        async with _client(env, ClientTasks()) as c:
+            created = await c.session.call_tool("start", {"name": a, **early}, allow_claimed=True)
+            got, _ = await poll(c.session, created.task_id)
+            # the spec keeps `failed` for JSON-RPC errors: a verb's failure is a result with isError
+            assert got.status == "completed" and got.result["isError"], got
+            doc = got.result["structuredContent"]
+            assert doc["error"]["type"] == "ExitedEarly" and doc["command"] == "start", doc
+            created = await c.session.call_tool("start", {"name": b, **early}, allow_claimed=True)
+            _kill_servers()
+        async with _client(env, ClientTasks()) as c:
+            got, _ = await poll(c.session, created.task_id)
+        assert got.status == "completed" and got.result["isError"], got
+        assert "exited during its settle period" in got.status_message, got
+        assert got.result["structuredContent"]["result"]["runs"][0]["exit"]["code"] == 3
+    anyio.run(main)
+
+
+def test_a_task_in_a_container_over_ssh_is_answered_after_a_kill(env):
+    """The id carries the whole hop chain (ssh://rw1/pct:200): the new process reads the run
+    where it lives, through the same hops."""
+    tb = testbed.require("ssh")
+    testbed.require("pct")
+    env["env"] = testbed.env(tb, dict(env["env"], RUNWARD_SSH_CONFIG=tb["ssh_config"]))
+    a, ct = _name(env, "x"), "ssh://rw1/pct:200"
+
+    async def main():
+        async with _client(env, ClientTasks()) as c:
+            created = await c.session.call_tool("start", {**_start_args(a, 3), "on": ct}, allow_claimed=True)
+            assert created.task_id.startswith(f"start:{a}:1@{ct}#"), created.task_id
+            _kill_servers()
+        async with _client(env, ClientTasks()) as c:
+            got, _ = await poll(c.session, created.task_id)
+            assert got.status == "completed" and not got.result["isError"], got
+            doc = got.result["structuredContent"]
+            assert doc["target"] == ct and doc["result"]["runs"][0]["state"] == "running", doc
+            res = await c.call_tool("stop", {"name": a, "on": ct, "grace": 5})
+            assert not res.is_error and _doc(res)["result"]["verified_dead"], _doc(res)
+    try:
+        anyio.run(main)
+    finally:
+        subprocess.run([sys.executable, "-m", "runward", "stop", a, "--on", ct, "--grace", "1"], cwd=env["dir"],
+                       env=env["env"], capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "runward", "rm", a, "--on", ct, "--logs"], cwd=env["dir"],
+                       env=env["env"], capture_output=True, timeout=120)
 
 
 def test_task_ids_name_verb_run_attempt_and_target():
