@@ -3,7 +3,8 @@
 One tool per verb. Each calls the Python API (library.py), which runs the verb's own code, so
 a tool's result is the very document `runward VERB --json` prints: `verified` on success, the
 error's type, hop and hint on failure (then the result is flagged isError). A call that waits
-(start's settle, watch's window, stop's grace) reports progress once a second.
+(start's settle, watch's window, stop's grace) reports progress once a second, or, for a client
+that declares MCP's tasks extension, answers with a task handle at once (mcptasks.py).
 
 What an agent may do is a policy (docs/agents.md): runward.toml's [mcp] `allow` (verbs) and
 `targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill,
