@@ -3,7 +3,8 @@
 One tool per verb. Each calls the Python API (library.py), which runs the verb's own code, so
 a tool's result is the very document `runward VERB --json` prints: `verified` on success, the
 error's type, hop and hint on failure (then the result is flagged isError). A call that waits
-(start's settle, watch's window, stop's grace) reports progress once a second.
+(start's settle, watch's window, stop's grace) reports progress once a second, or, for a client
+that declares MCP's tasks extension, answers with a task handle at once (mcptasks.py).
 
 What an agent may do is a policy (docs/agents.md): runward.toml's [mcp] `allow` (verbs) and
 `targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill,
@@ -23,7 +24,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
-from . import library, mcptools
+from . import library, mcptasks, mcptools
 from .errors import EXIT_BAD_INPUT, RunwardError
 from .mcptools import TOOLS
 
@@ -112,16 +113,24 @@ class Server:
     def __init__(self, config: str | None, policy: Policy):
         self.config = config
         self.policy = policy
+        # start/stop/watch as MCP tasks, for clients that ask; a task id passes the policy as a call would
+        self.tasks = mcptasks.Tasks(config, lambda verb, on, name: refusal(
+            verb, on, name, {}, policy, library._config(config)))
 
     async def call(self, ctx: Context, verb: str, fn: Callable[[], library.Result], *, on: str | None = None,
-                   name: str | None = None, args: dict | None = None, expect_s: float | None = None) -> CallToolResult:
+                   name: str | None = None, args: dict | None = None, expect_s: float | None = None,
+                   ready: str | None = None) -> CallToolResult:
         try:
             cfg = library._config(self.config)
             doc = refusal(verb, on, name, args or {}, self.policy, cfg)
         except RunwardError as e:
             doc = {"ok": False, "command": verb, "error": e.to_dict()}
         if doc is None:
-            doc = (await _with_progress(ctx, verb, fn, expect_s)).to_json()
+            made = await self.tasks.create(verb, fn, on, name, expect_s, ready)
+            if isinstance(made, dict):  # a task: the interceptor answers with its handle instead of this
+                doc = {"ok": True, "command": verb, "task": made["taskId"]}
+            else:
+                doc = (made or await _with_progress(ctx, verb, fn, expect_s)).to_json()
         return CallToolResult(content=[TextContent(type="text", text=json.dumps(doc))],
                               structured_content=doc, is_error=not doc.get("ok"))
 
@@ -154,8 +163,9 @@ async def _with_progress(ctx: Context, verb: str, fn: Callable[[], library.Resul
 
 
 def build(config: str | None, policy: Policy) -> MCPServer:
-    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version())
-    mcptools.register(server, Server(config, policy))
+    srv = Server(config, policy)
+    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version(), extensions=[srv.tasks])
+    mcptools.register(server, srv)
     return server
 
 

@@ -39,7 +39,7 @@ async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, F
     """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines)."""
     return await _SRV.call(ctx, "start", lambda: library.start(
         name, command, on=on, env=env, sh=sh, cwd=cwd, settle=settle, ready=ready, replace=replace, gpus=gpus,
-        config=_SRV.config), on=on, name=name, expect_s=settle)
+        config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready)
 
 
 async def stop(ctx: Context, name: Name, on: On = None,
