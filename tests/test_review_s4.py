@@ -21,29 +21,9 @@ import pytest
 
 import fakegpu
 import testbed
-from conftest import EXAMPLE, alive, marked, wait_for
+from conftest import alive, marked, wait_for
+from test_restart_gate_nodes import _config
 
-FAST = {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_WORKERS": "0", "TRAIN_ESCAPEE": "0"}
-HOSTS = ["rw1", "rw2", "rw3"]
-
-
-def _config(tmp_path, name: str, n: int = 2) -> list:
-    states, lines = [], []
-    for i, h in enumerate(HOSTS[:n]):
-        state = fakegpu.create_state(tmp_path / f"smi{i}.json", gpus=2)
-        py = tmp_path / f"py{i}"
-        py.write_text(f"#!/bin/sh\nexport PATH={fakegpu.BIN_DIR}:$PATH RUNWARD_FAKE_SMI_STATE={state}\n"
-                      'exec python3 "$@"\n')
-        py.chmod(0o755)
-        states.append(state)
-        lines += [f"[targets.n{i}]", f'on = "ssh://{h}"', f'home = "{tmp_path}/node{i}"', f'python = "{py}"', ""]
-    env = ", ".join(f'{k} = "{v}"' for k, v in FAST.items())
-    nodes = ", ".join(f'"n{i}"' for i in range(n))
-    lines += [f"[runs.{name}]", f"nodes = [{nodes}]",
-              f'command = ["python3", "{EXAMPLE}", "--rank={{node_rank}}", "--of={{nnodes}}"]',
-              f"env = {{ {env} }}", "settle = 0.5", "gpus = [1]"]
-    (tmp_path / "work" / "runward.toml").write_text("\n".join(lines) + "\n")
-    return states
 
 
 class Holders:
