@@ -37,6 +37,10 @@ def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes
     except Exception as e:  # noqa: BLE001 - a violation, or runward misbehaving otherwise
         notes = "\n".join(dict.fromkeys(getattr(e, "__notes__", [])))  # hypothesis may add one twice
         head = "".join(traceback.format_exception_only(type(e), e)).strip()
+        # a violation seen once and not on hypothesis' replay comes as a FlakyFailure, an
+        # exception group: what was seen is its sub-exception, and must not be lost
+        for sub in getattr(e, "exceptions", ()):
+            head += "\n  seen first: " + "".join(traceback.format_exception_only(type(sub), sub)).strip()
         return "seed %d\n%s\n%s" % (seed, head, notes)
     return None
 
