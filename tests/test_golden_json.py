@@ -1,0 +1,310 @@
+"""Golden `--json` documents, one per verb (issue 27: the operations-layer refactor must leave
+every document the same).
+
+Each case runs the real CLI on a fixed local run (the bundled example job, copied under a
+fixed file name so `ps`/`kill` patterns match it alone; fixed env; a fixed run name), then
+compares the document with tests/golden/<case>.json after `normalise`: what legitimately
+varies between runs (pids, start times, timestamps, durations, sizes, tmp paths, the home's
+hash, host facts, numbers in log lines) becomes a marker of its TYPE ("<int>", "<float>",
+"<str>"...), so every key, the type of every value, and every stable value (states, verdicts,
+verified lists, exit codes, error types, fixed counts) still has to match. A renamed, dropped
+or added key, a changed type or a changed verdict fails with a unified diff.
+
+    RUNWARD_GOLDEN_UPDATE=1 pytest tests/test_golden_json.py    # rewrite the goldens
+
+(docs/testing.md). Each case has its own home and its own run, so any one can run alone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE, marked, wait_for
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("RUNWARD_GOLDEN_UPDATE") == "1"
+JOB = "rwgolden_train.py"  # the example job's copy: a file name no other test's process carries
+ENV = ["--env", "TRAIN_STEP_SECONDS=0.1", "--env", "TRAIN_SEED=0"]
+
+# Values that change from one run to the next, whatever their key's place: replaced by their
+# type's marker. Everything not listed is compared as it is.
+VOLATILE = {
+    "pid", "pids", "start", "start_time", "started_at", "ended_at", "mtime", "time", "size", "offset",
+    "waited_s", "ran_s", "uptime_s", "cpu_seconds", "rss_bytes", "pss_bytes", "steps", "points",
+    "warmup_points", "median", "last", "metrics", "throughput_series", "step", "loss", "tok_s",
+    "host", "kernel", "boot_id", "python", "executable", "clock_skew_s", "clock_skew_uncertainty_s",
+    "round_trip_s", "zombies", "zombie_comms", "pidns", "duration_s", "elapsed_s", "age_s", "ts",
+    "init_pid", "worker_pids", "escapee_pid", "last_step_at", "silent_s", "since", "window_s",
+    "step_time_s", "seconds", "took_s", "sha256", "user", "ended", "exit_time", "newest",
+    "stall_after", "stall_after_s", "median_step_s", "last_step", "last_line_at", "oldest",
+    "ago_s", "mtime_age_s", "rate", "first", "reached_step", "bytes", "mode", "id", "py_spy",
+    "line",  # stacks: the source line each thread was caught on
+}
+# Keys whose strings are log lines or command lines: numbers in them vary with time and pids.
+# Lists whose order is the order of pids (which wrap): compared as sorted.
+UNORDERED = {"procs", "processes", "matched", "groups", "fates", "members"}
+LINE_KEYS = {"first_lines", "lines", "last_line", "last_lines", "cmd", "tail", "line", "output", "stdout"}
+
+
+@functools.lru_cache(None)
+def _python3() -> str:
+    p = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+    return p.stdout.strip()
+
+
+def _marker(v) -> str:
+    return "<%s>" % ("null" if v is None else type(v).__name__)
+
+
+class Norm:
+    def __init__(self, tmp: Path, home_id: str | None):
+        self.subs = [(str(tmp), "<tmp>")]
+        if home_id:
+            self.subs.append((home_id, "<home_id>"))
+        self.subs.append((str(Path(EXAMPLE).parent.parent), "<repo>"))
+        self.subs.append((sys.executable, "<python>"))
+        self.subs.append((os.path.realpath(sys.executable), "<python>"))
+        if _python3():  # the job's interpreter, as /proc's cmdline names it (pyenv: not PATH's shim)
+            self.subs.append((_python3(), "<python3>"))
+
+    def text(self, s: str, line: bool) -> str:
+        for old, new in self.subs:
+            s = s.replace(old, new)
+        s = re.sub(r"/proc/\d+", "/proc/<pid>", s)
+        s = re.sub(r"\bpid(s)? \d+", r"pid\1 <pid>", s)
+        s = re.sub(r"\d{8}-\d{6}|\d{6,}", "<n>", s)  # time stamps and such in file names
+        if re.fullmatch(r"[0-9a-f]{8,64}", s) and re.search(r"\d", s):
+            s = "<hash>"  # a file's sha256 (prefix): the bytes of a file a test copies
+        if line:
+            s = re.sub(r"\d+(\.\d+)?(e[-+]\d+)?", "#", s)
+        return s
+
+    def __call__(self, v, key: str = "", line: bool = False):
+        if key in VOLATILE and not isinstance(v, (dict, bool)):
+            if isinstance(v, list):
+                return "<list>"  # how many (pids, zombies, points) is the machine's, not runward's
+            return _marker(v)
+        if isinstance(v, dict):
+            return {self.text(k, False): self(x, k, line) for k, x in v.items()}
+        if isinstance(v, list):
+            out = [self(x, key, line or key in LINE_KEYS) for x in v]
+            if line or key in LINE_KEYS:  # how many log lines fit a window is timing
+                out = [x for i, x in enumerate(out) if i == 0 or x != out[i - 1]]
+            if key in UNORDERED:
+                out.sort(key=lambda x: json.dumps(x, sort_keys=True))
+            return out
+        if isinstance(v, float):
+            return "<float>"  # measured; a float that must be stable is rare and keyed above if so
+        if isinstance(v, str):
+            return self.text(v, line or key in LINE_KEYS)
+        return v
+
+
+def check(name: str, rc: int, doc: dict, cli, tmp_path: Path):
+    # the home's id (agent/store.py Home.id): names its cgroups, so it shows in paths
+    home_id = hashlib.sha1(("%d:%s" % (os.getuid(), os.path.abspath(cli.home))).encode()).hexdigest()[:10]
+    got = json.dumps({"exit_code": rc, "document": Norm(tmp_path, home_id)(doc)}, indent=1, sort_keys=True) + "\n"
+    path = GOLDEN / f"{name}.json"
+    if UPDATE or not path.exists():
+        if not UPDATE:
+            pytest.fail(f"no golden {path.name}: run with RUNWARD_GOLDEN_UPDATE=1 to write it")
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(got)
+        return
+    want = path.read_text()
+    if got != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True), f"golden/{path.name}", "now"))
+        pytest.fail(f"`{name}` --json document differs from its golden (RUNWARD_GOLDEN_UPDATE=1 rewrites it "
+                    f"if the change is meant):\n{diff}")
+
+
+def job(cli) -> str:
+    dst = cli.cwd / JOB
+    if not dst.exists():
+        shutil.copy(EXAMPLE, dst)
+    return str(dst)
+
+
+def start(cli, name: str, *extra: str) -> tuple[int, dict]:
+    # --ready: first_lines then hold init, ready and a step line however slow the machine is
+    rc, doc = cli.json("start", name, "--settle", "1", "--ready", "^step 1 ", *ENV, *extra, "--", "python3", job(cli))
+    assert rc == 0, doc
+    return rc, doc
+
+
+def stepped(cli, name: str, n: int = 3):
+    """Until the run's log shows step n: the documents that read metrics see some."""
+    log = cli.home / "runs" / name / "log"
+    wait_for(lambda: log.exists() and f"step {n} " in log.read_text(), 30, f"{name} to reach step {n}")
+
+
+def test_start(cli, tmp_path):
+    check("start", *start(cli, "g-start"), cli, tmp_path)
+
+
+def test_status(cli, tmp_path):
+    start(cli, "g-status")
+    stepped(cli, "g-status")
+    check("status", *cli.json("status", "g-status"), cli, tmp_path)
+
+
+def test_status_all_runs(cli, tmp_path):
+    start(cli, "g-all")
+    check("status_all", *cli.json("status"), cli, tmp_path)
+
+
+def test_logs(cli, tmp_path):
+    start(cli, "g-logs")
+    stepped(cli, "g-logs")
+    check("logs", *cli.json("logs", "g-logs", "-n", "2"), cli, tmp_path)
+
+
+def test_stop(cli, tmp_path):
+    start(cli, "g-stop")
+    check("stop", *cli.json("stop", "g-stop", "--grace", "5"), cli, tmp_path)
+
+
+def test_restart(cli, tmp_path):
+    start(cli, "g-restart")
+    check("restart", *cli.json("restart", "g-restart"), cli, tmp_path)
+
+
+def test_history_and_compare(cli, tmp_path):
+    start(cli, "g-hist")
+    stepped(cli, "g-hist")
+    assert cli.json("restart", "g-hist")[0] == 0
+    stepped(cli, "g-hist", 200)  # the second attempt's step lines (the log runs on across attempts)
+    check("history", *cli.json("history", "g-hist"), cli, tmp_path)
+    check("compare", *cli.json("compare", "g-hist", "1", "2"), cli, tmp_path)
+
+
+def test_rm(cli, tmp_path):
+    start(cli, "g-rm")
+    assert cli.json("stop", "g-rm")[0] == 0
+    check("rm", *cli.json("rm", "g-rm"), cli, tmp_path)
+
+
+def test_prune(cli, tmp_path):
+    start(cli, "g-prune")
+    assert cli.json("stop", "g-prune")[0] == 0
+    check("prune", *cli.json("prune", "--older-than", "0s", "--dry-run"), cli, tmp_path)
+
+
+def test_ps_and_kill(cli, tmp_path):
+    start(cli, "g-ps")
+    wait_for(lambda: len(marked("g-ps.")) == 4, 20, "the job's four processes")
+    check("ps", *cli.json("ps", JOB), cli, tmp_path)
+    check("kill_dry_run", *cli.json("kill", JOB), cli, tmp_path)
+    check("kill", *cli.json("kill", JOB, "--yes"), cli, tmp_path)
+
+
+def test_watch(cli, tmp_path):
+    start(cli, "g-watch")
+    stepped(cli, "g-watch")
+    check("watch", *cli.json("watch", "g-watch", "--for", "1"), cli, tmp_path)
+
+
+def test_gpus_with_stand_in(cli, tmp_path):
+    import fakegpu
+    state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
+    cli.env = fakegpu.env_with_standin(state, cli.env)
+    check("gpus", *cli.json("gpus"), cli, tmp_path)
+
+
+def test_stacks(cli, tmp_path):
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        pytest.skip("py-spy is not installed (pip install -e '.[stacks]'): no stacks document to compare")
+    start(cli, "g-stacks")
+    check("stacks", *cli.json("stacks", "g-stacks"), cli, tmp_path)
+
+
+def test_exec(cli, tmp_path):
+    check("exec", *cli.json("exec", "--on", "local", "--", "sh", "-c", "echo out; echo err >&2; exit 3"), cli, tmp_path)
+
+
+def test_doctor(cli, tmp_path):
+    rc, doc = cli.json("doctor")
+    for hop in doc["result"]["hops"]:
+        pid1 = hop["checks"]["pid1"]
+        # whether pid 1 reaps (and so the hint) follows the zombies other processes on this
+        # machine leave at that moment: the key and its type stay, the verdict is the machine's
+        pid1["reaps"] = "<bool>"
+        pid1["hint"] = "<str or absent>"
+    check("doctor", rc, doc, cli, tmp_path)
+
+
+def test_lint(cli, tmp_path):
+    check("lint", *cli.json("lint", "ssh h 'pkill -f train.py; nohup ./run.sh &'"), cli, tmp_path)
+
+
+def test_push_and_pull(cli, tmp_path):
+    (cli.cwd / "a.txt").write_text("golden\n")
+    dest = tmp_path / "far"
+    check("push", *cli.json("push", "--on", "local", f"a.txt:{dest}/a.txt"), cli, tmp_path)
+    check("pull", *cli.json("pull", "--on", "local", f"{dest}/a.txt:{cli.cwd}/b.txt"), cli, tmp_path)
+
+
+def _deploy_config(cli, tmp_path, key: str):
+    (cli.cwd / "train.cfg").write_text("lr = 3e-4\n")
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.g-deploy]\n{key} = "local"\ncommand = ["python3", "{job(cli)}"]\n'
+        f'files = ["train.cfg:{tmp_path}/far/train.cfg"]\n')
+
+
+def test_deploy(cli, tmp_path):
+    _deploy_config(cli, tmp_path, "on")
+    check("deploy", *cli.json("deploy", "g-deploy"), cli, tmp_path)
+
+
+def test_config_with_an_unknown_key(cli, tmp_path):
+    _deploy_config(cli, tmp_path, "target")  # a plausible typo: the key is `on`
+    check("err_config_unknown_key", *cli.json("deploy", "g-deploy"), cli, tmp_path)
+
+
+def test_completion(cli, tmp_path):
+    rc, doc = cli.json("completion", "bash")
+    doc = dict(doc, result={k: (v if not isinstance(v, str) or len(v) < 200 else "<script>")
+                            for k, v in (doc.get("result") or {}).items()})
+    check("completion", rc, doc, cli, tmp_path)
+
+
+ERRORS = {
+    "err_unknown_run_status": ("status", "g-nosuch"),
+    "err_unknown_run_stop": ("stop", "g-nosuch"),
+    "err_unknown_run_logs": ("logs", "g-nosuch"),
+    "err_unknown_run_history": ("history", "g-nosuch"),
+    "err_bad_settle": ("start", "g-bad", "--settle", "soon", "--", "true"),
+    "err_bad_env": ("start", "g-bad", "--env", "=x", "--", "true"),
+    "err_bad_target": ("status", "--on", "nosuchkind:x"),
+    "err_bad_prune_duration": ("prune", "--older-than", "fortnight"),
+    "err_top_json": ("top",),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_error_documents(cli, tmp_path, case):
+    rc, doc = cli.json(*ERRORS[case])
+    assert rc != 0 and doc["ok"] is False, doc
+    check(case, rc, doc, cli, tmp_path)
+
+
+def test_plot(cli, tmp_path):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pytest.skip("matplotlib is not installed (pip install -e '.[plot]'): no plot document to compare")
+    start(cli, "g-plot")
+    stepped(cli, "g-plot")
+    check("plot", *cli.json("plot", "g-plot", "-o", str(tmp_path / "g.png")), cli, tmp_path)
