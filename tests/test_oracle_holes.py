@@ -50,3 +50,26 @@ def test_oracle_restart_after_a_local_edit_without_deploy_is_refused():
         state.all_true()
     finally:
         state.teardown()
+
+
+def test_oracle_a_stop_that_names_its_blind_spot_is_judged_as_status_is():
+    """Found by the pct soak (seed 7300): a supervised run in the LXC container (no cgroup),
+    an `env -i` escapee, the job SIGKILLed (the shim restarts it), then the shim SIGKILLed: the
+    escapee goes to pid 1 with nothing tying it to the run. runward's stop says so (its
+    blind_spot, README) and verifies the rest. Invariant 1 excused exactly such processes,
+    invariant 2 (right after the stop) did not, and called the stop a false verdict: the oracle
+    now judges both the same way. Every other process of the run still counts."""
+    state = _session("pct")
+    try:
+        state.start(k=0, sh=False, supervised=True)
+        state.all_true()
+        state.escape(i=0, kind="envi")
+        state.all_true()
+        state.job_ends(i=0, how="kill 9")
+        state.all_true()
+        state.kill_shim(i=0)
+        state.all_true()
+        state.stop(i=0)
+        state.all_true()
+    finally:
+        state.teardown()
