@@ -16,6 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train.py"
+
+# Ctrl-C is the default in every process the tests start: a suite launched as a background job
+# (`cmd &` in a script, some CI runners) inherits SIGINT ignored, exec keeps it ignored, and every
+# test that interrupts a verb with SIGINT would then wait on a CLI that never sees it. A handler
+# (not SIG_IGN) is reset to the default at each exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
