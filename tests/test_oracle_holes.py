@@ -73,3 +73,24 @@ def test_oracle_a_stop_that_names_its_blind_spot_is_judged_as_status_is():
         state.all_true()
     finally:
         state.teardown()
+
+
+def test_the_oracle_tells_run_1s_processes_from_run_10s():
+    """Found by the user soak (seed 8200): with ten runs in one session, run 10's processes
+    (token ORCTOK-ID-10) were counted as removed run 1's (ORCTOK-ID-1 is a substring of it),
+    and the oracle reported 'alive but the run is removed'. Real processes, /proc read."""
+    import os
+    import subprocess
+
+    from oracle import truth
+    tok = "ORCTOK-test%d" % os.getpid()
+    one = subprocess.Popen(["sh", "-c", "sleep 60; : %s-1" % tok])
+    ten = subprocess.Popen(["sh", "-c", "sleep 60; : %s-10" % tok])
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+        assert set(truth.tree(tok + "-1", ns)) >= {one.pid} and ten.pid not in truth.tree(tok + "-1", ns)
+        assert one.pid not in truth.tree(tok + "-10", ns) and ten.pid in truth.tree(tok + "-10", ns)
+    finally:
+        for p in (one, ten):
+            p.kill()
+            p.wait()

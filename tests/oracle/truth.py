@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 
 
@@ -71,12 +72,18 @@ def scan(needles: tuple = (), fds_for: tuple = ()) -> list[Proc]:
     return out
 
 
+def carries(cmdline: str, token: str) -> bool:
+    """TOKEN in the command line as itself: run 1's ORCTOK-ID-1 is not in run 10's ORCTOK-ID-10
+    (a substring test counted run 10's processes as run 1's, the user soak's seed 8200)."""
+    return re.search(re.escape(token) + r"(?!\d)", cmdline) is not None
+
+
 def tree(token: str, pidns: str, procs: list | None = None) -> dict[int, Proc]:
     """host pid -> Proc of every live process in `pidns` that carries `token` in its command
     line, or descends from one that does (the worker's and the escapees' sleep). `procs`: a
     scan() to reuse (one /proc walk for every run of a check)."""
     everything = [p for p in (scan() if procs is None else procs) if p.pidns == pidns]
-    found = {p.pid: p for p in everything if token in p.cmdline}
+    found = {p.pid: p for p in everything if carries(p.cmdline, token)}
     grew = True
     while grew:
         grew = False
@@ -114,7 +121,7 @@ def kill_tokens(tokens: list[str]):
     if not tokens:
         return
     everything = scan()
-    found = {p.pid: p for p in everything if any(t in p.cmdline for t in tokens)}
+    found = {p.pid: p for p in everything if any(carries(p.cmdline, t) for t in tokens)}
     grew = True
     while grew:
         grew = False
