@@ -346,8 +346,8 @@ def _parser(verb: str, module):
 
 
 def _config(path: str | None):
-    from . import config as _cfg
-    return _cfg.load(path)
+    from .config import load  # the submodule itself: not through the package's lazy __getattr__
+    return load(path)
 
 
 def _opt(flag: str, value) -> list[str]:

@@ -81,10 +81,11 @@ def wait(store, n, att, say, notify, hold):
     try:
         if multi:
             _every_node(store, n, att, idx, max_used, on_poll)
-        while not _free(now) and not multi:
-            on_poll()
-            now, _, _, p = gpus.poll(idx, max_used, BLOCKED_POLL_S, store.home, on_poll)
-            polls += p
+        else:
+            while not _free(now):
+                on_poll()
+                now, _, _, p = gpus.poll(idx, max_used, BLOCKED_POLL_S, store.home, on_poll)
+                polls += p
         # released: the run lock, held until the job is recorded (hold: the Supervisor gives it
         # back then), so a stop either cancels the attempt before the fork or finds its job
         fd = _lock(store, on_poll)
