@@ -147,7 +147,10 @@ def test_a_link_gone_silent_mid_stop_says_the_stop_goes_on_and_it_does(silent, t
     assert p.returncode == 3 and "goes on there" in doc["error"]["message"], doc
     assert doc["error"]["details"].get("stop_goes_on") is True, doc
     wait_for(lambda: not alive(*job), timeout=60, what="the job KILLed after its grace, nobody connected")
-    assert json.loads(rec.read_text()).get("stopped", {}).get("verified_dead"), rec.read_text()
+    # the stop's end is written after the job's death: once the shim recorded the exit, the
+    # cgroups are removed and the GPUs checked (CI, stop 34: read at the death, it was not there yet)
+    wait_for(lambda: "stopped" in json.loads(rec.read_text()), timeout=30, what="the stop's end in the record")
+    assert json.loads(rec.read_text())["stopped"]["verified_dead"] is True, rec.read_text()
 
 
 @pytest.mark.parametrize("resident", ["1", "0"])

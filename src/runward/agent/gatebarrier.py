@@ -23,7 +23,9 @@ a fresh read of its own: a member whose host went silent (no FIN: a power loss, 
 stops counting, as does one whose connection closed. A node's GPU
 taken again while it waits is seen at its next read (OWN_S) and it is not free again. A stop
 of any node cancels every node's attempt: the one stopped says so (a member to node 0, node 0
-to every member), since a multi-node attempt starts all together or not at all. Each side
+to every member), since a multi-node attempt starts all together or not at all; a side stopped
+while not connected (a member before it joined, node 0 before a member did) goes on telling
+for TELL_S at most (a member connects to say so, node 0 keeps listening to answer). Each side
 reads the stop's mark (on_poll) at least every POLL_S, and the record says what the node waits
 for (note). There is no timeout: a blocked run waits until released or stopped, never
 "proceeds anyway"."""
@@ -39,6 +41,7 @@ OWN_S = 1.0    # this node's GPUs read this often (one nvidia-smi read)
 BEAT_S = 1.0   # each side says it is there this often
 LOST_S = 4.0   # not heard for this long: that side does not count (a member) or is left (node 0)
 CONFIRM_S = 2.0  # at the decision, each member's fresh answer is waited for this long
+TELL_S = 5.0     # a stop seen while a node was not connected: it tells the others this long at most
 
 
 class PeerStopped(Exception):
@@ -210,9 +213,9 @@ class _Coordinator(_Side):
                 old = self.members.pop(st["rank"], None)  # a member that connected again
                 if old is not None:
                     self._close(old["sock"])
-                self.members[st["rank"]] = {"sock": c, "free": False, "heard": time.monotonic(), "buf": st["buf"]}
+                m = self.members[st["rank"]] = {"sock": c, "free": False, "heard": time.monotonic(), "buf": st["buf"]}
                 self.sel.modify(c, self.sel.get_key(c).events, st["rank"])
-                return
+                return self._lines(st["rank"], m)  # what came with its proof
             else:
                 chunk = b""
         if not chunk or len(st["buf"]) > HELLO_LINE:
@@ -234,9 +237,14 @@ class _Coordinator(_Side):
             return self._close(c)
         chunk = _recv(c)
         m["buf"] += chunk
-        if not chunk or (b"\n" not in m["buf"] and len(m["buf"]) > LINE):
+        # whole lines first, even with the EOF: a member stopped before it joined connects,
+        # proves itself, says it was cancelled and closes, all in one breath
+        self._lines(rank, m)
+        if not chunk or len(m["buf"]) > LINE:
             self.members.pop(rank, None)
-            return self._close(c)
+            self._close(c)
+
+    def _lines(self, rank, m):
         while b"\n" in m["buf"]:
             line, m["buf"] = m["buf"].split(b"\n", 1)
             msg = _parse(line)
@@ -265,8 +273,22 @@ class _Coordinator(_Side):
             _send(m["sock"], {"wait": missing})
 
     def cancelled(self, reason):
-        for m in self.members.values():
-            _send(m["sock"], {"cancel": reason or _stopped(self.mn, 0)})
+        """Every member told; one not connected now (before it joined, or between two
+        connections) is told when it connects within TELL_S, the port still ours."""
+        why = reason or _stopped(self.mn, 0)
+        told = set()
+        deadline = time.monotonic() + TELL_S
+        while True:
+            for r, m in list(self.members.items()):
+                if r not in told:
+                    told.add(r)
+                    _send(m["sock"], {"cancel": why})
+            if self.srv is None or len(told) >= self.nnodes - 1 or time.monotonic() > deadline:
+                return
+            try:
+                self._dispatch(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            except PeerStopped:  # that member was stopped too: it is told all the same
+                pass
 
     def _close(self, c):
         self.pending.pop(c, None)
@@ -321,7 +343,7 @@ class _Member(_Side):
             if time.monotonic() - self.heard > LOST_S:  # node 0 silent: connect again
                 self._drop()
 
-    def _join(self):
+    def _join(self, on_poll=None, until=None):
         """A connection to node 0 that proved it knows the secret (and we sent our proof)."""
         import socket
         try:
@@ -330,7 +352,8 @@ class _Member(_Side):
             self.waiting = "GPUs released here; waiting for node 0's coordinator at %s:%s: %s" % (self.addr + (e,))
             return False
         nm = os.urandom(16).hex()
-        buf = _line(sock, b"", time.monotonic() + HELLO_S, self.on_poll) \
+        hello_until = time.monotonic() + HELLO_S if until is None else min(until, time.monotonic() + HELLO_S)
+        buf = _line(sock, b"", hello_until, on_poll or self.on_poll) \
             if _send(sock, {"gate": self.rank, "id": self.mn.get("id"), "nonce": nm}) else None
         msg = _parse(buf.split(b"\n", 1)[0]) if buf is not None else {}
         if buf is None or not _same(msg.get("proof"), _mac(self.mn, "gate-coordinator", self.rank, nm, msg.get("nonce"))) \
@@ -385,7 +408,16 @@ class _Member(_Side):
         self.sock, self.buf = None, b""
 
     def cancelled(self, reason):
-        if self.sock is not None and reason is None:  # our own stop: node 0 tells the others
+        """Our own stop (REASON None): node 0 is told, and tells the others. Not connected now
+        (stopped before we joined, or between two connections): we connect to say so, for
+        TELL_S at most (node 0's host may be down), our stop's mark no longer read."""
+        if reason is not None:
+            return
+        deadline = time.monotonic() + TELL_S
+        while self.sock is None and time.monotonic() < deadline:
+            if not self._join(lambda: None, deadline):
+                time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        if self.sock is not None:
             _send(self.sock, {"cancelled": self.rank})
 
     def close(self):
