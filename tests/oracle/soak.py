@@ -4,6 +4,8 @@ steps; hypothesis shrinks a failing one to a minimal sequence of rules."""
 
 from __future__ import annotations
 
+import threading
+import time
 import traceback
 
 from hypothesis import HealthCheck, Phase, seed as hseed, settings
@@ -45,11 +47,29 @@ def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes
     return None
 
 
-def soak(kinds: list[str], steps: int, seed: int, holes=False, per_example=25, shrink=True):
+def soak(kinds: list[str], steps: int, seed: int, holes=False, per_example=25, shrink=True, every=0.0, out=None):
     """Runs examples with seeds seed, seed+1, ... until `steps` verbs have run. Returns
-    (steps, checks, violations)."""
+    (steps, checks, violations). EVERY > 0: a progress line on OUT that often (seconds), so
+    that a soak stopped part way has said how far it got."""
     machine.STATS.update(steps=0, checks=0, verbs=0)
     found = []
+    done = threading.Event()
+    if every > 0:
+        t0 = time.monotonic()
+
+        def progress():
+            while not done.wait(every):
+                print("oracle: progress: %d steps, %d checks, %d violations, %.0f s" % (
+                    machine.STATS["steps"], machine.STATS["checks"], len(found), time.monotonic() - t0),
+                    file=out, flush=True)
+        threading.Thread(target=progress, daemon=True).start()
+    try:
+        return _soak(kinds, steps, seed, holes, per_example, shrink, found)
+    finally:
+        done.set()
+
+
+def _soak(kinds, steps, seed, holes, per_example, shrink, found):
     s = seed
     while machine.STATS["steps"] < steps:
         before = machine.STATS["steps"]
