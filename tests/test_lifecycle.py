@@ -525,3 +525,26 @@ def test_a_cgroup_removed_while_it_is_read_reads_as_empty(monkeypatch):
     finally:
         if cg.exists():
             cg.rmdir()
+
+
+@pytest.mark.parametrize("verb", ["rm", "stop", "prune"])
+def test_cgroup_left_by_a_killed_shim_is_removed_by_the_verb_that_ends_the_run(cli, verb):
+    """The shim removes an attempt's empty cgroup when its job ends; one SIGKILLed first
+    cannot, and its cgroups stayed behind for ever (CI's machine held ~3,000 empty ones under
+    /sys/fs/cgroup/*/runward, from the tests' runs). The verb that finds the run over removes
+    them: a stop that finds nothing alive, rm, prune."""
+    rc, doc = cli.json("start", "cgleft", "--settle", "0.1", "--sh", gate(cli.cwd / "go"))
+    assert rc == 0, doc
+    cgs = doc["result"]["cgroups"]
+    if not cgs:
+        pytest.skip("no writable cgroup hierarchy here")
+    rec = json.loads((cli.home / "runs" / "cgleft" / "attempts" / "1.json").read_text())
+    os.kill(rec["shim"]["pid"], signal.SIGKILL)
+    wait_for(lambda: not alive(rec["shim"]["pid"]), what="the shim's death")
+    (cli.cwd / "go").touch()  # the job ends by itself, its shim gone: nobody removes its cgroups
+    wait_for(lambda: not alive(doc["result"]["pid"]), what="the job's end")
+    assert all(os.path.isdir(c) for c in cgs), "the control: the cgroups outlive the job when the shim is gone"
+    args = {"rm": ["rm", "cgleft"], "stop": ["stop", "cgleft"], "prune": ["prune", "--older-than", "0"]}[verb]
+    p = cli.run(*args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert not any(os.path.isdir(c) for c in cgs), f"{verb} left the run's empty cgroups: {cgs}"

@@ -10,6 +10,7 @@ hold its older lines and go wherever the log goes; a log another run writes to i
 import os
 import time
 
+from .. import cgroups
 from ..procfs import boot_id, protected, scan
 from ..runs import attempt_state, blind_spot, members
 from ..supervise import in_backoff
@@ -187,7 +188,11 @@ def _remove(store, with_logs, shared):
     """Remove the run's directory; its logs moved out, kept in place or removed (with_logs)."""
     import shutil
     logs = [_dispose(store, log, rotated, with_logs, shared) for log, rotated in _logs_of(store).items()]
-    attempts = len(store.attempts())
+    ns = store.attempts()
+    attempts = len(ns)
+    # the run's empty cgroups (a shim killed before its job ended could not remove them);
+    # nothing of the run is alive (checked under the lock), and rmdir leaves a non-empty one
+    cgroups.remove(cgroups.run_paths([p for n in ns[-1:] for p in (store.attempt(n) or {}).get("cgroups") or ()]))
     # renamed first, in one step, to a name no run can have: a reader sees the run whole or
     # not at all, and a crash mid-way leaves no half run behind
     gone = os.path.join(os.path.dirname(store.dir), ".%s.removing.%d" % (store.name, os.getpid()))

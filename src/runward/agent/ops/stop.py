@@ -116,6 +116,8 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
         res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                     "state": attempt_state(att, procs, boot_id())})
         res["verified"] = ["no_process_of_run_alive"]
+        # what a shim killed before its job ended could not remove: the run's empty cgroups
+        cgroups.remove(cgroups.run_paths((att or {}).get("cgroups")))
         return gpus.stop_check(res, store, att, [], gpu_timeout)
     job = (att or {}).get("job")
     group = job["pid"] if job and job["pid"] in found else None
