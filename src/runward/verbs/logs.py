@@ -13,7 +13,7 @@ INTERRUPTED = "interrupted: logs only reads; its follower on the target ended to
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("-n", type=int, default=None, metavar="LINES",
+    p.add_argument("-n", "--lines", dest="n", type=int, default=None, metavar="LINES",
                    help="the last LINES lines (default 20; with --attempt, --since or --grep and no -f, "
                         "every selected line)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, across restarts")
