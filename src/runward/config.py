@@ -189,6 +189,8 @@ def _validate(p: str, data: dict) -> Config:
                            f'add files = ["LOCAL:REMOTE"] to [runs.{name}], or remove deploy_on_restart')
         if "env" in r and not isinstance(r["env"], dict):
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
+        from .options import check_run  # each declared key's value (options.py), as the flags are
+        check_run(f"{p}: [runs.{name}]", r)
         cfg.runs[name] = r
     return cfg
 

@@ -12,7 +12,7 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from . import library
+from . import library, options
 
 TOOLS = ("start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
          "lint", "doctor", "targets", "history", "compare", "stacks")
@@ -23,16 +23,26 @@ On = Annotated[str | None, Field(description="target: local, ssh://[user@]host[:
                                              "else local); the `targets` tool lists them")]
 Name = Annotated[str, Field(description="the run's name (letters, digits, . _ -)")]
 Env = Annotated[dict[str, str] | None, Field(description="environment entries for the job, NAME: VALUE")]
-Seconds = Annotated[float | None, Field(description="seconds", ge=0)]
+
+
+def _declared(name: str, tp):
+    """A parameter declared once in options.py: its type and description from there."""
+    opt = options.OPTS[name]
+    extra = {"ge": 0} if opt.kind == "seconds" else {"ge": opt.least} if opt.kind == "count" else {}
+    return Annotated[tp, Field(description=opt.help, **extra)]
+
+
+Cwd = _declared("cwd", str | None)
+Settle = _declared("settle", float | None)
+Ready = _declared("ready", str | None)
+Grace = _declared("grace", float | None)
 
 
 async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, Field(
         description="the job's argv, e.g. [\"python3\", \"train.py\"] (omit for a run runward.toml defines)")] = None,
         on: On = None, env: Env = None,
         sh: Annotated[str | None, Field(description="one shell command line instead of an argv")] = None,
-        cwd: Annotated[str | None, Field(description="working directory on the target")] = None,
-        settle: Annotated[float | None, Field(description="alive this long counts as started (default 3)", ge=0)] = None,
-        ready: Annotated[str | None, Field(description="also wait for a log line matching this regex")] = None,
+        cwd: Cwd = None, settle: Settle = None, ready: Ready = None,
         replace: Annotated[bool, Field(description="stop the live attempt first (verified)")] = False,
         gpus: Annotated[list[int] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
         ) -> CallToolResult:
@@ -43,8 +53,7 @@ async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, F
 
 
 async def stop(ctx: Context, name: Name, on: On = None,
-               grace: Annotated[float | None, Field(description="seconds after the stop signal before KILL "
-                                                                "(default: the run's, 30)", ge=0)] = None,
+               grace: Grace = None,
                ) -> CallToolResult:
     """Stop a run: its whole process tree (escaped children too), verified dead; GPU memory verified released."""
     return await _SRV.call(ctx, "stop", lambda: library.stop(name, on=on, grace=grace, config=_SRV.config),
@@ -54,7 +63,7 @@ async def stop(ctx: Context, name: Name, on: On = None,
 async def restart(ctx: Context, name: Name, on: On = None,
                   env: Annotated[dict[str, str] | None, Field(
                       description="entries to add or change over the last attempt's; an empty value unsets one")] = None,
-                  settle: Seconds = None, deploy: Annotated[bool | None, Field(
+                  settle: Settle = None, deploy: Annotated[bool | None, Field(
                       description="true: push the run's files (runward.toml) between the stop and the start; "
                                   "false: restart on the files the target has; unset: runward.toml's "
                                   "deploy_on_restart, else refused (nothing stopped) when the local files "

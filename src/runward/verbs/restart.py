@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from .. import options
 from ..errors import BadInput, Interrupted
 from ..render import render_start, render_stop
 from .stop import checkpoint_of
@@ -19,17 +20,8 @@ def add_arguments(p) -> None:
     p.add_argument("--env-file", action="append", metavar="PATH", help="KEY=VALUE lines (docker's format), never stored")
     p.add_argument("--keep-env", action="store_true",
                    help="keep the last attempt's --env K=V overrides (a run of runward.toml drops them by default)")
-    p.add_argument("--cwd", metavar="DIR", help="working directory on the target for the new attempt")
-    p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
-                   help="give up after this long if another verb holds the run (default 30)")
-    p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started")
-    p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
-    p.add_argument("--ready-timeout", type=float, metavar="SECONDS",
-                   help="with --ready: how long to wait for that line (default 600)")
-    p.add_argument("--grace", type=float, metavar="SECONDS",
-                   help="the old attempt's grace before KILL (default: the one it was started with)")
-    p.add_argument("--stop-signal", metavar="SIG", type=signal_arg,
-                   help="the signal that stops the old attempt (default: the one it was started with)")
+    for name in ("cwd", "lock_timeout", "settle", "ready", "ready_timeout", "grace", "stop_signal"):
+        options.add(p, name)
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
                    help="a run with GPUs: how long the stop waits for their memory to be released (default: the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import options
 from ._common import emit, load_config, target_of
 
 
@@ -10,8 +11,7 @@ def add_arguments(p) -> None:
     p.add_argument("--logs", action="store_true",
                    help="remove its log files too (default: kept; a log in the run's directory is moved "
                         "to <home>/removed/, one elsewhere stays where it is)")
-    p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
-                   help="give up after this long if another verb holds the run (default 30)")
+    options.add(p, "lock_timeout")
 
 
 def run(args, out) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
+from .. import options
 from ..errors import BadInput
 from ..render import render_start
-from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, on_runs, signal_arg, target_of
+from ._common import did_you_mean, emit, gpu_list, load_config, old_spelling, on_runs, target_of
 
 
 def add_arguments(p) -> None:
@@ -18,17 +19,12 @@ def add_arguments(p) -> None:
                         "environment, and its value is never stored on the target")
     p.add_argument("--env-file", action="append", metavar="PATH",
                    help="KEY=VALUE lines (docker's format); values are passed, never stored; restart reads the file again")
-    p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
-    p.add_argument("--log", metavar="PATH", help="log file on the target (appended; default under the run's dir)")
-    p.add_argument("--settle", type=float, metavar="SECONDS", help="alive this long counts as started (default 3)")
-    p.add_argument("--ready", metavar="REGEX", help="also wait for a log line matching REGEX")
-    p.add_argument("--ready-timeout", type=float, metavar="SECONDS",
-                   help="with --ready: how long to wait for that line (default 600)")
+    for name in ("cwd", "log", "settle", "ready", "ready_timeout"):
+        options.add(p, name)
     p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
     p.add_argument("--replace-grace", type=float, metavar="SECONDS",
                    help="with --replace: the old attempt's grace (default: the grace it was started with)")
-    p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
-                   help="give up after this long if another verb holds the run (default 30)")
+    options.add(p, "lock_timeout")
     p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
     p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
     p.add_argument("--gpu-wait-timeout", type=float, metavar="SECONDS",
@@ -36,14 +32,13 @@ def add_arguments(p) -> None:
     old_spelling(p, "--timeout", "gpu_wait_timeout", type=float)
     p.add_argument("--log-max", metavar="SIZE",
                    help="rotate the log past SIZE (e.g. 2G), no line lost: log -> log.1 -> ... (runward.toml: log_max)")
-    p.add_argument("--log-keep", type=int, metavar="N", help="with --log-max: rotated files kept (default 3)")
+    options.add(p, "log_keep")
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
-    p.add_argument("--stop-signal", metavar="SIG", type=signal_arg, help="signal `stop` sends first (default TERM; INT for torchrun)")
-    p.add_argument("--grace", type=float, metavar="SECONDS", help="stop's grace before KILL (default 30)")
+    options.add(p, "stop_signal")
+    options.add(p, "grace")
     p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
-    p.add_argument("--master-addr", metavar="ADDR",
-                   help="several nodes: node 0's address as the others reach it (default: where ssh reached it)")
-    p.add_argument("--nproc-per-node", type=int, metavar="N", help="several nodes: sets WORLD_SIZE = nodes x N")
+    options.add(p, "master_addr")
+    options.add(p, "nproc_per_node")
     p.add_argument("--on-node-failure", choices=("stop", "continue"),
                    help="several nodes: when one node's job fails, stop the others (default) or let them run")
     from ..supervision import add_arguments as supervision_arguments

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import options
 from ..errors import BadInput, RunNotFound
 from ..render import render_stop
 from ._common import emit, load_config, old_spelling, on_runs, signal_arg, target_of
@@ -17,12 +18,10 @@ def add_arguments(p) -> None:
     p.add_argument("name", nargs="?", help="the run (or --all)")
     p.add_argument("--all", action="store_true",
                    help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
-    p.add_argument("--grace", type=float, metavar="SECONDS",
-                   help="how long to wait after the stop signal before KILL (default: the run's, 30)")
-    p.add_argument("--stop-signal", metavar="SIG", type=signal_arg, help="the signal sent first (default: the run's, TERM)")
+    options.add(p, "grace")
+    options.add(p, "stop_signal")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
-    p.add_argument("--lock-timeout", type=float, metavar="SECONDS",
-                   help="give up after this long if another verb holds the run (default 30)")
+    options.add(p, "lock_timeout")
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
                    help="how long to wait for the run's GPU memory to be released (default: the run's "
                         "gpu_release_timeout, else 60)")

@@ -1,0 +1,169 @@
+"""Options declared once (issue 27): a run's spec options that the CLI's flags, runward.toml's
+[runs.NAME] keys, the Python API's keywords and the MCP tools' parameters all take. Each is
+declared here (its name, kind, help, flag, metavar, whether runward.toml takes it), and
+argparse (`add`), runward.toml's check (`check_run`) and the MCP tools' descriptions (`help`)
+are derived from the declaration; tests/test_options_agree.py proves that the library's
+signatures and the MCP tools' JSON Schemas agree with it, for every verb that takes one.
+
+A kind is what a value must be, said the same way on every side:
+  seconds  a number >= 0, finite       (argparse: float; TOML: an integer or a float)
+  count    an integer >= 0 / >= 1
+  regex    a Python regular expression (compiled where it is checked)
+  signal   a Linux signal's name or number (signals.known)
+  text     a non-empty string
+
+Light on purpose: `runward --help` builds every parser from it (no regex compiled, no
+module imported until a value is checked)."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+
+class Opt(NamedTuple):
+    name: str        # the keyword, the MCP parameter, argparse's dest and the runward.toml key
+    kind: str        # seconds | count | regex | signal | text
+    help: str
+    metavar: str
+    toml: bool = True  # a key of [runs.NAME]
+    least: int = 0     # count: the smallest value
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTS = {o.name: o for o in (
+    Opt("cwd", "text", "working directory on the target (default: the target user's home; restart: the last "
+        "attempt's)", "DIR"),
+    Opt("log", "text", "log file on the target (appended; default under the run's dir)", "PATH"),
+    Opt("settle", "seconds", "alive this long counts as started (default 3; restart: the last attempt's)", "SECONDS"),
+    Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
+    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default 600)", "SECONDS"),
+    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else 30)", "SECONDS"),
+    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM; INT for torchrun)",
+        "SIG"),
+    Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
+    Opt("lock_timeout", "seconds", "give up after this long if another verb holds the run (default 30)", "SECONDS",
+        toml=False),
+    Opt("master_addr", "text", "several nodes: node 0's address as the others reach it (default: where ssh "
+        "reached it)", "ADDR"),
+    Opt("nproc_per_node", "count", "several nodes: sets WORLD_SIZE = nodes x N", "N", least=1),
+)}
+
+_EXAMPLE = {"seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
+
+
+def help(name: str) -> str:  # noqa: A001 - the declaration's help, as the MCP tools say it
+    return OPTS[name].help
+
+
+def problem(opt: Opt, value) -> str | None:
+    """What is wrong with VALUE for OPT (None: nothing): a CLI string already converted, or
+    a value from runward.toml, or one given to the Python API."""
+    k = opt.kind
+    if k == "seconds":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "not a number of seconds"
+        if not math.isfinite(value) or value < 0:
+            return "not a finite number of seconds >= 0"
+    elif k == "count":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "not a whole number"
+        if value < opt.least:
+            return "less than %d" % opt.least
+    elif not isinstance(value, str) or not value.strip():
+        return "not a non-empty string"
+    elif k == "signal":
+        from .signals import known
+        if not known(value):
+            return "not a signal"
+    elif k == "regex":
+        import re
+        try:
+            re.compile(value)
+        except re.error as e:
+            return "not a Python regex (%s)" % e
+    return None
+
+
+def fix(opt: Opt, toml: bool = False) -> str:
+    """How to say it right, in the syntax of where it was said."""
+    if opt.kind == "signal":
+        from .signals import HINT
+        return HINT
+    what = {"seconds": "seconds >= 0", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
+            "text": "a non-empty string"}[opt.kind]
+    return "give %s, e.g. %s" % (what, "%s = %s" % (opt.name, _EXAMPLE[opt.kind]) if toml else
+                                 "%s %s" % (opt.flag, _EXAMPLE[opt.kind].strip('"')))
+
+
+def check_run(where: str, run: dict) -> None:
+    """runward.toml's [runs.NAME] table: each declared key's value, checked as it is loaded,
+    so a bad one is exit 2 naming the file, the table and the key, before anything is
+    looked up or started (it reached the agent as a traceback before, exit 3)."""
+    from .errors import BadInput
+    for key, value in run.items():
+        opt = OPTS.get(key)
+        if opt is None or not opt.toml:
+            continue
+        bad = problem(opt, value)
+        if bad:
+            raise BadInput(f"{where} {key} = {value!r}: {bad}", fix(opt, toml=True))
+
+
+def add(p, name: str, **extra) -> None:
+    """NAME's flag on argparse parser P, from its declaration (extra: dest, for an option
+    the verb reads under another name)."""
+    opt = OPTS[name]
+    p.add_argument(opt.flag, type=_converter(opt), metavar=opt.metavar, help=opt.help, **extra)
+
+
+def _converter(opt: Opt):
+    conv = _CONVERTERS.get(opt.kind)
+    if conv is None:
+        conv = _CONVERTERS[opt.kind] = _make(opt.kind)
+    if opt.kind == "count" and opt.least:
+        return _at_least(conv, opt)
+    return conv
+
+
+_CONVERTERS: dict = {}
+
+
+def _make(kind: str):
+    import argparse
+
+    def convert(text: str):
+        raw: object = text
+        if kind == "seconds":
+            try:
+                raw = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: give a number >= 0")
+        elif kind == "count":
+            try:
+                raw = int(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"invalid number {text!r}: give a whole number")
+        bad = problem(Opt("", kind, "", ""), raw)
+        if bad and kind == "signal":  # the CLI adds signals.HINT to this message
+            raise argparse.ArgumentTypeError(f"unknown signal {text!r}")
+        if bad:
+            raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}: {bad}")
+        return raw
+    convert.__name__ = kind  # argparse names the type in its messages
+    return convert
+
+
+def _at_least(conv, opt: Opt):
+    import argparse
+
+    def convert(text: str):
+        v = conv(text)
+        if v < opt.least:
+            raise argparse.ArgumentTypeError(f"invalid {opt.flag} {text!r}: give a whole number >= {opt.least}")
+        return v
+    convert.__name__ = opt.kind
+    return convert
