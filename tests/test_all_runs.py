@@ -11,7 +11,7 @@ import pytest
 
 import testbed
 from conftest import alive
-from runward.verbs._common import all_runs_code
+from runward.operations.common import all_runs_code
 
 
 def _config(cli, tmp_path, far_home: str, extra: str = "") -> None:

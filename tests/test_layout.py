@@ -169,8 +169,8 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_module_walk_sees_every_kind_of_import():
-    names = {d for d, _ in _imported_names("runward.verbs.status", MODULES["runward.verbs.status"])}
-    assert "runward.api" in names            # `from .. import api`, inside run()
+    names = {d for d, _ in _imported_names("runward.operations.status", MODULES["runward.operations.status"])}
+    assert "runward.api" in names            # `from .. import api`, inside status()
     assert "runward.render.render_status" in names  # `from ..render import render_status`
     assert _module_of("runward.render.render_status") == "runward.render"
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -178,7 +178,7 @@ def test_the_module_walk_sees_every_kind_of_import():
     graph = _graph()
     # imports by name: cli's f-string reaches every verb; library's table every verb it runs
     assert {m for m in MODULES if m.startswith("runward.verbs.")} <= graph["runward.cli"]
-    assert {"runward.verbs.start", "runward.verbs.status"} <= graph["runward.library"]
+    assert {"runward.verbs.start", "runward.verbs.logs"} <= graph["runward.library"]
     assert "runward.verbs.mcp" not in graph["runward.library"]
 
 
@@ -288,3 +288,28 @@ def test_no_module_over_600_lines_anywhere():
     too_long = [f"{path.relative_to(ROOT)}: {n} lines" for path in MODULES.values()
                 if (n := path.read_text().count("\n")) > MAX_MODULE_LINES]
     assert not too_long, "\n".join(too_long)
+
+
+def test_only_the_cli_side_imports_verbs_and_the_operations_none():
+    """issue 27: verbs/ parse, call an operation and render; the operations layer (and what
+    it uses) never imports a verb. Who else still imports verbs/ is listed, each with why,
+    so the list can only shrink as verbs move to operations/."""
+    still = {"runward.library": "runs the verbs not moved yet with argv (_call, _VERB_MODULES)",
+             "runward.cli": "the CLI itself"}
+    bad = []
+    for name, path in MODULES.items():
+        if name.startswith("runward.verbs") or _node(name) == AGENT:
+            continue
+        for dotted, line in _imported_names(name, path):
+            if dotted == "runward.verbs" or dotted.startswith("runward.verbs."):
+                if name.startswith("runward.operations") or name not in still:
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {dotted}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_library_calls_a_moved_verb_directly():
+    """A verb moved to operations/ is not run through its argv parser by the library."""
+    moved = {p.stem for p in (ROOT / "src" / "runward" / "operations").glob("*.py")} - {"__init__", "common"}
+    via_argv = {d.rsplit(".", 1)[1] for d, _ in _imported_names("runward.library", MODULES["runward.library"])
+                if d.startswith("runward.verbs.")}
+    assert moved and not moved & via_argv, moved & via_argv

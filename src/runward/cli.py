@@ -205,7 +205,7 @@ def _main(argv: list[str]) -> int:
         module = _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd))
         return module.run(args, out)
     except RunwardError as e:
-        from .verbs._common import suggest_for
+        from .operations.common import suggest_for
         suggest_for(args, e)
         return _fail(out, args, e)
     except KeyboardInterrupt:
@@ -229,6 +229,9 @@ def _bad_arguments(e: BadArguments, verb: str | None, json_mode: bool) -> int:
     elif "unknown signal" in e.message:  # --stop-signal's check (verbs/_common.signal_arg)
         from .signals import HINT
         hint = HINT
+    elif e.message.startswith("argument --"):  # a declared option's check (options.py)
+        from .options import hint_for
+        hint = hint_for(e.message)
     if json_mode:
         import json
         doc = {"ok": False, "command": verb, "error": {"type": "BadInput", "message": e.message, "exit_code": 2}}

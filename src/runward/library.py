@@ -6,9 +6,10 @@ document the CLI's `--json` prints, as a typed result.
     res = runward.start("train", ["python3", "train.py"], on=gpu, env={"LR": "3e-4"})
     res.ok, res.attempt, res.pid, res.to_json()
 
-Each function runs the verb's own code (verbs/<verb>.py, which calls api.py) in this process,
-with its output captured instead of printed: the CLI, this API and the MCP server
-(mcpserver.py) therefore answer with one document, and a change to a verb reaches all three.
+A verb moved to the operations layer (stop, status: operations/<verb>.py) is called
+directly, with typed options; the others still run the verb's own code (verbs/<verb>.py) in
+this process with its output captured (issue 27 moves them). Either way the CLI, this API and
+the MCP server (mcpserver.py) answer with one document, and a change to a verb reaches all three.
 Failures are results too (`ok` false, `error` with its type, hop and hint, `exit_code` as the
 CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.
 """
@@ -136,8 +137,10 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
 def stop(name: str, *, on: Target | str | None = None, grace: float | None = None, stop_signal: str | None = None,
          config: str | None = None) -> StopResult:
     """Stop NAME: the whole tree, verified dead."""
-    argv = [name, *_opt("--grace", grace), *_opt("--stop-signal", stop_signal)]
-    return _call("stop", argv, on, config, StopResult)
+    from .operations import stop as op
+    on, config = _where(on, config)
+    opts = op.StopOptions(name=name, on=on, config=config, grace=grace, stop_signal=stop_signal)
+    return _operate("stop", opts, lambda: op.stop(opts), StopResult)
 
 
 def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str | None] | None = None,
@@ -157,7 +160,10 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
 def status(name: str | None = None, *, on: Target | str | None = None, since: str | None = None,
            config: str | None = None) -> StatusResult:
     """The state of one run, or of every run on the target."""
-    return _call("status", [*([name] if name else []), *_opt("--since", since)], on, config, StatusResult)
+    from .operations import status as op
+    on, config = _where(on, config)
+    opts = op.StatusOptions(name=name, on=on, config=config, since=since)
+    return _operate("status", opts, lambda: op.status(opts), StatusResult)
 
 
 def logs(name: str, *, on: Target | str | None = None, lines: int | None = None, offset: int | None = None,
@@ -254,7 +260,7 @@ def doctor(*, on: Target | str | None = None, config: str | None = None) -> Resu
 def named_targets(*, config: str | None = None) -> Result:
     """The targets and runs runward.toml names (no CLI verb prints this: it is what an agent
     needs before it can say `on`)."""
-    from .verbs._common import config_targets
+    from .operations.common import config_targets
     try:
         cfg = _config(config)
         doc = {"ok": True, "command": "targets", "result": {
@@ -292,7 +298,7 @@ def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[...
     in this process: the verb's own parser reads the arguments (so its checks and defaults
     hold), its run() does the work, and an error becomes the CLI's error document (cli._fail)."""
     import importlib
-    from .verbs._common import suggest_for
+    from .operations.common import suggest_for
     if isinstance(on, Target):
         on, config = on.spec, config or on.config
     module = importlib.import_module(_VERB_MODULES[verb])
@@ -314,6 +320,36 @@ def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[...
     return kind(verb, code, out.document or {"ok": code == EXIT_OK, "command": verb})
 
 
+def _where(on, config) -> tuple:
+    if isinstance(on, Target):
+        return on.spec, config or on.config
+    return on, config
+
+
+def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Result:
+    """An operation called directly (issue 27: no argv, nothing captured): its Outcome, or
+    its error as the CLI's error document (cli._fail), as a typed Result."""
+    from . import operations
+    from .operations.common import suggest_for
+    try:
+        outcome = run()
+    except RunwardError as e:
+        suggest_for(opts, e)
+        outcome = operations.failed(verb, e)
+    return kind(verb, outcome.code, _plain(outcome.document))
+
+
+def _plain(obj):
+    """The document as the CLI prints it (json.dumps' default=str): what is not JSON, a str."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
 # The verbs this API runs, each by its module, written out so that the import graph
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
@@ -322,8 +358,8 @@ _VERB_MODULES = {
     "exec": "runward.verbs.exec", "gpus": "runward.verbs.gpus", "history": "runward.verbs.history",
     "kill": "runward.verbs.kill", "lint": "runward.verbs.lint", "logs": "runward.verbs.logs",
     "ps": "runward.verbs.ps", "push": "runward.verbs.push", "restart": "runward.verbs.restart",
-    "stacks": "runward.verbs.stacks", "start": "runward.verbs.start", "status": "runward.verbs.status",
-    "stop": "runward.verbs.stop", "watch": "runward.verbs.watch",
+    "stacks": "runward.verbs.stacks", "start": "runward.verbs.start",
+    "watch": "runward.verbs.watch",
 }
 
 

@@ -214,7 +214,7 @@ def _stop_node(t: Target, name: str, **kw) -> dict:
 
 
 def _worst(rows: list[dict]) -> int:
-    from .verbs._common import all_runs_code
+    from .operations.common import all_runs_code
     return all_runs_code(rows)
 
 
@@ -355,13 +355,19 @@ def render(res: dict, verb: str) -> str:
     return "\n".join(lines)
 
 
-def emit(out, verb: str, res: dict, code: int, text: str | None = None) -> int:
+def outcome(verb: str, res: dict, code: int, text: str | None = None):
+    """A verb's answer over the nodes, as the operations layer returns it."""
+    from .operations import Outcome
     doc = {"ok": code == EXIT_OK, "command": verb, "target": ",".join(r["target"] for r in res["nodes"]),
            "result": res}
     if code != EXIT_OK:
         doc["error"] = {"type": "NodesFailed", "message": res.get("message") or f"{verb} failed on a node",
                         "exit_code": code}
-    out.doc(doc)
+    return Outcome(verb, code, doc, lambda: render(res, verb) if text is None else text)
+
+
+def emit(out, verb: str, res: dict, code: int, text: str | None = None) -> int:
+    out.doc(outcome(verb, res, code, text).document)
     out.say(render(res, verb) if text is None else text)
     return code
 
@@ -372,7 +378,7 @@ def pick_node(args, cfg, name: str, node: int | None, all_nodes: bool) -> tuple[
     """(the one target to read, None) or (None, every node) for logs/watch: node R (default
     0) of a multi-node run, whose nodes come from --on, runward.toml or the record of the
     one --on target; a run on one target is read where it is."""
-    from .verbs._common import target_of
+    from .operations.common import target_of
     nodes = nodes_of(args, cfg, name)
     if nodes is None and (node is not None or all_nodes):
         nodes = discover(target_of(args, cfg, name), name)

@@ -88,6 +88,15 @@ def problem(opt: Opt, value) -> str | None:
     return None
 
 
+def hint_for(message: str) -> str | None:
+    """The fix for argparse's error about a declared option's flag ("argument --settle: ..."),
+    which the CLI says as the error's hint, as for every other bad input."""
+    import re
+    m = re.match(r"argument (--[a-z][a-z-]*)", message)
+    opt = OPTS.get(m.group(1)[2:].replace("-", "_")) if m else None
+    return fix(opt) if opt is not None else None
+
+
 def fix(opt: Opt, toml: bool = False) -> str:
     """How to say it right, in the syntax of where it was said."""
     if opt.kind == "signal":
@@ -95,8 +104,9 @@ def fix(opt: Opt, toml: bool = False) -> str:
         return HINT
     what = {"seconds": "seconds >= 0", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
             "text": "a non-empty string"}[opt.kind]
-    return "give %s, e.g. %s" % (what, "%s = %s" % (opt.name, _EXAMPLE[opt.kind]) if toml else
-                                 "%s %s" % (opt.flag, _EXAMPLE[opt.kind].strip('"')))
+    ex = _EXAMPLE[opt.kind]
+    return "give %s, e.g. %s" % (what, "%s = %s" % (opt.name, ex) if toml else
+                                 "%s %s" % (opt.flag, ex if " " in ex else ex.strip('"')))
 
 
 def check_run(where: str, run: dict) -> None:
@@ -141,12 +151,12 @@ def _make(kind: str):
             try:
                 raw = float(text)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: give a number >= 0")
+                raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: not a number of seconds")
         elif kind == "count":
             try:
                 raw = int(text)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"invalid number {text!r}: give a whole number")
+                raise argparse.ArgumentTypeError(f"invalid count {text!r}: not a whole number")
         bad = problem(Opt("", kind, "", ""), raw)
         if bad and kind == "signal":  # the CLI adds signals.HINT to this message
             raise argparse.ArgumentTypeError(f"unknown signal {text!r}")
@@ -163,7 +173,7 @@ def _at_least(conv, opt: Opt):
     def convert(text: str):
         v = conv(text)
         if v < opt.least:
-            raise argparse.ArgumentTypeError(f"invalid {opt.flag} {text!r}: give a whole number >= {opt.least}")
+            raise argparse.ArgumentTypeError(f"invalid count {text!r}: less than {opt.least}")
         return v
     convert.__name__ = opt.kind
     return convert

@@ -1,19 +1,17 @@
-"""What the verbs share: output, runward.toml and --on resolution, --gpus, and `--all`."""
+"""What the verbs share: output (an operation's Outcome shown), old flag spellings, --stop-signal's
+check; runward.toml, --on and `--all` come from the operations layer (operations/common.py)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from ..errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED, EXIT_OK, EXIT_UNREACHABLE,
-                      BadInput)
+from ..errors import EXIT_OK, BadInput
+# what the verbs not yet moved to the operations layer still read from here (issue 27)
+from ..operations import common as _ops
+from ..operations.common import (ALL_RUNS_WORST_FIRST, all_runs_code, config_dir, config_targets,  # noqa: F401
+                                 did_you_mean, gpu_list, load_config, suggest_for, target_of)
 
-# `start/stop/restart --all`: the exit code is that of the worst run, worst first: done but
-# not verified (something may be half done: a survivor, GPUs held, alive but not ready),
-# unreachable (that run's state is unknown), failed (verified), refused as bad input
-# (nothing done), no such run (nothing there). README, "Several runs at once".
-ALL_RUNS_WORST_FIRST = (EXIT_NOT_VERIFIED, EXIT_UNREACHABLE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_SUCH_RUN)
 
 
 class Out:
@@ -48,165 +46,26 @@ def signal_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"unknown signal {text!r}")  # cli adds signals.HINT
 
 
-def load_config(args):
-    """runward.toml, and its [ssh] config in force for every ssh call this verb makes (unless
-    RUNWARD_SSH_CONFIG already names one): `status --all` and `top` reach targets without
-    target_of, and used to ignore it."""
-    from .. import config
-    cfg = config.load(getattr(args, "config", None))
-    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
-        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
-    if cfg.ssh_alive_timeout and not os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT"):
-        os.environ["RUNWARD_SSH_ALIVE_TIMEOUT"] = str(cfg.ssh_alive_timeout)
-    return cfg
+def show(out, outcome) -> int:
+    """An operation's Outcome printed: its one JSON document, or its human text."""
+    out.doc(outcome.document)
+    if not out.json and outcome.stderr is not None:
+        print(f"runward {outcome.command}: {outcome.stderr}", file=sys.stderr)
+    elif not out.json:
+        out.say(outcome.render())
+    return outcome.code
 
 
-def target_of(args, cfg, run: str | None = None):
-    """--on, else the run's `on` in runward.toml, else local; runward.toml's [ssh] config
-    applies unless RUNWARD_SSH_CONFIG already names one."""
-    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
-        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
-    return cfg.target(getattr(args, "on", None), run)
+def on_runs(args, cfg, out, command: str, one, render) -> int:
+    return show(out, _ops.on_runs(args, cfg, command, one, render))
 
 
-def config_dir(cfg) -> str | None:
-    """The directory runward.toml's relative LOCAL paths are read from."""
-    return os.path.dirname(cfg.path) if cfg.path else None
-
-
-def gpu_list(text: str | list | None) -> list[int] | None:
-    if text is None:
-        return None
-    if isinstance(text, list):
-        return [int(g) for g in text]
-    try:
-        gpus = [int(g) for g in str(text).split(",") if g.strip() != ""]
-    except ValueError:
-        raise BadInput(f"invalid --gpus {text!r}", "give GPU indices like 0,1,2")
-    if any(g < 0 for g in gpus):
-        raise BadInput(f"invalid --gpus {text!r}", "GPU indices are >= 0")
-    return gpus
-
-
-def config_targets(cfg) -> list:
-    """Every target runward.toml names: its [targets], then each run's own (its nodes for a
-    multi-node run, local for a run without `on`), each once."""
-    seen: list = []
-    own = [t for run, r in cfg.runs.items() for t in ([cfg.target(n) for n in r["nodes"]] if r.get("nodes")
-                                                       else [cfg.target(None, run)])]
-    for t in [*cfg.named_targets(), *own]:
-        if t not in seen:
-            seen.append(t)
-    return seen
-
-
-def did_you_mean(name: str, cfg, target=None) -> str | None:
-    """"did you mean train?" for a run name that is neither in runward.toml nor on the
-    target, from the names of both (the target's asked only when given: one status call)."""
-    import difflib
-    names = set(cfg.runs)
-    if target is not None:
-        from .. import api
-        from ..errors import RunwardError
-        try:
-            names |= {r["name"] for r in api.status(target).get("runs") or []}
-        except RunwardError:
-            pass  # the suggestion is a courtesy: the error it goes with is the answer
-    close = difflib.get_close_matches(name, sorted(names - {name}), n=3)
-    return f"did you mean {' or '.join(close)}?" if close else None
-
-
-def suggest_for(args, e) -> None:
-    """A run that is not found (any verb naming one): add "did you mean ...?" to the hint."""
-    name = getattr(args, "name", None)
-    if e.kind != "RunNotFound" or not isinstance(name, str):
-        return
-    try:
-        cfg = load_config(args)
-        if name in cfg.runs:
-            # defined, just not on the target asked: runward.toml's own target is meant when --on
-            # named another (`--on ssh://host` for a run in a container on that host)
-            on = getattr(args, "on", None)
-            configured = cfg.target(None, name)
-            if isinstance(on, str) and cfg.target(on) != configured:
-                hint = (f"runward.toml's [runs.{name}] runs on {configured.display()}: leave out --on, "
-                        f"or give --on {configured.label or configured}")
-                e.hint = hint
-                e.details["configured_target"] = configured.display()
-            return
-        hint = did_you_mean(name, cfg, target_of(args, cfg, name))
-    except BadInput:
-        return
-    if hint:
-        e.hint = hint + (f" ({e.hint})" if e.hint else "")
-        e.details["did_you_mean"] = hint
+def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=None) -> int:
+    return show(out, _ops.on_all(cfg, command, op, render, failed=failed, exit_code=exit_code, targets=targets))
 
 
 def emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) -> int:
     out.doc({"ok": code == EXIT_OK, "command": cmd, "target": str(target), "result": result})
-    out.say(text)
-    return code
-
-
-def all_runs_code(results: list[dict]) -> int:
-    """The exit code of several runs' results: 0 when every one was verified, else the
-    worst failure's code (ALL_RUNS_WORST_FIRST)."""
-    codes = {r["error"].get("exit_code", EXIT_FAILED) for r in results if not r["ok"]}
-    if not codes:
-        return EXIT_OK
-    return next((c for c in ALL_RUNS_WORST_FIRST if c in codes), max(codes))
-
-
-def on_runs(args, cfg, out, command: str, one, render) -> int:
-    """`COMMAND --all`: one(name, target) for every run of runward.toml, each on its own
-    target, in parallel (api.fan_out_runs); one section per run, or one JSON document
-    {"runs": [{"name", "target", "ok", "result" | "error"}]}; exit code: all_runs_code."""
-    from .. import api
-    if getattr(args, "name", None):
-        raise BadInput(f"both a run name ({args.name}) and --all were given", "give one of them")
-    if getattr(args, "on", None):
-        raise BadInput("--on with --all", "--all acts on each run of runward.toml on its own target (its `on`)")
-    if not cfg.runs:
-        raise BadInput("--all: no [runs] in runward.toml" + ("" if cfg.path else " (no runward.toml found)"),
-                       "define runs in runward.toml, or name one run")
-    runs = [(name, target_of(args, cfg, name)) for name in cfg.runs]
-    results = api.fan_out_runs(runs, one)
-    for r in results:
-        if cfg.runs[r["name"]].get("nodes"):  # a multi-node run is where its nodes are, not local
-            r["target"] = ",".join(cfg.target(t).display() for t in cfg.runs[r["name"]]["nodes"])
-    code = all_runs_code(results)
-    out.doc({"ok": code == EXIT_OK, "command": command, "runs": results})
-    out.say("\n".join(f"== {r['name']} on {r['target']}\n" + _indent(render(r["result"]) if r["ok"] else _failure(r))
-                       for r in results))
-    return code
-
-
-def _failure(r: dict) -> str:
-    e = r["error"]
-    return f"error ({e['type']}, exit {e.get('exit_code')}): {e['message']}" + (
-        f"\nhint: {e['hint']}" if e.get("hint") else "")
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + ln for ln in text.splitlines())
-
-
-def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=None) -> int:
-    """`COMMAND --all`: op on every named target of runward.toml (or on targets) at once, one
-    section each; a target's failure is labelled failed(error); the exit code is
-    exit_code(the failed results, all results)."""
-    from .. import api
-    targets = cfg.named_targets() if targets is None else targets
-    if not targets:
-        raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
-    results = api.fan_out(targets, op)
-    text = "\n".join(
-        f"== {r['target']}\n" + (render(r) if r["ok"] else f"  {failed(r['error'])}: {r['error']['message']}" + (
-            f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
-        for r in results)
-    failures = [r for r in results if not r["ok"]]
-    code = exit_code(failures, results) if failures else EXIT_OK
-    out.doc({"ok": code == EXIT_OK, "command": command, "targets": results})
     out.say(text)
     return code
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import options
 from ..errors import BadInput, Interrupted
 from ..render import render_start, render_stop
-from .stop import checkpoint_of
+from ..operations.stop import checkpoint_of
 from ._common import config_dir, emit, load_config, old_spelling, on_runs, signal_arg, target_of
 
 

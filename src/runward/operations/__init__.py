@@ -1,0 +1,83 @@
+"""The operations layer (issue 27; docs/architecture.md, "The operations layer"): one typed
+function per verb, with a typed options object, answering an Outcome, for the CLI
+(verbs/<verb>.py parses, calls, renders), the Python API (library.py) and the MCP tools
+alike. No argv is parsed here and nothing is printed: the Outcome holds the document the
+CLI's `--json` prints and, made only when asked, the human text.
+
+The verbs moved here so far: stop, status. The others still run through verbs/ (library.py
+calls those with argv, as before)."""
+
+from __future__ import annotations
+
+from ..errors import EXIT_OK
+
+
+class Options:
+    """A verb's typed options: each field an annotated class attribute with its default
+    (a plain class, not a dataclass: `status --json` would pay for dataclasses' imports, ~7 ms).
+    Options(name="train", grace=5.0); an unknown keyword is a TypeError, as a call's is."""
+
+    def __init__(self, **given):
+        names = self.fields()
+        for k in given:
+            if k not in names:
+                raise TypeError(f"{type(self).__name__} has no option {k!r}")
+        for k in names:
+            v = given[k] if k in given else getattr(type(self), k)
+            setattr(self, k, list(v) if isinstance(v, list) else v)  # a list default is not shared
+
+    @classmethod
+    def fields(cls) -> list[str]:
+        out: list[str] = []
+        for c in reversed(cls.__mro__):
+            out += [n for n in getattr(c, "__annotations__", {}) if n not in out]
+        return out
+
+    @classmethod
+    def from_args(cls, args):
+        """From argparse's namespace: the fields it has (a dest left None keeps the default)."""
+        return cls(**{n: getattr(args, n) for n in cls.fields() if getattr(args, n, None) is not None})
+
+    def __repr__(self) -> str:
+        return "%s(%s)" % (type(self).__name__, ", ".join(f"{n}={getattr(self, n)!r}" for n in self.fields()))
+
+
+class Outcome:
+    """One verb's answer: its exit code, the `--json` document, and its human text (made only
+    when shown); STDERR: what a person is told on stderr instead (an interrupted verb)."""
+
+    def __init__(self, command: str, code: int, document: dict, text=None, stderr: str | None = None):
+        self.command, self.code, self.document, self.text, self.stderr = command, code, document, text, stderr
+
+    @property
+    def ok(self) -> bool:
+        return self.code == EXIT_OK
+
+    def render(self) -> str:
+        return self.text() if self.text is not None else ""
+
+
+def single(command: str, target, result: dict, text, code: int = EXIT_OK) -> Outcome:
+    """A verb's answer on one target."""
+    return Outcome(command, code, {"ok": code == EXIT_OK, "command": command, "target": str(target), "result": result},
+                   text)
+
+
+def failed(command: str, e) -> Outcome:
+    """A RunwardError as the CLI's --json says it (cli._fail)."""
+    return Outcome(command, e.exit_code, {"ok": False, "command": command, "error": e.to_dict(), "result": e.result})
+
+
+def check(opts) -> None:
+    """A typed options object's declared options (options.py), checked as argparse checks the
+    flags: the Python API and the MCP tools call operations directly, without argv."""
+    from .. import options
+    from ..errors import BadInput
+    for name in opts.fields():
+        opt = options.OPTS.get(name)
+        value = getattr(opts, name)
+        if opt is None or value is None:
+            continue
+        bad = options.problem(opt, value)
+        if bad:
+            raise BadInput(f"invalid {name} {value!r}: {bad}", options.fix(opt))
