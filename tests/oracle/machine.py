@@ -22,8 +22,21 @@ SUPERVISED_ESCAPEES = os.environ.get("ORACLE_SUPERVISED_ESCAPEES", "1") != "0"  
 NO_CGROUP_KINDS = ("podman", "pct", "user")   # runward makes no cgroup there (doctor: cgroups: no)
 
 
+SEEN: list = []  # every violation and harness failure, as it happened (soak.py prints the first)
+
+
 class Violation(AssertionError):
-    pass
+    def __init__(self, msg: str = ""):
+        AssertionError.__init__(self, msg)
+        seen("violation", msg)
+
+
+def seen(what: str, msg: str) -> None:
+    """Said at once: hypothesis may report only a replay's outcome (FlakyFailure, or
+    FlakyStrategyDefinition when the replay failed earlier), and the first failure is the one
+    that counts."""
+    SEEN.append("%s: %s" % (what, msg))
+    print("oracle: seen %s: %s" % (what, msg[:2000]), file=sys.stderr, flush=True)
 
 
 class OracleBase(RuleBasedStateMachine):
@@ -32,7 +45,11 @@ class OracleBase(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.session = world.Session(list(self.KINDS))
+        try:
+            self.session = world.Session(list(self.KINDS))
+        except BaseException as e:  # the world could not be set up: said, as a violation is
+            seen("harness", "a session could not be set up: %r" % (e,))
+            raise
         self.runs: dict[str, RunModel] = {}
         self.n = 0
 

@@ -34,6 +34,7 @@ def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes
     """One hypothesis run; None when it found nothing, else the violation with its shrunk
     sequence (hypothesis' "state = ...; state.rule(...)" lines)."""
     cls = hseed(seed)(machine.make(kinds, holes))
+    del machine.SEEN[:]
     try:
         run_state_machine_as_test(cls, settings=profile(examples, per_example, shrink))
     except Exception as e:  # noqa: BLE001 - a violation, or runward misbehaving otherwise
@@ -43,6 +44,8 @@ def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes
         # exception group: what was seen is its sub-exception, and must not be lost
         for sub in getattr(e, "exceptions", ()):
             head += "\n  seen first: " + "".join(traceback.format_exception_only(type(sub), sub)).strip()
+        if machine.SEEN and not getattr(e, "exceptions", ()):  # a replay's outcome: what was seen before it
+            head += "\n  seen first: " + machine.SEEN[0]
         return "seed %d\n%s\n%s" % (seed, head, notes)
     return None
 
