@@ -94,3 +94,26 @@ def test_the_oracle_tells_run_1s_processes_from_run_10s():
         for p in (one, ten):
             p.kill()
             p.wait()
+
+
+def test_a_stop_in_restarts_settle_period_is_a_cancelled_restart_and_the_oracle_takes_it(cli):
+    """The ssh soak (seed 9100) called `stop` and `restart` at once a violation: the stop
+    came while restart's new attempt settled, and restart said exit 1, Cancelled. That is
+    runward right (the attempt was started, then stopped by the user: nothing runs) and the
+    oracle's model wrong; forced here with a long settle, real processes, ground truth."""
+    import json
+    from conftest import alive, marked, wait_for
+    from oracle.more import restart_cancelled_by_stop
+    rc, doc = cli.json("start", "sr", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    p = cli.popen("restart", "sr", "--settle", "30", "--json")
+    rec = cli.home / "runs" / "sr" / "attempts" / "2.json"
+    wait_for(lambda: rec.exists() and (json.loads(rec.read_text()).get("job") or {}).get("pid"), 30,
+             "restart's new attempt in its settle period")
+    rc, sdoc = cli.json("stop", "sr")
+    out, err = p.communicate(timeout=60)
+    rdoc = json.loads(out)
+    assert rc == 0 and sdoc["result"]["verified_dead"], sdoc
+    assert restart_cancelled_by_stop(p.returncode, rdoc), rdoc
+    assert not [pid for pid, start in marked("sr.").items() if alive(pid, start)], "something of the run lives"
+    assert not restart_cancelled_by_stop(1, {"error": {"type": "OperationFailed", "message": "x"}})
