@@ -299,8 +299,7 @@ def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[...
     hold), its run() does the work, and an error becomes the CLI's error document (cli._fail)."""
     import importlib
     from .operations.common import suggest_for
-    if isinstance(on, Target):
-        on, config = on.spec, config or on.config
+    on, config = _where(on, config)
     module = importlib.import_module(_VERB_MODULES[verb])
     out = _Captured()
     try:
@@ -321,6 +320,7 @@ def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[...
 
 
 def _where(on, config) -> tuple:
+    """(the target string, the runward.toml) a Target or a string names."""
     if isinstance(on, Target):
         return on.spec, config or on.config
     return on, config
@@ -329,13 +329,13 @@ def _where(on, config) -> tuple:
 def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Result:
     """An operation called directly (issue 27: no argv, nothing captured): its Outcome, or
     its error as the CLI's error document (cli._fail), as a typed Result."""
-    from . import operations
+    from .operations import failed  # the subpackage itself: never through runward's own namespace
     from .operations.common import suggest_for
     try:
         outcome = run()
     except RunwardError as e:
         suggest_for(opts, e)
-        outcome = operations.failed(verb, e)
+        outcome = failed(verb, e)
     return kind(verb, outcome.code, _plain(outcome.document))
 
 

@@ -367,8 +367,11 @@ def outcome(verb: str, res: dict, code: int, text: str | None = None):
 
 
 def emit(out, verb: str, res: dict, code: int, text: str | None = None) -> int:
-    out.doc(outcome(verb, res, code, text).document)
-    out.say(render(res, verb) if text is None else text)
+    """For the verbs not moved to the operations layer yet: outcome() printed."""
+    o = outcome(verb, res, code, text)
+    out.doc(o.document)
+    if not out.json:
+        out.say(o.render())
     return code
 
 

@@ -131,49 +131,27 @@ def add(p, name: str, **extra) -> None:
 
 
 def _converter(opt: Opt):
-    conv = _CONVERTERS.get(opt.kind)
-    if conv is None:
-        conv = _CONVERTERS[opt.kind] = _make(opt.kind)
-    if opt.kind == "count" and opt.least:
-        return _at_least(conv, opt)
-    return conv
-
-
-_CONVERTERS: dict = {}
-
-
-def _make(kind: str):
+    """argparse's type for OPT: the text converted to its kind, then checked by problem()
+    (the very check runward.toml's values and the API's get)."""
     import argparse
 
     def convert(text: str):
         raw: object = text
-        if kind == "seconds":
+        if opt.kind == "seconds":
             try:
                 raw = float(text)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: not a number of seconds")
-        elif kind == "count":
+        elif opt.kind == "count":
             try:
                 raw = int(text)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"invalid count {text!r}: not a whole number")
-        bad = problem(Opt("", kind, "", ""), raw)
-        if bad and kind == "signal":  # the CLI adds signals.HINT to this message
+        bad = problem(opt, raw)
+        if bad and opt.kind == "signal":  # the CLI adds signals.HINT to this message
             raise argparse.ArgumentTypeError(f"unknown signal {text!r}")
         if bad:
-            raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}: {bad}")
+            raise argparse.ArgumentTypeError(f"invalid {opt.kind} {text!r}: {bad}")
         return raw
-    convert.__name__ = kind  # argparse names the type in its messages
-    return convert
-
-
-def _at_least(conv, opt: Opt):
-    import argparse
-
-    def convert(text: str):
-        v = conv(text)
-        if v < opt.least:
-            raise argparse.ArgumentTypeError(f"invalid count {text!r}: less than {opt.least}")
-        return v
-    convert.__name__ = opt.kind
+    convert.__name__ = opt.kind  # argparse names the type in its messages
     return convert

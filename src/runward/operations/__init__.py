@@ -49,10 +49,6 @@ class Outcome:
     def __init__(self, command: str, code: int, document: dict, text=None, stderr: str | None = None):
         self.command, self.code, self.document, self.text, self.stderr = command, code, document, text, stderr
 
-    @property
-    def ok(self) -> bool:
-        return self.code == EXIT_OK
-
     def render(self) -> str:
         return self.text() if self.text is not None else ""
 

@@ -9,6 +9,7 @@ import sys
 from ..errors import EXIT_OK, BadInput
 # what the verbs not yet moved to the operations layer still read from here (issue 27)
 from ..operations import common as _ops
+from ..operations import single as _single
 from ..operations.common import (ALL_RUNS_WORST_FIRST, all_runs_code, config_dir, config_targets,  # noqa: F401
                                  did_you_mean, gpu_list, load_config, suggest_for, target_of)
 
@@ -65,9 +66,8 @@ def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=Non
 
 
 def emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) -> int:
-    out.doc({"ok": code == EXIT_OK, "command": cmd, "target": str(target), "result": result})
-    out.say(text)
-    return code
+    """For the verbs not moved to the operations layer yet: one target's answer, as single()."""
+    return show(out, _single(cmd, target, result, lambda: text, code))
 
 
 def require_extra(module: str, verb: str, what: str, extra: str) -> None:
