@@ -1,13 +1,14 @@
 """Each declared option (src/runward/options.py, issue 27) agrees on every side: the CLI's
 flag (argparse, every verb), the Python API's keyword (library.py's signatures), the MCP
 tool's parameter (its JSON Schema, from the server the CLI's `runward mcp` builds) and
-runward.toml's [runs.NAME] key (config.load refuses a wrong value with exit 2, naming the
-file, the table and the key; it reached the agent as a traceback, exit 3, before)."""
+runward.toml's [runs.NAME] key (a verb reading that run's table refuses a wrong value with
+exit 2, naming the file, the table and the key; it reached the agent as a traceback, exit 3, before)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 
 import pytest
 
@@ -117,8 +118,13 @@ def test_runward_toml_takes_each_declared_key_and_refuses_a_wrong_value(tmp_path
     assert config.load(p).runs["r"][name] == GOOD[opt.kind]
     for bad in BAD[opt.kind]:
         write(bad)
+        cfg = config.load(p)  # loaded: the other runs, and where r lives, stay usable
+        assert "r" in cfg.runs and cfg.runs.placement("r") == {}
         with pytest.raises(BadInput) as e:
-            config.load(p)
+            cfg.runs["r"]  # a verb that reads r's table: refused
+        with pytest.raises(BadInput):
+            cfg.runs.value("r", name)
+        assert cfg.runs.value("r", "command") == ["true"]
         assert f"[runs.r] {name} = " in e.value.message and str(p) in e.value.message, e.value.message
         assert e.value.hint and (name in e.value.hint or opt.kind == "signal"), e.value.hint
 
@@ -130,6 +136,31 @@ def test_a_bad_toml_value_is_exit_2_before_anything_runs(cli_run):
     p = c.run("start", "r")
     assert p.returncode == 2 and "[runs.r] grace = 'abc': not a number of seconds" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (c.home / "runs" / "r").exists()
+
+
+def test_a_bad_toml_value_refuses_what_would_use_it_and_nothing_else(cli_run):
+    """A typo in one run's settle, made while it runs (CI, stop 35: `status` refused it, exit 2):
+    status, logs and stop of that run still work, as does every verb on another run; start and
+    restart of it refuse, naming the key, and the running job is untouched."""
+    c = cli_run
+    good = '[runs.r]\ncommand = ["sleep", "30"]\nsettle = 0.2\n[runs.o]\ncommand = ["sleep", "30"]\nsettle = 0.2\n'
+    (c.cwd / "runward.toml").write_text(good)
+    for name in ("r", "o"):
+        rc, doc = c.json("start", name)
+        assert rc == 0, doc
+    pid = c.status("r")["pid"]
+    (c.cwd / "runward.toml").write_text(good.replace("settle = 0.2", "settle = -1", 1))
+    assert c.status("r")["pid"] == pid and c.status("o")["state"] == "running"
+    assert c.run("logs", "r").returncode == 0
+    for verb in ("restart", "start"):
+        rc, doc = c.json(verb, "r")
+        assert rc == 2 and "[runs.r] settle = -1" in doc["error"]["message"], doc
+    assert os.path.exists(f"/proc/{pid}") and c.status("r")["pid"] == pid, "a refused restart touched the job"
+    rc, doc = c.json("restart", "o")
+    assert rc == 0, doc
+    rc, doc = c.json("stop", "--all")
+    assert rc == 0, doc
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
 @pytest.fixture

@@ -46,11 +46,53 @@ TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbat
 MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)
 
 
+class Runs(dict):
+    """runward.toml's [runs]: NAME -> its table. A table with a bad declared value (options'
+    check_run: settle = -1, stop_signal = "TERMM") is kept, and reading that table raises its
+    error, exit 2 naming the file, the table and the key: the verbs that would act on the
+    value refuse it before anything is done, while `status`, `logs`, `stop` of that run and
+    every verb on the other runs go on (a typo in one run's settle blocked them all).
+    Where a run lives (`on`, `nodes`: checked as the file is read) never raises: placement();
+    one key of a table: value(), raising only when that key is the bad one."""
+
+    def __init__(self):
+        super().__init__()
+        self.bad: dict[str, dict[str, tuple[str, str]]] = {}  # run -> key -> (message, hint)
+
+    def _check(self, name: str, key: str | None = None) -> None:
+        for k, (message, hint) in self.bad.get(name, {}).items():
+            if key is None or key == k:
+                raise BadInput(message, hint)
+
+    def __getitem__(self, name: str) -> dict:
+        self._check(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def items(self):
+        return [(n, self[n]) for n in self]
+
+    def values(self):
+        return [self[n] for n in self]
+
+    def placement(self, name: str) -> dict:
+        """{"on", "nodes"} of run NAME (an empty dict for a run not defined)."""
+        r = super().get(name) or {}
+        return {k: r[k] for k in ("on", "nodes") if k in r}
+
+    def value(self, name: str, key: str, default=None):
+        """KEY of run NAME's table (DEFAULT where either is absent)."""
+        self._check(name, key)
+        return (super().get(name) or {}).get(key, default)
+
+
 class Config:
     def __init__(self, path: str | None = None):
         self.path = path
         self.targets: dict[str, dict] = {}
-        self.runs: dict[str, dict] = {}
+        self.runs = Runs()
         self.ssh_config: str | None = None
         self.ssh_alive_timeout: float | None = None
         self.mcp: dict = {}
@@ -60,7 +102,7 @@ class Config:
         """--on TEXT (a name from [targets] or a target string), else the run's `on`, else local."""
         where = "--on"
         if text is None and run is not None and run in self.runs:
-            text, where = self.runs[run].get("on"), f"[runs.{run}] on"
+            text, where = self.runs.placement(run).get("on"), f"[runs.{run}] on"
         if text is None:
             return Target(())
         if text in self.targets:
@@ -189,8 +231,10 @@ def _validate(p: str, data: dict) -> Config:
                            f'add files = ["LOCAL:REMOTE"] to [runs.{name}], or remove deploy_on_restart')
         if "env" in r and not isinstance(r["env"], dict):
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
-        from .options import check_run  # each declared key's value (options.py), as the flags are
-        check_run(f"{p}: [runs.{name}]", r)
+        from .options import problems_of_run  # each declared key's value (options.py), as the flags are
+        bad = problems_of_run(f"{p}: [runs.{name}]", r)
+        if bad:
+            cfg.runs.bad[name] = bad
         cfg.runs[name] = r
     return cfg
 

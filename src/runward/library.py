@@ -266,8 +266,8 @@ def named_targets(*, config: str | None = None) -> Result:
         doc = {"ok": True, "command": "targets", "result": {
             "config": cfg.path,
             "targets": [{"name": n, "on": t["on"]} for n, t in cfg.targets.items()],
-            "runs": [{"name": n, "on": str(cfg.target(None, n)), "files": list(r.get("files") or [])}
-                     for n, r in cfg.runs.items()],
+            "runs": [{"name": n, "on": str(cfg.target(None, n)), "files": list(cfg.runs.value(n, "files") or [])}
+                     for n in cfg.runs],
             "all": [t.display() for t in config_targets(cfg)]}}
         return Result("targets", EXIT_OK, doc)
     except RunwardError as e:

@@ -89,8 +89,8 @@ def refusal(verb: str, on: str | None, name: str | None, args: dict, policy: Pol
                         f"({', '.join(policy.targets) or 'none'})",
                         "a person can add it to runward.toml's [mcp] targets (or runward mcp --targets)", "mcp.targets")
     if verb == "push" and not policy.push_anywhere:
-        ours = {(str(cfg.target(None, run)), f.split(":", 1)[1]) for run, r in cfg.runs.items()
-                for f in r.get("files") or () if ":" in f}
+        ours = {(str(cfg.target(None, run)), f.split(":", 1)[1]) for run in cfg.runs
+                for f in cfg.runs.value(run, "files") or () if ":" in f}
         outside = [s.split(":", 1)[-1] for s in args["files"] if (target, s.split(":", 1)[-1]) not in ours]
         if outside:
             return _refused(verb, f"push onto {', '.join(outside)} on {target}: not a file of a run in runward.toml "

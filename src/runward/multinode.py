@@ -31,7 +31,7 @@ def nodes_of(args, cfg, name: str | None) -> list[Target] | None:
     given = list(getattr(args, "nodes", None) or [])
     if len(given) > 1:
         return [cfg.target(t) for t in given]
-    run = cfg.runs.get(name or "", {})
+    run = cfg.runs.placement(name or "")
     if run.get("nodes") and not given:
         return [cfg.target(t) for t in run["nodes"]]
     return None

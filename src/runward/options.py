@@ -1,7 +1,7 @@
 """Options declared once (issue 27): a run's spec options that the CLI's flags, runward.toml's
 [runs.NAME] keys, the Python API's keywords and the MCP tools' parameters all take. Each is
 declared here (its name, kind, help, flag, metavar, whether runward.toml takes it), and
-argparse (`add`), runward.toml's check (`check_run`) and the MCP tools' descriptions (`help`)
+argparse (`add`), runward.toml's check (`problems_of_run`, raised by config.Runs) and the MCP tools' descriptions (`help`)
 are derived from the declaration; tests/test_options_agree.py proves that the library's
 signatures and the MCP tools' JSON Schemas agree with it, for every verb that takes one.
 
@@ -109,18 +109,20 @@ def fix(opt: Opt, toml: bool = False) -> str:
                                  "%s %s" % (opt.flag, ex if " " in ex else ex.strip('"')))
 
 
-def check_run(where: str, run: dict) -> None:
-    """runward.toml's [runs.NAME] table: each declared key's value, checked as it is loaded,
-    so a bad one is exit 2 naming the file, the table and the key, before anything is
-    looked up or started (it reached the agent as a traceback before, exit 3)."""
-    from .errors import BadInput
+def problems_of_run(where: str, run: dict) -> dict:
+    """runward.toml's [runs.NAME] table: each declared key's value, checked as it is loaded;
+    {key: (message, hint)} for the bad ones. config.Runs raises one as exit 2 naming the file,
+    the table and the key when a verb reads that table, before anything is started (it reached
+    the agent as a traceback before, exit 3)."""
+    out = {}
     for key, value in run.items():
         opt = OPTS.get(key)
         if opt is None or not opt.toml:
             continue
         bad = problem(opt, value)
         if bad:
-            raise BadInput(f"{where} {key} = {value!r}: {bad}", fix(opt, toml=True))
+            out[key] = (f"{where} {key} = {value!r}: {bad}", fix(opt, toml=True))
+    return out
 
 
 def add(p, name: str, **extra) -> None:

@@ -61,8 +61,8 @@ def config_targets(cfg) -> list:
     """Every target runward.toml names: its [targets], then each run's own (its nodes for a
     multi-node run, local for a run without `on`), each once."""
     seen: list = []
-    own = [t for run, r in cfg.runs.items() for t in ([cfg.target(n) for n in r["nodes"]] if r.get("nodes")
-                                                       else [cfg.target(None, run)])]
+    own = [t for run in cfg.runs for t in ([cfg.target(n) for n in cfg.runs.placement(run)["nodes"]]
+                                           if cfg.runs.placement(run).get("nodes") else [cfg.target(None, run)])]
     for t in [*cfg.named_targets(), *own]:
         if t not in seen:
             seen.append(t)
@@ -135,8 +135,9 @@ def on_runs(opts, cfg, command: str, one, render) -> Outcome:
     runs = [(name, target_of(opts, cfg, name)) for name in cfg.runs]
     results = api.fan_out_runs(runs, one)
     for r in results:
-        if cfg.runs[r["name"]].get("nodes"):  # a multi-node run is where its nodes are, not local
-            r["target"] = ",".join(cfg.target(t).display() for t in cfg.runs[r["name"]]["nodes"])
+        nodes = cfg.runs.placement(r["name"]).get("nodes")
+        if nodes:  # a multi-node run is where its nodes are, not local
+            r["target"] = ",".join(cfg.target(t).display() for t in nodes)
     code = all_runs_code(results)
     return Outcome(command, code, {"ok": code == EXIT_OK, "command": command, "runs": results}, lambda: "\n".join(
         f"== {r['name']} on {r['target']}\n" + _indent(render(r["result"]) if r["ok"] else _failure(r))

@@ -42,10 +42,10 @@ def status(opts: StatusOptions) -> Outcome:
     nodes = multinode.nodes_from_record(res["runs"][0]) if opts.name and res.get("runs") else None
     if nodes:  # one node of a multi-node run: every node, and the aggregate
         return multinode.outcome("status", *multinode.status(nodes, opts.name))
-    run_cfg = cfg.runs.get(opts.name) if opts.name else None
-    if run_cfg and run_cfg.get("files") and res.get("runs"):
+    files = cfg.runs.value(opts.name, "files") if opts.name else None
+    if files and res.get("runs"):
         from .. import files as _files
-        d = _files.local_drift(res["runs"][0], run_cfg["files"], base=config_dir(cfg))
+        d = _files.local_drift(res["runs"][0], files, base=config_dir(cfg))
         if d:
             res["runs"][0]["local_drift"] = d
     return single("status", target, res, lambda: render_status(res, str(target)))

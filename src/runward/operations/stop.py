@@ -61,7 +61,7 @@ def _stop(opts, name, target, on_begun=None, cfg=None):
 def checkpoint_of(opts, cfg, name) -> dict | None:
     """stop --checkpoint's table: runward.toml's stop_checkpoint (which makes every stop and
     restart of the run checkpoint first), the flags over it; None for a plain stop."""
-    base = ((cfg.runs.get(name) if cfg is not None else None) or {}).get("stop_checkpoint")
+    base = cfg.runs.value(name, "stop_checkpoint") if cfg is not None else None
     flags = {k: v for k, v in (("signal", opts.checkpoint_signal), ("wait_for", opts.checkpoint_wait_for),
                                ("timeout", opts.checkpoint_timeout)) if v is not None}
     if opts.no_checkpoint or not (base is not None or opts.checkpoint or flags):
@@ -99,10 +99,10 @@ def _stop_any(opts, cfg, name, target):
     """stop --all: a run of runward.toml never started on its target has nothing running
     there (no record, so nothing runward started): stopped, verified, not a failure. A run
     with nodes: every node (a node never started counts the same way)."""
-    if cfg.runs.get(name, {}).get("nodes"):
+    if cfg.runs.placement(name).get("nodes"):
         from .. import multinode
         from ..errors import OperationFailed
-        res, code = multinode.stop([cfg.target(t) for t in cfg.runs[name]["nodes"]], name, grace=opts.grace,
+        res, code = multinode.stop([cfg.target(t) for t in cfg.runs.placement(name)["nodes"]], name, grace=opts.grace,
                                    signal=opts.stop_signal, gpu_timeout=opts.gpu_release_timeout,
                                    lock_timeout=opts.lock_timeout, checkpoint=checkpoint_of(opts, cfg, name))
         if code:

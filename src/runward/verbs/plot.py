@@ -21,7 +21,7 @@ def run(args, out) -> int:
     target = target_of(args, cfg, args.name)
     if args.attempts is not None:
         return _overlay(api, args, target, out)
-    res = api.health(target, args.name, api.health_rules(cfg.runs.get(args.name)), points=True)
+    res = api.health(target, args.name, api.health_rules({"health": cfg.runs.value(args.name, "health")}), points=True)
     from .. import health as _health
     try:
         path = _health.plot(res["series"], res["all_alerts"], args.metric, args.output, x=args.x)

@@ -42,7 +42,7 @@ def run(args, out) -> int:
         return on_runs(args, cfg, out, "restart", lambda name, t: _restart(args, cfg, name, t, out), _render)
     if not args.name:
         raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
-    if (cfg.runs.get(args.name) or {}).get("nodes") and not args.on:  # one --on: that node alone (refused)
+    if cfg.runs.placement(args.name).get("nodes") and not args.on:  # one --on: that node alone (refused)
         from .. import multideploy
         return multideploy.emit(out, "restart", *_restart_nodes(args, cfg, args.name))
     target = target_of(args, cfg, args.name)
@@ -82,7 +82,7 @@ def interrupted(target, name: str, began: list[str], on) -> Interrupted:
 
 def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> dict:
     from .. import api
-    if (cfg.runs.get(name) or {}).get("nodes") and not args.on:  # (--all too) every node, all or nothing
+    if cfg.runs.placement(name).get("nodes") and not args.on:  # (--all too) every node, all or nothing
         from ..errors import OperationFailed
         res, code = _restart_nodes(args, cfg, name)
         if code:

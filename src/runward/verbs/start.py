@@ -124,7 +124,7 @@ def _start(args, cfg, name, target, on_event=None) -> dict:
     """One run's start: runward.toml's definition, the command line over it (a run with
     nodes, under --all: over its nodes, all or nothing)."""
     from .. import api
-    if args.all and cfg.runs.get(name, {}).get("nodes"):
+    if args.all and cfg.runs.placement(name).get("nodes"):
         from .. import multinode
         from ..errors import OperationFailed
         run_cfg = cfg.runs[name]

@@ -57,8 +57,8 @@ def baseline_rules(cfg) -> dict:
     """{run: "best" | "attempt:N"}: the baseline each run's health rules name (the first rule's),
     so top compares with what watch and the shim judge against; "best" where none is set."""
     out = {}
-    for name, run in (cfg.runs or {}).items():
-        for rule in ((run or {}).get("health") or {}).values():
+    for name in cfg.runs:
+        for rule in (cfg.runs.value(name, "health") or {}).values():
             if isinstance(rule, dict) and isinstance(rule.get("baseline"), str):
                 out[name] = rule["baseline"]
                 break

@@ -33,7 +33,7 @@ def add_arguments(p) -> None:
 def _stall(args, cfg) -> dict:
     """stall_after and straggler_ratio, runward.toml's checked, the flags over them."""
     from ..stallopts import options
-    o = options(cfg.runs.get(args.name), args, args.name)
+    o = options({"health": cfg.runs.value(args.name, "health")}, args, args.name)
     return {"stall": o.get("after"), "ratio": o.get("ratio")}
 
 
@@ -49,7 +49,7 @@ def run(args, out) -> int:
     from .. import multinode
     cfg = load_config(args)
     target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
-    rules = api.health_rules(cfg.runs.get(args.name), mins=api.parse_limits(args.min, "--min"),
+    rules = api.health_rules({"health": cfg.runs.value(args.name, "health")}, mins=api.parse_limits(args.min, "--min"),
                              maxs=api.parse_limits(args.max, "--max"), drop=args.drop,
                              **_stall(args, cfg))
     from ..health import format_alert
