@@ -166,3 +166,67 @@ def test_a_member_reconnecting_while_node_0_decides_does_not_crash_node_0():
         node0.join(10)
         first.s.close()
         again.s.close()
+
+
+# -- the run's cgroups (7d20ce8): ground truth from /sys/fs/cgroup and /proc
+
+NEST = r"""
+for h in pids memory unified; do
+  d=$(awk -F: -v h=$h '($2==h)||(h=="unified"&&$1=="0"){print $3}' /proc/self/cgroup)
+  case "$d" in */runward/*) mkdir -p "/sys/fs/cgroup/$h$d/sub" && echo $$ > "/sys/fs/cgroup/$h$d/sub/cgroup.procs";; esac
+done
+setsid sh -c 'env -i sleep 300 >/dev/null 2>&1 &'
+exec sleep 300
+"""
+
+
+def _subs(cgs):
+    return [os.path.join(c, "sub") for c in cgs]
+
+
+def _procs(paths):
+    out = set()
+    for p in paths:
+        try:
+            out.update(int(x) for x in open(os.path.join(p, "cgroup.procs")).read().split())
+        except OSError:
+            pass
+    return out
+
+
+def test_a_process_in_a_cgroup_below_the_runs_is_the_runs(cli):
+    """A job (as root) that puts itself in a cgroup below the run's own (a nested runtime, a
+    scope of its own) and leaves an escapee there that cleared its environment and its session:
+    with the shim gone, only the cgroup ties it to the run, and the kernel keeps it in the run's
+    subtree. A stop that reads the run's cgroup.procs alone calls the run dead (and 7d20ce8's
+    rmdir of the run's cgroup then fails silently: it has a child)."""
+    import signal
+    rc, doc = cli.json("start", "cgnest", "--settle", "0.5", "--sh", NEST)
+    assert rc == 0, doc
+    cgs = doc["result"]["cgroups"]
+    if not cgs:
+        pytest.skip("no writable cgroup hierarchy here (not root)")
+    wait_for(lambda: len(_procs(_subs(cgs))) >= 2, 10, "the job and its escapee in the nested cgroup")
+    rec = __import__("json").loads((cli.home / "runs" / "cgnest" / "attempts" / "1.json").read_text())
+    esc = [p for p in _procs(_subs(cgs)) if p != doc["result"]["pid"]]
+    assert esc, _procs(_subs(cgs))
+    try:
+        os.kill(rec["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(rec["shim"]["pid"]), 10, "the shim's death")
+        rc, st = cli.json("stop", "cgnest", "--grace", "2")
+        left = [p for p in esc if alive(p)]
+        assert not left or rc != 0, "stop said %d (%s) with the escapee %s alive in %s" % (
+            rc, st["result"].get("verified"), left, _subs(cgs))
+        assert rc == 0 and not any(os.path.isdir(c) for c in cgs), (rc, [c for c in cgs if os.path.isdir(c)])
+    finally:
+        for p in _procs(_subs(cgs)):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        wait_for(lambda: not _procs(_subs(cgs)), 10, "the nested cgroup empty")
+        for p in _subs(cgs) + cgs:
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
