@@ -230,3 +230,42 @@ def test_a_process_in_a_cgroup_below_the_runs_is_the_runs(cli):
                 os.rmdir(p)
             except OSError:
                 pass
+
+
+def test_stop_and_rm_remove_only_their_own_runs_empty_cgroups(cli, tmp_path):
+    """Runs whose names share a prefix ("x", "x.1", "x-2") and a run "x" of another
+    RUNWARD_HOME, each left with empty cgroups (shim and job SIGKILLed): stop and rm of "x"
+    remove x's, and not one of the others'."""
+    import json
+    import signal
+    other = dict(cli.env, RUNWARD_HOME=str(tmp_path / "home2"))
+    cgs = {}
+    for home, name in ((None, "x"), (None, "x.1"), (None, "x-2"), ("2", "x")):
+        env = other if home else cli.env
+        p = __import__("subprocess").run(cli.argv("start", name, "--settle", "0.2", "--json", "--", "sleep", "300"),
+                                         cwd=cli.cwd, env=env, capture_output=True, text=True, timeout=60)
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0, doc
+        if not doc["result"]["cgroups"]:
+            pytest.skip("no writable cgroup hierarchy here (not root)")
+        h = tmp_path / ("home2" if home else "home")
+        rec = json.loads((h / "runs" / name / "attempts" / "1.json").read_text())
+        for pid in (rec["shim"]["pid"], doc["result"]["pid"]):
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not alive(pid), 10, "its death")
+        cgs[(home, name)] = doc["result"]["cgroups"]
+    assert all(os.path.isdir(c) for v in cgs.values() for c in v)
+    try:
+        for verb in ("stop", "rm"):
+            p = cli.run(verb, "x")
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert not any(os.path.isdir(c) for c in cgs[(None, "x")]), verb
+            left = {k: [c for c in v if not os.path.isdir(c)] for k, v in cgs.items() if k != (None, "x")}
+            assert not any(left.values()), "%s x removed another run's cgroups: %s" % (verb, left)
+    finally:
+        for v in cgs.values():
+            for c in v:
+                try:
+                    os.rmdir(c)
+                except OSError:
+                    pass
