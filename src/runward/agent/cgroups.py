@@ -39,10 +39,13 @@ def create(name, attempt, home_id=""):
 
 
 def pids(paths):
+    """Every process in PATHS and in the cgroups below them: a job (as root) may make one of
+    its own under the run's and move there, and cgroup.procs lists a cgroup's own members only."""
     out = set()
-    for p in paths or ():
-        txt = read_text(os.path.join(p, "cgroup.procs"), "") or ""
-        out.update(int(x) for x in txt.split() if x.isdigit())
+    for top in paths or ():
+        for p, _, _ in os.walk(top):
+            txt = read_text(os.path.join(p, "cgroup.procs"), "") or ""
+            out.update(int(x) for x in txt.split() if x.isdigit())
     return out
 
 
@@ -64,8 +67,11 @@ def run_paths(paths):
 
 
 def remove(paths):
-    for p in paths or ():
-        try:
-            os.rmdir(p)
-        except OSError:
-            pass
+    """rmdir each of PATHS, the empty cgroups below it first (a cgroup with a child cannot
+    go); one that still holds a process stays (the kernel refuses), and so do its parents."""
+    for top in paths or ():
+        for p, _, _ in os.walk(top, topdown=False):
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass

@@ -169,7 +169,8 @@ class _Coordinator(_Side):
             self.on_poll()
             if len(self.members) < self.nnodes - 1:
                 return False
-            if all(m["ready"] for m in self.members.values()):
+            # .get: a member that connected again meanwhile was not asked; it has no answer
+            if all(m.get("ready") for m in self.members.values()):
                 return True
             self._dispatch(min(POLL_S, max(0.0, deadline - time.monotonic())))
         return False
