@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..render import render_procs
 from . import Options, Outcome, single
 from .common import load_config, target_of
 
