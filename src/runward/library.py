@@ -6,8 +6,8 @@ document the CLI's `--json` prints, as a typed result.
     res = runward.start("train", ["python3", "train.py"], on=gpu, env={"LR": "3e-4"})
     res.ok, res.attempt, res.pid, res.to_json()
 
-A verb moved to the operations layer (stop, status: operations/<verb>.py) is called
-directly, with typed options; the others still run the verb's own code (verbs/<verb>.py) in
+A verb moved to the operations layer (stop, status, history, compare, gpus, ps, kill:
+operations/<verb>.py) is called directly, with typed options; the others still run the verb's own code (verbs/<verb>.py) in
 this process with its output captured (issue 27 moves them). Either way the CLI, this API and
 the MCP server (mcpserver.py) answer with one document, and a change to a verb reaches all three.
 Failures are results too (`ok` false, `error` with its type, hop and hint, `exit_code` as the
@@ -188,14 +188,20 @@ def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min
 
 def history(name: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
     """Every attempt: started, ran for, exit, steps, median throughput, last loss, what changed."""
-    return _call("history", [name], on, config, Result)
+    from .operations import history as op
+    on, config = _where(on, config)
+    opts = op.HistoryOptions(name=name, on=on, config=config)
+    return _operate("history", opts, lambda: op.history(opts), Result)
 
 
 def compare(name: str, a: int | None = None, b: int | None = None, *, on: Target | str | None = None,
             config: str | None = None) -> Result:
     """Attempts A and B (default: the last two) side by side: what changed (with diffs), the
     metrics at common steps and a one-line verdict."""
-    return _call("compare", [name, *([str(a), str(b)] if a is not None or b is not None else [])], on, config, Result)
+    from .operations import compare as op
+    on, config = _where(on, config)
+    opts = op.CompareOptions(name=name, a=a, b=b, on=on, config=config)
+    return _operate("compare", opts, lambda: op.compare(opts), Result)
 
 
 def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
@@ -213,7 +219,10 @@ def deploy(name: str, *, on: Target | str | None = None, config: str | None = No
 
 def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result:
     """Each GPU: memory, utilization, and the processes on it mapped to their runs."""
-    return _call("gpus", [], on, config, Result)
+    from .operations import gpus as op
+    on, config = _where(on, config)
+    opts = op.GpusOptions(on=on, config=config)
+    return _operate("gpus", opts, lambda: op.gpus(opts), Result)
 
 
 def stacks(name: str, *, on: Target | str | None = None, native: bool = False, timeout: float | None = None,
@@ -227,15 +236,21 @@ def stacks(name: str, *, on: Target | str | None = None, native: bool = False, t
 
 def ps(pattern: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
     """Processes whose command line matches the regex; never this call's own chain."""
-    return _call("ps", ["--", pattern], on, config, Result)
+    from .operations import ps as op
+    on, config = _where(on, config)
+    opts = op.PsOptions(pattern=pattern, on=on, config=config)
+    return _operate("ps", opts, lambda: op.ps(opts), Result)
 
 
 def kill(pattern: str, *, on: Target | str | None = None, confirm: bool = False, signal: str | None = None,
          grace: float | None = None, tree: bool = False, config: str | None = None) -> Result:
     """What a safe pkill -f would signal; with confirm=True, signal them, verified dead."""
-    argv = [*_flag("--yes", confirm), *_opt("--signal", signal), *_opt("--grace", grace),
-            *_flag("--tree", tree), "--", pattern]
-    return _call("kill", argv, on, config, Result)
+    from .operations import kill as op
+    on, config = _where(on, config)
+    # None: the flag's default, as the CLI without it
+    given = {k: v for k, v in (("signal", signal), ("grace", grace)) if v is not None}
+    opts = op.KillOptions(pattern=pattern, yes=confirm, tree=tree, on=on, config=config, **given)
+    return _operate("kill", opts, lambda: op.kill(opts), Result)
 
 
 def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
@@ -354,11 +369,9 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "compare": "runward.verbs.compare", "deploy": "runward.verbs.deploy", "doctor": "runward.verbs.doctor",
-    "exec": "runward.verbs.exec", "gpus": "runward.verbs.gpus", "history": "runward.verbs.history",
-    "kill": "runward.verbs.kill", "lint": "runward.verbs.lint", "logs": "runward.verbs.logs",
-    "ps": "runward.verbs.ps", "push": "runward.verbs.push", "restart": "runward.verbs.restart",
-    "stacks": "runward.verbs.stacks", "start": "runward.verbs.start",
+    "deploy": "runward.verbs.deploy", "doctor": "runward.verbs.doctor", "exec": "runward.verbs.exec",
+    "lint": "runward.verbs.lint", "logs": "runward.verbs.logs", "push": "runward.verbs.push",
+    "restart": "runward.verbs.restart", "stacks": "runward.verbs.stacks", "start": "runward.verbs.start",
     "watch": "runward.verbs.watch",
 }
 

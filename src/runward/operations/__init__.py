@@ -4,8 +4,8 @@ function per verb, with a typed options object, answering an Outcome, for the CL
 alike. No argv is parsed here and nothing is printed: the Outcome holds the document the
 CLI's `--json` prints and, made only when asked, the human text.
 
-The verbs moved here so far: stop, status. The others still run through verbs/ (library.py
-calls those with argv, as before)."""
+The verbs moved here so far: stop, status, history, compare, rm, prune, gpus, ps, kill. The
+others still run through verbs/ (library.py calls those with argv, as before)."""
 
 from __future__ import annotations
 

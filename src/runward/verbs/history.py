@@ -1,13 +1,10 @@
 """runward history NAME: one line per attempt -- started, ran for, state/exit, steps reached,
 the main throughput (median after warm-up), the last loss, and what changed against the
-attempt before (docs/history.md)."""
+attempt before (docs/history.md). The work and its rendering: operations/history.py."""
 
 from __future__ import annotations
 
-import os
-import time
-
-from ._common import emit, load_config, target_of
+from ._common import show
 
 
 def add_arguments(p) -> None:
@@ -15,107 +12,5 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import api
-    cfg = load_config(args)
-    from .. import multinode
-    nodes = multinode.nodes_of(args, cfg, args.name)
-    if nodes:  # every node's history, merged: per node where they differ (multihistory.py)
-        from .. import multihistory
-        res, code = multihistory.history(nodes, args.name)
-        return multinode.emit(out, "history", res, code, render_nodes(res))
-    target = target_of(args, cfg, args.name)
-    res = api.history(target, args.name)
-    return emit(out, "history", target, res, render(res))
-
-
-def render(res: dict) -> str:
-    rows = res.get("attempts") or []
-    if not rows:
-        return f"{res.get('name')}: no attempts"
-    return "\n".join(line(r) for r in rows)
-
-
-def render_nodes(res: dict) -> str:
-    """A multi-node history (multihistory.py): node 0's line, then each node that differs."""
-    out = []
-    for r in res.get("attempts") or []:
-        out.append(line(r) + f"  [node {r.get('rank', 0)}" + ("" if r.get("nodes") else ", every node the same") + "]")
-        for rank, diff in (r.get("nodes") or {}).items():
-            out.append(f"    node {rank}: " + line({**r, **diff, "changed": diff.get("changed")}).split("  ", 2)[2])
-    bad = [f"node {n['rank']} ({n['target']}): {n['error'].get('message')}" for n in res["nodes"] if not n["ok"]]
-    return "\n".join(out + bad) or f"{res.get('name')}: no attempts"
-
-
-def line(r: dict) -> str:
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"])) if r.get("started_at") else "never started"
-    parts = [f"#{r['attempt']}", started, f"ran {duration(r.get('ran_s'))}", ending(r),
-             f"step {r['steps']}" if r.get("steps") is not None else "no steps"]
-    parts[4:4] = where(r)
-    tp = r.get("throughput")
-    if tp and tp.get("median") is not None:
-        parts.append(f"{tp['metric']} {si(tp['median'])} (median of {tp['points']})")
-    elif tp:
-        parts.append(f"{tp['metric']} too few points")
-    if r.get("loss"):
-        parts.append(f"{r['loss']['metric']} {r['loss']['last']}")
-    text = "  ".join(parts)
-    if r.get("changed") is not None:
-        text += "  | " + (changed(r["changed"]) or "no change")
-    return text
-
-
-def where(r: dict) -> list[str]:
-    """A supervised restart's cause, a Slurm job, a node: said only where the attempt has one."""
-    out = []
-    if r.get("restart"):
-        rs = r["restart"]
-        out.append(f"restart {rs.get('number')} of #{rs.get('of')} ({rs.get('reason') or 'by the shim'})")
-    if r.get("slurm"):
-        s = r["slurm"]
-        out.append(f"slurm job {s.get('job_id')}" + (f" {s['state']} ExitCode {s.get('exit_code')}"
-                                                       if s.get("state") else "")
-                   + (f" ({s['start']} .. {s['end']})" if s.get("start") and s.get("end") else ""))
-    if r.get("node"):
-        out.append(f"node {r['node'].get('rank')} of {r['node'].get('nnodes')}")
-    return out
-
-
-def ending(r: dict) -> str:
-    ex = r.get("exit") or {}
-    if r.get("state") == "exited" and ex:
-        return f"exited {ex['code']}" if ex.get("code") is not None else f"exited by {ex.get('signal')}"
-    return r.get("state") or "?"
-
-
-def duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s // 60 % 60:02d}m"
-
-
-def si(v) -> str:
-    if not isinstance(v, (int, float)):
-        return str(v)
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(v) >= div:
-            return f"{v / div:.2f}".rstrip("0").rstrip(".") + suffix
-    return f"{v:.4g}"
-
-
-def changed(c: dict) -> str:
-    """'train.py 1a2b3c4d->5e6f7a8b, TRAIN_TOKS 14500->9000, +NEW=1, -OLD, command, cwd'."""
-    out = [f"{os.path.basename(p)} {a or 'none'}->{b or 'none'}" for p, (a, b) in (c.get("files") or {}).items()]
-    env = c.get("env") or {}
-    out += [f"{k} {a}->{b}" for k, (a, b) in (env.get("changed") or {}).items()]
-    out += [f"+{k}={v}" for k, v in (env.get("added") or {}).items()]
-    out += [f"-{k}" for k in env.get("removed") or ()]
-    if c.get("command"):
-        out.append(f"command: {c['command'][1]}")
-    if c.get("cwd"):
-        out.append(f"cwd {c['cwd'][0]}->{c['cwd'][1]}")
-    return ", ".join(out)
+    from ..operations.history import HistoryOptions, history
+    return show(out, history(HistoryOptions.from_args(args)))

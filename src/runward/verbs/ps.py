@@ -1,10 +1,9 @@
-"""runward ps PATTERN: a safe pgrep -af (never lists itself, its ancestors or its session)."""
+"""runward ps PATTERN: a safe pgrep -af (never lists itself, its ancestors or its session). The
+work and its rendering: operations/ps.py."""
 
 from __future__ import annotations
 
-from ..errors import EXIT_FAILED
-from ..render import PROCS_HEADER, render_procs
-from ._common import emit, load_config, target_of
+from ._common import show
 
 
 def add_arguments(p) -> None:
@@ -12,10 +11,5 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import api
-    cfg = load_config(args)
-    target = target_of(args, cfg)
-    res = api.ps(target, args.pattern)
-    if not res["processes"]:  # exit 1 as pgrep's: `runward ps X && ...` reads as `pgrep X && ...`
-        return emit(out, "ps", target, res, f"no process matches {args.pattern!r}", code=EXIT_FAILED)
-    return emit(out, "ps", target, res, PROCS_HEADER + "\n" + render_procs(res["processes"]))
+    from ..operations.ps import PsOptions, ps
+    return show(out, ps(PsOptions.from_args(args)))
