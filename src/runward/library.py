@@ -208,13 +208,19 @@ def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = 
          config: str | None = None) -> Result:
     """Send local files through the hop chain: {LOCAL: REMOTE} (or "LOCAL:REMOTE" strings);
     atomic, sha256-checked where they land."""
+    from .operations import push as op
     specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
-    return _call("push", specs, on, config, Result)
+    on, config = _where(on, config)
+    opts = op.PushOptions(specs=specs, on=on, config=config)
+    return _operate("push", opts, lambda: op.push(opts), Result)
 
 
 def deploy(name: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
     """Push the run's files (runward.toml) to where it runs."""
-    return _call("deploy", [name], on, config, Result)
+    from .operations import deploy as op
+    on, config = _where(on, config)
+    opts = op.DeployOptions(name=name, on=on, config=config)
+    return _operate("deploy", opts, lambda: op.deploy(opts), Result)
 
 
 def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result:
@@ -369,9 +375,9 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "deploy": "runward.verbs.deploy", "doctor": "runward.verbs.doctor", "exec": "runward.verbs.exec",
-    "lint": "runward.verbs.lint", "logs": "runward.verbs.logs", "push": "runward.verbs.push",
-    "restart": "runward.verbs.restart", "stacks": "runward.verbs.stacks", "start": "runward.verbs.start",
+    "doctor": "runward.verbs.doctor", "exec": "runward.verbs.exec", "lint": "runward.verbs.lint",
+    "logs": "runward.verbs.logs", "restart": "runward.verbs.restart", "stacks": "runward.verbs.stacks",
+    "start": "runward.verbs.start",
     "watch": "runward.verbs.watch",
 }
 

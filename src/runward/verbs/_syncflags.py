@@ -13,7 +13,3 @@ def add_arguments(p) -> None:
                    help="do not read .gitignore / .runwardignore in the pushed directories")
     p.add_argument("--dry-run", "-n", action="store_true", help="say what would be sent and deleted; change nothing")
 
-
-def options(args) -> dict:
-    return {"delete": args.delete, "excludes": args.exclude, "dry_run": args.dry_run,
-            "gitignore": not args.no_ignore_files}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import emit, load_config, target_of
+from ._common import show
 
 
 # Ctrl-C (cli.main): what an interrupted push leaves on the target (agent/ops/sync.py's Batch)
@@ -19,10 +19,6 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import files as _files
-    from ..sync import describe
-    from ._syncflags import options
-    cfg = load_config(args)
-    target = target_of(args, cfg)
-    res = _files.push(target, args.specs, progress=not out.json, **options(args))
-    return emit(out, "push", target, res, describe(res, target, "pushed"))
+    from ..operations.push import PushOptions, push
+    # the per-file progress on stderr is for a person only (never with --json)
+    return show(out, push(PushOptions.from_args(args), progress=not out.json))

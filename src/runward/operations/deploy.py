@@ -1,0 +1,41 @@
+"""deploy: a run's files (runward.toml) pushed where it runs, every node of a multi-node run
+(multideploy.py)."""
+
+from __future__ import annotations
+
+from ..errors import BadInput
+from . import Outcome, single
+from .common import config_dir, did_you_mean, load_config, target_of
+from .push import _sync, _SyncOptions
+
+
+class DeployOptions(_SyncOptions):
+    """What `runward deploy` takes (verbs/deploy.py's flags)."""
+    name: str | None = None
+    nodes: list = []  # --on given more than once: a multi-node run's nodes
+
+
+def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
+    """PROGRESS: as push's."""
+    from .. import files as _files
+    from ..sync import describe
+    cfg = load_config(opts)
+    target = target_of(opts, cfg, opts.name)
+    run_cfg = cfg.runs.get(opts.name)
+    close = did_you_mean(opts.name, cfg) if run_cfg is None else None
+    if close:
+        raise BadInput(f"no run {opts.name!r} in runward.toml", close)
+    if not run_cfg or not run_cfg.get("files"):
+        raise BadInput(f"run {opts.name!r} has no files in runward.toml",
+                       f"add files = [\"LOCAL:REMOTE\"] to [runs.{opts.name}]")
+    from .. import multinode
+    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    if nodes:  # a run over several nodes: its files on every node, each checked there
+        from .. import multideploy
+        res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **_sync(opts))
+        outcome = multinode.outcome("deploy", res, code)
+        outcome.text = lambda: multideploy.render_deploy(res)
+        return outcome
+    res = _files.push(target, run_cfg["files"], run=opts.name, progress=progress, base=config_dir(cfg),
+                      **_sync(opts))
+    return single("deploy", target, res, lambda: describe(res, target, "deployed"))
