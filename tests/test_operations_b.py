@@ -34,7 +34,7 @@ def test_push_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
     (cli.cwd / "a.txt").write_text("golden\n")
     dest = tmp_path / "far"
     out = push(PushOptions(specs=[f"a.txt:{dest}/a.txt"], on="local"))
-    assert out.ok and "pushed" in out.render(), out.document
+    assert out.code == 0 and "pushed" in out.render(), out.document
     check("push", out.code, out.document, cli, tmp_path)
 
 
@@ -45,7 +45,7 @@ def test_library_deploy_is_the_clis_deploy_document(cli, tmp_path, lib):
     assert res.ok and (tmp_path / "far" / "train.cfg").read_text() == "lr = 3e-4\n", res.to_json()
     check("deploy", res.exit_code, res.to_json(), cli, tmp_path)
     out = deploy(DeployOptions(name="g-deploy"))  # again, the operation itself: nothing differs now
-    assert out.ok and out.document["result"]["sent"] == [] and "1 unchanged" in out.render(), out.document
+    assert out.code == 0 and out.document["result"]["sent"] == [] and "1 unchanged" in out.render(), out.document
 
 
 def test_library_deploy_with_a_bad_config_is_the_clis_error_document(cli, tmp_path, lib):
