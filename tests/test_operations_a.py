@@ -20,16 +20,6 @@ def lib(cli, monkeypatch):
     return runward
 
 
-def _operate(verb: str, opts):
-    """A verb without a public API function (rm, prune), called as the API calls an
-    operation: its Outcome, or its error as the CLI's error document."""
-    import importlib
-
-    from runward import library
-    op = importlib.import_module(f"runward.operations.{verb}")
-    return library._operate(verb, opts, lambda: getattr(op, verb)(opts), library.Result)
-
-
 def _cli_text(cli, *args: str) -> str:
     p = cli.run(*args)
     assert p.returncode == 0, p.stderr
@@ -74,27 +64,29 @@ def test_library_compare_of_one_attempt_says_two_are_needed(cli, lib):
     assert cli.json("compare", "g-any", "3")[1]["error"] == res.error
 
 
-def test_rm_operation_is_the_clis_rm_document(cli, tmp_path, lib):
-    from runward.operations.rm import RmOptions
+def test_library_rm_is_the_clis_rm_document_and_refuses_a_live_run(cli, tmp_path, lib):
     start(cli, "g-rm")
+    pids = marked("g-rm.")
+    res = lib.rm("g-rm")  # it lives: refused, nothing removed, nothing signalled
+    assert res.exit_code == 1 and res.error["type"] == "RunAlive", res.to_json()
+    assert marked("g-rm.") == pids and (cli.home / "runs" / "g-rm").is_dir()
     assert cli.json("stop", "g-rm")[0] == 0
-    res = _operate("rm", RmOptions(name="g-rm"))
+    res = lib.rm("g-rm")
     check("rm", res.exit_code, res.to_json(), cli, tmp_path)
+    assert not (cli.home / "runs" / "g-rm").exists()
 
 
-def test_rm_operation_checks_lock_timeout_as_the_flag_is_checked(cli, lib):
-    from runward.operations.rm import RmOptions
-    res = _operate("rm", RmOptions(name="g-any", lock_timeout=-1.0))
+def test_library_rm_checks_lock_timeout_as_the_flag_is_checked(cli, lib):
+    res = lib.rm("g-any", lock_timeout=-1.0)
     assert res.exit_code == 2 and "invalid lock_timeout -1.0" in res.error["message"], res.to_json()
 
 
-def test_prune_operation_is_the_clis_prune_document(cli, tmp_path, lib):
-    from runward.operations.prune import PruneOptions
+def test_library_prune_is_the_clis_prune_document(cli, tmp_path, lib):
     start(cli, "g-prune")
     assert cli.json("stop", "g-prune")[0] == 0
-    res = _operate("prune", PruneOptions(older_than="0s", dry_run=True))
+    res = lib.prune("0s", dry_run=True)
     check("prune", res.exit_code, res.to_json(), cli, tmp_path)
-    res = _operate("prune", PruneOptions(older_than="fortnight"))
+    res = lib.prune("fortnight")
     check("err_bad_prune_duration", res.exit_code, res.to_json(), cli, tmp_path)
 
 

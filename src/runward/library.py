@@ -223,6 +223,26 @@ def deploy(name: str, *, on: Target | str | None = None, config: str | None = No
     return _operate("deploy", opts, lambda: op.deploy(opts), Result)
 
 
+def rm(name: str, *, on: Target | str | None = None, logs: bool = False, lock_timeout: float | None = None,
+       config: str | None = None) -> Result:
+    """Remove a stopped run's records (RunAlive, exit 1, if it lives); its log kept unless
+    logs=True."""
+    from .operations import rm as op
+    on, config = _where(on, config)
+    opts = op.RmOptions(name=name, logs=logs, lock_timeout=lock_timeout, on=on, config=config)
+    return _operate("rm", opts, lambda: op.rm(opts), Result)
+
+
+def prune(older_than: str, *, on: Target | str | None = None, dry_run: bool = False, logs: bool = False,
+          config: str | None = None) -> Result:
+    """Remove the stopped runs that ended longer ago than OLDER_THAN ("7d", "12h"); dry_run
+    lists them and removes nothing."""
+    from .operations import prune as op
+    on, config = _where(on, config)
+    opts = op.PruneOptions(older_than=older_than, dry_run=dry_run, logs=logs, on=on, config=config)
+    return _operate("prune", opts, lambda: op.prune(opts), Result)
+
+
 def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result:
     """Each GPU: memory, utilization, and the processes on it mapped to their runs."""
     from .operations import gpus as op
