@@ -132,6 +132,12 @@ def add(p, name: str, **extra) -> None:
     p.add_argument(opt.flag, type=_converter(opt), metavar=opt.metavar, help=opt.help, **extra)
 
 
+def converter(name: str):
+    """argparse's type of declared option NAME, for a flag of another name that takes the
+    same kind of value (verbs/_common.signal_arg)."""
+    return _converter(OPTS[name])
+
+
 def _converter(opt: Opt):
     """argparse's type for OPT: the text converted to its kind, then checked by problem()
     (the very check runward.toml's values and the API's get)."""

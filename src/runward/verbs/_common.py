@@ -39,12 +39,12 @@ def old_spelling(p, flag: str, dest: str, **kw) -> None:
 
 
 def signal_arg(text: str) -> str:
-    """--stop-signal: checked as the flag is read (signals.known, the target's own rule), so a
-    bad one is exit 2 before any run is looked up or touched."""
-    from ..signals import known
-    if known(text):
-        return text
-    raise argparse.ArgumentTypeError(f"unknown signal {text!r}")  # cli adds signals.HINT
+    """A signal flag that is not the declared --stop-signal (its old spelling --signal,
+    --checkpoint-signal, kill's --signal): checked as the flag is read by the declared
+    option's own conversion (options.py: signals.known, the target's own rule), so a bad one
+    is exit 2 before any run is looked up or touched."""
+    from .. import options
+    return options.converter("stop_signal")(text)
 
 
 def show(out, outcome) -> int:
