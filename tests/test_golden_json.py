@@ -106,6 +106,8 @@ class Norm:
             return out
         if isinstance(v, float):
             return "<float>"  # measured; a float that must be stable is rare and keyed above if so
+        if key == "active" and isinstance(v, bool):
+            return "<thread active>"  # py-spy's: on a CPU at the sample's moment (flipped under load)
         if isinstance(v, str) and key == "state" and len(v) == 1:
             return "<proc state>"  # /proc's letter (R, S, D) is the scheduler's moment, not runward's
         if isinstance(v, str):
