@@ -118,3 +118,26 @@ def test_restart_waits_the_runs_own_gpu_release_timeout_not_60s(g, holder):
     assert "after 0.5s" in doc["error"]["message"], doc["error"]["message"]
     assert took < 30, f"restart took {took:.1f}s: the 60 s default, not the run's 0.5 s"
     assert g.json("stop", "rt")[0] == 0
+
+
+def test_stop_of_a_blocked_restart_whose_shim_does_not_end_is_not_verified(g, holder):
+    """The waiting shim frozen (SIGSTOP): the stop cannot see it end within the agent's 10 s
+    (gatewait.CANCEL_WAIT_S), so it must not say exit 0; once thawed it reads the mark and ends."""
+    import signal
+    import os
+    _started(g, "rf", "0")
+    fakegpu.attach(g.state, 0, holder.pid, 1500)
+    rc, doc = g.json("restart", "rf", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    shim = rec(g.home, "rf", 2)["shim"]["pid"]
+    os.kill(shim, signal.SIGSTOP)
+    try:
+        rc, doc = g.json("stop", "rf", timeout=60)
+        assert alive(shim), "the frozen shim ended: the test froze nothing"
+    finally:
+        os.kill(shim, signal.SIGCONT)
+    assert rc == 5 and doc["error"]["type"] == "NotVerified" and "did not end" in doc["error"]["message"], doc
+    wait_for(lambda: not alive(shim), timeout=15, what="the thawed shim to read the stop mark and end")
+    holder.kill()
+    holder.wait()
+    assert not rec(g.home, "rf", 2).get("job"), "the cancelled attempt started"

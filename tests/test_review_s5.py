@@ -8,6 +8,7 @@ attempt records under each node's home and /sys/fs/cgroup, never from runward's 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -33,14 +34,6 @@ def _firewalled(tmp_path, name):
     return mn, rule
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "`stop NAME --on n1` of a blocked multi-node restart stops node 1 alone (gatewait.stop_result "
-    "has no 'multinode', so operations/stop.py's nodes_from_record never fans out) and relies on the "
-    "gate's tell (c62e54d), which a partition between the nodes defeats: node 1's shim tries for "
-    "TELL_S (the stop took 6.7s, was 0.5s), the CLI says exit 0 'restart_cancelled', and node 0 "
-    "waits on forever ('blocked ... waiting for node 1') though node 1 is cancelled. Adding "
-    "'multinode' to stop_result makes the CLI stop node 1 a second time, which then waits for its "
-    "held GPUs (67s, exit 5): the fan-out must skip the node already stopped -- not small, left"))
 def test_stop_on_a_member_that_cannot_reach_node_0_cancels_node_0_too(cli, tmp_path, env):
     """`stop NAME --on n1` of a blocked 2-node restart, node 1 partitioned from node 0's
     host (the CLI reaches both): docs/multinode.md says a stop of any node, --on ONE-NODE included,
@@ -60,6 +53,8 @@ def test_stop_on_a_member_that_cannot_reach_node_0_cancels_node_0_too(cli, tmp_p
         p = cli.run("stop", name, "--on", "n1", "--json")
         took = time.monotonic() - t0
         print("STOP rc", p.returncode, "took %.1fs" % took, p.stdout[-1500:], p.stderr[-800:])
+        # still partitioned: the stop itself ended node 0's shim, not the gate's tell
+        gone_at_answer = not _shim_alive(_rec(tmp_path, 0, name, 2))
         wait_for(lambda: not _shim_alive(_rec(tmp_path, 1, name, 2)), 20, "node 1's shim to end")
     finally:
         _in_rw2("iptables", "-D", *rule)
@@ -72,6 +67,17 @@ def test_stop_on_a_member_that_cannot_reach_node_0_cancels_node_0_too(cli, tmp_p
     print("STATUS", st.returncode, st.stdout, "\nnode0", {k: a0.get(k) for k in ("blocked", "error", "stop_requested")})
     assert not _rec(tmp_path, 0, name, 2).get("job"), "node 0 started alone"
     assert ended, "node 0's shim waits on after `stop --on n1` (exit %d): %s" % (p.returncode, st.stdout)
+    assert gone_at_answer, "the stop answered while node 0's shim still waited"
+    # the answer says what happened on every node: exit 0, each node's attempt cancelled, once
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["ok"], p.stdout
+    res = doc["result"]
+    assert res["nnodes"] == 2 and res["verified_dead"], res
+    for row in res["nodes"]:
+        assert row["ok"] and row["result"]["verified_dead"] and row["result"]["restart_cancelled"], row
+        assert "ok" not in row["result"], row  # node 1's own result, not wrapped again
+    # bounded (docs/multinode.md): node 1's tell (TELL_S 5 s) then node 0's cancel (CANCEL_WAIT_S 10 s)
+    assert took < 5 + 10 + 10, took
 
 
 # -- the gate's protocol on real sockets on 127.0.0.1, each node's wait a thread of its own,

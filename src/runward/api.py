@@ -123,6 +123,11 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
         raise NotVerified(f"{name}: {len(res.get('survivors', []))} process(es) survived the stop",
                           "see each survivor's state; a D-state process is stuck in the kernel (driver, NFS)",
                           result=res)
+    if res.get("state") == "blocked" and not res.get("restart_cancelled"):
+        # a blocked attempt's waiting shim did not end within the agent's bound: it may start yet
+        raise NotVerified(f"{name}: {res.get('message') or 'the blocked attempt was not seen to end'}",
+                          f"its stop mark stays: it ends at its next poll; `runward status {name}` shows it",
+                          result=res)
     rel = res.get("gpu_release") or {}
     if rel.get("checked") and not rel.get("verified"):
         if rel.get("gpus") and not rel.get("pids_are_local", True) and _name_holders(

@@ -218,14 +218,19 @@ def _worst(rows: list[dict]) -> int:
     return all_runs_code(rows)
 
 
-def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, **kw) -> tuple[dict, int]:
+def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: dict | None = None,
+         **kw) -> tuple[dict, int]:
     """Every node at once, each verified dead: (result with each node's fate, exit code).
-    checkpoint: first every node's checkpoint signal and wait (multickpt.py), then the stop."""
+    checkpoint: first every node's checkpoint signal and wait (multickpt.py), then the stop.
+    done: {rank: result} of nodes this stop already stopped (`stop --on ONE-NODE`): their
+    verified result is the row; a second stop there would answer for something else (a
+    blocked attempt's cancelled node would wait for GPUs it never held, 67 s, exit 5)."""
     ckpt = None
     if checkpoint is not None:
         from . import multickpt
         ckpt = multickpt.before_stop(nodes, name, checkpoint, kw.get("lock_timeout"))
-    results = _each(nodes, lambda _, t: _stop_node(t, name, **kw))
+    done = done or {}
+    results = _each(nodes, lambda i, t: done[i] if i in done else _stop_node(t, name, **kw))
     rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
     ok = all(r["ok"] for r in rows)
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}

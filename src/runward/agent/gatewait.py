@@ -188,6 +188,9 @@ def stop_result(store, att, ended):
     res = {"name": store.name, "attempt": att.get("attempt"), "already_stopped": True, "processes": [],
            "verified_dead": True, "restart_cancelled": ended, "state": "failed" if ended else "blocked",
            "verified": ["no_process_of_run_alive"] + (["start_cancelled"] if ended else [])}
+    if att.get("multinode"):  # the CLI stops the other nodes too, not trusting the gate's tell
+        from .secrets import shown_multinode
+        res["multinode"] = shown_multinode(att["multinode"])
     if not ended:
         res["message"] = "the blocked attempt's shim (pid %s) did not end within %gs" % (
             att["shim"].get("pid"), CANCEL_WAIT_S)

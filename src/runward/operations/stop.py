@@ -46,10 +46,22 @@ def stop(opts: StopOptions) -> Outcome:
         nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
         if nodes is None:
             return single("stop", target, res, lambda: render_stop(res))
+        done = _done_rank(res, nodes)
+    else:
+        done = None
     res, code = multinode.stop(nodes, opts.name, grace=opts.grace, signal=opts.stop_signal,
                                gpu_timeout=opts.gpu_release_timeout, lock_timeout=opts.lock_timeout,
-                               checkpoint=checkpoint_of(opts, cfg, opts.name))
+                               checkpoint=checkpoint_of(opts, cfg, opts.name), done=done)
     return multinode.outcome("stop", res, code)
+
+
+def _done_rank(res: dict, nodes: list) -> dict | None:
+    """The node `stop --on ONE-NODE` just stopped, by its record's rank: its verified result
+    stands in the fan-out (docs/multinode.md, "stop --on one node")."""
+    rank = (res.get("multinode") or {}).get("rank")
+    if not isinstance(rank, int) or not 0 <= rank < len(nodes):
+        return None
+    return {rank: res}
 
 
 def _stop(opts, name, target, on_begun=None, cfg=None):
