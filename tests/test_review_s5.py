@@ -80,6 +80,44 @@ def test_stop_on_a_member_that_cannot_reach_node_0_cancels_node_0_too(cli, tmp_p
     assert took < 5 + 10 + 10, took
 
 
+def test_stop_on_a_member_whose_own_stop_is_not_verified_still_cancels_node_0(cli, tmp_path, env):
+    """As above, with node 1's waiting shim frozen (SIGSTOP): node 1's own stop cannot see it
+    end (exit 5, NotVerified). The CLI raised that at once and never reached node 0, which
+    waited on, partitioned from node 1 (fixE's report). Now node 0 is stopped all the same and
+    the answer is the multi-node one: node 1's row not verified, node 0's cancelled, exit 5."""
+    import signal
+    name, h = env
+    states = _config(tmp_path, name)
+    _start(cli, name)
+    mn, rule = _firewalled(tmp_path, name)
+    shim1 = None
+    try:
+        holder = h.hold(states[1])
+        _restart_blocked(cli, name)
+        wait_for(lambda: _rec(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
+                 "node 0's own release")
+        shim1 = _rec(tmp_path, 1, name, 2)["shim"]["pid"]
+        os.kill(shim1, signal.SIGSTOP)
+        p = cli.run("stop", name, "--on", "n1", "--json", timeout=120)
+        assert alive(shim1), "node 1's frozen shim ended: the test froze nothing"
+        gone_at_answer = not _shim_alive(_rec(tmp_path, 0, name, 2))
+    finally:
+        if shim1:
+            os.kill(shim1, signal.SIGCONT)
+        _in_rw2("iptables", "-D", *rule)
+    holder.kill()
+    holder.wait()
+    assert gone_at_answer, "node 0's shim waits on: the stop answered for node 1 alone (%s)" % p.stdout[-600:]
+    doc = json.loads(p.stdout)
+    assert p.returncode == 5 and not doc["ok"], p.stdout
+    rows = {r["rank"]: r for r in doc["result"]["nodes"]}
+    assert rows[0]["ok"] and rows[0]["result"]["restart_cancelled"], rows[0]
+    assert not rows[1]["ok"] and rows[1]["error"]["type"] == "NotVerified", rows[1]
+    wait_for(lambda: not _shim_alive(_rec(tmp_path, 1, name, 2)), 20, "node 1's thawed shim to read its mark")
+    for rank in (0, 1):
+        assert not _rec(tmp_path, rank, name, 2).get("job"), f"node {rank} started after the stop"
+
+
 # -- the gate's protocol on real sockets on 127.0.0.1, each node's wait a thread of its own,
 #    as tests/test_gatebarrier_tell.py runs it (orderings the testbed cannot force)
 

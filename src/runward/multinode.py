@@ -205,6 +205,14 @@ def _roll_back(nodes: list[Target], name: str, res: dict) -> None:
         res["message"] = res["message"].replace("was stopped", "was asked to stop, and not every stop was verified")
 
 
+def _given(r):
+    """A node `stop --on ONE-NODE` already stopped: its result, or its error (not verified)
+    raised again so the fan-out makes its row as it would have."""
+    if isinstance(r, BaseException):
+        raise r
+    return r
+
+
 def _stop_node(t: Target, name: str, **kw) -> dict:
     try:
         return api.stop(t, name, **kw)
@@ -230,7 +238,7 @@ def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: d
         from . import multickpt
         ckpt = multickpt.before_stop(nodes, name, checkpoint, kw.get("lock_timeout"))
     done = done or {}
-    results = _each(nodes, lambda i, t: done[i] if i in done else _stop_node(t, name, **kw))
+    results = _each(nodes, lambda i, t: _given(done[i]) if i in done else _stop_node(t, name, **kw))
     rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
     ok = all(r["ok"] for r in rows)
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}

@@ -3,7 +3,7 @@ node of a multi-node run, or for every run of runward.toml (--all)."""
 
 from __future__ import annotations
 
-from ..errors import BadInput, RunNotFound
+from ..errors import BadInput, RunNotFound, RunwardError
 from . import Options, Outcome, check, single
 from .common import load_config, on_runs, target_of
 
@@ -43,10 +43,18 @@ def stop(opts: StopOptions) -> Outcome:
             res = _stop(opts, opts.name, target, on_begun=lambda: began.append(True), cfg=cfg)
         except KeyboardInterrupt:
             return interrupted(target, opts.name, bool(began), opts.on)
-        nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
-        if nodes is None:
-            return single("stop", target, res, lambda: render_stop(res))
-        done = _done_rank(res, nodes)
+        except RunwardError as e:
+            # that node's stop not verified (its blocked shim not seen to end): the other nodes
+            # are stopped all the same, and its row says what it said (exit 5 the worst)
+            nodes = multinode.nodes_from_record(e.result) if isinstance(e.result, dict) else None
+            if nodes is None:
+                raise
+            res, done = e.result, _done_rank(e.result, nodes, e)
+        else:
+            nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
+            if nodes is None:
+                return single("stop", target, res, lambda: render_stop(res))
+            done = _done_rank(res, nodes)
     else:
         done = None
     res, code = multinode.stop(nodes, opts.name, grace=opts.grace, signal=opts.stop_signal,
@@ -55,13 +63,13 @@ def stop(opts: StopOptions) -> Outcome:
     return multinode.outcome("stop", res, code)
 
 
-def _done_rank(res: dict, nodes: list) -> dict | None:
+def _done_rank(res: dict, nodes: list, error=None) -> dict | None:
     """The node `stop --on ONE-NODE` just stopped, by its record's rank: its verified result
-    stands in the fan-out (docs/multinode.md, "stop --on one node")."""
+    (or its ERROR, not verified) stands in the fan-out (docs/multinode.md, "stop --on one node")."""
     rank = (res.get("multinode") or {}).get("rank")
     if not isinstance(rank, int) or not 0 <= rank < len(nodes):
         return None
-    return {rank: res}
+    return {rank: error if error is not None else res}
 
 
 def _stop(opts, name, target, on_begun=None, cfg=None):
