@@ -71,7 +71,7 @@ def interrupted(target, name: str, began: list[str], on) -> Interrupted:
         msg = (f"interrupted during the deploy: {name} is stopped (verified), not restarted; each file there is "
                f"its old or its new verified version, never torn; nothing was started")
     else:
-        from .start import _ask
+        from ..operations.start import _ask
         now = _ask(target, name)
         res.update(now)
         msg = (f"interrupted during the start of the new attempt: the old one was stopped (verified); the target "
@@ -90,7 +90,7 @@ def _restart(args, cfg, name, target, out, began: list[str] | None = None) -> di
             e.exit_code = code
             raise e
         return res
-    from .start import start_kwargs_from_config
+    from ..operations.start import start_kwargs_from_config
     run_cfg = cfg.runs.get(name)
     env, env_from = api.read_env(args.env, args.env_file)
     # `--env K=` typed (not read from a file): unset K for the new attempt
@@ -148,7 +148,7 @@ def _restart_nodes(args, cfg, name) -> tuple[dict, int]:
     """A run with nodes in runward.toml: every node, all or nothing (multideploy.restart), with
     runward.toml's definition and the command line's options over it; inputs read first."""
     from .. import api, multideploy
-    from .start import refuse_node_restarts, start_kwargs_from_config
+    from ..operations.start import refuse_node_restarts, start_kwargs_from_config
     run_cfg = cfg.runs[name]
     if args.keep_env:
         raise BadInput(f"--keep-env with the multi-node run {name}",
