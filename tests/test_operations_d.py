@@ -49,3 +49,27 @@ def test_library_start_checks_its_options_as_the_flags_are_checked(cli, lib):
     assert res.exit_code == 2 and res.error["type"] == "BadInput" and "invalid settle" in res.error["message"], \
         res.to_json()
     assert not (cli.home / "runs" / "g-any").exists()
+
+
+def test_library_restart_is_the_clis_restart_document(cli, tmp_path, lib):
+    from test_golden_json import start as cli_start
+    cli_start(cli, "g-restart")
+    res = lib.restart("g-restart")
+    assert res.ok, res.to_json()
+    check("restart", res.exit_code, res.to_json(), cli, tmp_path)
+
+
+def test_restart_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
+    from runward.operations.restart import RestartOptions, restart
+    from test_golden_json import start as cli_start
+    cli_start(cli, "g-restart")
+    out = restart(RestartOptions(name="g-restart"))
+    assert out.code == 0 and "spec from" in out.render(), out.document
+    check("restart", out.code, out.document, cli, tmp_path)
+
+
+def test_library_restart_of_no_such_run_is_the_clis_error_document(cli, lib):
+    """No golden holds restart's error: the library's document is the CLI's --json one."""
+    res = lib.restart("g-nosuch-restart")
+    rc, doc = cli.json("restart", "g-nosuch-restart")
+    assert res.exit_code == rc == 4 and res.to_json() == doc, (res.to_json(), doc)
