@@ -158,7 +158,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     Nothing is stopped until every input is checked: the new attempt's arguments as the
     target's start would check them (check_start), then check(last), which gets the spec
     reply (the last attempt's spec and what deploy recorded, "deployed") and raises to
-    refuse the restart, or returns fields for the result (verbs/restart.py: local drift).
+    refuse the restart, or returns fields for the result (operations/restart.py: local drift).
 
     definition: the run as runward.toml defines it now (start's keyword arguments), which the
     new attempt takes instead of the last attempt's spec; the last attempt's --env K=V

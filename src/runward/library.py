@@ -128,10 +128,13 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
           config: str | None = None) -> StartResult:
     """Start NAME (argv `command`, or one shell line `sh`, or as runward.toml defines it),
     verified alive after settling."""
-    argv = [name, *_env(env), *_opt("--cwd", cwd), *_opt("--log", log), *_opt("--settle", settle),
-            *_opt("--ready", ready), *_flag("--replace", replace), *_opt("--gpus", _csv(gpus)),
-            *_opt("--stop-signal", stop_signal), *_opt("--grace", grace), *_opt("--sh", sh)]
-    return _call("start", argv, on, config, StartResult, tail=list(command) if command else None)
+    from .operations import start as op
+    on, config = _where(on, config)
+    opts = op.StartOptions(name=name, on=on, config=config, command=list(command) if command else None, sh=sh,
+                           env=[f"{k}={v}" for k, v in (env or {}).items()] or None, cwd=cwd, log=log,
+                           settle=settle, ready=ready, replace=replace, gpus=_csv(gpus), stop_signal=stop_signal,
+                           grace=grace)
+    return _operate("start", opts, lambda: op.start(opts), StartResult)
 
 
 def stop(name: str, *, on: Target | str | None = None, grace: float | None = None, stop_signal: str | None = None,
@@ -152,9 +155,11 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     the CLI without either: runward.toml's deploy_on_restart, else refused (exit 2, nothing
     stopped) when the files differ locally from what was deployed."""
     env = {k: ("" if v is None else v) for k, v in (env or {}).items()}
-    argv = [name, *_env(env), *_opt("--settle", settle), *_opt("--ready", ready), *_opt("--grace", grace),
-            *_flag("--deploy", deploy is True), *_flag("--no-deploy", deploy is False)]
-    return _call("restart", argv, on, config, RestartResult)
+    from .operations import restart as op
+    on, config = _where(on, config)
+    opts = op.RestartOptions(name=name, on=on, config=config, env=[f"{k}={v}" for k, v in env.items()] or None,
+                             settle=settle, ready=ready, grace=grace, deploy=deploy is True, no_deploy=deploy is False)
+    return _operate("restart", opts, lambda: op.restart(opts), RestartResult)
 
 
 def status(name: str | None = None, *, on: Target | str | None = None, since: str | None = None,
@@ -396,8 +401,7 @@ def _plain(obj):
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
     "doctor": "runward.verbs.doctor", "exec": "runward.verbs.exec", "lint": "runward.verbs.lint",
-    "logs": "runward.verbs.logs", "restart": "runward.verbs.restart", "stacks": "runward.verbs.stacks",
-    "start": "runward.verbs.start",
+    "logs": "runward.verbs.logs", "stacks": "runward.verbs.stacks",
     "watch": "runward.verbs.watch",
 }
 

@@ -1,0 +1,257 @@
+"""start: a run verified alive after settling, on one target, over the nodes of a multi-node
+run (all or nothing), or for every run of runward.toml (--all)."""
+
+from __future__ import annotations
+
+from ..errors import BadInput
+from . import Options, Outcome, check, single
+from .common import did_you_mean, gpu_list, load_config, on_runs, target_of
+
+
+class StartOptions(Options):
+    """What `runward start` takes (verbs/start.py's flags, supervision's and stallopts' included)."""
+    name: str | None = None
+    all: bool = False
+    on: str | None = None
+    nodes: list = []  # --on given more than once: a multi-node run's nodes
+    config: str | None = None
+    command: list | None = None
+    sh: str | None = None
+    env: list | None = None
+    env_file: list | None = None
+    cwd: str | None = None
+    log: str | None = None
+    settle: float | None = None
+    ready: str | None = None
+    ready_timeout: float | None = None
+    replace: bool = False
+    replace_grace: float | None = None
+    lock_timeout: float | None = None
+    gpus: str | None = None
+    wait_gpus_free: bool = False
+    gpu_wait_timeout: float | None = None
+    log_max: str | None = None
+    log_keep: int | None = None
+    max_used: float | None = None
+    stop_signal: str | None = None
+    grace: float | None = None
+    master_addr: str | None = None
+    nproc_per_node: int | None = None
+    on_node_failure: str | None = None
+    restart: str | None = None
+    max_restarts: int | None = None
+    restart_window: str | None = None
+    backoff: str | None = None
+    min_uptime: str | None = None
+    restart_exit_codes: str | None = None
+    no_restart_exit_codes: str | None = None
+    notify: list | None = None
+    checkpoint: str | None = None
+    checkpoint_marker: str | None = None
+    checkpoint_saved: str | None = None
+    max_no_progress: int | None = None
+    gpu_release_timeout: str | None = None
+    resume_default: str | None = None
+    stall_after: str | None = None
+    straggler_ratio: float | None = None
+
+
+def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
+    """api.start's keyword arguments from a [runs.NAME] table of runward.toml."""
+    kw = {}
+    if "command" in run:
+        kw["argv"] = list(run["command"])
+    if "sh" in run:
+        kw["sh"] = run["sh"]
+    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
+        if k in run:
+            kw[k] = run[k]
+    if "log_max" in run:
+        from ..api import parse_size
+        kw["log_max"] = parse_size(run["log_max"])
+    if "gpus" in run:
+        kw["gpus"] = gpu_list(run["gpus"])
+    if "snapshots" in run:  # the bounds of the text kept for compare (docs/history.md)
+        from ..snapbounds import parse
+        kw["snapshots"] = parse(run["snapshots"], name)
+    if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
+        w = run["wait_gpus_free"]
+        kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
+    from ..supervision import policy
+    if policy(run):
+        kw["supervise"] = policy(run)
+    if run.get("files"):
+        kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
+        kw["files"] = list(run["files"])
+    return kw
+
+
+def start(opts: StartOptions) -> Outcome:
+    from ..render import render_start
+    check(opts)
+    cfg = load_config(opts)
+    if opts.all:
+        if opts.command or opts.sh is not None:
+            raise BadInput("a command with --all", "--all starts each run with the command runward.toml gives it")
+        return on_runs(opts, cfg, "start", lambda name, t: _start(opts, cfg, name, t), _render_any)
+    if not opts.name:
+        raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
+    from .. import multinode
+    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    if nodes:
+        return _start_nodes(opts, cfg, nodes)
+    target = target_of(opts, cfg, opts.name)
+    started: dict = {}
+    try:
+        res = _start(opts, cfg, opts.name, target, on_event=lambda ev: started.update(ev.get("started") or {}))
+    except KeyboardInterrupt:
+        return interrupted("start", target, opts.name, started, opts.on)
+    return single("start", target, res, lambda: render_start(res))
+
+
+def _render_any(res: dict) -> str:
+    from .. import multinode
+    from ..render import render_start
+    return multinode.render(res, "start") if "nnodes" in res else render_start(res)
+
+
+def _start_nodes(opts, cfg, nodes) -> Outcome:
+    """A run over several nodes, all or nothing (multinode.py, docs/multinode.md)."""
+    from .. import multinode
+    run_cfg = cfg.runs.get(opts.name, {})
+    pick = lambda flag, key, default: flag if flag is not None else run_cfg.get(key, default)  # noqa: E731
+    if opts.on_node_failure is None and run_cfg.get("on_node_failure") not in (None, *multinode.POLICIES):
+        raise BadInput(f"[runs.{opts.name}] on_node_failure = {run_cfg['on_node_failure']!r}", "use \"stop\" or \"continue\"")
+    kw = _kw(opts, cfg, opts.name)
+    refuse_node_restarts(opts.name, kw)
+    res, code = multinode.start(nodes, opts.name, kw,
+                                master_addr=pick(opts.master_addr, "master_addr", None),
+                                nproc_per_node=pick(opts.nproc_per_node, "nproc_per_node", None),
+                                on_node_failure=pick(opts.on_node_failure, "on_node_failure", "stop"))
+    return multinode.outcome("start", res, code)
+
+
+def _start(opts, cfg, name, target, on_event=None) -> dict:
+    """One run's start: runward.toml's definition, the command line over it (a run with
+    nodes, under --all: over its nodes, all or nothing)."""
+    from .. import api
+    if opts.all and cfg.runs.placement(name).get("nodes"):
+        from .. import multinode
+        from ..errors import OperationFailed
+        run_cfg = cfg.runs[name]
+        kw = _kw(opts, cfg, name)
+        refuse_node_restarts(name, kw)
+        res, code = multinode.start([cfg.target(t) for t in run_cfg["nodes"]], name, kw,
+                                    master_addr=run_cfg.get("master_addr"), nproc_per_node=run_cfg.get("nproc_per_node"),
+                                    on_node_failure=run_cfg.get("on_node_failure", "stop"))
+        if code:
+            e = OperationFailed(res.get("message") or "start failed on a node", result=res)
+            e.exit_code = code
+            raise e
+        return res
+    return api.start(target, name, on_event=on_event, **_kw(opts, cfg, name))
+
+
+def refuse_node_restarts(name: str, kw: dict) -> None:
+    """A restart policy on one node of a multi-node run would bring back one rank alone into
+    a rendezvous its peers have left (they stop when a node fails): refused until restarts
+    of the whole run are built. Health actions and notify are a node's own and stay."""
+    mode = (kw.get("supervise") or {}).get("restart", "never")
+    if mode != "never":
+        raise BadInput(f"restart = {mode!r} on the multi-node run {name}",
+                       "a multi-node run restarts as a whole: leave restart at \"never\" and use "
+                       "`runward stop` then `runward start` (docs/multinode.md)")
+
+
+def _kw(opts, cfg, name) -> dict:
+    """api.start's keyword arguments: runward.toml's definition, the command line over it."""
+    kw = _over_config(opts, start_kwargs_from_config(cfg.runs.get(name, {}), name))
+    if opts.wait_gpus_free:
+        if kw.get("gpus") is None:
+            raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
+        kw["wait_gpus_free"] = {"timeout": opts.gpu_wait_timeout if opts.gpu_wait_timeout is not None else 300.0,
+                                "max_used_mib": opts.max_used if opts.max_used is not None else 1024.0}
+    kw["replace"] = opts.replace
+    kw["replace_grace"] = opts.replace_grace
+    kw["lock_timeout"] = opts.lock_timeout
+    from ..supervision import policy
+    sup = policy(cfg.runs.get(name), opts)
+    if sup:
+        kw["supervise"] = sup
+    from ..stallopts import options
+    stall = options(cfg.runs.get(name), opts, name)
+    if stall:
+        kw["stall"] = stall  # stall_after, straggler_ratio: kept in the attempt (agent/stall.py)
+    if not kw.get("argv") and kw.get("sh") is None:
+        close = did_you_mean(name, cfg) if name not in cfg.runs else None
+        raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")
+                       + f"runward start {name} -- COMMAND [ARG]..., --sh 'LINE', or define [runs.{name}] in runward.toml")
+    return kw
+
+
+def _ask(target, name: str) -> dict:
+    """{"attempt", "pid"} of NAME if the target says it runs now (one status call, 5 s at most;
+    a second Ctrl-C gives up on it), else {}."""
+    from .. import api
+    from ..errors import RunwardError
+    try:
+        res = api.status(target, [name], timeout=5.0)
+    except (RunwardError, KeyboardInterrupt, OSError):
+        return {}
+    st = (res.get("runs") or [{}])[0]
+    if st.get("state") in ("running", "starting") and st.get("pid"):
+        return {"attempt": st.get("attempt"), "pid": st.get("pid")}
+    return {}
+
+
+def interrupted(cmd: str, target, name: str, started: dict, on: str | None) -> Outcome:
+    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us;
+    say whether it was launched (the agent's {"started"} event came) and how to look."""
+    now = {} if started else _ask(target, name)  # the launch may have come just before its event
+    if started:
+        msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
+               f"(its settle period was not watched to the end)")
+    elif now:
+        msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
+               f"{now.get('attempt')} is running now, pid {now.get('pid')}")
+    else:
+        msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
+    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+    # a program reads the attempt the same way whichever said it: the event, or the target asked
+    seen = dict(started, name=name, seen_by="started event") if started else \
+        dict(now, name=name, seen_by="status") if now else None
+    return Outcome(cmd, 130, {"ok": False, "command": cmd, "target": str(target), "result": seen,
+                              "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}},
+                   stderr=f"{msg}, {hint}")
+
+
+def _over_config(opts, kw: dict) -> dict:
+    """The command line over runward.toml's kw: the command (after -- or --sh, which
+    replaces the config's either way), the env entries added, then each option given."""
+    from ..api import read_env
+    command = list(opts.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and opts.sh is not None:
+        raise BadInput("both --sh and a command after -- were given", "use one of them")
+    if command:
+        kw["argv"] = command
+        kw.pop("sh", None)
+    if opts.sh is not None:
+        kw["sh"], kw["argv"] = opts.sh, None
+    values, sources = read_env(opts.env, opts.env_file)
+    kw["env"] = {**kw.get("env", {}), **values}
+    kw["env_from"] = sources
+    kw["env_overrides"] = [k for k in values if k not in sources]
+    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
+        v = getattr(opts, opt)
+        if v is not None:
+            kw[opt] = v
+    if opts.log_max is not None:
+        from ..api import parse_size
+        kw["log_max"] = parse_size(opts.log_max)
+    if kw.get("log_keep") is not None and not kw.get("log_max"):
+        raise BadInput("--log-keep without --log-max", "rotation is by size: give --log-max SIZE too")
+    if opts.gpus is not None:
+        kw["gpus"] = gpu_list(opts.gpus)
+    return kw
