@@ -136,6 +136,16 @@ def cli(tmp_path):
                         pass
 
 
+@pytest.fixture
+def lib(cli, monkeypatch):
+    """runward's API (`import runward`) in this process, on the test's home, from its work
+    directory: the operations-layer tests hold its documents to the CLI's."""
+    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+    monkeypatch.chdir(cli.cwd)
+    import runward
+    return runward
+
+
 _SRC_COPY: list = []
 
 

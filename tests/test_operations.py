@@ -9,15 +9,6 @@ import pytest
 from test_golden_json import check, start
 
 
-@pytest.fixture
-def lib(cli, monkeypatch):
-    """runward's API in this process, on the test's home, from its work directory."""
-    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
-    monkeypatch.chdir(cli.cwd)
-    import runward
-    return runward
-
-
 def test_library_stop_is_the_clis_stop_document(cli, tmp_path, lib):
     start(cli, "g-stop")
     res = lib.stop("g-stop", grace=5)

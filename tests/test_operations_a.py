@@ -11,15 +11,6 @@ from conftest import marked, wait_for
 from test_golden_json import JOB, check, start, stepped
 
 
-@pytest.fixture
-def lib(cli, monkeypatch):
-    """runward's API in this process, on the test's home, from its work directory."""
-    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
-    monkeypatch.chdir(cli.cwd)
-    import runward
-    return runward
-
-
 def _cli_text(cli, *args: str) -> str:
     p = cli.run(*args)
     assert p.returncode == 0, p.stderr

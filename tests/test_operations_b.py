@@ -5,18 +5,7 @@ whose document is the CLI's --json document, held to the very golden the CLI is
 
 from __future__ import annotations
 
-import pytest
-
 from test_golden_json import _deploy_config, check
-
-
-@pytest.fixture
-def lib(cli, monkeypatch):
-    """runward's API in this process, on the test's home, from its work directory."""
-    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
-    monkeypatch.chdir(cli.cwd)
-    import runward
-    return runward
 
 
 def test_library_push_is_the_clis_push_document(cli, tmp_path, lib):

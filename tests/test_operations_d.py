@@ -4,20 +4,9 @@ document, held to the very golden the CLI's is (tests/golden/), for the same run
 
 from __future__ import annotations
 
-import pytest
-
 from test_golden_json import check, job
 
 ENV = {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_SEED": "0"}  # test_golden_json's ENV, as the library takes it
-
-
-@pytest.fixture
-def lib(cli, monkeypatch):
-    """runward's API in this process, on the test's home, from its work directory."""
-    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
-    monkeypatch.chdir(cli.cwd)
-    import runward
-    return runward
 
 
 def test_library_start_is_the_clis_start_document(cli, tmp_path, lib):

@@ -6,9 +6,9 @@ document the CLI's `--json` prints, as a typed result.
     res = runward.start("train", ["python3", "train.py"], on=gpu, env={"LR": "3e-4"})
     res.ok, res.attempt, res.pid, res.to_json()
 
-A verb moved to the operations layer (stop, status, history, compare, gpus, ps, kill:
-operations/<verb>.py) is called directly, with typed options; the others still run the verb's own code (verbs/<verb>.py) in
-this process with its output captured (issue 27 moves them). Either way the CLI, this API and
+A verb moved to the operations layer (operations/<verb>.py; every verb not in _VERB_MODULES)
+is called directly, with typed options; the others (_VERB_MODULES) still run the verb's own
+code (verbs/<verb>.py) in this process with its output captured (issue 27 moves them). Either way the CLI, this API and
 the MCP server (mcpserver.py) answer with one document, and a change to a verb reaches all three.
 Failures are results too (`ok` false, `error` with its type, hop and hint, `exit_code` as the
 CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.

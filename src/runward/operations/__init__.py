@@ -4,8 +4,9 @@ function per verb, with a typed options object, answering an Outcome, for the CL
 alike. No argv is parsed here and nothing is printed: the Outcome holds the document the
 CLI's `--json` prints and, made only when asked, the human text.
 
-The verbs moved here so far: stop, status, history, compare, rm, prune, gpus, ps, kill. The
-others still run through verbs/ (library.py calls those with argv, as before)."""
+The verbs moved here so far: start, restart, stop, status, rm, prune, push, deploy, history,
+compare, gpus, ps, kill. The others still run through verbs/ (library.py calls those with
+argv, as before; docs/architecture.md keeps the list)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,24 @@ class Options:
 
     def __repr__(self) -> str:
         return "%s(%s)" % (type(self).__name__, ", ".join(f"{n}={getattr(self, n)!r}" for n in self.fields()))
+
+
+class Targeted(Options):
+    """The common flags of a verb that acts on a target (cli._add_common): --on, repeated for
+    a multi-node run's nodes (on is the first), and --config."""
+    on: str | None = None
+    nodes: list = []
+    config: str | None = None
+
+
+class Checkpointed(Options):
+    """stop's and restart's checkpoint flags (docs/checkpoint.md): the checkpoint signal and
+    the wait for its file before the stop."""
+    checkpoint: bool = False
+    no_checkpoint: bool = False
+    checkpoint_signal: str | None = None
+    checkpoint_wait_for: str | None = None
+    checkpoint_timeout: float | None = None
 
 
 class Outcome:

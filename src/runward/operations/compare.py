@@ -5,19 +5,16 @@ what it did to throughput and loss at the steps both reached, with a one-line ve
 from __future__ import annotations
 
 from ..errors import BadInput
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 from .history import changed
 
 
-class CompareOptions(Options):
+class CompareOptions(Targeted):
     """What `runward compare` takes (verbs/compare.py's arguments)."""
     name: str | None = None
     a: int | None = None
     b: int | None = None
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def compare(opts: CompareOptions) -> Outcome:

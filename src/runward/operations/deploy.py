@@ -12,7 +12,6 @@ from .push import _sync, _SyncOptions
 class DeployOptions(_SyncOptions):
     """What `runward deploy` takes (verbs/deploy.py's flags)."""
     name: str | None = None
-    nodes: list = []  # --on given more than once: a multi-node run's nodes
 
 
 def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:

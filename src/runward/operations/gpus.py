@@ -4,17 +4,14 @@ given (--on repeated), or on every named target of runward.toml (--all)."""
 from __future__ import annotations
 
 from ..render import mib
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, on_all, target_of
 
 
-class GpusOptions(Options):
+class GpusOptions(Targeted):
     """What `runward gpus` takes (verbs/gpus.py's flags)."""
     all: bool = False
     map: str = "auto"
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def gpus(opts: GpusOptions) -> Outcome:

@@ -7,16 +7,13 @@ from __future__ import annotations
 import os
 import time
 
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class HistoryOptions(Options):
+class HistoryOptions(Targeted):
     """What `runward history` takes (verbs/history.py's flags)."""
     name: str | None = None
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def history(opts: HistoryOptions) -> Outcome:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..render import render_procs
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class KillOptions(Options):
+class KillOptions(Targeted):
     """What `runward kill` takes (verbs/kill.py's flags). Not check()ed: its --grace and
     --signal are its own flags, not options.py's (the CLI checks --signal as it reads it;
     kill() checks it for the callers without argv)."""
@@ -17,9 +17,6 @@ class KillOptions(Options):
     tree: bool = False
     yes: bool = False
     max_procs: int = 32
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def kill(opts: KillOptions) -> Outcome:

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import time
 
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class PruneOptions(Options):
+class PruneOptions(Targeted):
     """What `runward prune` takes (verbs/prune.py's flags)."""
     older_than: str | None = None
     dry_run: bool = False
     logs: bool = False
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def prune(opts: PruneOptions) -> Outcome:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from ..errors import EXIT_FAILED
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class PsOptions(Options):
+class PsOptions(Targeted):
     """What `runward ps` takes (verbs/ps.py's arguments)."""
     pattern: str | None = None
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def ps(opts: PsOptions) -> Outcome:

@@ -3,14 +3,12 @@ where they land (deploy shares its flags: operations/deploy.py)."""
 
 from __future__ import annotations
 
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class _SyncOptions(Options):
+class _SyncOptions(Targeted):
     """The flags push and deploy share (verbs/_syncflags.py)."""
-    on: str | None = None
-    config: str | None = None
     delete: bool = False
     exclude: list = []
     no_ignore_files: bool = False

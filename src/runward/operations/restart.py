@@ -6,18 +6,15 @@ input is checked before anything is stopped (tests/test_restart_trust.py)."""
 from __future__ import annotations
 
 from ..errors import BadInput, Interrupted
-from . import Options, Outcome, check, single
+from . import Checkpointed, Outcome, Targeted, check, single
 from .common import config_dir, load_config, on_runs, target_of
 from .stop import checkpoint_of
 
 
-class RestartOptions(Options):
+class RestartOptions(Targeted, Checkpointed):
     """What `runward restart` takes (verbs/restart.py's flags; options.py declares the spec ones)."""
     name: str | None = None
     all: bool = False
-    on: str | None = None
-    nodes: list = []  # --on given more than once
-    config: str | None = None
     env: list | None = None
     env_file: list | None = None
     keep_env: bool = False
@@ -29,11 +26,6 @@ class RestartOptions(Options):
     grace: float | None = None
     stop_signal: str | None = None
     gpu_release_timeout: float | None = None
-    checkpoint: bool = False
-    no_checkpoint: bool = False
-    checkpoint_signal: str | None = None
-    checkpoint_wait_for: str | None = None
-    checkpoint_timeout: float | None = None
     deploy: bool = False
     no_deploy: bool = False
 

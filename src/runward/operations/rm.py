@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from . import Options, Outcome, check, single
+from . import Outcome, Targeted, check, single
 from .common import load_config, target_of
 
 
-class RmOptions(Options):
+class RmOptions(Targeted):
     """What `runward rm` takes (verbs/rm.py's flags; options.py declares lock_timeout)."""
     name: str | None = None
     logs: bool = False
     lock_timeout: float | None = None
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def rm(opts: RmOptions) -> Outcome:

@@ -4,17 +4,14 @@ run (all or nothing), or for every run of runward.toml (--all)."""
 from __future__ import annotations
 
 from ..errors import BadInput
-from . import Options, Outcome, check, single
+from . import Outcome, Targeted, check, single
 from .common import did_you_mean, gpu_list, load_config, on_runs, target_of
 
 
-class StartOptions(Options):
+class StartOptions(Targeted):
     """What `runward start` takes (verbs/start.py's flags, supervision's and stallopts' included)."""
     name: str | None = None
     all: bool = False
-    on: str | None = None
-    nodes: list = []  # --on given more than once: a multi-node run's nodes
-    config: str | None = None
     command: list | None = None
     sh: str | None = None
     env: list | None = None

@@ -5,17 +5,14 @@ names (--all, or a project's runs where they live)."""
 from __future__ import annotations
 
 from ..errors import EXIT_OK
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import config_dir, config_targets, load_config, on_all, target_of
 
 
-class StatusOptions(Options):
+class StatusOptions(Targeted):
     """What `runward status` takes (verbs/status.py's flags)."""
     name: str | None = None
     all: bool = False
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
     since: str | None = None
 
 

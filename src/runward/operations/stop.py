@@ -4,26 +4,18 @@ node of a multi-node run, or for every run of runward.toml (--all)."""
 from __future__ import annotations
 
 from ..errors import BadInput, RunNotFound, RunwardError
-from . import Options, Outcome, check, single
+from . import Checkpointed, Outcome, Targeted, check, single
 from .common import load_config, on_runs, target_of
 
 
-class StopOptions(Options):
+class StopOptions(Targeted, Checkpointed):
     """What `runward stop` takes (verbs/stop.py's flags; options.py declares the spec ones)."""
     name: str | None = None
     all: bool = False
-    on: str | None = None
-    nodes: list = []  # --on given more than once: a multi-node run's nodes
-    config: str | None = None
     grace: float | None = None
     stop_signal: str | None = None
     lock_timeout: float | None = None
     gpu_release_timeout: float | None = None
-    checkpoint: bool = False
-    no_checkpoint: bool = False
-    checkpoint_signal: str | None = None
-    checkpoint_wait_for: str | None = None
-    checkpoint_timeout: float | None = None
 
 
 def stop(opts: StopOptions) -> Outcome:
