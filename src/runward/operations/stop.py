@@ -41,7 +41,7 @@ def stop(opts: StopOptions) -> Outcome:
             nodes = multinode.nodes_from_record(e.result) if isinstance(e.result, dict) else None
             if nodes is None:
                 raise
-            res, done = e.result, _done_rank(e.result, nodes, e)
+            done = _done_rank(e.result, nodes, e)
         else:
             nodes = multinode.nodes_from_record(res)  # one node of a multi-node run: stop them all
             if nodes is None:
