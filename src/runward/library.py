@@ -300,7 +300,10 @@ def lint_command(command_line: str, *, interactive: bool = False) -> Result:
 
 def doctor(*, on: Target | str | None = None, config: str | None = None) -> Result:
     """What works on a target, hop by hop, and where the chain breaks."""
-    return _call("doctor", [], on, config, Result)
+    from .operations import doctor as op
+    on, config = _where(on, config)
+    opts = op.DoctorOptions(on=on, config=config)
+    return _operate("doctor", opts, lambda: op.doctor(opts), Result)
 
 
 def named_targets(*, config: str | None = None) -> Result:
@@ -400,7 +403,7 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "doctor": "runward.verbs.doctor", "exec": "runward.verbs.exec", "lint": "runward.verbs.lint",
+    "exec": "runward.verbs.exec", "lint": "runward.verbs.lint",
     "logs": "runward.verbs.logs", "stacks": "runward.verbs.stacks",
     "watch": "runward.verbs.watch",
 }

@@ -1,0 +1,60 @@
+"""The operations layer (issue 27), verbs doctor, lint, exec, stacks, logs and watch: `import
+runward` calls the verb's operation directly (no argv, nothing captured), and its result's
+to_json() is the CLI's --json document, held to the very golden the CLI's is (tests/golden/),
+for the same call."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_golden_json import check
+
+
+@pytest.fixture
+def lib(cli, monkeypatch):
+    """runward's API in this process, on the test's home, from its work directory."""
+    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+    monkeypatch.chdir(cli.cwd)
+    import runward
+    return runward
+
+
+@pytest.fixture
+def no_verb(monkeypatch):
+    """no_verb("doctor"): runward.verbs.doctor cannot be imported in this process, so the
+    library's answer comes from the operation itself, not from the verb run with argv."""
+    import sys
+
+    def hide(verb: str) -> None:
+        monkeypatch.setitem(sys.modules, f"runward.verbs.{verb}", None)
+    return hide
+
+
+def _pid1_is_the_machines(doc: dict) -> dict:
+    """test_golden_json.test_doctor's own normalising: whether pid 1 reaps follows the zombies
+    other processes leave at that moment."""
+    for hop in doc["result"]["hops"]:
+        hop["checks"]["pid1"].update(reaps="<bool>", hint="<str or absent>")
+    return doc
+
+
+def test_library_doctor_is_the_clis_doctor_document(cli, tmp_path, lib, no_verb):
+    no_verb("doctor")
+    res = lib.doctor()
+    assert res.ok and res.result["hops"], res.to_json()
+    check("doctor", res.exit_code, _pid1_is_the_machines(res.to_json()), cli, tmp_path)
+
+
+def test_doctor_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
+    from runward.operations.doctor import DoctorOptions, doctor
+    out = doctor(DoctorOptions())
+    assert out.code == 0 and out.render().startswith("doctor local"), out.document
+    check("doctor", out.code, _pid1_is_the_machines(out.document), cli, tmp_path)
+
+
+def test_library_doctor_of_a_bad_target_is_the_clis_error_document(cli, lib, no_verb):
+    """No golden holds doctor's error: the library's document is the CLI's --json one."""
+    no_verb("doctor")
+    res = lib.doctor(on="nosuchkind:x")
+    rc, doc = cli.json("doctor", "--on", "nosuchkind:x")
+    assert res.exit_code == rc == 2 and res.to_json() == doc, (res.to_json(), doc)
