@@ -58,3 +58,29 @@ def test_library_doctor_of_a_bad_target_is_the_clis_error_document(cli, lib, no_
     res = lib.doctor(on="nosuchkind:x")
     rc, doc = cli.json("doctor", "--on", "nosuchkind:x")
     assert res.exit_code == rc == 2 and res.to_json() == doc, (res.to_json(), doc)
+
+
+LINTED = "ssh h 'pkill -f train.py; nohup ./run.sh &'"  # test_golden_json.test_lint's line
+
+
+def test_library_lint_is_the_clis_lint_document(cli, tmp_path, lib, no_verb):
+    no_verb("lint")
+    res = lib.lint_command(LINTED)
+    assert res.exit_code == 1 and res.result["findings"], res.to_json()
+    check("lint", res.exit_code, res.to_json(), cli, tmp_path)
+
+
+def test_lint_operation_answers_the_clis_document_and_text(cli, tmp_path):
+    from runward.operations.lint import LintOptions, lint
+    out = lint(LintOptions(command_line=LINTED))
+    assert out.code == 1 and "pkill" in out.render(), out.document
+    check("lint", out.code, out.document, cli, tmp_path)
+    assert lint(LintOptions(command_line="ls -l", interactive=True)).render() == "no findings"
+
+
+def test_library_lint_of_a_clean_line_is_the_clis_document(cli, lib, no_verb):
+    """No golden holds a clean line: the library's document is the CLI's --json one."""
+    no_verb("lint")
+    res = lib.lint_command("echo hi", interactive=True)
+    rc, doc = cli.json("lint", "--interactive", "echo hi")
+    assert res.exit_code == rc == 0 and res.to_json() == doc, (res.to_json(), doc)

@@ -295,7 +295,9 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
 
 def lint_command(command_line: str, *, interactive: bool = False) -> Result:
     """Self-kill and wrong-filesystem hazards in a shell command line, before it runs."""
-    return _call("lint", [*_flag("--interactive", interactive), "--", command_line], None, None, Result)
+    from .operations import lint as op
+    opts = op.LintOptions(command_line=command_line, interactive=interactive)
+    return _operate("lint", opts, lambda: op.lint(opts), Result)
 
 
 def doctor(*, on: Target | str | None = None, config: str | None = None) -> Result:
@@ -403,7 +405,7 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "exec": "runward.verbs.exec", "lint": "runward.verbs.lint",
+    "exec": "runward.verbs.exec",
     "logs": "runward.verbs.logs", "stacks": "runward.verbs.stacks",
     "watch": "runward.verbs.watch",
 }
@@ -421,8 +423,7 @@ def _parser(verb: str, module):
     p = Parser(prog=f"runward {verb}")
     p.add_argument("--json", action="store_true")
     p.add_argument("--config")
-    if verb != "lint":
-        p.add_argument("--on")
+    p.add_argument("--on")
     module.add_arguments(p)
     return p
 
