@@ -84,3 +84,34 @@ def test_library_lint_of_a_clean_line_is_the_clis_document(cli, lib, no_verb):
     res = lib.lint_command("echo hi", interactive=True)
     rc, doc = cli.json("lint", "--interactive", "echo hi")
     assert res.exit_code == rc == 0 and res.to_json() == doc, (res.to_json(), doc)
+
+
+EXECUTED = ["sh", "-c", "echo out; echo err >&2; exit 3"]  # test_golden_json.test_exec's command
+
+
+def test_library_exec_is_the_clis_exec_document(cli, tmp_path, lib, no_verb):
+    no_verb("exec")
+    res = lib.exec(EXECUTED, on="local")
+    assert res.exit_code == 3 and res.result["stdout"] == "out\n", res.to_json()
+    check("exec", res.exit_code, res.to_json(), cli, tmp_path)
+
+
+def test_exec_operation_answers_the_clis_document_and_text(cli, tmp_path):
+    """The text is what runward says of the failed command, as the CLI prints it on stderr after
+    the command's own output."""
+    from runward.operations.exec import ExecOptions, exec as exec_op
+    out = exec_op(ExecOptions(on="local", command=EXECUTED))
+    check("exec", out.code, out.document, cli, tmp_path)
+    p = cli.run("exec", "--on", "local", "--", *EXECUTED)
+    assert p.returncode == out.code == 3 and p.stdout == "out\n", (p.returncode, p.stdout)
+    assert p.stderr.startswith("err\nrunward exec: exit code 3 after ") and out.render().startswith(
+        "runward exec: exit code 3 after "), (p.stderr, out.render())
+
+
+def test_library_exec_refused_by_the_linter_is_the_clis_error_document(cli, lib, no_verb):
+    """No golden holds exec's refusal: the library's document is the CLI's --json one."""
+    no_verb("exec")
+    res = lib.exec(on="local", sh="pkill -f rwc_nothing; echo after")
+    rc, doc = cli.json("exec", "--on", "local", "--sh", "pkill -f rwc_nothing; echo after")
+    assert res.exit_code == rc == 2 and res.to_json() == doc, (res.to_json(), doc)
+    assert doc["error"]["details"]["findings"], doc

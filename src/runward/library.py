@@ -289,8 +289,12 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
          timeout: float | None = None, config: str | None = None) -> Result:
     """Run a command (argv, or a shell line `sh`, linted first: an error refuses it unless
     force) on a target; its exit code, signal, output and diagnosis."""
-    argv = [*_opt("--sh", sh), *_flag("--force", force), *_opt("--cwd", cwd), *_env(env), *_opt("--timeout", timeout)]
-    return _call("exec", argv, on, config, Result, tail=list(command) if command else None)
+    from .operations import exec as op
+    on, config = _where(on, config)
+    opts = op.ExecOptions(command=list(command) if command else [], sh=sh, force=force, cwd=cwd,
+                          env=[f"{k}={v}" for k, v in (env or {}).items()],
+                          timeout=None if timeout is None else float(timeout), on=on, config=config)
+    return _operate("exec", opts, lambda: op.exec(opts), Result)
 
 
 def lint_command(command_line: str, *, interactive: bool = False) -> Result:
@@ -405,7 +409,6 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "exec": "runward.verbs.exec",
     "logs": "runward.verbs.logs", "stacks": "runward.verbs.stacks",
     "watch": "runward.verbs.watch",
 }
@@ -439,23 +442,12 @@ def _opt(flag: str, value) -> list[str]:
     return [flag, _num(value) if isinstance(value, float) else str(value)]
 
 
-def _flag(flag: str, on: bool) -> list[str]:
-    return [flag] if on else []
-
-
 def _num(v: float) -> str:
     return repr(float(v))
 
 
 def _csv(items) -> str | None:
     return None if items is None else ",".join(str(int(i)) for i in items)
-
-
-def _env(env: Mapping[str, str] | None) -> list[str]:
-    out = []
-    for k, v in (env or {}).items():
-        out += ["--env", f"{k}={v}"]
-    return out
 
 
 def _limits(flag: str, limits: Mapping[str, float] | None) -> list[str]:
