@@ -115,3 +115,39 @@ def test_library_exec_refused_by_the_linter_is_the_clis_error_document(cli, lib,
     rc, doc = cli.json("exec", "--on", "local", "--sh", "pkill -f rwc_nothing; echo after")
     assert res.exit_code == rc == 2 and res.to_json() == doc, (res.to_json(), doc)
     assert doc["error"]["details"]["findings"], doc
+
+
+def _py_spy() -> None:
+    import os
+    import shutil
+    import sys
+    if not (shutil.which("py-spy") or os.path.exists(os.path.join(os.path.dirname(sys.executable), "py-spy"))):
+        pytest.skip("py-spy is not installed (pip install -e '.[stacks]'): no stacks document to compare")
+
+
+def test_library_stacks_is_the_clis_stacks_document(cli, tmp_path, lib, no_verb):
+    from test_golden_json import start
+    _py_spy()
+    start(cli, "g-stacks")
+    no_verb("stacks")
+    res = lib.stacks("g-stacks")
+    assert res.ok, res.to_json()
+    check("stacks", res.exit_code, res.to_json(), cli, tmp_path)
+
+
+def test_stacks_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
+    from runward.operations.stacks import StacksOptions, stacks
+    from test_golden_json import start
+    _py_spy()
+    start(cli, "g-stacks")
+    out = stacks(StacksOptions(name="g-stacks"))
+    assert out.code == 0 and out.render(), out.document
+    check("stacks", out.code, out.document, cli, tmp_path)
+
+
+def test_library_stacks_of_no_such_run_is_the_clis_error_document(cli, lib, no_verb):
+    """No golden holds stacks' error: the library's document is the CLI's --json one."""
+    no_verb("stacks")
+    res = lib.stacks("g-nosuch-stacks")
+    rc, doc = cli.json("stacks", "g-nosuch-stacks")
+    assert res.exit_code == rc == 4 and res.to_json() == doc, (res.to_json(), doc)

@@ -261,8 +261,11 @@ def stacks(name: str, *, on: Target | str | None = None, native: bool = False, t
     """The Python stacks of every process of the run on one target (py-spy), grouped by frame
     and named by rank; kept with the attempt. (The nodes of a multi-node run: the CLI's
     repeated --on, or api.stacks with a list of targets.)"""
-    argv = [name, *(["--native"] if native else []), *_opt("--timeout", timeout)]
-    return _call("stacks", argv, on, config, Result)
+    from .operations import stacks as op
+    on, config = _where(on, config)
+    given = {"timeout": float(timeout)} if timeout is not None else {}  # None: the flag's default, as the CLI
+    opts = op.StacksOptions(name=name, native=native, on=on, config=config, **given)
+    return _operate("stacks", opts, lambda: op.stacks(opts), Result)
 
 
 def ps(pattern: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
@@ -409,7 +412,7 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "logs": "runward.verbs.logs", "stacks": "runward.verbs.stacks",
+    "logs": "runward.verbs.logs",
     "watch": "runward.verbs.watch",
 }
 
