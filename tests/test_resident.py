@@ -317,7 +317,7 @@ def test_doctor_shows_the_resident_and_the_way_to_it(far, monkeypatch):
     testbed.require("nofwd")
     testbed.require("podman")
     from runward import api as ops
-    from runward.verbs.doctor import render_doctor
+    from runward.operations.doctor import render_doctor
 
     def resident(target):
         res = ops.doctor(target)

@@ -261,8 +261,11 @@ def stacks(name: str, *, on: Target | str | None = None, native: bool = False, t
     """The Python stacks of every process of the run on one target (py-spy), grouped by frame
     and named by rank; kept with the attempt. (The nodes of a multi-node run: the CLI's
     repeated --on, or api.stacks with a list of targets.)"""
-    argv = [name, *(["--native"] if native else []), *_opt("--timeout", timeout)]
-    return _call("stacks", argv, on, config, Result)
+    from .operations import stacks as op
+    on, config = _where(on, config)
+    given = {"timeout": float(timeout)} if timeout is not None else {}  # None: the flag's default, as the CLI
+    opts = op.StacksOptions(name=name, native=native, on=on, config=config, **given)
+    return _operate("stacks", opts, lambda: op.stacks(opts), Result)
 
 
 def ps(pattern: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
@@ -289,18 +292,27 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
          timeout: float | None = None, config: str | None = None) -> Result:
     """Run a command (argv, or a shell line `sh`, linted first: an error refuses it unless
     force) on a target; its exit code, signal, output and diagnosis."""
-    argv = [*_opt("--sh", sh), *_flag("--force", force), *_opt("--cwd", cwd), *_env(env), *_opt("--timeout", timeout)]
-    return _call("exec", argv, on, config, Result, tail=list(command) if command else None)
+    from .operations import exec as op
+    on, config = _where(on, config)
+    opts = op.ExecOptions(command=list(command) if command else [], sh=sh, force=force, cwd=cwd,
+                          env=[f"{k}={v}" for k, v in (env or {}).items()],
+                          timeout=None if timeout is None else float(timeout), on=on, config=config)
+    return _operate("exec", opts, lambda: op.exec(opts), Result)
 
 
 def lint_command(command_line: str, *, interactive: bool = False) -> Result:
     """Self-kill and wrong-filesystem hazards in a shell command line, before it runs."""
-    return _call("lint", [*_flag("--interactive", interactive), "--", command_line], None, None, Result)
+    from .operations import lint as op
+    opts = op.LintOptions(command_line=command_line, interactive=interactive)
+    return _operate("lint", opts, lambda: op.lint(opts), Result)
 
 
 def doctor(*, on: Target | str | None = None, config: str | None = None) -> Result:
     """What works on a target, hop by hop, and where the chain breaks."""
-    return _call("doctor", [], on, config, Result)
+    from .operations import doctor as op
+    on, config = _where(on, config)
+    opts = op.DoctorOptions(on=on, config=config)
+    return _operate("doctor", opts, lambda: op.doctor(opts), Result)
 
 
 def named_targets(*, config: str | None = None) -> Result:
@@ -400,8 +412,7 @@ def _plain(obj):
 # (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
 # (library -> verbs.mcp -> mcpserver -> library would be a cycle).
 _VERB_MODULES = {
-    "doctor": "runward.verbs.doctor", "exec": "runward.verbs.exec", "lint": "runward.verbs.lint",
-    "logs": "runward.verbs.logs", "stacks": "runward.verbs.stacks",
+    "logs": "runward.verbs.logs",
     "watch": "runward.verbs.watch",
 }
 
@@ -418,8 +429,7 @@ def _parser(verb: str, module):
     p = Parser(prog=f"runward {verb}")
     p.add_argument("--json", action="store_true")
     p.add_argument("--config")
-    if verb != "lint":
-        p.add_argument("--on")
+    p.add_argument("--on")
     module.add_arguments(p)
     return p
 
@@ -435,23 +445,12 @@ def _opt(flag: str, value) -> list[str]:
     return [flag, _num(value) if isinstance(value, float) else str(value)]
 
 
-def _flag(flag: str, on: bool) -> list[str]:
-    return [flag] if on else []
-
-
 def _num(v: float) -> str:
     return repr(float(v))
 
 
 def _csv(items) -> str | None:
     return None if items is None else ",".join(str(int(i)) for i in items)
-
-
-def _env(env: Mapping[str, str] | None) -> list[str]:
-    out = []
-    for k, v in (env or {}).items():
-        out += ["--env", f"{k}={v}"]
-    return out
 
 
 def _limits(flag: str, limits: Mapping[str, float] | None) -> list[str]:

@@ -1,8 +1,11 @@
-"""runward lint 'SHELL COMMAND': self-kill and wrong-filesystem hazards (docs/lint.md)."""
+"""runward lint 'SHELL COMMAND': self-kill and wrong-filesystem hazards (docs/lint.md). The
+work and its rendering: operations/lint.py; `-` (read the command from stdin) is the CLI's."""
 
 from __future__ import annotations
 
 import sys
+
+from ._common import show
 
 
 def add_arguments(p) -> None:
@@ -12,12 +15,8 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import lint as _lint
-    text = sys.stdin.read() if args.command_line == "-" else args.command_line
-    findings = _lint.lint(text, assume_shell=not args.interactive)
-    code = 1 if any(f.severity == "error" for f in findings) else 0
-    out.doc({"ok": code == 0, "command": "lint", "result": {"command": text,
-                                                              "findings": [f.to_dict() for f in findings]}})
-    if not out.json:
-        out.say(_lint.format_findings(text, findings) if findings else "no findings")
-    return code
+    from ..operations.lint import LintOptions, lint
+    opts = LintOptions.from_args(args)
+    if opts.command_line == "-":
+        opts.command_line = sys.stdin.read()
+    return show(out, lint(opts))
