@@ -6,10 +6,10 @@ document the CLI's `--json` prints, as a typed result.
     res = runward.start("train", ["python3", "train.py"], on=gpu, env={"LR": "3e-4"})
     res.ok, res.attempt, res.pid, res.to_json()
 
-A verb moved to the operations layer (operations/<verb>.py; every verb not in _VERB_MODULES)
-is called directly, with typed options; the others (_VERB_MODULES) still run the verb's own
-code (verbs/<verb>.py) in this process with its output captured (issue 27 moves them). Either way the CLI, this API and
-the MCP server (mcpserver.py) answer with one document, and a change to a verb reaches all three.
+Each function builds its verb's typed options and calls the operation (operations/<verb>.py)
+in this process: no argv, nothing captured, no JSON round trip. The CLI, this API and the MCP
+server (mcpserver.py) call the same operations and answer with one document, so a change to
+a verb reaches all three.
 Failures are results too (`ok` false, `error` with its type, hop and hint, `exit_code` as the
 CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EXIT_BAD_INPUT, EXIT_OK, RunwardError
+from .errors import EXIT_OK, RunwardError
 
 
 @dataclass(frozen=True)
@@ -176,9 +176,11 @@ def logs(name: str, *, on: Target | str | None = None, lines: int | None = None,
          config: str | None = None) -> LogsResult:
     """The last `lines` lines (default 20), or the lines after `offset` (the offset a
     previous call returned); bounded, never a follow."""
-    argv = [name, *_opt("-n", lines), *_opt("--offset", offset), *_opt("--grep", grep), *_opt("--attempt", attempt),
-            *_opt("--since", since)]
-    return _call("logs", argv, on, config, LogsResult)
+    from .operations import logs as op
+    on, config = _where(on, config)
+    opts = op.LogsOptions(name=name, n=lines, offset=offset, grep=grep, attempt=attempt, since=since, on=on,
+                          config=config)
+    return _operate("logs", opts, lambda: op.logs(opts), LogsResult)
 
 
 def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min: Mapping[str, float] | None = None,
@@ -186,9 +188,11 @@ def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min
           config: str | None = None) -> WatchResult:
     """Judge the run's health through a window of for_s seconds; the verdict (healthy, or the
     first alert: NaN, OOM, throughput under a floor, a stall, the job ended)."""
-    argv = [name, "--for", _num(for_s), *_limits("--min", min), *_limits("--max", max), *_opt("--stall-after", stall),
-            *_opt("--since", since)]
-    return _call("watch", argv, on, config, WatchResult)
+    from .operations import watch as op
+    on, config = _where(on, config)
+    opts = op.WatchOptions(name=name, for_s=for_s, min=_limits(min), max=_limits(max), stall_after=stall,
+                           since=since, on=on, config=config)
+    return _operate("watch", opts, lambda: op.watch(opts), WatchResult)
 
 
 def history(name: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
@@ -332,50 +336,7 @@ def named_targets(*, config: str | None = None) -> Result:
         return Result("targets", e.exit_code, {"ok": False, "command": "targets", "error": e.to_dict()})
 
 
-# --- one verb, run in this process ---------------------------------------------------------
-
-class _Captured:
-    """verbs/_common.Out in JSON mode, keeping the one document instead of printing it."""
-    json = True
-    tty = False
-
-    def __init__(self):
-        self.document: dict | None = None
-
-    def say(self, text: str = "") -> None:
-        pass
-
-    def doc(self, obj: dict) -> None:
-        import json
-        self.document = json.loads(json.dumps(obj, default=str))  # as the CLI prints it: str() for the rest
-
-
-def _call(verb: str, argv: list[str], on, config: str | None, kind: Callable[..., Result],
-          tail: list[str] | None = None) -> Result:
-    """Run the verb as `runward VERB ARGV [--on ON] [--config CONFIG] --json [-- TAIL]` would,
-    in this process: the verb's own parser reads the arguments (so its checks and defaults
-    hold), its run() does the work, and an error becomes the CLI's error document (cli._fail)."""
-    import importlib
-    from .operations.common import suggest_for
-    on, config = _where(on, config)
-    module = importlib.import_module(_VERB_MODULES[verb])
-    out = _Captured()
-    try:
-        words = [str(a) for a in argv]
-        rest = words[words.index("--"):] if "--" in words else []  # positionals that may start with -
-        words = [*words[:len(words) - len(rest)], *_opt("--on", on), *_opt("--config", config), "--json", *rest]
-        args = _parser(verb, module).parse_args(words)
-        args.cmd = verb
-        if tail is not None:
-            args.command = list(tail)
-        code = module.run(args, out)
-    except RunwardError as e:
-        if "args" in locals():
-            suggest_for(args, e)
-        out.doc({"ok": False, "command": verb, "error": e.to_dict(), "result": e.result})
-        code = e.exit_code
-    return kind(verb, code, out.document or {"ok": code == EXIT_OK, "command": verb})
-
+# --- one verb, called in this process ----------------------------------------------------
 
 def _where(on, config) -> tuple:
     """(the target string, the runward.toml) a Target or a string names."""
@@ -408,51 +369,15 @@ def _plain(obj):
     return str(obj)
 
 
-# The verbs this API runs, each by its module, written out so that the import graph
-# (tests/test_layout.py) sees what _call can load: never verbs.mcp, whose server runs this API
-# (library -> verbs.mcp -> mcpserver -> library would be a cycle).
-_VERB_MODULES = {
-    "logs": "runward.verbs.logs",
-    "watch": "runward.verbs.watch",
-}
-
-
-def _parser(verb: str, module):
-    """The verb's parser as cli builds it (its common flags, then the verb's own); a wrong
-    argument is BadInput, as the CLI says it (exit 2), not argparse's exit."""
-    import argparse
-    from .errors import BadInput
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise BadInput(message, f"see `runward {verb} --help`")
-    p = Parser(prog=f"runward {verb}")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config")
-    p.add_argument("--on")
-    module.add_arguments(p)
-    return p
-
-
 def _config(path: str | None):
     from .config import load  # the submodule itself: not through the package's lazy __getattr__
     return load(path)
-
-
-def _opt(flag: str, value) -> list[str]:
-    if value is None:
-        return []
-    return [flag, _num(value) if isinstance(value, float) else str(value)]
-
-
-def _num(v: float) -> str:
-    return repr(float(v))
 
 
 def _csv(items) -> str | None:
     return None if items is None else ",".join(str(int(i)) for i in items)
 
 
-def _limits(flag: str, limits: Mapping[str, float] | None) -> list[str]:
-    return [w for k, v in (limits or {}).items() for w in (flag, f"{k}={v}")]
-
+def _limits(limits: Mapping[str, float] | None) -> list[str]:
+    """{"tok_s": 14500} as the CLI's METRIC=V words (checked where the flags' are)."""
+    return [f"{k}={v}" for k, v in (limits or {}).items()]

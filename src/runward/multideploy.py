@@ -94,8 +94,3 @@ def render_restart(res: dict) -> str:
     if res.get("failed_step"):
         parts.append(res["message"])
     return "\n".join(parts)
-
-
-def emit(out, verb: str, res: dict, code: int) -> int:
-    text = render_deploy(res) if verb == "deploy" else render_restart(res)
-    return multinode.emit(out, verb, res, code, text)

@@ -379,15 +379,6 @@ def outcome(verb: str, res: dict, code: int, text: str | None = None):
     return Outcome(verb, code, doc, lambda: render(res, verb) if text is None else text)
 
 
-def emit(out, verb: str, res: dict, code: int, text: str | None = None) -> int:
-    """For the verbs not moved to the operations layer yet: outcome() printed."""
-    o = outcome(verb, res, code, text)
-    out.doc(o.document)
-    if not out.json:
-        out.say(o.render())
-    return code
-
-
 # --- logs and watch over nodes
 
 def pick_node(args, cfg, name: str, node: int | None, all_nodes: bool) -> tuple[Target | None, list[Target] | None]:
@@ -411,10 +402,10 @@ def pick_node(args, cfg, name: str, node: int | None, all_nodes: bool) -> tuple[
     return nodes[r], None
 
 
-def logs_all(out, nodes: list[Target], name: str, *, follow: bool = False, **kw) -> int:
-    """Every node's log, each line as `[rank R] LINE`; with follow, as they come, from all
-    nodes at once (one follow per node, in parallel)."""
-    import sys
+def logs_all(nodes: list[Target], name: str, *, follow: bool = False, on_line=None, **kw):
+    """Every node's log, each line as `[rank R] LINE`, as an Outcome; with follow, as they
+    come, from all nodes at once (one follow per node, in parallel), each also handed to
+    ON_LINE({"line": ...}) as it comes (the CLI prints it then)."""
     import threading
     lock = threading.Lock()
     got: list[str] = []
@@ -422,8 +413,8 @@ def logs_all(out, nodes: list[Target], name: str, *, follow: bool = False, **kw)
     def say(rank: int, line: str) -> None:
         with lock:
             got.append(f"[rank {rank}] {line}")
-            if follow and not out.json:
-                print(got[-1], flush=True)
+            if follow and on_line is not None:
+                on_line({"line": got[-1]})
 
     def one(rank: int, t: Target) -> dict:
         if follow:
@@ -435,21 +426,19 @@ def logs_all(out, nodes: list[Target], name: str, *, follow: bool = False, **kw)
 
     results = _each(nodes, one)
     failed = [r for r in results if not r["ok"]]
-    for i, r in enumerate(results):
-        if not r["ok"] and not out.json:
-            print(f"runward logs: node {i} ({nodes[i]}): {r['error']['message']}", file=sys.stderr)
+    notes = "\n".join(f"runward logs: node {i} ({nodes[i]}): {r['error']['message']}"
+                      for i, r in enumerate(results) if not r["ok"])
     code = max((r["error"].get("exit_code", 1) for r in failed), default=EXIT_OK)
-    out.doc({"ok": code == EXIT_OK, "command": "logs", "target": ",".join(str(t) for t in nodes),
-             "result": {"name": name, "lines": got, "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}})
-    if not follow:
-        out.say("\n".join(got))
-    return code
+    from .operations import Outcome
+    return Outcome("logs", code, {"ok": code == EXIT_OK, "command": "logs", "target": ",".join(str(t) for t in nodes),
+                                  "result": {"name": name, "lines": got,
+                                             "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}},
+                   None if follow else (lambda: "\n".join(got)), notes=notes or None)
 
 
-def watch_all(out, nodes: list[Target], name: str, **kw) -> int:
-    """Every node's health through the same window, in parallel: healthy only if every
-    node is; an alert names its node."""
-    import sys
+def watch_all(nodes: list[Target], name: str, **kw):
+    """Every node's health through the same window, in parallel, as an Outcome: healthy only
+    if every node is; an alert names its node (the lines on stderr then)."""
     results = _each(nodes, lambda _, t: api.watch(t, name, **kw))
     lines, code = [], EXIT_OK
     for i, r in enumerate(results):
@@ -462,8 +451,9 @@ def watch_all(out, nodes: list[Target], name: str, **kw) -> int:
             code = max(code, 1)
         else:
             lines.append(f"node {i} ({nodes[i]}): healthy for {r['result'].get('watched_s', 0):.0f}s")
-    out.doc({"ok": code == EXIT_OK, "command": "watch", "target": ",".join(str(t) for t in nodes),
-             "result": {"name": name, "healthy": code == EXIT_OK, "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}})
-    if not out.json:
-        print("\n".join(lines), file=sys.stdout if code == EXIT_OK else sys.stderr)
-    return code
+    from .operations import Outcome
+    text = "\n".join(lines)
+    return Outcome("watch", code, {"ok": code == EXIT_OK, "command": "watch", "target": ",".join(str(t) for t in nodes),
+                                   "result": {"name": name, "healthy": code == EXIT_OK,
+                                              "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}},
+                   (lambda: text) if code == EXIT_OK else None, notes=None if code == EXIT_OK else text)

@@ -4,9 +4,9 @@ function per verb, with a typed options object, answering an Outcome, for the CL
 alike. No argv is parsed here and nothing is printed: the Outcome holds the document the
 CLI's `--json` prints and, made only when asked, the human text.
 
-The verbs moved here so far: start, restart, stop, status, rm, prune, push, deploy, history,
-compare, gpus, ps, kill. The others still run through verbs/ (library.py calls those with
-argv, as before; docs/architecture.md keeps the list)."""
+Every verb with a document is here; what stays in verbs/ is purely the terminal's: printing
+a follow's lines as they come, prompts, the live view (top), completion, the demo and the
+MCP server's entry."""
 
 from __future__ import annotations
 
@@ -63,19 +63,23 @@ class Checkpointed(Options):
 
 class Outcome:
     """One verb's answer: its exit code, the `--json` document, and its human text (made only
-    when shown); STDERR: what a person is told on stderr instead (an interrupted verb)."""
+    when shown; None: nothing on stdout); STDERR: what a person is told on stderr instead (an
+    interrupted verb), said as `runward VERB: ...`; NOTES: lines for stderr as they are, shown
+    before the text (a node that failed among others, an alert, a truncated read)."""
 
-    def __init__(self, command: str, code: int, document: dict, text=None, stderr: str | None = None):
+    def __init__(self, command: str, code: int, document: dict, text=None, stderr: str | None = None,
+                 notes: str | None = None):
         self.command, self.code, self.document, self.text, self.stderr = command, code, document, text, stderr
+        self.notes = notes
 
     def render(self) -> str:
         return self.text() if self.text is not None else ""
 
 
-def single(command: str, target, result: dict, text, code: int = EXIT_OK) -> Outcome:
+def single(command: str, target, result: dict, text, code: int = EXIT_OK, notes: str | None = None) -> Outcome:
     """A verb's answer on one target."""
     return Outcome(command, code, {"ok": code == EXIT_OK, "command": command, "target": str(target), "result": result},
-                   text)
+                   text, notes=notes)
 
 
 def failed(command: str, e) -> Outcome:

@@ -50,9 +50,13 @@ def signal_arg(text: str) -> str:
 def show(out, outcome) -> int:
     """An operation's Outcome printed: its one JSON document, or its human text."""
     out.doc(outcome.document)
-    if not out.json and outcome.stderr is not None:
+    if out.json:
+        return outcome.code
+    if outcome.notes:
+        print(outcome.notes, file=sys.stderr, flush=True)
+    if outcome.stderr is not None:
         print(f"runward {outcome.command}: {outcome.stderr}", file=sys.stderr)
-    elif not out.json:
+    elif outcome.text is not None:
         out.say(outcome.render())
     return outcome.code
 

@@ -1,11 +1,11 @@
-"""runward logs NAME [-n LINES] [-f]: the run's log, followed across restarts."""
+"""runward logs NAME [-n LINES] [-f]: the run's log, followed across restarts. The work:
+operations/logs.py; here the flags, and a follow's lines printed as they come."""
 
 from __future__ import annotations
 
 import sys
 
-from ..errors import EXIT_OK, BadInput
-from ._common import emit, load_config
+from ._common import show
 
 # Ctrl-C (cli.main): logs only reads, and a follower's agent ends with its caller (stdin_held)
 INTERRUPTED = "interrupted: logs only reads; its follower on the target ended too, and the run goes on as it was"
@@ -32,36 +32,14 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import api
-    from .. import multinode
-    cfg = load_config(args)
-    since = api.parse_duration(args.since, "--since") if args.since is not None else None
-    pick = {"attempt": args.attempt, "since_s": since, "grep": args.grep}
-    if args.offset is not None:
-        if args.follow or any(v is not None for v in pick.values()):
-            raise BadInput("--offset with -f, --attempt, --since or --grep", "--offset reads on from a previous call alone")
-        pick["offset"] = args.offset
-    target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
-    if nodes and args.offset is not None:
-        raise BadInput("--offset with --all-nodes", "page one node's log: --node R --offset BYTES")
-    if nodes:
-        return multinode.logs_all(out, nodes, args.name, lines=args.n, follow=args.follow, for_s=args.for_s, **pick)
-    if args.follow:
-        events = []
+    """The operation (operations/logs.py); a follow's lines printed here as they come."""
+    from ..operations.logs import LogsOptions, logs
 
-        def on_line(ev: dict) -> None:
-            if "line" in ev:
-                if out.json:
-                    events.append(ev["line"])
-                else:
-                    print(ev["line"], flush=True)
-            elif "switch" in ev and not out.json:
-                print(f"--- runward: log switched to {ev['switch']}", file=sys.stderr, flush=True)
-        res = api.logs(target, args.name, lines=args.n, follow=True, on_line=on_line, for_s=args.for_s, **pick)
-        res["lines"] = events
-        out.doc({"ok": True, "command": "logs", "target": str(target), "result": res})
-        return EXIT_OK
-    res = api.logs(target, args.name, lines=args.n, **pick)
-    if res.get("truncated") and not out.json:
-        print(f"runward: more lines matched; showing the last {len(res['lines'])} (-n sets how many)", file=sys.stderr)
-    return emit(out, "logs", target, res, "\n".join(res["lines"]))
+    def on_line(ev: dict) -> None:
+        if out.json:
+            return  # the document holds them
+        if "line" in ev:
+            print(ev["line"], flush=True)
+        elif "switch" in ev:
+            print(f"--- runward: log switched to {ev['switch']}", file=sys.stderr, flush=True)
+    return show(out, logs(LogsOptions.from_args(args), on_line if args.follow else None))

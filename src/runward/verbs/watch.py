@@ -1,10 +1,9 @@
-"""runward watch NAME: follow a run's health through a window; exit 1 on the first alert."""
+"""runward watch NAME: follow a run's health through a window; exit 1 on the first alert. The
+work: operations/watch.py; here the flags, and the points printed as they come on a terminal."""
 
 from __future__ import annotations
 
-import sys
-
-from ._common import emit, load_config
+from ._common import show
 
 
 # Ctrl-C (cli.main): watch only reads
@@ -30,56 +29,14 @@ def add_arguments(p) -> None:
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
 
 
-def _stall(args, cfg) -> dict:
-    """stall_after and straggler_ratio, runward.toml's checked, the flags over them."""
-    from ..stallopts import options
-    o = options({"health": cfg.runs.value(args.name, "health")}, args, args.name)
-    return {"stall": o.get("after"), "ratio": o.get("ratio")}
-
-
-def _unjudged(res: dict) -> str:
-    """The baseline rules that judged nothing: a healthy watch is no pass of a rule that could
-    not be judged (a baseline attempt that is not there, too few points yet)."""
-    return "".join(f"\n{m} vs baseline: not judged: {b.get('why') or b.get('verdict') or 'no points yet'}"
-                   for m, b in (res.get("baseline") or {}).items() if b.get("ratio") is None)
-
-
 def run(args, out) -> int:
-    from .. import api
-    from .. import multinode
-    cfg = load_config(args)
-    target, nodes = multinode.pick_node(args, cfg, args.name, args.node, args.all_nodes)
-    rules = api.health_rules({"health": cfg.runs.value(args.name, "health")}, mins=api.parse_limits(args.min, "--min"),
-                             maxs=api.parse_limits(args.max, "--max"), drop=args.drop,
-                             **_stall(args, cfg))
-    from ..health import format_alert
+    """The operation (operations/watch.py); on a terminal, each new point's metrics printed as
+    they come."""
+    from ..operations.watch import WatchOptions, watch
 
     def on_points(ev: dict) -> None:
-        if not out.json and out.tty:
-            pts = ev.get("points") or []
-            if pts:
-                m = pts[-1].get("metrics", {})
-                print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
-    since = api.parse_duration(args.since, "--since")
-    if nodes:
-        return multinode.watch_all(out, nodes, args.name, for_s=args.for_s, rules=rules, since_s=since)
-    res = api.watch(target, args.name, for_s=args.for_s, rules=rules, on_points=on_points, since_s=since)
-    acted = "".join(f"\nhealth action: {a.get('action')} on {a.get('kind')}"
-                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else "")
-                    for a in res.get("actions") or [])
-    if res["healthy"]:
-        text = (f"{args.name}: healthy for {res['watched_s']:.0f}s"
-                + (f"; {res['throughput_metric']} last {res['metrics'].get(res['throughput_metric'])}"
-                   if res.get("throughput_metric") else ""))
-        return emit(out, "watch", target, res, text + _unjudged(res) + acted)
-    text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
-    if res.get("ended"):
-        text += f"\n{args.name}: the job is not running"
-    text += acted
-
-    out.doc({"ok": False, "command": "watch", "target": str(target), "result": res,
-             "error": {"type": "Alert", "message": res["alert"].get("detail", res["alert"]["kind"]),
-                       "exit_code": 1}})
-    if not out.json:
-        print(text, file=sys.stderr)
-    return 1
+        pts = ev.get("points") or []
+        if pts:
+            m = pts[-1].get("metrics", {})
+            print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
+    return show(out, watch(WatchOptions.from_args(args), on_points if not out.json and out.tty else None))
