@@ -115,3 +115,32 @@ def test_the_library_runs_no_verb_through_argv():
     import runward.library as library
     for gone in ("_call", "_VERB_MODULES", "_Captured", "_parser", "_opt", "_num"):
         assert not hasattr(library, gone), gone
+
+
+def test_library_plot_is_the_clis_plot_document(cli, tmp_path, lib, no_verb):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[plot]')")
+    no_verb("plot")
+    start(cli, "g-plot")  # test_golden_json.test_plot's run and call
+    stepped(cli, "g-plot")
+    res = lib.plot("g-plot", str(tmp_path / "g.png"))
+    assert res.ok and (tmp_path / "g.png").stat().st_size > 0, res.to_json()
+    check("plot", res.exit_code, res.to_json(), cli, tmp_path)
+    bad = lib.plot("g-plot", str(tmp_path / "h.png"), x="sideways")
+    assert bad.exit_code == 2 and "--x" in bad.error["message"] and not (tmp_path / "h.png").exists(), bad.to_json()
+
+
+def test_library_pull_is_the_clis_pull_document(cli, tmp_path, lib, no_verb):
+    """Pulled files are the bytes (sha256-checked); the library's document is the CLI's."""
+    import hashlib
+    no_verb("pull")
+    src = tmp_path / "remote.bin"
+    src.write_bytes(bytes(range(256)) * 64)
+    res = lib.pull({str(src): str(tmp_path / "a.bin")})
+    rc, doc = cli.json("pull", f"{src}:{tmp_path / 'b.bin'}")
+    assert res.ok and rc == 0, (res.to_json(), doc)
+    for name in ("a.bin", "b.bin"):
+        assert (tmp_path / name).read_bytes() == src.read_bytes()
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert res.result["files"][0]["sha256"] == doc["result"]["files"][0]["sha256"] == digest
+    res.to_json()["result"]["files"][0]["local"] = doc["result"]["files"][0]["local"]
+    assert res.to_json() == doc

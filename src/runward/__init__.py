@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 __all__ = ["Target", "Result", "StartResult", "StopResult", "RestartResult", "StatusResult", "LogsResult",
            "WatchResult", "Failed", "start", "stop", "restart", "status", "logs", "watch", "push", "deploy",
            "gpus", "ps", "kill", "exec", "lint_command", "doctor", "named_targets", "history", "compare",
-           "stacks", "rm", "prune",
+           "stacks", "rm", "prune", "pull", "plot",
            "__version__"]
 # lint and targets are runward's subpackages: `runward.lint` must stay the package (an
 # attribute of the same name would be replaced by it on its first import), hence the names.

@@ -224,6 +224,29 @@ def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = 
     return _operate("push", opts, lambda: op.push(opts), Result)
 
 
+def pull(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
+         config: str | None = None) -> Result:
+    """Fetch files back through the hop chain: {REMOTE: LOCAL} (or "REMOTE:LOCAL" strings; a
+    directory recursively); each sha256-checked here, then renamed in."""
+    from .operations import pull as op
+    specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
+    on, config = _where(on, config)
+    opts = op.PullOptions(specs=specs, on=on, config=config)
+    return _operate("pull", opts, lambda: op.pull(opts), Result)
+
+
+def plot(name: str, output: str, *, on: Target | str | None = None, metric: Sequence[str] | None = None,
+         x: str = "step", attempts: Sequence[int] | None = None, config: str | None = None) -> Result:
+    """Draw the run's metrics (alerts marked) to the PNG OUTPUT; attempts: overlay those
+    attempts instead (x = step). Needs matplotlib (runward[plot])."""
+    from .operations import plot as op
+    on, config = _where(on, config)
+    opts = op.PlotOptions(name=name, output=output, metric=list(metric or []), x=x,
+                          attempts=None if attempts is None else ",".join(str(a) for a in attempts), on=on,
+                          config=config)
+    return _operate("plot", opts, lambda: op.plot(opts), Result)
+
+
 def deploy(name: str, *, on: Target | str | None = None, config: str | None = None) -> Result:
     """Push the run's files (runward.toml) to where it runs."""
     from .operations import deploy as op

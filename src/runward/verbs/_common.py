@@ -6,12 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import EXIT_OK, BadInput
-# what the verbs not yet moved to the operations layer still read from here (issue 27)
-from ..operations import common as _ops
-from ..operations import single as _single
-from ..operations.common import (ALL_RUNS_WORST_FIRST, all_runs_code, config_dir, config_targets,  # noqa: F401
-                                 did_you_mean, gpu_list, load_config, suggest_for, target_of)
+from ..errors import BadInput
+# what the CLI-only verbs (top, mcp, _complete) read: runward.toml, --on and a project's targets
+from ..operations.common import config_targets, load_config, target_of  # noqa: F401
 
 
 
@@ -59,19 +56,6 @@ def show(out, outcome) -> int:
     elif outcome.text is not None:
         out.say(outcome.render())
     return outcome.code
-
-
-def on_runs(args, cfg, out, command: str, one, render) -> int:
-    return show(out, _ops.on_runs(args, cfg, command, one, render))
-
-
-def on_all(cfg, out, command: str, op, render, *, failed, exit_code, targets=None) -> int:
-    return show(out, _ops.on_all(cfg, command, op, render, failed=failed, exit_code=exit_code, targets=targets))
-
-
-def emit(out, cmd: str, target, result: dict, text: str, code: int = EXIT_OK) -> int:
-    """For the verbs not moved to the operations layer yet: one target's answer, as single()."""
-    return show(out, _single(cmd, target, result, lambda: text, code))
 
 
 def require_extra(module: str, verb: str, what: str, extra: str) -> None:

@@ -1,8 +1,9 @@
-"""runward pull --on TARGET REMOTE:LOCAL...: files back through the hop chain, sha256-checked here."""
+"""runward pull --on TARGET REMOTE:LOCAL...: files back through the hop chain, sha256-checked here.
+The work: operations/pull.py."""
 
 from __future__ import annotations
 
-from ._common import emit, load_config, target_of
+from ._common import show
 
 
 def add_arguments(p) -> None:
@@ -13,13 +14,5 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    from .. import files as _files
-    cfg = load_config(args)
-    target = target_of(args, cfg)
-    res = _files.pull(target, args.specs)
-    text = "\n".join(f"pulled {target}:{f['remote']} -> {f['local']}  sha256 {f['sha256'][:12]} verified"
-                     if f["type"] == "file" else f"linked {f['local']} -> {f['target']}"
-                     for f in res["files"])
-    if res.get("skipped"):
-        text += "\n" + "\n".join(f"skipped {p} (neither file, directory nor link)" for p in res["skipped"])
-    return emit(out, "pull", target, res, text or "nothing to pull")
+    from ..operations.pull import PullOptions, pull
+    return show(out, pull(PullOptions.from_args(args)))
