@@ -64,11 +64,12 @@ def test_a_watch_alert_is_one_answer_on_every_side(cli, lib):
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda lib: lib.logs("x", lines="abc"), "-n"),
-    (lambda lib: lib.logs("x", lines=-1), "-n"),
-    (lambda lib: lib.logs("x", offset=2.5), "--offset"),
-    (lambda lib: lib.logs("x", grep=3), "--grep"),
-    (lambda lib: lib.watch("x", for_s="abc"), "--for"),  # float("abc") raised ValueError out of the API
+    (lambda lib: lib.logs("x", lines="abc"), "invalid lines 'abc'"),  # the keyword named, as the CLI names its flag
+    (lambda lib: lib.logs("x", lines=-1), "invalid lines -1"),
+    (lambda lib: lib.logs("x", offset=2.5), "invalid offset 2.5"),
+    (lambda lib: lib.logs("x", grep=3), "invalid grep 3"),
+    (lambda lib: lib.logs("x", grep="("), "invalid grep '('"),
+    (lambda lib: lib.watch("x", for_s="abc"), "invalid for_s 'abc'"),  # float("abc") raised ValueError out of the API
     (lambda lib: lib.watch("x", for_s=0), "--for"),
     (lambda lib: lib.watch("x", min={"tok_s": "x"}), "--min"),
     (lambda lib: lib.watch("x", stall="soon"), "stall"),

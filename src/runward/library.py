@@ -125,15 +125,16 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
           env: Mapping[str, str] | None = None, cwd: str | None = None, log: str | None = None,
           settle: float | None = None, ready: str | None = None, replace: bool = False,
           gpus: Sequence[int] | None = None, stop_signal: str | None = None, grace: float | None = None,
-          config: str | None = None) -> StartResult:
+          wait_gpus_free: bool = False, config: str | None = None) -> StartResult:
     """Start NAME (argv `command`, or one shell line `sh`, or as runward.toml defines it),
-    verified alive after settling."""
+    verified alive after settling; wait_gpus_free: first wait (up to 300 s) until `gpus`
+    are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
     opts = op.StartOptions(name=name, on=on, config=config, command=list(command) if command else None, sh=sh,
                            env=[f"{k}={v}" for k, v in (env or {}).items()] or None, cwd=cwd, log=log,
                            settle=settle, ready=ready, replace=replace, gpus=_csv(gpus), stop_signal=stop_signal,
-                           grace=grace)
+                           grace=grace, wait_gpus_free=wait_gpus_free)
     return _operate("start", opts, lambda: op.start(opts), StartResult)
 
 
@@ -290,7 +291,7 @@ def stacks(name: str, *, on: Target | str | None = None, native: bool = False, t
     repeated --on, or api.stacks with a list of targets.)"""
     from .operations import stacks as op
     on, config = _where(on, config)
-    given = {"timeout": float(timeout)} if timeout is not None else {}  # None: the flag's default, as the CLI
+    given = {"timeout": timeout} if timeout is not None else {}  # None: the flag's default, as the CLI
     opts = op.StacksOptions(name=name, native=native, on=on, config=config, **given)
     return _operate("stacks", opts, lambda: op.stacks(opts), Result)
 
@@ -323,7 +324,7 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     on, config = _where(on, config)
     opts = op.ExecOptions(command=list(command) if command else [], sh=sh, force=force, cwd=cwd,
                           env=[f"{k}={v}" for k, v in (env or {}).items()],
-                          timeout=None if timeout is None else float(timeout), on=on, config=config)
+                          timeout=timeout, on=on, config=config)
     return _operate("exec", opts, lambda: op.exec(opts), Result)
 
 
@@ -371,9 +372,10 @@ def _where(on, config) -> tuple:
 def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Result:
     """An operation called directly (issue 27: no argv, nothing captured): its Outcome, or
     its error as the CLI's error document (cli._fail), as a typed Result."""
-    from .operations import failed  # the subpackage itself: never through runward's own namespace
+    from .operations import check, failed  # the subpackage itself: never through runward's own namespace
     from .operations.common import suggest_for
     try:
+        check(opts)  # the declared options' values, as the CLI's flags are checked (options.py)
         outcome = run()
     except RunwardError as e:
         suggest_for(opts, e)

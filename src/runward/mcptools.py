@@ -25,11 +25,12 @@ Name = Annotated[str, Field(description="the run's name (letters, digits, . _ -)
 Env = Annotated[dict[str, str] | None, Field(description="environment entries for the job, NAME: VALUE")]
 
 
-def _declared(name: str, tp):
-    """A parameter declared once in options.py: its type and description from there."""
+def _declared(name: str, tp, verb: str | None = None):
+    """A parameter declared once in options.py: its type and description from there (VERB's
+    words, where it says the option in its own)."""
     opt = options.OPTS[name]
     extra = {"ge": 0} if opt.kind == "seconds" else {"ge": opt.least} if opt.kind == "count" else {}
-    return Annotated[tp, Field(description=opt.help, **extra)]
+    return Annotated[tp, Field(description=options.help(name, verb), **extra)]
 
 
 Cwd = _declared("cwd", str | None)
@@ -41,15 +42,16 @@ Grace = _declared("grace", float | None)
 async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, Field(
         description="the job's argv, e.g. [\"python3\", \"train.py\"] (omit for a run runward.toml defines)")] = None,
         on: On = None, env: Env = None,
-        sh: Annotated[str | None, Field(description="one shell command line instead of an argv")] = None,
+        sh: _declared("sh", str | None) = None,
         cwd: Cwd = None, settle: Settle = None, ready: Ready = None,
-        replace: Annotated[bool, Field(description="stop the live attempt first (verified)")] = False,
+        replace: _declared("replace", bool) = False,
         gpus: Annotated[list[int] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
+        wait_gpus_free: _declared("wait_gpus_free", bool) = False,
         ) -> CallToolResult:
     """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines)."""
     return await _SRV.call(ctx, "start", lambda: library.start(
         name, command, on=on, env=env, sh=sh, cwd=cwd, settle=settle, ready=ready, replace=replace, gpus=gpus,
-        config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready)
+        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready)
 
 
 async def stop(ctx: Context, name: Name, on: On = None,
@@ -81,11 +83,9 @@ async def status(ctx: Context, name: Annotated[str | None, Field(description="on
 
 
 async def logs(ctx: Context, name: Name, on: On = None,
-               lines: Annotated[int | None, Field(description="the last N lines (default 20); with offset: at "
-                                                                "most N lines after it (default 200)", ge=0)] = None,
-               offset: Annotated[int | None, Field(description="read on after this byte offset: the `offset` the "
-                                                                 "previous logs call returned", ge=0)] = None,
-               grep: Annotated[str | None, Field(description="only lines matching this Python regex")] = None,
+               lines: _declared("lines", int | None) = None,
+               offset: _declared("offset", int | None) = None,
+               grep: _declared("grep", str | None) = None,
                ) -> CallToolResult:
     """A run's log, bounded: the last N lines, or the lines since the offset a previous call returned (the result's `offset` is where to go on from)."""
     return await _SRV.call(ctx, "logs", lambda: library.logs(name, on=on, lines=lines, offset=offset, grep=grep,
@@ -124,8 +124,7 @@ async def gpus(ctx: Context, on: On = None) -> CallToolResult:
     return await _SRV.call(ctx, "gpus", lambda: library.gpus(on=on, config=_SRV.config), on=on)
 
 
-async def stacks(ctx: Context, name: Name, on: On = None, native: Annotated[bool, Field(
-        description="native (C/C++) frames too, where py-spy can")] = False) -> CallToolResult:
+async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native", bool) = False) -> CallToolResult:
     """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing, ptrace denied)."""
     return await _SRV.call(ctx, "stacks", lambda: library.stacks(name, on=on, native=native, config=_SRV.config),
                            on=on, name=name)
@@ -141,7 +140,7 @@ async def kill(ctx: Context, pattern: Annotated[str, Field(description="extended
                on: On = None, confirm: Annotated[bool, Field(
                    description="false (default): a dry run listing what would be signalled; true: signal them, "
                                "verified dead")] = False,
-               tree: Annotated[bool, Field(description="also every descendant of a match")] = False,
+               tree: _declared("tree", bool) = False,
                ) -> CallToolResult:
     """Safe pkill -f: shows what matches (never itself or its ancestors); signals them only with confirm: true, then verifies they are dead. Prefer stop for a run."""
     return await _SRV.call(ctx, "kill", lambda: library.kill(pattern, on=on, confirm=confirm, tree=tree,
@@ -149,9 +148,9 @@ async def kill(ctx: Context, pattern: Annotated[str, Field(description="extended
 
 
 async def exec(ctx: Context, command: Annotated[list[str] | None, Field(description="argv to run")] = None,
-               on: On = None, sh: Annotated[str | None, Field(description="one shell command line (linted first)")] = None,
-               force: Annotated[bool, Field(description="run sh even when the linter finds an error")] = False,
-               timeout: Annotated[float | None, Field(description="kill it after this many seconds", gt=0)] = None,
+               on: On = None, sh: _declared("sh", str | None, "exec") = None,
+               force: _declared("force", bool) = False,
+               timeout: _declared("timeout", float | None, "exec") = None,
                ) -> CallToolResult:
     """Run a command on a target: exit code, signal, output and a diagnosis of a failed hop. A shell line is linted first; a hazard (pkill -f self-match, wrong filesystem) refuses it unless force."""
     return await _SRV.call(ctx, "exec", lambda: library.exec(command, on=on, sh=sh, force=force, timeout=timeout,

@@ -11,6 +11,10 @@ A kind is what a value must be, said the same way on every side:
   regex    a Python regular expression (compiled where it is checked)
   signal   a Linux signal's name or number (signals.known)
   text     a non-empty string
+  flag     true or false                (argparse: a switch, store_true)
+
+An option one verb says in its own words (stacks' --timeout is py-spy's, exec's the
+command's) keeps one declaration, its kind and name, with that verb's help in `verbs`.
 
 Light on purpose: `runward --help` builds every parser from it (no regex compiled, no
 module imported until a value is checked)."""
@@ -28,10 +32,17 @@ class Opt(NamedTuple):
     metavar: str
     toml: bool = True  # a key of [runs.NAME]
     least: int = 0     # count: the smallest value
+    verbs: dict | None = None  # verb -> its own help, where it says the option in its own words
+    flags: tuple = ()  # the spellings, where not just --NAME (logs' -n/--lines)
+    dest: str | None = None  # argparse's dest, where not NAME (logs' n)
+    mcp: str | None = None  # the MCP tool's description, where a caller without flags needs other words
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.flags[-1] if self.flags else "--" + self.name.replace("_", "-")
+
+    def help_for(self, verb: str | None) -> str:
+        return (self.verbs or {}).get(verb, self.help)
 
 
 OPTS = {o.name: o for o in (
@@ -50,19 +61,58 @@ OPTS = {o.name: o for o in (
     Opt("master_addr", "text", "several nodes: node 0's address as the others reach it (default: where ssh "
         "reached it)", "ADDR"),
     Opt("nproc_per_node", "count", "several nodes: sets WORLD_SIZE = nodes x N", "N", least=1),
+    # the options of one or a few verbs that the Python API and the MCP tools take too
+    Opt("replace", "flag", "stop the live attempt first (verified)", "", toml=False),
+    Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml=False),
+    Opt("native", "flag", "native (C/C++) frames too, where py-spy can (py-spy --native)", "", toml=False),
+    Opt("tree", "flag", "also every descendant of a match", "", toml=False),
+    Opt("force", "flag", "run --sh even when the linter finds an error", "", toml=False),
+    Opt("interactive", "flag", "the command is typed at a prompt (no enclosing `bash -c` carries its text)", "",
+        toml=False),
+    Opt("dry_run", "flag", "say what would be sent and deleted; change nothing", "", toml=False,
+        verbs={"prune": "list what would be removed; remove nothing"}),
+    Opt("lines", "count", "the last LINES lines (default 20; with --attempt, --since or --grep and no -f, every "
+        "selected line)", "LINES", toml=False, flags=("-n", "--lines"), dest="n",
+        mcp="the last N lines (default 20); with offset: at most N lines after it (default 200)"),
+    Opt("offset", "count", "the lines after this byte offset of the log: the `offset` the previous call returned "
+        "(--json), at most -n (default 200); pages through a log in bounded calls", "BYTES", toml=False,
+        mcp="read on after this byte offset: the `offset` the previous logs call returned"),
+    Opt("attempt", "count", "attempt N's section of the log only", "N", toml=False, least=1),
+    Opt("timeout", "seconds", "kill the command after this long (default: none)", "SECONDS", toml=False,
+        verbs={"stacks": "how long py-spy may take per process (default 10)"}),
+    Opt("sh", "text", "run one shell command line instead of an argv", "STRING", toml=False,
+        verbs={"exec": "one shell command line (linted first)"}),
+    Opt("since", "text", "only health alerts of this last while, e.g. 10m", "DURATION", toml=False, verbs={
+        "logs": "lines written in the last DURATION (10m, 2h): by the timestamps lines start with, else by their "
+                "attempt's start time",
+        "watch": "the rules also judge lines of this look-back before the window, e.g. 60s (default: from the "
+                 "watch's start)"}),
+    Opt("grep", "regex", "only lines matching this Python regex, matched on the target (with -f too)", "REGEX",
+        toml=False, mcp="only lines matching this Python regex"),
+    Opt("for_s", "seconds", "window (default 60)", "S", toml=False, flags=("--for",),
+        verbs={"logs": "follow for S seconds, then exit"}),
+    Opt("older_than", "text", "remove the stopped runs whose last attempt ended longer ago than this (7d, 12h, "
+        "10m, 90s, 1h30m; a live run is never removed)", "DURATION", toml=False),
+    Opt("logs", "flag", "remove its log files too (default: kept; a log in the run's directory is moved to "
+        "<home>/removed/, one elsewhere stays where it is)", "", toml=False,
+        verbs={"prune": "remove their log files too (default: kept, as `runward rm` keeps them)"}),
+    Opt("signal", "signal", "the signal sent first (default TERM), then KILL", "SIG", toml=False),
 )}
 
 _EXAMPLE = {"seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
 
 
-def help(name: str) -> str:  # noqa: A001 - the declaration's help, as the MCP tools say it
-    return OPTS[name].help
+def help(name: str, verb: str | None = None) -> str:  # noqa: A001 - the declaration's help, as the MCP tools say it
+    opt = OPTS[name]
+    return opt.mcp or opt.help_for(verb)
 
 
 def problem(opt: Opt, value) -> str | None:
     """What is wrong with VALUE for OPT (None: nothing): a CLI string already converted, or
     a value from runward.toml, or one given to the Python API."""
     k = opt.kind
+    if k == "flag":
+        return None if isinstance(value, bool) else "not true or false"
     if k == "seconds":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "not a number of seconds"
@@ -102,6 +152,8 @@ def fix(opt: Opt, toml: bool = False) -> str:
     if opt.kind == "signal":
         from .signals import HINT
         return HINT
+    if opt.kind == "flag":
+        return "give true or false" + ("" if toml else " (on the command line: %s, or leave it out)" % opt.flag)
     what = {"seconds": "seconds >= 0", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
             "text": "a non-empty string"}[opt.kind]
     ex = _EXAMPLE[opt.kind]
@@ -125,11 +177,17 @@ def problems_of_run(where: str, run: dict) -> dict:
     return out
 
 
-def add(p, name: str, **extra) -> None:
-    """NAME's flag on argparse parser P, from its declaration (extra: dest, for an option
-    the verb reads under another name)."""
+def add(p, name: str, verb: str | None = None, also: tuple = (), **extra) -> None:
+    """NAME's flag on argparse parser P, from its declaration, in VERB's words where it has
+    its own (ALSO: a verb's short spelling, push's -n; extra: dest, for an option the verb
+    reads under another name; default)."""
     opt = OPTS[name]
-    p.add_argument(opt.flag, type=_converter(opt), metavar=opt.metavar, help=opt.help, **extra)
+    flags = (*(opt.flags or (opt.flag,)), *also)
+    extra.setdefault("dest", opt.dest or opt.name)  # --for's would be "for"
+    if opt.kind == "flag":
+        p.add_argument(*flags, action="store_true", help=opt.help_for(verb), **extra)
+        return
+    p.add_argument(*flags, type=_converter(opt), metavar=opt.metavar, help=opt.help_for(verb), **extra)
 
 
 def converter(name: str):

@@ -92,11 +92,12 @@ def check(opts) -> None:
     flags: the Python API and the MCP tools call operations directly, without argv."""
     from .. import options
     from ..errors import BadInput
+    by_dest = {o.dest: o for o in options.OPTS.values() if o.dest}
     for name in opts.fields():
-        opt = options.OPTS.get(name)
+        opt = options.OPTS.get(name) or by_dest.get(name)
         value = getattr(opts, name)
         if opt is None or value is None:
             continue
         bad = options.problem(opt, value)
         if bad:
-            raise BadInput(f"invalid {name} {value!r}: {bad}", options.fix(opt))
+            raise BadInput(f"invalid {opt.name} {value!r}: {bad}", options.fix(opt))

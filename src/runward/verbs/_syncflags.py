@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .. import options
+
 
 def add_arguments(p) -> None:
     """push's and deploy's shared flags."""
@@ -11,5 +13,5 @@ def add_arguments(p) -> None:
                    help="leave out paths matching PATTERN (gitignore syntax; repeatable)")
     p.add_argument("--no-ignore-files", action="store_true",
                    help="do not read .gitignore / .runwardignore in the pushed directories")
-    p.add_argument("--dry-run", "-n", action="store_true", help="say what would be sent and deleted; change nothing")
+    options.add(p, "dry_run", also=("-n",))
 

@@ -4,6 +4,8 @@ operations/exec.py; passing the command's output on to this terminal is the CLI'
 
 from __future__ import annotations
 
+from .. import options
+
 import sys
 
 
@@ -14,12 +16,12 @@ INTERRUPTED = ("interrupted: the command may still be running on the target (it 
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--sh", metavar="STRING", help="one shell command line (linted first)")
-    p.add_argument("--force", action="store_true", help="run --sh even when the linter finds an error")
+    options.add(p, "sh", "exec")
+    options.add(p, "force")
     p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
     p.add_argument("--env", action="append", metavar="K=V|NAME",
                    help="environment entry (repeatable); a bare NAME passes NAME from this shell's environment")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long (default: none)")
+    options.add(p, "timeout", "exec")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]...")
 
 

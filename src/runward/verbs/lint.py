@@ -3,6 +3,8 @@ work and its rendering: operations/lint.py; `-` (read the command from stdin) is
 
 from __future__ import annotations
 
+from .. import options
+
 import sys
 
 from ._common import show
@@ -10,8 +12,7 @@ from ._common import show
 
 def add_arguments(p) -> None:
     p.add_argument("command_line", metavar="'SHELL COMMAND'", help="the command, or - for stdin")
-    p.add_argument("--interactive", action="store_true",
-                   help="the command is typed at a prompt (no enclosing `bash -c` carries its text)")
+    options.add(p, "interactive")
 
 
 def run(args, out) -> int:

@@ -3,6 +3,8 @@ operations/logs.py; here the flags, and a follow's lines printed as they come.""
 
 from __future__ import annotations
 
+from .. import options
+
 import sys
 
 from ._common import show
@@ -13,20 +15,13 @@ INTERRUPTED = "interrupted: logs only reads; its follower on the target ended to
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("-n", "--lines", dest="n", type=int, default=None, metavar="LINES",
-                   help="the last LINES lines (default 20; with --attempt, --since or --grep and no -f, "
-                        "every selected line)")
+    options.add(p, "lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, across restarts")
-    p.add_argument("--for", dest="for_s", type=float, metavar="S", help="follow for S seconds, then exit")
-    p.add_argument("--attempt", type=int, metavar="N", help="attempt N's section of the log only")
-    p.add_argument("--since", metavar="DURATION",
-                   help="lines written in the last DURATION (10m, 2h): by the timestamps lines start with, "
-                        "else by their attempt's start time")
-    p.add_argument("--offset", type=int, metavar="BYTES",
-                   help="the lines after this byte offset of the log: the `offset` the previous call returned "
-                        "(--json), at most -n (default 200); pages through a log in bounded calls")
-    p.add_argument("--grep", metavar="REGEX",
-                   help="only lines matching this Python regex, matched on the target (with -f too)")
+    options.add(p, "for_s", "logs")
+    options.add(p, "attempt")
+    options.add(p, "since", "logs")
+    options.add(p, "offset")
+    options.add(p, "grep")
     p.add_argument("--node", type=int, metavar="R", help="a multi-node run: node R's log (default 0)")
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: every node's log, lines as [rank R] ...")
 

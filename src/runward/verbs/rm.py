@@ -9,9 +9,7 @@ from ._common import show
 
 def add_arguments(p) -> None:
     p.add_argument("name", help="the run to remove; it must be stopped (`runward stop NAME` first)")
-    p.add_argument("--logs", action="store_true",
-                   help="remove its log files too (default: kept; a log in the run's directory is moved "
-                        "to <home>/removed/, one elsewhere stays where it is)")
+    options.add(p, "logs")
     options.add(p, "lock_timeout")
 
 

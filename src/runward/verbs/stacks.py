@@ -5,14 +5,15 @@ none could be (py-spy missing, ptrace denied: the hint says what to do), 3 unrea
 
 from __future__ import annotations
 
+from .. import options
+
 from ._common import show
 
 
 def add_arguments(p) -> None:
     p.add_argument("name", help="the run")
-    p.add_argument("--native", action="store_true", help="native (C/C++) frames too, where py-spy can (py-spy --native)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="how long py-spy may take per process (default 10)")
+    options.add(p, "native")
+    options.add(p, "timeout", "stacks", default=10.0)
     p.add_argument("--bring-py-spy", action="store_true",
                    help="where the target has no py-spy, push this machine's (runward[stacks]; same architecture "
                         "only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "

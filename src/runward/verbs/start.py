@@ -17,12 +17,12 @@ def add_arguments(p) -> None:
                    help="KEY=VALUE lines (docker's format); values are passed, never stored; restart reads the file again")
     for name in ("cwd", "log", "settle", "ready", "ready_timeout"):
         options.add(p, name)
-    p.add_argument("--replace", action="store_true", help="stop the live attempt first (verified)")
+    options.add(p, "replace")
     p.add_argument("--replace-grace", type=float, metavar="SECONDS",
                    help="with --replace: the old attempt's grace (default: the grace it was started with)")
     options.add(p, "lock_timeout")
     p.add_argument("--gpus", metavar="0,1", help="sets CUDA_VISIBLE_DEVICES and records the GPUs")
-    p.add_argument("--wait-gpus-free", action="store_true", help="wait until --gpus are free, else refuse")
+    options.add(p, "wait_gpus_free")
     p.add_argument("--gpu-wait-timeout", type=float, metavar="SECONDS",
                    help="with --wait-gpus-free: how long to wait for the GPUs (default 300)")
     old_spelling(p, "--timeout", "gpu_wait_timeout", type=float)
@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-used", type=float, metavar="MiB", help="a GPU using at most this counts as free (default 1024)")
     options.add(p, "stop_signal")
     options.add(p, "grace")
-    p.add_argument("--sh", metavar="STRING", help="run one shell command line instead of an argv")
+    options.add(p, "sh")
     options.add(p, "master_addr")
     options.add(p, "nproc_per_node")
     p.add_argument("--on-node-failure", choices=("stop", "continue"),

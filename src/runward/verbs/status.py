@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from .. import options
+
 from ._common import show
 
 
 def add_arguments(p) -> None:
     p.add_argument("name", nargs="?")
     p.add_argument("--all", action="store_true", help="every named target in runward.toml, in parallel")
-    p.add_argument("--since", metavar="DURATION", help="only health alerts of this last while, e.g. 10m")
+    options.add(p, "since")
 
 
 def run(args, out) -> int:

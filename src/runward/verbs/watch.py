@@ -3,6 +3,8 @@ work: operations/watch.py; here the flags, and the points printed as they come o
 
 from __future__ import annotations
 
+from .. import options
+
 from ._common import show
 
 
@@ -13,7 +15,7 @@ INTERRUPTED = ("interrupted: watch only reads; the run goes on as it was (its he
 
 def add_arguments(p) -> None:
     p.add_argument("name")
-    p.add_argument("--for", dest="for_s", type=float, default=60.0, metavar="S", help="window (default 60)")
+    options.add(p, "for_s", "watch", default=60.0)
     p.add_argument("--min", action="append", metavar="METRIC=V", help="alert below this floor, e.g. tok_s=14500")
     p.add_argument("--max", action="append", metavar="METRIC=V", help="alert above this ceiling")
     from ..stallopts import add_arguments as stall_arguments
@@ -22,9 +24,7 @@ def add_arguments(p) -> None:
     old_spelling(p, "--stall", "stall_after")  # its seconds are stall_after's (docs/diagnosis.md)
     p.add_argument("--drop", type=float, metavar="FRACTION",
                    help="alert when throughput stays under FRACTION of its early median (default 0.5)")
-    p.add_argument("--since", metavar="DURATION",
-                   help="the rules also judge lines of this look-back before the window, e.g. 60s "
-                        "(default: from the watch's start)")
+    options.add(p, "since", "watch")
     p.add_argument("--node", type=int, metavar="R", help="a multi-node run: watch node R (default 0)")
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
 
