@@ -161,6 +161,8 @@ def _main(argv: list[str]) -> int:
         return 2
     from .errors import RunwardError
     from .verbs._common import Out
+    from .inprocess import ON
+    ON[:] = [True]  # this process is the CLI's: a local read-only call may be answered here
     out = Out(getattr(args, "json", False))
     module = None
     try:
