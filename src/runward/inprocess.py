@@ -25,9 +25,11 @@ ON = []  # [True] once cli.main has said this process is the CLI's
 def wanted(target, req: dict, payload, late) -> bool:
     """Whether this call is answered here. Not in a thread (a fan-out's): the agent keeps
     its call's event sink in module globals, and its lock wait arms SIGALRM, which only the
-    main thread may; not with a home of the target's own, nor when a value of ours is kept
-    out of our children's environment (sshconf.HIDDEN_ENV): a spawned agent would not see it."""
-    if not (ON and target.is_local and req.get("op") in OPS and payload is None and late is None):
+    main thread may. Not for a Slurm target (its status asks squeue: left as it was), nor
+    with a home of the target's own, nor when a value of ours is kept out of our children's
+    environment (sshconf.HIDDEN_ENV): a spawned agent would not see it."""
+    if not (ON and target.is_local and target.slurm is None and req.get("op") in OPS and payload is None
+            and late is None):
         return False
     import sys
     threading = sys.modules.get("threading")
