@@ -1,37 +1,27 @@
 """runward's command line: the verb table, the common flags, the parser of the verb named on
 the command line, dispatch to that verb's module (verbs/), and errors mapped to exit codes.
 
-Kept light: only argparse and os are imported before a command runs, and only the named
-verb's module is imported, so `runward --help` starts fast (check: python -X importtime -m
-runward --help). The layout is described in docs/architecture.md.
+Kept light: only os and sys are imported at first. `runward --help`, `--version` and a bare
+`runward` are answered from the verb table without argparse (tophelp.py); anything else
+imports argparse (cliparser.py) and only the named verb's module, so every call starts fast
+(check: python -X importtime -m runward --help). The layout is described in
+docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 
-EXIT_CODES = """exit codes:
-  0  done and verified          3  target unreachable (a hop failed)
-  1  the operation failed       4  no such run
-  2  bad input or config        5  done but not verified
-"""
+from . import tophelp
+from .tophelp import EXIT_CODES  # noqa: F401  (cli.EXIT_CODES, as before)
 
+TYPE_CHECKING = False  # typing itself imports re: the help would pay for it
+if TYPE_CHECKING:
+    import argparse
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """argparse sizes help to the terminal through shutil, which (with its compression
-    modules) costs --help more than argparse itself; os.get_terminal_size is enough."""
-
-    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
-        if width is None:
-            try:
-                width = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
-            except (ValueError, OSError, AttributeError):
-                width = 80
-            width -= 2
-        super().__init__(prog, indent_increment, max_help_position, width)
+    from .cliparser import BadArguments
 
 
 # Each verb, its one-line help, and its module under runward/verbs/.
@@ -69,6 +59,7 @@ HERE_ONLY = ("lint", "demo", "completion", "_complete", "mcp")  # verbs that act
 
 
 def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
+    from .cliparser import _OnAction
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
     p.add_argument("--config", metavar="PATH", help="runward.toml to use (default: found in . or a parent)")
     if on:
@@ -77,15 +68,6 @@ def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
                             "or a name from runward.toml"
                             "; start/stop/status/logs/watch/gpus/deploy: repeat it for a run over several nodes")
         p.set_defaults(nodes=[])
-
-
-class _OnAction(argparse.Action):
-    """--on TARGET, repeatable for a multi-node run (docs/multinode.md): args.on is the
-    first, args.nodes every one given."""
-
-    def __call__(self, parser, ns, value, option_string=None):
-        ns.nodes = [*(getattr(ns, "nodes", None) or []), value]
-        ns.on = ns.nodes[0]
 
 
 MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus", "deploy", "stacks")
@@ -100,18 +82,14 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
     and building all sixteen costs more start-up than argparse itself); with `bare`, the
     verbs as a list of names and one-line helps (all the top-level help and a bad verb's
     error need)."""
-    ap = _Parser(
-        prog="runward",
-        description="Start, stop, restart and watch named runs on local, SSH and container targets. "
-                    "Every answer is verified.",
-        epilog=EXIT_CODES)
-    ap.add_argument("--version", action="version", version="runward 0.1.0")
+    from .cliparser import _Parser
+    ap = _Parser(prog="runward", description=tophelp.DESCRIPTION, epilog=tophelp.EXIT_CODES)
+    ap.add_argument("--version", action="version", version=tophelp.VERSION)
     if bare:
-        w = max(len(name) for name, _, _ in VERBS)
-        ap.description += "\n\ncommands:\n" + "\n".join(f"  {name:<{w}}  {help_}" for name, help_, _ in VERBS)
-        ap.epilog = "`runward COMMAND --help` shows a command's options.\n\n" + EXIT_CODES
+        ap.description = tophelp.commands(VERBS)
+        ap.epilog = tophelp.EPILOG
         ap.add_argument("cmd", nargs="?", metavar="COMMAND", choices=[name for name, _, _ in VERBS],
-                        help="one of the commands above, then its own arguments")
+                        help=tophelp.COMMAND_HELP)
         return ap
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     for name, help_, module in VERBS + HIDDEN:
@@ -144,25 +122,6 @@ def _verb_in(argv: list[str]) -> str | None:
 
 # ---------------------------------------------------------------------------------------
 
-class BadArguments(Exception):
-    """argparse found the command line wrong: raised instead of its print-and-exit, so the
-    error is said the way every other one is (one JSON document with --json, exit 2)."""
-
-    def __init__(self, parser: argparse.ArgumentParser, message: str):
-        super().__init__(message)
-        self.parser = parser
-        self.message = message
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *a, **kw):
-        kw.setdefault("formatter_class", _Formatter)
-        super().__init__(*a, **kw)
-
-    def error(self, message: str):
-        raise BadArguments(self, message)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
@@ -181,6 +140,9 @@ def _main(argv: list[str]) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, tail = argv[:i], argv[i + 1:]
+    if tail is None and _answered_without_argparse(argv):
+        return 2  # a bare `runward`: the help, and 2 as argparse's path says it
+    from .cliparser import BadArguments
     verb = _verb_in(argv)
     try:
         ap = build_parser(only=verb) if verb else build_parser(bare=True)
@@ -199,6 +161,8 @@ def _main(argv: list[str]) -> int:
         return 2
     from .errors import RunwardError
     from .verbs._common import Out
+    from .inprocess import ON
+    ON[:] = [True]  # this process is the CLI's: a local read-only call may be answered here
     out = Out(getattr(args, "json", False))
     module = None
     try:
@@ -214,6 +178,35 @@ def _main(argv: list[str]) -> int:
         from .errors import Interrupted
         said = getattr(module, "INTERRUPTED", None) or "interrupted"
         return _fail(out, args, Interrupted(said))
+
+
+def _answered_without_argparse(argv: list[str]) -> bool:
+    """`runward --help`, `-h`, `--version` and a bare `runward`, as argparse says them, with
+    none of its import (tophelp.py): help and version leave as argparse's exit does
+    (SystemExit 0, the output left to the interpreter's flush); a bare `runward` is True
+    (its help printed, exit 2). False, and nothing printed, for any other command line, or
+    where the help's layout is argparse's to make (tophelp.text)."""
+    if argv == ["--version"]:
+        _say(tophelp.VERSION + "\n")
+        sys.exit(0)
+    if argv not in ([], ["--help"], ["-h"]):
+        return False
+    text = tophelp.text(VERBS)
+    if text is None:
+        return False
+    _say(text)
+    if argv:
+        sys.exit(0)
+    return True
+
+
+def _say(text: str) -> None:
+    """Print as argparse prints its help: an error writing it is dropped (a closed reader
+    ends `runward --help` with 0 and no word, as before)."""
+    try:
+        sys.stdout.write(text)
+    except (AttributeError, OSError):
+        pass
 
 
 # Verbs whose positional words after the options are the job's command: a word argparse

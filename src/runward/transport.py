@@ -134,6 +134,14 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         req = slurm.request(target, req)
     if target.home and "home" not in req:
         req["home"] = target.home
+    from . import inprocess
+    if inprocess.wanted(target, req, payload, late):  # the CLI's local status: no second Python
+        reply = inprocess.call(req, on_event)
+        if reply is not None:
+            LAST_ROUTE = "in-process"
+            if reply.get("ok"):
+                return reply["result"]
+            raise from_agent(reply.get("error") or {}, hop="local")
     sha = agent_sha()
     known = _far_lines()
     entry = f"{sha} {_far_key(target)}"

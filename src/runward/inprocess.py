@@ -1,0 +1,65 @@
+"""A local read-only call answered by the agent's code in this process (issue 27's start-up
+goal: `runward status --json` within 3x `python3 -c pass`), instead of a second Python.
+
+Only where that is safe: the CLI's own process (cli.main turns it on; the Python API and the
+long-lived MCP server keep one agent process per call, isolated), the target `local`, and
+ops that only read (status). A local agent is this same interpreter (sys.executable) on
+this same machine, user, RUNWARD_HOME and environment, so it sees what a spawned one would
+see; it answers through the same serve() and the same reply lines, read by the same
+_Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
+What a spawned agent would have done apart from that and what would be lost here: nothing a
+read-only op does (no signal, no child, no fork, no exit), and the CLI ends right after.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+from .exchange import _Replies
+
+OPS = frozenset(("status",))  # read-only, one reply, nothing left running
+ON = []  # [True] once cli.main has said this process is the CLI's
+
+
+def wanted(target, req: dict, payload, late) -> bool:
+    """Whether this call is answered here. Not in a thread (a fan-out's): the agent keeps
+    its call's event sink in module globals, and its lock wait arms SIGALRM, which only the
+    main thread may. Not for a Slurm target (its status asks squeue: left as it was), nor
+    with a home of the target's own, nor when a value of ours is kept out of our children's
+    environment (sshconf.HIDDEN_ENV): a spawned agent would not see it."""
+    if not (ON and target.is_local and target.slurm is None and req.get("op") in OPS and payload is None
+            and late is None):
+        return False
+    import sys
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.current_thread() is not threading.main_thread():
+        return False
+    from .sshconf import HIDDEN_ENV
+    return not req.get("home") and not HIDDEN_ENV
+
+
+class _Lines(io.RawIOBase):
+    """The agent's stdout: each complete line handed to _Replies as it is written, so a
+    notice (a lock waited on) is said while the call waits, as from a spawned agent."""
+
+    def __init__(self, got: _Replies):
+        self.got, self.buf = got, b""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self.buf += bytes(b)
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self.got.take(line + b"\n")
+        return len(b)
+
+
+def call(req: dict, on_event) -> dict | None:
+    """The agent's reply to req, or None where it gave none (the caller then spawns one)."""
+    from .agent import main as agent_main
+    got = _Replies(on_event)
+    agent_main.serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))
+    return got.reply

@@ -1,0 +1,63 @@
+"""The CLI's local status is answered by the agent's code in the CLI's own process
+(inprocess.py, issue 27's start-up goal): no second Python starts, and the document is the
+one a spawned agent gives."""
+
+from __future__ import annotations
+
+import sys
+
+from runward import inprocess, transport
+from runward.targets import parse_target
+
+
+def _agent_caches(home):
+    d = home / "cache"
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("agent-")) if d.is_dir() else []
+
+
+def test_the_clis_local_status_starts_no_agent_process(cli):
+    rc, doc = cli.json("status")
+    assert rc == 0 and doc["result"]["runs"] == [], doc
+    # a spawned local agent's bootstrap compiles and caches the agent in the home on its first
+    # call: nothing there means no agent process ran
+    assert _agent_caches(cli.home) == []
+    cli.json("ps", "no-such-process-pattern-inproc")  # not a status: spawned as before
+    assert len(_agent_caches(cli.home)) == 1
+
+
+def _status(name):
+    res = transport.call(parse_target("local"), {"op": "status", "names": [name]})
+    route = transport.LAST_ROUTE
+    res.pop("time")
+    return route, res
+
+
+def test_in_process_and_spawned_agents_give_the_same_document(cli, monkeypatch):
+    rc, doc = cli.json("start", "inproc-same", "--settle", "0.2", "--", sys.executable, "-c",
+                       "import time; print('step 1 loss 2.0', flush=True); time.sleep(300)")
+    assert rc == 0, doc
+    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+    monkeypatch.setattr(inprocess, "ON", [])
+    spawned = _status("inproc-same")
+    monkeypatch.setattr(inprocess, "ON", [True])
+    here = _status("inproc-same")
+    monkeypatch.setattr(inprocess, "ON", [])
+    again = _status("inproc-same")
+    assert (spawned[0], here[0], again[0]) == ("exec", "in-process", "exec")
+    # what moves between two reads of a live run (its age, its CPU) is left out of the comparison
+    # (its tree's uptime, CPU and memory), and main_metrics' order follows the hash seed of
+    # whichever process parsed the log (two spawned agents differ the same way)
+    moving = {"uptime_s", "cpu_seconds", "rss_bytes", "pss_bytes"}
+
+    def still(res):
+        runs = [dict(run) for run in res["runs"]]
+        for run in runs:
+            run["tree"] = {k: v for k, v in run["tree"].items() if k not in moving}
+            run["health"] = dict(run["health"], main_metrics=sorted(run["health"]["main_metrics"]))
+        return runs
+    if still(here[1]) not in (still(spawned[1]), still(again[1])):
+        a, b = still(here[1])[0], still(spawned[1])[0]
+        raise AssertionError({k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)})
+    assert set(here[1]) == set(spawned[1])
+    assert here[1]["runs"][0]["state"] == "running"
+    cli.json("stop", "inproc-same")
