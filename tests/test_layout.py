@@ -255,6 +255,9 @@ def test_a_named_runs_status_imports_no_secrets(tmp_path):
     imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
     assert "runward.multinode" in imported, p.stderr[-2000:]  # the check sees the path it guards
     assert "secrets" not in imported and "hmac" not in imported
+    # options.py's declarations are read by status's parser: a NamedTuple there cost typing's
+    # import (~2 ms, a tenth of bench/startup.py's margin); dataclasses likewise (Options)
+    assert "runward.options" in imported and "typing" not in imported and "dataclasses" not in imported
 
 
 def _module_in_agent(dotted: str) -> str | None:

@@ -22,20 +22,29 @@ module imported until a value is checked)."""
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 
-class Opt(NamedTuple):
-    name: str        # the keyword, the MCP parameter, argparse's dest and the runward.toml key
-    kind: str        # seconds | count | regex | signal | text
-    help: str
-    metavar: str
-    toml: bool = True  # a key of [runs.NAME]
-    least: int = 0     # count: the smallest value
-    verbs: dict | None = None  # verb -> its own help, where it says the option in its own words
-    flags: tuple = ()  # the spellings, where not just --NAME (logs' -n/--lines)
-    dest: str | None = None  # argparse's dest, where not NAME (logs' n)
-    mcp: str | None = None  # the MCP tool's description, where a caller without flags needs other words
+class Opt:
+    """One option's declaration. A plain class, not a NamedTuple: typing's import (~2 ms) would
+    be paid by every verb's parser that adds a declared flag (`status --json` included)."""
+    __slots__ = ("name", "kind", "help", "metavar", "toml", "least", "verbs", "flags", "dest", "mcp")
+
+    def __init__(self, name: str, kind: str, help: str, metavar: str, toml: bool = True,  # noqa: A002
+                 least: int = 0, verbs: dict | None = None, flags: tuple = (), dest: str | None = None,
+                 mcp: str | None = None):
+        self.name = name        # the keyword, the MCP parameter, argparse's dest and the runward.toml key
+        self.kind = kind        # seconds | count | regex | signal | text | flag
+        self.help = help
+        self.metavar = metavar
+        self.toml = toml        # a key of [runs.NAME]
+        self.least = least      # count: the smallest value
+        self.verbs = verbs      # verb -> its own help, where it says the option in its own words
+        self.flags = flags      # the spellings, where not just --NAME (logs' -n/--lines)
+        self.dest = dest        # argparse's dest, where not NAME (logs' n)
+        self.mcp = mcp          # the MCP tool's description, where a caller without flags needs other words
+
+    def __repr__(self) -> str:
+        return f"Opt({self.name!r}, {self.kind!r})"
 
     @property
     def flag(self) -> str:
