@@ -73,6 +73,8 @@ def test_a_watch_alert_is_one_answer_on_every_side(cli, lib):
     (lambda lib: lib.watch("x", for_s=0), "--for"),
     (lambda lib: lib.watch("x", min={"tok_s": "x"}), "--min"),
     (lambda lib: lib.watch("x", stall="soon"), "stall"),
+    (lambda lib: lib.watch("x", min=5), "--min"),  # not a mapping: an AttributeError out of the API
+    (lambda lib: lib.watch("x", max="tok_s"), "--max"),
 ])
 def test_a_bad_keyword_is_bad_input_as_a_result(cli, lib, call, words):
     res = call(lib)
@@ -111,10 +113,37 @@ def test_watch_of_nodes_says_health_on_stdout_and_an_alert_on_stderr(cli):
     assert [ln.split(":")[0] for ln in p.stderr.splitlines()] == ["ALERT node 0 (local)", "ALERT node 1 (local)"], p
 
 
+def test_the_operation_of_nodes_is_the_clis_answer(cli, lib):
+    """The multi-node paths build, not print: the operation's Outcome (document, stdout text,
+    stderr notes) called in this process is what the CLI shows, on each stream, for every
+    node answering and for one node failing among others."""
+    from runward.library import _plain
+    from runward.operations.logs import LogsOptions, logs
+    from runward.operations.watch import WatchOptions, watch
+    rc, doc = cli.json("start", "lw-mo", "--settle", "0.5", "--", "sh", "-c", "echo one; echo two; exec sleep 60")
+    assert rc == 0, doc
+    wait_for(lambda: "two" in (cli.home / "runs" / "lw-mo" / "log").read_text(), 30, "both lines")
+    for on in (["local", "local"], ["local", "podman:rw-no-such-ctr"]):
+        flags = [w for t in on for w in ("--on", t)]
+        got = logs(LogsOptions(name="lw-mo", on=on[0], nodes=on, all_nodes=True, n=2))
+        p = cli.run("logs", "lw-mo", *flags, "--all-nodes", "-n", "2")
+        assert (p.returncode, sorted(p.stdout.splitlines())) == (got.code, sorted(got.render().splitlines())), p
+        assert p.stderr == (got.notes + "\n" if got.notes else ""), (p.stderr, got.notes)
+        rc, doc = cli.json("logs", "lw-mo", *flags, "--all-nodes", "-n", "2")
+        mine = _plain(got.document)
+        for d in (doc, mine):
+            d["result"]["lines"].sort()
+        assert (rc, doc) == (got.code, mine)
+    got = watch(WatchOptions(name="lw-mo", on="local", nodes=["local", "local"], all_nodes=True, for_s=1))
+    p = cli.run("watch", "lw-mo", "--on", "local", "--on", "local", "--all-nodes", "--for", "1")
+    assert (p.returncode, p.stdout, p.stderr) == (got.code, got.render() + "\n", ""), p
+    cli.run("stop", "lw-mo", "--grace", "2")
+
+
 def test_the_library_runs_no_verb_through_argv():
     """library.py has no argv path left (it had _call, _VERB_MODULES and a parser per verb)."""
     import runward.library as library
-    for gone in ("_call", "_VERB_MODULES", "_Captured", "_parser", "_opt", "_num"):
+    for gone in ("_call", "_VERB_MODULES", "_Captured", "_parser", "_opt", "_num", "_limits"):
         assert not hasattr(library, gone), gone
 
 

@@ -191,7 +191,7 @@ def watch(name: str, *, on: Target | str | None = None, for_s: float = 60.0, min
     first alert: NaN, OOM, throughput under a floor, a stall, the job ended)."""
     from .operations import watch as op
     on, config = _where(on, config)
-    opts = op.WatchOptions(name=name, for_s=for_s, min=_limits(min), max=_limits(max), stall_after=stall,
+    opts = op.WatchOptions(name=name, for_s=for_s, min=min or [], max=max or [], stall_after=stall,
                            since=since, on=on, config=config)
     return _operate("watch", opts, lambda: op.watch(opts), WatchResult)
 
@@ -401,8 +401,3 @@ def _config(path: str | None):
 
 def _csv(items) -> str | None:
     return None if items is None else ",".join(str(int(i)) for i in items)
-
-
-def _limits(limits: Mapping[str, float] | None) -> list[str]:
-    """{"tok_s": 14500} as the CLI's METRIC=V words (checked where the flags' are)."""
-    return [f"{k}={v}" for k, v in (limits or {}).items()]

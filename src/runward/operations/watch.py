@@ -11,11 +11,12 @@ from .common import load_config
 
 
 class WatchOptions(Targeted):
-    """What `runward watch` takes (verbs/watch.py's flags; min and max are METRIC=V words)."""
+    """What `runward watch` takes (verbs/watch.py's flags). min and max: the flags' METRIC=V
+    words, or {METRIC: V} as the Python API and MCP give them."""
     name: str | None = None
     for_s: float = 60.0
-    min: list = []
-    max: list = []
+    min: list | dict = []
+    max: list | dict = []
     stall_after: str | float | None = None
     straggler_ratio: float | None = None
     drop: float | None = None
@@ -29,8 +30,8 @@ def watch(opts: WatchOptions, on_points=None) -> Outcome:
     _check(opts)
     cfg = load_config(opts)
     target, nodes = multinode.pick_node(opts, cfg, opts.name, opts.node, opts.all_nodes)
-    rules = api.health_rules({"health": cfg.runs.value(opts.name, "health")}, mins=api.parse_limits(opts.min, "--min"),
-                             maxs=api.parse_limits(opts.max, "--max"), drop=opts.drop, **_stall(opts, cfg))
+    rules = api.health_rules({"health": cfg.runs.value(opts.name, "health")}, mins=_limits(opts.min, "--min"),
+                             maxs=_limits(opts.max, "--max"), drop=opts.drop, **_stall(opts, cfg))
     since = api.parse_duration(opts.since, "--since")
     if nodes:
         return multinode.watch_all(nodes, opts.name, for_s=opts.for_s, rules=rules, since_s=since)
@@ -48,6 +49,16 @@ def watch(opts: WatchOptions, on_points=None) -> Outcome:
     out.document["error"] = {"type": "Alert", "message": res["alert"].get("detail", res["alert"]["kind"]),
                              "exit_code": EXIT_FAILED}
     return out
+
+
+def _limits(given, flag: str) -> dict:
+    """{METRIC: V} from the flag's words, or from the API's mapping: its items read as the words
+    `METRIC=V` would be (so a value the flag takes, the mapping takes, and a bad one is the same
+    BadInput naming the flag)."""
+    from ..inputs import parse_limits
+    if hasattr(given, "items"):
+        given = [f"{k}={v}" for k, v in given.items()]
+    return parse_limits(given, flag)
 
 
 def _healthy(name: str, res: dict) -> str:
@@ -79,5 +90,6 @@ def _check(opts) -> None:
     if opts.node is not None and (isinstance(opts.node, bool) or not isinstance(opts.node, int)):
         raise BadInput(f"invalid --node {opts.node!r}: not a whole number", "give --node a rank, e.g. --node 1")
     for key in ("min", "max"):
-        if not all(isinstance(w, str) for w in getattr(opts, key) or []):
+        given = getattr(opts, key) or []
+        if not hasattr(given, "items") and not (isinstance(given, (list, tuple)) and all(isinstance(w, str) for w in given)):
             raise BadInput(f"invalid --{key} {getattr(opts, key)!r}", f"give --{key} METRIC=V words, e.g. tok_s=14500")
