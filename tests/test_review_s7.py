@@ -1,0 +1,148 @@
+"""Review s7 (hostile, black box) of the operations layer on main (c94040b): the CLI, `import
+runward` and the MCP server against ground truth -- /proc, the files under RUNWARD_HOME and
+/sys/fs/cgroup -- never runward's own words.
+
+Findings (fixed, src/runward/apivalues.py): runward.start(gpus=["x"]) raised a ValueError out of
+the API; gpus=[1.5] / [True] started on GPU 1 unasked; env={"A": None} started the job with
+A="None", env={"A": 1} with A="1", env={"A=B": "1"} with A="B=1" (start, restart and exec).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+
+import pytest
+
+from conftest import alive, marked, wait_for
+
+SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
+
+
+def _uid(p):
+    return f"{p}{uuid.uuid4().hex[:6]}"
+
+
+def _nothing_started(cli, name):
+    assert not marked(name + "."), f"a refused start of {name} started something"
+    assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"
+
+
+# -- 1. the operations layer: CLI and library agree; bad values refused as results -------------
+
+# (library keywords, the CLI's words): each refused with exit 2, nothing started
+BAD_START = [
+    ({"settle": -1}, ["--settle", "-1"]),
+    ({"grace": "abc"}, ["--grace", "abc"]),
+    ({"stop_signal": "FOO"}, ["--stop-signal", "FOO"]),
+    ({"stop_signal": 3.5}, None),
+    ({"gpus": ["x"]}, ["--gpus", "x"]),
+    ({"gpus": [1.5]}, ["--gpus", "1.5"]),
+    ({"gpus": [True]}, None),
+    ({"gpus": "0,1"}, None),
+    ({"env": {"A": 1}}, None),
+    ({"env": {"A": None}}, None),
+    ({"env": {"A=B": "1"}}, None),
+]
+
+
+@pytest.mark.parametrize("kw,words", BAD_START, ids=[repr(k) for k, _ in BAD_START])
+def test_lib_start_refuses_bad_values_as_a_result_like_the_cli(cli, lib, kw, words):
+    name = _uid("rv7s")
+    res = lib.start(name, SLEEP, settle=0.2, **{k: v for k, v in kw.items()}) if "settle" not in kw else \
+        lib.start(name, SLEEP, **kw)
+    assert res.exit_code == 2 and not res.ok, res.to_json()
+    doc = res.to_json()
+    assert doc["error"]["type"] == "BadInput" and doc["error"]["hint"], doc
+    _nothing_started(cli, name)
+    if words:
+        rc, cdoc = cli.json("start", name, *words, "--", *SLEEP)
+        assert rc == 2 and cdoc["error"]["type"] == "BadInput", cdoc
+        _nothing_started(cli, name)
+
+
+def test_lib_restart_and_exec_refuse_bad_env_and_leave_the_run_alone(cli, lib):
+    name = _uid("rv7r")
+    assert lib.start(name, SLEEP, settle=0.2).exit_code == 0
+    job = next(iter(marked(f"{name}.1").items()))
+    try:
+        for env in ({"A": 1}, {"A=B": "1"}):
+            res = lib.restart(name, env=env)
+            assert res.exit_code == 2 and res.to_json()["error"]["type"] == "BadInput", res.to_json()
+            assert alive(*job), f"restart(env={env!r}) touched the running job"
+            assert not (cli.home / "runs" / name / "attempts" / "2.json").exists()
+        res = lib.exec(["sh", "-c", "echo A=$A"], env={"A": 1})
+        assert res.exit_code == 2 and res.to_json()["error"]["type"] == "BadInput", res.to_json()
+        # restart's documented None: unset, still taken
+        res = lib.exec(["sh", "-c", "echo A=$A"], env={"A": "x"})
+        assert res.exit_code == 0 and res.to_json()["result"]["stdout"] == "A=x\n", res.to_json()
+    finally:
+        lib.stop(name, grace=2)
+
+
+# the same values through the CLI and the library: the same document and exit code
+SAME = [
+    ("stop", {"grace": "abc"}, ["--grace", "abc"]),
+    ("stop", {"stop_signal": "FOO"}, ["--stop-signal", "FOO"]),
+    ("restart", {"settle": -1}, ["--settle", "-1"]),
+    ("restart", {"grace": "abc"}, ["--grace", "abc"]),
+    ("rm", {"lock_timeout": -1}, ["--lock-timeout", "-1"]),
+    ("kill", {"signal": "FOO"}, ["--signal", "FOO"]),
+    ("stacks", {"timeout": -1}, ["--timeout", "-1"]),
+]
+
+
+@pytest.mark.parametrize("verb,kw,words", SAME, ids=[f"{v}-{k}" for v, k, _ in SAME])
+def test_bad_values_on_a_running_run_same_refusal_cli_and_lib_nothing_touched(cli, lib, verb, kw, words):
+    name = _uid("rv7q")
+    assert lib.start(name, SLEEP, settle=0.2).exit_code == 0
+    job = next(iter(marked(f"{name}.1").items()))
+    try:
+        first = "rv7-no-such-pattern-zq" if verb == "kill" else name
+        res = getattr(lib, verb)(first, **kw)
+        rc, doc = cli.json(verb, first, *words)
+        assert (res.exit_code, rc) == (2, 2), (res.to_json(), doc)
+        got = res.to_json()
+        # the same document but the message's words (argparse's "argument --grace: ..." against
+        # the declared check's "invalid grace ...": left alone, options.py is being edited)
+        assert got.keys() == doc.keys(), f"the CLI's and the library's documents differ in keys: {got} / {doc}"
+        for k in ("type", "exit_code", "hint"):
+            assert got["error"].get(k) == doc["error"].get(k), (k, got, doc)
+        assert got["ok"] is doc["ok"] is False and got["command"] == doc["command"] == verb
+        assert alive(*job), f"{verb} {kw} touched the running job"
+        assert (cli.home / "runs" / name / "attempts" / "1.json").exists()
+    finally:
+        lib.stop(name, grace=2)
+
+
+def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli, lib):
+    name = _uid("rv7m")
+    pidf = cli.cwd / f"{name}.child"
+    # the child clears its env (no marker) and its session: only the tree/cgroup ties it to the run
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--sh",
+                       f"setsid sh -c 'env -i sleep 600 & echo $! > {pidf}' ; exec sleep 600")
+    assert rc == 0, doc
+    child = int(wait_for(lambda: pidf.exists() and pidf.read_text().strip(), 10, "the child's pid"))
+    procs = dict(marked(f"{name}.1"))
+    procs[child] = wait_for(lambda: alive(child) and __import__("conftest").read_stat(child)[1], 5, "child")
+    assert len(procs) >= 2, procs
+    rec = cli.home / "runs" / name / "attempts" / "1.json"
+    for how in ("cli-rm", "lib-rm", "cli-prune", "lib-prune"):
+        if how == "cli-rm":
+            rc = cli.run("rm", name, "--json").returncode
+        elif how == "lib-rm":
+            rc = lib.rm(name).exit_code
+        elif how == "cli-prune":
+            rc = cli.run("prune", "--older-than", "0s", "--json").returncode
+        else:
+            rc = lib.prune("0s").exit_code
+        assert all(alive(p, s) for p, s in procs.items()), how
+        assert rec.exists(), f"{how} removed a running run's record"
+        if how.endswith("rm"):
+            assert rc == 1, (how, rc)
+    res = lib.stop(name, grace=2)
+    doc = res.to_json()
+    assert res.exit_code == 0 and res.verified_dead and "no_process_of_run_alive" in doc["result"]["verified"], doc
+    left = {p: s for p, s in procs.items() if alive(p, s)}
+    assert not left and not marked(f"{name}."), f"stop said verified dead with {left or marked(name + '.')} alive"
