@@ -2,7 +2,10 @@
 runward` and the MCP server against ground truth -- /proc, the files under RUNWARD_HOME and
 /sys/fs/cgroup -- never runward's own words.
 
-Findings (fixed, src/runward/apivalues.py): runward.start(gpus=["x"]) raised a ValueError out of
+Findings (fixed): the MCP server dropped an argument its tool does not take (start with grace=600
+or stop_signal="INT" started the job, ok, default grace, TERM) and answered schema-refused values
+in plain text, no exit_code (mcpargs.py); the CLI's argparse refusals had no "result" key.
+In src/runward/apivalues.py: runward.start(gpus=["x"]) raised a ValueError out of
 the API; gpus=[1.5] / [True] started on GPU 1 unasked; env={"A": None} started the job with
 A="None", env={"A": 1} with A="1", env={"A=B": "1"} with A="B=1" (start, restart and exec).
 """
@@ -146,3 +149,46 @@ def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli
     assert res.exit_code == 0 and res.verified_dead and "no_process_of_run_alive" in doc["result"]["verified"], doc
     left = {p: s for p, s in procs.items() if alive(p, s)}
     assert not left and not marked(f"{name}."), f"stop said verified dead with {left or marked(name + '.')} alive"
+
+
+# -- 1b. the MCP server with the same bad values ------------------------------------------------
+
+# start takes no grace nor stop_signal: the SDK dropped them silently and started the job (ok)
+MCP_BAD = [("start", {"settle": -1}), ("start", {"grace": "abc"}), ("start", {"grace": 600}), ("start", {"stop_signal": 3.5}),
+           ("start", {"stop_signal": "FOO"}), ("start", {"env": {"A": 1}}), ("start", {"gpus": ["x"]}),
+           ("stop", {"grace": "abc"}), ("kill", {"signal": "FOO"}), ("restart", {"settle": -1})]
+
+
+def test_mcp_bad_values_are_error_results_with_exit_code_2_and_the_server_answers_after(cli):
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    from test_mcp import _session
+    name = _uid("rv7p")
+    got = {}
+
+    async def main():
+        async with _session(cli.env, cli.cwd) as s:
+            for tool, kw in MCP_BAD:
+                args = {"pattern": "rv7-no-such-zq"} if tool == "kill" else {"name": name}
+                if tool == "start":
+                    args["command"] = SLEEP
+                args.update(kw)
+                with anyio.fail_after(60):
+                    res = await s.call_tool(tool, args)
+                text = res.content[0].text if res.content else ""
+                try:
+                    doc = json.loads(text)
+                except ValueError:
+                    doc = {"not_json": text[:300]}
+                got[(tool, json.dumps(kw))] = (res.is_error, doc)
+            with anyio.fail_after(60):
+                res = await s.call_tool("lint", {"command_line": "pkill -f x"})
+            got["after"] = (res.is_error, res.content[0].text[:100] if res.content else "")
+
+    anyio.run(main)
+    started = marked(name + ".")
+    bad = {k: v for k, v in got.items() if k != "after" and not (
+        v[0] and (v[1].get("error") or {}).get("exit_code") == 2 and v[1]["error"].get("type") == "BadInput")}
+    assert not bad, f"not an error result with exit_code 2 (BadInput): {bad}"
+    assert not started, f"a refused MCP start started {started}: {got}"
+    assert "after" in got and got["after"][1], got.get("after")
