@@ -27,6 +27,16 @@ def _uid(p):
     return f"{p}{uuid.uuid4().hex[:6]}"
 
 
+def _kill(procs):
+    """The test's own processes (pid + start time from /proc), should a verdict fail midway."""
+    for p, st in procs.items():
+        if alive(p, st):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _nothing_started(cli, name):
     assert not marked(name + "."), f"a refused start of {name} started something"
     assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"
@@ -144,7 +154,10 @@ def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli
         assert rec.exists(), f"{how} removed a running run's record"
         if how.endswith("rm"):
             assert rc == 1, (how, rc)
-    res = lib.stop(name, grace=2)
+    try:
+        res = lib.stop(name, grace=2)
+    finally:
+        _kill(procs)
     doc = res.to_json()
     assert res.exit_code == 0 and res.verified_dead and "no_process_of_run_alive" in doc["result"]["verified"], doc
     left = {p: s for p, s in procs.items() if alive(p, s)}
@@ -192,3 +205,116 @@ def test_mcp_bad_values_are_error_results_with_exit_code_2_and_the_server_answer
     assert not bad, f"not an error result with exit_code 2 (BadInput): {bad}"
     assert not started, f"a refused MCP start started {started}: {got}"
     assert "after" in got and got["after"][1], got.get("after")
+
+
+# -- 2. a child in a sub-cgroup below the run's, env cleared, own session, the shim SIGKILLed ----
+
+MOVE = r"""
+echo $$ > '%s'
+for h in pids memory unified; do
+  d=$(awk -F: -v h=$h '($2==h)||(h=="unified"&&$1=="0"){print $3}' /proc/self/cgroup)
+  case "$d" in */runward/*) mkdir -p "/sys/fs/cgroup/$h$d/sub/deeper" && echo $$ > "/sys/fs/cgroup/$h$d/sub/deeper/cgroup.procs";; esac
+done
+exec env -i sleep 600
+"""
+
+
+def _tree(cgs):
+    """Every directory at or below the run's cgroups (ground truth from /sys/fs/cgroup)."""
+    out = []
+    for c in cgs:
+        for root, _dirs, _files in os.walk(c):
+            out.append(root)
+    return out
+
+
+@pytest.mark.parametrize("supervised", [False, True], ids=["plain", "supervised"])
+def test_a_child_moved_below_the_runs_cgroup_is_stopped_and_rm_leaves_no_cgroup(cli, supervised):
+    from conftest import read_stat
+    name = _uid("rv7c")
+    pidf = cli.cwd / f"{name}.child"
+    mover = cli.cwd / f"{name}.sh"
+    mover.write_text(MOVE % pidf)
+    sup = ["--restart", "always", "--backoff", "60s"] if supervised else []
+    rc, doc = cli.json("start", name, "--settle", "0.5", *sup, "--sh", f"setsid sh '{mover}' & exec sleep 600")
+    assert rc == 0, doc
+    cgs = doc["result"]["cgroups"]
+    if not cgs:
+        pytest.skip("no writable cgroup hierarchy here (not root)")
+    child = int(wait_for(lambda: pidf.exists() and pidf.read_text().strip(), 10, "the child's pid"))
+    # moved, env cleared: wait until the child is sleep in the nested cgroup with no marker
+    wait_for(lambda: any(str(child) in open(os.path.join(c, "sub", "deeper", "cgroup.procs")).read().split()
+                         for c in cgs if os.path.isdir(os.path.join(c, "sub", "deeper"))), 10, "the child moved")
+    wait_for(lambda: b"RUNWARD_RUN" not in open(f"/proc/{child}/environ", "rb").read(), 10, "the child's env cleared")
+    procs = {child: read_stat(child)[1], doc["result"]["pid"]: doc["result"]["start_time"]}
+    assert read_stat(child)[0] not in ("Z", "X")
+    assert os.getsid(child) != os.getsid(doc["result"]["pid"]), "the child has its own session"
+    rec = json.loads((cli.home / "runs" / name / "attempts" / "1.json").read_text())
+    shim = rec["shim"]["pid"]
+    try:
+        os.kill(shim, signal.SIGKILL)
+        wait_for(lambda: not alive(shim), 10, "the shim's death")
+        rc, st = cli.json("stop", name, "--grace", "2")
+        left = {p: s for p, s in procs.items() if alive(p, s)}
+        assert not left, f"stop (exit {rc}, {st.get('result', {}).get('verified')}) left {left} alive"
+        assert rc == 0 and "no_process_of_run_alive" in st["result"]["verified"], st
+        rc, rmd = cli.json("rm", name)
+        assert rc == 0, rmd
+        assert not _tree(cgs), f"rm left the run's cgroups: {_tree(cgs)}"
+        assert not (cli.home / "runs" / name / "attempts" / "1.json").exists()
+    finally:
+        _kill(procs)
+        for d in sorted(_tree(cgs), key=len, reverse=True):
+            wait_for(lambda: not open(os.path.join(d, "cgroup.procs")).read().split(), 10, f"{d} empty")
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+# -- 3. runward.toml with one run's table holding settle = -1 --------------------------------
+
+@pytest.mark.parametrize("how,where", [("cli", "local"), ("lib", "local"), ("cli", "ssh"), ("lib", "ssh")])
+def test_a_run_whose_table_says_settle_minus_1_stops_alone_and_restart_refuses(cli, lib, monkeypatch, tmp_path,
+                                                                              how, where):
+    name = _uid("rv7t")
+    head = ""
+    if where == "ssh":
+        import testbed
+        tb = testbed.require("ssh")
+        cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
+        monkeypatch.setenv("RUNWARD_SSH_CONFIG", tb["ssh_config"])
+        head = f'[targets.h1]\non = "ssh://rw1"\nhome = "{tmp_path}/rw1home"\n\n'
+    on = 'on = "h1"\n' if where == "ssh" else ""
+    table = f'[runs.{name}]\n{on}command = ["python3", "-c", "import time; time.sleep(600)"]\n'
+    toml = cli.cwd / "runward.toml"
+    toml.write_text(head + table + "settle = 0.3\n")
+    rc, doc = cli.json("start", name)
+    assert rc == 0, doc
+    job = wait_for(lambda: marked(f"{name}.1"), 10, "the job on its target")
+    toml.write_text(head + table + "settle = -1\n")
+    try:
+        if how == "cli":
+            p = cli.run("restart", name, "--json")
+            rrc, rdoc = p.returncode, json.loads(p.stdout)
+        else:
+            r = lib.restart(name)
+            rrc, rdoc = r.exit_code, r.to_json()
+        assert rrc == 2, rdoc
+        msg = json.dumps(rdoc["error"])
+        assert "settle" in msg and "runward.toml" in msg, rdoc
+        assert all(alive(p, s) for p, s in job.items()), "restart refused but touched the job"
+        home = (tmp_path / "rw1home") if where == "ssh" else cli.home
+        assert not (home / "runs" / name / "attempts" / "2.json").exists(), "a refused restart made attempt 2"
+        if how == "cli":
+            src, sdoc = cli.json("stop", name, "--grace", "2")
+        else:
+            r = lib.stop(name, grace=2)
+            src, sdoc = r.exit_code, r.to_json()
+        left = {p: s for p, s in job.items() if alive(p, s)}
+        assert not left and not marked(f"{name}."), f"stop (exit {src}) left {left or marked(name + '.')}: {sdoc}"
+        assert src == 0 and "no_process_of_run_alive" in sdoc["result"]["verified"], sdoc
+    finally:
+        _kill(job)
+        toml.write_text(head + table + "settle = 0.3\n")
+        cli.run("stop", name, "--grace", "2")
