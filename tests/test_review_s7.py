@@ -318,3 +318,52 @@ def test_a_run_whose_table_says_settle_minus_1_stops_alone_and_restart_refuses(c
         _kill(job)
         toml.write_text(head + table + "settle = 0.3\n")
         cli.run("stop", name, "--grace", "2")
+
+
+def test_supervised_a_child_left_in_attempt_1s_nested_cgroup_is_stopped_after_the_restart(cli):
+    """Supervised, the job exits by itself (after its child moved below attempt 1's cgroup, env
+    cleared, own session); the shim starts attempt 2; then the shim is SIGKILLed. stop must end
+    attempt 1's child too, and rm leave no cgroup of either attempt."""
+    from conftest import gate, read_stat
+    name = _uid("rv7u")
+    pidf = cli.cwd / f"{name}.child"
+    mover = cli.cwd / f"{name}.sh"
+    mover.write_text(MOVE % pidf)
+    go = cli.cwd / f"{name}.go"
+    # attempt 1: leave the mover, wait for the gate, exit 3; attempt 2: sleep
+    line = (f'n=${{RUNWARD_RUN##*.}}; if [ "$n" = 1 ]; then setsid sh \'{mover}\' & {gate(go)}; exit 3; fi; '
+            "exec sleep 600")
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--restart", "always", "--backoff", "0", "--sh", line)
+    assert rc == 0, doc
+    cgs = doc["result"]["cgroups"]
+    if not cgs:
+        pytest.skip("no writable cgroup hierarchy here (not root)")
+    child = int(wait_for(lambda: pidf.exists() and pidf.read_text().strip(), 10, "the child's pid"))
+    wait_for(lambda: b"RUNWARD_RUN" not in open(f"/proc/{child}/environ", "rb").read(), 10, "the child's env cleared")
+    procs = {child: read_stat(child)[1]}
+    all_cgs = list(cgs)
+    try:
+        go.touch()
+        a2 = cli.home / "runs" / name / "attempts" / "2.json"
+        wait_for(lambda: a2.exists() and marked(f"{name}.2"), 20, "attempt 2 running")
+        procs.update(marked(f"{name}.2"))
+        rec2 = json.loads(a2.read_text())
+        all_cgs += rec2.get("cgroups") or []
+        shim = rec2["shim"]["pid"]
+        os.kill(shim, signal.SIGKILL)
+        wait_for(lambda: not alive(shim), 10, "the shim's death")
+        rc, st = cli.json("stop", name, "--grace", "2")
+        left = {p: s for p, s in procs.items() if alive(p, s)}
+        assert not left, f"stop (exit {rc}, {st.get('result', {}).get('verified')}) left {left} alive"
+        assert rc == 0, st
+        rc, rmd = cli.json("rm", name)
+        assert rc == 0, rmd
+        assert not _tree(all_cgs), f"rm left the run's cgroups: {_tree(all_cgs)}"
+    finally:
+        _kill(procs)
+        for d in sorted(_tree(all_cgs), key=len, reverse=True):
+            wait_for(lambda: not open(os.path.join(d, "cgroup.procs")).read().split(), 10, f"{d} empty")
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
