@@ -28,15 +28,16 @@ def gpu_csv(items) -> str | None:
 
 def env_words(env, *, unset_ok: bool = False) -> list[str] | None:
     """{"K": "V"} -> ["K=V"]. Keys: non-empty str without '=' or NUL (else "A=B": "1" would set
-    A to "B=1"); values: str (None too where it means unset, restart: as "")."""
+    A to "B=1"; an empty name is left to the CLI's own --env check, which names it "=x");
+    values: str (None too where it means unset, restart: as "")."""
     if env is None:
         return None
     if not hasattr(env, "items"):
         raise BadInput(f"invalid env {env!r}: not a mapping", 'give a dict of strings, e.g. env={"LR": "3e-4"}')
     words = []
     for k, v in env.items():
-        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
-            raise BadInput(f"invalid env name {k!r}: not a non-empty string without '=' or NUL",
+        if not isinstance(k, str) or "=" in k or "\0" in k:
+            raise BadInput(f"invalid env name {k!r}: not a string without '=' or NUL",
                            'give a dict of strings, e.g. env={"LR": "3e-4"}')
         if v is None and unset_ok:
             v = ""
