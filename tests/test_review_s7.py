@@ -367,3 +367,28 @@ def test_supervised_a_child_left_in_attempt_1s_nested_cgroup_is_stopped_after_th
                 os.rmdir(d)
             except OSError:
                 pass
+
+
+def _shape(x):
+    if isinstance(x, dict):
+        return {k: _shape(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_shape(v) for v in x[:1]]
+    return type(x).__name__
+
+
+def test_lint_doctor_exec_kill_prune_stop_rm_same_shape_and_exit_code_cli_and_lib(cli, lib):
+    """The verdict for item 1's other verbs: every key and type, and the exit code, the same."""
+    cases = [(lambda: lib.lint_command("pkill -f x; sleep 5"), ("lint", "pkill -f x; sleep 5")),
+             (lambda: lib.stop("rv7-nosuch"), ("stop", "rv7-nosuch")),
+             (lambda: lib.rm("rv7-nosuch"), ("rm", "rv7-nosuch")),
+             (lambda: lib.stacks("rv7-nosuch"), ("stacks", "rv7-nosuch")),
+             (lambda: lib.kill("rv7-zzqq-nomatch", confirm=True), ("kill", "rv7-zzqq-nomatch", "--yes")),
+             (lambda: lib.prune("1d", dry_run=True), ("prune", "--older-than", "1d", "--dry-run")),
+             (lambda: lib.exec(["sh", "-c", "exit 7"]), ("exec", "--", "sh", "-c", "exit 7")),
+             (lambda: lib.doctor(), ("doctor",))]
+    for call, words in cases:
+        res = call()
+        rc, doc = cli.json(*words)
+        assert res.exit_code == rc, (words, res.exit_code, rc)
+        assert _shape(res.to_json()) == _shape(doc), (words, res.to_json(), doc)
