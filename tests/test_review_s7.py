@@ -63,8 +63,7 @@ BAD_START = [
 @pytest.mark.parametrize("kw,words", BAD_START, ids=[repr(k) for k, _ in BAD_START])
 def test_lib_start_refuses_bad_values_as_a_result_like_the_cli(cli, lib, kw, words):
     name = _uid("rv7s")
-    res = lib.start(name, SLEEP, settle=0.2, **{k: v for k, v in kw.items()}) if "settle" not in kw else \
-        lib.start(name, SLEEP, **kw)
+    res = lib.start(name, SLEEP, **{"settle": 0.2, **kw})
     assert res.exit_code == 2 and not res.ok, res.to_json()
     doc = res.to_json()
     assert doc["error"]["type"] == "BadInput" and doc["error"]["hint"], doc
@@ -167,7 +166,8 @@ def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli
 # -- 1b. the MCP server with the same bad values ------------------------------------------------
 
 # start takes no grace nor stop_signal: the SDK dropped them silently and started the job (ok)
-MCP_BAD = [("start", {"settle": -1}), ("start", {"grace": "abc"}), ("start", {"grace": 600}), ("start", {"stop_signal": 3.5}),
+MCP_BAD = [("start", {"settle": -1}), ("start", {"grace": "abc"}), ("start", {"grace": 600}),
+           ("start", {"stop_signal": 3.5}),
            ("start", {"stop_signal": "FOO"}), ("start", {"env": {"A": 1}}), ("start", {"gpus": ["x"]}),
            ("stop", {"grace": "abc"}), ("kill", {"signal": "FOO"}), ("restart", {"settle": -1})]
 
