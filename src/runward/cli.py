@@ -230,6 +230,7 @@ def _bad_arguments(e: BadArguments, verb: str | None, json_mode: bool) -> int:
         doc = {"ok": False, "command": verb, "error": {"type": "BadInput", "message": e.message, "exit_code": 2}}
         if hint:
             doc["error"]["hint"] = hint
+        doc["result"] = None  # as every other error document (cli._fail, the library's, MCP's)
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         e.parser.print_usage(sys.stderr)

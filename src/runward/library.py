@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import apivalues
 from .errors import EXIT_OK, RunwardError
 
 
@@ -131,9 +132,13 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
     are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
+    try:
+        env_w, gpus_s = apivalues.env_words(env), apivalues.gpu_csv(gpus)
+    except RunwardError as e:
+        return _refused("start", e, StartResult)
     opts = op.StartOptions(name=name, on=on, config=config, command=list(command) if command else None, sh=sh,
-                           env=[f"{k}={v}" for k, v in (env or {}).items()] or None, cwd=cwd, log=log,
-                           settle=settle, ready=ready, replace=replace, gpus=_csv(gpus), stop_signal=stop_signal,
+                           env=env_w, cwd=cwd, log=log,
+                           settle=settle, ready=ready, replace=replace, gpus=gpus_s, stop_signal=stop_signal,
                            grace=grace, wait_gpus_free=wait_gpus_free)
     return _operate("start", opts, lambda: op.start(opts), StartResult)
 
@@ -155,10 +160,13 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     stop and start (--deploy); False restarts on what the target has (--no-deploy); None, as
     the CLI without either: runward.toml's deploy_on_restart, else refused (exit 2, nothing
     stopped) when the files differ locally from what was deployed."""
-    env = {k: ("" if v is None else v) for k, v in (env or {}).items()}
     from .operations import restart as op
     on, config = _where(on, config)
-    opts = op.RestartOptions(name=name, on=on, config=config, env=[f"{k}={v}" for k, v in env.items()] or None,
+    try:
+        env_w = apivalues.env_words(env, unset_ok=True)
+    except RunwardError as e:
+        return _refused("restart", e, RestartResult)
+    opts = op.RestartOptions(name=name, on=on, config=config, env=env_w,
                              settle=settle, ready=ready, grace=grace, deploy=deploy is True, no_deploy=deploy is False)
     return _operate("restart", opts, lambda: op.restart(opts), RestartResult)
 
@@ -322,8 +330,12 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     force) on a target; its exit code, signal, output and diagnosis."""
     from .operations import exec as op
     on, config = _where(on, config)
+    try:
+        env_w = apivalues.env_words(env) or []
+    except RunwardError as e:
+        return _refused("exec", e, Result)
     opts = op.ExecOptions(command=list(command) if command else [], sh=sh, force=force, cwd=cwd,
-                          env=[f"{k}={v}" for k, v in (env or {}).items()],
+                          env=env_w,
                           timeout=timeout, on=on, config=config)
     return _operate("exec", opts, lambda: op.exec(opts), Result)
 
@@ -383,6 +395,13 @@ def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Res
     return kind(verb, outcome.code, _plain(outcome.document))
 
 
+def _refused(verb: str, e: RunwardError, kind: Callable[..., Result]) -> Result:
+    """A value refused before the options were built (apivalues): the CLI's error document."""
+    from .operations import failed
+    outcome = failed(verb, e)
+    return kind(verb, outcome.code, _plain(outcome.document))
+
+
 def _plain(obj):
     """The document as the CLI prints it (json.dumps' default=str): what is not JSON, a str."""
     if isinstance(obj, dict):
@@ -397,7 +416,3 @@ def _plain(obj):
 def _config(path: str | None):
     from .config import load  # the submodule itself: not through the package's lazy __getattr__
     return load(path)
-
-
-def _csv(items) -> str | None:
-    return None if items is None else ",".join(str(int(i)) for i in items)

@@ -24,7 +24,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
-from . import library, mcptasks, mcptools
+from . import library, mcpargs, mcptasks, mcptools
 from .errors import EXIT_BAD_INPUT, RunwardError
 from .mcptools import TOOLS
 
@@ -164,7 +164,7 @@ async def _with_progress(ctx: Context, verb: str, fn: Callable[[], library.Resul
 
 def build(config: str | None, policy: Policy) -> MCPServer:
     srv = Server(config, policy)
-    server = MCPServer("runward", instructions=INSTRUCTIONS, version=_version(), extensions=[srv.tasks])
+    server = mcpargs.CheckedServer("runward", instructions=INSTRUCTIONS, version=_version(), extensions=[srv.tasks])
     mcptools.register(server, srv)
     return server
 

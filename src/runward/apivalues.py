@@ -1,0 +1,49 @@
+"""The Python API's own value shapes (gpus, env), checked before they become the CLI's words.
+
+library.py turns `gpus=[0, 1]` into "0,1" and `env={"K": "V"}` into ["K=V"], which options.py
+then checks as the CLI's flags. That turn must not guess: int("x") raised a ValueError out of
+runward.start (the API answers with results), int(1.5) and int(True) picked GPU 1 unasked, and
+f"{k}={v}" started a job with A="None" for env={"A": None} (restart's "unset") or A="1" for an
+int. Each is refused here as BadInput (exit 2, as the CLI's --gpus x / --env), nothing started."""
+
+from __future__ import annotations
+
+from .errors import BadInput
+
+
+def gpu_csv(items) -> str | None:
+    """[0, 1] -> "0,1"; anything but a sequence of non-negative ints (bool excluded) refused."""
+    if items is None:
+        return None
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise BadInput(f"invalid gpus {items!r}: not a list of GPU indices", "give a list of ints, e.g. gpus=[0, 1]")
+    out = []
+    for i in items:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise BadInput(f"invalid gpus {list(items)!r}: {i!r} is not a GPU index (an int >= 0)",
+                           "give a list of ints, e.g. gpus=[0, 1]")
+        out.append(str(i))
+    return ",".join(out)
+
+
+def env_words(env, *, unset_ok: bool = False) -> list[str] | None:
+    """{"K": "V"} -> ["K=V"]. Keys: non-empty str without '=' or NUL (else "A=B": "1" would set
+    A to "B=1"; an empty name is left to the CLI's own --env check, which names it "=x");
+    values: str (None too where it means unset, restart: as "")."""
+    if env is None:
+        return None
+    if not hasattr(env, "items"):
+        raise BadInput(f"invalid env {env!r}: not a mapping", 'give a dict of strings, e.g. env={"LR": "3e-4"}')
+    words = []
+    for k, v in env.items():
+        if not isinstance(k, str) or "=" in k or "\0" in k:
+            raise BadInput(f"invalid env name {k!r}: not a string without '=' or NUL",
+                           'give a dict of strings, e.g. env={"LR": "3e-4"}')
+        if v is None and unset_ok:
+            v = ""
+        if not isinstance(v, str) or "\0" in v:
+            what = "a string (None unsets it on restart only)" if not unset_ok else "a string or None"
+            raise BadInput(f"invalid env value {k}={v!r}: not {what}",
+                           f'quote it, e.g. env={{"{k}": "{v}"}}' if v is not None else f'give a string for {k}')
+        words.append(f"{k}={v}")
+    return words or None
