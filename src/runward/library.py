@@ -159,7 +159,9 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     from .operations import restart as op
     on, config = _where(on, config)
     opts = op.RestartOptions(name=name, on=on, config=config, env=[f"{k}={v}" for k, v in env.items()] or None,
-                             settle=settle, ready=ready, grace=grace, deploy=deploy is True, no_deploy=deploy is False)
+                             settle=settle, ready=ready, grace=grace, no_deploy=deploy is False,
+                             # anything but True/False/None reaches check() (options' deploy): BadInput, not None's
+                             deploy=False if deploy is None or deploy is False else deploy)
     return _operate("restart", opts, lambda: op.restart(opts), RestartResult)
 
 
@@ -400,7 +402,13 @@ def _config(path: str | None):
 
 
 def _csv(items) -> str | None:
-    return None if items is None else ",".join(str(int(i)) for i in items)
+    """GPU indices as the CLI's 0,1, checked where --gpus is (gpu_list: BadInput, exit 2); not
+    int() here, whose ValueError on ["a"] escaped the API as a Python error."""
+    if items is None or isinstance(items, str):
+        return items
+    if not isinstance(items, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in items):
+        return f"not a list of indices: {items!r}"  # refused by gpu_list, named as given (3 is not GPU 3)
+    return ",".join(str(i) for i in items)
 
 
 def _limits(limits: Mapping[str, float] | None) -> list[str]:
