@@ -301,8 +301,7 @@ def test_every_mcp_parameter_is_a_declared_option_or_said_why_not_and_its_librar
     assert checked >= 14
 
 
-def _bad_api_calls():
-    import runward
+def _bad_api_calls(runward=None):
     return {  # each a value of the wrong type or shape: a BadInput (exit 2), never a Python exception
         "exec_timeout": lambda: runward.exec(["true"], timeout="abc"),
         "stacks_timeout": lambda: runward.stacks("o7-bad-stacks", timeout="abc"),
@@ -310,14 +309,33 @@ def _bad_api_calls():
         "start_gpus_int": lambda: runward.start("o7-bad-gpus2", ["true"], gpus=3),
         "restart_deploy": lambda: runward.restart("o7-bad-deploy", deploy="yes"),
         "kill_confirm": lambda: runward.kill("o7-nothing-matches-this", confirm="yes"),
+        # shaped keywords (apishape.py): a string was read as its characters, else Python's error escaped
+        "start_command_text": lambda: runward.start("o7-bad-argv", "true"),
+        "start_env_text": lambda: runward.start("o7-bad-env", ["true"], env="LR=1"),
+        "restart_env_list": lambda: runward.restart("o7-bad-env2", env=["LR=1"]),
+        "exec_command_text": lambda: runward.exec("true"),
+        "exec_env_int": lambda: runward.exec(["true"], env=3),
+        "push_files_int": lambda: runward.push(3),
+        "pull_files_int": lambda: runward.pull(3),
+        "plot_metric_text": lambda: runward.plot("o7-bad-plot", "o7.png", metric="loss"),
+        "plot_attempts_int": lambda: runward.plot("o7-bad-plot", "o7.png", attempts=3),
     }
 
 
-@pytest.mark.parametrize("case", sorted(_bad_api_calls()))
-def test_a_bad_api_value_is_bad_input_exit_2_and_nothing_runs(case, tmp_path, monkeypatch):
+NAMED = {"exec_timeout": "timeout", "stacks_timeout": "timeout", "start_gpus_text": "gpus", "start_gpus_int": "gpus",
+         "restart_deploy": "deploy", "kill_confirm": "yes", "start_command_text": "command=",
+         "start_env_text": "env=", "restart_env_list": "env=", "exec_command_text": "command=",
+         "exec_env_int": "env=", "push_files_int": "files=", "pull_files_int": "files=",
+         "plot_metric_text": "metric=", "plot_attempts_int": "attempts="}
+
+
+@pytest.mark.parametrize("case", sorted(_bad_api_calls()))  # the keys; the calls made with the test's runward
+def test_a_bad_api_value_is_bad_input_exit_2_and_nothing_runs(case, lib):
     """Issue 27: runward.start(gpus=["a"]) raised int()'s ValueError; gpus=3 a TypeError;
-    restart(deploy="yes") restarted as if deploy were unset; kill(confirm="yes") answered a dry run."""
-    monkeypatch.chdir(tmp_path)  # no runward.toml found from here
-    res = _bad_api_calls()[case]()
+    restart(deploy="yes") restarted as if deploy were unset; kill(confirm="yes") answered a dry run;
+    start("r", "true") ran the argv ["t", "r", "u", "e"]; env="x", files=3: AttributeError, TypeError."""
+    res = _bad_api_calls(lib)[case]()  # on the test's own home, from its work directory
     assert res.exit_code == 2 and res.error["type"] == "BadInput", res.document
-    assert res.error.get("hint"), res.document
+    assert res.error.get("hint") and NAMED[case] in res.error["message"], res.document
+    runs = os.path.join(os.environ["RUNWARD_HOME"], "runs")
+    assert not os.path.isdir(runs) or not os.listdir(runs), ("a refused call left a run", os.listdir(runs))

@@ -17,10 +17,12 @@ CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .apishape import attempt_list, env_words, file_specs, strings
 from .errors import EXIT_OK, RunwardError
 
 
@@ -121,6 +123,24 @@ class WatchResult(Result):
 
 # --- the verbs ---------------------------------------------------------------------------
 
+def _shaped(verb: str, kind: Callable[..., Result]):
+    """A verb whose keywords are shaped (apishape.py) before they become its options: a wrong
+    shape is answered as the CLI answers a bad flag, a Result with BadInput (exit 2)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            from .errors import BadInput
+            try:
+                return fn(*args, **kwargs)
+            except BadInput as e:  # raised by apishape before _operate (whose own it answers itself)
+                from .operations import failed
+                return kind(verb, e.exit_code, _plain(failed(verb, e).document))
+        return call
+    return wrap
+
+
+@_shaped("start", StartResult)
+
 def start(name: str, command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
           env: Mapping[str, str] | None = None, cwd: str | None = None, log: str | None = None,
           settle: float | None = None, ready: str | None = None, replace: bool = False,
@@ -131,8 +151,8 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
     are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
-    opts = op.StartOptions(name=name, on=on, config=config, command=list(command) if command else None, sh=sh,
-                           env=[f"{k}={v}" for k, v in (env or {}).items()] or None, cwd=cwd, log=log,
+    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=env_words(env) or None, cwd=cwd, log=log,
+                           command=strings(command, "command", '["python3", "train.py"]') or None,
                            settle=settle, ready=ready, replace=replace, gpus=_csv(gpus), stop_signal=stop_signal,
                            grace=grace, wait_gpus_free=wait_gpus_free)
     return _operate("start", opts, lambda: op.start(opts), StartResult)
@@ -147,6 +167,7 @@ def stop(name: str, *, on: Target | str | None = None, grace: float | None = Non
     return _operate("stop", opts, lambda: op.stop(opts), StopResult)
 
 
+@_shaped("restart", RestartResult)
 def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str | None] | None = None,
             settle: float | None = None, ready: str | None = None, grace: float | None = None,
             deploy: bool | None = None, config: str | None = None) -> RestartResult:
@@ -155,10 +176,9 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     stop and start (--deploy); False restarts on what the target has (--no-deploy); None, as
     the CLI without either: runward.toml's deploy_on_restart, else refused (exit 2, nothing
     stopped) when the files differ locally from what was deployed."""
-    env = {k: ("" if v is None else v) for k, v in (env or {}).items()}
     from .operations import restart as op
     on, config = _where(on, config)
-    opts = op.RestartOptions(name=name, on=on, config=config, env=[f"{k}={v}" for k, v in env.items()] or None,
+    opts = op.RestartOptions(name=name, on=on, config=config, env=env_words(env) or None,
                              settle=settle, ready=ready, grace=grace, no_deploy=deploy is False,
                              # anything but True/False/None reaches check() (options' deploy): BadInput, not None's
                              deploy=False if deploy is None or deploy is False else deploy)
@@ -216,37 +236,39 @@ def compare(name: str, a: int | None = None, b: int | None = None, *, on: Target
     return _operate("compare", opts, lambda: op.compare(opts), Result)
 
 
+@_shaped("push", Result)
 def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
          config: str | None = None) -> Result:
     """Send local files through the hop chain: {LOCAL: REMOTE} (or "LOCAL:REMOTE" strings);
     atomic, sha256-checked where they land."""
     from .operations import push as op
-    specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
+    specs = file_specs(files)
     on, config = _where(on, config)
     opts = op.PushOptions(specs=specs, on=on, config=config)
     return _operate("push", opts, lambda: op.push(opts), Result)
 
 
+@_shaped("pull", Result)
 def pull(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
          config: str | None = None) -> Result:
     """Fetch files back through the hop chain: {REMOTE: LOCAL} (or "REMOTE:LOCAL" strings; a
     directory recursively); each sha256-checked here, then renamed in."""
     from .operations import pull as op
-    specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
+    specs = file_specs(files)
     on, config = _where(on, config)
     opts = op.PullOptions(specs=specs, on=on, config=config)
     return _operate("pull", opts, lambda: op.pull(opts), Result)
 
 
+@_shaped("plot", Result)
 def plot(name: str, output: str, *, on: Target | str | None = None, metric: Sequence[str] | None = None,
          x: str = "step", attempts: Sequence[int] | None = None, config: str | None = None) -> Result:
     """Draw the run's metrics (alerts marked) to the PNG OUTPUT; attempts: overlay those
     attempts instead (x = step). Needs matplotlib (runward[plot])."""
     from .operations import plot as op
     on, config = _where(on, config)
-    opts = op.PlotOptions(name=name, output=output, metric=list(metric or []), x=x,
-                          attempts=None if attempts is None else ",".join(str(a) for a in attempts), on=on,
-                          config=config)
+    opts = op.PlotOptions(name=name, output=output, metric=strings(metric, "metric", '["loss"]') or [], x=x,
+                          attempts=attempt_list(attempts), on=on, config=config)
     return _operate("plot", opts, lambda: op.plot(opts), Result)
 
 
@@ -317,6 +339,7 @@ def kill(pattern: str, *, on: Target | str | None = None, confirm: bool = False,
     return _operate("kill", opts, lambda: op.kill(opts), Result)
 
 
+@_shaped("exec", Result)
 def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
          force: bool = False, cwd: str | None = None, env: Mapping[str, str] | None = None,
          timeout: float | None = None, config: str | None = None) -> Result:
@@ -324,8 +347,8 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     force) on a target; its exit code, signal, output and diagnosis."""
     from .operations import exec as op
     on, config = _where(on, config)
-    opts = op.ExecOptions(command=list(command) if command else [], sh=sh, force=force, cwd=cwd,
-                          env=[f"{k}={v}" for k, v in (env or {}).items()],
+    opts = op.ExecOptions(command=strings(command, "command", '["nvidia-smi"]') or [], sh=sh, force=force, cwd=cwd,
+                          env=env_words(env),
                           timeout=timeout, on=on, config=config)
     return _operate("exec", opts, lambda: op.exec(opts), Result)
 
