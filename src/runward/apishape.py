@@ -26,7 +26,7 @@ def env_words(value, keyword: str = "env") -> list:
     """{NAME: VALUE} as the CLI's NAME=VALUE words (a value of None: NAME=, which unsets)."""
     if value is None:
         return []
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
+    if not isinstance(value, Mapping):  # its names are checked as --env's are (operations: '=x' refused there)
         raise BadInput(f"{keyword}={value!r} is not a mapping of names to values",
                        f'give a dict, e.g. {keyword}={{"LR": "3e-4"}}')
     return [f"{k}={'' if v is None else v}" for k, v in value.items()]
