@@ -99,11 +99,12 @@ OWN_SHAPE = {  # the same option, shaped for each side: no one declaration can s
     ("restart", "env"): "a mapping (a value of None unsets) on the API and MCP; K=V / K= words on the CLI",
     ("exec", "env"): "a mapping on the API; K=V or a bare NAME words on the CLI",
     ("start", "gpus"): "a list of indices on the API and MCP; 0,1 on the CLI",
-    ("restart", "deploy"): "True/False/None on the API and MCP; --deploy / --no-deploy / neither on the CLI",
+    ("restart", "deploy"): "True/False/None on the API and MCP; --deploy / --no-deploy / neither on the CLI "
+                           "(both declared: deploy, no_deploy)",
     ("watch", "min"): "a mapping METRIC: V on the API and MCP; repeated METRIC=V words on the CLI",
     ("watch", "max"): "a mapping METRIC: V on the API and MCP; repeated METRIC=V words on the CLI",
     ("watch", "stall"): "seconds on the API and MCP; --stall-after DURATION (5m) on the CLI (stallopts.py)",
-    ("kill", "confirm"): "the API's and MCP's name for --yes (a dry run unless given)",
+    ("kill", "confirm"): "the API's and MCP's name for --yes (declared: yes; a dry run unless given)",
     ("lint", "interactive"): "lint_command's, declared (interactive): listed for the name lint_command",
 }
 
@@ -127,7 +128,7 @@ def test_every_library_keyword_of_a_declared_option_has_its_type():
     for verb, sig in _library_verbs():
         for p in sig.parameters.values():
             opt = options.OPTS.get(p.name)
-            if opt is None or (verb, p.name) in ANOTHER_MEANING:
+            if opt is None or (verb, p.name) in ANOTHER_MEANING or (verb, p.name) in OWN_SHAPE:
                 continue
             found += 1
             want = TYPES[opt.kind].__name__
@@ -148,7 +149,8 @@ def test_every_mcp_parameter_of_a_declared_option_is_the_declaration():
     for tool in asyncio.run(server.list_tools()):
         for pname, sch in tool.input_schema["properties"].items():
             opt = options.OPTS.get(pname)
-            if opt is None or (tool.name, pname) in ANOTHER_MEANING or (tool.name, pname) in MCP_OWN:
+            if opt is None or (tool.name, pname) in ANOTHER_MEANING or (tool.name, pname) in MCP_OWN or (
+                    tool.name, pname) in OWN_SHAPE:
                 continue
             found += 1
             assert sch["description"] == options.help(pname, tool.name), (tool.name, pname, sch)
@@ -231,3 +233,109 @@ def test_a_bad_toml_value_refuses_what_would_use_it_and_nothing_else(cli_run):
 @pytest.fixture
 def cli_run(cli):
     return cli
+
+
+def _verb_of(fn: str) -> str:
+    return {"lint_command": "lint", "named_targets": "targets"}.get(fn, fn)
+
+
+# A declared keyword of the API that its verb's CLI takes under no flag, with why.
+NO_FLAG = {}
+# The API's None that library.py leaves out of the options, so the options' own default (the
+# flag's) applies: the same default, said as None in a signature.
+NONE_IS_THE_FLAGS_DEFAULT = {("kill", "signal"), ("stacks", "timeout")}
+
+
+def test_every_declared_library_keyword_is_its_verbs_flag_with_the_same_default():
+    """Per verb, not just somewhere: the API's keyword is the CLI flag of that verb (its dest),
+    and what the API does without it is what the CLI does without the flag (the same default)."""
+    parsers = {verb: parser for verb, _, parser in cli.verb_parsers()}
+    found, drift = 0, []
+    for fn, sig in _library_verbs():
+        verb = _verb_of(fn)
+        for p in sig.parameters.values():
+            opt = options.OPTS.get(p.name)
+            if opt is None or (verb, p.name) in ANOTHER_MEANING or (verb, p.name) in OWN_SHAPE:
+                continue
+            if (verb, p.name) in NO_FLAG:
+                continue
+            dest = opt.dest or opt.name
+            acts = [a for a in parsers[verb]._actions if a.dest == dest and a.option_strings]
+            assert acts, (fn, p.name, f"runward {verb} has no {opt.flag}: add it, or say why in NO_FLAG")
+            want = p.default if p.default is not inspect.Parameter.empty else None
+            if want is None and (verb, p.name) in NONE_IS_THE_FLAGS_DEFAULT:
+                want = acts[0].default
+            if acts[0].default != want:
+                drift.append((fn, p.name, "API default", want, "CLI default", acts[0].default))
+            found += 1
+    assert not drift, drift
+    assert found >= 30
+
+
+# An MCP tool's parameter that is neither a declared option nor a library keyword shaped per
+# side: none today. A new one lands in options.py, or here with why.
+def test_every_mcp_parameter_is_a_declared_option_or_said_why_not_and_its_librarys():
+    pytest.importorskip("mcp", reason="the MCP extra (runward[mcp]) is not installed")
+    from runward import mcpserver
+    server = mcpserver.build(None, mcpserver.Policy(frozenset(), None, False, "test"))
+    sigs = {_verb_of(fn): sig for fn, sig in _library_verbs()}
+    missing, checked = [], 0
+    for tool in asyncio.run(server.list_tools()):
+        lib = sigs[tool.name].parameters
+        for pname, sch in tool.input_schema["properties"].items():
+            key = (tool.name, pname)
+            # the tool passes it on to the API's keyword of the same name: the sides cannot differ in name
+            assert pname in lib, (tool.name, pname, "an MCP parameter the Python API does not take")
+            if pname in NOT_AN_OPTION or key in OWN_SHAPE or key in ANOTHER_MEANING:
+                continue
+            if pname not in options.OPTS:
+                missing.append(f"{tool.name}({pname})")
+                continue
+            if key in MCP_OWN:
+                continue
+            checked += 1
+            default = lib[pname].default
+            assert sch.get("default", None) == (None if default is inspect.Parameter.empty else default), (
+                tool.name, pname, sch, "the MCP default is not the API's")
+    assert not missing, "MCP parameters declared nowhere: " + ", ".join(missing)
+    assert checked >= 14
+
+
+def _bad_api_calls(runward=None):
+    return {  # each a value of the wrong type or shape: a BadInput (exit 2), never a Python exception
+        "exec_timeout": lambda: runward.exec(["true"], timeout="abc"),
+        "stacks_timeout": lambda: runward.stacks("o7-bad-stacks", timeout="abc"),
+        "start_gpus_text": lambda: runward.start("o7-bad-gpus", ["true"], gpus=["a"]),
+        "start_gpus_int": lambda: runward.start("o7-bad-gpus2", ["true"], gpus=3),
+        "restart_deploy": lambda: runward.restart("o7-bad-deploy", deploy="yes"),
+        "kill_confirm": lambda: runward.kill("o7-nothing-matches-this", confirm="yes"),
+        # shaped keywords (apivalues.py): a string was read as its characters, else Python's error escaped
+        "start_command_text": lambda: runward.start("o7-bad-argv", "true"),
+        "start_env_text": lambda: runward.start("o7-bad-env", ["true"], env="LR=1"),
+        "restart_env_list": lambda: runward.restart("o7-bad-env2", env=["LR=1"]),
+        "exec_command_text": lambda: runward.exec("true"),
+        "exec_env_int": lambda: runward.exec(["true"], env=3),
+        "push_files_int": lambda: runward.push(3),
+        "pull_files_int": lambda: runward.pull(3),
+        "plot_metric_text": lambda: runward.plot("o7-bad-plot", "o7.png", metric="loss"),
+        "plot_attempts_int": lambda: runward.plot("o7-bad-plot", "o7.png", attempts=3),
+    }
+
+
+NAMED = {"exec_timeout": "timeout", "stacks_timeout": "timeout", "start_gpus_text": "gpus", "start_gpus_int": "gpus",
+         "restart_deploy": "deploy", "kill_confirm": "yes", "start_command_text": "command=",
+         "start_env_text": "env", "restart_env_list": "env", "exec_command_text": "command=",
+         "exec_env_int": "env", "push_files_int": "files=", "pull_files_int": "files=",
+         "plot_metric_text": "metric=", "plot_attempts_int": "attempts="}
+
+
+@pytest.mark.parametrize("case", sorted(_bad_api_calls()))  # the keys; the calls made with the test's runward
+def test_a_bad_api_value_is_bad_input_exit_2_and_nothing_runs(case, lib):
+    """Issue 27: runward.start(gpus=["a"]) raised int()'s ValueError; gpus=3 a TypeError;
+    restart(deploy="yes") restarted as if deploy were unset; kill(confirm="yes") answered a dry run;
+    start("r", "true") ran the argv ["t", "r", "u", "e"]; env="x", files=3: AttributeError, TypeError."""
+    res = _bad_api_calls(lib)[case]()  # on the test's own home, from its work directory
+    assert res.exit_code == 2 and res.error["type"] == "BadInput", res.document
+    assert res.error.get("hint") and NAMED[case] in res.error["message"], res.document
+    runs = os.path.join(os.environ["RUNWARD_HOME"], "runs")
+    assert not os.path.isdir(runs) or not os.listdir(runs), ("a refused call left a run", os.listdir(runs))

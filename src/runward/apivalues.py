@@ -1,4 +1,6 @@
-"""The Python API's own value shapes (gpus, env), checked before they become the CLI's words.
+"""The Python API's own value shapes (gpus, env, an argv, files, metric names, attempt numbers),
+checked before they become the CLI's words (a string is never read as its characters:
+command="python3" was the argv ["p", "y", ...], metric="loss" four metrics).
 
 library.py turns `gpus=[0, 1]` into "0,1" and `env={"K": "V"}` into ["K=V"], which options.py
 then checks as the CLI's flags. That turn must not guess: int("x") raised a ValueError out of
@@ -7,6 +9,8 @@ f"{k}={v}" started a job with A="None" for env={"A": None} (restart's "unset") o
 int. Each is refused here as BadInput (exit 2, as the CLI's --gpus x / --env), nothing started."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from .errors import BadInput
 
@@ -47,3 +51,28 @@ def env_words(env, *, unset_ok: bool = False) -> list[str] | None:
                            f'quote it, e.g. env={{"{k}": "{v}"}}' if v is not None else f'give a string for {k}')
         words.append(f"{k}={v}")
     return words or None
+
+def strings(value, keyword: str, example: str) -> list | None:
+    """A list (or tuple) of strings; None stays None. One string is refused, not split."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    what = "one string" if isinstance(value, str) else f"of type {type(value).__name__}"
+    raise BadInput(f"{keyword}={value!r} is {what}, not a list of strings", f"give a list, e.g. {keyword}={example}")
+
+
+def file_specs(value, keyword: str = "files") -> list:
+    """{FROM: TO} or "FROM:TO" strings, as push's and pull's words."""
+    if isinstance(value, Mapping):
+        return [f"{k}:{v}" for k, v in value.items()]
+    return strings(value, keyword, '["train.py:/root/work/train.py"]') or []
+
+
+def attempt_list(value, keyword: str = "attempts") -> str | None:
+    """Attempt numbers as the CLI's 1,3 (checked there: each >= 1)."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(a, int) and not isinstance(a, bool) for a in value):
+        return ",".join(str(a) for a in value)
+    raise BadInput(f"{keyword}={value!r} is not a list of attempt numbers", f"give a list, e.g. {keyword}=[1, 3]")

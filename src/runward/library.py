@@ -17,6 +17,7 @@ CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +123,23 @@ class WatchResult(Result):
 
 # --- the verbs ---------------------------------------------------------------------------
 
+def _shaped(verb: str, kind: Callable[..., Result]):
+    """A verb whose keywords are shaped (apivalues.py) before they become its options: a wrong
+    shape is answered as the CLI answers a bad flag, a Result with BadInput (exit 2)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            from .errors import BadInput
+            try:
+                return fn(*args, **kwargs)
+            except BadInput as e:  # raised by apivalues before _operate (whose own it answers itself)
+                from .operations import failed
+                return kind(verb, e.exit_code, _plain(failed(verb, e).document))
+        return call
+    return wrap
+
+
+@_shaped("start", StartResult)
 def start(name: str, command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
           env: Mapping[str, str] | None = None, cwd: str | None = None, log: str | None = None,
           settle: float | None = None, ready: str | None = None, replace: bool = False,
@@ -132,13 +150,10 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
     are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
-    try:
-        env_w, gpus_s = apivalues.env_words(env), apivalues.gpu_csv(gpus)
-    except RunwardError as e:
-        return _refused("start", e, StartResult)
-    opts = op.StartOptions(name=name, on=on, config=config, command=list(command) if command else None, sh=sh,
-                           env=env_w, cwd=cwd, log=log,
-                           settle=settle, ready=ready, replace=replace, gpus=gpus_s, stop_signal=stop_signal,
+    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=apivalues.env_words(env), cwd=cwd, log=log,
+                           command=apivalues.strings(command, "command", '["python3", "train.py"]') or None,
+                           settle=settle, ready=ready, replace=replace, gpus=apivalues.gpu_csv(gpus),
+                           stop_signal=stop_signal,
                            grace=grace, wait_gpus_free=wait_gpus_free)
     return _operate("start", opts, lambda: op.start(opts), StartResult)
 
@@ -152,6 +167,7 @@ def stop(name: str, *, on: Target | str | None = None, grace: float | None = Non
     return _operate("stop", opts, lambda: op.stop(opts), StopResult)
 
 
+@_shaped("restart", RestartResult)
 def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str | None] | None = None,
             settle: float | None = None, ready: str | None = None, grace: float | None = None,
             deploy: bool | None = None, config: str | None = None) -> RestartResult:
@@ -162,12 +178,10 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     stopped) when the files differ locally from what was deployed."""
     from .operations import restart as op
     on, config = _where(on, config)
-    try:
-        env_w = apivalues.env_words(env, unset_ok=True)
-    except RunwardError as e:
-        return _refused("restart", e, RestartResult)
-    opts = op.RestartOptions(name=name, on=on, config=config, env=env_w,
-                             settle=settle, ready=ready, grace=grace, deploy=deploy is True, no_deploy=deploy is False)
+    opts = op.RestartOptions(name=name, on=on, config=config, env=apivalues.env_words(env, unset_ok=True),
+                             settle=settle, ready=ready, grace=grace, no_deploy=deploy is False,
+                             # anything but True/False/None reaches check() (options' deploy): BadInput, not None's
+                             deploy=False if deploy is None or deploy is False else deploy)
     return _operate("restart", opts, lambda: op.restart(opts), RestartResult)
 
 
@@ -222,37 +236,39 @@ def compare(name: str, a: int | None = None, b: int | None = None, *, on: Target
     return _operate("compare", opts, lambda: op.compare(opts), Result)
 
 
+@_shaped("push", Result)
 def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
          config: str | None = None) -> Result:
     """Send local files through the hop chain: {LOCAL: REMOTE} (or "LOCAL:REMOTE" strings);
     atomic, sha256-checked where they land."""
     from .operations import push as op
-    specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
+    specs = apivalues.file_specs(files)
     on, config = _where(on, config)
     opts = op.PushOptions(specs=specs, on=on, config=config)
     return _operate("push", opts, lambda: op.push(opts), Result)
 
 
+@_shaped("pull", Result)
 def pull(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = None,
          config: str | None = None) -> Result:
     """Fetch files back through the hop chain: {REMOTE: LOCAL} (or "REMOTE:LOCAL" strings; a
     directory recursively); each sha256-checked here, then renamed in."""
     from .operations import pull as op
-    specs = [f"{k}:{v}" for k, v in files.items()] if isinstance(files, Mapping) else list(files)
+    specs = apivalues.file_specs(files)
     on, config = _where(on, config)
     opts = op.PullOptions(specs=specs, on=on, config=config)
     return _operate("pull", opts, lambda: op.pull(opts), Result)
 
 
+@_shaped("plot", Result)
 def plot(name: str, output: str, *, on: Target | str | None = None, metric: Sequence[str] | None = None,
          x: str = "step", attempts: Sequence[int] | None = None, config: str | None = None) -> Result:
     """Draw the run's metrics (alerts marked) to the PNG OUTPUT; attempts: overlay those
     attempts instead (x = step). Needs matplotlib (runward[plot])."""
     from .operations import plot as op
     on, config = _where(on, config)
-    opts = op.PlotOptions(name=name, output=output, metric=list(metric or []), x=x,
-                          attempts=None if attempts is None else ",".join(str(a) for a in attempts), on=on,
-                          config=config)
+    opts = op.PlotOptions(name=name, output=output, metric=apivalues.strings(metric, "metric", '["loss"]') or [], x=x,
+                          attempts=apivalues.attempt_list(attempts), on=on, config=config)
     return _operate("plot", opts, lambda: op.plot(opts), Result)
 
 
@@ -323,6 +339,7 @@ def kill(pattern: str, *, on: Target | str | None = None, confirm: bool = False,
     return _operate("kill", opts, lambda: op.kill(opts), Result)
 
 
+@_shaped("exec", Result)
 def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
          force: bool = False, cwd: str | None = None, env: Mapping[str, str] | None = None,
          timeout: float | None = None, config: str | None = None) -> Result:
@@ -330,12 +347,8 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     force) on a target; its exit code, signal, output and diagnosis."""
     from .operations import exec as op
     on, config = _where(on, config)
-    try:
-        env_w = apivalues.env_words(env) or []
-    except RunwardError as e:
-        return _refused("exec", e, Result)
-    opts = op.ExecOptions(command=list(command) if command else [], sh=sh, force=force, cwd=cwd,
-                          env=env_w,
+    opts = op.ExecOptions(command=apivalues.strings(command, "command", '["nvidia-smi"]') or [], sh=sh, force=force,
+                          cwd=cwd, env=apivalues.env_words(env) or [],
                           timeout=timeout, on=on, config=config)
     return _operate("exec", opts, lambda: op.exec(opts), Result)
 
@@ -392,13 +405,6 @@ def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Res
     except RunwardError as e:
         suggest_for(opts, e)
         outcome = failed(verb, e)
-    return kind(verb, outcome.code, _plain(outcome.document))
-
-
-def _refused(verb: str, e: RunwardError, kind: Callable[..., Result]) -> Result:
-    """A value refused before the options were built (apivalues): the CLI's error document."""
-    from .operations import failed
-    outcome = failed(verb, e)
     return kind(verb, outcome.code, _plain(outcome.document))
 
 

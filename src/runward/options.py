@@ -106,6 +106,12 @@ OPTS = {o.name: o for o in (
         "<home>/removed/, one elsewhere stays where it is)", "", toml=False,
         verbs={"prune": "remove their log files too (default: kept, as `runward rm` keeps them)"}),
     Opt("signal", "signal", "the signal sent first (default TERM), then KILL", "SIG", toml=False),
+    # the API's and MCP's confirm (kill): a dry run unless given
+    Opt("yes", "flag", "signal them (without it: a dry run)", "", toml=False),
+    # the API's and MCP's deploy=True / deploy=False (restart): one tri-state there, two switches here
+    Opt("deploy", "flag", "deploy the run's files between stop and start", "", toml=False),
+    Opt("no_deploy", "flag", "restart on the files the target has even where the local ones differ (without it, "
+        "a restart refuses then), and with runward.toml's deploy_on_restart = true", "", toml=False),
 )}
 
 _EXAMPLE = {"seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}

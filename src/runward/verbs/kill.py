@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     options.add(p, "signal", default="TERM")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS", help="before KILL (default 10)")
     options.add(p, "tree")
-    p.add_argument("--yes", action="store_true", help="signal them (without it: a dry run)")
+    options.add(p, "yes")
     p.add_argument("--max-procs", type=int, default=32, metavar="N", help="refuse when more processes match (default 32)")
     old_spelling(p, "--max", "max_procs", type=int, default=32)
 

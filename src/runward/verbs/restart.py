@@ -27,10 +27,8 @@ def add_arguments(p) -> None:
     from .stop import add_checkpoint_args
     add_checkpoint_args(p, "stop, and the new attempt's {last_checkpoint} is that checkpoint")
     how = p.add_mutually_exclusive_group()
-    how.add_argument("--deploy", action="store_true", help="deploy the run's files between stop and start")
-    how.add_argument("--no-deploy", action="store_true",
-                     help="restart on the files the target has even where the local ones differ (without it, "
-                          "a restart refuses then), and with runward.toml's deploy_on_restart = true")
+    options.add(how, "deploy")
+    options.add(how, "no_deploy")
 
 
 def run(args, out) -> int:
