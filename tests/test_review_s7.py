@@ -263,13 +263,7 @@ def test_a_child_moved_below_the_runs_cgroup_is_stopped_and_rm_leaves_no_cgroup(
         assert not _tree(cgs), f"rm left the run's cgroups: {_tree(cgs)}"
         assert not (cli.home / "runs" / name / "attempts" / "1.json").exists()
     finally:
-        _kill(procs)
-        for d in sorted(_tree(cgs), key=len, reverse=True):
-            wait_for(lambda: not open(os.path.join(d, "cgroup.procs")).read().split(), 10, f"{d} empty")
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
+        _leave_nothing(procs, cgs)
 
 
 # -- 3. runward.toml with one run's table holding settle = -1 --------------------------------
@@ -360,13 +354,19 @@ def test_supervised_a_child_left_in_attempt_1s_nested_cgroup_is_stopped_after_th
         assert rc == 0, rmd
         assert not _tree(all_cgs), f"rm left the run's cgroups: {_tree(all_cgs)}"
     finally:
-        _kill(procs)
-        for d in sorted(_tree(all_cgs), key=len, reverse=True):
-            wait_for(lambda: not open(os.path.join(d, "cgroup.procs")).read().split(), 10, f"{d} empty")
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
+        _leave_nothing(procs, all_cgs)
+
+
+def _leave_nothing(procs: dict, cgroups) -> None:
+    """A test's own processes killed (by pid + start) and, deepest first, its run's cgroups
+    removed once empty, whatever an assertion left behind."""
+    _kill(procs)
+    for d in sorted(_tree(cgroups), key=len, reverse=True):
+        wait_for(lambda: not open(os.path.join(d, "cgroup.procs")).read().split(), 10, f"{d} empty")
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 
 
 def _shape(x):

@@ -52,6 +52,7 @@ def env_words(env, *, unset_ok: bool = False) -> list[str] | None:
         words.append(f"{k}={v}")
     return words or None
 
+
 def strings(value, keyword: str, example: str) -> list | None:
     """A list (or tuple) of strings; None stays None. One string is refused, not split."""
     if value is None:

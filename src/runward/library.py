@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import apivalues
+from .apivalues import attempt_list, env_words, file_specs, gpu_csv, strings
 from .errors import EXIT_OK, RunwardError
 
 
@@ -124,7 +124,7 @@ class WatchResult(Result):
 # --- the verbs ---------------------------------------------------------------------------
 
 def _shaped(verb: str, kind: Callable[..., Result]):
-    """A verb whose keywords are shaped (apivalues.py) before they become its options: a wrong
+    """A verb whose keywords are shaped (py) before they become its options: a wrong
     shape is answered as the CLI answers a bad flag, a Result with BadInput (exit 2)."""
     def wrap(fn):
         @functools.wraps(fn)
@@ -133,8 +133,7 @@ def _shaped(verb: str, kind: Callable[..., Result]):
             try:
                 return fn(*args, **kwargs)
             except BadInput as e:  # raised by apivalues before _operate (whose own it answers itself)
-                from .operations import failed
-                return kind(verb, e.exit_code, _plain(failed(verb, e).document))
+                return _failed(verb, e, kind)
         return call
     return wrap
 
@@ -150,9 +149,9 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
     are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
-    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=apivalues.env_words(env), cwd=cwd, log=log,
-                           command=apivalues.strings(command, "command", '["python3", "train.py"]') or None,
-                           settle=settle, ready=ready, replace=replace, gpus=apivalues.gpu_csv(gpus),
+    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=env_words(env), cwd=cwd, log=log,
+                           command=strings(command, "command", '["python3", "train.py"]') or None,
+                           settle=settle, ready=ready, replace=replace, gpus=gpu_csv(gpus),
                            stop_signal=stop_signal,
                            grace=grace, wait_gpus_free=wait_gpus_free)
     return _operate("start", opts, lambda: op.start(opts), StartResult)
@@ -178,7 +177,7 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     stopped) when the files differ locally from what was deployed."""
     from .operations import restart as op
     on, config = _where(on, config)
-    opts = op.RestartOptions(name=name, on=on, config=config, env=apivalues.env_words(env, unset_ok=True),
+    opts = op.RestartOptions(name=name, on=on, config=config, env=env_words(env, unset_ok=True),
                              settle=settle, ready=ready, grace=grace, no_deploy=deploy is False,
                              # anything but True/False/None reaches check() (options' deploy): BadInput, not None's
                              deploy=False if deploy is None or deploy is False else deploy)
@@ -242,7 +241,7 @@ def push(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = 
     """Send local files through the hop chain: {LOCAL: REMOTE} (or "LOCAL:REMOTE" strings);
     atomic, sha256-checked where they land."""
     from .operations import push as op
-    specs = apivalues.file_specs(files)
+    specs = file_specs(files)
     on, config = _where(on, config)
     opts = op.PushOptions(specs=specs, on=on, config=config)
     return _operate("push", opts, lambda: op.push(opts), Result)
@@ -254,7 +253,7 @@ def pull(files: Mapping[str, str] | Sequence[str], *, on: Target | str | None = 
     """Fetch files back through the hop chain: {REMOTE: LOCAL} (or "REMOTE:LOCAL" strings; a
     directory recursively); each sha256-checked here, then renamed in."""
     from .operations import pull as op
-    specs = apivalues.file_specs(files)
+    specs = file_specs(files)
     on, config = _where(on, config)
     opts = op.PullOptions(specs=specs, on=on, config=config)
     return _operate("pull", opts, lambda: op.pull(opts), Result)
@@ -267,8 +266,8 @@ def plot(name: str, output: str, *, on: Target | str | None = None, metric: Sequ
     attempts instead (x = step). Needs matplotlib (runward[plot])."""
     from .operations import plot as op
     on, config = _where(on, config)
-    opts = op.PlotOptions(name=name, output=output, metric=apivalues.strings(metric, "metric", '["loss"]') or [], x=x,
-                          attempts=apivalues.attempt_list(attempts), on=on, config=config)
+    opts = op.PlotOptions(name=name, output=output, metric=strings(metric, "metric", '["loss"]') or [], x=x,
+                          attempts=attempt_list(attempts), on=on, config=config)
     return _operate("plot", opts, lambda: op.plot(opts), Result)
 
 
@@ -347,8 +346,8 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     force) on a target; its exit code, signal, output and diagnosis."""
     from .operations import exec as op
     on, config = _where(on, config)
-    opts = op.ExecOptions(command=apivalues.strings(command, "command", '["nvidia-smi"]') or [], sh=sh, force=force,
-                          cwd=cwd, env=apivalues.env_words(env) or [],
+    opts = op.ExecOptions(command=strings(command, "command", '["nvidia-smi"]') or [], sh=sh, force=force,
+                          cwd=cwd, env=env_words(env) or [],
                           timeout=timeout, on=on, config=config)
     return _operate("exec", opts, lambda: op.exec(opts), Result)
 
@@ -397,14 +396,21 @@ def _where(on, config) -> tuple:
 def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Result:
     """An operation called directly (issue 27: no argv, nothing captured): its Outcome, or
     its error as the CLI's error document (cli._fail), as a typed Result."""
-    from .operations import check, failed  # the subpackage itself: never through runward's own namespace
+    from .operations import check  # the subpackage itself: never through runward's own namespace
     from .operations.common import suggest_for
     try:
         check(opts)  # the declared options' values, as the CLI's flags are checked (options.py)
         outcome = run()
     except RunwardError as e:
         suggest_for(opts, e)
-        outcome = failed(verb, e)
+        return _failed(verb, e, kind)
+    return kind(verb, outcome.code, _plain(outcome.document))
+
+
+def _failed(verb: str, e: RunwardError, kind: Callable[..., Result]) -> Result:
+    """An error as the CLI's error document (cli._fail), as a typed Result."""
+    from .operations import failed
+    outcome = failed(verb, e)
     return kind(verb, outcome.code, _plain(outcome.document))
 
 

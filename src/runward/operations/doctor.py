@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from ..errors import EXIT_OK, EXIT_UNREACHABLE
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class DoctorOptions(Options):
+class DoctorOptions(Targeted):
     """What `runward doctor` takes (the common flags only)."""
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def doctor(opts: DoctorOptions) -> Outcome:

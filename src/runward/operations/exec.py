@@ -5,22 +5,20 @@ ssh and docker exec pass it on."""
 from __future__ import annotations
 
 from ..errors import BadInput
-from . import Options, Outcome
+from . import Outcome, Targeted
 from .common import load_config, target_of
 
 
-class ExecOptions(Options):
-    """What `runward exec` takes (verbs/exec.py's flags). Its --cwd is not options.py's
-    declared cwd (a plain flag, unchecked), so no check(): an exec's flags are as they were."""
+class ExecOptions(Targeted):
+    """What `runward exec` takes (verbs/exec.py's flags). Its --cwd means the one-off command's
+    directory, not a run's (tests/test_options_agree.py's ANOTHER_MEANING); its value is checked
+    as the declared cwd's kind (a non-empty string), as every declared field is."""
     sh: str | None = None
     force: bool = False
     cwd: str | None = None
     env: list = []
     timeout: float | None = None
     command: list = []
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def exec(opts: ExecOptions) -> Outcome:  # noqa: A001 - the verb's name, as runward.exec's

@@ -60,14 +60,8 @@ def logs(opts: LogsOptions, on_line=None) -> Outcome:
 
 
 def _check(opts) -> None:
-    """What argparse checks of the flags, for a caller without argv (the Python API, MCP)."""
-    for key, flag in (("n", "-n"), ("attempt", "--attempt"), ("offset", "--offset"), ("node", "--node")):
-        v = getattr(opts, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise BadInput(f"invalid {flag} {v!r}: not a whole number", f"give {flag} a whole number")
-    if opts.for_s is not None and (isinstance(opts.for_s, bool) or not isinstance(opts.for_s, (int, float))):
-        raise BadInput(f"invalid --for {opts.for_s!r}: not a number of seconds", "give --for seconds, e.g. --for 30")
-    for key, flag in (("grep", "--grep"), ("since", "--since")):
-        v = getattr(opts, key)
-        if v is not None and not isinstance(v, str):
-            raise BadInput(f"invalid {flag} {v!r}: not a string", f"give {flag} as text")
+    """--node, as argparse checks it, for a caller without argv: the declared options (-n,
+    --offset, --attempt, --for, --grep, --since) are checked before any operation is called
+    (options.py; library._operate)."""
+    if opts.node is not None and (isinstance(opts.node, bool) or not isinstance(opts.node, int)):
+        raise BadInput(f"invalid --node {opts.node!r}: not a whole number", "give --node a whole number")

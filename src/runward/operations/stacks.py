@@ -5,19 +5,16 @@ none could be (py-spy missing, ptrace denied: the hint says what to do)."""
 from __future__ import annotations
 
 from ..errors import EXIT_FAILED, EXIT_OK
-from . import Options, Outcome, single
+from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class StacksOptions(Options):
+class StacksOptions(Targeted):
     """What `runward stacks` takes (verbs/stacks.py's flags)."""
     name: str | None = None
     native: bool = False
     timeout: float = 10.0
     bring_py_spy: bool = False
-    on: str | None = None
-    nodes: list = []
-    config: str | None = None
 
 
 def stacks(opts: StacksOptions) -> Outcome:

@@ -82,8 +82,9 @@ def _unjudged(res: dict) -> str:
 
 
 def _check(opts) -> None:
-    """What argparse checks of the flags, for a caller without argv (the Python API, MCP)."""
-    for key, flag in (("for_s", "--for"), ("drop", "--drop"), ("straggler_ratio", "--straggler-ratio")):
+    """What argparse checks of the flags that are not declared options (--for is: options.py,
+    checked before any operation is called), for a caller without argv (the Python API, MCP)."""
+    for key, flag in (("drop", "--drop"), ("straggler_ratio", "--straggler-ratio")):
         v = getattr(opts, key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise BadInput(f"invalid {flag} {v!r}: not a number", f"give {flag} a number, e.g. {flag} 30")
