@@ -169,16 +169,84 @@ def load(path: str | os.PathLike | None = None) -> Config:
 
 
 def _parsed(p: str, raw: bytes) -> dict:
-    """The TOML of raw, parsed each call: never kept elsewhere, since runward.toml may hold
-    secrets (env values) that a cache file would copy."""
+    """The TOML of raw. tomllib's imports (typing, datetime, string, its regexes) cost a call
+    more than the rest of its config handling (~6 ms of a ~120 ms warm status over ssh), so
+    the parse is kept in the cache (_kept) under the blake2b of the exact bytes it came from
+    and used only when the file's bytes hash the same: no timestamp can make it stale. A file
+    holding a secret (_holds_secret) is parsed each call and kept nowhere."""
+    kept = _kept(p, raw)
+    if kept is not None:
+        return kept
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     try:
-        return tomllib.loads(raw.decode())
+        data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{p}: invalid TOML: {e}", "fix the syntax (https://toml.io)")
+    _keep(p, raw, data)
+    return data
+
+
+def _blake2b(data: bytes) -> str:
+    try:
+        from _blake2 import blake2b  # what hashlib.blake2b is, without hashlib's OpenSSL (~2 ms)
+    except ImportError:
+        from hashlib import blake2b
+    return blake2b(data, digest_size=32).hexdigest()
+
+
+def _kept(p: str, raw: bytes) -> dict | None:
+    """The parse kept from these very bytes, or None (none kept, another file's bytes, a
+    cache file torn or not ours)."""
+    import json
+    from .cache import read_cache
+    try:
+        kept = json.loads(read_cache(_kept_path(p)) or b"null")
+    except ValueError:
+        return None
+    if isinstance(kept, dict) and kept.get("blake2b") == _blake2b(raw) and isinstance(kept.get("doc"), dict):
+        return kept["doc"]
+    return None
+
+
+def _kept_path(p: str) -> str:
+    from .cache import cache_path
+    return cache_path("config-" + _blake2b(os.path.realpath(p).encode())[:16])
+
+
+def _keep(p: str, raw: bytes, data: dict) -> None:
+    """Keep the parse for the next call, unless the file holds a secret or a value JSON
+    cannot give back as it is (a TOML date, a NaN)."""
+    import json
+    if _holds_secret(data):
+        return
+    try:
+        text = json.dumps({"blake2b": _blake2b(raw), "doc": data})
+    except (TypeError, ValueError):
+        return
+    if json.loads(text)["doc"] != data:
+        return
+    from .cache import write_cache
+    write_cache(_kept_path(p), text.encode())
+
+
+def _holds_secret(data) -> bool:
+    """A secret by agent/secrets.py's rule anywhere in the parse: an env entry under a secret
+    name ([runs.X.env] HF_TOKEN = ...), or a URL with a password in any string (a notify
+    URL's password is written to no file, docs/supervision.md). Such a file is never kept."""
+    from .agent.secrets import is_secret_name, mask_url_passwords
+    if isinstance(data, str):
+        return mask_url_passwords(data) != data
+    if isinstance(data, list):
+        return any(_holds_secret(v) for v in data)
+    if isinstance(data, dict):
+        env = data.get("env")
+        if isinstance(env, dict) and any(is_secret_name(k) for k in env):
+            return True
+        return any(_holds_secret(k) or _holds_secret(v) for k, v in data.items())
+    return False
 
 
 def _validate(p: str, data: dict) -> Config:
