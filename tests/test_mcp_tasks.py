@@ -385,3 +385,83 @@ def test_task_ids_name_verb_run_attempt_and_target():
     for bad in ("start:x:0@local#t=1", "exec:x:1@local#t=1", "start:x:1@#t=1", "start:x:1@local"):
         with pytest.raises(MCPError):
             mcptasks.decode(bad)
+
+
+def _job_procs(cmd: bytes) -> list[int]:
+    """Processes whose argv is exactly CMD's words, from /proc (not from runward)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:-1] == cmd.split():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_start_waiting_for_gpus_is_a_task_from_the_wait_on(env):
+    """The handle comes while the GPU is still held (before attempt 1 exists): the target says
+    a start waits to make it (status's gpu_wait), so another server process answers the task
+    id too; once the holder ends, the task completes with the job verified alive. A second
+    start cancelled by a stop during its wait never makes its attempt: the server that ran
+    it answers with the start's own Cancelled, a new one with "never made"."""
+    import fakegpu
+    state = fakegpu.create_state(env["dir"] / "smi.json", gpus=2)
+    env["env"] = fakegpu.env_with_standin(state, env["env"])
+    a, b = _name(env, "g"), _name(env, "h")
+    holder = subprocess.Popen(["sleep", "8"])
+    fakegpu.attach(state, 0, holder.pid, 70000)
+    cmd_a, cmd_b = f"sleep 301.{os.getpid()}", f"sleep 302.{os.getpid()}"
+
+    async def main():
+        async with _client(env, ClientTasks()) as c:
+            created = await c.session.call_tool("start", {"name": a, "command": cmd_a.split(), "on": "local",
+                                                          "settle": 0.5, "gpus": [0], "wait_gpus_free": True},
+                                                allow_claimed=True)
+            assert isinstance(created, Created) and holder.poll() is None, "no handle until the GPU was free"
+            assert created.task_id.startswith(f"start:{a}:1@local#"), created.task_id
+            assert not _job_procs(cmd_a.encode()), "the job ran while GPU 0 was held"
+            run = _cli(env, "status", a)["result"]["runs"][0]
+            assert run["attempt"] is None and run["gpu_wait"]["attempt"] == 1 and run["gpu_wait"]["gpus"] == [0]
+            async with _client(env, ClientTasks()) as other:  # a process that did not make the task
+                got = await get(other.session, created.task_id)
+                assert got.status == "working" and "waiting for GPUs" in got.status_message, got
+            got, seen = await poll(c.session, created.task_id, timeout=60)
+            assert got.status == "completed" and not got.result["isError"], got
+            assert holder.poll() is not None, "completed while the holder lived"
+            doc = got.result["structuredContent"]
+            assert doc["result"]["attempt"] == 1 and doc["result"]["gpu_wait"]["waited_s"] > 0
+            assert _job_procs(cmd_a.encode()) == [doc["result"]["pid"]]
+            # b waits behind a's job, which holds GPU 0 (the stand-in charges it), until stopped
+            fakegpu.attach(state, 0, doc["result"]["pid"], 70000)
+            created = await c.session.call_tool("start", {"name": b, "command": cmd_b.split(), "on": "local",
+                                                          "settle": 0.5, "gpus": [0], "wait_gpus_free": True},
+                                                allow_claimed=True)
+            assert created.task_id.startswith(f"start:{b}:1@local#"), created.task_id
+            stop = _cli(env, "stop", b, "--grace", "2")
+            assert stop["ok"], stop
+            got, _ = await poll(c.session, created.task_id, timeout=60)
+            assert got.result["isError"] and got.result["structuredContent"]["error"]["type"] == "Cancelled", got
+            assert not _job_procs(cmd_b.encode())
+            # tasks/cancel during the wait: the start gives up, nothing ever runs
+            d = _name(env, "i")
+            waiting = await c.session.call_tool("start", {"name": d, "command": cmd_b.split(), "on": "local",
+                                                          "settle": 0.5, "gpus": [0], "wait_gpus_free": True},
+                                                allow_claimed=True)
+            await c.session.send_request(CancelTask(params=TaskParams(task_id=waiting.task_id)), Ack)
+            got, _ = await poll(c.session, waiting.task_id, timeout=60)
+            assert got.status == "cancelled", got
+            gone = _cli(env, "status", d)  # the first start gave up: no run, no record of a wait
+            assert gone["error"]["type"] == "RunNotFound", gone
+            assert not _job_procs(cmd_b.encode())
+        async with _client(env, ClientTasks()) as c:
+            got = await get(c.session, created.task_id)
+            assert got.status == "completed" and got.result["isError"] and "never made" in got.status_message, got
+            got = await get(c.session, waiting.task_id)
+            assert got.status == "completed" and "never made" in got.status_message, got
+    try:
+        anyio.run(main)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -147,9 +147,10 @@ class Tasks(Extension):
         # and a watch only reads, so their waits may end with the process
         threading.Thread(target=_work, args=(e, fn), daemon=verb != "stop", name=f"runward-task-{verb}").start()
         if verb == "start":
-            # the spec: no handle before tasks/get can answer for it, i.e. before attempt N exists
-            while not e.done.is_set() and ((await anyio.to_thread.run_sync(
-                    lambda: _attempt_now(name, target, self.config))) or 0) != t.attempt:
+            # the spec: no handle before tasks/get can answer for it, i.e. before attempt N
+            # exists or the target says a start waits for GPUs to make it (status's gpu_wait)
+            while not e.done.is_set() and t.attempt not in (await anyio.to_thread.run_sync(
+                    lambda: _attempts_said(name, target, self.config))):
                 await anyio.to_thread.run_sync(e.done.wait, 0.2)
             if e.done.is_set() and ((e.doc or {}).get("result") or {}).get("attempt") != t.attempt:
                 return e.res or library.Result(verb, 1, e.doc)  # failed before launching: no task
@@ -200,7 +201,12 @@ class Tasks(Extension):
 
     def _read(self, t: Tid) -> tuple[dict, dict, bool | None]:
         """The run's status now, and for a start with a ready regex whether its line came."""
-        run, doc = _status(t.name, t.target, self.config)
+        first = t.verb == "start" and t.attempt == 1  # no run yet: its first start's wait ended without it
+        run, doc = _status(t.name, t.target, self.config, strict=not first)
+        if run is None:
+            if (doc.get("error") or {}).get("type") != "RunNotFound":
+                run, doc = _status(t.name, t.target, self.config)  # raises: could not read
+            run = {"name": t.name, "attempt": None}
         ready_seen = None
         if t.verb == "start" and t.ready is not None and run.get("attempt") == t.attempt:
             ready_seen = _ready_seen(t, self.config)
@@ -227,6 +233,12 @@ def _stop(t: Tid, config: str | None) -> str:
 def _attempt_now(name: str, target: str, config: str | None) -> int | None:
     run, _ = _status(name, target, config, strict=False)
     return run.get("attempt") if run else None
+
+
+def _attempts_said(name: str, target: str, config: str | None) -> tuple:
+    """The run's latest attempt, and the one a start waiting for GPUs will make (gpu_wait)."""
+    run, _ = _status(name, target, config, strict=False)
+    return (run.get("attempt"), (run.get("gpu_wait") or {}).get("attempt")) if run else ()
 
 
 def _status(name: str, target: str, config: str | None, strict: bool = True) -> tuple[dict | None, dict]:
@@ -264,9 +276,18 @@ def _ready_seen(t: Tid, config: str | None) -> bool:
 def judge(t: Tid, run: dict, doc: dict, ready_seen: bool | None = None) -> tuple[str, str, bool]:
     """(task status, message, is_error) from the run's status now: how a server process that
     did not create the task answers (docs/agents.md has the table)."""
-    if run.get("attempt", 0) > t.attempt:
+    if (run.get("attempt") or 0) > t.attempt:
         return "completed", f"attempt {t.attempt} of {t.name} was followed by attempt {run['attempt']}; " \
                             "`history` says how it ended", False
+    if t.verb == "start" and (run.get("attempt") or 0) == t.attempt - 1:
+        w = run.get("gpu_wait") or {}
+        if w.get("attempt") == t.attempt:
+            now = (doc.get("result") or {}).get("time") or time.time()
+            return "working", f"start {t.name}: waiting for GPUs {w.get('gpus')} to be free, " \
+                              f"{now - (w.get('since') or now):.0f}s; attempt {t.attempt} is made once they are", False
+        return "completed", f"attempt {t.attempt} was never made: the start's wait for GPUs ended without it " \
+                            f"(still held after its timeout, cancelled by a stop, or its caller ended); " \
+                            f"`runward status {t.name}` says what runs", True
     if run.get("attempt") != t.attempt:
         raise MCPError(code=INVALID_PARAMS, message=f"task {t}: {t.name} has no attempt {t.attempt} "
                        f"(its last is {run.get('attempt')})")

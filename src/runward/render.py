@@ -155,6 +155,8 @@ def render_status(res: dict, target: str) -> str:
             r = {k: v for k, v in r.items() if k not in ("note", "exit", "state")}  # said in its line
         st = r.get("state")
         head = f"{r['name']:<16} {str(st):<9} attempt {r.get('attempt')}"
+        if st == "none" and r.get("gpu_wait"):  # its first start waits for GPUs: no attempt yet
+            head = f"{r['name']:<16} {'waiting':<9} attempt -"
         if st in ("running", "orphaned"):
             t = r.get("tree") or {}
             head += (f"  pid {r.get('pid')}  up {ago(t.get('uptime_s'))}  {t.get('processes', 0)} procs"
@@ -179,6 +181,13 @@ def render_status(res: dict, target: str) -> str:
         if b.get("by") == "restart" and st == "blocked":
             lines.append(f"  blocked: this attempt starts by itself once the GPUs are released: {b.get('why')} "
                          f"(`runward stop {r['name']}` cancels)")
+        w = r.get("gpu_wait")
+        if w:  # a start waiting for its GPUs before it makes its attempt (start --wait-gpus-free)
+            gpus = ",".join(str(g) for g in w.get("gpus") or ())
+            lines.append(f"  start waiting for GPUs {gpus} to be free: attempt {w.get('attempt')} not made yet, "
+                         f"waiting {ago(now - w['since']) if w.get('since') else '?'}"
+                         + (f" of {w['timeout_s']:g}s" if isinstance(w.get("timeout_s"), (int, float)) else "")
+                         + f" (`runward stop {r['name']}` cancels)")
         lines += _stopped_lines(r, now)
         if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade
             lines.append(f"  {r['attribution']['summary']}")

@@ -182,6 +182,28 @@ class RunStore(object):
             raise AgentFailure("Cancelled", "start of %s cancelled by a stop while waiting for GPUs" % self.name,
                                "the stop (pid %d) goes on; start again when you want the run" % p.pid)
 
+    def note_gpu_wait(self, fd, gpus, timeout):
+        """A start holding the lock waits for its GPUs before attempt N exists (lifecycle.start):
+        said in the lock's holder name, so that status shows the wait and which attempt it
+        will make (an MCP task names that attempt from the start). Returns N."""
+        run = self.run() if self.exists() else None
+        n = max([(run or {}).get("attempt", 0)] + self.attempts()) + 1
+        _write_holder(fd, "start", gpu_wait={"attempt": n, "gpus": list(gpus), "timeout_s": timeout,
+                                             "since": time.time()})
+        return n
+
+    def gpu_wait(self):
+        """The start waiting for GPUs under this run's lock ({"attempt", "gpus", "since",
+        "timeout_s", "pid"}), or None: none said so, or its process is gone (a holder that
+        crashed leaves its name; the kernel released its lock)."""
+        from .procfs import read_proc
+        h = self.holder()
+        w = h.get("gpu_wait")
+        if not isinstance(w, dict) or not isinstance(h.get("pid"), int):
+            return None
+        p = read_proc(h["pid"])
+        return dict(w, pid=h["pid"]) if p is not None and p.start == h.get("start") else None
+
     def run(self):
         return read_json(os.path.join(self.dir, "run.json"))
 
@@ -226,13 +248,14 @@ class RunStore(object):
 
 # --- the run lock's holder and a bounded wait for it
 
-def _write_holder(fd, verb):
+def _write_holder(fd, verb, **extra):
     """Name the holder in the lock file, through the lock's own descriptor (a rename would
-    make a new file nobody holds the lock on)."""
+    make a new file nobody holds the lock on). extra: what the holder is doing, for status
+    (a start's gpu_wait: RunStore.note_gpu_wait)."""
     from .procfs import read_proc
     me = read_proc(os.getpid())
-    data = json_dumps({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
-                       "since": time.time()}).encode()
+    data = json_dumps(dict({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
+                            "since": time.time()}, **extra)).encode()
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)

@@ -314,9 +314,12 @@ def start(req, home):
     fd = store.lock("start", req.get("lock_timeout"))
     try:
         replaced = _replace_old(store, req, scan())
-        # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
-        gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel) \
-            if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate") else None  # gated: the shim waits
+        gpu_wait = None
+        if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate"):  # gated: the shim waits
+            store.note_gpu_wait(fd, req["gpus"], (req["wait_gpus_free"] or {}).get("timeout")
+                                if isinstance(req["wait_gpus_free"], dict) else None)
+            # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
+            gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel)
         n, log_from = _new_attempt(store, req, home, plan)
         faults.point("start:recorded")
         _, pipe = shim.spawn(home, store.name, n, plan["env"], supervise.notify_secrets(plan["supervise"]))

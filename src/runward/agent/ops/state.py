@@ -22,7 +22,8 @@ def status(req, home):
             check_name(nm)
     all_names = home.run_names()
     if names:
-        missing = [nm for nm in names if nm not in all_names or not RunStore(home, nm).exists()]
+        missing = [nm for nm in names if (nm not in all_names or not RunStore(home, nm).exists())
+                   and RunStore(home, nm).gpu_wait() is None]  # a first start waiting for GPUs: shown
         if missing:
             raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
                                "`runward status` lists the runs here")
@@ -37,7 +38,20 @@ def status(req, home):
         store = RunStore(home, nm)
         if store.exists():
             runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
+        elif names:
+            runs.append({"name": nm, "state": "none", "attempt": None})
+        if runs and runs[-1]["name"] == nm:
+            _gpu_wait(runs[-1], store)
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
+
+
+def _gpu_wait(out, store):
+    """A start of this run waiting for its GPUs (start --wait-gpus-free) before it makes
+    attempt N: out["gpu_wait"] says which attempt, the GPUs and since when. Its lock's holder
+    says so while it is alive (store.gpu_wait); once attempt N exists, that attempt speaks."""
+    w = store.gpu_wait()
+    if w is not None and w.get("attempt", 0) > (out.get("attempt") or 0):
+        out["gpu_wait"] = w
 
 
 def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
