@@ -124,3 +124,32 @@ def test_restart_with_huge_settle_refused_before_the_stop_the_old_attempt_lives(
             assert not (cli.home / "runs" / name / "attempts" / "2.json").exists(), "a refused restart launched"
     finally:
         lib.stop(name, grace=2)
+
+
+def test_compare_attempts_checked_alike_in_each_door(cli, lib):
+    """MCP's schema refuses a=0 or 1.5 (BadInput, exit 2); the API compared attempt 1 for a=1.5
+    or a=True and said RunNotFound (4) for 0, as the CLI did for `compare NAME 0 2`."""
+    name = _uid("rvCc")
+    assert lib.start(name, SLEEP, settle=0.2).ok
+    try:
+        assert lib.restart(name, settle=0.2).ok
+        for a in (1.5, True, 0, -1, "x"):
+            res = lib.compare(name, a, 2)
+            assert res.exit_code == 2 and res.error["type"] == "BadInput", (a, res.to_json())
+        for words in (["0", "2"], ["-1", "2"]):
+            rc, doc = cli.json("compare", name, *words)
+            assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+        assert lib.compare(name, 1, 2).ok
+    finally:
+        lib.stop(name, grace=2)
+
+
+def test_watch_floor_or_ceiling_of_nan_or_inf_is_refused_not_a_silent_verdict(cli, lib):
+    """--min tok_s=nan was a floor that never alerts (healthy, exit 0), inf one that always does."""
+    name = _uid("rvCw")
+    for kw, words in (({"min": {"tok_s": float("nan")}}, ["--min", "tok_s=nan"]),
+                      ({"max": {"loss": float("inf")}}, ["--max", "loss=inf"])):
+        res = lib.watch(name, for_s=1, **kw)
+        assert res.exit_code == 2 and res.error["type"] == "BadInput", res.to_json()
+        rc, doc = cli.json("watch", name, "--for", "1", *words)
+        assert rc == 2 and doc["error"]["type"] == "BadInput", doc
