@@ -153,3 +153,22 @@ def test_watch_floor_or_ceiling_of_nan_or_inf_is_refused_not_a_silent_verdict(cl
         assert res.exit_code == 2 and res.error["type"] == "BadInput", res.to_json()
         rc, doc = cli.json("watch", name, "--for", "1", *words)
         assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+
+
+def test_a_stop_whose_checkpoint_signal_ends_the_job_is_not_already_stopped(cli):
+    """A job alive when the stop began (pid in /proc), killed by the stop's own checkpoint
+    signal (SIGUSR1, unhandled): the stop said already_stopped true, state "lost", and left
+    no "stopped" in the attempt's record, as if it had found the run dead."""
+    from conftest import alive
+    name = _uid("rvCk")
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--", *SLEEP)
+    assert rc == 0, doc
+    procs = marked(name + ".")
+    assert procs and all(alive(p, st) for p, st in procs.items()), procs
+    rc, doc = cli.json("stop", name, "--checkpoint-wait-for", "saved", "--checkpoint-timeout", "20")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not any(alive(p, st) for p, st in procs.items())
+    assert doc["result"]["checkpoint"].get("ended"), doc  # the checkpoint signal ended it
+    assert doc["result"]["already_stopped"] is False and doc["result"].get("state") != "lost", doc
+    rec = json.loads((cli.home / "runs" / name / "attempts" / "1.json").read_text())
+    assert rec.get("stopped", {}).get("verified_dead") is True, rec
