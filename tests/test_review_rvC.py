@@ -70,7 +70,9 @@ def test_lint_of_a_non_string_is_refused_not_an_all_clear(lib):
 
 def test_api_on_and_name_of_the_wrong_type_are_bad_input_results(lib):
     for call in (lambda: lib.status(on=["local"]), lambda: lib.gpus(on=["local"]), lambda: lib.ps("x", on=5),
-                 lambda: lib.deploy(None), lambda: lib.deploy(5), lambda: lib.stop(5)):
+                 lambda: lib.deploy(None), lambda: lib.deploy(5), lambda: lib.stop(5),
+                 lambda: lib.status(config=5), lambda: lib.named_targets(config=["x"]),
+                 lambda: lib.start(_uid("rvCf"), SLEEP, config=5)):
         res = call()  # was: TypeError out of the API (on=5: "empty target")
         assert res.exit_code == 2 and res.error["type"] == "BadInput", res.to_json()
         assert "empty target" not in res.error["message"], res.to_json()
