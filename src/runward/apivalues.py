@@ -58,6 +58,10 @@ def strings(value, keyword: str, example: str) -> list | None:
     if value is None:
         return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        nul = [v for v in value if "\0" in v]
+        if nul:  # no argv word or path holds one: the OS refused it only after the run's record was written
+            raise BadInput(f"{keyword}: {nul[0]!r} contains a NUL character", f"give a list without NUL, e.g. "
+                           f"{keyword}={example}")
         return list(value)
     what = "one string" if isinstance(value, str) else f"of type {type(value).__name__}"
     raise BadInput(f"{keyword}={value!r} is {what}, not a list of strings", f"give a list, e.g. {keyword}={example}")

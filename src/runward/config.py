@@ -157,6 +157,8 @@ def load(path: str | os.PathLike | None = None) -> Config:
         if p is None:
             return Config()
     else:
+        if not isinstance(path, (str, os.PathLike)):  # the API's config=5: a TypeError out of os.fspath
+            raise BadInput(f"invalid config {path!r}: not a path", "give the path of a runward.toml")
         p = os.fspath(path)
         if not os.path.isfile(p):
             raise BadInput(f"config file not found: {p}", "give an existing --config path")

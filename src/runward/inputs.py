@@ -142,6 +142,7 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
 
 
 def parse_limits(items: list[str] | None, flag: str) -> dict:
+    import math
     out = {}
     for item in items or []:
         k, sep, v = item.partition("=")
@@ -149,6 +150,8 @@ def parse_limits(items: list[str] | None, flag: str) -> dict:
             if not sep or not k:
                 raise ValueError
             out[k.strip()] = float(v.replace(",", "").replace("_", ""))
+            if not math.isfinite(out[k.strip()]):  # a floor of nan never alerted (healthy), one of inf always
+                raise ValueError
         except ValueError:
             raise BadInput(f"invalid {flag} {item!r}", f"write {flag} METRIC=NUMBER, e.g. {flag} tok_s=14500")
     return out

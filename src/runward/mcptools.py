@@ -29,7 +29,7 @@ def _declared(name: str, tp, verb: str | None = None):
     """A parameter declared once in options.py: its type and description from there (VERB's
     words, where it says the option in its own)."""
     opt = options.OPTS[name]
-    extra = {"ge": 0} if opt.kind == "seconds" else {"ge": opt.least} if opt.kind == "count" else {}
+    extra = {"ge": 0, "le": options.MAX_SECONDS} if opt.kind == "seconds" else {"ge": opt.least} if opt.kind == "count" else {}
     return Annotated[tp, Field(description=options.help(name, verb), **extra)]
 
 

@@ -6,7 +6,7 @@ are derived from the declaration; tests/test_options_agree.py proves that the li
 signatures and the MCP tools' JSON Schemas agree with it, for every verb that takes one.
 
 A kind is what a value must be, said the same way on every side:
-  seconds  a number >= 0, finite       (argparse: float; TOML: an integer or a float)
+  seconds  a number >= 0, finite, at most MAX_SECONDS (argparse: float; TOML: an integer or a float)
   count    an integer >= 0 / >= 1
   regex    a Python regular expression (compiled where it is checked)
   signal   a Linux signal's name or number (signals.known)
@@ -22,6 +22,11 @@ module imported until a value is checked)."""
 from __future__ import annotations
 
 import math
+
+# The most seconds any option takes (~31 years). A larger finite value (--settle 1e30) passed
+# every check and then overflowed the agent's clock arithmetic (OverflowError, AgentError exit
+# 3) after the job was launched; no wait, grace or timeout needs more.
+MAX_SECONDS = 10 ** 9
 
 
 class Opt:
@@ -133,6 +138,8 @@ def problem(opt: Opt, value) -> str | None:
             return "not a number of seconds"
         if not math.isfinite(value) or value < 0:
             return "not a finite number of seconds >= 0"
+        if value > MAX_SECONDS:
+            return "more than %d seconds (about 31 years)" % MAX_SECONDS
     elif k == "count":
         if isinstance(value, bool) or not isinstance(value, int):
             return "not a whole number"
@@ -140,6 +147,8 @@ def problem(opt: Opt, value) -> str | None:
             return "less than %d" % opt.least
     elif not isinstance(value, str) or not value.strip():
         return "not a non-empty string"
+    elif k == "text" and "\0" in value:  # a path or a shell line: the OS refuses it after the launch
+        return "contains a NUL character"
     elif k == "signal":
         from .signals import known
         if not known(value):

@@ -93,7 +93,15 @@ def check(opts) -> None:
     from .. import options
     from ..errors import BadInput
     by_dest = {o.dest: o for o in options.OPTS.values() if o.dest}
-    for name in opts.fields():
+    fields = opts.fields()
+    # a target and a run name are strings (the CLI's always are): on=["local"] was a TypeError
+    # out of the API, on=5 "empty target", deploy(name=None) a TypeError
+    for name, what in (("on", "a target string or runward.Target"), ("name", "a run name (a string)")):
+        value = getattr(opts, name, None) if name in fields else None
+        if value is not None and not isinstance(value, str):
+            raise BadInput(f"invalid {name} {value!r}: not {what}",
+                           'e.g. on="local" or on="ssh://gpu1"' if name == "on" else 'e.g. name="train"')
+    for name in fields:
         opt = options.OPTS.get(name) or by_dest.get(name)
         value = getattr(opts, name)
         if opt is None or value is None:

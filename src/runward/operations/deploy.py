@@ -18,6 +18,8 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
     """PROGRESS: as push's."""
     from .. import files as _files
     from ..sync import describe
+    if not opts.name:
+        raise BadInput("deploy needs a run name", "name a run of runward.toml that has files = [...]")
     cfg = load_config(opts)
     target = target_of(opts, cfg, opts.name)
     run_cfg = cfg.runs.get(opts.name)

@@ -18,6 +18,10 @@ class LintOptions(Options):
 def lint(opts: LintOptions) -> Outcome:
     from .. import lint as _lint
     text = opts.command_line
+    if not isinstance(text, str):  # a list was linted as nothing: "no findings", a false all-clear
+        from ..errors import BadInput
+        raise BadInput(f"invalid command_line {text!r}: not a string",
+                       "give the shell command line as one string, e.g. \"pkill -f train\"")
     findings = _lint.lint(text, assume_shell=not opts.interactive)
     code = EXIT_FAILED if any(f.severity == "error" for f in findings) else EXIT_OK
     return Outcome("lint", code, {"ok": code == EXIT_OK, "command": "lint", "result": {

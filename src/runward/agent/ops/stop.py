@@ -63,6 +63,10 @@ def stop(req, home):
             res["restart_cancelled"] = True
         if ckpt is not None:
             res["checkpoint"] = ckpt
+            if ckpt.get("sent_to") and res.get("already_stopped"):
+                # alive when this stop began: its own checkpoint signal ended the job (one that
+                # does not handle it), so the stop did it -- never "already stopped", state "lost"
+                res.update(already_stopped=False, state="stopped", ended_by="checkpoint_signal")
         _record_end(store, att, res, req.get("by"))
         return res
     finally:
