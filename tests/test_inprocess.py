@@ -61,3 +61,33 @@ def test_in_process_and_spawned_agents_give_the_same_document(cli, monkeypatch):
     assert set(here[1]) == set(spawned[1])
     assert here[1]["runs"][0]["state"] == "running"
     cli.json("stop", "inproc-same")
+
+
+_SPAWNED = ("import sys; from runward import inprocess, cli; inprocess.wanted = lambda *a, **k: False; "
+            "sys.exit(cli.main(sys.argv[1:]))")
+
+
+def test_a_symlinked_home_is_left_as_a_spawned_agents_status_leaves_it(tmp_path):
+    """RUNWARD_HOME a symlink to a directory of ours that others may read (a shared project
+    directory): the CLI never narrows a home through a symlink (cache.make_private_dir), so a
+    spawned status leaves the directory 0755 and makes no runs/ in it; the in-process status
+    ran the agent's Home.ensure(), which chmod'ed the link's target to 0700 and made runs/."""
+    import os
+    import stat
+    import subprocess
+
+    from conftest import CLI
+    seen = {}
+    for route in ("in-process", "spawned"):
+        real = tmp_path / route / "shared"
+        real.mkdir(parents=True)
+        real.chmod(0o755)
+        c = CLI(tmp_path / route / "home", tmp_path / route)
+        c.home.symlink_to(real)
+        argv = c.argv("status", "--json") if route == "in-process" else \
+            [sys.executable, "-c", _SPAWNED, "status", "--json"]
+        p = subprocess.run(argv, cwd=c.cwd, env=c.env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        seen[route] = (oct(stat.S_IMODE(os.lstat(real).st_mode)), (real / "runs").exists())
+    assert seen["spawned"] == ("0o755", False)  # the comparison sees what it guards
+    assert seen["in-process"] == seen["spawned"]

@@ -60,11 +60,14 @@ class _Lines(io.RawIOBase):
 def call(req: dict, on_event) -> dict | None:
     """The agent's reply to req, or None where it gave none (the caller then spawns one)."""
     from .agent import main as agent_main
+    from .cache import local_home, make_private_dir
     try:
         # a spawned agent's call made the home 0700 (an older runward's 0755 narrowed) on its
-        # way (resident.ensure): the same promise here, whose route skips that (test_home_mode)
-        agent_main.Home().ensure()
-    except (OSError, agent_main.AgentFailure):
+        # way, when the CLI wrote its cache (cache.make_private_dir): the same here, whose
+        # route writes none (test_home_mode). That one, not the agent's Home.ensure(): a
+        # status makes no runs/, and a home that is a symlink is not narrowed through it
+        make_private_dir(local_home())
+    except OSError:
         pass  # not ours alone: the op itself says so, as it would to a spawned agent
     got = _Replies(on_event)
     agent_main.serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))
