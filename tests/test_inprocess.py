@@ -91,3 +91,38 @@ def test_a_symlinked_home_is_left_as_a_spawned_agents_status_leaves_it(tmp_path)
         seen[route] = (oct(stat.S_IMODE(os.lstat(real).st_mode)), (real / "runs").exists())
     assert seen["spawned"] == ("0o755", False)  # the comparison sees what it guards
     assert seen["in-process"] == seen["spawned"]
+
+
+def test_a_status_with_a_timeout_is_not_answered_in_process(cli, monkeypatch, tmp_path):
+    """transport.call's timeout (an interrupted start's look at its run: api.status(...,
+    timeout=5.0)) bounds a spawned agent, killed when it is up; the in-process route ignored
+    it: a run on a GPU whose nvidia-smi hangs kept that look 15 s (the agent's own nvidia-smi
+    limit), and a /proc read of a stuck process would keep it for ever."""
+    import os
+    import time
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    hang = tmp_path / "hang"
+    smi = bin_ / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\n[ -e "{hang}" ] && exec sleep 60\n'
+                   'case "$*" in *query-gpu*) echo "0, GPU-fake-0, Fake GPU, 10, 80000, 0";; esac\n')
+    smi.chmod(0o755)
+    path = f"{bin_}:{os.environ['PATH']}"
+    cli.env["PATH"] = path
+    rc, doc = cli.json("start", "inproc-timeout", "--gpus", "0", "--settle", "0.2", "--", "sleep", "120")
+    assert rc == 0, doc
+    try:
+        hang.touch()
+        monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
+        monkeypatch.setenv("PATH", path)
+        monkeypatch.setattr(inprocess, "ON", [True])  # the CLI's process, its main thread
+        t0 = time.monotonic()
+        try:
+            transport.call(parse_target("local"), {"op": "status", "names": ["inproc-timeout"]}, timeout=1.0)
+        except Exception:
+            pass  # the spawned agent killed at its timeout: the call says so
+        took = time.monotonic() - t0
+        assert took < 6, f"a status with timeout=1.0 took {took:.1f}s ({transport.LAST_ROUTE})"
+    finally:
+        hang.unlink()
+        cli.json("stop", "inproc-timeout")
