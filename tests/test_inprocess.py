@@ -4,6 +4,7 @@ one a spawned agent gives."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 from runward import inprocess, transport
@@ -104,7 +105,9 @@ def test_a_status_with_a_timeout_is_not_answered_in_process(cli, monkeypatch, tm
     bin_.mkdir()
     hang = tmp_path / "hang"
     smi = bin_ / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\n[ -e "{hang}" ] && exec sleep 60\n'
+    # 17 s: past the agent's own 15 s nvidia-smi limit; the agent killed at the timeout leaves
+    # its nvidia-smi children running (a leak of the spawned route's, not this test's subject)
+    smi.write_text(f'#!/bin/sh\n[ -e "{hang}" ] && exec sleep 17\n'
                    'case "$*" in *query-gpu*) echo "0, GPU-fake-0, Fake GPU, 10, 80000, 0";; esac\n')
     smi.chmod(0o755)
     path = f"{bin_}:{os.environ['PATH']}"
@@ -126,3 +129,37 @@ def test_a_status_with_a_timeout_is_not_answered_in_process(cli, monkeypatch, tm
     finally:
         hang.unlink()
         cli.json("stop", "inproc-timeout")
+
+
+def test_a_module_of_the_agent_missing_is_a_bug_on_both_routes(tmp_path):
+    """A module of the agent's own package missing (a half-copied install): the spawned agent,
+    where the package is runward_agent, calls it a bug (AgentError with its traceback); the
+    in-process one, where it is runward.agent, said 'python3 on the target lacks the standard
+    module runward.agent' with apt-get install python3 for a hint (HopFailed)."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+    src = Path(inprocess.__file__).resolve().parent.parent
+    copy = tmp_path / "src"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "runward" / "agent" / "stall.py").unlink()  # status imports it for a live run's stall
+    home = tmp_path / "home"
+    env = dict(os.environ, PYTHONPATH=str(copy), RUNWARD_HOME=str(home))
+    env.pop("RUNWARD_CONFIG", None)
+    p = subprocess.run([sys.executable, "-m", "runward", "start", "inproc-half", "--settle", "0.2", "--json",
+                        "--", "sleep", "60"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        got = {}
+        for route, argv in (("in-process", [sys.executable, "-m", "runward"]),
+                            ("spawned", [sys.executable, "-c", _SPAWNED])):
+            p = subprocess.run([*argv, "status", "inproc-half", "--json"], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)
+            err = json.loads(p.stdout)["error"]
+            got[route] = (p.returncode, err["type"], "lacks the standard module" in err["message"])
+        assert got["spawned"] == (3, "AgentError", False), got
+        assert got["in-process"] == got["spawned"]
+    finally:
+        subprocess.run([sys.executable, "-m", "runward", "stop", "inproc-half"], env=env, cwd=tmp_path,
+                       capture_output=True, timeout=120)
