@@ -8,7 +8,8 @@ this same machine, user, RUNWARD_HOME and environment, so it sees what a spawned
 see; it answers through the same serve() and the same reply lines, read by the same
 _Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
 What a spawned agent would have done apart from that and what would be lost here: nothing a
-read-only op does (no signal, no child, no fork, no exit), and the CLI ends right after.
+status does (no signal, no fork, no exit, no child left: the py-spy it runs on a stall's first
+sight is waited for; it writes only its runs' side state), and the CLI ends right after.
 """
 
 from __future__ import annotations
