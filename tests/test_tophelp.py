@@ -53,3 +53,23 @@ def test_a_narrow_terminal_and_anything_else_go_through_argparse():
     assert p.returncode == 0 and "argparse" in imported and "commands:" in p.stdout
     p, imported = _run("--")
     assert p.returncode == 2 and "takes no command after --" in p.stderr
+
+
+_ARGPARSE_ONLY = ("import sys; from runward import cli; cli._answered_without_argparse = lambda argv: False; "
+                  "sys.exit(cli.main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--version"], []])
+def test_with_stdout_closed_the_words_go_where_argparses_go(args):
+    """With fd 1 closed, sys.stdout is None and argparse writes its help and version to
+    stderr (ArgumentParser._print_message: `file or sys.stderr`); the text said without
+    argparse went nowhere, so `runward --help >&-` printed nothing at all."""
+    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="100")
+
+    def closed(argv):
+        return subprocess.run(argv, stdout=None, stderr=subprocess.PIPE, timeout=60, env=env,
+                              preexec_fn=lambda: os.close(1))
+    fast = closed([sys.executable, "-m", "runward", *args])
+    slow = closed([sys.executable, "-c", _ARGPARSE_ONLY, *args])
+    assert slow.stderr.startswith(b"usage: runward" if args != ["--version"] else b"runward 0.1.0")
+    assert (fast.returncode, fast.stderr) == (slow.returncode, slow.stderr)

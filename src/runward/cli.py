@@ -201,10 +201,11 @@ def _answered_without_argparse(argv: list[str]) -> bool:
 
 
 def _say(text: str) -> None:
-    """Print as argparse prints its help: an error writing it is dropped (a closed reader
-    ends `runward --help` with 0 and no word, as before)."""
+    """Print as argparse prints its help (ArgumentParser._print_message): to stderr where
+    there is no stdout (fd 1 closed: sys.stdout is None), and an error writing it dropped (a
+    closed reader ends `runward --help` with 0 and no word, as before)."""
     try:
-        sys.stdout.write(text)
+        (sys.stdout or sys.stderr).write(text)
     except (AttributeError, OSError):
         pass
 

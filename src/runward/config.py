@@ -140,7 +140,11 @@ def looks_like_a_name(text: str) -> bool:
 
 
 def find(start: str | None = None) -> str | None:
-    d = os.path.realpath(start or os.getcwd())
+    try:
+        d = os.path.realpath(start or os.getcwd())
+    except FileNotFoundError:  # the shell's directory was removed under it
+        raise BadInput("the current directory no longer exists: runward.toml cannot be looked for from it",
+                       "cd to an existing directory, or give --config PATH")
     while True:
         cand = os.path.join(d, FILENAME)
         if os.path.isfile(cand):

@@ -8,7 +8,8 @@ this same machine, user, RUNWARD_HOME and environment, so it sees what a spawned
 see; it answers through the same serve() and the same reply lines, read by the same
 _Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
 What a spawned agent would have done apart from that and what would be lost here: nothing a
-read-only op does (no signal, no child, no fork, no exit), and the CLI ends right after.
+status does (no signal, no fork, no exit, no child left: the py-spy it runs on a stall's first
+sight is waited for; it writes only its runs' side state), and the CLI ends right after.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ OPS = frozenset(("status",))  # read-only, one reply, nothing left running
 ON = []  # [True] once cli.main has said this process is the CLI's
 
 
-def wanted(target, req: dict, payload, late) -> bool:
+def wanted(target, req: dict, payload, late, timeout=None) -> bool:
     """Whether this call is answered here. Not in a thread (a fan-out's): the agent keeps
     its call's event sink in module globals, and its lock wait arms SIGALRM, which only the
     main thread may. Not for a Slurm target (its status asks squeue: left as it was), nor
     with a home of the target's own, nor when a value of ours is kept out of our children's
-    environment (sshconf.HIDDEN_ENV): a spawned agent would not see it."""
-    if not (ON and target.is_local and target.slurm is None and req.get("op") in OPS and payload is None
-            and late is None):
+    environment (sshconf.HIDDEN_ENV): a spawned agent would not see it. Not with a timeout
+    (an interrupted start's look at its run: 5 s at most): a spawned agent is killed when it
+    is up, this process cannot cut its own read short (a status waits up to 15 s for
+    nvidia-smi, a /proc read of a stuck process for ever)."""
+    if not (ON and timeout is None and target.is_local and target.slurm is None and req.get("op") in OPS
+            and payload is None and late is None):
         return False
     import sys
     threading = sys.modules.get("threading")
@@ -60,11 +64,14 @@ class _Lines(io.RawIOBase):
 def call(req: dict, on_event) -> dict | None:
     """The agent's reply to req, or None where it gave none (the caller then spawns one)."""
     from .agent import main as agent_main
+    from .cache import local_home, make_private_dir
     try:
         # a spawned agent's call made the home 0700 (an older runward's 0755 narrowed) on its
-        # way (resident.ensure): the same promise here, whose route skips that (test_home_mode)
-        agent_main.Home().ensure()
-    except (OSError, agent_main.AgentFailure):
+        # way, when the CLI wrote its cache (cache.make_private_dir): the same here, whose
+        # route writes none (test_home_mode). That one, not the agent's Home.ensure(): a
+        # status makes no runs/, and a home that is a symlink is not narrowed through it
+        make_private_dir(local_home())
+    except OSError:
         pass  # not ours alone: the op itself says so, as it would to a spawned agent
     got = _Replies(on_event)
     agent_main.serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))

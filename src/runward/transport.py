@@ -135,7 +135,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     if target.home and "home" not in req:
         req["home"] = target.home
     from . import inprocess
-    if inprocess.wanted(target, req, payload, late):  # the CLI's local status: no second Python
+    if inprocess.wanted(target, req, payload, late, timeout):  # the CLI's local status: no second Python
         reply = inprocess.call(req, on_event)
         if reply is not None:
             LAST_ROUTE = "in-process"

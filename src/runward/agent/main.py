@@ -140,7 +140,7 @@ def serve(stdin, stdout, only=None):
         reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": e.to_dict()}, extra)
         return 1
     except ImportError as e:  # of our own package: a bug; else a module this python lacks
-        if not e.name or e.name.split(".")[0] == "runward_agent":
+        if not e.name or e.name.split(".")[0] == "runward_agent" or _ours(e.name):
             return _bug(stdout, e, extra)
         reply(stdout, {"v": boot.PROTOCOL, "ok": False, "error": missing_module(e.name).to_dict()}, extra)
         return 1
@@ -148,6 +148,13 @@ def serve(stdin, stdout, only=None):
         return 1
     except Exception as e:  # a bug: send it home with its traceback (rebuilt locally)
         return _bug(stdout, e, extra)
+
+
+def _ours(name):
+    """Whether module NAME is of this package: runward_agent as shipped, runward.agent in the
+    source tree (the CLI's in-process status, inprocess.py), where a missing one is a bug too."""
+    pkg = __name__.rpartition(".")[0]
+    return bool(pkg) and (name == pkg or name.startswith(pkg + "."))
 
 
 def _bug(stdout, e, extra):

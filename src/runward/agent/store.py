@@ -74,6 +74,9 @@ class Home(object):
             return sorted(n for n in os.listdir(os.path.join(self.path, "runs")) if valid_name(n))
         except FileNotFoundError:
             return []
+        except PermissionError:  # another user's home (0700), or one made unreadable: not a bug
+            raise AgentFailure("AgentError", "state directory %s is not readable by this user (uid %d)" % (
+                self.path, os.getuid()), "set RUNWARD_HOME to a directory of your own, or run as its owner")
 
 
     def first_starts_waiting(self):

@@ -60,6 +60,14 @@ def _accelerated():
             obj, end = scan(t, 0)
         except StopIteration:
             raise ValueError("not JSON: expecting a value at the start")
+        except SystemError:
+            # a syntax error: _json raises json.decoder.JSONDecodeError, which Python <= 3.11
+            # takes from sys.modules only; where nothing imported json it set no exception and
+            # the call says SystemError. Only this error path pays for json's import: its
+            # JSONDecodeError (a ValueError) says where
+            import json
+            json.loads(t)
+            raise ValueError("not JSON")
         if end != len(t):
             raise ValueError("not JSON: extra data at character %d" % end)
         return obj

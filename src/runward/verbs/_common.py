@@ -17,17 +17,33 @@ class Out:
 
     def __init__(self, json_mode: bool):
         self.json = json_mode
-        self.tty = sys.stdout.isatty()
+        self.tty = sys.stdout is not None and sys.stdout.isatty()  # None: started with fd 1 closed
+        self.written = False  # the one JSON document is on stdout (or was begun there)
 
     def say(self, text: str = "") -> None:
         if not self.json:
             print(text, flush=True)
 
     def doc(self, obj: dict) -> None:
-        if self.json:
-            import json
-            sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n")
+        """The command's one JSON document, written whole: a Ctrl-C while a slow reader keeps
+        the write blocked is held until the last byte is out (it then ends the command, which
+        writes nothing more: a second document glued onto a torn first was what it left)."""
+        if not self.json or self.written or sys.stdout is None:
+            return  # None: fd 1 closed at start; nothing said, as print() says nothing then
+        import json
+        text = json.dumps(obj, indent=None, sort_keys=False, default=str) + "\n"
+        import _signal  # signal.py would import enum on a status's path for two calls
+        self.written = True
+        try:
+            held = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+        except (AttributeError, OSError, ValueError):
+            held = None
+        try:
+            sys.stdout.write(text)
             sys.stdout.flush()
+        finally:
+            if held is not None:
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, held)  # a held Ctrl-C lands here
 
 
 def old_spelling(p, flag: str, dest: str, **kw) -> None:
