@@ -132,3 +132,34 @@ def test_a_cache_file_not_ours_or_torn_is_not_believed(home, tmp_path):
     kept.write_text('{"blake2b": "')  # torn
     os.chmod(kept, 0o600)
     assert config.load(p).targets["a"]["on"] == "ssh://hostA"
+
+
+def test_a_cache_file_nested_past_the_decoders_depth_is_not_believed(home, tmp_path):
+    """json.loads raises RecursionError (not ValueError) for a deeply nested document: a
+    corrupted config-* file made every verb end in a traceback (exit 1) until it was deleted."""
+    p = tmp_path / "runward.toml"
+    _write(p, '[targets.a]\non = "ssh://hostA"\n')
+    config.load(p)
+    (kept,) = home.glob("cache/config-*")
+    kept.write_text("[" * 200000 + "]" * 200000)
+    assert config.load(p).targets["a"]["on"] == "ssh://hostA"
+    assert json.loads(kept.read_text())["doc"]["targets"]["a"]["on"] == "ssh://hostA"  # replaced
+
+
+def test_a_fifo_in_the_cache_files_place_does_not_hang(home, tmp_path):
+    """read_cache opened a FIFO in blocking mode: every call hung until a writer came."""
+    import multiprocessing
+    p = tmp_path / "runward.toml"
+    _write(p, '[targets.a]\non = "ssh://hostA"\n')
+    config.load(p)
+    (kept,) = home.glob("cache/config-*")
+    kept.unlink()
+    os.mkfifo(kept, 0o600)
+    child = multiprocessing.get_context("fork").Process(target=config.load, args=(p,))
+    child.start()
+    child.join(10)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung and child.exitcode == 0

@@ -204,7 +204,7 @@ def _kept(p: str, raw: bytes) -> dict | None:
     from .cache import read_cache
     try:
         kept = json.loads(read_cache(_kept_path(p)) or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):  # torn, or nested past the decoder's depth: not ours
         return None
     if isinstance(kept, dict) and kept.get("blake2b") == _blake2b(raw) and isinstance(kept.get("doc"), dict):
         return kept["doc"]
