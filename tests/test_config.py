@@ -163,3 +163,37 @@ def test_a_fifo_in_the_cache_files_place_does_not_hang(home, tmp_path):
         child.kill()
         child.join()
     assert not hung and child.exitcode == 0
+
+
+def test_ssh_settings_follow_the_config_of_each_call_in_one_process(home, tmp_path, monkeypatch):
+    """load_config put [ssh] config / alive_timeout in the environment only when nothing was
+    there, so in one process (runward mcp, import runward) the first project's [ssh] config
+    stayed in force for another project's calls and for the same file edited; the user's
+    own variable still wins."""
+    from types import SimpleNamespace
+
+    from runward.operations import common
+    monkeypatch.setattr(common, "_FROM_CONFIG", {}, raising=False)
+    monkeypatch.delenv("RUNWARD_SSH_CONFIG", raising=False)
+    monkeypatch.delenv("RUNWARD_SSH_ALIVE_TIMEOUT", raising=False)
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    _write(a / "runward.toml", '[ssh]\nconfig = "a_ssh"\nalive_timeout = 30\n')
+    _write(b / "runward.toml", '[ssh]\nconfig = "b_ssh"\n')
+    _write(c / "runward.toml", '[targets.x]\non = "ssh://h"\n')
+    load = lambda d: common.load_config(SimpleNamespace(config=str(d / "runward.toml")))  # noqa: E731
+    load(a)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == os.path.realpath(a / "a_ssh")
+    assert float(os.environ["RUNWARD_SSH_ALIVE_TIMEOUT"]) == 30
+    load(b)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == os.path.realpath(b / "b_ssh")
+    assert "RUNWARD_SSH_ALIVE_TIMEOUT" not in os.environ
+    load(c)
+    assert "RUNWARD_SSH_CONFIG" not in os.environ
+    _write(a / "runward.toml", '[ssh]\nconfig = "a2_ssh"\n')  # the same file edited
+    load(a)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == os.path.realpath(a / "a2_ssh")
+    monkeypatch.setenv("RUNWARD_SSH_CONFIG", "/users/own")
+    load(b)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == "/users/own"
