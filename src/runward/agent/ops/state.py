@@ -27,7 +27,7 @@ def status(req, home):
         if missing:
             raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
                                "`runward status` lists the runs here")
-    waiting = [] if names else _first_starts_waiting(home, all_names)
+    waiting = [] if names else _starts_waiting(home)
     bid = boot_id()
     if not (names or all_names or waiting):
         return {"runs": [], "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
@@ -35,7 +35,7 @@ def status(req, home):
     prot = protected(procs)
     up = uptime()
     runs = []
-    for nm in names or sorted(all_names + waiting):
+    for nm in names or sorted(set(all_names) | set(waiting)):
         store = RunStore(home, nm)
         if store.exists():
             runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
@@ -46,15 +46,16 @@ def status(req, home):
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
 
 
-def _first_starts_waiting(home, known):
-    """Runs not on record whose first start waits for its GPUs (only its lock file is in
-    runs/): `status` of all runs said "no runs" while `status NAME` showed the wait."""
+def _starts_waiting(home):
+    """The runs whose start waits for its GPUs, by their lock files: a first start has no
+    run on record yet (only its lock is in runs/), and `status` of all runs said "no runs"
+    while `status NAME` showed the wait."""
     try:
         files = os.listdir(os.path.join(home.path, "runs"))
     except OSError:
         return []
     names = (f[1:-len(".lock")] for f in files if f.startswith(".") and f.endswith(".lock"))
-    return [nm for nm in names if valid_name(nm) and nm not in known and RunStore(home, nm).gpu_wait() is not None]
+    return [nm for nm in names if valid_name(nm) and RunStore(home, nm).gpu_wait() is not None]
 
 
 def _gpu_wait(out, store):
