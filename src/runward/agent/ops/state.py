@@ -9,7 +9,7 @@ from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
 from ..secrets import redact_env, shown_multinode
-from ..store import RunStore, check_name, read_json, valid_name
+from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
 
@@ -27,35 +27,22 @@ def status(req, home):
         if missing:
             raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
                                "`runward status` lists the runs here")
-    waiting = [] if names else _starts_waiting(home)
     bid = boot_id()
-    if not (names or all_names or waiting):
+    if not (names or all_names):
         return {"runs": [], "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
     procs = scan()
     prot = protected(procs)
     up = uptime()
     runs = []
-    for nm in names or sorted(set(all_names) | set(waiting)):
+    for nm in names or all_names:
         store = RunStore(home, nm)
         if store.exists():
             runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
-        elif names or nm in waiting:
+        elif names:
             runs.append({"name": nm, "state": "none", "attempt": None})
         if runs and runs[-1]["name"] == nm:
             _gpu_wait(runs[-1], store)
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
-
-
-def _starts_waiting(home):
-    """The runs whose start waits for its GPUs, by their lock files: a first start has no
-    run on record yet (only its lock is in runs/), and `status` of all runs said "no runs"
-    while `status NAME` showed the wait."""
-    try:
-        files = os.listdir(os.path.join(home.path, "runs"))
-    except OSError:
-        return []
-    names = (f[1:-len(".lock")] for f in files if f.startswith(".") and f.endswith(".lock"))
-    return [nm for nm in names if valid_name(nm) and RunStore(home, nm).gpu_wait() is not None]
 
 
 def _gpu_wait(out, store):
