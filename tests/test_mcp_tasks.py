@@ -424,6 +424,8 @@ def test_a_start_waiting_for_gpus_is_a_task_from_the_wait_on(env):
             assert not _job_procs(cmd_a.encode()), "the job ran while GPU 0 was held"
             run = _cli(env, "status", a)["result"]["runs"][0]
             assert run["attempt"] is None and run["gpu_wait"]["attempt"] == 1 and run["gpu_wait"]["gpus"] == [0]
+            listed = {r["name"]: r for r in _cli(env, "status")["result"]["runs"]}  # no name: listed too
+            assert listed[a]["gpu_wait"]["attempt"] == 1 and listed[a]["state"] == "none", listed
             async with _client(env, ClientTasks()) as other:  # a process that did not make the task
                 got = await get(other.session, created.task_id)
                 assert got.status == "working" and "waiting for GPUs" in got.status_message, got

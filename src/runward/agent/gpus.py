@@ -23,6 +23,7 @@ TIMEOUT = 15.0
 POLL_S = 0.5
 MAX_USED_MIB = 1024.0     # at most this much used, and no compute process: the GPU is free
 RELEASE_TIMEOUT = 60.0
+WAIT_FREE_TIMEOUT = 300.0  # start --wait-gpus-free's bound, when --gpu-wait-timeout is not given
 _CACHE = []               # one snapshot per agent process, for status (many runs, one call)
 
 
@@ -331,7 +332,7 @@ def wait_free(gpus, spec, home, on_poll=None):
     """start --wait-gpus-free: before any record is made, wait until GPUS are free, else
     refuse naming who holds them. on_poll (a stop's cancel request) may end the wait."""
     spec = spec if isinstance(spec, dict) else {}
-    timeout = float(spec.get("timeout") if spec.get("timeout") is not None else 300.0)
+    timeout = float(spec.get("timeout") if spec.get("timeout") is not None else WAIT_FREE_TIMEOUT)
     max_used = float(spec.get("max_used_mib") if spec.get("max_used_mib") is not None else MAX_USED_MIB)
     if timeout < 0 or max_used < 0:
         raise bad_input("invalid --timeout/--max-used for --wait-gpus-free", "give numbers >= 0")

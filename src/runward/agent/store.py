@@ -76,6 +76,17 @@ class Home(object):
             return []
 
 
+    def first_starts_waiting(self):
+        """Runs with no records yet whose first start holds the lock, waiting for its GPUs
+        (RunStore.gpu_wait): their lock files (runs/.NAME.lock) are all there is of them."""
+        try:
+            locks = os.listdir(os.path.join(self.path, "runs"))
+        except FileNotFoundError:
+            return []
+        names = [f[1:-5] for f in locks if f.startswith(".") and f.endswith(".lock") and valid_name(f[1:-5])]
+        return [n for n in names if not RunStore(self, n).exists() and RunStore(self, n).gpu_wait() is not None]
+
+
 class RunStore(object):
     """One run's records: run.json (spec of the last attempt, attempt counter),
     attempts/N.json (one per start), log (appended, never truncated)."""

@@ -316,8 +316,9 @@ def start(req, home):
         replaced = _replace_old(store, req, scan())
         gpu_wait = None
         if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate"):  # gated: the shim waits
-            store.note_gpu_wait(fd, req["gpus"], (req["wait_gpus_free"] or {}).get("timeout")
-                                if isinstance(req["wait_gpus_free"], dict) else None)
+            spec = req["wait_gpus_free"] if isinstance(req["wait_gpus_free"], dict) else {}
+            store.note_gpu_wait(fd, req["gpus"], spec.get("timeout") if spec.get("timeout") is not None
+                                else gpus.WAIT_FREE_TIMEOUT)
             # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
             gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel)
         n, log_from = _new_attempt(store, req, home, plan)

@@ -27,6 +27,8 @@ def status(req, home):
         if missing:
             raise AgentFailure("RunNotFound", "no run named %s on this target" % ", ".join(missing),
                                "`runward status` lists the runs here")
+    waiting = [] if names else home.first_starts_waiting()  # no run directory yet, only their lock
+    all_names = sorted(set(all_names) | set(waiting))
     bid = boot_id()
     if not (names or all_names):
         return {"runs": [], "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
@@ -38,7 +40,7 @@ def status(req, home):
         store = RunStore(home, nm)
         if store.exists():
             runs.append(status_of(store, procs, prot, bid, up, bool(names), req.get("since_s")))
-        elif names:
+        elif names or nm in waiting:  # a first start waiting for its GPUs (the checks above)
             runs.append({"name": nm, "state": "none", "attempt": None})
         if runs and runs[-1]["name"] == nm:
             _gpu_wait(runs[-1], store)
