@@ -197,3 +197,23 @@ def test_ssh_settings_follow_the_config_of_each_call_in_one_process(home, tmp_pa
     monkeypatch.setenv("RUNWARD_SSH_CONFIG", "/users/own")
     load(b)
     assert os.environ["RUNWARD_SSH_CONFIG"] == "/users/own"
+
+
+@pytest.mark.parametrize("body", [
+    '[[runs.t.env]]\nHF_TOKEN = "tok-S1"\n',  # an array of tables: refused (env must be a table)
+    '[runs.t]\non = "local"\ncommand = ["true"]\nenv = [{ HF_TOKEN = "tok-S1" }]\n',
+    '[runs.t]\non = "local"\ncommand = ["true"]\nenv = { A = { HF_TOKEN = "tok-S1" } }\n',
+    '[runs.t]\non = "local"\ncommand = ["true"]\n[runs.t.environment]\nHF_TOKEN = "tok-S1"\n',  # misspelt
+])
+def test_a_secret_named_entry_outside_a_valid_env_table_is_never_kept(home, tmp_path, body):
+    """_holds_secret looked for secret names only in a dict under an "env" key, and the parse
+    is kept before the validation: an env written as an array of tables, a list, a nested
+    table or under a misspelt key had its token copied into cache/config-* (seen by grep)."""
+    p = tmp_path / "runward.toml"
+    _write(p, body)
+    for _ in range(2):
+        try:
+            config.load(p)
+        except BadInput:
+            pass
+    assert not any("tok-S1" in f.read_text(errors="replace") for f in home.rglob("*") if f.is_file())
