@@ -132,3 +132,88 @@ def test_a_cache_file_not_ours_or_torn_is_not_believed(home, tmp_path):
     kept.write_text('{"blake2b": "')  # torn
     os.chmod(kept, 0o600)
     assert config.load(p).targets["a"]["on"] == "ssh://hostA"
+
+
+def test_a_cache_file_nested_past_the_decoders_depth_is_not_believed(home, tmp_path):
+    """json.loads raises RecursionError (not ValueError) for a deeply nested document: a
+    corrupted config-* file made every verb end in a traceback (exit 1) until it was deleted."""
+    p = tmp_path / "runward.toml"
+    _write(p, '[targets.a]\non = "ssh://hostA"\n')
+    config.load(p)
+    (kept,) = home.glob("cache/config-*")
+    kept.write_text("[" * 200000 + "]" * 200000)
+    assert config.load(p).targets["a"]["on"] == "ssh://hostA"
+    assert json.loads(kept.read_text())["doc"]["targets"]["a"]["on"] == "ssh://hostA"  # replaced
+
+
+def test_a_fifo_in_the_cache_files_place_does_not_hang(home, tmp_path):
+    """read_cache opened a FIFO in blocking mode: every call hung until a writer came."""
+    import multiprocessing
+    p = tmp_path / "runward.toml"
+    _write(p, '[targets.a]\non = "ssh://hostA"\n')
+    config.load(p)
+    (kept,) = home.glob("cache/config-*")
+    kept.unlink()
+    os.mkfifo(kept, 0o600)
+    child = multiprocessing.get_context("fork").Process(target=config.load, args=(p,))
+    child.start()
+    child.join(10)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung and child.exitcode == 0
+
+
+def test_ssh_settings_follow_the_config_of_each_call_in_one_process(home, tmp_path, monkeypatch):
+    """load_config put [ssh] config / alive_timeout in the environment only when nothing was
+    there, so in one process (runward mcp, import runward) the first project's [ssh] config
+    stayed in force for another project's calls and for the same file edited; the user's
+    own variable still wins."""
+    from types import SimpleNamespace
+
+    from runward.operations import common
+    monkeypatch.setattr(common, "_FROM_CONFIG", {}, raising=False)
+    monkeypatch.delenv("RUNWARD_SSH_CONFIG", raising=False)
+    monkeypatch.delenv("RUNWARD_SSH_ALIVE_TIMEOUT", raising=False)
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    _write(a / "runward.toml", '[ssh]\nconfig = "a_ssh"\nalive_timeout = 30\n')
+    _write(b / "runward.toml", '[ssh]\nconfig = "b_ssh"\n')
+    _write(c / "runward.toml", '[targets.x]\non = "ssh://h"\n')
+    load = lambda d: common.load_config(SimpleNamespace(config=str(d / "runward.toml")))  # noqa: E731
+    load(a)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == os.path.realpath(a / "a_ssh")
+    assert float(os.environ["RUNWARD_SSH_ALIVE_TIMEOUT"]) == 30
+    load(b)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == os.path.realpath(b / "b_ssh")
+    assert "RUNWARD_SSH_ALIVE_TIMEOUT" not in os.environ
+    load(c)
+    assert "RUNWARD_SSH_CONFIG" not in os.environ
+    _write(a / "runward.toml", '[ssh]\nconfig = "a2_ssh"\n')  # the same file edited
+    load(a)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == os.path.realpath(a / "a2_ssh")
+    monkeypatch.setenv("RUNWARD_SSH_CONFIG", "/users/own")
+    load(b)
+    assert os.environ["RUNWARD_SSH_CONFIG"] == "/users/own"
+
+
+@pytest.mark.parametrize("body", [
+    '[[runs.t.env]]\nHF_TOKEN = "tok-S1"\n',  # an array of tables: refused (env must be a table)
+    '[runs.t]\non = "local"\ncommand = ["true"]\nenv = [{ HF_TOKEN = "tok-S1" }]\n',
+    '[runs.t]\non = "local"\ncommand = ["true"]\nenv = { A = { HF_TOKEN = "tok-S1" } }\n',
+    '[runs.t]\non = "local"\ncommand = ["true"]\n[runs.t.environment]\nHF_TOKEN = "tok-S1"\n',  # misspelt
+])
+def test_a_secret_named_entry_outside_a_valid_env_table_is_never_kept(home, tmp_path, body):
+    """_holds_secret looked for secret names only in a dict under an "env" key, and the parse
+    is kept before the validation: an env written as an array of tables, a list, a nested
+    table or under a misspelt key had its token copied into cache/config-* (seen by grep)."""
+    p = tmp_path / "runward.toml"
+    _write(p, body)
+    for _ in range(2):
+        try:
+            config.load(p)
+        except BadInput:
+            pass
+    assert not any("tok-S1" in f.read_text(errors="replace") for f in home.rglob("*") if f.is_file())

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -582,3 +583,30 @@ def test_holder_of_a_container_gpu_after_stop_is_named_through_the_host(ccli, tm
         outside.kill()
         outside.wait()
         _clean_container(ccli, on, name)
+
+
+def test_status_of_all_runs_shows_a_first_start_waiting_for_gpus(gcli, holders):
+    """A first start waiting for its GPUs has no run directory yet, only its lock: `status`
+    NAME showed the wait while `status` of all runs said "no runs" (and the RunNotFound hint
+    of logs/history/rm sends the user to that listing). Once the wait ends, it is gone."""
+    holders(0, 50000, gcli.state)
+    start = gcli.popen("start", "w", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "60", "--json",
+                       "--", "sleep", "30")
+    try:
+        lock = gcli.home / "runs" / ".w.lock"
+        wait_for(lambda: lock.exists() and b'"gpu_wait"' in lock.read_bytes(), what="the start waiting")
+        holder_pid = json.loads(lock.read_bytes())["pid"]
+        assert os.path.exists(f"/proc/{holder_pid}")  # ground truth: the waiting start is alive
+        rc, doc = gcli.json("status")
+        runs = {r["name"]: r for r in doc["result"]["runs"]}
+        assert rc == 0 and "w" in runs, doc
+        assert runs["w"]["gpu_wait"]["attempt"] == 1 and runs["w"]["attempt"] is None, runs["w"]
+        assert "waiting" in gcli.run("status").stdout
+        os.kill(holder_pid, signal.SIGKILL)  # the wait ends with its process: nothing is waiting
+        wait_for(lambda: not os.path.exists(f"/proc/{holder_pid}"), what="the start gone")
+        rc, doc = gcli.json("status")
+        assert rc == 0 and doc["result"]["runs"] == [], doc
+    finally:
+        if start.poll() is None:
+            start.kill()
+        start.communicate(timeout=30)

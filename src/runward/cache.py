@@ -46,14 +46,16 @@ def cache_path(name: str) -> str:
 
 def read_cache(path: str) -> bytes | None:
     """A cache file's bytes, or None when it is missing or not safely ours: owned by
-    another user or writable by others, its contents could steer what we send or skip."""
+    another user or writable by others, its contents could steer what we send or skip; not
+    a regular file (a FIFO in its place made every call that read it hang: opened without
+    blocking, then refused)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        if st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_mode & 0o170000 != 0o100000:  # not S_ISREG (no stat import)
             return None
         chunks = []
         while chunk := os.read(fd, 1 << 20):

@@ -210,7 +210,7 @@ def _kept(p: str, raw: bytes) -> dict | None:
     from .cache import read_cache
     try:
         kept = json.loads(read_cache(_kept_path(p)) or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):  # torn, or nested past the decoder's depth: not ours
         return None
     if isinstance(kept, dict) and kept.get("blake2b") == _blake2b(raw) and isinstance(kept.get("doc"), dict):
         return kept["doc"]
@@ -239,19 +239,20 @@ def _keep(p: str, raw: bytes, data: dict) -> None:
 
 
 def _holds_secret(data) -> bool:
-    """A secret by agent/secrets.py's rule anywhere in the parse: an env entry under a secret
-    name ([runs.X.env] HF_TOKEN = ...), or a URL with a password in any string (a notify
-    URL's password is written to no file, docs/supervision.md). Such a file is never kept."""
+    """A secret by agent/secrets.py's rule anywhere in the parse: a key under a secret name
+    in any table (an env entry, [runs.X.env] HF_TOKEN = ...; and the same entry where the
+    file is refused or the env misplaced: [[runs.X.env]], env = [{...}], env = { A = {...} },
+    a misspelt [runs.X.environment], all kept before the validation refused them), or a URL
+    with a password in any string (a notify URL's password is written to no file,
+    docs/supervision.md). Such a file is never kept. A harmless key that the rule calls
+    secret (a metric tokens_s) only costs that file its cache."""
     from .agent.secrets import is_secret_name, mask_url_passwords
     if isinstance(data, str):
         return mask_url_passwords(data) != data
     if isinstance(data, list):
         return any(_holds_secret(v) for v in data)
     if isinstance(data, dict):
-        env = data.get("env")
-        if isinstance(env, dict) and any(is_secret_name(k) for k in env):
-            return True
-        return any(_holds_secret(k) or _holds_secret(v) for k, v in data.items())
+        return any(is_secret_name(k) or _holds_secret(k) or _holds_secret(v) for k, v in data.items())
     return False
 
 

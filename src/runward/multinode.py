@@ -25,9 +25,8 @@ _NOT_LAUNCHED = ("BadInput", "AlreadyRunning", "NotStarted")
 def nodes_of(args, cfg, name: str | None) -> list[Target] | None:
     """The nodes of NAME: --on given more than once, else runward.toml's [runs.NAME] nodes
     (unless one --on names a single target); None for a run on one target."""
-    import os
-    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):  # as verbs/_common.target_of
-        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    from .operations.common import ssh_settings
+    ssh_settings(cfg)  # as operations/common.target_of
     given = list(getattr(args, "nodes", None) or [])
     if len(given) > 1:
         return [cfg.target(t) for t in given]

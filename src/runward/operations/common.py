@@ -23,18 +23,38 @@ def load_config(opts):
     target_of, and used to ignore it."""
     from .. import config
     cfg = config.load(getattr(opts, "config", None))
-    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
-        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
-    if cfg.ssh_alive_timeout and not os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT"):
-        os.environ["RUNWARD_SSH_ALIVE_TIMEOUT"] = str(cfg.ssh_alive_timeout)
+    ssh_settings(cfg, whole=True)
     return cfg
+
+
+# What a runward.toml's [ssh] put in the environment (variable -> value), told apart from
+# what the user set: in one process (`runward mcp`, `import runward`) the first config's
+# [ssh] config stayed in force for every later call, another project's or the same file
+# edited, since a value already there was taken for the user's own.
+_FROM_CONFIG: dict[str, str] = {}
+
+
+def ssh_settings(cfg, whole: bool = False) -> None:
+    """cfg's [ssh] config and alive_timeout in force for the ssh calls that follow, unless
+    the user's own RUNWARD_SSH_CONFIG / RUNWARD_SSH_ALIVE_TIMEOUT names one. whole (the
+    config just loaded): a setting this file lacks also takes away what an earlier config
+    put there; otherwise only what cfg has is put."""
+    for var, value in (("RUNWARD_SSH_CONFIG", cfg.ssh_config),
+                       ("RUNWARD_SSH_ALIVE_TIMEOUT", str(cfg.ssh_alive_timeout) if cfg.ssh_alive_timeout else None)):
+        now = os.environ.get(var)
+        if now and _FROM_CONFIG.get(var) != now:
+            continue  # the user's own
+        if value:
+            os.environ[var] = _FROM_CONFIG[var] = value
+        elif whole and now:
+            del os.environ[var]
+            _FROM_CONFIG.pop(var, None)
 
 
 def target_of(opts, cfg, run: str | None = None):
     """--on, else the run's `on` in runward.toml, else local; runward.toml's [ssh] config
     applies unless RUNWARD_SSH_CONFIG already names one."""
-    if cfg.ssh_config and not os.environ.get("RUNWARD_SSH_CONFIG"):
-        os.environ["RUNWARD_SSH_CONFIG"] = cfg.ssh_config
+    ssh_settings(cfg)
     return cfg.target(getattr(opts, "on", None), run)
 
 
