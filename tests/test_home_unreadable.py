@@ -36,3 +36,22 @@ def test_a_home_this_user_cannot_read_is_said_without_a_traceback(tmp_path):
         assert p.returncode == 3 and "traceback" not in json.dumps(err), (argv, err)
         assert str(home) in err["message"] and "not readable" in err["message"], err
         assert "RUNWARD_HOME" in err["hint"], err
+
+
+def test_a_home_that_is_a_file_is_said_without_a_traceback(tmp_path):
+    """RUNWARD_HOME naming a regular file: status and start say so (exit 3, naming it), a verb
+    on a run answers that there is no such run (exit 4); never a NotADirectoryError traceback."""
+    home = tmp_path / "home"
+    home.write_text("not a directory\n")
+    env = dict(os.environ, PYTHONPATH=str(SRC), RUNWARD_HOME=str(home))
+    env.pop("RUNWARD_CONFIG", None)
+    for argv in ([sys.executable, "-m", "runward"], [sys.executable, "-c", _SPAWNED]):
+        for verb, code in ((["status"], 3), (["start", "hf", "--json", "--", "true"], 3), (["stop", "hf"], 4),
+                           (["logs", "hf"], 4), (["rm", "hf"], 4)):
+            p = subprocess.run([*argv, *verb, *([] if "--" in verb else ["--json"])], env=env, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=60)
+            err = json.loads(p.stdout)["error"]
+            assert p.returncode == code and "Traceback" not in json.dumps(err), (argv, verb, err)
+            if code == 3:
+                assert str(home) in err["message"] and "not a directory" in err["message"], err
+    assert home.read_text() == "not a directory\n"

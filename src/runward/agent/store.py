@@ -55,8 +55,15 @@ class Home(object):
         import hashlib
         return hashlib.sha1(("%d:%s" % (os.getuid(), self.path)).encode()).hexdigest()[:10]
 
+    def not_a_directory(self):
+        return AgentFailure("AgentError", "state directory %s is not a directory (or has a file for runs/)" % self.path,
+                            "set RUNWARD_HOME to a directory, or move that file away")
+
     def ensure(self):
-        make_private_dirs(os.path.join(self.path, "runs"))
+        try:
+            make_private_dirs(os.path.join(self.path, "runs"))
+        except NotADirectoryError:
+            raise self.not_a_directory()
         st = os.stat(self.path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
             # nothing world-writable is trusted (docs/protocol.md, README on state)
@@ -74,6 +81,8 @@ class Home(object):
             return sorted(n for n in os.listdir(os.path.join(self.path, "runs")) if valid_name(n))
         except FileNotFoundError:
             return []
+        except NotADirectoryError:  # RUNWARD_HOME names a file
+            raise self.not_a_directory()
         except PermissionError:  # another user's home (0700), or one made unreadable: not a bug
             raise AgentFailure("AgentError", "state directory %s is not readable by this user (uid %d)" % (
                 self.path, os.getuid()), "set RUNWARD_HOME to a directory of your own, or run as its owner")
@@ -84,8 +93,8 @@ class Home(object):
         (RunStore.gpu_wait): their lock files (runs/.NAME.lock) are all there is of them."""
         try:
             locks = os.listdir(os.path.join(self.path, "runs"))
-        except FileNotFoundError:
-            return []
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return []  # run_names, called first, says why where it matters
         names = [f[1:-5] for f in locks if f.startswith(".") and f.endswith(".lock") and valid_name(f[1:-5])]
         return [n for n in names if not RunStore(self, n).exists() and RunStore(self, n).gpu_wait() is not None]
 
@@ -432,7 +441,7 @@ def read_json(path, default=None):
     try:
         with open(path, "rb") as f:
             return json_loads(f.read().decode())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: a file where a directory of the path is
         return default
     except ValueError:
         # A torn record cannot happen with write_atomic; a hand-edited one can.
