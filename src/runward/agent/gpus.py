@@ -328,11 +328,17 @@ def _present(gpus):
             ",".join(map(str, missing)), ",".join(map(str, have)) or "none"), "pick --gpus from that list")
 
 
+def wait_timeout(spec):
+    """How long start --wait-gpus-free waits: its --gpu-wait-timeout, else WAIT_FREE_TIMEOUT."""
+    t = spec.get("timeout") if isinstance(spec, dict) else None
+    return WAIT_FREE_TIMEOUT if t is None else t
+
+
 def wait_free(gpus, spec, home, on_poll=None):
     """start --wait-gpus-free: before any record is made, wait until GPUS are free, else
     refuse naming who holds them. on_poll (a stop's cancel request) may end the wait."""
+    timeout = float(wait_timeout(spec))
     spec = spec if isinstance(spec, dict) else {}
-    timeout = float(spec.get("timeout") if spec.get("timeout") is not None else WAIT_FREE_TIMEOUT)
     max_used = float(spec.get("max_used_mib") if spec.get("max_used_mib") is not None else MAX_USED_MIB)
     if timeout < 0 or max_used < 0:
         raise bad_input("invalid --timeout/--max-used for --wait-gpus-free", "give numbers >= 0")

@@ -205,15 +205,18 @@ class RunStore(object):
             raise AgentFailure("Cancelled", "start of %s cancelled by a stop while waiting for GPUs" % self.name,
                                "the stop (pid %d) goes on; start again when you want the run" % p.pid)
 
+    def next_attempt(self):
+        """The number the next attempt gets (read under the run lock): past run.json's counter
+        and every attempt record there is."""
+        run = self.run() if self.exists() else None
+        return max([(run or {}).get("attempt", 0)] + self.attempts()) + 1
+
     def note_gpu_wait(self, fd, gpus, timeout):
         """A start holding the lock waits for its GPUs before attempt N exists (lifecycle.start):
         said in the lock's holder name, so that status shows the wait and which attempt it
-        will make (an MCP task names that attempt from the start). Returns N."""
-        run = self.run() if self.exists() else None
-        n = max([(run or {}).get("attempt", 0)] + self.attempts()) + 1
-        _write_holder(fd, "start", gpu_wait={"attempt": n, "gpus": list(gpus), "timeout_s": timeout,
-                                             "since": time.time()})
-        return n
+        will make (an MCP task names that attempt from the start)."""
+        _write_holder(fd, "start", gpu_wait={"attempt": self.next_attempt(), "gpus": list(gpus),
+                                             "timeout_s": timeout, "since": time.time()})
 
     def gpu_wait(self):
         """The start waiting for GPUs under this run's lock ({"attempt", "gpus", "since",

@@ -264,7 +264,7 @@ def _write_attempt(store, req, home, plan, made):
         except FileExistsError:
             pass
     run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
-    n = made["n"] = max([run.get("attempt", 0)] + store.attempts()) + 1
+    n = made["n"] = store.next_attempt()
     marker = "%s.%d" % (store.name, n)
     _job_env(plan, req, home, marker)
     att = {
@@ -316,9 +316,7 @@ def start(req, home):
         replaced = _replace_old(store, req, scan())
         gpu_wait = None
         if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate"):  # gated: the shim waits
-            spec = req["wait_gpus_free"] if isinstance(req["wait_gpus_free"], dict) else {}
-            store.note_gpu_wait(fd, req["gpus"], spec.get("timeout") if spec.get("timeout") is not None
-                                else gpus.WAIT_FREE_TIMEOUT)
+            store.note_gpu_wait(fd, req["gpus"], gpus.wait_timeout(req["wait_gpus_free"]))
             # a stop that comes while we wait for GPUs leaves a cancel request: checked each poll
             gpu_wait = gpus.wait_free(req["gpus"], req["wait_gpus_free"], home, store.check_cancel)
         n, log_from = _new_attempt(store, req, home, plan)
