@@ -35,6 +35,43 @@ def _resident_on() -> bool:
     return os.environ.get("RUNWARD_RESIDENT", "1") != "0"
 
 
+def _relay_on() -> bool:
+    return os.environ.get("RUNWARD_RELAY", "1") != "0"
+
+
+_RELAY_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
+_SPAWNED: list[int] = []  # relays this process started, reaped once they exit (a long-lived caller)
+
+
+def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
+    """Start the relay for a forward (relay.py), detached, with conn (a kept connection to
+    the resident that has just given its reply) as its first. Nothing is waited for; a relay
+    that cannot start, or finds one there already, only means the next call pays the
+    forward's two round trips."""
+    if not sys.executable:
+        return  # an embedding interpreter: nothing to run it with
+    for pid in list(_SPAWNED):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                _SPAWNED.remove(pid)
+        except ChildProcessError:
+            _SPAWNED.remove(pid)
+    fd = conn.fileno()
+    moved = os.dup(fd) if fd == 3 else None  # dup2(3, 3) would leave it close-on-exec
+    try:
+        _SPAWNED.append(os.posix_spawn(
+            sys.executable, [sys.executable, "-I", "-S", _RELAY_PY, listen, forward, repr(idle), "3"], {},
+            file_actions=[(os.POSIX_SPAWN_DUP2, moved if moved is not None else fd, 3),
+                          (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
+                          (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)],
+            setsid=True))
+    except OSError:
+        pass
+    finally:
+        if moved is not None:
+            os.close(moved)
+
+
 class _Resident:
     """The way to the far side's resident agent, for one call.
 
@@ -53,6 +90,7 @@ class _Resident:
         self.forward: str | None = None
         self.stale: str | None = None
         self.fails = 0
+        self.way = ""  # "relay" or "forward": how the last reply came
         self.wanted = (payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
                        and _single_ssh(target) and _resident_on())
         if not self.wanted:
@@ -72,40 +110,85 @@ class _Resident:
         elif name:
             self.forward = os.path.join(control_dir(), "r-" + name)
 
-    def call(self, data: bytes, on_event, timeout) -> dict | None:
-        """The reply through the forward, or None (then the call goes the ordinary way):
-        no forward (the control master is gone: set up again after the call), or a
-        connection that ended without a reply (counted as a failure)."""
+    def call(self, sha: str, line: bytes, on_event, timeout) -> dict | None:
+        """The reply through the relay (relay.py: one round trip), else through the forward
+        (two), or None: then the call goes the ordinary way. None where there is no forward
+        (the control master is gone: set up again after the call) or where the resident's
+        connection ended without a reply (counted as a failure). A connection of the
+        forward that ended well is handed to a new relay for the calls after this one."""
+        relay = self._relay_path()
+        if _relay_on():
+            got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout)
+            if got is not None and got.reply is not None and not _agent_missing(got.reply):
+                if self.fails:
+                    self._record(os.path.basename(self.forward)[2:])  # it works again
+                self.way = "relay"
+                return got.reply
+            if got is not None and got.events:  # what it said cannot be taken back by asking again
+                raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
+                                "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+        keep = _relay_on()
+        got = self._talk(self.forward, b"0 %s%s\n" % (sha.encode(), b" keep" if keep else b"") + line,
+                         on_event, timeout, hand_to=relay if keep else None)
+        if got is None:
+            self.stale, self.forward = self.forward, None
+            return None
+        # AgentMissing: a resident of another agent version there, not ours to use
+        reply = None if _agent_missing(got.reply) else got.reply
+        if reply is None:
+            if got.events:
+                raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
+                                "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+            self._master_gone()
+            self._record("!")
+            self.fails += 1
+        elif self.fails:
+            self._record(os.path.basename(self.forward)[2:])  # it works again
+        self.way = "forward"
+        return reply
+
+    def _relay_path(self) -> str:
+        return os.path.join(os.path.dirname(self.forward), "p" + os.path.basename(self.forward)[1:])
+
+    def relay_listens(self) -> bool:
+        """Whether a relay listens for this forward (for doctor; a bare connect, nothing sent)."""
+        import _socket
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            s.connect(self._relay_path())
+            return _relay_on()
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None) -> _Replies | None:
+        """Send data on a connection to the unix socket at path and read what comes until
+        the reply; None where it does not connect. hand_to: the relay's path, to hand the
+        connection to once it has given a whole reply and nothing after it."""
         import _socket
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             try:
-                s.connect(self.forward)
+                s.connect(path)
             except OSError:
-                self.stale, self.forward = self.forward, None
                 return None
             s.settimeout(timeout)
             got, buf = _Replies(on_event), b""
             try:
                 s.sendall(data)
-                while chunk := s.recv(1 << 16):
+                while got.reply is None and (chunk := s.recv(1 << 16)):
                     *lines, buf = (buf + chunk).split(b"\n")
                     for line in lines:
+                        if got.reply is not None:
+                            buf = b"?"  # something after the reply: not a connection to keep
+                            break
                         got.take(line)
             except OSError:
                 pass
-            # AgentMissing: a resident of another agent version there, not ours to use
-            reply = None if _agent_missing(got.reply) else got.reply
-            if reply is None:
-                if got.events:  # what it said cannot be taken back by asking again
-                    raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
-                                    "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
-                self._master_gone()
-                self._record("!")
-                self.fails += 1
-            elif self.fails:
-                self._record(os.path.basename(self.forward)[2:])  # it works again
-            return reply
+            if hand_to and got.reply is not None and not buf and not got.garbage:
+                _start_relay(hand_to, path, self.idle, s)
+            return got
         finally:
             s.close()
 

@@ -100,6 +100,7 @@ _FOLLOWS = frozenset(("watch",))
 # itself, and a stop (or a kill --yes) interrupted after its TERM still owes the KILL after the grace.
 _OUTLIVE = frozenset(("stop", "kill"))
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
+LAST_WAY = ""  # and the resident, where it did: "relay" or "forward" (for tests)
 
 
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
@@ -126,7 +127,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     request that waits on something else (a multi-node start on its probe of every node).
     If late raises, the far side is sent no request (it runs nothing) and the error is
     raised here."""
-    global LAST_ROUTE
+    global LAST_ROUTE, LAST_WAY
     req = dict(request)
     req.setdefault("v", _boot.PROTOCOL)
     if target.slurm is not None:  # its partition and sbatch options go with every request
@@ -147,9 +148,9 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     entry = f"{sha} {_far_key(target)}"
     resident = _Resident(target, req, payload, entry, known)
     if resident.forward:
-        reply = resident.call(b"0 %s\n" % sha.encode() + json.dumps(req).encode() + b"\n", on_event, timeout)
+        reply = resident.call(sha, json.dumps(req).encode() + b"\n", on_event, timeout)
         if reply is not None:
-            LAST_ROUTE = "resident"
+            LAST_ROUTE, LAST_WAY = "resident", resident.way
             if reply.get("ok"):
                 return reply["result"]
             raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]))
@@ -195,14 +196,16 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
 def resident_route(target: Target) -> str | None:
     """How this CLI reaches the target's resident agent (for doctor): "forward" (a forward
     of the control master is recorded), "not yet" (the next read-only call starts or finds
-    it), "given up" (two failed tries in a row with this agent version), "off"
+    it), "relay" (and a relay keeps a connection through it), "given up" (two failed tries in a row with this agent version), "off"
     (RUNWARD_RESIDENT=0); None where there is none (not a single ssh hop)."""
     if not _single_ssh(target):
         return None
     if not _resident_on():
         return "off"
     r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {_far_key(target)}", _far_lines())
-    return "forward" if r.forward else "given up" if not r.wanted else "not yet"
+    if r.forward:
+        return "relay" if r.relay_listens() else "forward"
+    return "given up" if not r.wanted else "not yet"
 
 
 # ---------------------------------------------------------------------------------------

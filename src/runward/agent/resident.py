@@ -154,7 +154,7 @@ def main(params, serve, preload):
     preload(OPS)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
     try:
-        _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve))
+        _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve, idle, sock))
         return 0
     finally:
         try:
@@ -170,7 +170,13 @@ def _accept_loop(srv, sock, ino, idle, handle):
     while True:
         left = last + idle - time.monotonic()
         if left <= 0:
-            return
+            try:  # a kept connection's request marks the lock file (_child's `still`)
+                left = os.stat(sock + ".lock").st_mtime + idle - time.time()
+            except OSError:
+                pass
+            if left <= 0:
+                return
+            last = time.monotonic() + left - idle
         if not select.select([srv], [], [], min(left, 5.0))[0]:
             try:
                 if os.stat(sock).st_ino != ino:
@@ -188,14 +194,27 @@ def _accept_loop(srv, sock, ino, idle, handle):
         conn.close()
 
 
-def _child(conn, srv, lock, serve):
+def _child(conn, srv, lock, serve, idle, sock):
     """The forked child of one connection: serves it and exits."""
     rc = 1
+    resident = os.getppid()
+
+    def still():
+        """Whether a kept connection may serve its next request: only while the resident
+        that accepted it lives (a killed or replaced resident takes its connections along),
+        which counts the request as activity against its idle time."""
+        if os.getppid() != resident:
+            return False
+        try:
+            os.utime(sock + ".lock")
+        except OSError:
+            pass
+        return True
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the ops wait for their own children
         srv.close()
         os.close(lock)
-        rc = serve_connection(conn, serve)
+        rc = serve_connection(conn, serve, idle, still)
     finally:
         os._exit(rc)
 
@@ -231,31 +250,77 @@ def _refuse(conn, wf, message):
         pass
 
 
-def serve_connection(conn, serve):
+def serve_connection(conn, serve, idle=600.0, still=lambda: True):
     """One connection, as the agent serves its stdin and stdout: "<length> <sha256>", the
     source if any (we run it already), the request line; events and one reply back. Only
     our own uid is served (the 0700 directories already keep others out, but not root, and
-    a request run here runs as us), and only the read-only verbs (OPS)."""
+    a request run here runs as us), and only the read-only verbs (OPS).
+
+    A head of "<length> <sha256> keep" (the CLI's relay, relay.py) asks for the connection
+    to be kept: after the reply, the next request is read from it, for up to `idle` seconds.
+    Each request of a kept connection runs in a child forked for it, so one leaves nothing
+    to the next; a request that ends without its reply (a bad head, a refused op, a crash)
+    ends the connection, and the relay asks no more on it; so does still() saying no."""
     rf, wf = conn.makefile("rb"), conn.makefile("wb")
     uid = peer_uid(conn)
     if uid != os.getuid():
         _refuse(conn, wf, "the resident agent serves uid %d only; a connection from uid %s is refused"
                 % (os.getuid(), "unknown" if uid is None else uid))
         return 4
-    head = rf.readline().split()
-    if len(head) != 2 or not head[0].isdigit():
-        return 2
-    if int(head[0]) and len(rf.read(int(head[0]))) != int(head[0]):
-        return 2
-    if head[1].decode("ascii", "replace") != boot.own_sha():
-        reply(wf, {"v": boot.PROTOCOL, "ok": False, "error": {
-            "type": "AgentMissing", "message": "the resident runs agent %s" % boot.own_sha()[:12]}})
-        return 3
     try:
-        return serve(rf, wf, OPS)
+        while True:
+            head = rf.readline().split()
+            if not head:
+                return 0  # the relay closed a kept connection
+            if len(head) not in (2, 3) or not head[0].isdigit() or head[2:] not in ([], [b"keep"]):
+                return 2
+            if int(head[0]) and len(rf.read(int(head[0]))) != int(head[0]):
+                return 2
+            if head[1].decode("ascii", "replace") != boot.own_sha():
+                reply(wf, {"v": boot.PROTOCOL, "ok": False, "error": {
+                    "type": "AgentMissing", "message": "the resident runs agent %s" % boot.own_sha()[:12]}})
+                return 3
+            if len(head) == 2:
+                return serve(rf, wf, OPS)
+            if not still():
+                return 0  # closed unanswered: the relay asks again on a new connection
+            if _serve_kept(rf.readline(), wf, serve) or not _next_request(conn, idle):
+                return 0
     finally:
         try:
             wf.close()
             conn.close()
         except OSError:
             pass
+
+
+def _serve_kept(line, wf, serve):
+    """One request of a kept connection, in a child of its own; True where the connection
+    ends with it (the child did not end with a reply: exit 0, or 1 for an error reply)."""
+    import io
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            rc = serve(io.BytesIO(line), wf, OPS)
+        finally:
+            os._exit(rc)
+    while True:
+        try:
+            status = os.waitpid(pid, 0)[1]
+            break
+        except InterruptedError:
+            continue
+    return not (os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 1))
+
+
+def _next_request(conn, idle):
+    """Whether a next request came on a kept connection within idle seconds (not its end)."""
+    import select
+    import socket
+    if not select.select([conn], [], [], idle)[0]:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) != b""
+    except OSError:
+        return False

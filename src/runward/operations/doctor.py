@@ -70,5 +70,8 @@ def _resident_text(r: dict) -> str:
         return "not running: the next read-only call starts it"
     if route == "forward":
         return "running, reached through the ssh control master's forward"
+    if route == "relay":
+        return ("running, reached through a local relay's kept connection (one round trip; RUNWARD_RELAY=0 "
+                "turns it off), over the ssh control master's forward")
     return "running; the next read-only call sets up the control master's forward to it"
 
