@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import options
 
-from ._common import show
+from ._common import show, write_out
 
 
 # Ctrl-C (cli.main): watch only reads
@@ -38,5 +38,5 @@ def run(args, out) -> int:
         pts = ev.get("points") or []
         if pts:
             m = pts[-1].get("metrics", {})
-            print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
+            write_out("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]) + "\n")
     return show(out, watch(WatchOptions.from_args(args), on_points if not out.json and out.tty else None))
