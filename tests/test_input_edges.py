@@ -62,3 +62,36 @@ def test_the_library_refuses_it_too(lib):
     doc = res.to_json()
     assert not res.ok and doc["error"]["exit_code"] == 2, doc
     assert "argument 2 of the command, 'a\\xffb'" in doc["error"]["message"], doc
+
+
+# 3. `watch --drop nan` and `--straggler-ratio nan` (and inf, and a drop outside (0, 1]) were taken,
+#    and judged nothing (a comparison with nan is always False). Both are declared options now
+#    (options.py: kinds fraction and ratio), refused as the seconds options are: exit 2 naming the flag.
+@pytest.mark.parametrize("words, flag", [
+    (["watch", "x", "--drop", "nan"], "--drop"), (["watch", "x", "--drop", "inf"], "--drop"),
+    (["watch", "x", "--drop", "-0.5"], "--drop"), (["watch", "x", "--drop", "0"], "--drop"),
+    (["watch", "x", "--drop", "2"], "--drop"),
+    (["watch", "x", "--straggler-ratio", "nan"], "--straggler-ratio"),
+    (["watch", "x", "--straggler-ratio", "inf"], "--straggler-ratio"),
+    (["watch", "x", "--straggler-ratio", "-2"], "--straggler-ratio"),
+    (["start", "x", "--straggler-ratio", "nan", "--", "sleep", "5"], "--straggler-ratio"),
+])
+def test_nan_inf_and_meaningless_ratios_are_exit_2_naming_the_flag(cli, words, flag):
+    rc, doc = cli.json(*words)
+    assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+    assert doc["error"]["message"].startswith(f"argument {flag}: invalid "), doc
+    assert doc["error"].get("hint", "").startswith("give "), doc
+    assert not (cli.home / "runs" / "x").exists()
+
+
+def test_the_api_and_runward_toml_refuse_them_too(cli, lib):
+    from runward.errors import BadInput
+    from runward.operations import watch as w
+    for kw in ({"drop": float("nan")}, {"straggler_ratio": float("inf")}, {"drop": 3}):
+        with pytest.raises(BadInput):
+            w.watch(w.WatchOptions(name="x", **kw))
+    for table in ("drop_fraction = nan", "straggler_ratio = nan", "straggler_ratio = inf"):
+        (cli.cwd / "runward.toml").write_text(f'[runs.x]\ncommand = ["sleep", "5"]\n[runs.x.health]\n{table}\n')
+        rc, doc = cli.json("watch", "x", "--for", "1")
+        assert rc == 2 and table.split(" =")[0] in doc["error"]["message"], (table, doc)
+    assert not (cli.home / "runs" / "x").exists()

@@ -125,6 +125,12 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     after = h.get("stall_after", h.get("stall"))  # stall: its old name (stallopts.py checks both)
     if after is not None and not isinstance(after, (int, float)):
         after = parse_duration(str(after), "[health] stall_after")
+    if h.get("drop_fraction") is not None:  # watch --drop's check (options.py): nan judged nothing
+        from .options import OPTS, problem
+        bad = problem(OPTS["drop"], h["drop_fraction"])
+        if bad:
+            raise BadInput(f"invalid [health] drop_fraction {h['drop_fraction']!r}: {bad}",
+                           "give a fraction over 0 and at most 1, e.g. drop_fraction = 0.5")
     rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
              "stall_after": after, "straggler_ratio": h.get("straggler_ratio"),
              "drop_fraction": h.get("drop_fraction"), "metrics": h.get("metrics")}

@@ -22,8 +22,7 @@ def add_arguments(p) -> None:
     stall_arguments(p)
     from ._common import old_spelling
     old_spelling(p, "--stall", "stall_after")  # its seconds are stall_after's (docs/diagnosis.md)
-    p.add_argument("--drop", type=float, metavar="FRACTION",
-                   help="alert when throughput stays under FRACTION of its early median (default 0.5)")
+    options.add(p, "drop")
     options.add(p, "since", "watch")
     p.add_argument("--node", type=int, metavar="R", help="a multi-node run: watch node R (default 0)")
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
