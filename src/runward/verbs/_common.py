@@ -29,6 +29,8 @@ class OutputLost(Exception):
 def write_out(text: str) -> None:
     """text on stdout, flushed. A write that fails is OutputLost, not an OSError traceback; a
     closed reader (BrokenPipeError) stays one: cli.main ends that by SIGPIPE, as git does."""
+    if sys.stdout is None:
+        return  # fd 1 closed at start: nothing said, as print() says nothing then
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -47,7 +49,7 @@ class Out:
         self.written = False  # the one JSON document is on stdout (or was begun there)
 
     def say(self, text: str = "") -> None:
-        if not self.json and sys.stdout is not None:  # None: fd 1 closed at start, nothing said
+        if not self.json:
             write_out(f"{text}\n")
 
     def doc(self, obj: dict) -> None:
