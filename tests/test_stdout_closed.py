@@ -57,3 +57,12 @@ def test_a_long_logs_and_a_stop_into_a_full_disk(cli):
     # the stop was done although its output was lost: the job is gone (ground truth: /proc)
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z"
     assert "ended with exit code 0" in err
+
+
+def test_exec_and_completion_with_stdout_closed_say_nothing(cli):
+    """exec wrote the command's output with sys.stdout.write, which met None (an AttributeError
+    traceback) when fd 1 was closed at start; now it says nothing there, as print() does."""
+    for words in (["exec", "--", "echo", "hi"], ["completion", "bash"]):
+        p = subprocess.run(cli.argv(*words), cwd=cli.cwd, env=cli.env, stderr=subprocess.PIPE, timeout=60,
+                           preexec_fn=lambda: os.close(1))
+        assert p.returncode == 0 and b"Traceback" not in p.stderr, (words, p.stderr[-400:])
