@@ -388,6 +388,62 @@ def test_stop_cancels_a_start_waiting_for_gpus(gcli, holders):
     assert not (gcli.home / "runs" / ".w.cancel").exists()
 
 
+def test_restart_of_a_run_whose_next_start_waits_for_gpus_says_what_became_of_that_start(gcli, holders):
+    """`runward restart w` while `start w --wait-gpus-free` (a later attempt) waits under the run's
+    lock: the restart's stop step cancels that wait, and the start said "cancelled by a stop" (and
+    "the stop goes on") although a restart took the run over and started it from attempt 1's spec,
+    not from that start's command; the restart said nothing of the start it had cancelled. Now the
+    start names the restart and what it starts, and the restart's stop says it cancelled the
+    waiting start (which made no attempt), both checked against the records."""
+    holders(0, 50000, gcli.state)
+    rc, doc = gcli.json("start", "w", "--settle", "0.2", "--", "sleep", "0.5")
+    assert rc == 0, doc
+    wait_for(lambda: gcli.status("w")["state"] == "exited", what="attempt 1 ended")
+    start = gcli.popen("start", "w", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "60", "--json",
+                       "--", "sleep", "77")
+    try:
+        lock = gcli.home / "runs" / ".w.lock"
+        wait_for(lambda: lock.exists() and b'"gpu_wait"' in lock.read_bytes(), what="the start waiting for GPUs")
+        waiter = json.loads(lock.read_bytes())["pid"]
+        restart = gcli.run("restart", "w", "--settle", "0.3")
+        out, err = start.communicate(timeout=30)
+    finally:
+        if start.poll() is None:
+            start.kill()
+            start.wait()
+    assert restart.returncode == 0, (restart.stdout, restart.stderr)
+    assert f"w: cancelled the start waiting for GPUs 0 (pid {waiter}): it made no attempt 2" in restart.stdout, restart.stdout
+    doc = json.loads(out)
+    assert start.returncode == 1 and doc["error"]["type"] == "Cancelled", doc
+    msg = doc["error"]["message"]
+    assert "cancelled by a stop" not in msg and "`runward restart w` took the run over" in msg, msg
+    assert "this start made no attempt" in msg and "not from this start's command" in msg, msg
+    # ground truth: the records. Attempt 2 is the restart's, with attempt 1's command, not `sleep 77`
+    runs = gcli.home / "runs" / "w" / "attempts"
+    assert sorted(f.name for f in runs.glob("*.json")) == ["1.json", "2.json"]
+    a2 = json.loads((runs / "2.json").read_text())
+    assert a2["argv"] == ["sleep", "0.5"] and not (gcli.home / "runs" / ".w.cancel").exists()
+    gcli.run("stop", "w")
+
+
+def test_a_plain_stop_says_too_that_it_cancelled_the_waiting_start(gcli, holders):
+    holders(0, 50000, gcli.state)
+    start = gcli.popen("start", "w2", "--gpus", "0", "--wait-gpus-free", "--gpu-wait-timeout", "60", "--json",
+                       "--", "sleep", "30")
+    try:
+        lock = gcli.home / "runs" / ".w2.lock"
+        wait_for(lambda: lock.exists() and b'"gpu_wait"' in lock.read_bytes(), what="the start waiting for GPUs")
+        rc, doc = gcli.json("stop", "w2", "--lock-timeout", "20")
+        start.communicate(timeout=30)
+    finally:
+        if start.poll() is None:
+            start.kill()
+            start.wait()
+    assert rc == 0 and doc["result"]["cancelled_start"]["launched"] is False, doc
+    assert doc["result"]["cancelled_start"]["attempt"] == 1 and doc["result"]["cancelled_start"]["gpus"] == [0], doc
+    assert not (gcli.home / "runs" / "w2" / "attempts" / "1.json").exists()
+
+
 def test_a_stale_cancel_request_is_ignored(gcli, holders):
     """A cancel request whose stop is gone (it timed out, or was killed) cancels nothing."""
     (gcli.home / "runs").mkdir(parents=True, exist_ok=True)

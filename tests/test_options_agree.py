@@ -21,12 +21,13 @@ ANOTHER_MEANING = {
     ("exec", "cwd"): "the one-off command's directory, with no run and no last attempt",
 }
 
-TYPES = {"seconds": float, "count": int, "regex": str, "signal": str, "text": str, "flag": bool}
-SCHEMA = {"seconds": "number", "count": "integer", "regex": "string", "signal": "string", "text": "string",
+TYPES = {"fraction": float, "ratio": float, "seconds": float, "count": int, "regex": str, "signal": str, "text": str, "flag": bool}
+SCHEMA = {"fraction": "number", "ratio": "number", "seconds": "number", "count": "integer", "regex": "string", "signal": "string", "text": "string",
           "flag": "boolean"}
-BAD = {"seconds": ["soon", -1, float("inf"), True], "count": [2.5, "3", -1], "regex": ["(", 3, ""],
+BAD = {"fraction": ["half", 0, 1.5, float("nan"), float("inf"), True], "ratio": ["x", 1, -3, float("nan"), float("inf")],
+       "seconds": ["soon", -1, float("inf"), True], "count": [2.5, "3", -1], "regex": ["(", 3, ""],
        "signal": ["SIGFOO", 0, ""], "text": ["", 7], "flag": ["yes", 1, None]}
-GOOD = {"seconds": 2.5, "count": 3, "regex": "^step 1 ", "signal": "INT", "text": "/root/work", "flag": True}
+GOOD = {"fraction": 0.5, "ratio": 3.0, "seconds": 2.5, "count": 3, "regex": "^step 1 ", "signal": "INT", "text": "/root/work", "flag": True}
 
 
 def _declared_by_flag():
@@ -61,12 +62,13 @@ def test_every_verb_flag_of_a_declared_option_is_the_declaration():
             continue
         assert a.metavar == opt.metavar, (verb, opt.name, a)
         assert a.type is not None and a.type.__name__ == opt.kind, (verb, opt.name, a.type)
-        good = {"seconds": "2.5", "count": "3", "regex": "^s", "signal": "INT", "text": "x"}[opt.kind]
-        assert a.type(good) == {"seconds": 2.5, "count": 3}.get(opt.kind, good), (verb, opt.name)
+        good = {"fraction": "0.5", "ratio": "3", "seconds": "2.5", "count": "3", "regex": "^s", "signal": "INT", "text": "x"}[opt.kind]
+        assert a.type(good) == {"fraction": 0.5, "ratio": 3.0, "seconds": 2.5, "count": 3}.get(opt.kind, good), (verb, opt.name)
     assert seen == set(options.OPTS), f"declared, but no verb takes them: {set(options.OPTS) - seen}"
 
 
-CLI_BAD = {"seconds": ["soon", "-1", "inf", "nan"], "count": ["2.5", "-1", "x"], "regex": ["(", ""],
+CLI_BAD = {"fraction": ["nan", "inf", "-0.5", "0", "1.5", "x"], "ratio": ["nan", "inf", "-inf", "1", "-3", "x"],
+           "seconds": ["soon", "-1", "inf", "nan"], "count": ["2.5", "-1", "x"], "regex": ["(", ""],
            "signal": ["SIGFOO", "0", ""], "text": ["", "  "]}
 
 

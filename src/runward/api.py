@@ -58,6 +58,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
         raise BadInput(f"invalid --settle {settle}", "give a number of seconds >= 0")
+    from .inputs import refuse_undecodable
+    refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env, log=log, ready=ready)
     req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": dict(env or {}),
            "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
            "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
@@ -272,6 +274,8 @@ def ping(target: Target) -> dict:
 
 def exec_(target: Target, *, argv: list[str] | None = None, sh: str | None = None, cwd: str | None = None,
           env: dict | None = None, timeout: float | None = None) -> dict:
+    from .inputs import refuse_undecodable
+    refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env)
     return transport.call(target, {"op": "exec", "argv": argv, "sh": sh, "cwd": cwd, "env": env or {},
                                    "timeout": timeout})
 

@@ -165,9 +165,12 @@ def _main(argv: list[str]) -> int:
     ON[:] = [True]  # this process is the CLI's: a local read-only call may be answered here
     out = Out(getattr(args, "json", False))
     module = None
+    from .verbs._common import OutputLost
     try:
         module = _verb_module(next(m for n, _, m in VERBS + HIDDEN if n == args.cmd))
         return module.run(args, out)
+    except OutputLost as e:
+        return _output_lost(args.cmd, e)
     except RunwardError as e:
         from .operations.common import suggest_for
         suggest_for(args, e)
@@ -232,7 +235,13 @@ def _bad_arguments(e: BadArguments, verb: str | None, json_mode: bool) -> int:
         if hint:
             doc["error"]["hint"] = hint
         doc["result"] = None  # as every other error document (cli._fail, the library's, MCP's)
-        sys.stdout.write(json.dumps(doc) + "\n")
+        from .verbs._common import OutputLost, write_out
+        try:
+            write_out(json.dumps(doc) + "\n")
+        except OutputLost as lost:
+            lost.verdict = 2
+            print(f"runward: error: {e.message}", file=sys.stderr)  # the error itself is not lost
+            return _output_lost(verb or "runward", lost)
     else:
         e.parser.print_usage(sys.stderr)
         print(f"{e.parser.prog}: error: {e.message}" + (f"\n  hint: {hint}" if hint else ""), file=sys.stderr)
@@ -266,9 +275,29 @@ def exit_on_closed_output() -> None:
     os._exit(128 + signal.SIGPIPE)  # SIGPIPE blocked: the same status, said as an exit code
 
 
+def _output_lost(verb: str, e) -> int:
+    """stdout could not be written (`runward status > /dev/full`): one line on stderr, never a
+    second try at stdout, and EXIT_OUTPUT_LOST (README, exit codes). What the verb did was done:
+    the line says the exit code it had (a stop that stopped is not undone by a full disk)."""
+    from .verbs._common import EXIT_OUTPUT_LOST
+    had = f"; {verb} itself ended with exit code {e.verdict}" if e.verdict is not None else ""
+    try:
+        print(f"runward {verb}: error: could not write the output to stdout: {e}{had}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is no better: the exit code alone says it
+    return EXIT_OUTPUT_LOST
+
+
 def _fail(out, args: argparse.Namespace, e) -> int:
     if out.json:
-        out.doc({"ok": False, "command": args.cmd, "error": e.to_dict(), "result": e.result})
+        from .verbs._common import OutputLost
+        try:
+            out.doc({"ok": False, "command": args.cmd, "error": e.to_dict(), "result": e.result})
+        except OutputLost as lost:
+            lost.verdict = e.exit_code
+            from .render import render_error
+            print(render_error(args.cmd, e), file=sys.stderr)  # the error itself is not lost
+            return _output_lost(args.cmd, lost)
     else:
         from .render import render_error
         print(render_error(args.cmd, e), file=sys.stderr)

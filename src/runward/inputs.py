@@ -125,6 +125,12 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     after = h.get("stall_after", h.get("stall"))  # stall: its old name (stallopts.py checks both)
     if after is not None and not isinstance(after, (int, float)):
         after = parse_duration(str(after), "[health] stall_after")
+    if h.get("drop_fraction") is not None:  # watch --drop's check (options.py): nan judged nothing
+        from .options import OPTS, problem
+        bad = problem(OPTS["drop"], h["drop_fraction"])
+        if bad:
+            raise BadInput(f"invalid [health] drop_fraction {h['drop_fraction']!r}: {bad}",
+                           "give a fraction over 0 and at most 1, e.g. drop_fraction = 0.5")
     rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
              "stall_after": after, "straggler_ratio": h.get("straggler_ratio"),
              "drop_fraction": h.get("drop_fraction"), "metrics": h.get("metrics")}
@@ -188,3 +194,43 @@ def _units(s: str) -> float:
     if num or not seen:
         raise ValueError(s)
     return total
+
+
+UTF8_HINT = ("runward carries a run's command, env, cwd and paths to the target as UTF-8 text (JSON) "
+             "and keeps them in its records: write that byte inside the command instead, e.g. "
+             "--sh \"printf '\\377'\" (octal), or use a UTF-8 name")
+
+
+def shown_bytes(text: str) -> str:
+    """A string read from argv or the environment, shown as its bytes were: a byte that is not
+    UTF-8 (Python's surrogateescape, '\\udcff') as \\xff."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_text(value: str) -> bool:
+    """Whether a string is UTF-8 text: no byte that argv or the environment could not decode
+    (os.fsdecode's lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def refuse_undecodable(**fields) -> None:
+    """A start's values refused as bad input (exit 2, naming the argument) where one holds a
+    byte that is not UTF-8: a Linux argv is bytes, but the request, the target's records and
+    the log's header are UTF-8 text, and the target's agent failed writing them (a traceback,
+    exit 3). argv: each argument of the command; env: each value (never shown: it may be a
+    secret), each name; any other keyword: its flag's value (cwd, sh, log, ready)."""
+    for i, arg in enumerate(fields.pop("argv", None) or [], 1):
+        if isinstance(arg, str) and not is_text(arg):
+            raise BadInput(f"argument {i} of the command, '{shown_bytes(arg)}', is not UTF-8 text", UTF8_HINT)
+    for k, v in (fields.pop("env", None) or {}).items():
+        if isinstance(k, str) and not is_text(k):
+            raise BadInput(f"--env name '{shown_bytes(k)}' is not UTF-8 text", UTF8_HINT)
+        if isinstance(v, str) and not is_text(v):
+            raise BadInput(f"--env {k}: its value is not UTF-8 text", UTF8_HINT)
+    for flag, v in fields.items():
+        if isinstance(v, str) and not is_text(v):
+            raise BadInput(f"--{flag.replace('_', '-')} '{shown_bytes(v)}' is not UTF-8 text", UTF8_HINT)

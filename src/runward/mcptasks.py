@@ -286,7 +286,7 @@ def judge(t: Tid, run: dict, doc: dict, ready_seen: bool | None = None) -> tuple
             return "working", f"start {t.name}: waiting for GPUs {w.get('gpus')} to be free, " \
                               f"{now - (w.get('since') or now):.0f}s; attempt {t.attempt} is made once they are", False
         return "completed", f"attempt {t.attempt} was never made: the start's wait for GPUs ended without it " \
-                            f"(still held after its timeout, cancelled by a stop, or its caller ended); " \
+                            f"(still held after its timeout, cancelled by a stop or a restart, or its caller ended); " \
                             f"`runward status {t.name}` says what runs", True
     if run.get("attempt") != t.attempt:
         raise MCPError(code=INVALID_PARAMS, message=f"task {t}: {t.name} has no attempt {t.attempt} "

@@ -8,6 +8,8 @@ signatures and the MCP tools' JSON Schemas agree with it, for every verb that ta
 A kind is what a value must be, said the same way on every side:
   seconds  a number >= 0, finite, at most MAX_SECONDS (argparse: float; TOML: an integer or a float)
   count    an integer >= 0 / >= 1
+  fraction a finite number over 0 and at most 1 (argparse: float; watch's --drop)
+  ratio    a finite number over 1 (argparse: float; --straggler-ratio: N x the median rank)
   regex    a Python regular expression (compiled where it is checked)
   signal   a Linux signal's name or number (signals.known)
   text     a non-empty string
@@ -70,6 +72,10 @@ OPTS = {o.name: o for o in (
     Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM; INT for torchrun)",
         "SIG"),
     Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
+    Opt("straggler_ratio", "ratio", "alert `straggler` for a rank N times slower than the median rank (default 3)",
+        "N", toml=False),  # runward.toml: [runs.NAME.health] straggler_ratio (stallopts.py, the same check)
+    Opt("drop", "fraction", "alert when throughput stays under FRACTION of its early median (default 0.5)",
+        "FRACTION", toml=False),
     Opt("lock_timeout", "seconds", "give up after this long if another verb holds the run (default 30)", "SECONDS",
         toml=False),
     Opt("master_addr", "text", "several nodes: node 0's address as the others reach it (default: where ssh "
@@ -119,7 +125,7 @@ OPTS = {o.name: o for o in (
         "a restart refuses then), and with runward.toml's deploy_on_restart = true", "", toml=False),
 )}
 
-_EXAMPLE = {"seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
+_EXAMPLE = {"fraction": "0.5", "ratio": "3", "seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
 
 
 def help(name: str, verb: str | None = None) -> str:  # noqa: A001 - the declaration's help, as the MCP tools say it
@@ -140,6 +146,15 @@ def problem(opt: Opt, value) -> str | None:
             return "not a finite number of seconds >= 0"
         if value > MAX_SECONDS:
             return "more than %d seconds (about 31 years)" % MAX_SECONDS
+    elif k in ("fraction", "ratio"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "not a number"
+        if not math.isfinite(value):
+            return "not a finite number"
+        if k == "fraction" and not 0 < value <= 1:
+            return "not a fraction over 0 and at most 1"
+        if k == "ratio" and value <= 1:
+            return "not a number over 1"
     elif k == "count":
         if isinstance(value, bool) or not isinstance(value, int):
             return "not a whole number"
@@ -178,7 +193,7 @@ def fix(opt: Opt, toml: bool = False) -> str:
         return HINT
     if opt.kind == "flag":
         return "give true or false" + ("" if toml else " (on the command line: %s, or leave it out)" % opt.flag)
-    what = {"seconds": "seconds >= 0", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
+    what = {"fraction": "a fraction over 0 and at most 1", "ratio": "a number over 1", "seconds": "seconds >= 0", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
             "text": "a non-empty string"}[opt.kind]
     ex = _EXAMPLE[opt.kind]
     return "give %s, e.g. %s" % (what, "%s = %s" % (opt.name, ex) if toml else
@@ -232,6 +247,11 @@ def _converter(opt: Opt):
                 raw = float(text)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: not a number of seconds")
+        elif opt.kind in ("fraction", "ratio"):
+            try:
+                raw = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"invalid {opt.kind} {text!r}: not a number")
         elif opt.kind == "count":
             try:
                 raw = int(text)

@@ -110,6 +110,14 @@ def _checkpoint_line(c: dict) -> str:
 
 
 def _render_stop(r: dict) -> str:
+    c = r.get("cancelled_start")
+    if c:  # a start that waited for GPUs under the run's lock (agent/ops/stop.py _cancelled_wait)
+        gpus = ",".join(str(g) for g in c.get("gpus") or [])
+        said = (f"{r['name']}: the start waiting for GPUs {gpus} (pid {c.get('pid')}) had launched attempt "
+                f"{c.get('attempt')} before it saw the cancel; stopped below" if c.get("launched") else
+                f"{r['name']}: cancelled the start waiting for GPUs {gpus} (pid {c.get('pid')}): it made no "
+                f"attempt {c.get('attempt')}")
+        return "\n".join([said, _render_stop(dict(r, cancelled_start=None))])
     if "start_cancelled" in (r.get("verified") or ()):  # a restart blocked on its GPUs (agent/gatewait.py)
         return f"{r['name']}: cancelled the blocked start of attempt {r.get('attempt')} (it never ran)"
     if r.get("restart_cancelled") and r.get("already_stopped"):

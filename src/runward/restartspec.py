@@ -24,6 +24,9 @@ def check_start(name: str, kw: dict) -> None:
     _plan, logfiles.rotation), checked here: a restart must refuse them before it stops the
     old attempt, not after. What only the target knows (cwd, the command's path) stays its."""
     where = f"(runward.toml's [runs.{name}] or restart's flags)"
+    from .inputs import refuse_undecodable  # before the old attempt is stopped, not after
+    refuse_undecodable(argv=kw.get("argv"), sh=kw.get("sh"), cwd=kw.get("cwd"), env=kw.get("env"),
+                       log=kw.get("log"), ready=kw.get("ready"))
     sh = kw.get("sh")
     if (sh is None and not kw.get("argv")) or (sh is not None and not str(sh).strip()):
         raise BadInput(f"{name}: no command for the new attempt {where}",

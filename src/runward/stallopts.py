@@ -12,8 +12,8 @@ def add_arguments(p) -> None:
     p.add_argument("--stall-after", metavar="DURATION",
                    help="alert `stall` when the step has not advanced this long (or, where the log shows no "
                         "steps, it is silent that long); default max(10 x median step time, 120s)")
-    p.add_argument("--straggler-ratio", type=float, metavar="N",
-                   help="alert `straggler` for a rank N times slower than the median rank (default 3)")
+    from . import options
+    options.add(p, "straggler_ratio")  # a finite number over 1: nan and inf refused, exit 2 naming it
 
 
 def _seconds(v, what: str) -> float:
@@ -39,8 +39,12 @@ def from_config(health: dict, name: str = "NAME") -> dict:
 
 
 def _ratio(v, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 1:
-        raise BadInput(f"invalid {what} {v!r}", "give a number over 1, e.g. 3 (a rank 3 x slower than the median)")
+    """runward.toml's and the API's straggler_ratio, by the declared option's check (options.py):
+    nan (`v <= 1` is False for it) and inf were taken; they judged no rank a straggler."""
+    from .options import OPTS, problem
+    bad = problem(OPTS["straggler_ratio"], v)
+    if bad:
+        raise BadInput(f"invalid {what} {v!r}: {bad}", "give a number over 1, e.g. 3 (a rank 3 x slower than the median)")
     return float(v)
 
 

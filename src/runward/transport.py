@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .agent import boot as _boot
-from .errors import from_agent
+from .errors import BadInput, from_agent
 from .cache import cache_path, read_cache, write_cache
 from .targets import Target
 
@@ -103,6 +103,24 @@ LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (fo
 LAST_WAY = ""  # and the resident, where it did: "relay" or "forward" (for tests)
 
 
+def _refuse_undecodable(value, where: str = "") -> None:
+    """A request holding a string that is not UTF-8 text (a byte of argv or the environment that
+    did not decode: a lone surrogate) is bad input, refused before anything is sent: the agent
+    would fail writing it into its records (a traceback, exit 3). The verbs name their own
+    arguments first (inputs.refuse_undecodable); this names the request's field."""
+    if isinstance(value, str):
+        from .inputs import UTF8_HINT, is_text, shown_bytes
+        if not is_text(value):
+            raise BadInput(f"{where.lstrip('.') or 'a value'} '{shown_bytes(value)}' is not UTF-8 text", UTF8_HINT)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_undecodable(k, f"{where} (a name)")
+            _refuse_undecodable(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _refuse_undecodable(v, f"{where}[{i}]")
+
+
 def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = None,
          on_event: Callable[[dict], None] | None = None, timeout: float | None = None,
          on_data: Callable[[bytes], None] | None = None,
@@ -128,6 +146,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     If late raises, the far side is sent no request (it runs nothing) and the error is
     raised here."""
     global LAST_ROUTE, LAST_WAY
+    _refuse_undecodable(request)
     req = dict(request)
     req.setdefault("v", _boot.PROTOCOL)
     if target.slurm is not None:  # its partition and sbatch options go with every request

@@ -182,10 +182,12 @@ class RunStore(object):
     def cancel_path(self):
         return os.path.join(self.home.path, "runs", "." + self.name + ".cancel")
 
-    def request_cancel(self):
+    def request_cancel(self, by="stop"):
+        """BY: who asks, said by the start it cancels ("stop", "restart": a restart's stop step,
+        "health:ACTION")."""
         from .procfs import read_proc
         me = read_proc(os.getpid())
-        write_json(self.cancel_path(), {"pid": os.getpid(), "start": me.start if me else None})
+        write_json(self.cancel_path(), {"pid": os.getpid(), "start": me.start if me else None, "by": by})
 
     def clear_cancel(self):
         try:
@@ -202,8 +204,7 @@ class RunStore(object):
             return
         p = read_proc(req["pid"]) if isinstance(req, dict) and isinstance(req.get("pid"), int) else None
         if p is not None and p.start == req.get("start"):
-            raise AgentFailure("Cancelled", "start of %s cancelled by a stop while waiting for GPUs" % self.name,
-                               "the stop (pid %d) goes on; start again when you want the run" % p.pid)
+            raise _cancelled(self.name, req.get("by"), p.pid)
 
     def next_attempt(self):
         """The number the next attempt gets (read under the run lock): past run.json's counter
@@ -270,6 +271,25 @@ class RunStore(object):
         except FileNotFoundError:
             return []
         return ns
+
+
+def _cancelled(name, by, pid):
+    """The Cancelled a start waiting for GPUs answers, saying who cancelled it and what that
+    one goes on to do: a restart's stop step (the restart then starts the run itself, from its
+    last attempt's spec or runward.toml, not from this start's command) was said to be "a stop"."""
+    if by == "restart":
+        return AgentFailure(
+            "Cancelled", "start of %s cancelled while waiting for GPUs: `runward restart %s` took the run over "
+            "(its stop step, pid %d); this start made no attempt, and the restart starts the run from its last "
+            "attempt's spec (or runward.toml's definition), not from this start's command" % (name, name, pid),
+            "`runward status %s` shows what the restart started; to run this command instead: "
+            "runward start %s --replace ... -- COMMAND" % (name, name))
+    if isinstance(by, str) and by.startswith("health:"):
+        return AgentFailure("Cancelled", "start of %s cancelled by a health action (%s, pid %d) while waiting "
+                            "for GPUs; this start made no attempt" % (name, by[len("health:"):], pid),
+                            "`runward status %s` shows what the action did" % name)
+    return AgentFailure("Cancelled", "start of %s cancelled by a stop while waiting for GPUs" % name,
+                        "the stop (pid %d) goes on; start again when you want the run" % pid)
 
 
 # --- the run lock's holder and a bounded wait for it

@@ -82,12 +82,15 @@ def _unjudged(res: dict) -> str:
 
 
 def _check(opts) -> None:
-    """What argparse checks of the flags that are not declared options (--for is: options.py,
-    checked before any operation is called), for a caller without argv (the Python API, MCP)."""
-    for key, flag in (("drop", "--drop"), ("straggler_ratio", "--straggler-ratio")):
-        v = getattr(opts, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise BadInput(f"invalid {flag} {v!r}: not a number", f"give {flag} a number, e.g. {flag} 30")
+    """What argparse checks of the flags, for a caller without argv (the Python API, MCP):
+    --for, --drop and --straggler-ratio are declared options (options.py; --for is checked by
+    operations.check, --drop and --straggler-ratio here, by the same problem())."""
+    from .. import options
+    for key in ("drop", "straggler_ratio"):  # declared options (options.py): the flag's own check
+        opt, v = options.OPTS[key], getattr(opts, key)
+        bad = v is not None and options.problem(opt, v)
+        if bad:
+            raise BadInput(f"invalid {opt.flag} {v!r}: {bad}", options.fix(opt))
     if opts.node is not None and (isinstance(opts.node, bool) or not isinstance(opts.node, int)):
         raise BadInput(f"invalid --node {opts.node!r}: not a whole number", "give --node a rank, e.g. --node 1")
     for key in ("min", "max"):

@@ -12,6 +12,34 @@ from ..operations.common import config_targets, load_config, target_of  # noqa: 
 
 
 
+EXIT_OUTPUT_LOST = 74  # sysexits' EX_IOERR: stdout could not be written (README, exit codes)
+
+
+class OutputLost(Exception):
+    """stdout could not be written (a full disk: ENOSPC, EIO, a quota; `runward status >
+    /dev/full`): cli.main says so on stderr in one line and exits EXIT_OUTPUT_LOST. verdict:
+    the exit code the verb would have had (what was done was done: a stop still stopped)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror or str(error))
+        self.error = error
+        self.verdict: int | None = None
+
+
+def write_out(text: str) -> None:
+    """text on stdout, flushed. A write that fails is OutputLost, not an OSError traceback; a
+    closed reader (BrokenPipeError) stays one: cli.main ends that by SIGPIPE, as git does."""
+    if sys.stdout is None:
+        return  # fd 1 closed at start: nothing said, as print() says nothing then
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise OutputLost(e) from None
+
+
 class Out:
     """Human or JSON rendering; exactly one JSON document per command."""
 
@@ -22,7 +50,7 @@ class Out:
 
     def say(self, text: str = "") -> None:
         if not self.json:
-            print(text, flush=True)
+            write_out(f"{text}\n")
 
     def doc(self, obj: dict) -> None:
         """The command's one JSON document, written whole: a Ctrl-C while a slow reader keeps
@@ -39,8 +67,7 @@ class Out:
         except (AttributeError, OSError, ValueError):
             held = None
         try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            write_out(text)
         finally:
             if held is not None:
                 _signal.pthread_sigmask(_signal.SIG_SETMASK, held)  # a held Ctrl-C lands here
@@ -61,16 +88,21 @@ def signal_arg(text: str) -> str:
 
 
 def show(out, outcome) -> int:
-    """An operation's Outcome printed: its one JSON document, or its human text."""
-    out.doc(outcome.document)
-    if out.json:
-        return outcome.code
-    if outcome.notes:
-        print(outcome.notes, file=sys.stderr, flush=True)
-    if outcome.stderr is not None:
-        print(f"runward {outcome.command}: {outcome.stderr}", file=sys.stderr)
-    elif outcome.text is not None:
-        out.say(outcome.render())
+    """An operation's Outcome printed: its one JSON document, or its human text. Where stdout
+    cannot be written, OutputLost carries the code the verb would have had."""
+    try:
+        out.doc(outcome.document)
+        if out.json:
+            return outcome.code
+        if outcome.notes:
+            print(outcome.notes, file=sys.stderr, flush=True)
+        if outcome.stderr is not None:
+            print(f"runward {outcome.command}: {outcome.stderr}", file=sys.stderr)
+        elif outcome.text is not None:
+            out.say(outcome.render())
+    except OutputLost as e:
+        e.verdict = outcome.code
+        raise
     return outcome.code
 
 

@@ -19,7 +19,8 @@ def run(args, out) -> int:
     script = bash_script(verbs) if args.shell == "bash" else zsh_script(verbs)
     out.doc({"ok": True, "command": "completion", "result": {"shell": args.shell, "script": script}})
     if not out.json:
-        print(script, end="")
+        from ._common import write_out
+        write_out(script)
     return 0
 
 

@@ -8,6 +8,8 @@ from .. import options
 
 import sys
 
+from ._common import OutputLost, write_out
+
 
 # Ctrl-C (cli.main): the command runs in a session of its own on the target, which neither a
 # terminal's Ctrl-C nor the end of our agent or ssh reaches (checked: it ran on after "interrupted")
@@ -28,9 +30,13 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     from ..operations.exec import ExecOptions, exec as exec_op
     outcome = exec_op(ExecOptions.from_args(args))
-    out.doc(outcome.document)
-    if not out.json:  # the command's own output passed on as it came, then what runward says of it
-        sys.stdout.write(outcome.document["result"]["stdout"])
+    try:
+        out.doc(outcome.document)
+        if not out.json:  # the command's own output passed on as it came, then what runward says of it
+            write_out(outcome.document["result"]["stdout"])
+    except OutputLost as e:
+        e.verdict = outcome.code  # what the command did is told on stderr (cli._output_lost)
+        raise
         sys.stderr.write(outcome.document["result"]["stderr"])
         said = outcome.render()
         if said:

@@ -7,7 +7,7 @@ from .. import options
 
 import sys
 
-from ._common import show
+from ._common import show, write_out
 
 # Ctrl-C (cli.main): logs only reads, and a follower's agent ends with its caller (stdin_held)
 INTERRUPTED = "interrupted: logs only reads; its follower on the target ended too, and the run goes on as it was"
@@ -34,7 +34,7 @@ def run(args, out) -> int:
         if out.json:
             return  # the document holds them
         if "line" in ev:
-            print(ev["line"], flush=True)
+            write_out(ev["line"] + "\n")
         elif "switch" in ev:
             print(f"--- runward: log switched to {ev['switch']}", file=sys.stderr, flush=True)
     return show(out, logs(LogsOptions.from_args(args), on_line if args.follow else None))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import options
 
-from ._common import show
+from ._common import show, write_out
 
 
 # Ctrl-C (cli.main): watch only reads
@@ -22,8 +22,7 @@ def add_arguments(p) -> None:
     stall_arguments(p)
     from ._common import old_spelling
     old_spelling(p, "--stall", "stall_after")  # its seconds are stall_after's (docs/diagnosis.md)
-    p.add_argument("--drop", type=float, metavar="FRACTION",
-                   help="alert when throughput stays under FRACTION of its early median (default 0.5)")
+    options.add(p, "drop")
     options.add(p, "since", "watch")
     p.add_argument("--node", type=int, metavar="R", help="a multi-node run: watch node R (default 0)")
     p.add_argument("--all-nodes", action="store_true", help="a multi-node run: watch every node; healthy only if all are")
@@ -38,5 +37,5 @@ def run(args, out) -> int:
         pts = ev.get("points") or []
         if pts:
             m = pts[-1].get("metrics", {})
-            print("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]), flush=True)
+            write_out("  " + "  ".join(f"{k}={v}" for k, v in list(m.items())[:6]) + "\n")
     return show(out, watch(WatchOptions.from_args(args), on_points if not out.json and out.tty else None))

@@ -24,19 +24,9 @@ def stop(req, home):
     event({"stop_begun": {"name": store.name}})
     sig = req.get("signal")
     grace = req.get("grace")
-    asked = []
-
-    def cancel_start(holder):
-        if holder.get("verb") == "start":  # it may be waiting for GPUs: it gives up at its next poll
-            store.request_cancel()
-            asked.append(True)
-
+    fd, asked = _lock_cancelling_start(store, req)
     try:
-        fd = store.lock("stop", req.get("lock_timeout"), cancel_start)
-    finally:
-        if asked:
-            store.clear_cancel()
-    try:
+        cancelled = _cancelled_wait(store, asked)
         att = store.latest()
         procs = scan()
         prot = protected(procs)
@@ -51,7 +41,8 @@ def stop(req, home):
             res = gatewait.stop_result(store, att, gatewait.cancel(store, att))
             # restart's stop: the next attempt must pass the gate too, or a second restart
             # while blocked starts on the GPUs still held (a plain stop does not wait for them)
-            return gpus.stop_check(res, store, att, [], req.get("gpu_timeout")) if req.get("gpu_gate") else res
+            res = gpus.stop_check(res, store, att, [], req.get("gpu_timeout")) if req.get("gpu_gate") else res
+            return dict(res, cancelled_start=cancelled) if cancelled else res
         ckpt = None
         if req.get("checkpoint") is not None:  # marked first: a job that exits once saved is not restarted
             ckpt = stopckpt.before_stop(store, att, req["checkpoint"])
@@ -68,9 +59,43 @@ def stop(req, home):
                 # does not handle it), so the stop did it -- never "already stopped", state "lost"
                 res.update(already_stopped=False, state="stopped", ended_by="checkpoint_signal")
         _record_end(store, att, res, req.get("by"))
+        if cancelled:
+            res["cancelled_start"] = cancelled
         return res
     finally:
         store.unlock(fd)
+
+
+def _lock_cancelling_start(store, req):
+    """(the run lock's fd, the holders asked to give up): a start found holding the lock is
+    asked to (waiting for GPUs, it does at its next poll), said as who asks, as it will say it:
+    a restart's stop step (gpu_gate is restart's alone), a health action's, or a plain stop."""
+    asked = []
+    by = req.get("by") or ("restart" if req.get("gpu_gate") else "stop")
+
+    def cancel_start(holder):
+        if holder.get("verb") == "start":
+            store.request_cancel(by)
+            asked.append(holder)
+    try:
+        return store.lock("stop", req.get("lock_timeout"), cancel_start), asked
+    finally:
+        if asked:
+            store.clear_cancel()
+
+
+def _cancelled_wait(store, holders):
+    """What became of a start this stop found waiting for GPUs under the run's lock (its
+    holder name's gpu_wait), read once the lock is ours: it gave the lock up without making
+    its attempt (cancelled), or it had launched that attempt before its next poll saw the
+    request (launched: the attempt this stop then ends). None: no such start was waiting."""
+    waits = [h for h in holders if isinstance(h.get("gpu_wait"), dict)]
+    if not waits:
+        return None
+    h = waits[0]
+    w = h["gpu_wait"]
+    return {"pid": h.get("pid"), "gpus": w.get("gpus"), "attempt": w.get("attempt"),
+            "launched": w.get("attempt") in store.attempts()}
 
 
 def _record_end(store, att, res, by):
