@@ -212,6 +212,8 @@ def render_status(res: dict, target: str) -> str:
             lines.append(f"  local drift: {d['local']} " + (f"{d['change']}: {d['remote']}" if d.get("change")
                                                            else f"differs from the deployed {d['remote']}"))
         h = r.get("health") or {}
+        if h.get("error"):  # not read this time (its state locked by another process, ...)
+            lines.append(f"  health: {h['error']}")
         main = h.get("main_metrics")  # the main ones; --json has every metric
         shown = {k: v for k, v in (h.get("metrics") or {}).items() if main is None or k in main}
         if shown:

@@ -9,7 +9,7 @@ from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
 from ..secrets import redact_env, shown_multinode
-from ..store import RunStore, check_name, read_json
+from ..store import SIDE_WAIT_S, RunStore, SideLocked, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
 
@@ -144,8 +144,10 @@ def _details(out, store, att, state, since=None):
     if att.get("log") and state != "lost":
         from . import health
         try:
-            saved, _, _ = health.scan(store, att)
+            saved, _, _ = health.scan(store, att, lock_wait=SIDE_WAIT_S)
             out["health"] = health.summary(saved, since=since)
+        except SideLocked as e:  # a stuck holder: said, not waited for forever
+            out["health"] = {"error": str(e), "locked_by": e.holder}
         except (OSError, ValueError) as e:
             out["health"] = {"error": "could not read the log: %s" % e}
     if att.get("log") and state == "running":
@@ -188,7 +190,10 @@ def _stall(out, store, att):
     among the health's, where status, top and MCP show alerts."""
     from .. import stall
     try:
-        res = stall.check(store, att)
+        res = stall.check(store, att, lock_wait=SIDE_WAIT_S)
+    except SideLocked as e:  # a stuck holder (a status, a `flock`): said, not waited for forever
+        out["stall"] = {"error": str(e), "locked_by": e.holder}
+        return
     except (OSError, ValueError) as e:
         out["stall"] = {"error": "could not judge a stall: %s" % e}
         return
