@@ -222,9 +222,24 @@ class RunStore(object):
         """The start waiting for GPUs under this run's lock ({"attempt", "gpus", "since",
         "timeout_s", "pid"}), or None: none said so, or its process is gone (a holder that
         crashed leaves its name; the kernel released its lock)."""
+        return self._live_note("gpu_wait")
+
+    def note_stopping(self, fd, attempt, signal, grace):
+        """A stop holding the lock has just signalled attempt N and waits up to grace seconds
+        before KILL (ops/stop.py): said in the lock's holder name, as note_gpu_wait, so that
+        status shows a stop under way and when its KILL comes."""
+        _write_holder(fd, "stop", stopping={"attempt": attempt, "signal": signal, "grace_s": grace,
+                                            "since": time.time()})
+
+    def stopping(self):
+        """The stop under way ({"attempt", "signal", "grace_s", "since", "pid"}), or None: no
+        stop said so, or its process is gone."""
+        return self._live_note("stopping")
+
+    def _live_note(self, key):
         from .procfs import read_proc
         h = self.holder()
-        w = h.get("gpu_wait")
+        w = h.get(key)
         if not isinstance(w, dict) or not isinstance(h.get("pid"), int):
             return None
         p = read_proc(h["pid"])

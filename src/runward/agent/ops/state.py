@@ -44,6 +44,7 @@ def status(req, home):
             runs.append({"name": nm, "state": "none", "attempt": None})
         if runs and runs[-1]["name"] == nm:
             _gpu_wait(runs[-1], store)
+            _stopping(runs[-1], store)
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
 
 
@@ -54,6 +55,15 @@ def _gpu_wait(out, store):
     w = store.gpu_wait()
     if w is not None and w.get("attempt", 0) > (out.get("attempt") or 0):
         out["gpu_wait"] = w
+
+
+def _stopping(out, store):
+    """A stop of this attempt under way (it signalled, and waits for the end or its KILL):
+    out["stopping"] says the signal, since when and the grace. Its lock's holder says so
+    while that stop is alive (store.stopping), as a start's gpu_wait."""
+    w = store.stopping()
+    if w is not None and out.get("attempt") is not None and w.get("attempt") == out.get("attempt"):
+        out["stopping"] = w
 
 
 def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
