@@ -27,7 +27,8 @@ import os
 import time
 
 from .procfs import CLK_TCK, scan as scan_procs
-from .store import read_json, side_lock, write_json
+from .sidelock import side_lock
+from .store import read_json, write_json
 
 MIN_AFTER = 120.0  # the derived stall_after's floor
 FACTOR = 10.0  # ... and its multiple of the median step time

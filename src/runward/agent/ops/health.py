@@ -20,7 +20,8 @@ import time
 from .. import logmetrics
 from ..logmetrics.alerts import alert
 from ..procfs import live
-from ..store import RunStore, read_json, side_lock, write_json
+from ..sidelock import side_lock
+from ..store import RunStore, read_json, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
 FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))

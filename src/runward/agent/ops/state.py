@@ -9,7 +9,8 @@ from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
 from ..secrets import redact_env, shown_multinode
-from ..store import SIDE_WAIT_S, RunStore, SideLocked, check_name, read_json
+from ..sidelock import SIDE_WAIT_S, SideLocked
+from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
 
