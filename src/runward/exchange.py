@@ -136,14 +136,16 @@ class Spawned:
     Like Popen(close_fds=True), the child inherits no descriptor but 0, 1 and 2, and SIGPIPE
     and SIGXFSZ are back to their defaults there (Python ignores SIGPIPE in itself).
 
-    The child leads a process group of its own (setpgroup), so that kill() -- a call's
-    timeout, a failed handler, Ctrl-C of a call that does not outlive its caller -- ends it
-    with everything it started that is still in that group (a local agent's nvidia-smi or
-    shell; the ssh, podman or pct client with its ProxyCommand): killing the pid alone left
-    those running as orphans. What the agent detaches on purpose leaves the group by setsid
-    (a start's shim and job, the resident, a stop that outlives its caller, an ssh
-    ControlPersist master) and is not touched. A terminal's Ctrl-C reaches only the CLI's
-    group now; the CLI ends the child itself (or leaves an outliving one to run on)."""
+    The child leads a session, and so a process group, of its own (setsid), so that kill()
+    -- a call's timeout, a failed handler, Ctrl-C of a call that does not outlive its caller --
+    ends it with everything it started that is still in that group (a local agent's
+    nvidia-smi or shell; the ssh, podman or pct client with its ProxyCommand): killing the pid
+    alone left those running as orphans. What is detached on purpose has left the group by
+    setsid (a start's shim and job, the resident, an ssh ControlPersist master) and is not
+    touched. A terminal's Ctrl-C reaches only the CLI's group now: the CLI ends the child
+    itself, or leaves one that outlives it (a stop) to run on. A session rather than a bare
+    group: with no controlling terminal nothing below can be stopped by SIGTTIN or SIGTTOU,
+    as a background group that touched the terminal would be."""
 
     def __init__(self, argv: list[str]):
         from _signal import SIGPIPE, SIGXFSZ
@@ -162,7 +164,7 @@ class Spawned:
                        (os.POSIX_SPAWN_DUP2, err, 2)]
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
             self.pid = os.posix_spawnp(argv[0], argv, child_environ(), file_actions=actions,
-                                       setsigdef=(SIGPIPE, SIGXFSZ), setpgroup=0)
+                                       setsigdef=(SIGPIPE, SIGXFSZ), setsid=True)
         except BaseException:
             for fd in fds:
                 os.close(fd)

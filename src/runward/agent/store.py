@@ -228,8 +228,9 @@ class RunStore(object):
         """A stop holding the lock has just signalled attempt N and waits up to grace seconds
         before KILL (ops/stop.py): said in the lock's holder name, as note_gpu_wait, so that
         status shows a stop under way and when its KILL comes."""
+        held = read_holder(fd).get("since")  # the lock's own since stays: "locked by stop ... since"
         _write_holder(fd, "stop", stopping={"attempt": attempt, "signal": signal, "grace_s": grace,
-                                            "since": time.time()})
+                                            "since": time.time()}, **({"since": held} if held else {}))
 
     def stopping(self):
         """The stop under way ({"attempt", "signal", "grace_s", "since", "pid"}), or None: no
