@@ -56,6 +56,39 @@ def test_a_timeout_kills_the_child():
     assert rc == -9 and time.monotonic() - t < 10
 
 
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """pid no longer runs (gone, or a zombie its new parent has not reaped yet)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_timeout_kills_what_the_child_started_but_not_what_it_detached():
+    # an agent killed at its call's timeout left its nvidia-smi (and that one's children)
+    # running as orphans: the kill is its whole process group's. A setsid'd child (a start's
+    # shim, the resident, an ssh ControlPersist master) left the group on purpose and lives.
+    sh = "sleep 60 >/dev/null & echo $!; setsid sleep 61 >/dev/null 2>&1 & echo $!; sleep 62 >/dev/null"
+    rc, garbage, _, _ = _run(["sh", "-c", sh], timeout=1.0)
+    inner, detached = (int(x) for x in garbage)
+    try:
+        assert rc == -9
+        assert _gone(inner), f"the child's own child {inner} survived the kill at the timeout"
+        assert not _gone(detached, within=0.3), "the child's setsid'd child was killed too"
+    finally:
+        for pid in (inner, detached):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
 def test_input_reaches_the_child_and_its_exit_code_comes_back():
     rc, garbage, reply, _ = _run(["sh", "-c", "cat; echo '{\"v\": 1, \"ok\": true, \"result\": {}}'; exit 3"],
                                  stdin=b"hello\n")

@@ -208,3 +208,43 @@ def test_ctrl_c_during_a_stop_over_ssh_says_so_in_one_json_document_and_the_stop
             except ProcessLookupError:
                 pass
         shutil.rmtree(far_home, ignore_errors=True)
+
+
+def stop_agent(holder: dict) -> int | None:
+    """The holder's pid if /proc shows it alive with the start time it wrote (the stop's agent)."""
+    from conftest import alive
+    return holder["pid"] if alive(holder["pid"], holder["start"]) else None
+
+
+def test_status_during_a_stops_grace_says_the_stop_is_under_way_and_when_its_kill_comes(cli):
+    """A stop waiting out its grace for a TERM-ignoring job: status said only "running" (the
+    JSON had stop_requested, the text nothing). The stop notes its signal and grace in the
+    run lock's holder (as a start's gpu_wait); status's `stopping` and its text line say it
+    while that stop lives, and nothing once it has ended."""
+    import subprocess
+    name = _uniq("sg")
+    job = _start_term_ignoring(cli, name)
+    stop = subprocess.Popen(cli.argv("stop", name, "--grace", "10"), cwd=cli.cwd, env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = cli.home / "runs" / f".{name}.lock"  # the holder record, read as it is
+        holder = wait_for(lambda: (lambda h: h if h.get("stopping") else None)(json.loads(lock.read_text() or "{}")),
+                          what="the stop to signal")
+        from conftest import alive
+        assert alive(job["pid"], job["start"]), "TERM is ignored: the job lives through the grace"
+        rc, doc = cli.json("status", name)
+        st = doc["result"]["runs"][0]
+        assert st["state"] == "running" and st["stopping"]["signal"] == "SIGTERM", st
+        assert st["stopping"]["grace_s"] == 10 and st["stopping"]["pid"] == holder["pid"] == stop_agent(holder), st
+        assert st["stopping"]["attempt"] == st["attempt"], st
+        text = cli.run("status", name).stdout
+        assert "  stopping: SIGTERM sent " in text and "; SIGKILL at 10s if still alive" in text, text
+        out, err = stop.communicate(timeout=60)
+        assert stop.returncode == 0, (out, err)
+    finally:
+        if stop.poll() is None:
+            stop.kill()
+            stop.wait()
+    st = cli.status(name)
+    assert "stopping" not in st and st["stopped"]["verified_dead"], st
+    assert "stopping:" not in cli.run("status", name).stdout

@@ -224,3 +224,48 @@ def test_a_step_counter_that_starts_again_each_epoch_is_progress_not_a_stall(cli
     rc, w = cli.json("watch", name, "--for", "5", "--stall-after", "2")  # 5 s: step 2 seen for 2.5 s, twice over
     assert rc == 0 and w["result"]["healthy"], w
     assert cli.run("stop", name).returncode == 0
+
+
+_HOLD = """import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_status_with_the_stall_state_locked_by_another_process_says_so_within_a_bound(cli):
+    """A stuck holder of the run's stall lock (another status, a `flock`) made `runward status
+    NAME` wait silently forever; now it waits store.SIDE_WAIT_S (5 s), then answers without
+    the stall judgement and says who holds it (/proc/locks)."""
+    import subprocess
+    import sys
+    name = f"stlk{os.getpid()}"
+    rc, doc = cli.json("start", name, "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(cli.home / "runs" / f".{name}.stall.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for fmt in ("text", "json"):
+            t0 = time.monotonic()
+            if fmt == "json":
+                rc, doc = cli.json("status", name, timeout=30)
+                took = time.monotonic() - t0
+                assert rc == 0, doc
+                st = doc["result"]["runs"][0]
+                assert st["state"] == "running" and st["stall"]["locked_by"]["pid"] == holder.pid, st
+                assert "locked by pid %d" % holder.pid in st["stall"]["error"], st["stall"]
+            else:
+                p = cli.run("status", name, timeout=30)
+                took = time.monotonic() - t0
+                assert p.returncode == 0, p
+                assert f"stall: the stall state of run {name} is locked by pid {holder.pid}" in p.stdout, p.stdout
+                assert "still held after 5s" in p.stdout, p.stdout
+            assert took < 20, f"status took {took:.1f}s with the stall lock held"
+    finally:
+        holder.kill()
+        holder.wait()
+    st = cli.status(name)  # the lock free again: judged as before
+    assert "stall_after" in st["stall"] and "error" not in st["stall"], st["stall"]
+    assert cli.run("stop", name).returncode == 0

@@ -134,7 +134,18 @@ class Spawned:
     a pipe's 64 KiB there before its reply would stall on a pipe read only at the end.
 
     Like Popen(close_fds=True), the child inherits no descriptor but 0, 1 and 2, and SIGPIPE
-    and SIGXFSZ are back to their defaults there (Python ignores SIGPIPE in itself)."""
+    and SIGXFSZ are back to their defaults there (Python ignores SIGPIPE in itself).
+
+    The child leads a session, and so a process group, of its own (setsid), so that kill()
+    -- a call's timeout, a failed handler, Ctrl-C of a call that does not outlive its caller --
+    ends it with everything it started that is still in that group (a local agent's
+    nvidia-smi or shell; the ssh, podman or pct client with its ProxyCommand): killing the pid
+    alone left those running as orphans. What is detached on purpose has left the group by
+    setsid (a start's shim and job, the resident, an ssh ControlPersist master) and is not
+    touched. A terminal's Ctrl-C reaches only the CLI's group now: the CLI ends the child
+    itself, or leaves one that outlives it (a stop) to run on. A session rather than a bare
+    group: with no controlling terminal nothing below can be stopped by SIGTTIN or SIGTTOU,
+    as a background group that touched the terminal would be."""
 
     def __init__(self, argv: list[str]):
         from _signal import SIGPIPE, SIGXFSZ
@@ -153,7 +164,7 @@ class Spawned:
                        (os.POSIX_SPAWN_DUP2, err, 2)]
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
             self.pid = os.posix_spawnp(argv[0], argv, child_environ(), file_actions=actions,
-                                       setsigdef=(SIGPIPE, SIGXFSZ))
+                                       setsigdef=(SIGPIPE, SIGXFSZ), setsid=True)
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -165,12 +176,13 @@ class Spawned:
         self.stdout = os.fdopen(out_r, "rb")
 
     def kill(self) -> None:
-        # under the lock, and only before wait() has reaped the child: its pid cannot have
-        # been given to another process yet
+        """SIGKILL to the child's whole process group (its pid is the group's id). Under the
+        lock, and only before wait() has reaped the child: while its leader is unreaped the
+        group id cannot have been given to another process."""
         with self._lock:
             if self.returncode is None:
                 try:
-                    os.kill(self.pid, 9)
+                    os.killpg(self.pid, 9)
                 except ProcessLookupError:
                     pass
 

@@ -150,6 +150,22 @@ def _gpu_release_lines(r: dict) -> list[str]:
     return lines
 
 
+def _stopping_lines(r: dict, now: float) -> list[str]:
+    """A stop under way (its signal sent, its grace running): `  stopping: SIGTERM sent 3s ago
+    (stop, pid 123); SIGKILL at 30s if still alive`."""
+    s = r.get("stopping")
+    if not s:
+        return []
+    sig, grace = s.get("signal") or "the stop signal", s.get("grace_s")
+    waited = now - s["since"] if isinstance(s.get("since"), (int, float)) else None
+    when = ago(waited) + " ago" if waited is not None else "(when unknown)"
+    line = f"  stopping: {sig} sent {when} (stop, pid {s.get('pid')})"
+    if isinstance(grace, (int, float)):
+        line += (f"; SIGKILL at {grace:g}s if still alive" if waited is None or waited < grace
+                 else f"; its {grace:g}s grace is over: SIGKILL sent, waiting for the processes to end")
+    return [line]
+
+
 def render_status(res: dict, target: str) -> str:
     runs = res.get("runs") or []
     if not runs:
@@ -196,6 +212,7 @@ def render_status(res: dict, target: str) -> str:
                          f"waiting {ago(now - w['since']) if w.get('since') else '?'}"
                          + (f" of {w['timeout_s']:g}s" if isinstance(w.get("timeout_s"), (int, float)) else "")
                          + f" (`runward stop {r['name']}` cancels)")
+        lines += _stopping_lines(r, now)
         lines += _stopped_lines(r, now)
         if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade
             lines.append(f"  {r['attribution']['summary']}")
@@ -220,6 +237,8 @@ def render_status(res: dict, target: str) -> str:
             lines.append(f"  local drift: {d['local']} " + (f"{d['change']}: {d['remote']}" if d.get("change")
                                                            else f"differs from the deployed {d['remote']}"))
         h = r.get("health") or {}
+        if h.get("error"):  # not read this time (its state locked by another process, ...)
+            lines.append(f"  health: {h['error']}")
         main = h.get("main_metrics")  # the main ones; --json has every metric
         shown = {k: v for k, v in (h.get("metrics") or {}).items() if main is None or k in main}
         if shown:

@@ -27,7 +27,8 @@ import os
 import time
 
 from .procfs import CLK_TCK, scan as scan_procs
-from .store import read_json, side_lock, write_json
+from .sidelock import side_lock
+from .store import read_json, write_json
 
 MIN_AFTER = 120.0  # the derived stall_after's floor
 FACTOR = 10.0  # ... and its multiple of the median step time
@@ -331,15 +332,16 @@ def _stragglers(st, att, after, ratio, now):
     return out
 
 
-def check(store, att, cfg=None, now=None, capture=True):
+def check(store, att, cfg=None, now=None, capture=True, lock_wait=None):
     """Read what the attempt's log gained and sample its ranks' CPU; judge. Returns
     {"stall_after", "stall_after_from" (set | derived | default), "median_step_s", "step",
     "step_t", "ranks", "alerts"} (alerts: at most one stall, and the stragglers). On a stall's
     first sight (one episode: until the step moves again) the stacks are taken once
-    (capture; stacks.py where this agent has it)."""
+    (capture; stacks.py where this agent has it). lock_wait: seconds to wait for the stall
+    state's lock (store.side_lock; SideLocked after), None: as long as it takes."""
     cfg = dict(att.get("stall") or {}, **dict((k, v) for k, v in (cfg or {}).items() if v is not None))
     now = time.time() if now is None else now
-    with side_lock(store, "stall"):
+    with side_lock(store, "stall", lock_wait):
         st = _load(store, att)
         update(st, att, now)
         after, src, med = stall_after(cfg, st, att.get("started_at"))

@@ -223,9 +223,25 @@ class RunStore(object):
         """The start waiting for GPUs under this run's lock ({"attempt", "gpus", "since",
         "timeout_s", "pid"}), or None: none said so, or its process is gone (a holder that
         crashed leaves its name; the kernel released its lock)."""
+        return self._live_note("gpu_wait")
+
+    def note_stopping(self, fd, attempt, signal, grace):
+        """A stop holding the lock has just signalled attempt N and waits up to grace seconds
+        before KILL (ops/stop.py): said in the lock's holder name, as note_gpu_wait, so that
+        status shows a stop under way and when its KILL comes."""
+        held = read_holder(fd).get("since")  # the lock's own since stays: "locked by stop ... since"
+        _write_holder(fd, "stop", stopping={"attempt": attempt, "signal": signal, "grace_s": grace,
+                                            "since": time.time()}, **({"since": held} if held else {}))
+
+    def stopping(self):
+        """The stop under way ({"attempt", "signal", "grace_s", "since", "pid"}), or None: no
+        stop said so, or its process is gone."""
+        return self._live_note("stopping")
+
+    def _live_note(self, key):
         from .procfs import read_proc
         h = self.holder()
-        w = h.get("gpu_wait")
+        w = h.get(key)
         if not isinstance(w, dict) or not isinstance(h.get("pid"), int):
             return None
         p = read_proc(h["pid"])
@@ -533,29 +549,3 @@ def file_hashes(paths):
         except OSError:
             out[p] = None
     return out
-
-
-class side_lock(object):
-    """An exclusive lock of one side file of a run (its health or stall state), apart from
-    the run lock: status, watch and the shim read and write that state in turn. A class,
-    not contextlib.contextmanager: importing contextlib (with collections and functools)
-    cost every agent call ~2 ms of its start-up, and this is its only user on that path."""
-
-    def __init__(self, store, what):
-        self.path = os.path.join(store.home.path, "runs", ".%s.%s.lock" % (store.name, what))
-        self.fd = None
-
-    def __enter__(self):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
-        return None
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-        self.fd = None
-        return False

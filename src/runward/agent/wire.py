@@ -148,9 +148,10 @@ def outlive_caller():
     """For an op that must reach its verified end whatever happens to its caller (a stop: a
     KILL after the grace is still owed when the CLI is interrupted): from here on SIGINT,
     SIGHUP and SIGPIPE are ignored, the process leaves the caller's session and process group
-    where it can (a terminal's Ctrl-C, or a killpg, reaches the CLI's group: a local agent is
-    in it), and an event the caller is no longer there to read is dropped instead of ending
-    the op. The op's end goes to the run's record for `status` to show."""
+    where it is still in them (an agent the CLI spawns has a session of its own already, which
+    a terminal's Ctrl-C does not reach; an ssh session's command leads its own), and
+    an event the caller is no longer there to read is dropped instead of ending the op. The
+    op's end goes to the run's record for `status` to show."""
     try:
         import _signal as sig  # signal.py's enums cost every stop ~5 ms (terminate.py)
     except ImportError:
@@ -160,7 +161,7 @@ def outlive_caller():
     try:
         os.setsid()
     except OSError:
-        pass  # already a session leader (an ssh session's command): its own group already
+        pass  # a group's leader already (a spawned agent, an ssh session's command)
     if _EVENTS:
         send = _EVENTS[0]
 

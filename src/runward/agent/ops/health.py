@@ -20,7 +20,8 @@ import time
 from .. import logmetrics
 from ..logmetrics.alerts import alert
 from ..procfs import live
-from ..store import RunStore, read_json, side_lock, write_json
+from ..sidelock import side_lock
+from ..store import RunStore, read_json, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
 FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))
@@ -89,11 +90,11 @@ def _mark(saved, now, res):
         marks[:half] = marks[:half:2]
 
 
-def scan(store, att, metrics=None):
+def scan(store, att, metrics=None, lock_wait=None):
     """One incremental scan of the current attempt's part of the log for its facts; returns
-    (saved record, new facts, new points)."""
+    (saved record, new facts, new points). lock_wait: as stall.check's."""
     path = os.path.join(store.dir, "health.json")
-    with side_lock(store, "health"):
+    with side_lock(store, "health", lock_wait):
         saved = _load(path, att)
         before = json_dumps(saved, sort_keys=True)
         r = fact_rules(att, metrics)

@@ -9,6 +9,7 @@ from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
 from ..secrets import redact_env, shown_multinode
+from ..sidelock import SIDE_WAIT_S, SideLocked
 from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
 
@@ -44,6 +45,7 @@ def status(req, home):
             runs.append({"name": nm, "state": "none", "attempt": None})
         if runs and runs[-1]["name"] == nm:
             _gpu_wait(runs[-1], store)
+            _stopping(runs[-1], store)
     return {"runs": runs, "boot_id": bid, "time": time.time(), "host": os.uname().nodename}
 
 
@@ -54,6 +56,15 @@ def _gpu_wait(out, store):
     w = store.gpu_wait()
     if w is not None and w.get("attempt", 0) > (out.get("attempt") or 0):
         out["gpu_wait"] = w
+
+
+def _stopping(out, store):
+    """A stop of this attempt under way (it signalled, and waits for the end or its KILL):
+    out["stopping"] says the signal, since when and the grace. Its lock's holder says so
+    while that stop is alive (store.stopping), as a start's gpu_wait."""
+    w = store.stopping()
+    if w is not None and out.get("attempt") is not None and w.get("attempt") == out.get("attempt"):
+        out["stopping"] = w
 
 
 def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
@@ -144,8 +155,10 @@ def _details(out, store, att, state, since=None):
     if att.get("log") and state != "lost":
         from . import health
         try:
-            saved, _, _ = health.scan(store, att)
+            saved, _, _ = health.scan(store, att, lock_wait=SIDE_WAIT_S)
             out["health"] = health.summary(saved, since=since)
+        except SideLocked as e:  # a stuck holder: said, not waited for forever
+            out["health"] = {"error": str(e), "locked_by": e.holder}
         except (OSError, ValueError) as e:
             out["health"] = {"error": "could not read the log: %s" % e}
     if att.get("log") and state == "running":
@@ -188,7 +201,10 @@ def _stall(out, store, att):
     among the health's, where status, top and MCP show alerts."""
     from .. import stall
     try:
-        res = stall.check(store, att)
+        res = stall.check(store, att, lock_wait=SIDE_WAIT_S)
+    except SideLocked as e:  # a stuck holder (a status, a `flock`): said, not waited for forever
+        out["stall"] = {"error": str(e), "locked_by": e.holder}
+        return
     except (OSError, ValueError) as e:
         out["stall"] = {"error": "could not judge a stall: %s" % e}
         return

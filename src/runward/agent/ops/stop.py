@@ -49,7 +49,8 @@ def stop(req, home):
             procs = scan()
             prot = protected(procs)
         ended = supervise.end_backoff(store, att, req.get("by"))  # a shim waiting to restart: no next attempt
-        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"), req.get("by"))
+        res = stop_locked(store, att, procs, prot, sig, grace, req.get("gpu_timeout"), req.get("by"),
+                          lambda s: store.note_stopping(fd, (att or {}).get("attempt"), s, grace))
         if ended:
             res["restart_cancelled"] = True
         if ckpt is not None:
@@ -133,7 +134,8 @@ def mark_stop_requested(store, att, procs, by=None):
     store.update_attempt(att["attempt"], mark)
 
 
-def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
+def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, signalling=None):
+    """signalling(signal name): called just before the signal (stop notes it for status)."""
     signum = parse_signal(sig)
     found = members(store.name, att, procs, prot)
     res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
@@ -158,6 +160,8 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None):
         scans.append(members(store.name, att, ps, protected(ps)))
         return scans[-1]
 
+    if signalling is not None:
+        signalling(signal_name(signum))
     t0 = time.monotonic()
     fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
     survivors = [f for f in fates if f["fate"] == "survived"]
