@@ -37,6 +37,7 @@ def run(args, out) -> int:
     except OutputLost as e:
         e.verdict = outcome.code  # what the command did is told on stderr (cli._output_lost)
         raise
+    if not out.json:
         sys.stderr.write(outcome.document["result"]["stderr"])
         said = outcome.render()
         if said:
