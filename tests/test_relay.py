@@ -22,6 +22,7 @@ import testbed
 from conftest import CLI, alive, wait_for
 from runward import transport
 from runward.targets import parse_target
+from test_follow_leak import _children
 from test_resident import _ppid, _records, far  # noqa: F401  (far: the fixture)
 
 RELAY = b"relay.py"
@@ -40,13 +41,6 @@ def _relays(listen: str | None = None) -> list[int]:
         if any(c.endswith(b"/runward/" + RELAY) for c in cmd) and (listen is None or listen.encode() in cmd):
             out.append(int(d))
     return out
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def _paths(far) -> tuple[str, str]:
