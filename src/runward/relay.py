@@ -188,9 +188,28 @@ def _listen(path):
     return srv, os.stat(path).st_ino
 
 
+def _detach(keep):
+    """Close every descriptor but 0-2 and keep, and leave the caller's directory. The relay
+    outlives the CLI that starts it by its idle time: what that CLI inherited without
+    close-on-exec (a cron job's `exec 9>lock; flock -n 9`, a pipe whose reader waits for its
+    EOF) must not stay held by it, nor the directory it ran in (a mount kept busy)."""
+    os.chdir("/")
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(3, min(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def main(argv):
-    listen, forward, idle = argv[1], argv[2], float(argv[3])
+    listen, forward, idle = os.path.abspath(argv[1]), os.path.abspath(argv[2]), float(argv[3])
     idle = min(idle, 86400.0) if idle >= 1 else 600.0  # (nan too)
+    _detach(int(argv[4]) if len(argv) > 4 else None)
     handed = socket.socket(fileno=int(argv[4])) if len(argv) > 4 else None
     lock = os.open(listen + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

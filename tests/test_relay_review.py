@@ -1,0 +1,84 @@
+"""The relay (runward/relay.py), reviewed hostile: what it must not take from the process that
+starts it, and the CLI's side of starting it from many threads at once. Real processes; what
+is true is read from /proc, never from runward's own word."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import threading
+import time
+
+from conftest import wait_for
+from runward import residentroute
+from runward.targets import parse_target
+
+
+def _fds(pid: int) -> dict[int, str]:
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+def _end(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    if pid in residentroute._SPAWNED:
+        residentroute._SPAWNED.remove(pid)
+
+
+def test_the_relay_keeps_no_descriptor_of_its_caller_nor_its_directory(tmp_path, monkeypatch):
+    """A relay outlives its CLI by the idle time (600 s): what the CLI inherited must not live
+    on in it. A cron job's `exec 9>lock; flock -n 9 || exit; runward status ...` left the lock
+    held for ten minutes after the job ended (the next run: "already running"), and a pipe
+    passed down kept its reader waiting for EOF; the CLI's cwd (a project on a mount) stayed
+    busy."""
+    lock_path = tmp_path / "cron.lock"
+    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.set_inheritable(lock, True)  # as a shell's `exec 9>file` leaves it
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    forward = tmp_path / "r-x"
+    forward.write_text("")  # there: the relay stays until killed
+    listen = tmp_path / "p-x"
+    mine, given = socket.socketpair()
+    monkeypatch.chdir(tmp_path)
+    pid = None
+    try:
+        residentroute._start_relay(str(listen), str(forward), 60.0, given)
+        given.close()
+        pid = residentroute._SPAWNED[-1]
+        wait_for(lambda: os.path.exists(listen), what="the relay to listen")
+        held = _fds(pid)
+        assert str(lock_path) not in held.values(), held
+        assert not any(t.startswith("pipe:") for t in held.values()), held
+        assert held.get(3, "").startswith("socket:")  # the connection it was handed stays
+        assert os.readlink(f"/proc/{pid}/cwd") == "/"
+        os.close(lock)
+        lock = None
+        os.close(w)
+        w = None
+        other = os.open(lock_path, os.O_RDWR)  # the job's lock is free once the job is gone
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+        os.set_blocking(r, False)
+        assert os.read(r, 1) == b""  # EOF: no writer left
+    finally:
+        for fd in (lock, w, r):
+            if fd is not None:
+                os.close(fd)
+        mine.close()
+        if pid:
+            _end(pid)
