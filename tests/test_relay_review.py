@@ -82,3 +82,51 @@ def test_the_relay_keeps_no_descriptor_of_its_caller_nor_its_directory(tmp_path,
         mine.close()
         if pid:
             _end(pid)
+
+
+def test_relays_started_from_many_threads_at_once(monkeypatch):
+    """A long-lived caller (import runward; an MCP server) asks several hosts at once, each
+    from a thread: each may start a relay, and each start reaps the relays that have exited.
+    Two threads reaping the same one raised ValueError (list.remove) out of runward.status."""
+    gone = os.posix_spawn("/bin/true", ["/bin/true"], {})
+    wait_for(lambda: open(f"/proc/{gone}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+             what="the exited relay to be a zombie")
+    monkeypatch.setattr(residentroute, "_SPAWNED", [gone])
+    real = os.waitpid
+    both = threading.Barrier(2)
+
+    def waitpid(pid, flags):
+        try:
+            both.wait(timeout=2)  # both threads at the same exited relay (where it can be)
+        except threading.BrokenBarrierError:
+            pass
+        return real(pid, flags)
+
+    def spawn(*a, **kw):
+        raise OSError("not started in this test")
+    monkeypatch.setattr(os, "waitpid", waitpid)
+    monkeypatch.setattr(os, "posix_spawn", spawn)
+    errors = []
+    socks = [socket.socketpair() for _ in range(2)]
+
+    def start(conn):
+        try:
+            residentroute._start_relay("/nonexistent/p-x", "/nonexistent/r-x", 1.0, conn)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=start, args=(s[0],)) for s in socks]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        for a, b in socks:
+            a.close()
+            b.close()
+        try:
+            real(gone, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    assert not errors, errors
+    assert residentroute._SPAWNED == []

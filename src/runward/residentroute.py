@@ -6,6 +6,7 @@ when to stop trying. agent/resident.py is the far side of it."""
 from __future__ import annotations
 
 import json
+import _thread
 import os
 import sys
 
@@ -41,6 +42,7 @@ def _relay_on() -> bool:
 
 _RELAY_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
 _SPAWNED: list[int] = []  # relays this process started, reaped once they exit (a long-lived caller)
+_SPAWNED_LOCK = _thread.allocate_lock()  # (threading's import is not paid for by every CLI)
 
 
 def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
@@ -50,21 +52,25 @@ def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
     forward's two round trips."""
     if not sys.executable:
         return  # an embedding interpreter: nothing to run it with
-    for pid in list(_SPAWNED):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                _SPAWNED.remove(pid)
-        except ChildProcessError:
+    with _SPAWNED_LOCK:  # calls to several hosts at once, each in a thread (fanout.py)
+        for pid in list(_SPAWNED):
+            try:
+                if not os.waitpid(pid, os.WNOHANG)[0]:
+                    continue
+            except ChildProcessError:
+                pass  # reaped by someone else (the caller's own os.wait())
             _SPAWNED.remove(pid)
     fd = conn.fileno()
     moved = os.dup(fd) if fd == 3 else None  # dup2(3, 3) would leave it close-on-exec
     try:
-        _SPAWNED.append(os.posix_spawn(
+        pid = os.posix_spawn(
             sys.executable, [sys.executable, "-I", "-S", _RELAY_PY, listen, forward, repr(idle), "3"], {},
             file_actions=[(os.POSIX_SPAWN_DUP2, moved if moved is not None else fd, 3),
                           (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
                           (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)],
-            setsid=True))
+            setsid=True)
+        with _SPAWNED_LOCK:
+            _SPAWNED.append(pid)
     except OSError:
         pass
     finally:
