@@ -130,3 +130,35 @@ def test_relays_started_from_many_threads_at_once(monkeypatch):
             pass
     assert not errors, errors
     assert residentroute._SPAWNED == []
+
+
+def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path, monkeypatch):
+    """A relay stopped (SIGSTOP, a debugger, a frozen cgroup) still has its socket: the kernel
+    queues the connection and the request, and the call waited for its reply forever
+    (`runward status` hung, though the forward to the resident worked). A stopped relay is
+    passed by: the call goes through the forward."""
+    forward = tmp_path / "r-x"
+    forward.write_text("")
+    listen = tmp_path / "p-x"
+    mine, given = socket.socketpair()
+    pid = None
+    try:
+        residentroute._start_relay(str(listen), str(forward), 60.0, given)
+        given.close()
+        pid = residentroute._SPAWNED[-1]
+        wait_for(lambda: os.path.exists(listen), what="the relay to listen")
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "Tt",
+                 what="the relay to stop")
+        r = residentroute._Resident(parse_target("ssh://rw1"), {"op": "status"}, None, "sha key", ["@sha key\tx"])
+        r.forward = str(forward)  # a file, not a socket: the forward leads nowhere (as a master gone)
+        got = []
+        t = threading.Thread(target=lambda: got.append(r.call("sha", b'{"v": 1, "op": "status"}\n', None, None)),
+                             daemon=True)
+        t.start()
+        t.join(10)
+        assert got == [None], "the call waited on a stopped relay"
+    finally:
+        mine.close()
+        if pid:
+            _end(pid)

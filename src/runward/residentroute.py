@@ -78,6 +78,20 @@ def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
             os.close(moved)
 
 
+def _stopped_peer(s) -> bool:
+    """Whether the process listening at the other end of unix socket s is stopped (SIGSTOP,
+    a debugger, a frozen cgroup): the kernel still queues a connection and its request there,
+    and its reply would be waited for without end. (SO_PEERCRED names the listener's pid.)"""
+    import _socket
+    import struct
+    try:
+        pid = struct.unpack("3i", s.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12))[0]
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, ValueError, IndexError, struct.error, AttributeError):
+        return False
+
+
 class _Resident:
     """The way to the far side's resident agent, for one call.
 
@@ -124,7 +138,7 @@ class _Resident:
         forward that ended well is handed to a new relay for the calls after this one."""
         relay = self._relay_path()
         if _relay_on():
-            got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout)
+            got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout, relay=True)
             if got is not None and got.reply is not None and not _agent_missing(got.reply):
                 if self.fails:
                     self._record(os.path.basename(self.forward)[2:])  # it works again
@@ -168,16 +182,20 @@ class _Resident:
         finally:
             s.close()
 
-    def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None) -> _Replies | None:
+    def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None,
+              relay: bool = False) -> _Replies | None:
         """Send data on a connection to the unix socket at path and read what comes until
-        the reply; None where it does not connect. hand_to: the relay's path, to hand the
-        connection to once it has given a whole reply and nothing after it."""
+        the reply; None where it does not connect (relay: or where the relay is stopped).
+        hand_to: the relay's path, to hand the connection to once it has given a whole reply
+        and nothing after it."""
         import _socket
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             try:
                 s.connect(path)
             except OSError:
+                return None
+            if relay and _stopped_peer(s):
                 return None
             s.settimeout(timeout)
             got, buf = _Replies(on_event), b""
