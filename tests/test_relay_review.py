@@ -11,9 +11,10 @@ import socket
 import threading
 import time
 
-from conftest import wait_for
-from runward import residentroute
+from conftest import alive, wait_for
+from runward import residentroute, transport
 from runward.targets import parse_target
+from test_resident import far  # noqa: F401  (the fixture)
 
 
 def _fds(pid: int) -> dict[int, str]:
@@ -162,3 +163,41 @@ def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path, monkeypatch):
         mine.close()
         if pid:
             _end(pid)
+
+
+def test_a_resident_that_ended_idle_is_no_failure(far, monkeypatch):
+    """A resident exits after its idle time (600 s by default) and removes its socket: the
+    next call's forward gets no reply, and that was counted as a failed try. Two such gaps in
+    a row (status at 9:00, 11:00, 14:00) and the CLI stopped trying the resident, and so the
+    relay, for good (this agent version): every warm call paid the ordinary way again. A
+    resident that ended on its own is told (no socket left behind) from one killed (its
+    socket stays), and only the second counts."""
+    from test_resident import _records
+    monkeypatch.setenv("RUNWARD_RESIDENT_IDLE", "2")
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "exec"
+    for _ in range(2):  # a call after each idle gap, none between (a cron job)
+        pid = wait_for(far.resident, what="the resident")  # (its lock: nothing connects to it)
+        wait_for(lambda: not alive(pid), timeout=30, what="the resident to end idle")
+        far.call({"op": "status"})  # the forward leads to no resident: the ordinary way starts one
+        assert transport.LAST_ROUTE == "exec"
+    wait_for(far.listening, what="the new resident's socket")
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "resident", _records(far.entry())
+
+
+def test_a_killed_resident_still_counts_as_a_failure(far):
+    """(The rule above keeps its reason: a resident killed each time, its socket left behind,
+    is given up after two tries in a row.)"""
+    from test_resident import _records
+    far.call({"op": "status"})
+    for _ in range(2):
+        pid = wait_for(far.resident, what="the resident")
+        wait_for(far.listening, what="its socket")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not alive(pid), what="the resident to die")
+        far.call({"op": "status"})
+        assert transport.LAST_ROUTE == "exec"
+    assert _records(far.entry())[-2:] == ["!", "!"]
+    far.call({"op": "status"})
+    assert transport.LAST_ROUTE == "exec"  # given up: not tried again

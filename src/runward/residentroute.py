@@ -236,6 +236,12 @@ class _Resident:
     def found(self, info: dict) -> None:
         """The ordinary call's agent reports the resident (found alive or started now): set
         up the control master's forward to it, unless the one we have still connects."""
+        if self.forward and self.fails and info.get("alive") is False and info.get("ended_idle") is True:
+            # the resident our forward found gone had ended on its idle time, not killed nor
+            # failed: no failed try. The forward leads to the new one, at the same path.
+            self._record(os.path.basename(self.forward)[2:])
+            self.fails = 0
+            return
         if self.forward or self.fails >= _RESIDENT_FAILS_MAX:
             return
         remote = info.get("path")
