@@ -201,3 +201,20 @@ def test_a_killed_resident_still_counts_as_a_failure(far):
     assert _records(far.entry())[-2:] == ["!", "!"]
     far.call({"op": "status"})
     assert transport.LAST_ROUTE == "exec"  # given up: not tried again
+
+
+def test_a_master_gone_leaves_no_relay_files_behind(far):
+    """Every control master that exits (ControlPersist, a link down) ends a forward and its
+    relay; the next call sets up a new one. The old relay's lock file stayed in the control
+    directory for good (one more file for every master gone)."""
+    from test_relay import _through_relay, _relays
+    listen = _through_relay(far)
+    pid = _relays(listen)[0]
+    rw1 = parse_target("ssh://rw1").hops[0]
+    import subprocess
+    subprocess.run(rw1.ssh_argv(transport.ssh_base(), ["-O", "exit"]), capture_output=True, check=True)
+    far.call({"op": "status"})  # a new master: the ordinary way, a new forward after it
+    assert transport.LAST_ROUTE == "exec"
+    wait_for(lambda: not alive(pid), what="the old master's relay to exit")
+    left = sorted(n for n in os.listdir(os.path.dirname(listen)) if n.startswith(os.path.basename(listen)))
+    assert left == [], left

@@ -256,11 +256,15 @@ class _Resident:
             return
         if rc == 0:
             self._record(name)
-            if self.stale:  # a forward of a master that has exited: its socket file stays
-                try:
-                    os.unlink(self.stale)
-                except OSError:
-                    pass
+            if self.stale:  # a forward of a master that has exited: its socket file stays,
+                # and so do its relay's lock (and its socket, where the relay was killed):
+                # one set of files left in the control directory by every master gone
+                d, base = os.path.split(self.stale)
+                for dead in (self.stale, os.path.join(d, "p" + base[1:]), os.path.join(d, "p" + base[1:] + ".lock")):
+                    try:
+                        os.unlink(dead)
+                    except OSError:
+                        pass
 
     def _record(self, state: str) -> None:
         _far_remember(f"@{self.entry}\t{state}", self.entry.split(" ", 1)[0], self.known)
