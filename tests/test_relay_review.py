@@ -8,8 +8,8 @@ import fcntl
 import os
 import signal
 import socket
+import subprocess
 import threading
-import time
 
 from conftest import alive, wait_for
 from runward import residentroute, transport
@@ -133,7 +133,7 @@ def test_relays_started_from_many_threads_at_once(monkeypatch):
     assert residentroute._SPAWNED == []
 
 
-def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path, monkeypatch):
+def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path):
     """A relay stopped (SIGSTOP, a debugger, a frozen cgroup) still has its socket: the kernel
     queues the connection and the request, and the call waited for its reply forever
     (`runward status` hung, though the forward to the resident worked). A stopped relay is
@@ -207,11 +207,10 @@ def test_a_master_gone_leaves_no_relay_files_behind(far):
     """Every control master that exits (ControlPersist, a link down) ends a forward and its
     relay; the next call sets up a new one. The old relay's lock file stayed in the control
     directory for good (one more file for every master gone)."""
-    from test_relay import _through_relay, _relays
+    from test_relay import _relays, _through_relay
     listen = _through_relay(far)
     pid = _relays(listen)[0]
     rw1 = parse_target("ssh://rw1").hops[0]
-    import subprocess
     subprocess.run(rw1.ssh_argv(transport.ssh_base(), ["-O", "exit"]), capture_output=True, check=True)
     far.call({"op": "status"})  # a new master: the ordinary way, a new forward after it
     assert transport.LAST_ROUTE == "exec"
