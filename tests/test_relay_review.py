@@ -217,3 +217,30 @@ def test_a_master_gone_leaves_no_relay_files_behind(far):
     wait_for(lambda: not alive(pid), what="the old master's relay to exit")
     left = sorted(n for n in os.listdir(os.path.dirname(listen)) if n.startswith(os.path.basename(listen)))
     assert left == [], left
+
+
+def test_a_stopped_far_child_of_a_kept_connection_is_passed_by(far):
+    """A kept connection's child on the far side stopped (SIGSTOP, a debugger) still has its
+    connection: the relay sent the next call's request on it and waited for the reply
+    without end (the forward's fresh child per connection never had this). The far child
+    now says it took a request (an empty line) before it runs it; a kept connection silent
+    for the relay's ACK_S is let go and the call asked on another."""
+    from test_relay import _children, _through_relay
+    _through_relay(far)
+    kept = _children(far.resident())
+    assert kept
+    for p in kept:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        got = []
+
+        def ask():
+            got.append(far.call({"op": "status"}))
+            got.append(transport.LAST_WAY)
+        t = threading.Thread(target=ask, daemon=True)
+        t.start()
+        t.join(45)
+        assert len(got) == 2 and got[1] == "relay", "the call waited on a stopped far child"
+    finally:
+        for p in kept:
+            os.kill(p, signal.SIGCONT)

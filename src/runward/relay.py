@@ -32,6 +32,7 @@ import threading
 import time
 
 KEPT_MAX = 4  # idle connections kept; each holds a forked child on the far side
+ACK_S = 10.0  # a kept connection's child says it took the request within this, else another is asked
 
 
 class Relay:
@@ -89,12 +90,12 @@ class Relay:
                 up, was_kept = self.take()
                 if up is None:
                     return
-                state = _pass(up, request, client)
+                state = _pass(up, request, client, ACK_S if was_kept else None)
                 if state == "done":
                     self.give_back(up)
                     return
                 up.close()
-                if state != "closed" or not was_kept:
+                if state not in ("closed", "silent") or not was_kept:
                     return  # mid-reply, or the caller left: the caller sees the end
         except OSError:
             pass
@@ -105,17 +106,21 @@ class Relay:
                 self.active -= 1
 
 
-def _pass(up, request, client):
+def _pass(up, request, client, ack_s=None):
     """Send request on up; hand what comes back to client until the reply line. "done",
-    "closed" (up ended before any byte: a kept connection the far side let go), "broken"
-    (ended mid-reply), or "left" (the caller closed)."""
+    "closed" (up ended before any byte: a kept connection the far side let go), "silent"
+    (no byte within ack_s: a kept connection whose far child is stopped or stuck; the far
+    side's first byte, an empty line, comes as soon as its child has read the request),
+    "broken" (ended mid-reply), or "left" (the caller closed)."""
     try:
         up.sendall(request)
     except OSError:
         return "closed"
-    buf, sent, pending = b"", False, 0
+    buf, sent, pending, first = b"", False, 0, True
     while True:
-        ready = select.select([up, client], [], [])[0]
+        ready = select.select([up, client], [], [], ack_s if first else None)[0]
+        if not ready:
+            return "silent"
         if client in ready:
             return "left"  # closed (or sending past its one request: a caller not to serve)
         try:
@@ -124,6 +129,12 @@ def _pass(up, request, client):
             chunk = b""
         if not chunk:
             return "broken" if sent or buf else "closed"
+        if first:
+            first = False
+            if chunk.startswith(b"\n"):  # the far side took it (a keep head's request)
+                chunk = chunk[1:]
+                if not chunk:
+                    continue
         buf += chunk
         out = b""
         while buf:

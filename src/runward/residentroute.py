@@ -207,7 +207,8 @@ class _Resident:
                         if got.reply is not None:
                             buf = b"?"  # something after the reply: not a connection to keep
                             break
-                        got.take(line)
+                        if line:  # (an empty line: the resident took a keep head's request)
+                            got.take(line)
             except OSError:
                 pass
             if hand_to and got.reply is not None and not buf and not got.garbage:

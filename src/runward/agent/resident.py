@@ -277,7 +277,8 @@ def serve_connection(conn, serve, idle=600.0, still=lambda: True):
     a request run here runs as us), and only the read-only verbs (OPS).
 
     A head of "<length> <sha256> keep" (the CLI's relay, relay.py) asks for the connection
-    to be kept: after the reply, the next request is read from it, for up to `idle` seconds.
+    to be kept: after the reply, the next request is read from it, for up to `idle` seconds;
+    each such request is answered with an empty line first, as soon as it is read.
     Each request of a kept connection runs in a child forked for it, so one leaves nothing
     to the next; a request that ends without its reply (a bad head, a refused op, a crash)
     ends the connection, and the relay asks no more on it; so does still() saying no."""
@@ -304,6 +305,10 @@ def serve_connection(conn, serve, idle=600.0, still=lambda: True):
                 return serve(rf, wf, OPS)
             if not still():
                 return 0  # closed unanswered: the relay asks again on a new connection
+            # an empty line first: this kept connection's child is here and took the request
+            # (a child stopped or stuck sends nothing, and the relay asks on another)
+            wf.write(b"\n")
+            wf.flush()
             if _serve_kept(rf.readline(), wf, serve) or not _next_request(conn, idle):
                 return 0
     finally:
