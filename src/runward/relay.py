@@ -32,6 +32,7 @@ import threading
 import time
 
 KEPT_MAX = 4  # idle connections kept; each holds a forked child on the far side
+ACK_S = 10.0  # a kept connection's child says it took the request within this, else another is asked
 
 
 class Relay:
@@ -89,12 +90,12 @@ class Relay:
                 up, was_kept = self.take()
                 if up is None:
                     return
-                state = _pass(up, request, client)
+                state = _pass(up, request, client, ACK_S if was_kept else None)
                 if state == "done":
                     self.give_back(up)
                     return
                 up.close()
-                if state != "closed" or not was_kept:
+                if state not in ("closed", "silent") or not was_kept:
                     return  # mid-reply, or the caller left: the caller sees the end
         except OSError:
             pass
@@ -105,17 +106,21 @@ class Relay:
                 self.active -= 1
 
 
-def _pass(up, request, client):
+def _pass(up, request, client, ack_s=None):
     """Send request on up; hand what comes back to client until the reply line. "done",
-    "closed" (up ended before any byte: a kept connection the far side let go), "broken"
-    (ended mid-reply), or "left" (the caller closed)."""
+    "closed" (up ended before any byte: a kept connection the far side let go), "silent"
+    (no byte within ack_s: a kept connection whose far child is stopped or stuck; the far
+    side's first byte, an empty line, comes as soon as its child has read the request),
+    "broken" (ended mid-reply), or "left" (the caller closed)."""
     try:
         up.sendall(request)
     except OSError:
         return "closed"
-    buf, sent, pending = b"", False, 0
+    buf, sent, pending, first = b"", False, 0, True
     while True:
-        ready = select.select([up, client], [], [])[0]
+        ready = select.select([up, client], [], [], ack_s if first else None)[0]
+        if not ready:
+            return "silent"
         if client in ready:
             return "left"  # closed (or sending past its one request: a caller not to serve)
         try:
@@ -124,6 +129,12 @@ def _pass(up, request, client):
             chunk = b""
         if not chunk:
             return "broken" if sent or buf else "closed"
+        if first:
+            first = False
+            if chunk.startswith(b"\n"):  # the far side took it (a keep head's request)
+                chunk = chunk[1:]
+                if not chunk:
+                    continue
         buf += chunk
         out = b""
         while buf:
@@ -189,9 +200,28 @@ def _listen(path):
     return srv, os.stat(path).st_ino
 
 
+def _detach(keep):
+    """Close every descriptor but 0-2 and keep, and leave the caller's directory. The relay
+    outlives the CLI that starts it by its idle time: what that CLI inherited without
+    close-on-exec (a cron job's `exec 9>lock; flock -n 9`, a pipe whose reader waits for its
+    EOF) must not stay held by it, nor the directory it ran in (a mount kept busy)."""
+    os.chdir("/")
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(3, min(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def main(argv):
-    listen, forward, idle = argv[1], argv[2], float(argv[3])
+    listen, forward, idle = os.path.abspath(argv[1]), os.path.abspath(argv[2]), float(argv[3])
     idle = min(idle, 86400.0) if idle >= 1 else 600.0  # (nan too)
+    _detach(int(argv[4]) if len(argv) > 4 else None)
     handed = socket.socket(fileno=int(argv[4])) if len(argv) > 4 else None
     lock = os.open(listen + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

@@ -6,6 +6,7 @@ when to stop trying. agent/resident.py is the far side of it."""
 from __future__ import annotations
 
 import json
+import _thread
 import os
 import sys
 
@@ -41,6 +42,7 @@ def _relay_on() -> bool:
 
 _RELAY_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
 _SPAWNED: list[int] = []  # relays this process started, reaped once they exit (a long-lived caller)
+_SPAWNED_LOCK = _thread.allocate_lock()  # (threading's import is not paid for by every CLI)
 
 
 def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
@@ -50,26 +52,44 @@ def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
     forward's two round trips."""
     if not sys.executable:
         return  # an embedding interpreter: nothing to run it with
-    for pid in list(_SPAWNED):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                _SPAWNED.remove(pid)
-        except ChildProcessError:
+    with _SPAWNED_LOCK:  # calls to several hosts at once, each in a thread (fanout.py)
+        for pid in list(_SPAWNED):
+            try:
+                if not os.waitpid(pid, os.WNOHANG)[0]:
+                    continue
+            except ChildProcessError:
+                pass  # reaped by someone else (the caller's own os.wait())
             _SPAWNED.remove(pid)
     fd = conn.fileno()
     moved = os.dup(fd) if fd == 3 else None  # dup2(3, 3) would leave it close-on-exec
     try:
-        _SPAWNED.append(os.posix_spawn(
+        pid = os.posix_spawn(
             sys.executable, [sys.executable, "-I", "-S", _RELAY_PY, listen, forward, repr(idle), "3"], {},
             file_actions=[(os.POSIX_SPAWN_DUP2, moved if moved is not None else fd, 3),
                           (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
                           (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)],
-            setsid=True))
+            setsid=True)
+        with _SPAWNED_LOCK:
+            _SPAWNED.append(pid)
     except OSError:
         pass
     finally:
         if moved is not None:
             os.close(moved)
+
+
+def _stopped_peer(s) -> bool:
+    """Whether the process listening at the other end of unix socket s is stopped (SIGSTOP,
+    a debugger, a frozen cgroup): the kernel still queues a connection and its request there,
+    and its reply would be waited for without end. (SO_PEERCRED names the listener's pid.)"""
+    import _socket
+    import struct
+    try:
+        pid = struct.unpack("3i", s.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12))[0]
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, ValueError, IndexError, struct.error, AttributeError):
+        return False
 
 
 class _Resident:
@@ -118,7 +138,7 @@ class _Resident:
         forward that ended well is handed to a new relay for the calls after this one."""
         relay = self._relay_path()
         if _relay_on():
-            got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout)
+            got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout, relay=True)
             if got is not None and got.reply is not None and not _agent_missing(got.reply):
                 if self.fails:
                     self._record(os.path.basename(self.forward)[2:])  # it works again
@@ -162,16 +182,20 @@ class _Resident:
         finally:
             s.close()
 
-    def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None) -> _Replies | None:
+    def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None,
+              relay: bool = False) -> _Replies | None:
         """Send data on a connection to the unix socket at path and read what comes until
-        the reply; None where it does not connect. hand_to: the relay's path, to hand the
-        connection to once it has given a whole reply and nothing after it."""
+        the reply; None where it does not connect (relay: or where the relay is stopped).
+        hand_to: the relay's path, to hand the connection to once it has given a whole reply
+        and nothing after it."""
         import _socket
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             try:
                 s.connect(path)
             except OSError:
+                return None
+            if relay and _stopped_peer(s):
                 return None
             s.settimeout(timeout)
             got, buf = _Replies(on_event), b""
@@ -183,7 +207,8 @@ class _Resident:
                         if got.reply is not None:
                             buf = b"?"  # something after the reply: not a connection to keep
                             break
-                        got.take(line)
+                        if line:  # (an empty line: the resident took a keep head's request)
+                            got.take(line)
             except OSError:
                 pass
             if hand_to and got.reply is not None and not buf and not got.garbage:
@@ -212,6 +237,12 @@ class _Resident:
     def found(self, info: dict) -> None:
         """The ordinary call's agent reports the resident (found alive or started now): set
         up the control master's forward to it, unless the one we have still connects."""
+        if self.forward and self.fails and info.get("alive") is False and info.get("ended_idle") is True:
+            # the resident our forward found gone had ended on its idle time, not killed nor
+            # failed: no failed try. The forward leads to the new one, at the same path.
+            self._record(os.path.basename(self.forward)[2:])
+            self.fails = 0
+            return
         if self.forward or self.fails >= _RESIDENT_FAILS_MAX:
             return
         remote = info.get("path")
@@ -226,11 +257,15 @@ class _Resident:
             return
         if rc == 0:
             self._record(name)
-            if self.stale:  # a forward of a master that has exited: its socket file stays
-                try:
-                    os.unlink(self.stale)
-                except OSError:
-                    pass
+            if self.stale:  # a forward of a master that has exited: its socket file stays,
+                # and so do its relay's lock (and its socket, where the relay was killed):
+                # one set of files left in the control directory by every master gone
+                d, base = os.path.split(self.stale)
+                for dead in (self.stale, os.path.join(d, "p" + base[1:]), os.path.join(d, "p" + base[1:] + ".lock")):
+                    try:
+                        os.unlink(dead)
+                    except OSError:
+                        pass
 
     def _record(self, state: str) -> None:
         _far_remember(f"@{self.entry}\t{state}", self.entry.split(" ", 1)[0], self.known)

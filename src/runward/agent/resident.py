@@ -53,9 +53,10 @@ def _lock_fd(sock):
 
 def ensure(req, home):
     """{"path", "alive"} for the caller's reply: the resident serving this home, started
-    now unless one holds its lock. None where there can be none: an agent the bootstrap
-    could not cache (the resident starts from that cache), a path too long for a socket, or
-    a cache directory that is not ours alone."""
+    now unless one holds its lock ("ended_idle": the last one ended on its idle time, not
+    killed). None where there can be none: an agent the bootstrap could not cache (the
+    resident starts from that cache), a path too long for a socket, or a cache directory
+    that is not ours alone."""
     sock = path(home)
     if len(sock) + 8 > PATH_MAX:
         return None
@@ -72,9 +73,24 @@ def ensure(req, home):
         idle = min(max(float(req["resident"].get("idle", 600)), 1.0), 86400.0)
     except (TypeError, ValueError):
         idle = 600.0
+    # the last resident ended on its idle time (its mark, below): the caller's forward that
+    # found it gone is no failed try. One killed left no mark: that one counts.
+    ended_idle = _take_idle_mark(sock)
     if not _start(sock, idle):
         return None
-    return {"path": sock, "alive": False}
+    return {"path": sock, "alive": False, "ended_idle": ended_idle}
+
+
+def _idle_mark(sock):
+    return sock[:-len(".sock")] + ".idle"
+
+
+def _take_idle_mark(sock):
+    try:
+        os.unlink(_idle_mark(sock))
+        return True
+    except OSError:
+        return False
 
 
 def _start(sock, idle):
@@ -154,7 +170,11 @@ def main(params, serve, preload):
     preload(OPS)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
     try:
-        _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve, idle, sock))
+        if _accept_loop(srv, sock, ino, idle, lambda conn: _child(conn, srv, lock, serve, idle, sock)) == "idle":
+            try:
+                os.close(os.open(_idle_mark(sock), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            except OSError:
+                pass
         return 0
     finally:
         try:
@@ -175,7 +195,7 @@ def _accept_loop(srv, sock, ino, idle, handle):
             except OSError:
                 pass
             if left <= 0:
-                return
+                return "idle"  # (main's mark for the next caller)
             last = time.monotonic() + left - idle
         if not select.select([srv], [], [], min(left, 5.0))[0]:
             try:
@@ -257,7 +277,8 @@ def serve_connection(conn, serve, idle=600.0, still=lambda: True):
     a request run here runs as us), and only the read-only verbs (OPS).
 
     A head of "<length> <sha256> keep" (the CLI's relay, relay.py) asks for the connection
-    to be kept: after the reply, the next request is read from it, for up to `idle` seconds.
+    to be kept: after the reply, the next request is read from it, for up to `idle` seconds;
+    each such request is answered with an empty line first, as soon as it is read.
     Each request of a kept connection runs in a child forked for it, so one leaves nothing
     to the next; a request that ends without its reply (a bad head, a refused op, a crash)
     ends the connection, and the relay asks no more on it; so does still() saying no."""
@@ -284,6 +305,10 @@ def serve_connection(conn, serve, idle=600.0, still=lambda: True):
                 return serve(rf, wf, OPS)
             if not still():
                 return 0  # closed unanswered: the relay asks again on a new connection
+            # an empty line first: this kept connection's child is here and took the request
+            # (a child stopped or stuck sends nothing, and the relay asks on another)
+            wf.write(b"\n")
+            wf.flush()
             if _serve_kept(rf.readline(), wf, serve) or not _next_request(conn, idle):
                 return 0
     finally:
