@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -145,7 +144,9 @@ def test_a_killed_resident_takes_its_kept_connections_along(far):
     assert _children(new)
 
 
-def test_the_relay_ends_with_its_control_master(far):
+def _end_master(far) -> str:
+    """A relay at work, then its control master told to exit, and a call after it (the
+    ordinary way, a new master and forward); the old relay's listening path, once it exited."""
     listen = _through_relay(far)
     pid = _relays(listen)[0]
     rw1 = parse_target("ssh://rw1").hops[0]
@@ -153,6 +154,11 @@ def test_the_relay_ends_with_its_control_master(far):
     far.call({"op": "status"})  # a new master: the ordinary way, a new forward after it
     assert transport.LAST_ROUTE == "exec"
     wait_for(lambda: not alive(pid), what="the old master's relay to exit")
+    return listen
+
+
+def test_the_relay_ends_with_its_control_master(far):
+    listen = _end_master(far)
     assert not os.path.exists(listen)
     wait_for(lambda: far.call({"op": "status"}) is not None and transport.LAST_WAY == "relay",
              what="a relay of the new forward")

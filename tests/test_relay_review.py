@@ -4,11 +4,11 @@ is true is read from /proc, never from runward's own word."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
 import socket
-import subprocess
 import threading
 
 from conftest import alive, wait_for
@@ -37,6 +37,28 @@ def _end(pid: int) -> None:
         residentroute._SPAWNED.remove(pid)
 
 
+@contextlib.contextmanager
+def _bare_relay(tmp_path):
+    """A relay started as the CLI starts one, handed one end of a socketpair, for a forward
+    that is a plain file (there, so the relay stays until killed; it leads nowhere, as a
+    master gone). Yields (pid, forward); the relay is killed and reaped after."""
+    forward = tmp_path / "r-x"
+    forward.write_text("")
+    listen = tmp_path / "p-x"
+    mine, given = socket.socketpair()
+    pid = None
+    try:
+        residentroute._start_relay(str(listen), str(forward), 60.0, given)
+        given.close()
+        pid = residentroute._SPAWNED[-1]
+        wait_for(lambda: os.path.exists(listen), what="the relay to listen")
+        yield pid, forward
+    finally:
+        mine.close()
+        if pid:
+            _end(pid)
+
+
 def test_the_relay_keeps_no_descriptor_of_its_caller_nor_its_directory(tmp_path, monkeypatch):
     """A relay outlives its CLI by the idle time (600 s): what the CLI inherited must not live
     on in it. A cron job's `exec 9>lock; flock -n 9 || exit; runward status ...` left the lock
@@ -49,40 +71,29 @@ def test_the_relay_keeps_no_descriptor_of_its_caller_nor_its_directory(tmp_path,
     fcntl.flock(lock, fcntl.LOCK_EX)
     r, w = os.pipe()
     os.set_inheritable(w, True)
-    forward = tmp_path / "r-x"
-    forward.write_text("")  # there: the relay stays until killed
-    listen = tmp_path / "p-x"
-    mine, given = socket.socketpair()
     monkeypatch.chdir(tmp_path)
-    pid = None
     try:
-        residentroute._start_relay(str(listen), str(forward), 60.0, given)
-        given.close()
-        pid = residentroute._SPAWNED[-1]
-        wait_for(lambda: os.path.exists(listen), what="the relay to listen")
-        held = _fds(pid)
-        assert str(lock_path) not in held.values(), held
-        assert not any(t.startswith("pipe:") for t in held.values()), held
-        assert held.get(3, "").startswith("socket:")  # the connection it was handed stays
-        assert os.readlink(f"/proc/{pid}/cwd") == "/"
-        os.close(lock)
-        lock = None
-        os.close(w)
-        w = None
-        other = os.open(lock_path, os.O_RDWR)  # the job's lock is free once the job is gone
-        try:
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            os.close(other)
-        os.set_blocking(r, False)
-        assert os.read(r, 1) == b""  # EOF: no writer left
+        with _bare_relay(tmp_path) as (pid, _):
+            held = _fds(pid)
+            assert str(lock_path) not in held.values(), held
+            assert not any(t.startswith("pipe:") for t in held.values()), held
+            assert held.get(3, "").startswith("socket:")  # the connection it was handed stays
+            assert os.readlink(f"/proc/{pid}/cwd") == "/"
+            os.close(lock)
+            lock = None
+            os.close(w)
+            w = None
+            other = os.open(lock_path, os.O_RDWR)  # the job's lock is free once the job is gone
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(other)
+            os.set_blocking(r, False)
+            assert os.read(r, 1) == b""  # EOF: no writer left
     finally:
         for fd in (lock, w, r):
             if fd is not None:
                 os.close(fd)
-        mine.close()
-        if pid:
-            _end(pid)
 
 
 def test_relays_started_from_many_threads_at_once(monkeypatch):
@@ -138,16 +149,7 @@ def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path):
     queues the connection and the request, and the call waited for its reply forever
     (`runward status` hung, though the forward to the resident worked). A stopped relay is
     passed by: the call goes through the forward."""
-    forward = tmp_path / "r-x"
-    forward.write_text("")
-    listen = tmp_path / "p-x"
-    mine, given = socket.socketpair()
-    pid = None
-    try:
-        residentroute._start_relay(str(listen), str(forward), 60.0, given)
-        given.close()
-        pid = residentroute._SPAWNED[-1]
-        wait_for(lambda: os.path.exists(listen), what="the relay to listen")
+    with _bare_relay(tmp_path) as (pid, forward):
         os.kill(pid, signal.SIGSTOP)
         wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "Tt",
                  what="the relay to stop")
@@ -159,10 +161,6 @@ def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path):
         t.start()
         t.join(10)
         assert got == [None], "the call waited on a stopped relay"
-    finally:
-        mine.close()
-        if pid:
-            _end(pid)
 
 
 def test_a_resident_that_ended_idle_is_no_failure(far, monkeypatch):
@@ -207,14 +205,8 @@ def test_a_master_gone_leaves_no_relay_files_behind(far):
     """Every control master that exits (ControlPersist, a link down) ends a forward and its
     relay; the next call sets up a new one. The old relay's lock file stayed in the control
     directory for good (one more file for every master gone)."""
-    from test_relay import _relays, _through_relay
-    listen = _through_relay(far)
-    pid = _relays(listen)[0]
-    rw1 = parse_target("ssh://rw1").hops[0]
-    subprocess.run(rw1.ssh_argv(transport.ssh_base(), ["-O", "exit"]), capture_output=True, check=True)
-    far.call({"op": "status"})  # a new master: the ordinary way, a new forward after it
-    assert transport.LAST_ROUTE == "exec"
-    wait_for(lambda: not alive(pid), what="the old master's relay to exit")
+    from test_relay import _end_master
+    listen = _end_master(far)
     left = sorted(n for n in os.listdir(os.path.dirname(listen)) if n.startswith(os.path.basename(listen)))
     assert left == [], left
 

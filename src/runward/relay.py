@@ -36,8 +36,8 @@ ACK_S = 10.0  # a kept connection's child says it took the request within this, 
 
 
 class Relay:
-    def __init__(self, forward, idle):
-        self.forward, self.idle = forward, idle
+    def __init__(self, forward):
+        self.forward = forward
         self.kept = []  # connections to the forward, idle, each after a complete reply
         self.lock = threading.Lock()
         self.last = time.monotonic()
@@ -228,7 +228,7 @@ def main(argv):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another relay serves this forward
-    relay = Relay(forward, idle)
+    relay = Relay(forward)
     if handed is not None:
         relay.give_back(handed)
     try:

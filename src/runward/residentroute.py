@@ -78,6 +78,12 @@ def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
             os.close(moved)
 
 
+def _relay_of(forward: str) -> str:
+    """The relay's socket path for a forward's: <control dir>/p-NAME beside r-NAME."""
+    d, base = os.path.split(forward)
+    return os.path.join(d, "p" + base[1:])
+
+
 def _stopped_peer(s) -> bool:
     """Whether the process listening at the other end of unix socket s is stopped (SIGSTOP,
     a debugger, a frozen cgroup): the kernel still queues a connection and its request there,
@@ -136,17 +142,16 @@ class _Resident:
         (the control master is gone: set up again after the call) or where the resident's
         connection ended without a reply (counted as a failure). A connection of the
         forward that ended well is handed to a new relay for the calls after this one."""
-        relay = self._relay_path()
+        relay = _relay_of(self.forward)
         if _relay_on():
             got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout, relay=True)
             if got is not None and got.reply is not None and not _agent_missing(got.reply):
                 if self.fails:
-                    self._record(os.path.basename(self.forward)[2:])  # it works again
+                    self._works_again()
                 self.way = "relay"
                 return got.reply
-            if got is not None and got.events:  # what it said cannot be taken back by asking again
-                raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
-                                "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+            if got is not None and got.events:
+                raise self._stopped_mid_reply()
         keep = _relay_on()
         got = self._talk(self.forward, b"0 %s%s\n" % (sha.encode(), b" keep" if keep else b"") + line,
                          on_event, timeout, hand_to=relay if keep else None)
@@ -157,30 +162,38 @@ class _Resident:
         reply = None if _agent_missing(got.reply) else got.reply
         if reply is None:
             if got.events:
-                raise HopFailed(f"{self.target.hops[0]}: the resident agent stopped mid-reply",
-                                "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(self.target.hops[0]))
+                raise self._stopped_mid_reply()
             self._master_gone()
             self._record("!")
             self.fails += 1
         elif self.fails:
-            self._record(os.path.basename(self.forward)[2:])  # it works again
+            self._works_again()
         self.way = "forward"
         return reply
 
-    def _relay_path(self) -> str:
-        return os.path.join(os.path.dirname(self.forward), "p" + os.path.basename(self.forward)[1:])
-
     def relay_listens(self) -> bool:
         """Whether a relay listens for this forward (for doctor; a bare connect, nothing sent)."""
+        if not _relay_on():
+            return False
         import _socket
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            s.connect(self._relay_path())
-            return _relay_on()
+            s.connect(_relay_of(self.forward))
+            return True
         except OSError:
             return False
         finally:
             s.close()
+
+    def _works_again(self) -> None:
+        """A reply through the forward after failed tries: recorded, the count starts anew."""
+        self._record(os.path.basename(self.forward)[2:])
+
+    def _stopped_mid_reply(self) -> HopFailed:
+        """What the resident said (events) cannot be taken back by asking again."""
+        hop = self.target.hops[0]
+        return HopFailed(f"{hop}: the resident agent stopped mid-reply",
+                         "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(hop))
 
     def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None,
               relay: bool = False) -> _Replies | None:
@@ -240,7 +253,7 @@ class _Resident:
         if self.forward and self.fails and info.get("alive") is False and info.get("ended_idle") is True:
             # the resident our forward found gone had ended on its idle time, not killed nor
             # failed: no failed try. The forward leads to the new one, at the same path.
-            self._record(os.path.basename(self.forward)[2:])
+            self._works_again()
             self.fails = 0
             return
         if self.forward or self.fails >= _RESIDENT_FAILS_MAX:
@@ -260,8 +273,8 @@ class _Resident:
             if self.stale:  # a forward of a master that has exited: its socket file stays,
                 # and so do its relay's lock (and its socket, where the relay was killed):
                 # one set of files left in the control directory by every master gone
-                d, base = os.path.split(self.stale)
-                for dead in (self.stale, os.path.join(d, "p" + base[1:]), os.path.join(d, "p" + base[1:] + ".lock")):
+                relay = _relay_of(self.stale)
+                for dead in (self.stale, relay, relay + ".lock"):
                     try:
                         os.unlink(dead)
                     except OSError:

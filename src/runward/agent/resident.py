@@ -330,22 +330,12 @@ def _serve_kept(line, wf, serve):
             rc = serve(io.BytesIO(line), wf, OPS)
         finally:
             os._exit(rc)
-    while True:
-        try:
-            status = os.waitpid(pid, 0)[1]
-            break
-        except InterruptedError:
-            continue
+    status = os.waitpid(pid, 0)[1]  # (EINTR is retried by Python itself, PEP 475)
     return not (os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 1))
 
 
 def _next_request(conn, idle):
-    """Whether a next request came on a kept connection within idle seconds (not its end)."""
+    """Whether a kept connection became readable within idle seconds: a next request, or its
+    end (serve_connection's loop reads that as an empty head)."""
     import select
-    import socket
-    if not select.select([conn], [], [], idle)[0]:
-        return False
-    try:
-        return conn.recv(1, socket.MSG_PEEK) != b""
-    except OSError:
-        return False
+    return bool(select.select([conn], [], [], idle)[0])
