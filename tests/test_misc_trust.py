@@ -248,3 +248,36 @@ def test_status_during_a_stops_grace_says_the_stop_is_under_way_and_when_its_kil
     st = cli.status(name)
     assert "stopping" not in st and st["stopped"]["verified_dead"], st
     assert "stopping:" not in cli.run("status", name).stdout
+
+
+def test_status_after_a_stops_signalling_says_no_stop_under_way_while_the_stop_finishes(cli):
+    """The job ended at TERM, but the stop still held the lock (waiting up to 10 s for the
+    shim's record, or for the GPUs' release): status said `stopping: SIGTERM sent 6s ago ...;
+    its 2s grace is over: SIGKILL sent, waiting for the processes to end` of a job that got
+    no KILL and was dead (/proc: a zombie; the stop's fates: signals [SIGTERM]). Here the shim
+    is held stopped so that the stop waits on it."""
+    import signal
+    import subprocess
+    import time
+    from conftest import read_stat
+    name = _uniq("sd")
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--", "sleep", "600")
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    shim = _record(cli.home, name)["shim"]["pid"]
+    os.kill(shim, signal.SIGSTOP)
+    stop = subprocess.Popen(cli.argv("stop", name, "--grace", "1", "--json"), cwd=cli.cwd, env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (read_stat(job) or ("Z",))[0] == "Z", what="the job ended by TERM (a zombie of the stopped shim)")
+        time.sleep(2)  # past the grace: the stop's terminate is done, it waits for the shim
+        assert stop.poll() is None, stop.communicate()
+        rc, doc = cli.json("status", name)
+        st = doc["result"]["runs"][0]
+        assert "stopping" not in st, st
+        assert "SIGKILL sent" not in cli.run("status", name).stdout
+    finally:
+        os.kill(shim, signal.SIGCONT)
+        out, err = stop.communicate(timeout=60)
+    res = json.loads(out)["result"]
+    assert res["verified_dead"] and res["processes"][0]["signals"] == ["SIGTERM"], res

@@ -228,10 +228,12 @@ class RunStore(object):
     def note_stopping(self, fd, attempt, signal, grace):
         """A stop holding the lock has just signalled attempt N and waits up to grace seconds
         before KILL (ops/stop.py): said in the lock's holder name, as note_gpu_wait, so that
-        status shows a stop under way and when its KILL comes."""
+        status shows a stop under way and when its KILL comes. SIGNAL None: its signalling is
+        over (the processes ended, or KILL was sent and waited for), the note goes."""
         held = read_holder(fd).get("since")  # the lock's own since stays: "locked by stop ... since"
-        _write_holder(fd, "stop", stopping={"attempt": attempt, "signal": signal, "grace_s": grace,
-                                            "since": time.time()}, **({"since": held} if held else {}))
+        doing = {} if signal is None else {"stopping": {"attempt": attempt, "signal": signal, "grace_s": grace,
+                                                        "since": time.time()}}
+        _write_holder(fd, "stop", **doing, **({"since": held} if held else {}))
 
     def stopping(self):
         """The stop under way ({"attempt", "signal", "grace_s", "since", "pid"}), or None: no

@@ -135,7 +135,8 @@ def mark_stop_requested(store, att, procs, by=None):
 
 
 def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, signalling=None):
-    """signalling(signal name): called just before the signal (stop notes it for status)."""
+    """signalling(signal name): called just before the signal (stop notes it for status), and
+    with None once terminate is done."""
     signum = parse_signal(sig)
     found = members(store.name, att, procs, prot)
     res = {"name": store.name, "attempt": att.get("attempt") if att else None, "signal": signal_name(signum),
@@ -164,6 +165,10 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
         signalling(signal_name(signum))
     t0 = time.monotonic()
     fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
+    if signalling is not None:
+        # what follows (the shim's record, up to 10 s; the GPUs' release, up to its timeout)
+        # is no stop under way: status said 'grace is over: SIGKILL sent' of a job ended by TERM
+        signalling(None)
     survivors = [f for f in fates if f["fate"] == "survived"]
     # "dead" needs a scan that finds no member: terminate's last one did when it found none
     # (a member alive then would be in it, and nothing but a member makes one); else one now
