@@ -281,3 +281,32 @@ def test_status_after_a_stops_signalling_says_no_stop_under_way_while_the_stop_f
         out, err = stop.communicate(timeout=60)
     res = json.loads(out)["result"]
     assert res["verified_dead"] and res["processes"][0]["signals"] == ["SIGTERM"], res
+
+
+def test_a_local_stop_killed_mid_grace_is_not_said_to_go_on(cli):
+    """The local agent is the stop: killed -9 in its grace, the CLI said 'the stop had begun on
+    the target and goes on there to its verified end ..., which it records' while /proc showed
+    no stop left and the TERM-ignoring job alive (no KILL would come, no end recorded)."""
+    import signal
+    import subprocess
+    from conftest import alive
+    name = _uniq("sk")
+    job = _start_term_ignoring(cli, name)
+    stop = subprocess.Popen(cli.argv("stop", name, "--grace", "30", "--json"), cwd=cli.cwd, env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = cli.home / "runs" / f".{name}.lock"
+        holder = wait_for(lambda: (lambda h: h if h.get("stopping") else None)(json.loads(lock.read_text() or "{}")),
+                          what="the stop to signal")
+        os.kill(holder["pid"], signal.SIGKILL)
+        out, err = stop.communicate(timeout=30)
+        assert alive(job["pid"], job["start"]), "TERM ignored, the stop gone: the job lives"
+        doc = json.loads(out)
+        assert stop.returncode == 3 and not doc["error"]["details"].get("stop_goes_on"), doc
+        assert "goes on there" not in doc["error"]["message"], doc
+        assert f"runward stop {name}" in doc["error"]["hint"], doc
+    finally:
+        if stop.poll() is None:
+            stop.kill()
+            stop.wait()
+        cli.run("stop", name, "--grace", "0")

@@ -89,6 +89,16 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         raise
 
 
+def _agent_itself_killed(target: Target, e: RunwardError) -> bool:
+    """The call failed because its agent was killed (not its link or client): a local agent
+    ended by a signal, or the far wrapper's 'the agent was killed by signal N'."""
+    import re
+    from .diagnosis import _KILLED_PAT
+    rc = e.details.get("exit_status")
+    return bool(re.search(_KILLED_PAT, str(e.details.get("stderr_tail") or ""))
+                or (target.is_local and isinstance(rc, int) and rc < 0))
+
+
 def stop(target: Target, name: str, *, grace: float | None = None, signal: str | None = None,
          gpu_timeout: float | None = None, lock_timeout: float | None = None,
          on_begun: Callable[[], None] | None = None, checkpoint: dict | None = None,
@@ -115,7 +125,13 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
     try:
         res = transport.call(target, req, on_event=on_event)
     except RunwardError as e:
-        if begun and e.exit_code == 3:  # the link, not the stop: the far agent outlives its caller
+        if begun and e.exit_code == 3 and _agent_itself_killed(target, e):
+            # the agent was the stop: it is gone, with its KILL after the grace and its record
+            e.message += ("; it was the stop itself that was killed, after it had begun: it did not reach "
+                          "its end and records none (a process that outlived its signal lives on)")
+            e.hint = f"`runward status {name}` shows what is alive; `runward stop {name}` again ends it"
+            e.details["stop_goes_on"] = False
+        elif begun and e.exit_code == 3:  # the link, not the stop: the far agent outlives its caller
             e.message += ("; the stop had begun on the target and goes on there to its verified end "
                           "(it ignores a lost caller), which it records")
             e.hint = f"runward status {name} shows its end once the target is reached again"
