@@ -124,10 +124,26 @@ async def gpus(ctx: Context, on: On = None) -> CallToolResult:
     return await _SRV.call(ctx, "gpus", lambda: library.gpus(on=on, config=_SRV.config), on=on)
 
 
-async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native", bool) = False) -> CallToolResult:
-    """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing, ptrace denied)."""
-    return await _SRV.call(ctx, "stacks", lambda: library.stacks(name, on=on, native=native, config=_SRV.config),
-                           on=on, name=name)
+async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native", bool) = False,
+                 bring_py_spy: _declared("bring_py_spy", bool) = False) -> CallToolResult:
+    """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing: bring_py_spy brings runward's own; ptrace denied)."""
+    return await _SRV.call(ctx, "stacks", lambda: _said_to_agents(library.stacks(
+        name, on=on, native=native, bring_py_spy=bring_py_spy, config=_SRV.config)), on=on, name=name)
+
+
+def _said_to_agents(res: library.Result) -> library.Result:
+    """The far side's "py-spy missing" hint names the CLI's flag; an agent's names its own
+    argument (the summary quotes the hint, on each node too)."""
+    own = ("install py-spy on the target (a person: `pip install py-spy`), or call stacks again with "
+           "bring_py_spy: true (this machine's py-spy, from runward[stacks], is pushed there; same architecture only)")
+    doc = res.result if isinstance(res.result, dict) else {}
+    for d in (doc, *(doc.get("nodes") or ())):
+        said = d.get("hint")
+        if d.get("error") == "py-spy missing" and isinstance(said, str):
+            d["hint"] = own
+            if isinstance(d.get("summary"), str):
+                d["summary"] = d["summary"].replace(said, own)
+    return res
 
 
 async def ps(ctx: Context, pattern: Annotated[str, Field(description="extended regex against the full command line")],
