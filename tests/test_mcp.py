@@ -208,3 +208,36 @@ def test_an_unknown_tool_in_allow_is_refused_before_serving(tmp_path):
     p = subprocess.run([sys.executable, "-m", "runward", "mcp", "--allow", "status,exce"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "--allow: unknown tool(s) exce" in p.stderr and p.stdout == "", p.stderr
+
+
+def test_push_sends_only_the_local_file_runward_toml_pairs_with_that_remote(tmp_path):
+    """By default an agent pushes a run's own files: the REMOTE a run deploys, and the LOCAL
+    runward.toml pairs with it. Another local file onto that remote (a 0600 file of this
+    machine, or a link to it named like the run's file) is refused and nothing is written;
+    the run's own file, by a relative or absolute path, lands with its bytes."""
+    work, there = tmp_path / "proj", tmp_path / "target"
+    work.mkdir()
+    there.mkdir()
+    dest = there / "train.py"
+    (work / "train.py").write_text("print('the run file')\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for agents\n")
+    secret.chmod(0o600)
+    (work / "link.py").symlink_to(secret)
+    (work / "runward.toml").write_text(f'[runs.r]\ncommand = ["python3", "{dest}"]\nfiles = ["train.py:{dest}"]\n')
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT / "src"))
+    env.pop("RUNWARD_CONFIG", None)
+
+    async def main():
+        async with _session(env, work) as s:
+            for local in (str(secret), str(work / "link.py"), "link.py"):
+                err, doc = await _call(s, "push", {"files": {local: str(dest)}})
+                assert err and doc["error"]["type"] == "Refused", doc
+                assert doc["error"]["details"]["config_key"] == "mcp.allow" and doc["error"]["exit_code"] == 2, doc
+                assert local in doc["error"]["message"] and str(work / "train.py") in doc["error"]["message"], doc
+                assert not dest.exists() and os.listdir(there) == [], "a refused push wrote on the target"
+            for local in ("train.py", str(work / "train.py")):
+                err, doc = await _call(s, "push", {"files": {local: str(dest)}})
+                assert not err, doc
+                assert dest.read_bytes() == (work / "train.py").read_bytes()
+    anyio.run(main)
