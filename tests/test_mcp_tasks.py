@@ -125,7 +125,9 @@ def _name(env, what: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _client(env, tasks: ClientTasks | None, args=()):
+async def _client(env, tasks: ClientTasks | None, args=("--allow", "all")):
+    """A client of `runward mcp ARGS`; by default every tool allowed: the starts here give
+    their own commands, which is exec's switch (tests/test_mcp.py holds the default policy)."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "runward", "mcp", *args], env=env["env"],
                                    cwd=str(env["dir"]))
     async with Client(params, extensions=[tasks] if tasks else None) as c:

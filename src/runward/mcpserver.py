@@ -7,7 +7,8 @@ error's type, hop and hint on failure (then the result is flagged isError). A ca
 that declares MCP's tasks extension, answers with a task handle at once (mcptasks.py).
 
 What an agent may do is a policy (docs/agents.md): runward.toml's [mcp] `allow` (verbs) and
-`targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill,
+`targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill (a
+start's own command, sh, env or cwd, and a restart's env, are exec: EXEC_ARGS),
 and push only the pairs runward.toml's runs deploy (`files = ["LOCAL:REMOTE"]`, on the run's
 own target, that LOCAL onto that REMOTE). A refused call is an error result naming the key that would allow it.
 
@@ -30,6 +31,10 @@ from .errors import EXIT_BAD_INPUT, RunwardError
 from .mcptools import TOOLS
 
 NOT_BY_DEFAULT = ("exec", "kill")  # and push beyond the runs' own files (Policy.push_anywhere)
+# a verb's arguments that run a command of the caller's choosing, or change how one runs (a
+# start's own command, shell line, env, cwd; a restart's env: LD_PRELOAD on a legitimate run):
+# exec, whichever tool asks (design rule 16); without them a start runs what runward.toml defines
+EXEC_ARGS = {"start": ("command", "sh", "env", "cwd"), "restart": ("env",)}
 TARGETLESS = ("lint", "targets")
 
 INSTRUCTIONS = """runward starts, stops, restarts and watches long-running jobs on local, SSH and \
@@ -91,6 +96,28 @@ def refusal(verb: str, on: str | None, name: str | None, args: dict, policy: Pol
                         "a person can add it to runward.toml's [mcp] targets (or runward mcp --targets)", "mcp.targets")
     if verb == "push" and not policy.push_anywhere:
         return _push_refusal(args["files"], target, cfg, how)
+    return _exec_refusal(verb, args, policy, how)
+
+
+def _exec_refusal(verb: str, args: dict, policy: Policy, how: str) -> dict | None:
+    """A start or restart given a command, shell line, env or cwd of the caller's own is exec:
+    refused where exec is; where exec is allowed, a shell line is linted first, as exec's is."""
+    given = [k for k in EXEC_ARGS.get(verb, ()) if args.get(k) not in (None, "", [], {})]
+    if given and "exec" not in policy.verbs:
+        return _refused(verb, f"{verb} with its own {', '.join(given)}: that runs a command of the caller's choosing, "
+                        "which is exec, not allowed to agents here (exec and kill are off by default)",
+                        f"{verb} a run runward.toml defines, as it defines it (its name only: the `targets` tool "
+                        f"lists them); or a person allows exec: add \"exec\" to {how}", "mcp.allow")
+    if verb == "start" and args.get("sh"):
+        from . import lint
+        findings = lint.lint(args["sh"])
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            return {"ok": False, "command": verb, "error": {
+                "type": "BadInput", "exit_code": EXIT_BAD_INPUT,
+                "message": "refusing to run: the linter found " + "; ".join(f.message for f in errors),
+                "hint": "fix the shell line (the `lint` tool says why and how), or give the command as an argv",
+                "details": {"findings": [f.to_dict() for f in findings]}}}
     return None
 
 

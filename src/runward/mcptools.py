@@ -48,10 +48,11 @@ async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, F
         gpus: Annotated[list[int] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
         wait_gpus_free: _declared("wait_gpus_free", bool) = False,
         ) -> CallToolResult:
-    """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines)."""
+    """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines). By default only a run runward.toml defines, as defined: a command, sh, env or cwd of the caller's own is exec, allowed only where exec is (then sh is linted first)."""
     return await _SRV.call(ctx, "start", lambda: library.start(
         name, command, on=on, env=env, sh=sh, cwd=cwd, settle=settle, ready=ready, replace=replace, gpus=gpus,
-        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready)
+        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready,
+        args={"command": command, "sh": sh, "env": env, "cwd": cwd})
 
 
 async def stop(ctx: Context, name: Name, on: On = None,
@@ -64,7 +65,8 @@ async def stop(ctx: Context, name: Name, on: On = None,
 
 async def restart(ctx: Context, name: Name, on: On = None,
                   env: Annotated[dict[str, str] | None, Field(
-                      description="entries to add or change over the last attempt's; an empty value unsets one")] = None,
+                      description="entries to add or change over the last attempt's; an empty value unsets one "
+                                  "(exec's: allowed only where exec is)")] = None,
                   settle: Settle = None, deploy: Annotated[bool | None, Field(
                       description="true: push the run's files (runward.toml) between the stop and the start; "
                                   "false: restart on the files the target has; unset: runward.toml's "
@@ -73,7 +75,7 @@ async def restart(ctx: Context, name: Name, on: On = None,
                   ) -> CallToolResult:
     """Restart a run: verified stop, optional deploy, verified start with the last attempt's spec (env overrides over it); a failed step ends the chain and says which. Every input is checked before the stop; a run whose local files differ from the deployed ones is not restarted on the old code unless deploy is false."""
     return await _SRV.call(ctx, "restart", lambda: library.restart(
-        name, on=on, env=env, settle=settle, deploy=deploy, config=_SRV.config), on=on, name=name)
+        name, on=on, env=env, settle=settle, deploy=deploy, config=_SRV.config), on=on, name=name, args={"env": env})
 
 
 async def status(ctx: Context, name: Annotated[str | None, Field(description="one run (default: every run on the target)")] = None,
