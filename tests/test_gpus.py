@@ -233,6 +233,9 @@ def test_no_nvidia_smi_at_all(cli, tmp_path):
     assert out.startswith("local (no --on; runward.toml's targets: gpu1") and "--all" in out, out
     assert "no nvidia-smi on this target" in out
     assert cli.json("gpus")[1]["target"] == "local"
+    (cli.cwd / "runward.toml").write_text('[runs.t]\non = "ssh://rw1"\ncommand = ["true"]\n')  # no [targets]
+    out = cli.run("gpus").stdout
+    assert out.startswith("local (no --on; runward.toml's runs run on ssh://rw1: --on TARGET)"), out
     (cli.cwd / "runward.toml").unlink()
     # a run with GPUs stops fine there: the release is said to be unchecked, not failed
     rc, doc = cli.json("start", "ng", "--gpus", "0", "--settle", "0.2", "--", "sleep", "30")

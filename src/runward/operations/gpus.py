@@ -30,10 +30,13 @@ def gpus(opts: GpusOptions) -> Outcome:
 def _asked(opts, cfg, target) -> str:
     """The target a `gpus` without --on asked, where runward.toml names others: "no GPU" said
     of this machine reads as said of the project's GPU host otherwise."""
-    if opts.on is not None or not cfg.targets:
+    if opts.on is not None:
         return ""
-    return (f"{target.display()} (no --on; runward.toml's targets: {', '.join(cfg.targets)}: "
-            "--on NAME for one, --all for each):\n")
+    if cfg.targets:
+        return (f"{target.display()} (no --on; runward.toml's targets: {', '.join(cfg.targets)}: "
+                "--on NAME for one, --all for each):\n")
+    where = sorted({str(on) for run in cfg.runs for on in [cfg.runs.placement(run).get("on")] if on})
+    return f"{target.display()} (no --on; runward.toml's runs run on {', '.join(where)}: --on TARGET):\n" if where else ""
 
 
 _MAPPING = {"direct": "pids read in this target's own /proc, by the run marker",
