@@ -150,3 +150,13 @@ def test_no_helper_keeps_the_callers_directory_busy(far, tmp_path, monkeypatch):
         assert cli.run("stop", "held").returncode == 0
     finally:
         _end_masters(control)
+
+
+def test_a_relative_cwd_is_still_the_jobs_while_its_shim_runs_from_root(cli):
+    (cli.cwd / "sub").mkdir()
+    rc, doc = cli.json("start", "rel", "--cwd", "sub", "--", "sleep", "300")
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    assert os.readlink(f"/proc/{job}/cwd") == str(cli.cwd / "sub")
+    assert os.readlink(f"/proc/{_ppid(job)}/cwd") == "/"
+    assert cli.run("stop", "rel").returncode == 0
