@@ -56,6 +56,7 @@ def _fork_exec(argv, env, fds):
         return pid
     try:
         os.setsid()
+        os.chdir("/")  # it lives as long as the job: never the caller's directory (a mount kept busy)
         for i, fd in enumerate(fds):
             # the copy at 0, 1, 2 is inheritable, the original is not; none of fds is below 3
             # (they were opened while the agent's own stdin, stdout and stderr were open)
@@ -87,7 +88,10 @@ _SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RU
 
 
 def _shim_env():
-    return {k: os.environ[k] for k in _SHIM_ENV_KEYS if k in os.environ}
+    env = {k: os.environ[k] for k in _SHIM_ENV_KEYS if k in os.environ}
+    if "RUNWARD_HOME" in env:  # the shim runs from /: a relative home would be another
+        env["RUNWARD_HOME"] = os.path.abspath(env["RUNWARD_HOME"])
+    return env
 
 
 def read_msg(fd, timeout):

@@ -70,7 +70,8 @@ def _plan(req, home, store):
         argv = shell_argv(sh)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise bad_input("no command given", "put the command after --, e.g. runward start NAME -- python train.py")
-    cwd = os.path.expanduser(req.get("cwd") or os.path.expanduser("~"))
+    # absolute: the shim that execs the job runs from /, not from this agent's directory
+    cwd = os.path.abspath(os.path.expanduser(req.get("cwd") or os.path.expanduser("~")))
     if not os.path.isdir(cwd):
         raise bad_input("working directory does not exist on the target: %s" % cwd,
                         "create it, or pass an existing --cwd")
