@@ -160,6 +160,24 @@ def attempt_state(att, procs, bid):
     return "lost"
 
 
+def paused(found, job_pid=None):
+    """The live run's members paused by a signal (SIGSTOP, Ctrl-Z: state T) or held by a
+    debugger (t): alive but making no progress, and deaf to a stop's TERM until resumed.
+    None when none is."""
+    held = sorted(pid for pid, p in found.items() if p.state in ("T", "t"))
+    if not held:
+        return None
+    traced = [pid for pid in held if found[pid].state == "t"]
+    out = {"pids": held, "job": job_pid in held, "of": len(found),
+           "note": "stopped by a signal (SIGSTOP, Ctrl-Z): it makes no progress until SIGCONT; "
+                   "`runward stop` resumes it after its signal, so its handler runs"}
+    if traced:
+        out["traced"] = traced
+        out["note"] += "; held by a debugger (ptrace): %s, which SIGCONT does not resume" % (
+            ", ".join(str(pid) for pid in traced))
+    return out
+
+
 def own_procs(att):
     """The attempt's job and shim as a procs table: all attempt_state needs, without a scan
     of the whole of /proc."""

@@ -7,7 +7,7 @@ import time
 
 from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
-from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
+from ..runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import redact_env, shown_multinode
 from ..sidelock import SIDE_WAIT_S, SideLocked
 from ..store import RunStore, check_name, read_json
@@ -104,6 +104,10 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         out["tree"]["pids"] = sorted(found)
     if att.get("gpus") and state in ("running", "orphaned"):
         out.update(gpus.usage(att, found))
+    if state in ("running", "orphaned") and found:
+        p = paused(found, out.get("pid"))
+        if p:
+            out["paused"] = p
     if state == "exited" and found:
         state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
     if state in ("stray", "failed", "lost") and found:
