@@ -69,6 +69,7 @@ def start(req, home):
     if req.get("gpus") is not None or req.get("wait_gpus_free"):
         raise bad_input("--gpus names a host's GPU indexes; on Slurm the scheduler picks them",
                         "ask for GPUs with the target's gpus option in runward.toml (sbatch --gpus)")
+    _refuse_supervision(req.get("supervise"))
     slurm.command("sbatch")  # no Slurm here: said before anything is written
     store = RunStore(home, req.get("name"))
     plan = _plan(req, home, store)
@@ -90,6 +91,25 @@ def start(req, home):
         store.unlock(fd)
     res = _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", 600.0)), replaced)
     return res
+
+
+def _refuse_supervision(sup):
+    """A policy is kept by the shim (supervise.py), and a Slurm job has none: Slurm runs the
+    batch script with nobody of runward's waiting on it. A policy saved here would never be
+    kept (no restart, no health action, no notification), so it is refused, naming it."""
+    sup = {k: v for k, v in (sup or {}).items() if (k, v) != ("restart", "never")}
+    if not sup:
+        return
+    said = ["--" + k.replace("_", "-") for k in sorted(sup) if k != "health"]
+    acts = (sup.get("health") or {}).get("actions") or {}
+    if acts:
+        said.append("[health] actions " + ", ".join("%s = %r" % kv for kv in sorted(acts.items())))
+    if (sup.get("health") or {}).get("idle"):
+        said.append("[health] idle")
+    raise bad_input("a supervision policy on a Slurm run: %s; nothing here would keep it (a Slurm job has no "
+                    "runward shim to restart it, act on its health or notify)" % "; ".join(said),
+                    "start without it (`runward watch` and `status` still read the job's health and state), or "
+                    "use Slurm's own: sbatch --requeue, --mail-type (the target's extra options, docs/slurm.md)")
 
 
 def _submit(store, req, home, plan, spec):
