@@ -285,16 +285,14 @@ def _stop_job(store, att, sig, grace):
         res["already_stopped"] = True
     else:
         res["already_stopped"] = False
-        if before["state"] in ("PENDING", "CONFIGURING") or slurm.STATES.get(before["state"]) == "pending":
-            slurm.cancel(job_id)  # nothing runs yet: no signal to deliver (scancel refuses one)
-            final = slurm.wait_gone(job_id, KILL_WAIT_S)
-        else:
-            slurm.cancel(job_id, sig)
-            final = slurm.wait_gone(job_id, grace)
-            if final is None:
-                res["escalated"] = True
-                slurm.cancel(job_id)
-                final = slurm.wait_gone(job_id, KILL_WAIT_S)
+        sent = []
+        try:
+            final = _cancel(job_id, before, sig, grace, res, sent)
+        except AgentFailure as e:
+            if e.type == "Unreachable" and sent:  # after a scancel: the job may be ending, unseen
+                e.message += "; %s had been sent: whether the job ended is unknown" % ", then ".join(sent)
+                e.hint = "`runward stop %s` again once Slurm answers verifies its end" % store.name
+            raise
     if final is None:
         res.update({"verified_dead": False, "survivors": [], "state": "running",
                     "stop_s": round(time.monotonic() - t0, 3)})
@@ -306,6 +304,24 @@ def _stop_job(store, att, sig, grace):
                 "state": slurm.STATES.get(final["state"], "lost"), "stop_s": round(time.monotonic() - t0, 3)})
     res["verified"] = ["job_left_queue"] + (["no_process_of_run_alive"] if res["verified_dead"] else [])
     return res
+
+
+def _cancel(job_id, before, sig, grace, res, sent):
+    """scancel the active job and wait for its end: its final state, or None if it is still
+    active after the grace and Slurm's KillWait. sent: the scancel commands sent so far."""
+    if before["state"] in ("PENDING", "CONFIGURING") or slurm.STATES.get(before["state"]) == "pending":
+        slurm.cancel(job_id)  # nothing runs yet: no signal to deliver (scancel refuses one)
+        sent.append("scancel")
+        return slurm.wait_gone(job_id, KILL_WAIT_S)
+    slurm.cancel(job_id, sig)
+    sent.append("scancel --signal=" + sig)
+    final = slurm.wait_gone(job_id, grace)
+    if final is None:
+        res["escalated"] = True
+        slurm.cancel(job_id)
+        sent.append("scancel")
+        final = slurm.wait_gone(job_id, KILL_WAIT_S)
+    return final
 
 
 def _node_check(store, att, sig):
