@@ -31,6 +31,12 @@ def _silent_conf(sb, listener: socket.socket) -> str:
     return text + f"\nSlurmctldPort={listener.getsockname()[1]}\nMessageTimeout=1\n"
 
 
+def _status(cli, name: str, on: str) -> dict:
+    rc, doc = cli.json("status", name, "--on", on)
+    assert rc == 0, doc
+    return doc["result"]["runs"][0]
+
+
 def _listener() -> socket.socket:
     s = socket.socket()
     s.bind(("0.0.0.0", 0))  # the controller's address (SlurmctldHost) is this machine's
@@ -102,3 +108,41 @@ def test_slurm_silent_in_the_middle_of_a_stop_exits_3_saying_the_scancel_was_sen
     restore()
     rc, doc = cli.json("stop", "sl-mid3", "--on", on, "--grace", "1")
     assert rc == 0 and not in_queue(job_id), doc
+
+
+def test_a_requeued_job_is_live_again_for_status_rm_and_stop(cli, sb, tmp_path):  # noqa: F811
+    """The job fails (exit 3) and runward records FAILED 3:0; `scontrol requeue` brings the
+    same job id back, PENDING, then RUNNING (its second run finds the flag and sleeps):
+    status follows Slurm, rm refuses while Slurm holds it, stop reports the end it caused."""
+    on = "slurm://local/" + sb["partition"]
+    flag = tmp_path / "ran-once"
+    rc, doc = cli.json("start", "sl-rq", "--on", on, "--settle", "0.3",
+                       "--sh", f"if [ -e {flag} ]; then exec sleep 300; fi; touch {flag}; sleep 2; exit 3")
+    assert rc == 0, doc
+    job_id = doc["result"]["job_id"]
+    wait_for(lambda: _status(cli, "sl-rq", on).get("state") == "exited", timeout=60, what="the first end")
+    st = _status(cli, "sl-rq", on)
+    assert (st["slurm_state"], st["exit"]["exit_code"]) == ("FAILED", "3:0"), st
+    subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True)
+    assert _squeue(job_id) == "PENDING"
+    st = _status(cli, "sl-rq", on)
+    assert (st["state"], st["slurm_state"]) == ("pending", "PENDING") and "exit" not in st, st
+    assert st["requeued"][0]["exit_code"] == "3:0", st  # the recorded end is kept as history
+    rc, doc = cli.json("rm", "sl-rq", "--on", on)
+    assert rc == 1 and doc["error"]["type"] == "RunAlive", doc
+    assert (cli.home / "runs" / "sl-rq" / "run.json").is_file() and _squeue(job_id) == "PENDING"
+    # Slurm holds a requeued job back (BeginTime); let it run now
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True, capture_output=True)
+    wait_for(lambda: _squeue(job_id) == "RUNNING", timeout=60, what="the requeued job to run")
+    wait_for(lambda: marked("sl-rq.1"), timeout=30, what="its process, by the marker in /proc")
+    st = _status(cli, "sl-rq", on)
+    assert (st["state"], st["slurm_state"]) == ("running", "RUNNING") and st["node_pids"], st
+    assert set(st["node_pids"]) <= set(marked("sl-rq.1")), st
+    rc, doc = cli.json("stop", "sl-rq", "--on", on, "--grace", "5")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert doc["result"]["exit"]["exit_code"] == "0:15" and doc["result"]["exit"]["signal"] == "TERM", doc
+    assert not in_queue(job_id) and not marked("sl-rq.1")
+    fields = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    assert "ExitCode=0:15" in fields, fields  # Slurm's own word agrees
+    rc, doc = cli.json("rm", "sl-rq", "--on", on)
+    assert rc == 0, doc

@@ -207,8 +207,7 @@ def alive(att):
 def active(att):
     """Whether the attempt's job is active in Slurm, for a verb that destroys on the answer
     (rm, prune): a squeue that cannot answer raises (Unreachable when the controller does
-    not answer), since a job Slurm cannot be asked about may well be running."""
-    if (att.get("exit") or {}).get("state"):
-        return False
+    not answer), since a job Slurm cannot be asked about may well be running. Asked also
+    after an end was recorded: `scontrol requeue` brings the same job id back."""
     q = queued(att["slurm"]["job_id"])
     return q is not None and q["state"] in ACTIVE

@@ -77,8 +77,9 @@ def start(req, home):
     replaced = None
     try:
         prev = store.latest()
-        if prev and prev.get("slurm") and not (prev.get("exit") or {}).get("state"):
-            st = slurm.job_state(prev["slurm"]["job_id"])
+        if prev and prev.get("slurm"):  # a recorded end too: a requeued job is live again
+            st = requeued(store, prev) or (None if (prev.get("exit") or {}).get("state")
+                                           else slurm.job_state(prev["slurm"]["job_id"]))
             if st is not None and st["state"] in slurm.ACTIVE:
                 if not req.get("replace"):
                     raise AgentFailure("AlreadyRunning", "run %s is already Slurm job %s (%s)" % (
@@ -240,6 +241,27 @@ def record_end(store, att, st):
     att["exit"] = store.update_attempt(att["attempt"], keep).get("exit", ex)
 
 
+def requeued(store, att):
+    """What Slurm says now wins over an end recorded earlier: a job requeued after it
+    (`scontrol requeue`, or Slurm's own on a node failure) is the same job id, PENDING then
+    RUNNING again. Then the recorded end moves to the attempt's "requeued" list (its history)
+    and the live squeue state is returned; else None. A job COMPLETING is still ending."""
+    if not (att.get("exit") or {}).get("state"):
+        return None
+    q = slurm.queued(att["slurm"]["job_id"])
+    if q is None or q["state"] not in slurm.ACTIVE or q["state"] == "COMPLETING":
+        return None
+
+    def reopen(now):  # under the record lock, as record_end writes it
+        if not (now.get("exit") or {}).get("state"):
+            return False
+        now.setdefault("requeued", []).append(dict(now.pop("exit"), seen_active_again=q["state"]))
+    now = store.update_attempt(att["attempt"], reopen)
+    att.pop("exit", None)
+    att["requeued"] = now.get("requeued") or []
+    return q
+
+
 def _node_pids(store, att, procs=None):
     """This node's processes carrying the attempt's marker (the job where it runs here, as
     on a single-node cluster; none where it runs on a compute node we cannot see)."""
@@ -279,7 +301,7 @@ def _stop_job(store, att, sig, grace):
     res = {"name": store.name, "attempt": att.get("attempt"), "job_id": job_id, "signal": sig,
            "grace_s": grace, "slurm": att["slurm"], "escalated": False}
     t0 = time.monotonic()
-    before = slurm.queued(job_id)
+    before = requeued(store, att) or slurm.queued(job_id)
     if before is None or before["state"] not in slurm.ACTIVE:
         final = slurm.job_state(job_id)
         res["already_stopped"] = True
@@ -349,8 +371,16 @@ def status_of(store, att, with_details=True):
     out = {"name": store.name, "attempt": att.get("attempt"), "argv": att.get("argv"), "cwd": att.get("cwd"),
            "started_at": att.get("started_at"), "log": log_info(att.get("log")), "slurm": att["slurm"],
            "job_id": att["slurm"]["job_id"]}
+    try:
+        st = requeued(store, att)
+    except AgentFailure as e:  # the recorded end is all there is to say, and said as such
+        st = None
+        out["note"] = ("Slurm could not be asked now (%s): the end shown is the one recorded; a requeue "
+                       "since would not show" % e.message)
     ex = att.get("exit") or {}
-    st = None if ex.get("state") else slurm.job_state(att["slurm"]["job_id"])
+    st = st or (None if ex.get("state") else slurm.job_state(att["slurm"]["job_id"]))
+    if att.get("requeued"):
+        out["requeued"] = att["requeued"]
     if st is not None:
         record_end(store, att, st)
         ex = att.get("exit") or {}
