@@ -29,6 +29,16 @@ def action_ok(v):
     return len(rest) <= 1 and all(x in ACTIONS for x in rest)
 
 
+def check_limits(rules, bad_input):
+    """The rules' min and max, tables of finite numbers, else bad_input(...) raised: each
+    tick compares them with floats, and a string there killed the shim."""
+    for key in ("min", "max"):
+        lim = rules.get(key) or {}
+        if not isinstance(lim, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and abs(v) < float("inf") for v in lim.values()):
+            raise bad_input("invalid health %s %r" % (key, lim), "give numbers, e.g. min = { tok_s = 14500 }")
+
+
 class HealthKeeper(object):
     def __init__(self, store, n, cfg, notify):
         self.store = store
@@ -52,6 +62,8 @@ class HealthKeeper(object):
         att = self.store.attempt(n)
         if not att or att.get("exit"):
             return
+        from . import faults
+        faults.point("health:tick")
         saved, _, _ = health.scan(self.store, att, self.rules.get("metrics"))
         if self.judge is None:
             self.judge = Judge(att, saved, self.rules, time.time(), None)
