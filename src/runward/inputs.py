@@ -147,6 +147,15 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     return {k: v for k, v in rules.items() if v not in (None, {}, [])}
 
 
+def refuse_idle_without_gpus(name: str, kw: dict) -> None:
+    """An idle rule reads the utilization of the run's own GPUs (`gpus`): on a run without
+    them it could never fire, and a rule that never fires passes every watch. Refused, exit 2."""
+    if ((kw.get("supervise") or {}).get("health") or {}).get("idle") and not kw.get("gpus"):
+        raise BadInput(f"[runs.{name}.health] idle on a run without gpus: it judges the run's own GPUs, "
+                       "so it could never fire", f"give the run its GPUs (gpus = [0, 1] in [runs.{name}], "
+                       "or --gpus 0,1), or remove idle")
+
+
 def parse_limits(items: list[str] | None, flag: str) -> dict:
     out = {}
     for item in items or []:

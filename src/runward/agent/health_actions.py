@@ -129,10 +129,14 @@ class HealthKeeper(object):
         if self.idle_said or now - self.idle_since < self.idle["for_s"]:
             return []
         self.idle_said = True
-        return [alert("idle", now, "every GPU of the run (%s) under %g%% utilization for %.0fs: %s" % (
+        a = alert("idle", now, "every GPU of the run (%s) under %g%% utilization for %.0fs: %s" % (
             ",".join(map(str, att["gpus"])), self.idle["below"], now - self.idle_since,
             ", ".join("GPU %s %s%%" % (i, u) for i, u in zip(att["gpus"], mine))),
-            metric="gpu_util_pct", value=max(mine), since=self.idle_since)]
+            metric="gpu_util_pct", value=max(mine), since=self.idle_since)
+        from .ops.health import add_fact
+        self.judged.add((a["kind"], a.get("line_no"), a.get("t")))  # judged here, not again as a stored fact
+        add_fact(self.store, att, a)
+        return [a]
 
     def _act(self, n, a, last):
         # "stacks,restart": the stacks first (while the hung processes still live), then the rest
