@@ -346,8 +346,8 @@ def test_bad_policy_is_refused_before_anything_starts(sup):
 def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, named):
     """Today's `min = { tok_s = "14.5K" }` beside an action started (exit 0), then the shim died at
     its first health check: now refused when runward.toml is read, naming file, table and key."""
-    (sup.cwd / "runward.toml").write_text(_example("hr", f'[runs.hr.health]\n{rule}\n'
-                                                         + ("" if "actions" in rule else 'actions = { nan = "stop" }\n')))
+    acts = "" if "actions" in rule else 'actions = { nan = "stop" }\n'
+    (sup.cwd / "runward.toml").write_text(_example("hr", f'[runs.hr.health]\n{rule}\n{acts}'))
     rc, doc = sup.json("start", "hr")
     msg = doc["error"]["message"]
     assert rc == 2 and "runward.toml" in msg and "[runs.hr.health]" in msg and named in msg, doc

@@ -19,6 +19,8 @@ def stall_line(s: dict) -> str:
 
 def _no_step(n: dict) -> str:
     """Before the first step: a tree that computes or reads is starting, not stalled."""
+    if not n:
+        return "the log shows no steps yet"
     took = _duration(n.get("for_s"))
     use = (f"{100 * n.get('cpu_cores', 0):.0f}% of a core, {_rate(n.get('io_bytes_s', 0))} of reads and writes"
            f" over the last {n.get('window_s', 0):g}s")

@@ -4,7 +4,8 @@ afterwards, nothing is lost and nothing is duplicated. RUNWARD_FAULT=pause:STEP 
 at STEP instead, while the file $RUNWARD_HOME/fault-pause exists (it writes its pid there),
 so a test can make another verb race that step (a stop racing a crash's restart).
 RUNWARD_FAULT=raise:STEP makes it raise an exception there: a failure of its own code, which
-the shim records as such (shim.failed). Unset in normal use: one getenv a step. The steps are listed in README.md, "Faults"."""
+the shim records as such (shim.failed). Unset in normal use: one getenv a step. The steps are
+listed in README.md, "Faults"."""
 
 import os
 import time
