@@ -342,6 +342,7 @@ def test_bad_policy_is_refused_before_anything_starts(sup):
     ("max = { loss = true }", "max.loss"),
     ("interval = 0", "interval"),                    # 0: the shim's wait never judged a rule
     ('actions = "stop"', "actions"),
+    ('metrics = { lr = "lr=([" }', "metrics.lr"),   # compiled by every scan of the shim's: re.error
 ])
 def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, named):
     """Today's `min = { tok_s = "14.5K" }` beside an action started (exit 0), then the shim died at

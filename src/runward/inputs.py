@@ -133,7 +133,7 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
                            "give a fraction over 0 and at most 1, e.g. drop_fraction = 0.5")
     rules = {"min": health_limits(h, "min"), "max": health_limits(h, "max"),
              "stall_after": after, "straggler_ratio": h.get("straggler_ratio"),
-             "drop_fraction": h.get("drop_fraction"), "metrics": h.get("metrics")}
+             "drop_fraction": h.get("drop_fraction"), "metrics": _named_regexes(h.get("metrics"))}
     from .baselines import rules as baseline_rules
     rules["baseline"] = baseline_rules(h)  # tok_s = { min_ratio = 0.95, baseline = "best" }
     rules["min"].update(mins or {})
@@ -181,6 +181,23 @@ def limit_number(v) -> float:
     if not math.isfinite(n):
         raise ValueError(v)
     return n
+
+
+def _named_regexes(metrics):
+    """[health] metrics = { NAME = "REGEX" }: the log parser compiles each on the target, in
+    every scan the shim makes too; a bad one there was a traceback (re.error), the shim's end."""
+    if metrics is None:
+        return None
+    hint = 'metrics = { lr = "lr=([0-9.e-]+)" } (a name, then a Python regex whose group 1 is the value)'
+    if not isinstance(metrics, dict):
+        raise BadInput(f"invalid [health] metrics {metrics!r}: not a table", hint)
+    import re
+    for name, rx in metrics.items():
+        try:
+            re.compile(rx)
+        except (re.error, TypeError) as e:
+            raise BadInput(f"invalid [health] metrics.{name} {rx!r}: {e}", hint)
+    return metrics
 
 
 def health_limits(h: dict, key: str) -> dict:
