@@ -100,7 +100,7 @@ async def watch(ctx: Context, name: Name, on: On = None,
                 min: Annotated[dict[str, float] | None, Field(
                     description="alert below these floors, e.g. {\"tok_s\": 14500}")] = None,
                 max: Annotated[dict[str, float] | None, Field(description="alert above these ceilings")] = None,
-                stall: Annotated[float | None, Field(description="stall_after in seconds: alert `stall` when the step has not advanced this long (log silence where the log shows no steps)", gt=0)] = None,
+                stall: Annotated[float | None, Field(description="stall_after in seconds: alert `stall` when the step has not advanced this long (before the first step: log silence with the process tree using no CPU and no I/O)", gt=0)] = None,
                 ) -> CallToolResult:
     """Watch a run's health through a bounded window; returns the verdict: healthy, or the first alert (NaN loss, CUDA OOM, throughput under a floor or dropping, a stall (the step stopped advancing), a straggler rank, the job ended)."""
     return await _SRV.call(ctx, "watch", lambda: library.watch(name, on=on, for_s=for_s, min=min, max=max,

@@ -231,6 +231,29 @@ def _mark_lingering(store, my_start, close):
     return True
 
 
+def failed(home_path, name, exc):
+    """The shim's own failure (an exception out of main: a health check's, a record it could
+    not write), kept in its last attempt's record as `shim_failed` before the traceback goes
+    to its log: status and start then say that the shim failed and why, where a shim gone
+    without a word is all they could say (as of one killed from outside). A newer attempt's
+    record (another shim's) is left alone; a record that cannot be written leaves the log."""
+    try:
+        store = RunStore(Home(home_path), name)
+        n, me = (store.run() or {}).get("attempt"), os.getpid()
+        if not n:
+            return
+        why = {"at": time.time(), "error": ("%s: %s" % (type(exc).__name__, exc))[:500],
+               "log": os.path.join(store.dir, "attempts", "%d.shim.log" % n)}
+
+        def mark(att):
+            if (att.get("shim") or {}).get("pid") != me:
+                return False
+            att["shim_failed"] = why
+        store.update_attempt(n, mark)
+    except Exception:
+        pass  # the traceback in the shim's log still says it
+
+
 def end():
     """After main: the exit is recorded, the logger reaped, the cgroup removed; a `stop`
     waits for this process to end before it answers. With no hook still being sent (a

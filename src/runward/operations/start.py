@@ -187,6 +187,8 @@ def _kw(opts, cfg, name) -> dict:
     sup = policy(cfg.runs.get(name), opts)
     if sup:
         kw["supervise"] = sup
+    from ..inputs import refuse_idle_without_gpus
+    refuse_idle_without_gpus(name, kw)
     from ..stallopts import options
     stall = options(cfg.runs.get(name), opts, name)
     if stall:
