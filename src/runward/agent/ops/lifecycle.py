@@ -310,6 +310,36 @@ def _write_attempt(store, req, home, plan, made):
 
 def start(req, home):
     store = RunStore(home, req.get("name"))
+    try:
+        return _start(req, home, store)
+    except AgentFailure as e:
+        if e.type in ("BadInput", "ExitedEarly"):  # a missing cwd, script or module: the files?
+            _point_to_deploy(e, req, store)
+        raise
+
+
+def _point_to_deploy(e, req, store):
+    """A start that failed while the run's files (runward.toml's `files`) are not on this
+    target says so, and names `runward deploy`: the cwd, the script the job opens, may be
+    missing only because nothing was ever sent here."""
+    dep = read_json(os.path.join(store.dir, "deployed.json")) or {}
+    missing = []
+    for spec in req.get("files") or []:
+        remote = os.path.expanduser(spec.split(":", 1)[1]) if ":" in spec else None
+        if remote and not os.path.isabs(remote):
+            remote = os.path.join(os.path.expanduser("~"), remote)  # where push puts it (ops/sync.py)
+        if remote and not os.path.exists(remote):
+            missing.append(remote)
+    if not missing:
+        return
+    never = not any(k == m or k.startswith(m.rstrip("/") + "/") for k in dep for m in missing)
+    e.message += "; %s not on this target (%s)" % (
+        ", ".join(missing), "runward never deployed them here" if never else "deleted since the last deploy")
+    e.hint = "runward deploy %s sends the run's files (runward.toml's files = [...]), then start it again" % (
+        store.name)
+
+
+def _start(req, home, store):
     plan = _plan(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     try:
