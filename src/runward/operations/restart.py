@@ -130,15 +130,27 @@ def _files_step(opts, cfg, name, target, progress):
         return None, None
 
     def check(last: dict) -> dict | None:
-        drift = _files.local_drift(last, specs, base=base)
+        drift = _files.local_drift(last, specs, base=base) + _files.undeployed_drift(target, last, specs, base=base)
         if drift and not opts.no_deploy:
-            raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what was deployed, so a restart would "
-                           "run the old code: " + ", ".join(f"{d['local']} -> {d['remote']}" for d in drift),
+            raise BadInput(_drift_message(name, drift),
                            f"runward restart {name} --deploy to send them first, or --no-deploy to restart on "
                            f"what the target has (deploy_on_restart = true in [runs.{name}] deploys every time)",
                            result={"local_drift": drift})
         return {"local_drift": drift} if drift else None
     return None, check
+
+
+def _drift_message(name: str, drift: list[dict]) -> str:
+    """Files that differ (or may: unknown) from what the target has, each with its change."""
+    known = [d for d in drift if not d.get("unknown")]
+    each = lambda ds: ", ".join(f"{d['local']} -> {d['remote']}" + (f" ({d['change']})" if d.get("change") else "")  # noqa: E731
+                                for d in ds)
+    parts = [f"{len(known)} file(s) differ locally from what the target has, so a restart would run the old code: "
+             + each(known)] if known else []
+    if len(known) < len(drift):
+        parts.append(f"whether {len(drift) - len(known)} file(s) match the target's is not known, so a restart "
+                     "might run old code: " + each([d for d in drift if d.get("unknown")]))
+    return f"{name}: " + "; ".join(parts)
 
 
 def _restart_nodes(opts, cfg, name) -> tuple[dict, int]:
@@ -233,9 +245,9 @@ def _drift_left(res: dict) -> str:
 def render_changes(res: dict) -> str:
     """One line per kind of change against the last attempt, under where the spec came from."""
     where = f"spec from {res['spec_from']}"
-    ch = res.get("changed") or {}
+    ch = {k: v for k, v in (res.get("changed") or {}).items() if k != "code"}
     if not ch:
-        return f"{where}: unchanged since attempt {res.get('last_attempt')}"
+        return f"{where}: unchanged since attempt {res.get('last_attempt')}\n" + render_code(res)
     lines = [f"{where}: changed since attempt {res.get('last_attempt')}:"]
     env = ch.get("env") or {}
     parts = ([f"+{k}={v}" for k, v in (env.get("added") or {}).items()]
@@ -249,4 +261,17 @@ def render_changes(res: dict) -> str:
     if "files" in ch:
         lines.append("  files: " + ", ".join([f"+{f}" for f in ch["files"]["added"]]
                                              + [f"-{f}" for f in ch["files"]["removed"]]))
-    return "\n".join(lines)
+    return "\n".join([*lines, render_code(res)])
+
+
+def render_code(res: dict) -> str:
+    """The code's line: each file whose sha256 differs from the last attempt's, or plainly none."""
+    code, last = res.get("code") or {}, res.get("last_attempt")
+    short = lambda h: h[:8] if h else "(none)"  # noqa: E731
+    if code.get("changed"):
+        return f"code: changed since attempt {last}: " + ", ".join(
+            f"{p} {short(c['from'])} -> {short(c['to'])}" for p, c in code["changed"].items())
+    if code.get("unchanged"):
+        return (f"code: no file changed since attempt {last} (same sha256: "
+                + ", ".join(code["unchanged"]) + ")")
+    return "code: no file hashed by either attempt (no script in the command, no files): changes not known"

@@ -358,7 +358,10 @@ def _start(req, home, store):
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
         if "blocked" in msg:  # restart's GPU gate: the shim waits for them, and starts the job by itself
-            return _blocked_reply(store, n, msg["blocked"], replaced)
+            res = _blocked_reply(store, n, msg["blocked"], replaced)
+            if req.get("reply_hashes"):
+                res["hashes"] = (store.attempt(n) or {}).get("hashes") or {}
+            return res
         job = msg["job"]
         event({"started": {"attempt": n, "pid": job["pid"]}})  # an interrupted CLI can say what runs
         faults.point("start:spawned")
@@ -368,6 +371,8 @@ def _start(req, home, store):
                        float(req.get("ready_timeout", 600.0)), replaced)
     if gpu_wait is not None:
         res["gpu_wait"] = gpu_wait
+    if req.get("reply_hashes"):  # restart: the files' hashes this attempt started with ("code")
+        res["hashes"] = (store.attempt(n) or {}).get("hashes") or {}
     faults.point("start:settled")
     return res
 
