@@ -15,7 +15,7 @@ def _undeployed_project(cli, name: str, dest) -> None:
     (cli.cwd / "job.py").write_text(JOB)
     (cli.cwd / "runward.toml").write_text(
         f'[runs.{name}]\ncommand = ["python3", "job.py"]\ncwd = "{dest}"\n'
-        f'files = ["job.py:{dest}/job.py"]\nsettle = 0.5\n')
+        f'files = ["job.py:{dest}/job.py"]\nsettle = 5\n')
 
 
 def test_the_first_start_of_an_undeployed_run_points_to_deploy(cli, tmp_path):
@@ -54,3 +54,33 @@ def test_a_start_that_fails_with_its_files_in_place_does_not_blame_deploy(cli, t
     rc, doc = cli.json("start", name)
     assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
     assert "deploy" not in doc["error"]["message"] + doc["error"].get("hint", ""), doc
+
+
+def test_a_launcher_that_backgrounds_the_job_is_not_called_exited(cli):
+    """`nohup python3 job.py &` (the seed's `nohup ./run.sh &` where run.sh backgrounds
+    python): the shell exits 0 at once while job.py runs on. The start names the processes
+    left running (ground truth: /proc, by the run's marker) and says what to do; exit 5."""
+    name = f"bg{uuid.uuid4().hex[:6]}"
+    (cli.cwd / "job.py").write_text(JOB)
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "1",
+                       "--sh", "nohup python3 job.py > /dev/null 2>&1 &")
+    try:
+        assert rc == 5 and doc["error"]["type"] == "NotVerified", doc
+        err = doc["error"]
+        running = marked(f"{name}.1")
+        assert running and all(alive(p, s) for p, s in running.items()), running
+        children = {c["pid"] for c in doc["result"]["children"]}
+        assert children == set(running), (children, running)
+        assert "exited during the settle period" not in err["message"] or "run on" in err["message"], err
+        assert "launcher" in err["message"] and "job.py" in err["message"] and "exit code 0" in err["message"], err
+        assert "exec" in err["hint"] and f"runward stop {name}" in err["hint"], err
+    finally:
+        cli.json("stop", name, "--grace", "2")
+    assert not marked(f"{name}.1")
+
+
+def test_a_launcher_whose_children_end_within_the_settle_period_exited_early(cli):
+    name = f"bge{uuid.uuid4().hex[:6]}"
+    rc, doc = cli.json("start", name, "--settle", "1.5", "--sh", "sleep 0.3 &")
+    assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
+    assert not marked(f"{name}.1")

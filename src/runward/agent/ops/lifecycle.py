@@ -441,6 +441,7 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
             raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
                                "period (%s)" % (store.name, describe_exit(ex)), result=res)
+        _children_run_on(store, n, job, ex, res, t0 + settle)  # raises when the launcher left its job running
         raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)%s" % (
             store.name, describe_exit(ex), supervise.early_exit_note(att)),
             "see the last log lines; `runward logs %s`" % store.name, result=res)
@@ -462,6 +463,38 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         res["ready_line"] = ready_line
         res["verified"].append("ready_line")
     return res
+
+
+def _left_behind(store, n, job):
+    """The run's live processes other than the job itself: what a job that ended left."""
+    procs = scan()
+    found = members(store.name, store.attempt(n) or {}, procs, protected(procs))
+    return [p for pid, p in sorted(found.items()) if pid != job["pid"]]
+
+
+def _children_run_on(store, n, job, ex, res, until):
+    """The command exited but the processes it started run on (`nohup python3 train.py &`, a
+    run.sh that backgrounds the job): a launcher, not an early exit of the job. What it left is
+    watched to the end of the settle period; all gone by then, it is an early exit as any
+    (returns); alive, the start says so and names them (NotVerified, exit 5: they run, and are
+    the run's, but no job of theirs is watched: its exit would never be recorded)."""
+    left = _left_behind(store, n, job)
+    while left and time.monotonic() < until:
+        time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+        left = _left_behind(store, n, job)
+    if not left:
+        return
+    res.pop("exit", None)  # the launcher's, not the job's: the job is what runs on
+    res.update({"state": "stray", "launcher_exit": ex, "children": [p.describe() for p in left]})
+    raise AgentFailure("NotVerified", "%s: the launcher (pid %d) exited during the settle period (%s), and %d "
+                       "process(es) it started run on: %s; they are the run's (status: stray), but no job of "
+                       "theirs is watched, nor its exit recorded" % (
+                           store.name, job["pid"], describe_exit(ex), len(left),
+                           ", ".join("pid %d %s" % (d["pid"], d["cmd"]) for d in res["children"])),
+                       "exec the job instead of backgrounding it (--sh 'exec python3 train.py', no & or nohup; in "
+                       "run.sh: exec python3 train.py), then `runward start %s --replace`; or keep them as they "
+                       "are: `runward status %s` lists them, `runward stop %s` ends them" % (
+                           (store.name,) * 3), result=res)
 
 
 def _shim_died(store, n, job, res):
