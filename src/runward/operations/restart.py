@@ -46,13 +46,14 @@ def restart(opts: RestartOptions, progress: bool = False) -> Outcome:
     began: list[str] = []
     try:
         res = _restart(opts, cfg, opts.name, target, progress, began)
-    except KeyboardInterrupt:
-        raise interrupted(target, opts.name, began, opts.on)
+    except KeyboardInterrupt as ki:
+        raise interrupted(target, opts.name, began, opts.on, getattr(ki, "decision", None))
     return single("restart", target, res, lambda: _render(res))
 
 
-def interrupted(target, name: str, began: list[str], on) -> Interrupted:
-    """Ctrl-C during a restart: which step it was in, and what the run is now."""
+def interrupted(target, name: str, began: list[str], on, decision: dict | None = None) -> Interrupted:
+    """Ctrl-C during a restart: which step it was in, and what the run is now (in the start
+    step, the target's own word on the launch: operations/start.interrupted)."""
     look = f"`runward status {name}" + (f" --on {on}`" if isinstance(on, str) else "`")
     step = began[-1] if began else None
     res: dict = {"name": name, "interrupted_in": (step or "checks").split(":")[0]}
@@ -68,12 +69,11 @@ def interrupted(target, name: str, began: list[str], on) -> Interrupted:
         msg = (f"interrupted during the deploy: {name} is stopped (verified), not restarted; each file there is "
                f"its old or its new verified version, never torn; nothing was started")
     else:
-        from .start import _ask
-        now = _ask(target, name)
-        res.update(now)
-        msg = (f"interrupted during the start of the new attempt: the old one was stopped (verified); the target "
-               + (f"says attempt {now['attempt']} is running, pid {now['pid']} (its settle period was not watched "
-                  "to the end)" if now else "shows no new attempt running: it was not launched, or ended at once"))
+        from .start import interrupted as start_interrupted
+        said = start_interrupted("restart", target, name, {}, on, decision).document
+        res.update({k: v for k, v in (said.get("result") or {}).items() if k != "name"})
+        msg = ("interrupted during the start of the new attempt: the old one was stopped (verified); "
+               + said["error"]["message"].replace("interrupted; ", "", 1))
     return Interrupted(msg, f"see {look}; restart again, or start it, when you are ready", result=res)
 
 
