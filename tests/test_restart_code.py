@@ -73,6 +73,9 @@ def test_restart_compares_files_never_deployed_with_the_targets_copy(cli, tmp_pa
     elsewhere.mkdir()
     shutil.copy(cli.cwd / "job.py", elsewhere / "job.py")  # the fix went somewhere the job does not read
     v1 = sha((dest / "job.py").read_bytes())
+    drift = cli.status(name).get("local_drift") or []  # status says it too
+    assert [(d["remote"], d["target_sha256"]) for d in drift] == [(f"{dest}/job.py", v1)], drift
+    assert "never deployed" in drift[0]["change"], drift
     rc, doc = cli.json("restart", name)
     assert rc == 2 and doc["error"]["type"] == "BadInput", doc
     msg = doc["error"]["message"]
