@@ -127,3 +127,60 @@ def test_a_fix_copied_to_the_host_instead_of_the_container_refuses_the_restart(p
     finally:
         pod.json("stop", name, "--grace", "2")
         subprocess.run(testbed.ssh_argv("rw1", f"rm -rf {pod.dir}", tb=tb), capture_output=True, timeout=60)
+
+
+def test_a_multi_node_restart_checks_each_nodes_copy_of_files_never_deployed(tmp_path):
+    """A fix copied by hand to one node but not the other: the restart refuses, naming the
+    node whose copy differs, and stops nothing (ground truth: the file in each container, and
+    the first attempt's pid still running on the node left behind)."""
+    import testbed
+    from conftest import CLI
+    from test_container_init import IMAGE, OPTS
+    tb = testbed.require("podman")
+    (tmp_path / "work").mkdir()
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    c.env = testbed.env(tb, c.env)
+    box = f"rwtest-{uuid.uuid4().hex[:8]}"
+    p = subprocess.run(["podman", "run", "-d", "--name", box, *OPTS, "--init", IMAGE, "sleep", "infinity"],
+                       env=c.env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    name = "mc" + uuid.uuid4().hex[:6]
+    dest = f"/tmp/{name}"
+    (c.cwd / "job.py").write_text(JOB.format(v="v1"))
+    (c.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\nnodes = ["podman:{tb["podman"]}", "podman:{box}"]\ncommand = ["python3", "{dest}/job.py"]\n'
+        f'files = ["job.py:{dest}/job.py"]\nsettle = 0.3\non_node_failure = "continue"\n')
+
+    def put(container: str) -> None:
+        r = subprocess.run(["podman", "exec", "-i", container, "sh", "-c", f"mkdir -p {dest} && cat > {dest}/job.py"],
+                           input=(c.cwd / "job.py").read_bytes(), env=c.env, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+
+    def sha_in(container: str) -> str:
+        r = subprocess.run(["podman", "exec", "-i", container, "sha256sum", f"{dest}/job.py"], env=c.env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()[0]
+    try:
+        put(tb["podman"])
+        put(box)
+        rc, doc = c.json("start", name)
+        assert rc == 0, doc
+        first = [n["result"]["pid"] for n in doc["result"]["nodes"]]
+        v1 = sha((c.cwd / "job.py").read_bytes())
+        (c.cwd / "job.py").write_text(JOB.format(v="v2"))
+        put(tb["podman"])  # the fix reached node 0 only
+        rc, doc = c.json("restart", name)
+        assert rc == 2 and f"podman:{box}" in doc["error"]["message"] and "never deployed" in doc["error"]["message"], doc
+        assert sha_in(box) == v1
+        rc, st = c.json("status", name)
+        assert [n["run"]["pid"] for n in st["result"]["nodes"]] == first, st
+        assert all(n["run"]["state"] == "running" for n in st["result"]["nodes"]), st
+        for container, pid in zip((tb["podman"], box), first):  # the first attempt's jobs, untouched
+            r = subprocess.run(["podman", "exec", "-i", container, "cat", f"/proc/{pid}/cmdline"], env=c.env,
+                               capture_output=True, timeout=60)
+            assert r.returncode == 0 and f"{dest}/job.py".encode() in r.stdout, (container, pid, r)
+    finally:
+        c.run("stop", name, "--grace", "2")
+        subprocess.run(["podman", "exec", "-i", tb["podman"], "rm", "-rf", dest], env=c.env, capture_output=True)
+        subprocess.run(["podman", "rm", "-f", "-t", "0", box], env=c.env, capture_output=True, timeout=120)

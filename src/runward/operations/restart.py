@@ -211,11 +211,12 @@ def _check_nodes(name, nodes, specs, base) -> None:
         if not specs or not r["ok"]:
             continue  # never started there: the start sends nothing, nothing to compare
         last = r["result"]
-        drift = _files.local_drift(last, specs, base=base)
+        drift = _files.local_drift(last, specs, base=base) + _files.undeployed_drift(node, last, specs, base=base)
         if drift:
             raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what node {node.display()} has "
-                           "deployed, so a restart would run the old code: "
-                           + ", ".join(f"{d['local']} -> {d['remote']}" for d in drift),
+                           "(or may: not known), so a restart would run the old code: "
+                           + ", ".join(f"{d['local']} -> {d['remote']}" + (f" ({d['change']})" if d.get("change") else "")
+                                       for d in drift),
                            f"runward restart {name} --deploy to send them to every node first, or --no-deploy "
                            f"to restart on what the nodes have", result={"local_drift": drift, "node": node.display()})
 
