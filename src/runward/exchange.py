@@ -15,7 +15,23 @@ from .errors import HopFailed
 from .sshconf import child_environ
 
 
-def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False):
+DECIDE_S = 10.0  # how long an interrupted start waits for the far side's decision
+
+
+def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False,
+              decide=None):
+    """decide (a start's): a predicate of events; on Ctrl-C the call waits, DECIDE_S at most,
+    for an event it holds (the launch), the reply or the far side's end, and the
+    KeyboardInterrupt carries what came (`decision`: _await_decision)."""
+    seen: list[dict] = []
+    if decide is not None:
+        inner = on_event
+
+        def on_event(ev):  # noqa: F811  (the caller's, and what decides)
+            if decide(ev):
+                seen.append(ev)
+            if inner is not None:
+                inner(ev)
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
@@ -55,7 +71,9 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
             got.take(line)
             if got.pending:
                 got.pass_bytes(proc.stdout)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as ki:
+        if decide is not None:
+            ki.decision = _await_decision(proc, got, seen)
         if not outlive:
             proc.kill()
             raise
@@ -73,6 +91,40 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
     if writer is not None:
         writer.join(timeout=5)
     return rc, got.garbage, got.reply, stderr.decode("utf-8", "replace")
+
+
+def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
+    """Ctrl-C came while a start's far side had not said whether it launched the job: the far
+    agent goes on without us (its own session; an ssh session's command gets no hangup), so
+    what the target does is read, not guessed. Lines are read on for DECIDE_S at most, until
+    the launch event ({"event": ev}), the reply ({"reply": ...}) or the far side's end
+    ({"ended": True}); {"waited": DECIDE_S} when none came in time, {"gave_up": True} on a
+    second Ctrl-C: both unknown."""
+    if seen or got.reply is not None:
+        return {"event": seen[0]} if seen else {"reply": got.reply}
+    import threading
+    fired: list[bool] = []
+    timer = threading.Timer(DECIDE_S, lambda: (fired.append(True), proc.kill()))
+    sys.stderr.write(f"runward: Ctrl-C: waiting up to {DECIDE_S:g}s for the target to say whether it "
+                     "launched the job (Ctrl-C again to stop waiting)\n")
+    sys.stderr.flush()
+    timer.start()
+    try:
+        for line in proc.stdout:
+            got.take(line)
+            if got.pending:
+                got.pass_bytes(proc.stdout)
+            if seen or got.reply is not None:
+                break
+    except KeyboardInterrupt:
+        return {"gave_up": True}
+    except (OSError, ValueError):
+        pass  # the pipe went with the far side: its end, below
+    finally:
+        timer.cancel()
+    if seen or got.reply is not None:
+        return {"event": seen[0]} if seen else {"reply": got.reply}
+    return {"waited": DECIDE_S} if fired else {"ended": True}
 
 
 class _Replies:

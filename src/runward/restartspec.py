@@ -128,6 +128,16 @@ def changes(last_spec: dict, kw: dict) -> dict:
     return out
 
 
+def code_changes(old: dict | None, new: dict | None) -> dict:
+    """The files hashed by the last attempt and the new one (the script it runs, the run's
+    files) compared by sha256: "changed" {path: {"from", "to"}} (None: no file there, or not
+    hashed by that attempt), "unchanged" [path]; both empty when neither attempt hashed one."""
+    old, new = old or {}, new or {}
+    paths = sorted(set(old) | set(new))
+    return {"changed": {p: {"from": old.get(p), "to": new.get(p)} for p in paths if old.get(p) != new.get(p)},
+            "unchanged": [p for p in paths if old.get(p) == new.get(p)]}
+
+
 def _command_text(kw: dict) -> str | None:
     if kw.get("sh") is not None:
         return kw["sh"]

@@ -99,6 +99,11 @@ _FOLLOWS = frozenset(("watch",))
 # Ctrl-C the call's child is neither killed nor waited for. A local stop's child is the agent
 # itself, and a stop (or a kill --yes) interrupted after its TERM still owes the KILL after the grace.
 _OUTLIVE = frozenset(("stop", "kill"))
+def _launched(ev: dict) -> bool:
+    """A start's far side says the job is launched (an interrupted start waits for it: exchange)."""
+    return isinstance(ev, dict) and "started" in ev
+
+
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 LAST_WAY = ""  # and the resident, where it did: "relay" or "forward" (for tests)
 
@@ -196,7 +201,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
         t0 = time.monotonic()
         rc, garbage, reply, stderr = _exchange(argv, head + (body or b""), payload, on_event, timeout, on_data,
-                                               held, completed if body is None else None, req["op"] in _OUTLIVE)
+                                               held, completed if body is None else None, req["op"] in _OUTLIVE,
+                                               _launched if req["op"] == "start" else None)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue

@@ -101,8 +101,8 @@ def start(opts: StartOptions) -> Outcome:
     started: dict = {}
     try:
         res = _start(opts, cfg, opts.name, target, on_event=lambda ev: started.update(ev.get("started") or {}))
-    except KeyboardInterrupt:
-        return interrupted("start", target, opts.name, started, opts.on)
+    except KeyboardInterrupt as ki:
+        return interrupted("start", target, opts.name, started, opts.on, getattr(ki, "decision", None))
     return single("start", target, res, lambda: render_start(res))
 
 
@@ -215,25 +215,59 @@ def _ask(target, name: str) -> dict:
     return {}
 
 
-def interrupted(cmd: str, target, name: str, started: dict, on: str | None) -> Outcome:
-    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us;
-    say whether it was launched (the agent's {"started"} event came) and how to look."""
-    now = {} if started else _ask(target, name)  # the launch may have come just before its event
+def interrupted(cmd: str, target, name: str, started: dict, on: str | None, decision: dict | None = None) -> Outcome:
+    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us,
+    nor was the far agent deciding whether to launch it. What is said is the target's own
+    word: its "started" event (before the Ctrl-C, or in the bounded wait for it that
+    exchange's decision is), its reply, or what it shows once its agent has ended; where none
+    came, that it is not known, and how to find out. Never "nothing was started" on a guess."""
+    decision = decision or {}
+    reply = decision.get("reply") or {}
+    if not started and decision.get("event"):
+        started = dict(decision["event"].get("started") or {})
+    if not started and reply.get("ok") and (reply.get("result") or {}).get("pid"):
+        started = {k: reply["result"].get(k) for k in ("attempt", "pid")}
+    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+    seen_by = "started event"
+    # no word in time: what the target shows now is its word (a launch already made), else unknown
+    now = _ask(target, name) if not started and not reply and (decision.get("waited") or decision.get("gave_up")) else {}
     if started:
         msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
                f"(its settle period was not watched to the end)")
-    elif now:
+    elif reply and not reply.get("ok"):
+        msg, launched = _refused(name, reply.get("error") or {})
+        seen_by = "reply"
+    elif (decision.get("waited") or decision.get("gave_up")) and not now:
+        msg, seen_by = (f"interrupted before the target said whether it launched {name}"
+                        + (f" (no word within {decision['waited']:g}s)" if decision.get("waited") else "")
+                        + ": not known; its start may still go on there"), None
+        hint += " in a few seconds: a new attempt there is this start's"
+    else:  # the far agent ended without a word of a launch (or the Ctrl-C came before the call)
+        now, seen_by = now or _ask(target, name), "status"
         msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
-               f"{now.get('attempt')} is running now, pid {now.get('pid')}")
-    else:
-        msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
-    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+               f"{now.get('attempt')} is running now, pid {now.get('pid')}" if now else
+               f"interrupted before {name} was launched: " + (
+                   "the target's agent ended without launching it, and nothing of it runs there"
+                   if decision.get("ended") else "nothing of it runs on the target now"))
+        if decision.get("waited") or decision.get("gave_up"):
+            msg += "; this start had not answered, and whether it goes on to launch another is not known"
     # a program reads the attempt the same way whichever said it: the event, or the target asked
-    seen = dict(started, name=name, seen_by="started event") if started else \
-        dict(now, name=name, seen_by="status") if now else None
+    seen = (dict(started, name=name, seen_by="started event") if started else
+            dict(now, name=name, seen_by="status") if now else
+            {"name": name, "launched": launched, "seen_by": "reply"} if seen_by == "reply" else
+            {"name": name, "launched": None} if seen_by is None else None)
     return Outcome(cmd, 130, {"ok": False, "command": cmd, "target": str(target), "result": seen,
                               "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}},
                    stderr=f"{msg}, {hint}")
+
+
+def _refused(name: str, err: dict) -> tuple[str, bool]:
+    """The far side's own answer to an interrupted start: launched (and ended), or refused."""
+    res = (err.get("details") or {}).get("result") or err.get("result") or {}
+    if res.get("attempt") and res.get("pid"):
+        return (f"interrupted; the target launched {name} attempt {res['attempt']}, and: {err.get('message')}",
+                True)
+    return f"interrupted; the target did not start {name}: {err.get('message')}: nothing was started", False
 
 
 def _over_config(opts, kw: dict) -> dict:

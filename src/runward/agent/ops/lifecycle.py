@@ -311,6 +311,36 @@ def _write_attempt(store, req, home, plan, made):
 
 def start(req, home):
     store = RunStore(home, req.get("name"))
+    try:
+        return _start(req, home, store)
+    except AgentFailure as e:
+        if e.type in ("BadInput", "ExitedEarly"):  # a missing cwd, script or module: the files?
+            _point_to_deploy(e, req, store)
+        raise
+
+
+def _point_to_deploy(e, req, store):
+    """A start that failed while the run's files (runward.toml's `files`) are not on this
+    target says so, and names `runward deploy`: the cwd, the script the job opens, may be
+    missing only because nothing was ever sent here."""
+    dep = read_json(os.path.join(store.dir, "deployed.json")) or {}
+    missing = []
+    for spec in req.get("files") or []:
+        remote = os.path.expanduser(spec.split(":", 1)[1]) if ":" in spec else None
+        if remote and not os.path.isabs(remote):
+            remote = os.path.join(os.path.expanduser("~"), remote)  # where push puts it (ops/sync.py)
+        if remote and not os.path.exists(remote):
+            missing.append(remote)
+    if not missing:
+        return
+    never = not any(k == m or k.startswith(m.rstrip("/") + "/") for k in dep for m in missing)
+    e.message += "; %s not on this target (%s)" % (
+        ", ".join(missing), "runward never deployed them here" if never else "deleted since the last deploy")
+    e.hint = "runward deploy %s sends the run's files (runward.toml's files = [...]), then start it again" % (
+        store.name)
+
+
+def _start(req, home, store):
     plan = _plan(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     try:
@@ -329,7 +359,10 @@ def start(req, home):
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
         if "blocked" in msg:  # restart's GPU gate: the shim waits for them, and starts the job by itself
-            return _blocked_reply(store, n, msg["blocked"], replaced)
+            res = _blocked_reply(store, n, msg["blocked"], replaced)
+            if req.get("reply_hashes"):
+                res["hashes"] = (store.attempt(n) or {}).get("hashes") or {}
+            return res
         job = msg["job"]
         event({"started": {"attempt": n, "pid": job["pid"]}})  # an interrupted CLI can say what runs
         faults.point("start:spawned")
@@ -339,6 +372,8 @@ def start(req, home):
                        float(req.get("ready_timeout", 600.0)), replaced)
     if gpu_wait is not None:
         res["gpu_wait"] = gpu_wait
+    if req.get("reply_hashes"):  # restart: the files' hashes this attempt started with ("code")
+        res["hashes"] = (store.attempt(n) or {}).get("hashes") or {}
     faults.point("start:settled")
     return res
 
@@ -407,6 +442,7 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
             raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
                                "period (%s)" % (store.name, describe_exit(ex)), result=res)
+        _children_run_on(store, n, job, ex, res, t0 + settle)  # raises when the launcher left its job running
         raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)%s" % (
             store.name, describe_exit(ex), supervise.early_exit_note(att)),
             "see the last log lines; `runward logs %s`" % store.name, result=res)
@@ -428,6 +464,38 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         res["ready_line"] = ready_line
         res["verified"].append("ready_line")
     return res
+
+
+def _left_behind(store, n, job):
+    """The run's live processes other than the job itself: what a job that ended left."""
+    procs = scan()
+    found = members(store.name, store.attempt(n) or {}, procs, protected(procs))
+    return [p for pid, p in sorted(found.items()) if pid != job["pid"]]
+
+
+def _children_run_on(store, n, job, ex, res, until):
+    """The command exited but the processes it started run on (`nohup python3 train.py &`, a
+    run.sh that backgrounds the job): a launcher, not an early exit of the job. What it left is
+    watched to the end of the settle period; all gone by then, it is an early exit as any
+    (returns); alive, the start says so and names them (NotVerified, exit 5: they run, and are
+    the run's, but no job of theirs is watched: its exit would never be recorded)."""
+    left = _left_behind(store, n, job)
+    while left and time.monotonic() < until:
+        time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+        left = _left_behind(store, n, job)
+    if not left:
+        return
+    res.pop("exit", None)  # the launcher's, not the job's: the job is what runs on
+    res.update({"state": "stray", "launcher_exit": ex, "children": [p.describe() for p in left]})
+    raise AgentFailure("NotVerified", "%s: the launcher (pid %d) exited during the settle period (%s), and %d "
+                       "process(es) it started run on: %s; they are the run's (status: stray), but no job of "
+                       "theirs is watched, nor its exit recorded" % (
+                           store.name, job["pid"], describe_exit(ex), len(left),
+                           ", ".join("pid %d %s" % (d["pid"], d["cmd"]) for d in res["children"])),
+                       "exec the job instead of backgrounding it (--sh 'exec python3 train.py', no & or nohup; in "
+                       "run.sh: exec python3 train.py), then `runward start %s --replace`; or keep them as they "
+                       "are: `runward status %s` lists them, `runward stop %s` ends them" % (
+                           (store.name,) * 3), result=res)
 
 
 def _shim_died(store, n, job, res):

@@ -309,7 +309,8 @@ def spec(req, home):
     sp["env"] = redact_env(sp.get("env"))
     if sp.get("multinode"):
         sp["multinode"] = shown_multinode(sp["multinode"])
-    out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
+    out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp,
+           "hashes": (store.latest() or {}).get("hashes") or {}}  # what it started with: restart's "code"
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:
         out["deployed"] = dep
