@@ -288,7 +288,8 @@ def _write_attempt(store, req, home, plan, made):
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
     # compare's diffs (docs/history.md); the request's env, not the record's: an env_from
     # secret (--env NAME) is stored nowhere, and must be searched for all the same
-    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"))
+    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"),
+                                      (plan["supervise"] or {}).get("notify"))
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
