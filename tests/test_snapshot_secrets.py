@@ -34,7 +34,7 @@ def test_a_file_holding_an_env_from_secret_is_never_kept(cli: CLI):
 
 def test_url_and_notify_passwords_reach_no_snapshot_and_no_compare(cli: CLI):
     """A password runward knows of by a URL's userinfo (an env value under a harmless name,
-    the notify webhook's) is in no kept file and in no compare output; a URL password only
+    the command's, the notify webhook's) is in no kept file and in no compare output; a URL password only
     the file itself holds is kept masked. Ground truth: the bytes under snapshots/."""
     name = f"su{uuid.uuid4().hex[:6]}"
     db_pw, hook_pw, file_pw = ("pw" + uuid.uuid4().hex for _ in range(3))
@@ -42,7 +42,7 @@ def test_url_and_notify_passwords_reach_no_snapshot_and_no_compare(cli: CLI):
     hook = f"http://alice:{hook_pw}@127.0.0.1:9/hook"
     (cli.cwd / "job.py").write_text("import time\ntime.sleep(600)\n")
     (cli.cwd / "runward.toml").write_text(
-        f'[runs.{name}]\ncommand = ["python3", "job.py"]\ncwd = "{cli.cwd}"\nsettle = 0.2\n'
+        f'[runs.{name}]\ncommand = ["python3", "job.py", "--db", "{db}"]\ncwd = "{cli.cwd}"\nsettle = 0.2\n'
         f'env = {{ DATABASE_URL = "{db}" }}\nnotify = ["{hook}"]\n'
         f'files = ["db.yaml:{cli.cwd}/db.yaml", "hook.yaml:{cli.cwd}/hook.yaml", "own.yaml:{cli.cwd}/own.yaml"]\n')
     outputs = []
@@ -53,7 +53,6 @@ def test_url_and_notify_passwords_reach_no_snapshot_and_no_compare(cli: CLI):
             (cli.cwd / "own.yaml").write_text(f"lr: {lr}\ncache: redis://cache:{file_pw}@cache:6379/0\n")
             rc, doc = cli.json("start" if lr == 1 else "restart", name)
             assert rc == 0, doc
-            outputs.append(json.dumps(doc))
         rc, doc = cli.json("compare", name)
         assert rc == 0, doc
         outputs.append(json.dumps(doc))
@@ -61,6 +60,7 @@ def test_url_and_notify_passwords_reach_no_snapshot_and_no_compare(cli: CLI):
         assert p.returncode == 0, p.stderr
         outputs.append(p.stdout + p.stderr)
         diffs = doc["result"]["diffs"]
+        assert [a["command"] for a in doc["result"]["attempts"]] == ["python3 job.py --db postgres://svc:***@db/x"] * 2
         assert "lr: 2" in diffs[f"{cli.cwd}/own.yaml"]["diff"] and "redis://cache:***@" in diffs[f"{cli.cwd}/own.yaml"]["diff"], diffs
         for f in ("db.yaml", "hook.yaml"):
             assert "holds" in diffs[f"{cli.cwd}/{f}"]["why"], diffs

@@ -41,8 +41,10 @@ def keep(store, hashes, env, bounds=None, notify=None):
                 continue
             make_private_dirs(d)
             blob = os.path.join(d, sha)
-            if not os.path.exists(blob):
-                write_atomic(blob, data, sync=False)  # a lost copy costs a diff, never a record
+            # a lost copy costs a diff, never a record; a masked text is written again over an
+            # older runward's copy, which kept its URL passwords
+            if not os.path.exists(blob) or hashlib.sha256(data).hexdigest() != sha:
+                write_atomic(blob, data, sync=False)
             kept[path] = sha
             total += len(data)
         except OSError as e:
