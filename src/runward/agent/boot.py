@@ -55,6 +55,9 @@ else:
    os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p);k=1
   except Exception:pass
 exec(marshal.loads(c['__main__.py']),{'__name__':'__main__','MODULES':c,'AGENT_SOURCE':z,'AGENT_SHA':h,'AGENT_CACHED':k})"""
+# The bootstrap's first line, the same in every runward version: a shim or agent of another
+# version (its bootstrap's text differs) is still known as one (procfs.is_shim, ps and kill)
+BOOTSTRAP_HEAD = BOOTSTRAP.split("\n", 1)[0] + "\n"
 SHIM_ARG = "runward-shim"
 RESIDENT_ARG = "runward-resident"
 ZLIB_LEVEL = 1  # fixed, so the same tree gives the same bytes; 9 costs 8x the time for 17% less
