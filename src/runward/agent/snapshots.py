@@ -9,8 +9,8 @@ start writes its own); runward.toml's snapshots = {...} (runward/snapbounds.py) 
 per run, and the attempt's record says the bounds it was kept under; rm and prune remove it
 with the run's directory. A file that holds a secret runward knows of (the value of a
 secret-named env entry, the password of a URL in any env value or in a notify entry) is
-never kept, and a URL password in a kept file's own text is kept as ***. Keeping is best effort: a file it
-cannot keep is named with the reason, and a start never fails on it."""
+never kept, and a URL password in a kept file's own text is kept as ***. Keeping is best
+effort: a file it cannot keep is named with the reason, and a start never fails on it."""
 
 import hashlib
 import os
