@@ -62,8 +62,8 @@ class Opt:
 
 
 OPTS = {o.name: o for o in (
-    Opt("cwd", "text", "working directory on the target (default: the target user's home; restart: the last "
-        "attempt's)", "DIR"),
+    Opt("cwd", "text", "working directory on the target (default: here on the local target, or the directory of "
+        "the runward.toml that defines the run; the remote user's home elsewhere; restart: the last attempt's)", "DIR"),
     Opt("log", "text", "log file on the target (appended; default under the run's dir)", "PATH"),
     Opt("settle", "seconds", "alive this long counts as started (default 3; restart: the last attempt's)", "SECONDS"),
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),

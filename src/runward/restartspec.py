@@ -86,6 +86,8 @@ def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict
         base_env = last_env
     else:
         kw = {k: v for k, v in definition.items() if v is not None}
+        if kw.get("cwd") is None and last_spec.get("cwd"):  # runward.toml says none: the last attempt's
+            kw["cwd"] = last_spec["cwd"]
         base_env = dict(definition.get("env") or {})
         if not keep_env:
             typed = set()

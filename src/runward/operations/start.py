@@ -3,6 +3,8 @@ run (all or nothing), or for every run of runward.toml (--all)."""
 
 from __future__ import annotations
 
+import os
+
 from ..errors import BadInput
 from . import Outcome, Targeted, check, single
 from .common import did_you_mean, gpu_list, load_config, on_runs, target_of
@@ -146,7 +148,21 @@ def _start(opts, cfg, name, target, on_event=None) -> dict:
             e.exit_code = code
             raise e
         return res
-    return api.start(target, name, on_event=on_event, **_kw(opts, cfg, name))
+    return api.start(target, name, on_event=on_event, **_kw(opts, cfg, name, target.is_local))
+
+
+def local_cwd(cfg, name) -> str:
+    """Where a run on this machine starts when no cwd is given: the directory of the
+    runward.toml that defines it, else the one runward is run from (as nohup and pm2 start a
+    job: `runward start x -- python3 train.py` in a project runs its train.py). A remote
+    target's default stays its user's home, said by the agent there."""
+    if name in cfg.runs and cfg.path:
+        return os.path.dirname(os.path.abspath(cfg.path))
+    try:
+        return os.getcwd()
+    except FileNotFoundError:  # the shell's directory was removed under it
+        raise BadInput("the current directory no longer exists: a run on this machine starts there",
+                       "cd to an existing directory, or give --cwd DIR")
 
 
 def refuse_node_restarts(name: str, kw: dict) -> None:
@@ -172,9 +188,12 @@ def refuse_node_restarts(name: str, kw: dict) -> None:
                        "(docs/multinode.md)")
 
 
-def _kw(opts, cfg, name) -> dict:
-    """api.start's keyword arguments: runward.toml's definition, the command line over it."""
+def _kw(opts, cfg, name, local: bool = False) -> dict:
+    """api.start's keyword arguments: runward.toml's definition, the command line over it;
+    local: the target is this machine (the default cwd is then local_cwd's)."""
     kw = _over_config(opts, start_kwargs_from_config(cfg.runs.get(name, {}), name))
+    if local and kw.get("cwd") is None:
+        kw["cwd"] = local_cwd(cfg, name)
     if opts.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")

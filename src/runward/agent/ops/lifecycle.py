@@ -48,11 +48,27 @@ def build_env(req_env, inherit=True):
     env = dict(os.environ) if inherit else {}
     for k in ("RUNWARD_HOME",):
         env.pop(k, None)
+    if inherit and "HOME" not in env:
+        login_env(env)
     for k, v in (req_env or {}).items():
         if not isinstance(k, str) or not k or "=" in k or "\0" in k or "\0" in str(v):
             raise bad_input("invalid environment entry %r" % (k,), "use --env NAME=VALUE")
         env[k] = str(v)
     return env
+
+
+def login_env(env):
+    """HOME, USER, LOGNAME and SHELL from this user's passwd entry, where none was given: a
+    container hop (lxc, pct) starts the agent in the container's clean environment, and login
+    would set these."""
+    try:
+        import pwd
+        pw = pwd.getpwuid(os.getuid())
+    except (ImportError, KeyError):
+        return
+    for k, v in (("HOME", pw.pw_dir), ("USER", pw.pw_name), ("LOGNAME", pw.pw_name), ("SHELL", pw.pw_shell)):
+        if v and k not in env:
+            env[k] = v
 
 
 def shell_argv(sh):
@@ -78,6 +94,8 @@ def _plan(req, home, store):
     req["env"] = _request_env(req, home)
     req["env_from"] = _env_from(req)
     env = build_env(req["env"])
+    if "PWD" not in req["env"]:  # the agent's was its caller's directory (a shell on the way sets it)
+        env["PWD"] = cwd
     plan = {"argv": argv, "sh": sh, "cwd": cwd, "env": env, "settle": float(req.get("settle", 3.0)),
             "ready": req.get("ready"), "ready_re": _ready_re(req.get("ready")),
             "stop_sig": parse_signal(req.get("stop_signal", "TERM")), "exe": resolve_command(argv, env, cwd)}
@@ -289,7 +307,8 @@ def _write_attempt(store, req, home, plan, made):
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
     # compare's diffs (docs/history.md); the request's env, not the record's: an env_from
     # secret (--env NAME) is stored nowhere, and must be searched for all the same
-    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"))
+    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"),
+                                      (plan["supervise"] or {}).get("notify"))
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
