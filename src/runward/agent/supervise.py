@@ -465,8 +465,7 @@ class Supervisor(object):
         if self.gate is not None:
             att["gpu_gate"] = self.gate
         # the files' text as it is now (a deploy since may have changed it), not prev's; the job's env has every secret
-        att["snapshots"] = snapshots.keep(store, att["hashes"], self.env, prev.get("snapshots", {}).get("bounds"),
-                                          (self.pol or {}).get("notify"))
+        att["snapshots"] = snapshots.keep(store, att["hashes"], self.env, prev.get("snapshots", {}).get("bounds"), (self.pol or {}).get("notify"))
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],
