@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from . import checks, link, more, truth, world
-from .model import KNOWN_HOLES, LIVE, RunModel
+from .model import KNOWN_HOLES, LIVE, MAX_RUNS, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
-MAX_RUNS = 3          # runs not removed at once: the CI machine has 2 cores
 PICK = st.integers(0, 1 << 16)
 SUPERVISED_ESCAPEES = os.environ.get("ORACLE_SUPERVISED_ESCAPEES", "1") != "0"  # =0 leaves them out
 NO_CGROUP_KINDS = ("podman", "pct", "user")   # runward makes no cgroup there (doctor: cgroups: no)
@@ -166,6 +165,14 @@ class OracleRules(OracleBase):
         if kind in world.NODES:
             sh = supervised = health = False   # a multi-node run: argv (its {node_rank}), unsupervised
         self.acted("start")
+        m = self.define(kind, sh, supervised, health)
+        rc, doc = self.cli("start", m.name, kind=m.kind)
+        self.expect("start %s" % m.name, rc, doc, (0,))
+        m.running_version = m.deployed_version
+
+    def define(self, kind: str, sh: bool = False, supervised: bool = False, health: bool = False) -> RunModel:
+        """A run of that kind written into runward.toml, its code written and deployed: all a
+        start needs."""
         self.n += 1
         name = "orc%s-%d" % (self.session.id[:6], self.n)
         m = RunModel(name, kind, "ORCTOK-%s-%d" % (self.session.id, self.n), sh=sh, supervised=supervised,
@@ -192,9 +199,7 @@ class OracleRules(OracleBase):
         self.write_job(m)
         self.runs[name] = m
         self.deploy(m)
-        rc, doc = self.cli("start", name, kind=m.kind)
-        self.expect("start %s" % name, rc, doc, (0,))
-        m.running_version = m.deployed_version
+        return m
 
     @precondition(lambda self: bool(self.runs) and self.any(lambda m: m.state != "removed"))
     @rule(i=PICK)

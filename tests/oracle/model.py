@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 KNOWN_HOLES: dict = {}  # each of issue 25's holes the oracle walked (items 3, 8, 11) is mended
 
 LIVE = ("running", "stray", "orphaned")
+MAX_RUNS = 3   # runs not removed at once: the CI machine has 2 cores
 ENDED = ("exited", "gave_up", "lost")
 
 
