@@ -69,8 +69,8 @@ OPTS = {o.name: o for o in (
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
     Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default 600)", "SECONDS"),
     Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else 30)", "SECONDS"),
-    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM; INT for torchrun)",
-        "SIG"),
+    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM, torchrun's too); "
+        "INT is Ctrl-C, torchrun's orderly stop", "SIG"),
     Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
     Opt("straggler_ratio", "ratio", "alert `straggler` for a rank N times slower than the median rank (default 3)",
         "N", toml=False),  # runward.toml: [runs.NAME.health] straggler_ratio (stallopts.py, the same check)
