@@ -62,6 +62,25 @@ _PYTHON_MISSING = (
     r"No such file or directory.*python3|python3.*No such file or directory")
 
 
+# each container hop's own tool, run one level out (on the host, or in the container before it)
+_TOOLS = {"pct": "pct", "docker": "docker", "podman": "podman", "lxc": "lxc-attach"}
+_TOOL_WORDS = "pct|docker|podman|lxc-attach"
+_TOOL_MISSING = (  # the shells', runc's, crun's, lxc-attach's and env's ways to say it
+    r"(?:^|[\s:\"'`])(%(t)s)[\"'`]?: (?:line \d+: )?(?:command )?not found|"
+    r"exec: \"?(%(t)s)\"?: executable file not found|executable file [`'\"](%(t)s)[`'\"] not found|"
+    r"Failed to exec \"(%(t)s)\"|(?:^|[\s'\"])(%(t)s)['\"]?: No such file or directory" % {"t": _TOOL_WORDS})
+PROBE_S = 20  # one probe's bound: a hop that never answers is said as such, not waited for
+# what a container tool itself prints: lxc-attach's "lxc-attach: NAME: file.c: ...", podman's
+# and docker's "Error: ..." / "Error response from daemon: ...", runc's and crun's
+_TOOL_LINE = r"(?m)^\s*(?:lxc-\w+: |Error[: ]|Error response from daemon|OCI runtime|crun: |runc: )"
+
+# how ssh's own lines begin (its client, its mux client, its link): an exit 255 with only
+# these, or none, is ssh's to say
+_SSH_LINE = (r"\s*(?:ssh: |ssh_|client_loop|Connection to \S+ closed|Shared connection to|mux_client|muxclient|"
+             r"Control ?[Ss]ocket|kex_|Warning: Permanently|Timeout, server|Received disconnect|Disconnected from|"
+             r"Load key|Bad owner|channel \d+:|packet_write|Read from remote host)")
+
+
 def diagnose(target: Target, raw: RawResult) -> RunwardError:
     rc, err = raw.returncode, raw.stderr.strip()
     last = "\n".join(err.splitlines()[-5:])
@@ -76,19 +95,18 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
         return HopFailed(f"{where}: the agent was killed by {name} before it answered",
                          "something on the target killed it: the OOM killer (check dmesg), a `pkill -f` "
                          "whose pattern matched it, or a container/session timeout", hop=where, details=details)
-    if ssh_hop is not None and rc == 255:
-        for pat, what, hint in _SSH_FAILURES:
-            if re.search(pat, err):
-                return Unreachable(f"{ssh_hop}: {what}", hint, hop=str(ssh_hop), details=details)
     containers = [h for h in target.hops if h.kind != "ssh"]
-    if containers and rc != 0:
-        hop = containers[0]
-        if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
-            return HopFailed(f"{hop}: container not found", _container_hint(hop, "absent"), hop=str(hop),
-                             details=details)
-        if re.search(_CONTAINER_STOPPED, err):
-            return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
-                             details=details)
+    if ssh_hop is not None and rc == 255:
+        # a container tool's own lines ("lxc-attach: ... Connection refused - Failed to get
+        # init pid") are never ssh's: under ssh its exit 255 reads the same as ssh's own
+        said = "\n".join(ln for ln in err.splitlines() if not re.match(_TOOL_LINE, ln)) if containers else err
+        for pat, what, hint in _SSH_FAILURES:
+            if re.search(pat, said):
+                return Unreachable(f"{ssh_hop}: {what}", hint, hop=str(ssh_hop), details=details)
+    if containers and rc != 0 and _hop_said(err, rc, ssh_hop):
+        found = _hop_at_fault(target, err, rc, details)
+        if found is not None:
+            return found
     missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", err)
     if missing and rc == 1:
         # the bootstrap's own imports (the agent answers this itself once it runs): the
@@ -157,6 +175,122 @@ def link_stopped(hop: Hop, details: dict | None = None) -> Unreachable | None:
                        hop=str(hop), details=details)
 
 
+def _hop_said(err: str, rc: int, ssh_hop: Hop | None) -> bool:
+    """Whether a failed call's stderr is a container hop's: its tool missing, a container
+    absent or stopped, a tool's own line, or an exit 255 behind ssh that no ssh message
+    explains. Python's own messages (python3 missing, a module missing) are not."""
+    if re.search(_TOOL_MISSING, err):
+        return True
+    if re.search(_PYTHON_MISSING, err) or "ModuleNotFoundError" in err:
+        return False
+    return bool(re.search(_CONTAINER_ABSENT, err) or re.search(_CONTAINER_STOPPED, err)
+                or re.search(_TOOL_LINE, err) or (ssh_hop is not None and rc == 255 and any(
+                    ln.strip() and not re.match(_SSH_LINE, ln) for ln in err.splitlines())))
+
+
+
+def _probe(hops) -> tuple[int, str] | None:
+    """One `true` through these hops (only on a failure's path): (exit status, stderr), or
+    None when it could not be run at all."""
+    try:
+        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, PROBE_S)
+    except (RunwardError, OSError):
+        return None
+    return (probe[0] if probe[0] is not None else -1), probe[3]
+
+
+def _hop_at_fault(target: Target, err: str, rc: int, details: dict) -> RunwardError | None:
+    """Which container hop failed, found by one `true` through each prefix of the chain in
+    turn (outermost first): the first that fails is the failing hop, said from its own
+    stderr (its tool missing, its container absent or stopped). The message alone cannot
+    say it: `pct:200/podman:x` with no container x blamed pct:200, whose tool printed nothing.
+    When every prefix answers now, the call's failure came and went: a transient failure of
+    the container tool, said as such. None: a probe could not run, or an ssh hop before them
+    fails (ssh's to say)."""
+    found = _first_failing(target)
+    if found is None:
+        return None
+    if found != "none":
+        i, prc, perr = found
+        return _hop_failed(target, i, prc, perr, dict(details, probe={
+            "hops": str(Target(target.hops[:i + 1])), "exit_status": prc,
+            "stderr_tail": "\n".join(perr.splitlines()[-5:])}))
+    hop = _hop_named(target, err)
+    tool = _TOOLS[hop.kind]
+    line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "no message")
+    return HopFailed(f"{hop}: `{tool}` failed (exit {rc}): {line}; `true` through the same hops answers now: "
+                     f"a transient failure of {tool}, not the container's state",
+                     f"retry; if it recurs, see {tool}'s own logs on {_where(target, target.hops.index(hop))}",
+                     hop=str(hop), details=dict(details, transient=True))
+
+
+def _first_failing(target: Target):
+    """(index, exit status, stderr) of the first container hop through which `true` fails,
+    outermost first; "none" when every one answers; None when a probe could not run or an
+    ssh hop before it failed."""
+    for i, hop in enumerate(target.hops):
+        if hop.kind == "ssh":
+            continue
+        got = _probe(target.hops[:i + 1])
+        if got is None:
+            return None
+        prc, perr = got
+        if prc == 0:
+            continue
+        perr = perr.strip()
+        if prc == 255 and any(h.kind == "ssh" for h in target.hops[:i]) and not (
+                re.search(_TOOL_LINE, perr) or re.search(_TOOL_MISSING, perr)):
+            return None
+        return i, prc, perr
+    return "none"
+
+
+def _hop_failed(target: Target, i: int, rc: int, err: str, details: dict) -> RunwardError:
+    """Hop i's own failure (its probe's exit status and stderr)."""
+    hop = target.hops[i]
+    tool = _TOOLS[hop.kind]
+    where = _where(target, i)
+    missing = re.search(_TOOL_MISSING, err)
+    if missing and next(g for g in missing.groups() if g) == tool:
+        return HopFailed(f"{hop}: `{tool}` not found on {where}",
+                         f"install {tool} on {where}, or correct the target: {hop} runs `{tool}` there",
+                         hop=str(hop), details=dict(details, missing_tool=tool))
+    if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
+        return HopFailed(f"{hop}: container not found", _container_hint(hop, "absent"), hop=str(hop),
+                         details=details)
+    if re.search(_CONTAINER_STOPPED, err):
+        return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
+                         details=details)
+    line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "no message")
+    return HopFailed(f"{hop}: `{tool}` failed (exit {rc}): {line}", _container_hint(hop, "absent"), hop=str(hop),
+                     details=details)
+
+
+def _where(target: Target, i: int) -> str:
+    """Where hop i's tool runs: the container before it, the ssh host, or this machine."""
+    if i == 0:
+        return "this machine"
+    before = target.hops[i - 1]
+    return f"the host {before.name}" if before.kind == "ssh" else str(before)
+
+
+def _hop_named(target: Target, err: str) -> Hop:
+    """The container hop a tool's message names (its name in the message, else its tool's
+    first word), the last container hop where none does."""
+    containers = [h for h in target.hops if h.kind != "ssh"]
+    for hop in reversed(containers):
+        if re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(hop.name), err):
+            return hop
+    for hop in reversed(containers):
+        if re.search(r"(?m)^\s*(?:%s)" % _TOOL_SAYS[hop.kind], err):
+            return hop
+    return containers[-1]
+
+
+# how each hop's tool begins its own lines (pct's are lxc-attach's, underneath it)
+_TOOL_SAYS = {"pct": "pct|lxc-", "lxc": "lxc-", "podman": "Error|podman", "docker": "Error|docker"}
+
+
 def _container_stopped(target: Target) -> RunwardError | None:
     """After a call through a container was killed by a signal: is the container itself
     still there and running? One `true` through the same hops (only on this failure path);
@@ -170,7 +304,10 @@ def _container_stopped(target: Target) -> RunwardError | None:
     rc, err = probe[0], probe[3]
     if rc == 0:
         return None
-    hop = next(h for h in target.hops if h.kind != "ssh")
+    found = _first_failing(target)
+    hop = target.hops[found[0]] if isinstance(found, tuple) else next(h for h in target.hops if h.kind != "ssh")
+    if isinstance(found, tuple):
+        err = found[2]  # the failing hop's own words
     if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
         return HopFailed(f"{hop}: the container was removed while the call ran (what ran in it was killed with it)",
                          _container_hint(hop, "absent"), hop=str(hop), details={"stderr_tail": err[-500:]})

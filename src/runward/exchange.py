@@ -166,6 +166,7 @@ class Spawned:
             actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                        (os.POSIX_SPAWN_DUP2, err, 2)]
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
+            argv = _from_root(argv)
             self.pid = os.posix_spawnp(argv[0], argv, child_environ(), file_actions=actions,
                                        setsigdef=(SIGPIPE, SIGXFSZ), setsid=True)
         except BaseException:
@@ -225,6 +226,30 @@ class Spawned:
         os.close(self._err)
         self._err = -1
         return b"".join(chunks)
+
+
+# ssh's ControlPersist master is the call's own ssh, forked into the background by daemon(3)
+# with nochdir: it would keep the caller's directory busy for as long as it lives (`umount`:
+# "target is busy"). posix_spawn cannot change directory, so ssh is started from / by a
+# shell that execs it (the same pid); its argv names no relative path (sshconf.ssh_base).
+_FROM_ROOT = 'cd / && exec "$0" "$@"'
+
+
+def _from_root(argv: list[str]) -> list[str]:
+    """argv run from / where it is ssh and we are elsewhere; unchanged where ssh is not on
+    PATH (the spawn's FileNotFoundError says so, as before)."""
+    if argv[0] != "ssh":
+        return argv
+    try:
+        if os.getcwd() == "/":
+            return argv
+    except OSError:
+        pass  # our directory was removed: still not one to hand on
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        exe = os.path.join(d or ".", "ssh")
+        if os.path.isabs(exe) and os.access(exe, os.X_OK) and not os.path.isdir(exe):
+            return ["/bin/sh", "-c", _FROM_ROOT, exe, *argv[1:]]
+    return argv
 
 
 def _unlinked_file() -> int:

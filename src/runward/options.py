@@ -85,6 +85,12 @@ OPTS = {o.name: o for o in (
     Opt("replace", "flag", "stop the live attempt first (verified)", "", toml=False),
     Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml=False),
     Opt("native", "flag", "native (C/C++) frames too, where py-spy can (py-spy --native)", "", toml=False),
+    Opt("bring_py_spy", "flag", "where the target has no py-spy, push this machine's (runward[stacks]; same "
+        "architecture only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "
+        "makes it the default", "", toml=False,
+        mcp="true: where the target has no py-spy, push this machine's (runward[stacks]; same architecture only) "
+            "into runward's home there, sha256-checked, and read the stacks with it; runward.toml's [stacks] "
+            "bring = true makes it the default"),
     Opt("tree", "flag", "also every descendant of a match", "", toml=False),
     Opt("force", "flag", "run --sh even when the linter finds an error", "", toml=False),
     Opt("interactive", "flag", "the command is typed at a prompt (no enclosing `bash -c` carries its text)", "",

@@ -130,7 +130,8 @@ def _render_stop(r: dict) -> str:
     lines = [f"stopped {r['name']} attempt {r.get('attempt')}: {len(procs)} process(es) dead, verified "
              f"({r['signal']}, {r.get('stop_s', 0):.2f}s)"]
     for p in procs:
-        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}")
+        resumed = " (was paused: resumed after the signal)" if p.get("resumed") else ""
+        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:80]}{resumed}")
     if r.get("restart_cancelled"):  # the attempt had ended; what it left was stopped, and the restart too
         lines.append("  cancelled the pending restart")
     lines += _gpu_release_lines(r)
@@ -148,6 +149,17 @@ def _gpu_release_lines(r: dict) -> list[str]:
     elif rel.get("note") or rel.get("message"):
         lines.append(f"  {rel.get('note') or rel.get('message')}")
     return lines
+
+
+def _paused_lines(r: dict) -> list[str]:
+    """A live run's members paused (SIGSTOP, Ctrl-Z, a debugger): `  paused: 2 of 3
+    processes (pids 10, 11), the job among them: ...`."""
+    p = r.get("paused")
+    if not p:
+        return []
+    pids = ", ".join(str(pid) for pid in p.get("pids") or ())
+    return [f"  paused: {len(p.get('pids') or ())} of {p.get('of')} processes (pids {pids})"
+            + (", the job among them" if p.get("job") else "") + f": {p.get('note')}"]
 
 
 def _stopping_lines(r: dict, now: float) -> list[str]:
@@ -178,7 +190,8 @@ def render_status(res: dict, target: str) -> str:
             lines += slurmview.status_line(r)
             r = {k: v for k, v in r.items() if k not in ("note", "exit", "state")}  # said in its line
         st = r.get("state")
-        head = f"{r['name']:<16} {str(st):<9} attempt {r.get('attempt')}"
+        shown = "paused" if (r.get("paused") or {}).get("job") else st  # alive, but going nowhere
+        head = f"{r['name']:<16} {str(shown):<9} attempt {r.get('attempt')}"
         if st == "none" and r.get("gpu_wait"):  # its first start waits for GPUs: no attempt yet
             head = f"{r['name']:<16} {'waiting':<9} attempt -"
         if st in ("running", "orphaned"):
@@ -212,6 +225,7 @@ def render_status(res: dict, target: str) -> str:
                          f"waiting {ago(now - w['since']) if w.get('since') else '?'}"
                          + (f" of {w['timeout_s']:g}s" if isinstance(w.get("timeout_s"), (int, float)) else "")
                          + f" (`runward stop {r['name']}` cancels)")
+        lines += _paused_lines(r)
         lines += _stopping_lines(r, now)
         lines += _stopped_lines(r, now)
         if (r.get("attribution") or {}).get("summary"):  # who failed first, and the cascade

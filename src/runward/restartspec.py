@@ -41,6 +41,8 @@ def check_start(name: str, kw: dict) -> None:
         except (re.error, TypeError) as e:
             raise BadInput(f"{name}: invalid ready regex {kw['ready']!r} {where}: {e}",
                            "use a Python regular expression")
+    from .inputs import refuse_idle_without_gpus
+    refuse_idle_without_gpus(name, kw)
     from . import signals
     if kw.get("stop_signal") is not None and not signals.known(kw["stop_signal"]):
         raise BadInput(f"{name}: unknown stop_signal {kw['stop_signal']!r} {where}", signals.HINT)

@@ -164,7 +164,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
             raise from_agent(reply.get("error") or {}, hop="local")
     sha = agent_sha()
     known = _far_lines()
-    entry = f"{sha} {_far_key(target)}"
+    far = _far_key(target)
+    entry = f"{sha} {far}" if far is not None else None  # None: nothing kept is used, nor kept
     resident = _Resident(target, req, payload, entry, known)
     if resident.forward:
         reply = resident.call(sha, json.dumps(req).encode() + b"\n", on_event, timeout)
@@ -192,7 +193,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
             body = json.dumps(req).encode() + b"\n"
         return body
     # a payload is a stream that cannot be sent twice: it never risks the retry
-    send_src = payload is not None or entry not in known
+    send_src = payload is not None or entry is None or entry not in known
     while True:
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
@@ -205,7 +206,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         break
     raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
     if reply is not None:
-        if send_src and entry not in known and not reply.get("uncached"):
+        if send_src and entry is not None and entry not in known and not reply.get("uncached"):
             _far_remember(entry, sha, known)
         if resident.wanted and isinstance(reply.get("resident"), dict):
             resident.found(reply["resident"])
@@ -224,7 +225,8 @@ def resident_route(target: Target) -> str | None:
         return None
     if not _resident_on():
         return "off"
-    r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {_far_key(target)}", _far_lines())
+    far = _far_key(target)
+    r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {far}" if far is not None else None, _far_lines())
     if r.forward:
         return "relay" if r.relay_listens() else "forward"
     return "given up" if not r.wanted else "not yet"

@@ -41,6 +41,7 @@ class RunModel:
     deployed_version: int = 0
     running_version: int = 0
     log_removed: bool = False
+    paused: int = 0           # the job's python (its pid in the target) stopped by SIGSTOP from outside
 
     @property
     def live(self) -> bool:
@@ -49,6 +50,7 @@ class RunModel:
     def job_ended(self, how: str, n: int):
         """The job ended by itself (or by a signal from outside): what its shim will make of it."""
         facts = exits_for(self.sh, how, n)
+        self.paused = 0
         if self.state == "orphaned":   # no shim to record it: lost, its exit unknown
             self.state, self.exits = "lost", {("unknown",)}
             return
@@ -70,4 +72,4 @@ class RunModel:
             self.exits = {("signal", "SIGTERM"), ("code", 143), ("unknown",)}
         if self.state in LIVE:
             self.state = "exited"
-        self.escapees = 0
+        self.escapees, self.paused = 0, 0

@@ -150,7 +150,7 @@ class MoreRules:
     def nan_line(self, i):
         """The job logs a NaN loss; its run says `nan = "stop"`: its shim stops it within its
         interval, with nobody connected. The effect is read from /proc: nothing of it lives."""
-        m = self.pick(i, lambda m: m.state == "running" and m.health and self.single(m))
+        m = self.pick(i, lambda m: m.state == "running" and m.health and self.single(m) and not m.paused)
         if m is None:
             return
         self.acted("nan_line", m)
@@ -186,16 +186,19 @@ class MoreRules:
         if deploy:
             m.deployed_version = m.local_version
         t = self.target(m)
-        nonces = (truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or "").count("\n")
         alive = truth.tree(m.token, t.pidns)
         m.attempt += 1
         if alive:   # stop, then restart: a new attempt runs (the job says so: a new line)
-            if nonces < m.attempt:
+            # the line comes when the job's python has started, which restart's 0.5 s settle
+            # does not wait for on a loaded machine: polled, as every world's move is
+            late = checks.settle(lambda: [] if (truth.read_text(t.root, "%s/%s/ran-%s" % (
+                t.app, m.name, m.token)) or "").count("\n") >= m.attempt else ["no new line"])
+            if late:
                 raise self.violation("%s: alive after stop+restart, but the job did not start again" % m.name)
-            m.state, m.escapees, m.exits = "running", 0, set()
+            m.state, m.escapees, m.exits, m.paused = "running", 0, set(), 0
             m.running_version = m.deployed_version
         else:       # restart, then stop
-            m.state, m.escapees = "exited", 0
+            m.state, m.escapees, m.paused = "exited", 0, 0
             m.exits = {("signal", "SIGTERM")} | ({("code", 143)} if m.sh else set())
 
 

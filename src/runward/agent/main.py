@@ -224,7 +224,11 @@ def main():
     if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
         from . import shim
         params = json_loads(sys.stdin.buffer.readline().decode())
-        shim.main(params["home"], params["name"], params["attempt"], params["env"], params.get("notify"))
+        try:
+            shim.main(params["home"], params["name"], params["attempt"], params["env"], params.get("notify"))
+        except Exception as e:
+            shim.failed(params["home"], params["name"], e)  # said as a failure, never as "killed"
+            raise
         shim.end()
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:

@@ -88,7 +88,7 @@ def blind_spot(att, procs):
         # the shim recorded the job's end itself, then left: nothing was dropped; unless it
         # was killed while it held adopted orphans (shim._wait_adopted): they went to pid 1
         return None
-    return BLIND_SPOT
+    return BLIND_SPOT.replace("was killed", "failed") if att.get("shim_failed") else BLIND_SPOT
 
 
 def job_session(att, procs):
@@ -158,6 +158,24 @@ def attempt_state(att, procs, bid):
     if att.get("error"):
         return "failed"
     return "lost"
+
+
+def paused(found, job_pid=None):
+    """The live run's members paused by a signal (SIGSTOP, Ctrl-Z: state T) or held by a
+    debugger (t): alive but making no progress, and deaf to a stop's TERM until resumed.
+    None when none is."""
+    held = sorted(pid for pid, p in found.items() if p.state in ("T", "t"))
+    if not held:
+        return None
+    traced = [pid for pid in held if found[pid].state == "t"]
+    out = {"pids": held, "job": job_pid in held, "of": len(found),
+           "note": "stopped by a signal (SIGSTOP, Ctrl-Z): it makes no progress until SIGCONT; "
+                   "`runward stop` resumes it after its signal, so its handler runs"}
+    if traced:
+        out["traced"] = traced
+        out["note"] += "; held by a debugger (ptrace): %s, which SIGCONT does not resume" % (
+            ", ".join(str(pid) for pid in traced))
+    return out
 
 
 def own_procs(att):

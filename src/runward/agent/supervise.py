@@ -87,11 +87,12 @@ def _check_health(h):
     if not h:
         return
     acts = h.get("actions") or {}
-    from .health_actions import action_ok
+    from .health_actions import action_ok, check_limits
     bad = {k: v for k, v in acts.items() if not action_ok(v)}
     if bad:
         raise bad_input("invalid health action(s) %r" % (bad,),
                         "each action is notify, stop or restart, maybe after stacks, (stacks,restart)")
+    check_limits(h.get("rules") or {}, bad_input)
     iv = h.get("interval", 5.0)
     if not isinstance(iv, (int, float)) or iv <= 0:
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")

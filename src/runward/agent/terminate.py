@@ -206,9 +206,24 @@ class _Stopping(object):
         it never was. A process forked after its parent was sent the signal is not in pids:
         it is found by the next scan and gets the signal then, once."""
         name = signal_name(sig)
+        sent = []
         for pid in self._order([pid for pid in pids if name not in self.fates[pid]["signals"]]):
             if self.watch.signal(pid, sig):
                 self.fates[pid]["signals"].append(name)
+                sent.append(pid)
+        if sig not in (signal.SIGKILL, signal.SIGCONT):
+            self.resume(sent)
+
+    def resume(self, pids):
+        """SIGCONT to each of pids that is paused (SIGSTOP, Ctrl-Z: state T), after the stop
+        signal, as systemd does: a paused process only takes a caught signal once resumed, so
+        without it a TERM handler never runs, its checkpoint is lost and KILL comes at the
+        grace's end. Only the paused get it: a running job's own SIGCONT handler (a shell, a
+        curses view) is not woken for nothing."""
+        for pid in pids:
+            q = read_proc(pid)
+            if q is not None and q.state == "T" and self.watch.signal(pid, signal.SIGCONT):
+                self.fates[pid]["resumed"] = "SIGCONT"
 
     def absorb(self):
         """Take in members that appeared since (children forked during shutdown); returns

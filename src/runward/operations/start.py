@@ -152,12 +152,24 @@ def _start(opts, cfg, name, target, on_event=None) -> dict:
 def refuse_node_restarts(name: str, kw: dict) -> None:
     """A restart policy on one node of a multi-node run would bring back one rank alone into
     a rendezvous its peers have left (they stop when a node fails): refused until restarts
-    of the whole run are built. Health actions and notify are a node's own and stay."""
-    mode = (kw.get("supervise") or {}).get("restart", "never")
+    of the whole run are built. A health action that stops or restarts is judged by one
+    node's shim on its own rank's log, so it would end or restart that rank alone while the
+    others run on: refused too. notify and stacks are a node's own and stay."""
+    sup = kw.get("supervise") or {}
+    mode = sup.get("restart", "never")
     if mode != "never":
         raise BadInput(f"restart = {mode!r} on the multi-node run {name}",
                        "a multi-node run restarts as a whole: leave restart at \"never\" and use "
                        "`runward stop` then `runward start` (docs/multinode.md)")
+    acts = ((sup.get("health") or {}).get("actions") or {})
+    whole = {k: v for k, v in acts.items() if {"stop", "restart"} & {x.strip() for x in v.split(",")}}
+    if whole:
+        said = ", ".join(f"{k} = {v!r}" for k, v in whole.items())
+        raise BadInput(f"[runs.{name}.health] actions {said} on the multi-node run {name}: one node's shim "
+                       "would stop or restart its own rank alone while the others run on",
+                       "on a multi-node run a health action may only notify (e.g. nan = \"notify\" or "
+                       "\"stacks,notify\"); stop or restart the whole run with `runward stop` / `runward restart` "
+                       "(docs/multinode.md)")
 
 
 def _kw(opts, cfg, name) -> dict:
@@ -175,6 +187,8 @@ def _kw(opts, cfg, name) -> dict:
     sup = policy(cfg.runs.get(name), opts)
     if sup:
         kw["supervise"] = sup
+    from ..inputs import refuse_idle_without_gpus
+    refuse_idle_without_gpus(name, kw)
     from ..stallopts import options
     stall = options(cfg.runs.get(name), opts, name)
     if stall:

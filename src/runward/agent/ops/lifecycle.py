@@ -70,7 +70,8 @@ def _plan(req, home, store):
         argv = shell_argv(sh)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise bad_input("no command given", "put the command after --, e.g. runward start NAME -- python train.py")
-    cwd = os.path.expanduser(req.get("cwd") or os.path.expanduser("~"))
+    # absolute: the shim that execs the job runs from /, not from this agent's directory
+    cwd = os.path.abspath(os.path.expanduser(req.get("cwd") or os.path.expanduser("~")))
     if not os.path.isdir(cwd):
         raise bad_input("working directory does not exist on the target: %s" % cwd,
                         "create it, or pass an existing --cwd")
@@ -435,6 +436,9 @@ def _shim_died(store, n, job, res):
     gone too ended we cannot tell how."""
     res["last_lines"] = logfiles.tail(res["log"], LOG_TAIL_LINES)
     shim_log = os.path.join(store.dir, "attempts", "%d.shim.log" % n)
+    failed = (store.attempt(n) or {}).get("shim_failed")
+    if failed:
+        _shim_failed(store, job, res, failed)
     if live(job) is not None:
         res["state"] = "orphaned"
         raise AgentFailure("Orphaned", "%s: the shim died during the settle period; the job lives unsupervised "
@@ -443,6 +447,18 @@ def _shim_died(store, n, job, res):
     res.update({"state": "lost", "alive_after_settle": False})
     raise AgentFailure("ExitedEarly", "%s: the shim and the job are gone; exit status unknown" % store.name,
                        "the shim's own log: %s" % shim_log, result=res)
+
+
+def _shim_failed(store, job, res, failed):
+    """The shim recorded its own failure during the settle period: the start failed (the
+    job was to be supervised, and nothing supervises it), said with the shim's error. A job
+    still alive is stopped by `runward stop`, as the hint says."""
+    alive = live(job) is not None
+    res.update({"state": "orphaned" if alive else "lost", "alive_after_settle": False, "shim_failed": failed})
+    raise AgentFailure("ShimFailed", "%s: the shim failed during the settle period (%s); %s" % (
+        store.name, failed.get("error"), "the job lives unsupervised: `runward stop %s` stops it" % store.name
+        if alive else "the job is gone without an exit record"),
+        "the shim's traceback: %s" % failed.get("log"), result=res)
 
 
 def describe_exit(ex):

@@ -7,7 +7,7 @@ import time
 
 from .. import gpus, logfiles
 from ..procfs import boot_id, protected, scan, uptime
-from ..runs import attempt_state, blind_spot, drift, log_info, members, summarize_tree
+from ..runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import redact_env, shown_multinode
 from ..sidelock import SIDE_WAIT_S, SideLocked
 from ..store import RunStore, check_name, read_json
@@ -104,6 +104,10 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         out["tree"]["pids"] = sorted(found)
     if att.get("gpus") and state in ("running", "orphaned"):
         out.update(gpus.usage(att, found))
+    if state in ("running", "orphaned") and found:
+        p = paused(found, out.get("pid"))
+        if p:
+            out["paused"] = p
     if state == "exited" and found:
         state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
     if state in ("stray", "failed", "lost") and found:
@@ -137,6 +141,13 @@ def _ending(out, att, state, bid):
             out["note"] += "; %d of its processes are still alive: stop ends them" % len(out["stray_processes"])
     if state == "orphaned":
         out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
+    failed = att.get("shim_failed")
+    if failed and state in ("orphaned", "lost", "stray"):
+        out["shim_failed"] = failed
+        out["note"] = "the shim failed (%s; its log: %s): %s" % (failed.get("error"), failed.get("log"), {
+            "orphaned": "the job lives unsupervised (no health action, no exit record); still tracked and stoppable",
+            "lost": "the job is gone without an exit record",
+            "stray": out.get("note", "")}[state])
     if state == "stray":
         out["note"] = "the job exited; %d of its processes are still alive: stop ends them" % len(
             out.get("stray_processes") or ())
