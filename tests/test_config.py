@@ -70,7 +70,7 @@ def test_invalid_toml_is_bad_input_naming_the_file(home, tmp_path):
 @pytest.mark.parametrize("body,named", [
     ('[ssh]\nconfg = "x"\n', "confg"),                 # a typo was silently ignored
     ('[ssh]\nalive_timeout = 1\n', "alive_timeout"),
-    ('[ssh]\nalive_timeout = "15s"\n', "alive_timeout"),
+    ('[ssh]\nalive_timeout = "soon"\n', "alive_timeout"),
 ])
 def test_the_ssh_section_is_validated(home, tmp_path, body, named):
     (tmp_path / "runward.toml").write_text(body)
@@ -203,3 +203,76 @@ def test_ssh_settings_follow_the_config_of_each_call_in_one_process(home, tmp_pa
     monkeypatch.setenv("RUNWARD_SSH_CONFIG", "/users/own")
     load(b)
     assert os.environ["RUNWARD_SSH_CONFIG"] == "/users/own"
+
+
+TERM_DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+
+
+def test_runward_toml_takes_a_duration_wherever_the_flags_take_seconds(cli):
+    """grace = "10s" was refused (exit 2, 'not a number of seconds') while backoff, min_uptime
+    and stall_after took durations. A TERM-deaf job started from settle = "1s", grace = "2s"
+    lives on for the 2 s grace and dies by KILL; the attempt record on the target holds 2."""
+    import time
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.r]\ncommand = ["{sys.executable}", "-c", "{TERM_DEAF}"]\nsettle = "1s"\ngrace = "2s"\n'
+        '[ssh]\nalive_timeout = "20s"\n')
+    p = cli.run("start", "r")
+    assert p.returncode == 0, p.stderr
+    record = json.loads((cli.home / "runs" / "r" / "attempts" / "1.json").read_text())
+    assert record["grace"] == 2.0, record
+    pid = cli.status("r")["pid"]
+    t0 = time.monotonic()
+    p = cli.run("stop", "r")
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert 2.0 <= took < 15, took
+    p = cli.run("start", "r", "--settle", "1s", "--grace", "1m30s")  # the flags take them too
+    assert p.returncode == 0, p.stderr
+    assert json.loads((cli.home / "runs" / "r" / "attempts" / "2.json").read_text())["grace"] == 90.0
+    assert cli.run("stop", "r", "--grace", "0s").returncode == 0
+
+
+def test_a_table_timeout_takes_a_duration_and_a_wrong_one_names_the_file(home, tmp_path):
+    p = tmp_path / "runward.toml"
+    p.write_text('[runs.r]\ncommand = ["true"]\nwait_gpus_free = { timeout = "5m" }\n'
+                 'stop_checkpoint = { signal = "USR1", timeout = "1h" }\n')
+    cfg = config.load(p)
+    assert cfg.runs.value("r", "wait_gpus_free")["timeout"] == 300.0
+    assert cfg.runs.value("r", "stop_checkpoint")["timeout"] == 3600.0
+    p.write_text('[runs.r]\ncommand = ["true"]\nwait_gpus_free = { timeout = "soon" }\n')
+    with pytest.raises(BadInput) as e:
+        config.load(p).runs["r"]
+    assert str(p) in e.value.message and "wait_gpus_free timeout = 'soon'" in e.value.message, e.value.message
+
+
+@pytest.mark.parametrize("body,typo,meant", [
+    ('[runs.r]\ncomand = ["true"]\n', "comand", "command"),
+    ('[runs.r]\ncommand = ["true"]\ngrase = 3\n', "grase", "grace"),
+    ('[targets.t]\non = "local"\nhom = "/x"\n', "hom", "home"),
+    ('[ssh]\nalive_timout = 5\n', "alive_timout", "alive_timeout"),
+    ('[mcp]\nalow = ["status"]\n', "alow", "allow"),
+    ('[run.r]\ncommand = ["true"]\n', "run", "runs"),
+])
+def test_a_typo_of_a_key_is_refused_with_the_nearest_key(home, tmp_path, body, typo, meant):
+    p = tmp_path / "runward.toml"
+    p.write_text(body)
+    with pytest.raises(BadInput) as e:
+        config.load(p)
+    assert str(p) in e.value.message and typo in e.value.message
+    assert e.value.hint.startswith(f"did you mean {meant}? "), e.value.hint
+
+
+def test_a_typo_in_stop_checkpoint_names_the_file_and_the_nearest_key(home, tmp_path):
+    p = tmp_path / "runward.toml"
+    p.write_text('[runs.r]\ncommand = ["true"]\nstop_checkpoint = { signal = "USR1", timout = 60 }\n')
+    with pytest.raises(BadInput) as e:
+        config.load(p).runs.value("r", "stop_checkpoint")
+    assert str(p) in e.value.message and "timout" in e.value.message and "did you mean timeout?" in e.value.hint
+
+
+def test_start_of_a_run_with_a_typo_is_exit_2_and_starts_nothing(cli):
+    (cli.cwd / "runward.toml").write_text('[runs.r]\ncomand = ["sleep", "30"]\n')
+    p = cli.run("start", "r")
+    assert p.returncode == 2 and "comand" in p.stderr and "did you mean command?" in p.stderr, p.stderr
+    assert not (cli.home / "runs" / "r").exists()

@@ -122,3 +122,35 @@ def test_health_imports_the_parser_in_one_place():
     it once."""
     src = (ROOT / "src" / "runward" / "health.py").read_text()
     assert src.count("from .agent import logmetrics as _lm") == 1
+
+
+JOB_OOM = ("import sys, time; print('step 1 loss 2.0', flush=True); time.sleep(0.3); "
+           "print('step 2 loss nan', flush=True); "
+           "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', flush=True); sys.exit(1)")
+
+
+def test_an_alert_carries_the_time_its_line_was_written_not_the_time_it_was_read(cli):
+    """A CUDA OOM line without a timestamp was stamped with the time a read noticed it: 5 s
+    after the job's exit, so the view showed the cause after its effect. Each alert of an
+    untimed line carries the time its log was last written (the file's mtime, read here),
+    which is before the exit the shim recorded, however late the read comes."""
+    import json
+    import os
+    assert cli.run("start", "oom", "--settle", "0", "--", sys.executable, "-c", JOB_OOM).returncode == 0
+    record = cli.home / "runs" / "oom" / "attempts" / "1.json"
+    deadline = time.time() + 20
+    while "exit" not in json.loads(record.read_text()) or json.loads(record.read_text())["exit"] is None:
+        assert time.time() < deadline, "the job's exit was never recorded"
+        time.sleep(0.1)
+    exited_at = json.loads(record.read_text())["exit"]["at"]
+    time.sleep(3)  # the read comes late, as a person's status does
+    rc, doc = cli.json("status", "oom")
+    assert rc == 0, doc
+    run = doc["result"]["runs"][0]
+    written = os.stat(run["log"]["path"]).st_mtime
+    alerts = {a["kind"]: a for a in run["health"]["alerts"]}
+    assert {"cuda_oom", "nan", "exited"} <= set(alerts), alerts
+    for kind in ("cuda_oom", "nan"):
+        assert abs(alerts[kind]["t"] - written) < 0.01 and alerts[kind]["t"] <= exited_at, (kind, alerts, exited_at)
+    assert alerts["exited"]["t"] == exited_at
+    assert doc["result"]["time"] - alerts["cuda_oom"]["t"] > 2.5

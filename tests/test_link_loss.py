@@ -177,3 +177,56 @@ def test_a_multi_node_start_over_a_link_gone_silent_starts_nothing_within_the_al
     assert rows[1]["error"]["type"] == "Unreachable" and rows[1]["error"]["hop"] == "ssh://rwsilent", rows
     assert not marked(name + "."), "a node left running"
     assert took < 17.5, f"{took:.1f} s for a multi-node start to give up on a silent link"
+
+
+def _agents_in_containers() -> set[int]:
+    """Pids (this machine's /proc: the testbed's containers are its namespaces) of the agents
+    (their bootstrap's argv) in a PID namespace of their own, whose stdin is a pipe: a call's
+    agent, not a shim (its stdin is /dev/null)."""
+    import os
+    out = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"import sys,os,marshal" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                nspid = next((ln.split()[1:] for ln in f if ln.startswith("NSpid:")), [])
+            if len(nspid) > 1 and os.readlink(f"/proc/{pid}/fd/0").startswith("pipe:"):
+                out.add(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def test_logs_f_ends_its_follower_in_the_container_while_the_link_is_down(silent):
+    """README: a follow ends its far side when the link drops. The follower in the container
+    lived on while the link was down (60+ s) and ended ~10 s after it came back, and the CLI
+    said 'ssh ended with 255 and no message'. Now the follower (found by the log it holds
+    open, in /proc) is gone within the alive timeout with the link still down, and the CLI
+    says the ssh link stopped answering, exit 3, as status does."""
+    import uuid
+    from conftest import wait_for
+    c, relay = silent
+    name = "fol" + uuid.uuid4().hex[:8]
+    c.env["RUNWARD_RESIDENT"] = "0"
+    on = "ssh://rwsilent/pct:200"
+    rc, doc = c.json("start", name, "--on", on, "--settle", "0.3", "--sh", "while :; do echo tick; sleep 0.2; done")
+    assert rc == 0, doc
+    try:
+        before = _agents_in_containers()
+        p = c.popen("logs", name, "--on", on, "-f")
+        assert p.stdout.readline().startswith("=== runward:"), "the follow shows no line"
+        follower = _agents_in_containers() - before
+        assert follower, "no follower in the container"
+        relay.silent.set()
+        t0 = time.monotonic()
+        wait_for(lambda: not follower & _agents_in_containers(), timeout=40,
+                 what="the follower's end while the link is down")
+        took = time.monotonic() - t0
+        print(f"follower ended {took:.1f} s after the link went silent")
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 3 and "stopped answering" in err and "255" not in err, (p.returncode, err)
+        assert took < 20, took
+    finally:  # through rw1: the silent link is dead
+        c.run("stop", name, "--on", "ssh://rw1/pct:200", timeout=60)

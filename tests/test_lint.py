@@ -177,6 +177,17 @@ SHAPES = [
     shape("tail -f train.log", id="tail"),
     shape("for h in gpu1 gpu2; do ssh $h nvidia-smi; done", id="for-loop-over-hosts"),
     shape("nvidia-smi --query-gpu=memory.used --format=csv", id="nvidia-smi"),
+    # ssh joins the words after the host; the remote shell splits them again
+    shape("ssh host pct exec 200 -- bash -lc 'cd /root/work; python3 train.py'", ("ssh-word-split", E),
+          id="ssh-joins-a-bash-lc-string-host-runs-the-rest"),
+    shape("ssh -p 2222 root@host grep -r 'step 1' /root/train.log", ("ssh-word-split", E),
+          id="ssh-joins-a-pattern-with-a-space"),
+    shape("ssh host docker exec trainer sh -c 'ls && python3 t.py'", ("ssh-word-split", E),
+          id="ssh-joins-a-docker-sh-c-string"),
+    shape("ssh host \"pct exec 200 -- bash -lc 'cd /root/work; python3 train.py'\"",
+          id="ssh-one-remote-word-quoted-once"),
+    shape("ssh host bash -c \"'echo a; echo b'\"", id="ssh-word-quoted-for-the-remote-shell"),
+    shape("ssh host ls -la /root/work", id="ssh-plain-words"),
     # unparseable
     shape("ssh host 'pkill -f train.py", ("parse-error", W), id="unterminated-quote"),
     shape("bash -c 'echo \"unterminated'", ("parse-error", W), id="nested-unterminated"),
@@ -610,3 +621,25 @@ def test_a_lone_pkill_over_ssh_says_the_login_shell_is_unknown():
     assert "login shell" in f.message and "dash" in f.message
     [f] = lint("bash -c 'pkill -f train.py'", assume_shell=False)
     assert "login shell" not in f.message  # a `bash -c` we can see is no guess
+
+
+def test_real_ssh_splits_a_joined_word_and_the_fix_runs_in_the_container():
+    """Over real ssh to a host with a container (testbed rw1, pct 200 -> rwlxc): the words
+    joined by ssh run `hostname` on the host (the hostname printed is the host's), lint says
+    ssh-word-split; the command of lint's fix, run as it is, prints the container's."""
+    import testbed
+    tb = testbed.require("pct")
+    argv = testbed.ssh_argv("rw1", "hostname", tb=tb)
+    host = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=testbed.env(tb)).stdout.strip()
+    inside = subprocess.run(testbed.ssh_argv("rw1", "pct exec 200 -- hostname", tb=tb), capture_output=True,
+                            text=True, timeout=60, env=testbed.env(tb)).stdout.strip()
+    assert host and inside and host != inside
+    command = f"ssh -F {tb['ssh_config']} rw1 pct exec 200 -- bash -lc 'cd /; hostname'"
+    p = run_bash(command)
+    assert p.stdout.split() == [host], p  # bash -lc ran a lone cd; hostname ran on the host
+    [f] = lint(command)
+    assert (f.rule, f.severity) == ("ssh-word-split", E) and "`hostname`" in f.message, f.message
+    fixed = re.search(r"one word: `([^`]*)`", f.fix).group(1)
+    assert lint(fixed) == [], format_findings(fixed, lint(fixed))
+    p = run_bash(fixed)
+    assert p.stdout.split() == [inside], (fixed, p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -387,3 +388,45 @@ def test_status_with_the_stall_state_locked_by_another_process_says_so_within_a_
     st = cli.status(name)  # the lock free again: judged as before
     assert "stall_after" in st["stall"] and "error" not in st["stall"], st["stall"]
     assert cli.run("stop", name).returncode == 0
+
+
+def test_each_ranks_step_from_a_big_rank_prefixed_log_is_the_last_it_printed(cli):
+    """A run whose 8 ranks print rank-prefixed step lines (torch's `[rank3]:`, torchrun's
+    `[default3]:[rank3]:`), 6.6 MB of them: the first status's per-rank steps are the last
+    step each rank printed, read from the log file by the test itself; and for every line of
+    every fixture log the step the stall read takes is the general parser's (a line's step is
+    learned once per shape of line, then read from its digits)."""
+    import json
+    import re
+    from pathlib import Path
+    from runward.agent import linesteps, stall
+    job = ("import sys\n"
+           "w = sys.stdout.write\n"
+           "for step in range(12000):\n"
+           "    for r in range(8):\n"
+           "        pre = '[rank%d]:' % r if step % 3 else '[default%d]:[rank%d]:' % (r, r)\n"
+           "        if r == 5 and step > 11000: continue  # rank 5 stops at 11000\n"
+           "        w('%s step %d | loss %.4f | tok/s 14,512 | lr 3.0e-04 | mem 31.72GiB\\n' % (pre, step, 2 + step % 7 / 10.0))\n"
+           "sys.stdout.flush()\n"
+           "import time; time.sleep(600)\n")
+    rc, doc = cli.json("start", "ranks", "--settle", "0.5", "--", sys.executable, "-c", job)
+    assert rc == 0, doc
+    log = Path(doc["result"]["log"])
+    wait_for(lambda: log.stat().st_size > 6_000_000 and b"[rank7]: step 11999 " in log.read_bytes()[-200:],
+             timeout=60, what="the job's 12000 steps in its log")
+    truth = {}
+    for m in re.finditer(rb"\[rank(\d)\]: step (\d+) ", log.read_bytes()[-(stall.READ_BYTES - 4096):]):
+        truth["rank " + m.group(1).decode()] = int(m.group(2))
+    assert truth["rank 5"] == 11000 and truth["rank 0"] == 11999
+    rc, doc = cli.json("status", "ranks")
+    assert rc == 0, doc
+    st = json.loads((cli.home / "runs" / "ranks" / "stall.json").read_text())
+    got = {k: r["step"] for k, r in st["ranks"].items() if k.startswith("rank ")}
+    assert got == truth, (got, truth)
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "logs"
+    for path in sorted(fixtures.glob("*.log")) + [log]:
+        for line in path.read_text(errors="replace").split("\n")[-20000:]:
+            rest = stall._rank_of(line)[1]
+            fast = linesteps.step_of(rest)
+            general = linesteps.parsed_step(rest) if any(w in rest for w in ("step", "iter", "update")) else None
+            assert fast == general and type(fast) is type(general), (path.name, rest, fast, general)

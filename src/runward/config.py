@@ -261,7 +261,8 @@ def _validate(p: str, data: dict) -> Config:
     unknown = set(data) - {"targets", "runs", "ssh", "mcp", "stacks"}
     if unknown:
         raise BadInput(f"{p}: unknown section(s) {', '.join(sorted(unknown))}",
-                       "sections are [targets.*], [runs.*], [ssh], [mcp], [stacks]")
+                       _nearest(unknown, ("targets", "runs", "ssh", "mcp", "stacks"))
+                       + "sections are [targets.*], [runs.*], [ssh], [mcp], [stacks]")
     cfg.mcp = _mcp_section(p, data.get("mcp") or {})
     st = data.get("stacks") or {}
     if set(st) - {"bring"} or not isinstance(st.get("bring", False), bool):
@@ -270,21 +271,25 @@ def _validate(p: str, data: dict) -> Config:
     ssh = data.get("ssh", {})
     bad = set(ssh) - {"config", "alive_timeout"} if isinstance(ssh, dict) else {"(not a table)"}
     if bad:
-        raise BadInput(f"{p}: [ssh] unknown key(s) {', '.join(sorted(bad))}", "keys: alive_timeout, config")
+        raise BadInput(f"{p}: [ssh] unknown key(s) {', '.join(sorted(bad))}",
+                       _nearest(bad, ("alive_timeout", "config")) + "keys: alive_timeout, config")
     if "config" in ssh:
         cfg.ssh_config = os.path.realpath(os.path.join(os.path.dirname(p), os.path.expanduser(ssh["config"])))
     if "alive_timeout" in ssh:
-        v = ssh["alive_timeout"]
+        from .options import seconds
+        v = seconds(ssh["alive_timeout"])  # "15s" as 15
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 3 <= v <= 3600:
             raise BadInput(f"{p}: [ssh] alive_timeout = {v!r}",
-                           "give the seconds after which a silent link counts as down, 3 to 3600 (default 15)")
+                           "give the seconds after which a silent link counts as down, 3 to 3600 (default 15), "
+                           'e.g. alive_timeout = 15 or "15s"')
         cfg.ssh_alive_timeout = float(v)
     for name, t in (data.get("targets") or {}).items():
         if not isinstance(t, dict) or "on" not in t:
             raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")
         bad = set(t) - TARGET_KEYS
         if bad:
-            raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(TARGET_KEYS))}")
+            raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}",
+                           _nearest(bad, TARGET_KEYS) + f"keys: {', '.join(sorted(TARGET_KEYS))}")
         parse_target(t["on"], label=name, slurm_options=_slurm_options(t))  # validate now, name the section on error
         cfg.targets[name] = t
     for name, r in (data.get("runs") or {}).items():
@@ -292,7 +297,8 @@ def _validate(p: str, data: dict) -> Config:
             raise BadInput(f"{p}: [runs.{name}] must be a table", "see the example in docs")
         bad = set(r) - RUN_KEYS
         if bad:
-            raise BadInput(f"{p}: [runs.{name}] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(RUN_KEYS))}")
+            raise BadInput(f"{p}: [runs.{name}] unknown key(s) {', '.join(sorted(bad))}",
+                           _nearest(bad, RUN_KEYS) + f"keys: {', '.join(sorted(RUN_KEYS))}")
         if "command" in r and "sh" in r:
             raise BadInput(f"{p}: [runs.{name}] has both command and sh", "keep one")
         if "command" in r and (not isinstance(r["command"], list) or not all(isinstance(a, str) for a in r["command"])):
@@ -307,7 +313,8 @@ def _validate(p: str, data: dict) -> Config:
         if "env" in r and not isinstance(r["env"], dict):
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
         from .options import problems_of_run  # each declared key's value (options.py), as the flags are
-        bad = problems_of_run(f"{p}: [runs.{name}]", r)
+        bad = _durations(f"{p}: [runs.{name}]", r)
+        bad.update(problems_of_run(f"{p}: [runs.{name}]", r))
         if "health" in r and "health" not in bad:  # each rule by its flag's check (inputs.py)
             from .supervision import check_health_table
             why = check_health_table(r["health"], f"{p}: [runs.{name}]", name)
@@ -322,10 +329,56 @@ def _validate(p: str, data: dict) -> Config:
     return cfg
 
 
+def _nearest(bad, known) -> str:
+    """'did you mean command? ' for a typo of a known key (comand), as an unknown target says."""
+    import difflib
+    close = {k: m[0] for k in sorted(bad) for m in [difflib.get_close_matches(k, sorted(known), n=1)] if m}
+    if not close:
+        return ""
+    if len(bad) == 1:
+        return f"did you mean {next(iter(close.values()))}? "
+    return "did you mean " + ", ".join(f"{v} for {k}" for k, v in close.items()) + "? "
+
+
+# the tables of a run whose `timeout` is seconds, as the flag that says it (--gpu-wait-timeout,
+# --checkpoint-timeout); their other keys are checked where they are used
+_TIMEOUT_TABLES = {"wait_gpus_free": "wait_gpus_free = { timeout = \"5m\" }",
+                   "stop_checkpoint": "stop_checkpoint = { signal = \"USR1\", timeout = \"10m\" }"}
+
+
+def _durations(where: str, r: dict) -> dict:
+    """A run's seconds written as durations ("10s", "2m", "1h30m"), as the CLI's flags and the
+    duration keys (backoff, min_uptime, [health] stall_after) take them, made seconds in R;
+    {key: (message, hint)} for a table's timeout that says no duration, or a stop_checkpoint
+    key it does not take. A bare key's string
+    that says none stays, for problems_of_run to refuse with its flag's hint."""
+    from .options import OPTS, seconds
+    for key, opt in OPTS.items():
+        if opt.kind == "seconds" and opt.toml and key in r:
+            r[key] = seconds(r[key])
+    out = {}
+    sc = r.get("stop_checkpoint")
+    odd = set(sc) - {"signal", "wait_for", "timeout"} if isinstance(sc, dict) else ()
+    if odd:
+        out["stop_checkpoint"] = (f"{where} stop_checkpoint: unknown key(s) {', '.join(sorted(odd))}",
+                                  _nearest(odd, ("signal", "wait_for", "timeout")) + "keys: signal, wait_for, timeout")
+    for key, example in _TIMEOUT_TABLES.items():
+        t = r.get(key)
+        if key not in out and isinstance(t, dict) and "timeout" in t:
+            v = seconds(t["timeout"])
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                out[key] = (f"{where} {key} timeout = {t['timeout']!r}: not a number of seconds or a duration",
+                            f"give seconds >= 0 or a duration, e.g. {example}")
+            else:
+                r[key] = {**t, "timeout": float(v)}
+    return out
+
+
 def _mcp_section(p: str, m: dict) -> dict:
     bad = set(m) - MCP_KEYS if isinstance(m, dict) else {"(not a table)"}
     if bad:
-        raise BadInput(f"{p}: [mcp] unknown key(s) {', '.join(sorted(bad))}", f"keys: {', '.join(sorted(MCP_KEYS))}")
+        raise BadInput(f"{p}: [mcp] unknown key(s) {', '.join(sorted(bad))}",
+                       _nearest(bad, MCP_KEYS) + f"keys: {', '.join(sorted(MCP_KEYS))}")
     for k in MCP_KEYS & set(m):
         v = m[k]
         if not (isinstance(v, str) or isinstance(v, list) and all(isinstance(x, str) for x in v)):

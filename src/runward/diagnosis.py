@@ -125,6 +125,8 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
                              hop=where, details=details)
     if ssh_hop is not None and rc == 255:
         # no known ssh message and no container message: the channel itself ended badly
+        if not last and ssh_hop is target.hops[0] and (silent := link_stopped(ssh_hop, details)):
+            return silent  # its master ended on its keepalive under the call (a follow mid-stream)
         if not raw.stdout_lines and not last:
             return HopFailed(f"{ssh_hop}: ssh ended with 255 and no message: the connection dropped, or the "
                              "remote side was killed by a signal", "retry; check the host's sshd log and dmesg",
@@ -151,6 +153,26 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     return AgentError(f"the agent gave no reply (exit status {rc}){': ' + last.splitlines()[-1] if last else ''}",
                       "run `runward doctor` on this target", hop=str(target.hops[-1]) if target.hops else "local",
                       details=details)
+
+
+def link_stopped(hop: Hop, details: dict | None = None) -> Unreachable | None:
+    """The call through HOP (the first, an ssh hop) ended with no reply and no message: if the
+    control master that carried it is gone too, it ended on its keepalive, the link silent.
+    Said as status says it, Unreachable; None where the master still answers (or none can be
+    asked)."""
+    from .sshconf import ssh_alive_options
+    try:
+        rc = _exchange(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
+    except (RunwardError, OSError):
+        return None
+    if rc == 0:
+        return None
+    every = int(ssh_alive_options()[1].split("=")[1])
+    return Unreachable(f"{hop}: the ssh link stopped answering (silent for {every} s, then 3 "
+                       f"keepalives {every} s apart went unanswered): link down or host frozen",
+                       "check the network to the host; runward status tries again with a new "
+                       "connection (RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)",
+                       hop=str(hop), details=details)
 
 
 def _hop_said(err: str, rc: int, ssh_hop: Hop | None) -> bool:

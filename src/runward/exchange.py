@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 
 from .errors import HopFailed
@@ -55,6 +56,8 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         # The agent reads its whole input before it writes a byte, so a plain write cannot
         # deadlock here; a thread is only needed to stream a payload while we read.
         _feed(proc.stdin, head, None, held)
+        if held:
+            _heartbeat(proc)
     else:
         import threading
         writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
@@ -359,6 +362,26 @@ def _feed(stdin, head: bytes, payload: Iterable[bytes] | None, held: bool = Fals
             stdin.close()
     except (BrokenPipeError, OSError):
         pass  # the far side went away; the reader side diagnoses why
+
+
+HEARTBEAT_S = 1.0  # a held call's heartbeat on the agent's stdin: a byte this often
+
+
+def _heartbeat(proc: "Spawned", every: float = HEARTBEAT_S) -> None:
+    """A byte on a held call's stdin every EVERY seconds until the call ends: the far side
+    reads them as the caller being there, and ends its follower once they stop (a link that
+    dropped without closing anything; wire.caller_gone)."""
+    import threading
+
+    def beat() -> None:
+        while proc.returncode is None:
+            time.sleep(every)
+            try:
+                proc.stdin.write(b"\n")
+                proc.stdin.flush()
+            except (OSError, ValueError):  # the far side went away, or wait() closed it
+                return
+    threading.Thread(target=beat, daemon=True).start()
 
 
 def _parse_line(line: bytes) -> dict | None:

@@ -9,6 +9,7 @@ import os
 
 from .agent.secrets import redact_value
 from .errors import BadInput
+from .options import duration
 from .sshconf import HIDDEN_ENV
 
 
@@ -218,37 +219,15 @@ def health_limits(h: dict, key: str) -> dict:
     return out
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def parse_duration(text: str | None, flag: str) -> float | None:
     """`7d`, `10m`, `1h30m`, `90s`, `2w`, or plain seconds, as seconds (None stays None); else
-    BadInput (exit 2)."""
+    BadInput (exit 2). The grammar is options.duration's, which every seconds option takes."""
     if text is None:
         return None
-    s = str(text).strip().lower()
-    try:
-        v = float(s) if s and s[-1].isdigit() else _units(s)
-    except ValueError:
-        v = -1.0
-    if not v >= 0:  # negative, or NaN
+    v = duration(text)
+    if v is None:
         raise BadInput(f"invalid {flag} {text!r}", f"write a duration like {flag} 7d, 12h, 10m, 90s or 1h30m")
     return v
-
-
-def _units(s: str) -> float:
-    total, num, seen = 0.0, "", False
-    for c in s:
-        if c.isdigit() or c == ".":
-            num += c
-        elif c in _UNITS and num:
-            total += float(num) * _UNITS[c]
-            num, seen = "", True
-        else:
-            raise ValueError(s)
-    if num or not seen:
-        raise ValueError(s)
-    return total
 
 
 UTF8_HINT = ("runward carries a run's command, env, cwd and paths to the target as UTF-8 text (JSON) "

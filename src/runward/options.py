@@ -69,8 +69,8 @@ OPTS = {o.name: o for o in (
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
     Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default 600)", "SECONDS"),
     Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else 30)", "SECONDS"),
-    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM; INT for torchrun)",
-        "SIG"),
+    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM, torchrun's too); "
+        "INT is Ctrl-C, torchrun's orderly stop", "SIG"),
     Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
     Opt("straggler_ratio", "ratio", "alert `straggler` for a rank N times slower than the median rank (default 3)",
         "N", toml=False),  # runward.toml: [runs.NAME.health] straggler_ratio (stallopts.py, the same check)
@@ -139,6 +139,45 @@ def help(name: str, verb: str | None = None) -> str:  # noqa: A001 - the declara
     return opt.mcp or opt.help_for(verb)
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration(text: str) -> float | None:
+    """`7d`, `10m`, `1h30m`, `90s`, `2w`, or plain seconds, as seconds; None where TEXT says
+    none (a negative number, nan, inf, a word). inputs.parse_duration raises on the None."""
+    s = str(text).strip().lower()
+    try:
+        v = float(s) if s and s[-1].isdigit() else _units(s)
+    except ValueError:
+        return None
+    return v if v >= 0 else None  # negative, or NaN
+
+
+def _units(s: str) -> float:
+    total, num, seen = 0.0, "", False
+    for c in s:
+        if c.isdigit() or c == ".":
+            num += c
+        elif c in _UNITS and num:
+            total += float(num) * _UNITS[c]
+            num, seen = "", True
+        else:
+            raise ValueError(s)
+    if num or not seen:
+        raise ValueError(s)
+    return total
+
+
+def seconds(value):
+    """VALUE as seconds where it is a number or says one: 120, "120", "2m", "1h30m" (the
+    durations --backoff, --min-uptime and --stall-after take, so every seconds option takes
+    them too); the value itself where it says none, for problem() to refuse."""
+    if not isinstance(value, str):
+        return value
+    v = duration(value)
+    return value if v is None else v
+
+
 def problem(opt: Opt, value) -> str | None:
     """What is wrong with VALUE for OPT (None: nothing): a CLI string already converted, or
     a value from runward.toml, or one given to the Python API."""
@@ -199,11 +238,14 @@ def fix(opt: Opt, toml: bool = False) -> str:
         return HINT
     if opt.kind == "flag":
         return "give true or false" + ("" if toml else " (on the command line: %s, or leave it out)" % opt.flag)
-    what = {"fraction": "a fraction over 0 and at most 1", "ratio": "a number over 1", "seconds": "seconds >= 0", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
+    what = {"fraction": "a fraction over 0 and at most 1", "ratio": "a number over 1",
+            "seconds": "seconds >= 0 or a duration", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
             "text": "a non-empty string"}[opt.kind]
     ex = _EXAMPLE[opt.kind]
-    return "give %s, e.g. %s" % (what, "%s = %s" % (opt.name, ex) if toml else
-                                 "%s %s" % (opt.flag, ex if " " in ex else ex.strip('"')))
+    said = "%s = %s" % (opt.name, ex) if toml else "%s %s" % (opt.flag, ex if " " in ex else ex.strip('"'))
+    if opt.kind == "seconds":
+        said += " or %s" % ('%s = "2m"' % opt.name if toml else "%s 2m" % opt.flag)
+    return "give %s, e.g. %s" % (what, said)
 
 
 def problems_of_run(where: str, run: dict) -> dict:
@@ -249,10 +291,10 @@ def _converter(opt: Opt):
     def convert(text: str):
         raw: object = text
         if opt.kind == "seconds":
-            try:
-                raw = float(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: not a number of seconds")
+            raw = seconds(text)
+            if isinstance(raw, str):
+                raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: not a number of seconds or a "
+                                                 "duration (90s, 5m, 1h30m)")
         elif opt.kind in ("fraction", "ratio"):
             try:
                 raw = float(text)

@@ -11,9 +11,9 @@ import os
 import sys
 
 from .cache import cache_path, make_private_dir, read_cache, write_cache
-from .errors import HopFailed, RunwardError, Unreachable
+from .errors import HopFailed, RunwardError
 from .exchange import _agent_missing, _exchange, _Replies
-from .sshconf import control_dir, ssh_alive_options, ssh_base
+from .sshconf import control_dir, ssh_base
 from .sshresolve import resolved
 from .targets import Target
 
@@ -235,18 +235,10 @@ class _Resident:
         """The forward closed without a reply. If the control master carrying it is gone
         too, it ended on its keepalive: the link went silent. Said now, as Unreachable; the
         ordinary way would only wait a connect timeout more on the same dead link."""
-        hop = self.target.hops[0]
-        try:
-            rc = _exchange(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
-        except (RunwardError, OSError):
-            return
-        if rc != 0:
-            every = int(ssh_alive_options()[1].split("=")[1])
-            raise Unreachable(f"{hop}: the ssh link stopped answering (silent for {every} s, then 3 "
-                              f"keepalives {every} s apart went unanswered): link down or host frozen",
-                              "check the network to the host; runward status tries again with a new "
-                              "connection (RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)",
-                              hop=str(hop))
+        from .diagnosis import link_stopped
+        silent = link_stopped(self.target.hops[0])
+        if silent is not None:
+            raise silent
 
     def found(self, info: dict) -> None:
         """The ordinary call's agent reports the resident (found alive or started now): set

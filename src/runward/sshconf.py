@@ -40,12 +40,18 @@ def ssh_alive_options() -> list[str]:
     its master ends under it (targets/ssh.py caps ConnectTimeout to one interval while a
     master is up), so T = 5 intervals bounds every call. targets/ssh.py drops these options
     for a destination whose own ssh config is stricter."""
-    try:
-        total = float(os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT") or 15)
-    except ValueError:
-        total = 15.0
-    interval = max(1, round(max(3.0, total) / 5))
+    interval = max(1, round(max(3.0, alive_timeout()) / 5))
     return ["-o", f"ServerAliveInterval={interval}", "-o", "ServerAliveCountMax=3"]
+
+
+def alive_timeout() -> float:
+    """The seconds of silence after which a link counts as down (RUNWARD_SSH_ALIVE_TIMEOUT,
+    runward.toml's [ssh] alive_timeout; default 15): ssh's keepalive ends the call here, and
+    a follower's far side ends after as long without the call's heartbeat (transport.py)."""
+    try:
+        return float(os.environ.get("RUNWARD_SSH_ALIVE_TIMEOUT") or 15)
+    except ValueError:
+        return 15.0
 
 
 def control_dir() -> str:

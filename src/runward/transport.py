@@ -24,10 +24,10 @@ from .targets import Target
 # Split by concern (each module's docstring says its own); the names callers and tests use
 # are still importable from here, so they need not know where each went.
 from .diagnosis import RawResult, diagnose
-from .exchange import Spawned, _agent_missing, _exchange  # noqa: F401  (Spawned: for callers)
+from .exchange import HEARTBEAT_S, Spawned, _agent_missing, _exchange  # noqa: F401  (Spawned: for callers)
 from .residentroute import (_far_key, _far_lines, _far_remember, _Resident, _RESIDENT_OPS,  # noqa: F401
                             _resident_on, _single_ssh)
-from .sshconf import HIDDEN_ENV, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401
+from .sshconf import HIDDEN_ENV, alive_timeout, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401
 
 _AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
 _SHA: str | None = None
@@ -186,6 +186,9 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     held = payload is None and (bool(req.get("follow")) or req["op"] in _FOLLOWS)
     if held:
         req["stdin_held"] = True
+        # a dropped link closes nothing on the far side: the follower ends once the
+        # heartbeat _exchange sends on stdin has been silent for the alive timeout
+        req["heartbeat"] = {"every": HEARTBEAT_S, "silent": max(3.0, alive_timeout())}
     body = None if late is not None else json.dumps(req).encode() + b"\n"
 
     def completed() -> bytes:

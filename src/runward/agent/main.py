@@ -107,6 +107,15 @@ def _run(req, home, stdin, stdout, extra):
     return fn(req, home, emit) if kind == STREAM else fn(req, home, emit, stdin)
 
 
+def _silent_s(req):
+    """The silence after which a heartbeating caller counts as gone (wire.set_caller)."""
+    beat = req.get("heartbeat")
+    try:
+        return max(1.0, float(beat["silent"])) if isinstance(beat, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def serve(stdin, stdout, only=None):
     """One request from stdin, answered on stdout. only: the ops this agent takes (the
     resident's read-only verbs), None for all."""
@@ -121,7 +130,7 @@ def serve(stdin, stdout, only=None):
     set_events(lambda ev: reply(stdout, {"event": ev}))
     try:
         # a follower ends when its caller is gone (wire.caller_gone)
-        set_caller(stdin.fileno() if req.get("stdin_held") else None, stdout.fileno())
+        set_caller(stdin.fileno() if req.get("stdin_held") else None, stdout.fileno(), _silent_s(req))
     except (AttributeError, OSError, ValueError):
         set_caller(None, None)  # not a file (a test's buffer): followers follow their window
     if only is not None and not (isinstance(req.get("op"), str) and req["op"] in only):

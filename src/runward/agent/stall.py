@@ -30,6 +30,7 @@ share it; each call reads only what the log gained. Stdlib only.
 import os
 import time
 
+from .linesteps import step_of
 from .procfs import CLK_TCK, scan as scan_procs
 from .sidelock import side_lock
 from .store import read_json, write_json
@@ -44,7 +45,6 @@ CPU_SAMPLES = 32
 IDLE_CORE = 0.02  # a rank under 2% of a core is not computing
 IDLE_IO = 16 << 10  # ... and a tree under 16 KiB/s of reads and writes (rchar + wchar) is not loading
 BUSY_CORE = 0.3  # ... while another over 30% of one is
-STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
 VERSION = 1
 
 
@@ -61,29 +61,25 @@ def _load(store, att):
     return st
 
 
+_RANK_PREFIX = []  # attribution.RANK_PREFIX_RE, imported on the first prefixed line
+
+
 def _rank_of(line):
     """(rank key, the line after its prefixes): "rank 3" for torch's `[rank3]:`, "local rank 3"
     for torchrun's `[default3]:`; the innermost prefix wins, as in attribution.py."""
-    from .attribution import RANK_PREFIX_RE
+    if not line.startswith("["):
+        return None, line  # no prefix: most lines of a one-process log
+    if not _RANK_PREFIX:
+        from .attribution import RANK_PREFIX_RE  # once: a read calls this for every line
+        _RANK_PREFIX.append(RANK_PREFIX_RE)
+    match = _RANK_PREFIX[0].match
     key = None
     while True:
-        m = RANK_PREFIX_RE.match(line)
+        m = match(line)
         if not m:
             return key, line
         key = ("rank " if m.group(1) == "rank" else "local rank ") + m.group(2)
         line = line[m.end():]
-
-
-def _step_of(text):
-    if "step" not in text and "iter" not in text and "update" not in text:
-        return None  # most lines: no parse at all
-    from .logmetrics.line import parse_line
-    m = parse_line(text)
-    for k in STEP_KEYS:
-        v = m.get(k)
-        if isinstance(v, (int, float)) and v == v and abs(v) < 1e18:
-            return v
-    return None
 
 
 def _read(st, path, now):
@@ -112,7 +108,7 @@ def _read(st, path, now):
     for line in lines:
         st["lines"] += 1
         key, rest = _rank_of(line.replace("\r", ""))
-        step = _step_of(rest)
+        step = step_of(rest)
         if step is not None:
             n += 1
             best = step  # the last in the log's order (an epoch's counter may start again)

@@ -174,37 +174,81 @@ def outlive_caller():
 
 
 _CALLER = []  # (stdin fd or None, stdout fd) of the call main.serve serves
+_GONE = []  # set by the heartbeat listener: the caller's stdin ended or went silent
+_LISTENING = []  # the listener reads the caller's stdin (caller_gone then reads only _GONE)
+EXIT_CALLER_GONE = 4  # the agent's status where the listener ended it (no reply: nobody reads)
+# The listener's grace, after the heartbeat went silent, for a follower to see it and end
+# on its own; one blocked writing to a link that no longer drains is ended then.
+_SILENT_GRACE_S = 2.0
 
 
-def set_caller(stdin_fd, stdout_fd):
+def set_caller(stdin_fd, stdout_fd, silent_s=None):
     """stdin_fd: where the caller holds its end open until the reply (a request with
-    "stdin_held"), else None; stdout_fd: where the reply goes."""
+    "stdin_held"), else None; stdout_fd: where the reply goes. silent_s: the caller sends a
+    heartbeat on that stdin (a request with "heartbeat": {"every", "silent"}) and counts as
+    gone once it has been silent that long: a link that dropped without a word closes
+    nothing, and sshd holds the session (and this follower, blocked writing to it) until its
+    TCP gives up, minutes later, or a returning link resets it."""
     _CALLER[:] = [(stdin_fd, stdout_fd)] if stdout_fd is not None else []
+    del _GONE[:]
+    _LISTENING[:] = [True] if stdin_fd is not None and silent_s is not None else []
+    if _LISTENING:
+        import threading
+        threading.Thread(target=_listen, args=(stdin_fd, silent_s), daemon=True).start()
+
+
+def _listen(fd, silent_s):
+    """The heartbeat's reader, the only one of the caller's stdin: EOF or SILENT_S without a
+    byte marks the caller gone; a follower still there _SILENT_GRACE_S later is blocked in
+    a write that will never return, and this agent ends (its reply has nobody to reach)."""
+    import select
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    heard = time.monotonic()
+    while True:
+        left = silent_s - (time.monotonic() - heard)
+        if left <= 0:
+            break
+        if poll.poll(int(left * 1000) + 1):
+            try:
+                if not os.read(fd, 4096):
+                    break
+            except OSError:
+                break
+            heard = time.monotonic()
+    _GONE.append(True)
+    time.sleep(_SILENT_GRACE_S)
+    os._exit(EXIT_CALLER_GONE)
 
 
 def caller_gone(wait_s):
     """Wait up to wait_s seconds (0: just look); True as soon as whoever asked has gone: EOF
     on the stdin it holds open while it follows (Ctrl-C, a killed ssh or podman exec, a
-    dropped link all close it, through every hop), or nobody left reading stdout. A follower
-    that only noticed a failed write would run forever inside a container: podman's conmon
-    keeps reading the exec session's stdout after the client is gone."""
+    dropped link all close it, through every hop), its heartbeat silent (a link that dropped
+    without a word: _listen), or nobody left reading stdout. A follower that only noticed a
+    failed write would run forever inside a container: podman's conmon keeps reading the exec
+    session's stdout after the client is gone."""
     if not _CALLER:
         time.sleep(wait_s)
         return False
     import select
     in_fd, out_fd = _CALLER[0]
     poll = select.poll()
-    if in_fd is not None:
+    if in_fd is not None and not _LISTENING:
         poll.register(in_fd, select.POLLIN)
     poll.register(out_fd, 0)  # POLLERR and POLLHUP are always reported: the reader is gone
     deadline = time.monotonic() + wait_s
+    step = 0.1 if _LISTENING else wait_s  # the listener's mark is looked at this often
     while True:
-        for fd, ev in poll.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+        if _GONE:
+            return True
+        left = max(0.0, min(step, deadline - time.monotonic()))
+        for fd, ev in poll.poll(int(left * 1000)):
             if fd == out_fd or not ev & select.POLLIN or not os.read(in_fd, 4096):
                 return True
             # bytes after the request mean nothing: read and dropped, the caller is there
         if time.monotonic() >= deadline:
-            return False
+            return bool(_GONE)
 
 
 def reply(out, obj, extra=None):

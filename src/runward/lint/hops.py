@@ -61,17 +61,24 @@ def shell_string(words: list[Word], ctx: Ctx) -> Inner | None:
     return Inner(inner, words[k + 1].source())
 
 
-def ssh(words: list[Word], ctx: Ctx) -> Inner:
-    """`ssh [opts] HOST CMD...`: the client stays here, a login shell runs CMD there."""
+def ssh_words(words: list[Word]) -> tuple[list, Word, list[Word]] | None:
+    """(options, host word, remote command words) of `ssh [opts] HOST [opts] CMD...`; None
+    without a host."""
     opts, k = getopt(words[1:], SSH_WITH_ARG)
     k += 1
     if k >= len(words):
-        return Inner(ctx)
-    host_word = words[k]
+        return None
     # OpenSSH parses options again right after the host (`ssh HOST -p 22 CMD`).
     more, j = getopt(words[k + 1:], SSH_WITH_ARG)
-    opts += more
-    remote = words[k + 1 + j:]
+    return opts + more, words[k], words[k + 1 + j:]
+
+
+def ssh(words: list[Word], ctx: Ctx) -> Inner:
+    """`ssh [opts] HOST CMD...`: the client stays here, a login shell runs CMD there."""
+    parts = ssh_words(words)
+    if parts is None:
+        return Inner(ctx)
+    opts, host_word, remote = parts
     if not remote:
         return Inner(ctx)  # an interactive login: nothing to lint
     user = next((v for f, v in opts if f == "-l" and v), None)

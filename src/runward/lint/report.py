@@ -36,6 +36,7 @@ RULES = {
     "kill-then-start": "warning",
     "host-path-in-container": "warning",
     "parse-error": "warning",
+    "ssh-word-split": "error",
     "unverified-nohup": "info",
     "sleep-as-verification": "info",
 }

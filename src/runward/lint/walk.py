@@ -101,6 +101,8 @@ class Linter:
     def dispatch(self, words: list[Word], command: Command, ctx: Ctx,
                  handled: set[int]) -> None:
         """Follow a hop into the command it runs, or check a program."""
+        if basename(words[0].value) == "ssh" and (split := parsing.ssh_word_split(words)):
+            self.scan.findings.append(split)
         inner = hops.enter(words, ctx)
         if inner is None:
             self.check_program(words, command, ctx, handled)

@@ -11,6 +11,11 @@ class Clock(object):
 
     def __init__(self, now):
         self.now = now
+        # The time a line without a timestamp is stamped with: when its file was last
+        # written (scan.py sets it per file read), not when this scan read it. A CUDA OOM
+        # line read 5 s after the job's exit was stamped after that exit, the cause after
+        # its effect.
+        self.written = now
         self.year = time.localtime(now).tm_year
         self.hours = {}
 
@@ -44,9 +49,9 @@ class Clock(object):
         return None, 0
 
     def of(self, line):
-        """Time of LINE: its timestamp, else the time of this scan."""
+        """Time of LINE: its timestamp, else the time its file was last written."""
         t = self.parse(line)[0]
-        return self.now if t is None else t
+        return self.written if t is None else t
 
     @staticmethod
     def _hour(y, mo, d, h, tz):

@@ -252,7 +252,7 @@ class Feed(object):
                 metrics.update(um)
         if not metrics:
             return
-        t = self.clock.now if t is None else t
+        t = self.clock.written if t is None else t
         self.points.append((n, None, metrics, t))
         self.npoints += 1
         rules = self.rules

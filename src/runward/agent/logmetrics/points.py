@@ -26,7 +26,7 @@ def _point(n, m, tpl, t, clock):
             if m is None:  # same skeleton, other shape: the general parser
                 return _reparsed(n, seg, clock)
         metrics = tpl.values(m)
-        t = clock.of(decode(m.string[:128])) if tpl.ts else clock.now
+        t = clock.of(decode(m.string[:128])) if tpl.ts else clock.written
     for k, v in metrics.items():
         if v != v or v in (math.inf, -math.inf):
             metrics[k] = json_value(v)
@@ -39,5 +39,5 @@ def _reparsed(n, seg, clock):
     metrics = parse_line(line[tend:])
     if not metrics:
         return None
-    return {"line": n, "t": clock.now if t is None else t,
+    return {"line": n, "t": clock.written if t is None else t,
             "metrics": {k: json_value(v) for k, v in metrics.items()}}

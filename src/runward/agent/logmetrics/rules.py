@@ -154,7 +154,7 @@ class Rules(object):
         """(line text, time) for an alert, from what check was given."""
         if isinstance(line, bytes):
             line = decode(line)
-            t = self.clock.of(line) if t else self.clock.now
+            t = self.clock.of(line) if t else self.clock.written
         return line, t
 
     def _bound(self, kind, name, v, x, bad, limit, n, line, t):

@@ -42,6 +42,7 @@ class Scan(object):
         """Read the open log F on from CURSOR, BUDGET bytes at most. Returns (reset reason,
         bytes read, more)."""
         st = os.fstat(f.fileno())
+        self.clock.written = min(self.now, st.st_mtime)  # its lines were written by then
         reset = changed(f, st, cursor)
         if reset:
             cursor.restart()

@@ -6,5 +6,6 @@
   (kill-then-start, unverified-nohup, sleep-as-verification);
 - filesystem: files copied to one filesystem and used in a container that has another
   (host-path-in-container);
-- parsing: a line, or a string nested in it, that a shell cannot parse (parse-error).
+- parsing: a line, or a string nested in it, that a shell cannot parse (parse-error), and
+  words ssh joins that the remote shell splits again (ssh-word-split).
 """
