@@ -77,9 +77,10 @@ def test_a_stop_that_cannot_reach_node_1_is_finished_once_the_link_is_back(cli, 
 
 def test_node_1_cut_off_from_node_0_stops_itself_within_its_keepalive(cli, tmp_path, mn):  # noqa: F811
     """The cut lasts: node 0's stop cannot reach node 1 at all, neither from the CLI nor over
-    the nodes' link. Node 1's shim finds node 0's coordinator gone (TCP keepalive on its
-    link, peers.KEEP_*: about 25 s) and, with on_node_failure = "stop", stops its job, the
-    cut still in place (by /proc), its record saying the coordinator was lost."""
+    the nodes' link. Node 1's shim finds its link broken (TCP keepalive on its link,
+    peers.KEEP_*: 15-25 s), finds no coordinator to rejoin (peers.REJOIN_S: 30 s) and, with
+    on_node_failure = "stop", stops its job, the cut still in place (by /proc), its record
+    saying the coordinator was lost."""
     tb = testbed.require("ssh")
     _config(tmp_path, ["rw1", "rw2"], mn)
     rc, doc = cli.json("start", mn)
@@ -94,9 +95,43 @@ def test_node_1_cut_off_from_node_0_stops_itself_within_its_keepalive(cli, tmp_p
         cli.env["RUNWARD_SSH_CONFIG"] = _cut_ssh_config(tmp_path, tb)
         p = cli.run("stop", mn, "--grace", "5")
         assert p.returncode == 3 and job1 in marked(mn + ".1"), (p.stdout, p.stderr)
-        wait_for(lambda: job1 not in marked(mn + ".1"), 60, "node 1's job to end, cut off")
+        wait_for(lambda: job1 not in marked(mn + ".1"), 90, "node 1's job to end, cut off")
         print("node 1 ended %.1fs after the cut" % (time.monotonic() - cut))
         assert _record(tmp_path, 1, mn).get("coordinator_lost"), _record(tmp_path, 1, mn)
     finally:
         _iptables("-D", res)
         cli.env["RUNWARD_SSH_CONFIG"] = good
+
+
+def test_a_link_hiccup_shorter_than_the_rejoin_window_stops_nothing(cli, tmp_path, mn):  # noqa: F811
+    """The link between node 1 and node 0 drops every packet for 28 s, then comes back; both
+    jobs are healthy all along (their own connection only waits). Node 1's keepalive finds the
+    link dead (within 15-25 s of the cut) but node 0's coordinator is still there: node 1's
+    shim rejoins it once the link is back and stops nothing (by /proc: both jobs run on and
+    their all-reduce goes on; neither record asks for a stop). On the old code node 1's shim
+    stopped its job at the keepalive's verdict while node 0 ran on alone, unaware."""
+    testbed.require("ssh")
+    _config(tmp_path, ["rw1", "rw2"], mn)  # on_node_failure = "stop", the default
+    rc, doc = cli.json("start", mn)
+    assert rc == 0, doc
+    res = doc["result"]
+    wait_for(lambda: "allreduce step 3" in (tmp_path / "node1" / "runs" / mn / "log").read_text(), 60, "steps")
+    jobs = [_record(tmp_path, r, mn)["job"]["pid"] for r in (0, 1)]
+    _iptables("-I", res)
+    try:
+        time.sleep(28)
+    finally:
+        _iptables("-D", res)
+    steps = (tmp_path / "node1" / "runs" / mn / "log").read_text().count("allreduce step")
+    # the ranks' own connection resumes at its next retransmission (TCP's backoff: up to ~25 s)
+    wait_for(lambda: (tmp_path / "node1" / "runs" / mn / "log").read_text().count("allreduce step") > steps
+             or not all(j in marked(mn + ".") for j in jobs), 60, "the ranks to talk again")
+    time.sleep(3)
+    alive_now = marked(mn + ".")
+    assert all(j in alive_now for j in jobs), ([j in alive_now for j in jobs], _record(tmp_path, 1, mn))
+    assert (tmp_path / "node1" / "runs" / mn / "log").read_text().count("allreduce step") > steps, "they talk again"
+    for r in (0, 1):
+        rec = _record(tmp_path, r, mn)
+        assert not rec.get("stop_requested") and not rec.get("peer_stop") and not rec.get("coordinator_lost"), rec
+    assert any("rejoined" in (e.get("why") or "") for e in _record(tmp_path, 1, mn).get("peer_events", [])), \
+        "node 1's record says the link dropped and it rejoined"

@@ -32,15 +32,20 @@ def slurm_testbed() -> dict:
 
 
 @pytest.fixture
-def sb():
+def sb(tmp_path):
     """The Slurm testbed, its queue empty: a job still COMPLETING from the test before holds
     the node's CPUs, and a start would then (rightly) report PENDING."""
     sb = slurm_testbed()
     wait_for(lambda: not subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.strip(),
              timeout=90, what="an empty Slurm queue")
     yield sb
-    # a failed test may leave its job: cancelled, so that the next test finds the node free
-    subprocess.run(["scancel", "-u", "root"], capture_output=True)
+    # a failed test may leave its job: cancelled, so that the next test finds the node free.
+    # Only this test's jobs (their batch script under its tmp_path): the Slurm is shared, and
+    # every job of the user (scancel -u) would be others' too
+    out = subprocess.run(["squeue", "-h", "-o", "%i|%o"], capture_output=True, text=True).stdout
+    mine = [i for i, _, cmd in (ln.partition("|") for ln in out.splitlines()) if cmd.startswith(str(tmp_path) + "/")]
+    if mine:
+        subprocess.run(["scancel", *mine], capture_output=True)
 
 
 def in_queue(job_id: str) -> bool:

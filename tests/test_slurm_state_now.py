@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import marked, wait_for
 from test_rm_prune_trust import _unreachable_conf
-from test_slurm import in_queue, sb  # noqa: F401 (sb: the Slurm testbed fixture)
+from test_slurm import in_queue, sb, slurm_testbed  # noqa: F401 (sb: the Slurm testbed fixture)
 
 
 def _squeue(job_id: str) -> str:
@@ -146,3 +146,38 @@ def test_a_requeued_job_is_live_again_for_status_rm_and_stop(cli, sb, tmp_path):
     assert "ExitCode=0:15" in fields, fields  # Slurm's own word agrees
     rc, doc = cli.json("rm", "sl-rq", "--on", on)
     assert rc == 0, doc
+
+
+def test_a_job_id_that_names_another_job_now_is_not_our_requeued_job(cli, tmp_path):
+    """A run's job ended (FAILED 3:0, recorded); its id now names another job (a controller
+    that started again without its saved state numbers jobs from FirstJobId again): here a
+    job of another name and script, submitted by hand, put under the record's id. status
+    keeps the recorded end, stop cancels nothing (squeue: the other job runs on), rm removes
+    the records. On the old code status said running, 'requeued by Slurm', rm refused, and
+    stop scancelled the other job. Only this test's own jobs are cancelled, by id."""
+    sb = slurm_testbed()  # not the sb fixture: its teardown cancels every job of the user
+    on = "slurm://local/" + sb["partition"]
+    rc, doc = cli.json("start", "sl-reuse", "--on", on, "--settle", "0.3", "--sh", "sleep 1; exit 3")
+    assert rc in (0, 1), doc
+    ours = doc["result"]["job_id"] if rc == 0 else None
+    other = subprocess.run(["sbatch", "--parsable", "-p", sb["partition"], "-J", "someone-else", "-o", "/dev/null",
+                            "--wrap", "sleep 300"], capture_output=True, text=True, check=True).stdout
+    other = other.strip().split(";")[0]
+    try:
+        wait_for(lambda: _status(cli, "sl-reuse", on).get("state") == "exited", timeout=90, what="the run's end")
+        wait_for(lambda: _squeue(other) == "RUNNING", timeout=90, what="the other job to run")
+        rec = cli.home / "runs" / "sl-reuse" / "attempts" / "1.json"
+        att = json.loads(rec.read_text())
+        ours = att["slurm"]["job_id"]
+        att["slurm"]["job_id"] = other  # the id, reused
+        rec.write_text(json.dumps(att))
+        st = _status(cli, "sl-reuse", on)
+        assert st["state"] == "exited" and st["exit"]["exit_code"] == "3:0" and not st.get("requeued"), st
+        rc, doc = cli.json("stop", "sl-reuse", "--on", on, "--grace", "2")
+        assert rc == 0 and doc["result"]["already_stopped"], doc
+        assert _squeue(other) == "RUNNING", "the other job was not cancelled in our name (squeue)"
+        rc, doc = cli.json("rm", "sl-reuse", "--on", on)
+        assert rc == 0, doc
+        assert _squeue(other) == "RUNNING"
+    finally:
+        subprocess.run(["scancel", other] + ([str(ours)] if ours else []), capture_output=True)

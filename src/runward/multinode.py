@@ -209,7 +209,7 @@ def _not_reached(name: str, cut: list[dict]) -> str:
     which = ", ".join(f"node {r['rank']} ({r['target']})" for r in cut)
     return (f"{which} not reached: its job was not stopped by this stop and may still run. It stops itself once "
             f"it hears of node 0's stop, or, with on_node_failure = \"stop\", once it finds node 0's coordinator "
-            f"gone (within about 25 s of the cut, or at its first probe once the link is back); "
+            f"gone (its link silent about 45 to 55 s, or refused once the link is back: peers.REJOIN_S); "
             f"`runward status {name}` shows it, `runward stop {name}` again verifies its end")
 
 

@@ -23,7 +23,8 @@ or whose connection drops before it said it ended, is a failed node; a member th
 reaches a coordinator that proves itself within CONNECT_S is one too. With on_node_failure =
 "stop" (the default) the coordinator tells every member, and each shim then stops its own job
 with the verified stop (terminate.py: its leader first, the grace, KILL, every member checked
-dead); a member that loses the coordinator without its "ended" does the same. A link that
+dead); a member that loses the coordinator without its "ended" does the same (a link that
+broke, not closed, is first joined again for REJOIN_S: a hiccup of the network stops nothing). A link that
 fails (the coordinator cannot listen, its thread dies) is the failure of its node: its record
 says `coordinator_lost`, its connections are closed so the others see it, and with "stop"
 its job is stopped too. "continue" only records what happened. An end asked for by `stop`
@@ -48,9 +49,14 @@ HELLO_LINE = 1024   # the longest line before a connection proved itself
 LINE = 65536        # the longest line after
 # a member's link to the coordinator is idle while all is well: TCP keepalive probes it, so
 # that a node 0 gone silently (its host cut off, its closing words lost in a partition) is
-# seen within KEEP_IDLE_S + KEEP_INTVL_S * KEEP_CNT (25 s), and, once the link is back, at
-# the next probe (node 0's kernel answers a connection it has forgotten with a reset)
+# seen within KEEP_IDLE_S + KEEP_INTVL_S * KEEP_CNT (15-25 s after the cut, by the probes'
+# phase), and, once the link is back, at the next probe (node 0's kernel answers a
+# connection it has forgotten with a reset)
 KEEP_IDLE_S, KEEP_INTVL_S, KEEP_CNT = 10, 5, 3
+# a link the keepalive (or a reset) broke is not yet a lost node 0: a hiccup of the network
+# breaks it too while node 0's coordinator still runs. The member joins again for up to
+# REJOIN_S (a refused connection ends that at once: nothing listens, the coordinator is gone)
+REJOIN_S = 30.0
 
 
 def attach(store, n, att):
@@ -98,6 +104,8 @@ class Link:
         self.job_over = threading.Event()
         self.stop_done = threading.Event()
         self.stop_done.set()            # set while no stop of ours is under way
+        self.stops = []                 # coordinator: every stop it told, told again to a member that rejoins
+        self.broke = None               # member: why its link broke (an error, not the coordinator's close)
         self.wake_r, self.wake_w = os.pipe()
 
     # --- both sides
@@ -316,12 +324,15 @@ class Link:
             msg = _parse(line)
             if "nc" not in p:
                 chunk = self._answer_hello(c, p, msg)
-            elif _same(msg.get("proof"), self.mac("member", p["rank"], p["nm"], p["nc"])) \
-                    and p["rank"] not in self.conns:
+            elif _same(msg.get("proof"), self.mac("member", p["rank"], p["nm"], p["nc"])):
+                if p["rank"] in self.conns:  # the member rejoins: its old link broke unseen here (no failure)
+                    self._drop(self.conns.pop(p["rank"]))
                 del self.pending[c]
                 self.conns[p["rank"]], self.bufs[c] = c, p["buf"]
                 c.setblocking(True)
                 self.sel.modify(c, self.sel.get_key(c).events, "member")
+                for m in self.stops:  # what it may have missed while its link was down
+                    self.send(c, m)
                 return self._member_lines(c, p["rank"], said_end)
             else:
                 chunk = b""
@@ -367,6 +378,8 @@ class Link:
                     self.node_failed(rank, "node %s's job ended: %s" % (rank, _describe(msg.get("exit"))))
 
     def broadcast(self, msg):
+        if "stop" in msg:
+            self.stops.append(msg)
         for c in list(self.conns.values()):
             self.send(c, msg)
 
@@ -387,16 +400,42 @@ class Link:
             if self.end is not None:  # the job ended before we got here: say so now
                 self.send(sock, self.end)
                 self.told.set()
-        if not self._heed(sock) and not self.job_over.is_set():
+        while not self._heed(sock) and not self.job_over.is_set():
+            if self.broke is not None and self._rejoin():  # a broken link, not a closed one: node 0 may be there
+                sock = self.sock
+                continue
             why = "lost the connection to node 0's coordinator"
+            if self.broke is not None:
+                why += " (%s; no coordinator to rejoin within %gs)" % (self.broke, REJOIN_S)
             self.mark_lost(why)
             self.node_failed(0, why)
+            return
+
+    def _rejoin(self):
+        """Our link broke (keepalive, reset): join node 0's coordinator again, proved as at the
+        start, so that a hiccup of the network stops nothing. True once joined (our end, if it
+        came meanwhile, said on the new link)."""
+        self.note({"rank": 0, "why": "the link to node 0's coordinator broke (%s): rejoining" % self.broke,
+                   "at": time.time()})
+        with self.lock:
+            old, self.sock = self.sock, None
+        old.close()
+        sock = self._join(REJOIN_S, refused_ends=True)
+        if sock is None:
+            return False
+        with self.lock:
+            self.sock = sock
+            if self.end is not None:
+                self.send(sock, self.end)
+                self.told.set()
+        self.note({"rank": 0, "why": "rejoined node 0's coordinator", "at": time.time()})
+        return True
 
     def _heed(self, sock):
         """What the proved coordinator says, until its "ended" (True) or the link drops. A
         stop of the whole run (`runward stop` of node 0) is heeded whatever the policy."""
         keepalive(sock)
-        buf = self.rest
+        buf, self.broke = self.rest, None
         while True:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
@@ -410,23 +449,29 @@ class Link:
             try:
                 sock.settimeout(None)
                 chunk = sock.recv(65536)
-            except OSError:
+            except OSError as e:  # keepalive's ETIMEDOUT, a reset: the link broke, node 0 may still be there
+                self.broke = os.strerror(e.errno) if e.errno else str(e)
                 chunk = b""
             if not chunk or len(buf) > LINE:
                 return False
             buf += chunk
 
-    def _join(self):
+    def _join(self, within=CONNECT_S, refused_ends=False):
         """A connection to node 0's coordinator that proved it knows the run's secret, tried
         until CONNECT_S, on after our job ended too: its end must still be said (the shim
         waits TELL_S for that, then exits). A listener that does not prove itself is noted
         once and never heeded: we close it and try again."""
         import socket
         addr = (self.mn.get("master_addr"), int(self.mn["coord_port"]))
-        deadline = time.monotonic() + CONNECT_S
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             try:
                 sock = socket.create_connection(addr, timeout=5.0)
+            except ConnectionRefusedError:
+                if refused_ends:
+                    return None  # node 0 answers and nothing listens: its coordinator is gone
+                time.sleep(RETRY_S)
+                continue
             except OSError:
                 time.sleep(RETRY_S)
                 continue

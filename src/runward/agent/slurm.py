@@ -87,15 +87,27 @@ def submit(argv, env):
 
 
 def queued(job_id):
-    """{"state", "reason", "nodes"} of a job the controller lists (squeue), or None."""
-    rc, out, err = run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r|%N"])
+    """{"state", "reason", "nodes", "uid", "command"} of a job the controller lists (squeue),
+    or None. command (a batch job's script path) is last: a path may hold "|"."""
+    rc, out, err = run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r|%N|%U|%o"])
     if rc != 0 and "Invalid job id" not in err:
         raise failure("squeue", rc, err)
     for line in out.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 3 and parts[0]:
-            return {"state": parts[0], "reason": parts[1], "nodes": parts[2], "source": "squeue"}
+        parts = line.strip().split("|", 4)
+        if len(parts) == 5 and parts[0]:
+            return {"state": parts[0], "reason": parts[1], "nodes": parts[2], "uid": parts[3],
+                    "command": parts[4], "source": "squeue"}
     return None
+
+
+def same_job(q, att):
+    """Whether Q, squeue's job under the attempt's recorded id, is the attempt's job: ours
+    (this uid) and running the attempt's own batch script (attempts/N.sbatch, one path per
+    attempt, kept by a requeue). A job id is not forever: a controller that starts again
+    without its saved state numbers jobs from FirstJobId again, and squeue then lists
+    another job, maybe another user's, under an id we recorded."""
+    script = (att.get("slurm") or {}).get("script")
+    return q.get("uid") == str(os.getuid()) and (not script or q.get("command") == script)
 
 
 def parse_exit(text):
@@ -208,6 +220,7 @@ def active(att):
     """Whether the attempt's job is active in Slurm, for a verb that destroys on the answer
     (rm, prune): a squeue that cannot answer raises (Unreachable when the controller does
     not answer), since a job Slurm cannot be asked about may well be running. Asked also
-    after an end was recorded: `scontrol requeue` brings the same job id back."""
+    after an end was recorded: `scontrol requeue` brings the same job id back (and only
+    the attempt's own job counts: same_job)."""
     q = queued(att["slurm"]["job_id"])
-    return q is not None and q["state"] in ACTIVE
+    return q is not None and q["state"] in ACTIVE and (not (att.get("exit") or {}).get("state") or same_job(q, att))

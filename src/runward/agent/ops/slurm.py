@@ -251,6 +251,8 @@ def requeued(store, att):
     q = slurm.queued(att["slurm"]["job_id"])
     if q is None or q["state"] not in slurm.ACTIVE or q["state"] == "COMPLETING":
         return None
+    if not slurm.same_job(q, att):  # the id names another job now (a controller that lost its state)
+        return None
 
     def reopen(now):  # under the record lock, as record_end writes it
         if not (now.get("exit") or {}).get("state"):
@@ -301,9 +303,12 @@ def _stop_job(store, att, sig, grace):
     res = {"name": store.name, "attempt": att.get("attempt"), "job_id": job_id, "signal": sig,
            "grace_s": grace, "slurm": att["slurm"], "escalated": False}
     t0 = time.monotonic()
-    before = requeued(store, att) or slurm.queued(job_id)
+    ended = (att.get("exit") or {}).get("state")
+    before = requeued(store, att)
+    if before is None and not ended:  # a recorded end not requeued (same_job) stays: the id may be another's now
+        before = slurm.queued(job_id)
     if before is None or before["state"] not in slurm.ACTIVE:
-        final = slurm.job_state(job_id)
+        final = dict(att["exit"]) if ended and att.get("exit") else slurm.job_state(job_id)
         res["already_stopped"] = True
     else:
         res["already_stopped"] = False
