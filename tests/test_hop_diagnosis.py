@@ -6,14 +6,15 @@ where a wedged or flaky tool is needed."""
 
 from __future__ import annotations
 
-import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 import testbed
-from conftest import CLI
+from conftest import CLI, wait_for
 
 
 @pytest.fixture
@@ -99,3 +100,74 @@ def test_a_container_tools_passing_failure_is_said_transient_at_its_hop(tcli, tm
     assert "Failed to rexec as memfd" in err["message"] and "ssh" not in err["message"], err
     rc, doc = tcli.json("status", "--on", "pct:200")  # and it passes: the container was fine
     assert rc == 0, doc
+
+
+# --------------------------------------------------------------------------- a hop's bound
+
+def _wedged_pct(tmp_path: Path) -> tuple[Path, Path]:
+    """A `pct` that never answers (a hung `pct exec`): each one's pid in a file, then sleep."""
+    pids = tmp_path / "pct-pids"
+    return _standin(tmp_path, f'echo $$ >> {pids}\nexec sleep 1000\n'), pids
+
+
+def _none_alive(pids: Path) -> bool:
+    return not [p for p in pids.read_text().split() if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().split(") ")[1][0] not in "ZX"]
+
+
+def test_a_wedged_container_hop_is_ended_within_its_bound_and_named(tcli, tmp_path):
+    bindir, pids = _wedged_pct(tmp_path)
+    tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
+    t0 = time.monotonic()
+    rc, doc = tcli.json("status", "--on", "pct:200", timeout=60)
+    took = time.monotonic() - t0
+    assert rc == 3, doc
+    err = doc["error"]
+    assert err["hop"] == "pct:200" and "did not answer within 2s" in err["message"], err
+    assert err["details"]["wedged"] is True and "RUNWARD_HOP_TIMEOUT" in err["hint"], err
+    assert took < 15, took  # the bound, and one probe's
+    assert len(pids.read_text().split()) == 2  # the call's pct and the probe's
+    assert _none_alive(pids)  # nothing of either left running
+
+
+def test_a_long_call_through_an_answering_hop_goes_on_past_the_bound(tcli, tmp_path):
+    tcli.env.update(PATH=f"{_standin(tmp_path, HOST_PCT)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="1")
+    out = tmp_path / "done"
+    rc, doc = tcli.json("exec", "--on", "pct:200", "--", "sh", "-c", f"sleep 4; echo ok > {out}", timeout=60)
+    assert rc == 0, doc
+    assert out.read_text() == "ok\n"
+
+
+def test_a_projects_status_answers_its_other_targets_and_names_the_wedged_one(tcli, tmp_path):
+    bindir, pids = _wedged_pct(tmp_path)
+    tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
+    (tcli.cwd / "runward.toml").write_text('[targets.here]\non = "local"\n\n[targets.ct]\non = "pct:200"\n')
+    rc, doc = tcli.json("start", "near", "--on", "here", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    try:
+        t0 = time.monotonic()
+        rc, doc = tcli.json("status", timeout=60)
+        took = time.monotonic() - t0
+        by = {r["target"]: r for r in doc["targets"]}
+        assert rc == 3 and took < 15, (rc, took, doc)
+        runs = by["here (local)"]["result"]["runs"]
+        assert [(r["name"], r["state"], r["pid"]) for r in runs] == [("near", "running", pid)]
+        assert Path(f"/proc/{pid}").exists()
+        ct = by["ct (pct:200)"]
+        assert not ct["ok"] and ct["error"]["hop"] == "pct:200" and "did not answer" in ct["error"]["message"], ct
+        text = tcli.run("status", timeout=60)
+        assert "== ct (pct:200)\n  unreachable: pct:200: `pct` did not answer within 2s" in text.stdout, text.stdout
+        assert _none_alive(pids)
+    finally:
+        tcli.run("stop", "near", "--on", "here")
+
+
+def test_ctrl_c_of_a_call_through_a_wedged_hop_leaves_nothing_running(tcli, tmp_path):
+    bindir, pids = _wedged_pct(tmp_path)
+    tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="60")
+    p = tcli.popen("status", "--on", "pct:200")
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the hung pct")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=30) == 130, p.stderr.read()
+    assert _none_alive(pids)

@@ -69,7 +69,7 @@ _TOOL_MISSING = (  # the shells', runc's, crun's, lxc-attach's and env's ways to
     r"(?:^|[\s:\"'`])(%(t)s)[\"'`]?: (?:line \d+: )?(?:command )?not found|"
     r"exec: \"?(%(t)s)\"?: executable file not found|executable file [`'\"](%(t)s)[`'\"] not found|"
     r"Failed to exec \"(%(t)s)\"|(?:^|[\s'\"])(%(t)s)['\"]?: No such file or directory" % {"t": _TOOL_WORDS})
-PROBE_S = 20  # one probe's bound: a hop that never answers is said as such, not waited for
+HOP_TIMEOUT_S = 10.0  # a container hop's bound (RUNWARD_HOP_TIMEOUT): README, "Bounds"
 # what a container tool itself prints: lxc-attach's "lxc-attach: NAME: file.c: ...", podman's
 # and docker's "Error: ..." / "Error response from daemon: ...", runc's and crun's
 _TOOL_LINE = r"(?m)^\s*(?:lxc-\w+: |Error[: ]|Error response from daemon|OCI runtime|crun: |runc: )"
@@ -167,14 +167,90 @@ def _hop_said(err: str, rc: int, ssh_hop: Hop | None) -> bool:
 
 
 
-def _probe(hops) -> tuple[int, str] | None:
-    """One `true` through these hops (only on a failure's path): (exit status, stderr), or
-    None when it could not be run at all."""
+def hop_timeout() -> float:
+    """A container hop's bound, in seconds: RUNWARD_HOP_TIMEOUT, else HOP_TIMEOUT_S."""
+    import os
     try:
-        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, PROBE_S)
+        v = float(os.environ.get("RUNWARD_HOP_TIMEOUT") or HOP_TIMEOUT_S)
+    except ValueError:
+        return HOP_TIMEOUT_S
+    return v if v > 0 else HOP_TIMEOUT_S
+
+
+def _probe(hops, bound: float | None = None) -> tuple[int, str] | None:
+    """One `true` through these hops (only on a failure's path, or a call's that has not
+    answered within the hop bound): (exit status, stderr), the status None when it did not
+    answer within the bound (its process group killed then); None when it could not be run
+    at all."""
+    import time
+    bound = bound or hop_timeout()
+    t0 = time.monotonic()
+    try:
+        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, bound)
     except (RunwardError, OSError):
         return None
-    return (probe[0] if probe[0] is not None else -1), probe[3]
+    hung = probe[0] is not None and probe[0] < 0 and time.monotonic() - t0 >= bound
+    return (None if hung else probe[0] if probe[0] is not None else -1), probe[3]
+
+
+class HopWatch:
+    """The bound of a call through container hops. A container tool can wedge (a `pct exec`
+    or `podman exec` that never starts the command), and the call would wait without end:
+    once the call has not answered within the hop bound, one `true` goes through each
+    prefix of its chain in turn (outermost first, each within the same bound). The first
+    that does not answer is the wedged hop: the call is ended (its process group killed)
+    and said as that hop's (error()). A prefix that answers is not wedged: a long call (a
+    stop's grace, `logs -f`) goes on."""
+
+    def __init__(self, target: Target, bound: float):
+        self.target, self.bound = target, bound
+        self.wedged: int | None = None  # the hop's index in the chain
+        self._done = None
+
+    @classmethod
+    def of(cls, target: Target) -> "HopWatch | None":
+        """A watch for a chain with a container hop; None for local and plain ssh targets
+        (ssh's own bounds: its connect timeout and keepalive, targets/ssh.py)."""
+        if not any(h.kind != "ssh" for h in target.hops):
+            return None
+        return cls(target, hop_timeout())
+
+    def start(self, proc) -> None:
+        import threading
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(proc,), daemon=True).start()
+
+    def cancel(self) -> None:
+        if self._done is not None:
+            self._done.set()
+
+    def _run(self, proc) -> None:
+        if self._done.wait(self.bound):
+            return
+        for i, hop in enumerate(self.target.hops):
+            if hop.kind == "ssh":
+                continue
+            got = _probe(self.target.hops[:i + 1], self.bound)
+            if self._done.is_set() or got is None:
+                return
+            if got[0] is None:
+                self.wedged = i
+                proc.kill()
+                return
+            if got[0] != 0:
+                return  # failed, not wedged: the call's own end says why
+
+    def error(self) -> RunwardError:
+        return _wedged(self.target, self.wedged, self.bound)
+
+
+def _wedged(target: Target, i: int, bound: float) -> RunwardError:
+    """Hop i did not answer within the bound: a `true` through it did not either."""
+    hop, tool = target.hops[i], _TOOLS[target.hops[i].kind]
+    return HopFailed(f"{hop}: `{tool}` did not answer within {bound:g}s (a `true` through it did not either): "
+                     "the call was ended here",
+                     f"check {tool} on {_where(target, i)} (a hung `{tool} exec`, a frozen container); "
+                     "RUNWARD_HOP_TIMEOUT sets the bound", hop=str(hop), details={"wedged": True, "bound_s": bound})
 
 
 def _hop_at_fault(target: Target, err: str, rc: int, details: dict) -> RunwardError | None:
@@ -228,6 +304,8 @@ def _hop_failed(target: Target, i: int, rc: int, err: str, details: dict) -> Run
     hop = target.hops[i]
     tool = _TOOLS[hop.kind]
     where = _where(target, i)
+    if rc is None:
+        return _wedged(target, i, hop_timeout())
     missing = re.search(_TOOL_MISSING, err)
     if missing and next(g for g in missing.groups() if g) == tool:
         return HopFailed(f"{hop}: `{tool}` not found on {where}",
@@ -276,7 +354,7 @@ def _container_stopped(target: Target) -> RunwardError | None:
     if not any(h.kind != "ssh" for h in target.hops):
         return None
     try:
-        probe = _exchange(target.wrap(["true"], ssh_base()), b"", None, None, 20)
+        probe = _exchange(target.wrap(["true"], ssh_base()), b"", None, None, hop_timeout())
     except (RunwardError, OSError):
         return None
     rc, err = probe[0], probe[3]

@@ -15,12 +15,16 @@ from .errors import HopFailed
 from .sshconf import child_environ
 
 
-def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False):
+def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False,
+              watch=None):
+    """watch: a HopWatch (diagnosis.py) that ends the call once its hop is found wedged."""
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
         raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
                         f"install {argv[0]} or put it on PATH", hop="local")
+    if watch is not None:
+        watch.start(proc)
     if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
         try:
             proc.stdin.write(head)
@@ -37,8 +41,18 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
     writer = None
     if payload is None:
         # The agent reads its whole input before it writes a byte, so a plain write cannot
-        # deadlock here; a thread is only needed to stream a payload while we read.
-        _feed(proc.stdin, head, None, held)
+        # deadlock here; a thread is only needed to stream a payload while we read. A hop
+        # that never starts the agent never reads it either: the write blocks once the pipe
+        # is full (a wedged `pct exec`), and a Ctrl-C there ends the child as one later would.
+        try:
+            _feed(proc.stdin, head, None, held)
+        except BaseException:
+            if watch is not None:
+                watch.cancel()
+            proc.kill()
+            proc.wait()
+            proc.stderr_bytes()
+            raise
     else:
         import threading
         writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
@@ -66,6 +80,8 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         proc.kill()
         raise
     finally:
+        if watch is not None:
+            watch.cancel()
         rc = None if left else proc.wait()
         if timer:
             timer.cancel()
