@@ -171,3 +171,39 @@ def test_ctrl_c_of_a_call_through_a_wedged_hop_leaves_nothing_running(tcli, tmp_
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=30) == 130, p.stderr.read()
     assert _none_alive(pids)
+
+
+def test_a_call_whose_agent_has_spoken_is_not_ended_by_the_hop_bound(tcli, tmp_path):
+    """`logs -f` gets its lines as events from the start; it follows past the hop bound
+    while a `true` through the hop (this stand-in's) never answers: it goes on to its end."""
+    probes = tmp_path / "probe-pids"
+    body = f'if [ "$4" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\n' + HOST_PCT  # `true` hangs
+    tcli.env.update(PATH=f"{_standin(tmp_path, body)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="1")
+    rc, doc = tcli.json("start", "ticks", "--on", "pct:200", "--settle", "0.2", "--",
+                        "sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done")
+    assert rc == 0, doc
+    try:
+        t0 = time.monotonic()
+        p = tcli.run("logs", "ticks", "--on", "pct:200", "-f", "--for", "4", timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 0 and took >= 4, (p.returncode, took, p.stderr)
+        said = [ln for ln in p.stdout.splitlines() if ln.startswith("tick ")]
+        assert len(said) >= 15, p.stdout  # 4 s of ticks, each also in the log file
+        logged = Path(doc["result"]["log"]).read_text().splitlines()
+        assert set(said) <= set(logged), (said, logged)
+    finally:
+        tcli.run("stop", "ticks", "--on", "pct:200", "--grace", "2", timeout=60)
+    # the probes of calls that ended first (the stop's grace outlasts the bound) ended with them
+    assert not probes.exists() or _none_alive(probes)
+
+
+def test_a_probe_under_way_ends_with_the_call_that_asked_it(tcli, tmp_path):
+    """The call ends (by itself, about 1 s after the bound) while its probe's `true` through the
+    hop hangs: the probe ends with it, not left behind the CLI."""
+    probes = tmp_path / "probe-pids"
+    body = f'if [ "$4" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\n' + HOST_PCT
+    tcli.env.update(PATH=f"{_standin(tmp_path, body)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
+    rc, doc = tcli.json("exec", "--on", "pct:200", "--", "sleep", "2.8", timeout=60)
+    assert rc == 0, doc
+    assert probes.exists() and probes.read_text().split(), "the call outlasted its bound: a probe was made"
+    assert _none_alive(probes)

@@ -177,16 +177,17 @@ def hop_timeout() -> float:
     return v if v > 0 else HOP_TIMEOUT_S
 
 
-def _probe(hops, bound: float | None = None) -> tuple[int, str] | None:
+def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | None:
     """One `true` through these hops (only on a failure's path, or a call's that has not
     answered within the hop bound): (exit status, stderr), the status None when it did not
     answer within the bound (its process group killed then); None when it could not be run
-    at all."""
+    at all. watch: the HopWatch that asks, told of the probe's process (it ends the probe
+    when its call ends first)."""
     import time
     bound = bound or hop_timeout()
     t0 = time.monotonic()
     try:
-        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, bound)
+        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, bound, watch=watch)
     except (RunwardError, OSError):
         return None
     hung = probe[0] is not None and probe[0] < 0 and time.monotonic() - t0 >= bound
@@ -199,13 +200,15 @@ class HopWatch:
     once the call has not answered within the hop bound, one `true` goes through each
     prefix of its chain in turn (outermost first, each within the same bound). The first
     that does not answer is the wedged hop: the call is ended (its process group killed)
-    and said as that hop's (error()). A prefix that answers is not wedged: a long call (a
-    stop's grace, `logs -f`) goes on."""
+    and said as that hop's (error()). A prefix that answers is not wedged, nor is a chain
+    through which the agent has said anything: a long call (a stop's grace, `logs -f`)
+    goes on."""
 
     def __init__(self, target: Target, bound: float):
         self.target, self.bound = target, bound
         self.wedged: int | None = None  # the hop's index in the chain
         self._done = None
+        self._probing = _Probing()
 
     @classmethod
     def of(cls, target: Target) -> "HopWatch | None":
@@ -221,8 +224,11 @@ class HopWatch:
         threading.Thread(target=self._run, args=(proc,), daemon=True).start()
 
     def cancel(self) -> None:
+        """The call has ended: a probe still under way is ended with it (its `true` through
+        a wedged hop would outlive the CLI, which does not wait for this thread)."""
         if self._done is not None:
             self._done.set()
+            self._probing.end()
 
     def _run(self, proc) -> None:
         if self._done.wait(self.bound):
@@ -230,8 +236,10 @@ class HopWatch:
         for i, hop in enumerate(self.target.hops):
             if hop.kind == "ssh":
                 continue
-            got = _probe(self.target.hops[:i + 1], self.bound)
-            if self._done.is_set() or got is None:
+            if proc.spoke:
+                return  # the agent answers (a stop's first event): every hop works
+            got = _probe(self.target.hops[:i + 1], self.bound, self._probing.of(self._done))
+            if self._done.is_set() or proc.spoke or got is None:
                 return
             if got[0] is None:
                 self.wedged = i
@@ -242,6 +250,35 @@ class HopWatch:
 
     def error(self) -> RunwardError:
         return _wedged(self.target, self.wedged, self.bound)
+
+
+class _Probing:
+    """A HopWatch's probe process, known to it (the watch interface of _exchange: start,
+    cancel) so that the watch's cancel ends it."""
+
+    def __init__(self):
+        import threading
+        self._lock = threading.Lock()
+        self.proc = self.done = None
+
+    def of(self, done) -> "_Probing":
+        self.done = done
+        return self
+
+    def start(self, proc) -> None:
+        with self._lock:
+            self.proc = proc
+            if self.done is not None and self.done.is_set():
+                proc.kill()  # the call ended as this probe began
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.proc = None
+
+    def end(self) -> None:
+        with self._lock:
+            if self.proc is not None:
+                self.proc.kill()
 
 
 def _wedged(target: Target, i: int, bound: float) -> RunwardError:

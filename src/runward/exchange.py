@@ -66,6 +66,7 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
     left = False
     try:
         for line in proc.stdout:
+            proc.spoke = True
             got.take(line)
             if got.pending:
                 got.pass_bytes(proc.stdout)
@@ -168,6 +169,7 @@ class Spawned:
         from _thread import allocate_lock
         self._lock = allocate_lock()
         self.returncode: int | None = None
+        self.spoke = False  # a line came from the far side: every hop on the way answered
         fds: list[int] = []
         try:
             for make in (_unlinked_file, os.pipe, os.pipe):
