@@ -6,6 +6,7 @@ where a wedged or flaky tool is needed."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -207,3 +208,63 @@ def test_a_probe_under_way_ends_with_the_call_that_asked_it(tcli, tmp_path):
     assert rc == 0, doc
     assert probes.exists() and probes.read_text().split(), "the call outlasted its bound: a probe was made"
     assert _none_alive(probes)
+
+
+def _master_port(home: Path, monkeypatch) -> int:
+    """The local TCP port of this CLI home's ssh control master (its own connection)."""
+    monkeypatch.setenv("RUNWARD_HOME", str(home))
+    from runward.sshconf import control_dir
+    d = control_dir()
+    pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _cmd(int(p)).startswith(f"ssh: {d}/"))
+    inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")
+              if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[9] in inodes and f[2].endswith(":0016"):
+            return int(f[1].split(":")[1], 16)
+    raise AssertionError("no TCP connection of the control master")
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _hop_commands(port: int) -> dict[int, str]:
+    """pid -> /proc/PID/stat of every `podman exec ... rwpod` on this machine (the test hosts
+    share its pids) started by an ssh session of that connection."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        words = _cmd(int(p)).split()
+        if (any(e.startswith(b"SSH_CONNECTION=") and e.split()[1] == str(port).encode() for e in env)
+                and "exec" in words and "rwpod" in words and stat.split(") ")[1][0] not in "ZX"):
+            out[int(p)] = stat.split(") ")[1].split()[19]
+    return out
+
+
+def test_ctrl_c_over_ssh_ends_the_hop_command_on_the_host(tcli, monkeypatch):
+    """sshd does not signal a session's command when its channel closes: the `podman exec`
+    of a call given up by Ctrl-C ran on on the host until the agent's command ended."""
+    tcli.env["RUNWARD_HOP_TIMEOUT"] = "60"
+    on = "ssh://rw1/podman:rwpod"
+    rc, doc = tcli.json("status", "--on", on)  # its control master, up
+    assert rc == 0, doc
+    port = _master_port(tcli.home, monkeypatch)
+    p = tcli.popen("exec", "--on", on, "--", "sleep", "40")
+    hop = wait_for(lambda: _hop_commands(port), what="the call's podman exec on the host")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=30) == 130, p.stderr.read()
+
+    def ended() -> bool:
+        now = _hop_commands(port)
+        return not [pid for pid, start in hop.items() if now.get(pid) == start]
+    wait_for(ended, timeout=15, what="the hop command on the host to end")

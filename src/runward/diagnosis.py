@@ -177,6 +177,38 @@ def hop_timeout() -> float:
     return v if v > 0 else HOP_TIMEOUT_S
 
 
+# run on the host through the ssh hop: end the tagged hop command whose pid and start time
+# come on stdin (rule 2: never a pid alone), with its whole group (it leads one)
+_END_FAR = ('read p t; read -r s </proc/"$p"/stat 2>/dev/null || exit 0; set -- ${s##*) }; '
+            '[ "${20}" = "$t" ] && kill -9 -"$p" 2>/dev/null; exit 0')
+
+
+TAG_WAIT_S = 2.0  # how long a Ctrl-C waits for a tag still in flight (one round trip, normally)
+
+
+def tagged(target: Target) -> bool:
+    """Whether an ssh hop of the chain is followed by a container hop (its command tagged)."""
+    return any(h.kind == "ssh" and target.hops[i + 1].kind != "ssh" for i, h in enumerate(target.hops[:-1]))
+
+
+def end_far(target: Target, tag: tuple[int, int] | None) -> None:
+    """A call given up here (its bound, a Ctrl-C, a failed handler): its hop command on the
+    ssh host (a `pct exec` that never answered) is ended there too, by the pid and start
+    time its tagged shell said. sshd does not signal a session's command when its channel
+    closes, so a wedged one would run on for good. Within the hop bound; a failure is let be."""
+    if tag is None:
+        return
+    ssh_at = next((i for i, h in enumerate(target.hops[:-1])
+                   if h.kind == "ssh" and target.hops[i + 1].kind != "ssh"), None)
+    if ssh_at is None:
+        return
+    try:
+        _exchange(Target(target.hops[:ssh_at + 1]).wrap(["/bin/sh", "-c", _END_FAR], ssh_base()),
+                  b"%d %d\n" % tag, None, None, hop_timeout())
+    except (RunwardError, OSError):
+        pass
+
+
 def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | None:
     """One `true` through these hops (only on a failure's path, or a call's that has not
     answered within the hop bound): (exit status, stderr), the status None when it did not
@@ -187,7 +219,8 @@ def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | No
     bound = bound or hop_timeout()
     t0 = time.monotonic()
     try:
-        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, bound, watch=watch)
+        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base(), tagged=True), b"", None, None, bound,
+                          watch=watch or _Probing(Target(tuple(hops))))
     except (RunwardError, OSError):
         return None
     hung = probe[0] is not None and probe[0] < 0 and time.monotonic() - t0 >= bound
@@ -208,7 +241,7 @@ class HopWatch:
         self.target, self.bound = target, bound
         self.wedged: int | None = None  # the hop's index in the chain
         self._done = None
-        self._probing = _Probing()
+        self._probing = _Probing(target)
 
     @classmethod
     def of(cls, target: Target) -> "HopWatch | None":
@@ -248,6 +281,19 @@ class HopWatch:
             if got[0] != 0:
                 return  # failed, not wedged: the call's own end says why
 
+    def end_far(self, tag) -> None:
+        end_far(self.target, tag)
+
+    def await_tag(self, proc) -> None:
+        """Before a call is given up: its tagged hop's pid and start time, which its remote
+        shell writes first, waited for a moment (TAG_WAIT_S) where they have not come yet."""
+        import time
+        if not tagged(self.target):
+            return
+        deadline = time.monotonic() + TAG_WAIT_S
+        while proc.hop_tag() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def error(self) -> RunwardError:
         return _wedged(self.target, self.wedged, self.bound)
 
@@ -256,9 +302,10 @@ class _Probing:
     """A HopWatch's probe process, known to it (the watch interface of _exchange: start,
     cancel) so that the watch's cancel ends it."""
 
-    def __init__(self):
+    def __init__(self, target: Target):
         import threading
         self._lock = threading.Lock()
+        self.target = target
         self.proc = self.done = None
 
     def of(self, done) -> "_Probing":
@@ -279,6 +326,9 @@ class _Probing:
         with self._lock:
             if self.proc is not None:
                 self.proc.kill()
+
+    def end_far(self, tag) -> None:
+        end_far(self.target, tag)
 
 
 def _wedged(target: Target, i: int, bound: float) -> RunwardError:
@@ -391,7 +441,8 @@ def _container_stopped(target: Target) -> RunwardError | None:
     if not any(h.kind != "ssh" for h in target.hops):
         return None
     try:
-        probe = _exchange(target.wrap(["true"], ssh_base()), b"", None, None, hop_timeout())
+        probe = _exchange(target.wrap(["true"], ssh_base(), tagged=True), b"", None, None, hop_timeout(),
+                          watch=_Probing(target))
     except (RunwardError, OSError):
         return None
     rc, err = probe[0], probe[3]

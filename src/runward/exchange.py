@@ -47,10 +47,15 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         try:
             _feed(proc.stdin, head, None, held)
         except BaseException:
-            if watch is not None:
-                watch.cancel()
-            proc.kill()
+            try:
+                if watch is not None:
+                    watch.cancel()
+                    watch.await_tag(proc)
+            finally:
+                proc.kill()
             proc.wait()
+            if watch is not None:
+                watch.end_far(proc.hop_tag())
             proc.stderr_bytes()
             raise
     else:
@@ -72,7 +77,11 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
                 got.pass_bytes(proc.stdout)
     except KeyboardInterrupt:
         if not outlive:
-            proc.kill()
+            try:
+                if watch is not None:
+                    watch.await_tag(proc)  # the hop's tag, in flight at a Ctrl-C soon after the start
+            finally:
+                proc.kill()
             raise
         left = True  # the far side goes on (a stop's KILL after the grace): left to it
         proc.leave()
@@ -86,10 +95,31 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         rc = None if left else proc.wait()
         if timer:
             timer.cancel()
+        if watch is not None and proc.killed and not left:
+            watch.end_far(proc.hop_tag())  # given up here: its hop's command on the host too
         stderr = b"" if left else proc.stderr_bytes()
     if writer is not None:
         writer.join(timeout=5)
-    return rc, got.garbage, got.reply, stderr.decode("utf-8", "replace")
+    return rc, got.garbage, got.reply, _untagged(stderr.decode("utf-8", "replace"))
+
+
+_TAG_LINE = b"runward-hop "  # targets/ssh.py's TAG
+
+
+def _untagged(text: str) -> str:
+    """stderr without the tag line a tagged ssh hop's shell writes first (targets/ssh.py)."""
+    if not text.startswith("runward-hop "):
+        return text
+    first, _, rest = text.partition("\n")
+    return rest if _tag_of(first.encode()) is not None else text
+
+
+def _tag_of(line: bytes) -> tuple[int, int] | None:
+    """(pid, start time) from a tag line, or None."""
+    words = line.split()
+    if len(words) == 3 and words[0] == _TAG_LINE.strip() and words[1].isdigit() and words[2].isdigit():
+        return int(words[1]), int(words[2])
+    return None
 
 
 class _Replies:
@@ -170,6 +200,7 @@ class Spawned:
         self._lock = allocate_lock()
         self.returncode: int | None = None
         self.spoke = False  # a line came from the far side: every hop on the way answered
+        self.killed = False  # kill() signalled it: the call was given up here
         fds: list[int] = []
         try:
             for make in (_unlinked_file, os.pipe, os.pipe):
@@ -199,10 +230,22 @@ class Spawned:
         group id cannot have been given to another process."""
         with self._lock:
             if self.returncode is None:
+                self.killed = True
                 try:
                     os.killpg(self.pid, 9)
                 except ProcessLookupError:
                     pass
+
+    def hop_tag(self) -> tuple[int, int] | None:
+        """(pid, start time) that a tagged ssh hop's remote shell wrote first on stderr
+        (targets/ssh.py's TAG), read from the stderr file as it is now; None without one."""
+        if self._err < 0:
+            return None
+        try:
+            head = os.pread(self._err, 200, 0)
+        except OSError:
+            return None
+        return _tag_of(head.split(b"\n", 1)[0]) if head.startswith(_TAG_LINE) and b"\n" in head else None
 
     def leave(self) -> None:
         """Let the child run on without us: our ends of its pipes closed, never waited for

@@ -87,7 +87,7 @@ def agent_argv(target: Target) -> list[str]:
         return [sys.executable, "-S", "-c", _boot.BOOTSTRAP]
     py = target.python or os.environ.get("RUNWARD_PYTHON") or "python3"
     inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", py, "-S", "-c", _boot.BOOTSTRAP]
-    return target.wrap(inner, ssh_base())
+    return target.wrap(inner, ssh_base(), tagged=True)
 
 
 # Operations that follow until their window ends, or for ever (logs with "follow"): their
