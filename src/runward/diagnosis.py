@@ -166,7 +166,6 @@ def _hop_said(err: str, rc: int, ssh_hop: Hop | None) -> bool:
                     ln.strip() and not re.match(_SSH_LINE, ln) for ln in err.splitlines())))
 
 
-
 def hop_timeout() -> float:
     """A container hop's bound, in seconds: RUNWARD_HOP_TIMEOUT, else HOP_TIMEOUT_S."""
     import os
@@ -189,6 +188,17 @@ TAG_WAIT_S = 2.0  # how long a Ctrl-C waits for a tag still in flight (one round
 def tagged(target: Target) -> bool:
     """Whether an ssh hop of the chain is followed by a container hop (its command tagged)."""
     return any(h.kind == "ssh" and target.hops[i + 1].kind != "ssh" for i, h in enumerate(target.hops[:-1]))
+
+
+def await_tag(target: Target, proc) -> None:
+    """Before a call is given up: its tagged hop's pid and start time, which its remote shell
+    writes first, waited for a moment (TAG_WAIT_S) where they have not come yet."""
+    import time
+    if not tagged(target):
+        return
+    deadline = time.monotonic() + TAG_WAIT_S
+    while proc.hop_tag() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def end_far(target: Target, tag: tuple[int, int] | None) -> None:
@@ -285,22 +295,16 @@ class HopWatch:
         end_far(self.target, tag)
 
     def await_tag(self, proc) -> None:
-        """Before a call is given up: its tagged hop's pid and start time, which its remote
-        shell writes first, waited for a moment (TAG_WAIT_S) where they have not come yet."""
-        import time
-        if not tagged(self.target):
-            return
-        deadline = time.monotonic() + TAG_WAIT_S
-        while proc.hop_tag() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        await_tag(self.target, proc)
 
     def error(self) -> RunwardError:
         return _wedged(self.target, self.wedged, self.bound)
 
 
 class _Probing:
-    """A HopWatch's probe process, known to it (the watch interface of _exchange: start,
-    cancel) so that the watch's cancel ends it."""
+    """A probe's process, known to the HopWatch that asked for it (the watch interface of
+    _exchange: start, cancel, await_tag, end_far) so that the watch's cancel ends it; and,
+    given up, ended on the ssh host too."""
 
     def __init__(self, target: Target):
         import threading
@@ -329,6 +333,9 @@ class _Probing:
 
     def end_far(self, tag) -> None:
         end_far(self.target, tag)
+
+    def await_tag(self, proc) -> None:
+        await_tag(self.target, proc)
 
 
 def _wedged(target: Target, i: int, bound: float) -> RunwardError:
