@@ -49,7 +49,7 @@ def test_restart_takes_runward_toml_and_drops_the_last_env_override(cli, tmp_pat
     assert ch["env"]["removed"] == ["KEEP", "TRAIN_NAN_AT"]
     assert ch["env"]["changed"] == {"LR": {"from": "3e-4", "to": "1e-4"}}
     assert ch["command"] == {"from": "sleep 300", "to": "sleep 301"}
-    assert ch["cwd"] == {"from": None, "to": str(tmp_path)}
+    assert ch["cwd"] == {"from": str(cli.cwd), "to": str(tmp_path)}  # the first: beside runward.toml
     p = cli.run("restart", "tr")  # nothing changed since: said so
     assert p.returncode == 0 and "unchanged since attempt 2" in p.stdout, p.stdout + p.stderr
 

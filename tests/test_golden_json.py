@@ -45,7 +45,7 @@ VOLATILE = {
     "warmup_points", "median", "last", "metrics", "throughput_series", "step", "loss", "tok_s",
     "host", "kernel", "boot_id", "python", "executable", "clock_skew_s", "clock_skew_uncertainty_s",
     "round_trip_s", "zombies", "zombie_comms", "pidns", "duration_s", "elapsed_s", "age_s", "ts",
-    "init_pid", "worker_pids", "escapee_pid", "last_step_at", "silent_s", "since", "window_s",
+    "init_pid", "worker_pids", "stall_after_rule", "escapee_pid", "last_step_at", "silent_s", "since", "window_s",
     "step_time_s", "seconds", "took_s", "sha256", "user", "ended", "exit_time", "newest",
     "stall_after", "stall_after_s", "median_step_s", "last_step", "last_line_at", "oldest",
     "ago_s", "mtime_age_s", "rate", "first", "reached_step", "bytes", "mode", "id", "py_spy",

@@ -227,6 +227,16 @@ def test_no_nvidia_smi_at_all(cli, tmp_path):
     assert rc == 0, doc
     assert doc["result"]["gpus"] == [] and doc["result"]["note"] == "no nvidia-smi on this target"
     assert "no nvidia-smi on this target" in cli.run("gpus").stdout
+    # in a project naming targets, a `gpus` without --on says which target it asked
+    (cli.cwd / "runward.toml").write_text('[targets.gpu1]\non = "ssh://rw1"\n')
+    out = cli.run("gpus").stdout
+    assert out.startswith("local (no --on; runward.toml's targets: gpu1") and "--all" in out, out
+    assert "no nvidia-smi on this target" in out
+    assert cli.json("gpus")[1]["target"] == "local"
+    (cli.cwd / "runward.toml").write_text('[runs.t]\non = "ssh://rw1"\ncommand = ["true"]\n')  # no [targets]
+    out = cli.run("gpus").stdout
+    assert out.startswith("local (no --on; runward.toml's runs run on ssh://rw1: --on TARGET)"), out
+    (cli.cwd / "runward.toml").unlink()
     # a run with GPUs stops fine there: the release is said to be unchecked, not failed
     rc, doc = cli.json("start", "ng", "--gpus", "0", "--settle", "0.2", "--", "sleep", "30")
     assert rc == 0, doc

@@ -65,8 +65,13 @@ def _standin(tmp_path: Path, body: str) -> Path:
     return d
 
 
+# `pct exec ID -- ARGV` with ARGV's leading `env -i NAME=VALUE...` (targets/pct.py) left
+# out: this "container" is this machine, whose tools need the caller's environment
+ARGV = ('[ "$1" = exec ] || exit 2\nshift 3\n'
+        'if [ "$1" = env ] && [ "$2" = -i ]; then shift 2; while case "$1" in *=*) true;; *) false;; esac; '
+        'do shift; done; fi\n')
 # a container 200 that runs: its "inside" is this machine (its tools, the testbed's podman)
-HOST_PCT = '[ "$1" = exec ] || exit 2\nshift 3\nexec "$@"\n'
+HOST_PCT = ARGV + 'exec "$@"\n'
 
 
 @pytest.mark.parametrize("inner,ground,said", [
@@ -89,7 +94,7 @@ def test_the_inner_hop_of_a_chain_is_blamed_when_it_is_the_inner_one(tcli, tb, t
 def test_a_container_tools_passing_failure_is_said_transient_at_its_hop(tcli, tmp_path):
     # lxc-attach's failure under `pct exec` seen in a soak, once; the next call works
     flag = tmp_path / "failed-once"
-    body = (f'[ "$1" = exec ] || exit 2\nshift 3\nif [ ! -e {flag} ]; then : > {flag}\n'
+    body = (ARGV + f'if [ ! -e {flag} ]; then : > {flag}\n'
             'echo "lxc-attach: 200: ../src/lxc/attach.c: lxc_attach: 1139 Device or resource busy - '
             'Failed to rexec as memfd" >&2\nexit 255\nfi\nexec "$@"\n')
     tcli.env["PATH"] = f"{_standin(tmp_path, body)}:{tcli.env['PATH']}"
@@ -168,9 +173,11 @@ def test_ctrl_c_of_a_call_through_a_wedged_hop_leaves_nothing_running(tcli, tmp_
     bindir, pids = _wedged_pct(tmp_path)
     tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="60")
     p = tcli.popen("status", "--on", "pct:200")
-    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the hung pct")
+    wait_for(lambda: pids.exists() and pids.read_text().strip()
+             and _cmd(int(pids.read_text().split()[0])).startswith("sleep 1000"), what="the hung pct")
     p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=30) == 130, p.stderr.read()
+    rc = p.wait(timeout=30)
+    assert rc == 130, (rc, p.stderr.read())
     assert _none_alive(pids)
 
 
@@ -178,7 +185,7 @@ def test_a_call_whose_agent_has_spoken_is_not_ended_by_the_hop_bound(tcli, tmp_p
     """`logs -f` gets its lines as events from the start; it follows past the hop bound
     while a `true` through the hop (this stand-in's) never answers: it goes on to its end."""
     probes = tmp_path / "probe-pids"
-    body = f'if [ "$4" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\n' + HOST_PCT  # `true` hangs
+    body = ARGV + f'if [ "$1" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\nexec "$@"\n'  # `true` hangs
     tcli.env.update(PATH=f"{_standin(tmp_path, body)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="1")
     rc, doc = tcli.json("start", "ticks", "--on", "pct:200", "--settle", "0.2", "--",
                         "sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done")
@@ -202,7 +209,7 @@ def test_a_probe_under_way_ends_with_the_call_that_asked_it(tcli, tmp_path):
     """The call ends (by itself, about 1 s after the bound) while its probe's `true` through the
     hop hangs: the probe ends with it, not left behind the CLI."""
     probes = tmp_path / "probe-pids"
-    body = f'if [ "$4" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\n' + HOST_PCT
+    body = ARGV + f'if [ "$1" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\nexec "$@"\n'
     tcli.env.update(PATH=f"{_standin(tmp_path, body)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
     rc, doc = tcli.json("exec", "--on", "pct:200", "--", "sleep", "2.8", timeout=60)
     assert rc == 0, doc

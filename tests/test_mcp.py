@@ -62,7 +62,7 @@ def story(tmp_path):
     remote = f"/root/rw-{tag}/train.py"
     (tmp_path / "runward.toml").write_text(
         f'[targets.ct]\non = "{CT}"\n\n[runs.{tag}]\non = "ct"\ncommand = ["python3", "{remote}"]\n'
-        f'files = ["{EXAMPLE}:{remote}"]\n')
+        f'files = ["{EXAMPLE}:{remote}"]\nenv = {{ TRAIN_STEP_SECONDS = "0.1", TRAIN_RUN_TAG = "{tag}" }}\n')
     env = testbed.env(tb, dict(os.environ, RUNWARD_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT / "src"),
                                RUNWARD_SSH_CONFIG=tb["ssh_config"]))
     env.pop("RUNWARD_CONFIG", None)
@@ -126,8 +126,8 @@ def test_the_seed_story_through_mcp(story):
             assert err and doc["error"]["type"] == "Refused" and doc["error"]["details"]["config_key"] == "mcp.allow"
 
             progress: list = []
-            err, doc = await _call(s, "start", {"name": tag, "command": ["python3", remote], "on": "ct", "settle": 2.5,
-                                                "env": {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_RUN_TAG": tag}}, progress)
+            # the run as runward.toml defines it (its own command and env are exec's: a person's switch)
+            err, doc = await _call(s, "start", {"name": tag, "on": "ct", "settle": 2.5}, progress)
             assert not err, doc
             assert doc["command"] == "start" and "alive_after_settle" in doc["result"]["verified"]
             assert progress and progress[0][1] == 2.5, progress  # the settle reported while it lasted
@@ -146,6 +146,7 @@ def test_the_seed_story_through_mcp(story):
             err, more = await _call(s, "logs", {"name": tag, "offset": doc["result"]["offset"], "lines": 3})
             assert not err and 0 < len(more["result"]["lines"]) <= 3, more  # only what came since
 
+        async with _session(story["env"], story["dir"], ["--allow", "all"]) as s:  # env overrides: exec's switch
             err, doc = await _call(s, "restart", {"name": tag, "env": {"TRAIN_NAN_AT": "8"}, "settle": 0.5})
             assert not err and doc["result"]["attempt"] == 2, doc
             assert doc["result"]["verified"] == ["stopped_dead", "alive_after_settle"]
@@ -208,3 +209,87 @@ def test_an_unknown_tool_in_allow_is_refused_before_serving(tmp_path):
     p = subprocess.run([sys.executable, "-m", "runward", "mcp", "--allow", "status,exce"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "--allow: unknown tool(s) exce" in p.stderr and p.stdout == "", p.stderr
+
+
+def test_push_sends_only_the_local_file_runward_toml_pairs_with_that_remote(tmp_path):
+    """By default an agent pushes a run's own files: the REMOTE a run deploys, and the LOCAL
+    runward.toml pairs with it. Another local file onto that remote (a 0600 file of this
+    machine, or a link to it named like the run's file) is refused and nothing is written;
+    the run's own file, by a relative or absolute path, lands with its bytes."""
+    work, there = tmp_path / "proj", tmp_path / "target"
+    work.mkdir()
+    there.mkdir()
+    dest = there / "train.py"
+    (work / "train.py").write_text("print('the run file')\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for agents\n")
+    secret.chmod(0o600)
+    (work / "link.py").symlink_to(secret)
+    (work / "runward.toml").write_text(f'[runs.r]\ncommand = ["python3", "{dest}"]\nfiles = ["train.py:{dest}"]\n')
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT / "src"))
+    env.pop("RUNWARD_CONFIG", None)
+
+    async def main():
+        async with _session(env, work) as s:
+            for local in (str(secret), str(work / "link.py"), "link.py"):
+                err, doc = await _call(s, "push", {"files": {local: str(dest)}})
+                assert err and doc["error"]["type"] == "Refused", doc
+                assert doc["error"]["details"]["config_key"] == "mcp.allow" and doc["error"]["exit_code"] == 2, doc
+                assert local in doc["error"]["message"] and str(work / "train.py") in doc["error"]["message"], doc
+                assert not dest.exists() and os.listdir(there) == [], "a refused push wrote on the target"
+            for local in ("train.py", str(work / "train.py")):
+                err, doc = await _call(s, "push", {"files": {local: str(dest)}})
+                assert not err, doc
+                assert dest.read_bytes() == (work / "train.py").read_bytes()
+    anyio.run(main)
+
+
+def _environ(pid: int) -> dict:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+
+
+def test_start_and_restart_run_an_agents_own_command_or_env_only_where_exec_is_allowed(tmp_path):
+    """By default an agent starts what runward.toml defines, as defined: a start's own command,
+    shell line, env or cwd, and a restart's env, are exec (refused as exec is, nothing run, the
+    run untouched); with exec allowed they run, a shell line linted first as exec's is."""
+    proof = tmp_path / "ran"
+    (tmp_path / "runward.toml").write_text('[runs.r]\ncommand = ["sleep", "300"]\nsettle = 0.3\n')
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT / "src"))
+    env.pop("RUNWARD_CONFIG", None)
+    home_runs = tmp_path / "home" / "runs"
+    own = [{"name": "x", "sh": f"id > {proof}"}, {"name": "x", "command": ["sh", "-c", f"id > {proof}"]},
+           {"name": "r", "env": {"LD_PRELOAD": str(tmp_path / "evil.so")}}, {"name": "r", "cwd": "/"}]
+
+    async def main():
+        async with _session(env, tmp_path) as s:
+            for args in own:
+                err, doc = await _call(s, "start", {**args, "settle": 0.3})
+                assert err and doc["error"]["type"] == "Refused" and doc["error"]["exit_code"] == 2, doc
+                assert doc["error"]["details"]["config_key"] == "mcp.allow" and '"exec"' in doc["error"]["hint"], doc
+                assert not proof.exists() and not home_runs.exists(), "a refused start ran something"
+            err, doc = await _call(s, "start", {"name": "r"})  # as runward.toml defines it
+            assert not err, doc
+            pid = doc["result"]["pid"]
+            assert open(f"/proc/{pid}/cmdline", "rb").read() == b"sleep\x00300\x00"
+            err, doc = await _call(s, "restart", {"name": "r", "env": {"LD_PRELOAD": str(tmp_path / "evil.so")}})
+            assert err and doc["error"]["type"] == "Refused", doc
+            assert os.path.exists(f"/proc/{pid}") and b"LD_PRELOAD" not in _environ(pid), "a refused restart touched it"
+            err, doc = await _call(s, "stop", {"name": "r", "grace": 2})
+            assert not err, doc
+        async with _session(env, tmp_path, ["--allow", "all"]) as s:
+            err, doc = await _call(s, "start", {"name": "y", "sh": "pkill -f sleep; sleep 300", "settle": 0.3})
+            assert err and doc["error"]["type"] == "BadInput" and "self-kill" in json.dumps(doc["error"]), doc
+            assert not (home_runs / "y").exists()
+            err, doc = await _call(s, "start", {"name": "y", "sh": f"id > {proof}; exec sleep 300", "settle": 0.5,
+                                                "env": {"RW_AGENT": "1"}})
+            assert not err and proof.exists(), doc
+            assert _environ(doc["result"]["pid"]).get(b"RW_AGENT") == b"1"
+            err, doc = await _call(s, "stop", {"name": "y", "grace": 2})
+            assert not err, doc
+    try:
+        anyio.run(main)
+    finally:
+        for name in ("r", "y"):
+            subprocess.run([sys.executable, "-m", "runward", "stop", name, "--grace", "1"], cwd=tmp_path, env=env,
+                           capture_output=True, timeout=60)

@@ -125,7 +125,9 @@ def _name(env, what: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _client(env, tasks: ClientTasks | None, args=()):
+async def _client(env, tasks: ClientTasks | None, args=("--allow", "all")):
+    """A client of `runward mcp ARGS`; by default every tool allowed: the starts here give
+    their own commands, which is exec's switch (tests/test_mcp.py holds the default policy)."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "runward", "mcp", *args], env=env["env"],
                                    cwd=str(env["dir"]))
     async with Client(params, extensions=[tasks] if tasks else None) as c:
@@ -467,3 +469,43 @@ def test_a_start_waiting_for_gpus_is_a_task_from_the_wait_on(env):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_task_says_what_happened_to_its_run(env):
+    """A refused tasks/cancel (cancelling a start is a stop, which this policy refuses) changes
+    nothing: the task stays working and completes, the job alive in /proc, as another server
+    process says too. A task id naming a target runward.toml does not define is bad input
+    (INVALID_PARAMS naming it, the server answering on), and one for a run that never existed
+    is an error, not a completed task with a story of a GPU wait."""
+    a, ghost = _name(env, "k"), _name(env, "ghost")
+    cmd = f"sleep 303.{os.getpid()}"
+
+    async def main():
+        async with _client(env, ClientTasks(), ["--allow", "start,exec,status"]) as c:
+            created = await c.session.call_tool("start", {"name": a, "command": cmd.split(), "on": "local",
+                                                          "settle": 4}, allow_claimed=True)
+            with pytest.raises(MCPError) as e:
+                await c.session.send_request(CancelTask(params=TaskParams(task_id=created.task_id)), Ack)
+            assert e.value.code == INVALID_PARAMS and "stop tool is not allowed" in str(e.value), e.value
+            got = await get(c.session, created.task_id)
+            assert got.status == "working", got
+            got, seen = await poll(c.session, created.task_id)
+            assert "cancelled" not in seen and got.status == "completed" and not got.result["isError"], (seen, got)
+            assert _job_procs(cmd.encode()) == [got.result["structuredContent"]["result"]["pid"]]
+        async with _client(env, ClientTasks()) as c:
+            got = await get(c.session, created.task_id)
+            assert got.status == "completed" and not got.result["isError"], got
+            with pytest.raises(MCPError) as e:
+                await get(c.session, f"start:{a}:1@gpu9#t=1")
+            assert e.value.code == INVALID_PARAMS and "no target gpu9" in str(e.value), e.value
+            with pytest.raises(MCPError) as e:
+                await get(c.session, f"start:{ghost}:1@local#t=1&s=3")
+            assert e.value.code == INVALID_PARAMS and "no such run" in str(e.value), e.value
+            with pytest.raises(MCPError) as e:
+                await c.session.send_request(CancelTask(params=TaskParams(task_id=f"start:{ghost}:1@local#t=1")), Ack)
+            assert e.value.code == INVALID_PARAMS, e.value
+            assert (await get(c.session, created.task_id)).status == "completed"  # still answering
+        assert _cli(env, "status", ghost)["error"]["type"] == "RunNotFound"
+        assert not (env["dir"] / "home" / "runs" / ghost).exists()
+        assert _job_procs(cmd.encode())
+    anyio.run(main)

@@ -350,3 +350,17 @@ def test_a_restart_policy_on_a_multi_node_run_is_refused_and_nothing_starts(cli,
                        "--", "sleep", "600")
     assert rc == 2 and doc["error"]["type"] == "BadInput" and "multi-node" in doc["error"]["message"], doc
     assert not marked(mn + "."), "nothing may have started"
+
+
+@pytest.mark.parametrize("action", ["restart", "stacks,stop"])
+def test_a_health_action_that_stops_or_restarts_a_multi_node_run_is_refused(cli, tmp_path, mn, action):
+    """One node's shim judges its own rank's log: a stop or restart there would end or restart
+    that rank alone while node 0 runs on. Refused at start, exit 2, naming the action; nothing
+    started on either node."""
+    _config(tmp_path, ["rw1", "rw2"], mn, f'[runs.{mn}.health]\nactions = {{ nan = "{action}" }}')
+    rc, doc = cli.json("start", mn)
+    assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+    assert "nan" in doc["error"]["message"] and "multi-node" in doc["error"]["message"], doc
+    assert "notify" in doc["error"]["hint"], doc
+    assert not marked(mn + "."), "nothing may have started"
+    assert not (tmp_path / "node0" / "runs" / mn).exists() and not (tmp_path / "node1" / "runs" / mn).exists()

@@ -326,6 +326,37 @@ def test_idle_gpus_for_the_window_alert_and_act_busy_ones_do_not(gsup):
     assert "under 5% utilization" in acts[0]["detail"] and "GPU 1 2%" in acts[0]["detail"], acts[0]
 
 
+def test_an_idle_alert_fails_watch_and_is_shown_with_every_alert(gsup):
+    """The shim's idle alert fired and its action ran, yet `watch --json` said healthy, exit 0:
+    now it is kept with the run's facts, so watch fails on it and status shows it."""
+    fakegpu.update(gsup.state, lambda s: s["gpus"][1].update(util=0))  # the driver says 0% on GPU 1
+    _idle_toml(gsup, "iq", "1s", action="notify")
+    rc, doc = gsup.json("start", "iq")
+    assert rc == 0, doc
+    acts = wait_for(lambda: rec(gsup.home, "iq", 1).get("actions"), timeout=30, what="the idle alert's action")
+    assert [(a["kind"], a["action"]) for a in acts] == [("idle", "notify")], acts
+    job = rec(gsup.home, "iq", 1)["job"]
+    assert alive(job["pid"], job["start"])  # notify only: the job runs on, and watch still judges it
+    st = gsup.status("iq")
+    assert [a["kind"] for a in st["health"]["alerts"]] == ["idle"], st["health"]
+    assert "GPU 1 0%" in st["health"]["alerts"][0]["detail"]
+    assert "idle: every GPU of the run (1) under 5%" in gsup.run("status", "iq").stdout
+    rc, doc = gsup.json("watch", "iq", "--for", "14")
+    assert rc == 1 and doc["result"]["healthy"] is False and doc["result"]["alert"]["kind"] == "idle", doc
+    assert doc["error"]["type"] == "Alert" and alive(job["pid"], job["start"]), doc
+
+
+def test_an_idle_rule_on_a_run_without_gpus_is_refused(gsup):
+    """It judges the run's own GPUs: without any it could never fire, and passed every watch."""
+    (gsup.cwd / "runward.toml").write_text(
+        f'[runs.ig]\ncommand = ["sleep", "60"]\n[runs.ig.health]\nidle = {{ gpu_util_below = 5, for = "10m" }}\n')
+    rc, doc = gsup.json("start", "ig")
+    assert rc == 2 and "idle on a run without gpus" in doc["error"]["message"], doc
+    assert "gpus = [0, 1]" in doc["error"]["hint"] and not (gsup.home / "runs" / "ig").exists()
+    rc, doc = gsup.json("start", "ig", "--gpus", "1", "--settle", "0.2")  # given its GPU, it starts
+    assert rc == 0, doc
+
+
 def test_an_idle_window_shorter_than_the_interval_is_refused(gsup):
     _idle_toml(gsup, "iw", "2s", interval="5")
     rc, doc = gsup.json("start", "iw")

@@ -244,6 +244,33 @@ def test_gpu_indexes_are_refused_on_slurm(cli, sb):
     assert not (cli.home / "runs" / "sl-gpu").exists()
 
 
+def _queued_named(name: str) -> str:
+    return subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.parametrize("flags,body,said", [
+    (["--restart", "on-failure", "--max-restarts", "3"], "", ["--restart", "--max-restarts"]),
+    ([], '[runs.RUN]\n[runs.RUN.health]\nactions = { nan = "stop" }\n', ["[health] actions", "nan = 'stop'"]),
+    (["--notify", "/bin/true"], "", ["--notify"]),
+])
+def test_a_supervision_policy_is_refused_on_slurm_naming_it(cli, sb, flags, body, said):
+    """A Slurm job has no runward shim to keep a policy: a restart, a health action or a
+    notification would be saved and never happen. Refused, exit 2, naming the option;
+    nothing submitted (squeue) and nothing recorded."""
+    name = "sl-sup" + str(len(flags))
+    toml(cli, body.replace("RUN", name))
+    rc, doc = cli.json("start", name, "--on", "slurm://local/debug", *flags, "--", "/bin/sleep", "300")
+    assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+    assert all(s in doc["error"]["message"] for s in said) and "Slurm" in doc["error"]["message"], doc
+    assert not _queued_named(name), "nothing may have been submitted"
+    assert not (cli.home / "runs" / name).exists()
+    rc, doc = cli.json("start", name, "--on", "slurm://local/debug", "--restart", "never", "--settle", "0",
+                       "--", "/bin/sleep", "300")
+    if not body:  # restart = "never" asks for nothing the shim would keep
+        assert rc == 0 and _queued_named(name), doc
+        assert cli.json("stop", name, "--on", "slurm://local/debug", "--grace", "2")[0] == 0
+
+
 def test_a_target_without_partition_is_bad_input(cli):
     rc, doc = cli.json("start", "sl-nop", "--on", "slurm://local", "--", "/bin/true")
     assert rc == 2 and "no Slurm partition" in doc["error"]["message"], doc

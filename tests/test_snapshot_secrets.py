@@ -30,3 +30,44 @@ def test_a_file_holding_an_env_from_secret_is_never_kept(cli: CLI):
         assert snap["skipped"].get(str(cli.cwd / "conf.yaml")) == "holds the value of a secret env entry", (n, snap)
     kept = [f for f in (run / "snapshots").iterdir()] if (run / "snapshots").exists() else []
     assert kept and not any(SECRET.encode() in f.read_bytes() for f in kept), kept  # job.py kept, conf.yaml not
+
+
+def test_url_and_notify_passwords_reach_no_snapshot_and_no_compare(cli: CLI):
+    """A password runward knows of by a URL's userinfo (an env value under a harmless name,
+    the command's, the notify webhook's) is in no kept file and in no compare output; a URL password only
+    the file itself holds is kept masked. Ground truth: the bytes under snapshots/."""
+    name = f"su{uuid.uuid4().hex[:6]}"
+    db_pw, hook_pw, file_pw = ("pw" + uuid.uuid4().hex for _ in range(3))
+    db = f"postgres://svc:{db_pw}@db/x"
+    hook = f"http://alice:{hook_pw}@127.0.0.1:9/hook"
+    (cli.cwd / "job.py").write_text("import time\ntime.sleep(600)\n")
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\ncommand = ["python3", "job.py", "--db", "{db}"]\ncwd = "{cli.cwd}"\nsettle = 0.2\n'
+        f'env = {{ DATABASE_URL = "{db}" }}\nnotify = ["{hook}"]\n'
+        f'files = ["db.yaml:{cli.cwd}/db.yaml", "hook.yaml:{cli.cwd}/hook.yaml", "own.yaml:{cli.cwd}/own.yaml"]\n')
+    outputs = []
+    try:
+        for lr in (1, 2):
+            (cli.cwd / "db.yaml").write_text(f"lr: {lr}\nurl: {db}\n")
+            (cli.cwd / "hook.yaml").write_text(f"lr: {lr}\nhook: {hook}\n")
+            (cli.cwd / "own.yaml").write_text(f"lr: {lr}\ncache: redis://cache:{file_pw}@cache:6379/0\n")
+            rc, doc = cli.json("start" if lr == 1 else "restart", name)
+            assert rc == 0, doc
+        rc, doc = cli.json("compare", name)
+        assert rc == 0, doc
+        outputs.append(json.dumps(doc))
+        p = cli.run("compare", name)
+        assert p.returncode == 0, p.stderr
+        outputs.append(p.stdout + p.stderr)
+        diffs = doc["result"]["diffs"]
+        assert [a["command"] for a in doc["result"]["attempts"]] == ["python3 job.py --db postgres://svc:***@db/x"] * 2
+        assert "lr: 2" in diffs[f"{cli.cwd}/own.yaml"]["diff"] and "redis://cache:***@" in diffs[f"{cli.cwd}/own.yaml"]["diff"], diffs
+        for f in ("db.yaml", "hook.yaml"):
+            assert "holds" in diffs[f"{cli.cwd}/{f}"]["why"], diffs
+        kept = list((cli.home / "runs" / name / "snapshots").iterdir())
+        assert kept
+        for pw in (db_pw, hook_pw, file_pw):
+            assert not [o for o in outputs if pw in o], (pw, outputs)
+            assert not [f for f in kept if pw.encode() in f.read_bytes()], (pw, kept)
+    finally:
+        cli.run("stop", name)

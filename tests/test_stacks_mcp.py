@@ -46,3 +46,36 @@ def test_the_stacks_tool_names_the_blocked_function(tmp_path):
         anyio.run(main)
     finally:
         subprocess.run(rw + ["stop", name, "--grace", "2"], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+
+
+@needs_spy
+def test_an_agent_brings_py_spy_through_the_stacks_tool(cli, tmp_path):
+    """A target without py-spy: the tool's hint names its own bring_py_spy argument (not the
+    CLI's --bring-py-spy), and bring_py_spy: true pushes this machine's py-spy there: the file
+    on rw1 (which shares this filesystem) has its bytes, and its stacks are read with it."""
+    import hashlib
+    import shutil
+
+    from runward.stacksview import local_py_spy
+    from test_stacks import _remote, _stop
+    name = _remote(cli, tmp_path, "ssh", "ssh://rw1", "mcp")
+    dest = f"/tmp/rwstk-mcp-{os.getpid()}/tools/py-spy"
+    try:
+        async def main():
+            async with _session(cli.env, cli.cwd) as s:
+                err, doc = await _call(s, "stacks", {"name": name, "on": "t"})
+                if shutil.which("py-spy", path="/usr/local/bin:/usr/bin:/bin"):
+                    pytest.skip("the testbed host has a py-spy of its own: nothing to bring")
+                assert err and doc["result"]["error"] == "py-spy missing", doc
+                for said in (doc["result"]["hint"], doc["result"]["summary"]):
+                    assert "bring_py_spy: true" in said and "--bring-py-spy" not in said, said
+                assert not os.path.exists(dest)
+                err, doc = await _call(s, "stacks", {"name": name, "on": "t", "bring_py_spy": True})
+                assert not err, doc
+                assert doc["result"]["brought"] == dest == doc["result"]["py_spy"], doc["result"]
+                assert "wait_for_the_lock_forever (<string>:5)" in doc["result"]["summary"], doc["result"]
+        anyio.run(main)
+        with open(dest, "rb") as f, open(local_py_spy(), "rb") as g:
+            assert hashlib.sha256(f.read()).digest() == hashlib.sha256(g.read()).digest()
+    finally:
+        _stop(cli, name, "ssh://rw1")

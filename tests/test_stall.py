@@ -3,6 +3,7 @@ real torchrun (gloo, CPU), judged by status, watch and the shim's health actions
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -50,6 +51,24 @@ while True:
 """
 
 
+STUCK_JOB = """\
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, t = dist.get_rank(), torch.ones(4)
+
+def stuck_here():
+    time.sleep(3600)  # the hung rank: not in any collective
+
+for step in range(100000):
+    if rank == 1 and step == 25:
+        print("rank 1 step 25 entering stuck_here", flush=True)  # its log is a step ahead of rank 0's
+        stuck_here()
+    dist.all_reduce(t)  # rank 0 waits here for rank 1, its last line step 24
+    print("step %d loss 1.0" % step, flush=True)
+    time.sleep(0.05)
+"""
+
+
 def _alerts(st: dict, kind: str) -> list[dict]:
     return [a for a in (st.get("health") or {}).get("alerts") or [] if a["kind"] == kind]
 
@@ -75,7 +94,10 @@ def test_torchrun_rank_sleeping_while_the_other_waits_in_all_reduce_is_a_stall_n
     found = a["t"] - a["since"]  # since: the read that saw step 8, the last step
     assert found <= 5 + 5, a  # within stall_after + a few seconds
     assert a["basis"] == "step" and a["rank"] == 1 and a["stall_after"] == 5, a
-    assert "local rank 1 stopped first (its last step 7, the others reached 8)" in a["detail"], a
+    if a["stacks"]["ok"]:  # the stacks name the cause; the log's steps are the fallback only
+        assert "by the stacks, local rank 1 is the cause" in a["detail"] and a["rank_basis"] == "stacks", a
+    else:
+        assert "local rank 1 stopped first (its last step 7, the others reached 8)" in a["detail"], a
     assert st["stall"]["stall_after"] == 5 and st["stall"]["stall_after_from"] == "set", st["stall"]
     stacks = a["stacks"]  # taken once for the episode (agent/stacks.py), kept beside the records
     assert os.path.exists(stacks["path"]), stacks
@@ -89,6 +111,37 @@ def test_torchrun_rank_sleeping_while_the_other_waits_in_all_reduce_is_a_stall_n
     # watch as a gate: exit 1 on the stall, as on every alert
     rc, w = cli.json("watch", name, "--for", "20", "--stall-after", "5")
     assert rc == 1 and w["result"]["alert"]["kind"] == "stall", w
+    assert cli.run("stop", name).returncode == 0
+
+
+def test_the_rank_a_stall_names_is_the_one_its_stacks_show_outside_the_collective(cli, tmp_path):
+    """The stuck rank logged `rank 1 step 25 entering stuck_here` before it hung, a step ahead of
+    rank 0 waiting in all_reduce: the log-step rule named local rank 0 while the same alert's
+    stacks showed rank 1 in stuck_here. Where stacks read the ranks, they name the cause."""
+    torchrun = _need_torchrun()
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_JOB)
+    name = f"stuck{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "4", "--settle", "0.2", "--", torchrun, "--tee", "3",
+                       "--standalone", "--nproc_per_node=2", str(script), timeout=120)
+    assert rc == 0, doc
+    wait_for(lambda: cli.status(name)["stall"]["ranks"].get("local rank 1", {}).get("step") == 25, 120,
+             "local rank 1 to log step 25")
+    st = wait_for(lambda: (lambda s: s if _alerts(s, "stall") else None)(cli.status(name)), 60, "the stall")
+    a = _alerts(st, "stall")[0]
+    if not a["stacks"]["ok"]:
+        cli.run("stop", name)
+        pytest.skip(f"stacks not read here: {a['stacks'].get('note')}")
+    ranks = st["stall"]["ranks"]  # the log's rule alone would name local rank 0: its step is behind
+    assert ranks["local rank 0"]["step"] == 24 and ranks["local rank 1"]["step"] == 25, ranks
+    doc = json.loads(open(a["stacks"]["path"]).read())  # the kept capture: py-spy's frames of each rank
+    frames = {p["rank"]: [f["name"] for t in p["threads"] if t["name"] == "MainThread" for f in t["frames"]]
+              for p in doc["procs"] if p.get("rank") is not None and p.get("threads")}
+    assert "stuck_here" in frames[1] and "stuck_here" not in frames[0] and "all_reduce" in frames[0], frames
+    assert a["rank"] == 1 and a["ranks"] == ["local rank 1"] and a["rank_basis"] == "stacks", a
+    assert "by the stacks, local rank 1 is the cause: local rank 1 in stuck_here" in a["detail"], a
+    assert "while local rank 0 in all_reduce" in a["detail"] and "local rank 0 stopped first" not in a["detail"], a
+    assert "local rank 1 is the cause" in cli.run("status", name).stdout
     assert cli.run("stop", name).returncode == 0
 
 
@@ -121,8 +174,73 @@ def test_a_job_that_prints_no_steps_is_judged_by_its_log_silence_and_says_so(cli
     st = wait_for(lambda: (lambda s: s if _alerts(s, "stall") else None)(cli.status(name)), 20, "the stall")
     a = _alerts(st, "stall")[0]
     assert a["basis"] == "log" and "the log shows no steps: judged by its silence" in a["detail"], a
+    assert "0.0% of a core, 0 B/s of reads and writes" in a["detail"], a  # the tree is still: its basis
+    assert st["stall"]["no_step_yet"]["verdict"] == "still" and _proc_use(doc["result"]["pid"])[0] < 0.5
     assert "the log shows no steps" in cli.run("status", name).stdout
     assert cli.run("stop", name).returncode == 0
+
+
+LOADER = {  # silent "model loads" (no output) of about 12 s, then steps every 0.2 s
+    "cpu": "t = time.monotonic()\nwhile time.monotonic() - t < 12: sum(range(10000))\n",
+    "io": "t = time.monotonic()\nf = open(sys.argv[1], 'rb')\nwhile time.monotonic() - t < 12:\n"
+          "    f.seek(0); f.read(4 << 20); time.sleep(0.02)\n",
+}
+
+
+def _proc_use(pid: int) -> tuple[float, int]:
+    """(CPU seconds, rchar + wchar) of PID from /proc: the ground truth of the loader's work."""
+    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    io = dict(x.split(": ") for x in open(f"/proc/{pid}/io").read().splitlines())
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"]) + int(io["wchar"])
+
+
+@pytest.mark.parametrize("load", ["cpu", "io"])
+def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_path, load):
+    """A job silent while it loads (then stepping normally) got a stall at stall_after; now a
+    tree that computes or reads before its first step is starting, said "no step yet, loading?"."""
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(os.urandom(4 << 20))
+    name = f"load{load}{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "2", "--settle", "0.2", "--", "python3", "-c",
+                       "import sys, time\n" + LOADER[load]
+                       + "for i in range(100000): print('step %d loss 1.0' % i, flush=True); time.sleep(0.2)",
+                       str(blob))
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    before = _proc_use(pid)
+    rc, w = cli.json("watch", name, "--for", "5")  # silent 5 s, past stall_after 2 s: still healthy
+    assert rc == 0 and w["result"]["healthy"], w
+    st, text = cli.status(name), cli.run("status", name).stdout
+    used = _proc_use(pid)
+    assert st["stall"]["step"] is None and not _alerts(st, "stall"), st  # still loading: no step, no stall
+    n = st["stall"]["no_step_yet"]
+    assert n["verdict"] == "starting" and n["cpu_cores"] + n["io_bytes_s"] > 0, n
+    if load == "cpu":  # /proc agrees: the tree computed, or read, over the window
+        assert used[0] - before[0] > 1.0 and n["cpu_cores"] > 0.05, (before, used, n)  # 2 shared cores
+    else:
+        assert used[1] - before[1] > 20 << 20 and n["io_bytes_s"] > 1 << 20, (before, used, n)
+    assert "; no step yet, " in text and ", loading? (the process tree: " in text, text
+    wait_for(lambda: cli.status(name)["stall"].get("step"), 30, "the first step after the load")
+    rc, w = cli.json("watch", name, "--for", "3")
+    assert rc == 0 and w["result"]["healthy"], w  # stepping now: no stall either
+    assert cli.run("stop", name).returncode == 0
+
+
+def test_the_status_text_states_the_rule_that_gave_stall_after():
+    """status said "stall_after 271.674s (derived: max(10 x median step 0.5s, 120s))": the
+    number came from 3 x the time between the log's writes, which the text did not name."""
+    from runward.agent.stall import stall_after, stall_rule
+    from runward.stallview import stall_line
+    st = {"iv": [0.5, 0.5], "li": [0.5], "wi": [90.558], "step": 100, "step_t": 5.0}
+    after, src, med = stall_after({}, st, 0.0)
+    rule = stall_rule({}, st, 0.0)
+    line = stall_line({"stall_after": after, "stall_after_from": src, "median_step_s": med,
+                       "stall_after_rule": rule, "step": 100})
+    assert after == pytest.approx(271.674) and "stall_after 271.674s (derived: 3 x median time between the " \
+        "log's writes 90.6s = 271.674s, over 10 x median step 0.5s = 5s; the floor = 120s)" in line, line
+    st = {"iv": [0.5, 0.5], "step": 100, "step_t": 5.0}
+    assert stall_after({}, st, 0.0)[0] == 120 and stall_rule({}, st, 0.0) == \
+        "derived: the floor = 120s, over 10 x median step 0.5s = 5s"
 
 
 def test_stall_action_takes_stacks_then_stops_once_per_episode(cli, tmp_path):

@@ -337,6 +337,49 @@ def test_bad_policy_is_refused_before_anything_starts(sup):
     assert not (sup.home / "runs" / "bad").exists()
 
 
+@pytest.mark.parametrize("rule, named", [
+    ('min = { tok_s = "14.5K" }', "min.tok_s"),      # --min tok_s=14.5K is refused: so is the file's
+    ("max = { loss = true }", "max.loss"),
+    ("interval = 0", "interval"),                    # 0: the shim's wait never judged a rule
+    ('actions = "stop"', "actions"),
+    ('metrics = { lr = "lr=([" }', "metrics.lr"),   # compiled by every scan of the shim's: re.error
+])
+def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, named):
+    """Today's `min = { tok_s = "14.5K" }` beside an action started (exit 0), then the shim died at
+    its first health check: now refused when runward.toml is read, naming file, table and key."""
+    acts = "" if "actions" in rule else 'actions = { nan = "stop" }\n'
+    (sup.cwd / "runward.toml").write_text(_example("hr", f'[runs.hr.health]\n{rule}\n{acts}'))
+    rc, doc = sup.json("start", "hr")
+    msg = doc["error"]["message"]
+    assert rc == 2 and "runward.toml" in msg and "[runs.hr.health]" in msg and named in msg, doc
+    assert not (sup.home / "runs" / "hr").exists() and not marked("hr.")  # nothing started
+    rc, doc = sup.json("start", "hr2", "--min", "tok_s=14.5K", "--", "sleep", "60")  # the flag's own refusal
+    assert rc == 2 and not (sup.home / "runs" / "hr2").exists(), doc
+
+
+def test_a_shim_that_fails_is_said_failed_and_fails_its_start(sup):
+    """A shim that fails (an exception of its own, here raised at its first health check) was
+    said "killed"/orphaned (exit 5); its start now fails (exit 1, ShimFailed) with the error,
+    the record keeps it, and status says the shim failed while /proc shows the job alive."""
+    (sup.cwd / "runward.toml").write_text(_example("sf", '[runs.sf.health]\ninterval = 0.3\n'
+                                                         'actions = { nan = "stop" }\n'))
+    sup.env["RUNWARD_FAULT"] = "raise:health:tick"
+    rc, doc = sup.json("start", "sf", "--settle", "5")
+    del sup.env["RUNWARD_FAULT"]
+    assert rc == 1 and doc["error"]["type"] == "ShimFailed", doc
+    assert "the shim failed" in doc["error"]["message"] and "raised at health:tick" in doc["error"]["message"], doc
+    r = rec(sup.home, "sf", 1)
+    assert "RuntimeError" in r["shim_failed"]["error"] and not alive(r["shim"]["pid"], r["shim"]["start"]), r
+    assert "health:tick" in Path(r["shim_failed"]["log"]).read_text()  # its traceback, in its own log
+    assert alive(r["job"]["pid"], r["job"]["start"])  # the job lives on, unsupervised
+    st = sup.status("sf")
+    assert st["state"] == "orphaned" and "the shim failed (RuntimeError" in st["note"], st
+    text = sup.run("status", "sf").stdout
+    assert "shim failed" in text and "killed" not in text, text
+    rc, doc = sup.json("stop", "sf", "--grace", "2")
+    assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
+
+
 def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path):
     import testbed
     tb = testbed.require("ssh")

@@ -57,9 +57,11 @@ def test_wrap_quotes_only_at_the_ssh_hop():
     t = parse_target("ssh://root@h:2222/pct:200")
     argv = t.wrap(["python3", "-c", "print('a b')"], ["ssh"])
     assert argv[:5] == ["ssh", "-p", "2222", "--", "root@h"]
-    assert argv[5] == "pct exec 200 -- python3 -c 'print('\"'\"'a b'\"'\"')'"
+    # pct exec keeps the caller's environment: env -i gives the container's own (targets/pct.py)
+    assert argv[5] == ("pct exec 200 -- env -i container=lxc PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                       "/sbin:/bin python3 -c 'print('\"'\"'a b'\"'\"')'")
     t = parse_target("podman:c/lxc:d")
-    assert t.wrap(["x y"]) == ["podman", "exec", "-i", "c", "lxc-attach", "-n", "d", "--", "x y"]
+    assert t.wrap(["x y"]) == ["podman", "exec", "-i", "c", "lxc-attach", "-n", "d", "--clear-env", "--", "x y"]
 
 
 # --------------------------------------------------------------------------- real hosts

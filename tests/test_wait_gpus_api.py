@@ -68,7 +68,7 @@ def test_the_mcp_start_tool_takes_wait_gpus_free(tmp_path):
 
     async def main():
         from mcp import Client
-        params = StdioServerParameters(command=sys.executable, args=["-m", "runward", "mcp"], env=env,
+        params = StdioServerParameters(command=sys.executable, args=["-m", "runward", "mcp", "--allow", "all"], env=env,
                                        cwd=str(tmp_path))
         async with Client(params) as c:
             res = await c.call_tool("start", {"name": "wg-mcp", "command": ["sleep", "30"], "gpus": [0],

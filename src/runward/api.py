@@ -25,7 +25,7 @@ from .gpumap import _held, _name_holders, gpus  # noqa: F401
 from .inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)
 from .restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
-                          changes, check_start)
+                          changes, check_start, code_changes)
 
 DEFAULT_SETTLE = 3.0
 DEFAULT_GRACE = 30.0
@@ -42,7 +42,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
           log_keep: int | None = None, multinode: dict | None = None,
           supervise: dict | None = None, late: Callable[[dict], None] | None = None,
-          gate: dict | None = None, stall: dict | None = None, snapshots: dict | None = None) -> dict:
+          gate: dict | None = None, stall: dict | None = None, snapshots: dict | None = None,
+          reply_hashes: bool = False) -> dict:
     """Start NAME, verified alive after settle seconds. env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
@@ -53,7 +54,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     multinode: this node's part of a multi-node run (multinode.py), kept in its record.
     late(request): completes the request just before it is sent (transport.call's late).
     gate: restart's GPU gate (restartgate.py): the job waits on the target until they are released.
-    snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's)."""
+    snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's).
+    reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     if settle < 0:
@@ -78,6 +80,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req["stall"] = stall
     if snapshots:
         req["snapshots"] = snapshots
+    if reply_hashes:
+        req["reply_hashes"] = True
     try:
         return transport.call(target, req, on_event=on_event, late=late)
     except RunwardError as e:
@@ -233,20 +237,23 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
             raise _after_stop(e) from None
     began.append("start")
     try:
-        res = start(target, name, gate=gate, **_start_kwargs(kw))
+        res = start(target, name, gate=gate, reply_hashes=True, **_start_kwargs(kw))
     except RunwardError as e:
         e.details["failed_step"] = "start"
         e.message = f"restart failed at step 'start': {e.message} (the old attempt was stopped)"
         raise _after_stop(e) from None
+    code = code_changes(last.get("hashes"), res.pop("hashes", None))
+    if code["changed"]:
+        changed["code"] = code["changed"]
     steps.append({"step": "start", "result": res})
     if res.get("state") == "blocked":
         from . import restartgate
         raise restartgate.blocked(name, {"name": name, "steps": steps, "attempt": res.get("attempt"),
                                          "state": "blocked", "blocked": res.get("blocked"),
-                                         "last_attempt": last.get("attempt"), "changed": changed})
+                                         "last_attempt": last.get("attempt"), "changed": changed, "code": code})
     return {"name": name, "steps": steps, "attempt": res.get("attempt"), "pid": res.get("pid"),
             "spec_from": "runward.toml" if definition is not None else "last attempt",
-            "last_attempt": last.get("attempt"), "changed": changed, **(noted or {}),
+            "last_attempt": last.get("attempt"), "changed": changed, "code": code, **(noted or {}),
             "verified": ["stopped_dead", *(["deployed"] if deploy else []), "alive_after_settle"]}
 
 

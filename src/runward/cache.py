@@ -16,8 +16,12 @@ def local_home() -> str:
 def make_private_dir(path: str) -> None:
     """path and each missing directory above it made 0700 (os.makedirs gives the parents it
     makes 0777 & ~umask: ~/.runward came out 0755), and the home narrowed to 0700 when it is
-    ours and only readable by others; one writable by others is refused where it is used."""
+    ours and only readable by others; one writable by others is refused where it is used.
+    Nothing is made in a home that is not this user's (home_not_ours): PermissionError."""
     path = os.path.abspath(path)
+    home = local_home()
+    if (path + "/").startswith(home + "/") and home_not_ours(home):
+        raise PermissionError(13, f"{home} is not this user's (uid {os.getuid()}): nothing is written there")
     missing = []
     while not os.path.isdir(path):
         missing.append(path)
@@ -30,7 +34,6 @@ def make_private_dir(path: str) -> None:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
-    home = local_home()
     try:
         st = os.lstat(home)
         if os.path.isdir(home) and not os.path.islink(home) and st.st_uid == os.getuid() \
@@ -38,6 +41,25 @@ def make_private_dir(path: str) -> None:
             os.chmod(home, 0o700)
     except OSError:
         pass
+
+
+def home_not_ours(home: str) -> bool:
+    """agent/store.not_ours' rule (this module imports nothing of runward's): the home owned
+    by another user, or, for root, a home not made yet under another user's directory: root
+    with another user's HOME (sudo -E) would else leave root-owned files the user cannot write."""
+    q = home
+    while True:
+        try:
+            st = os.stat(q)
+            break
+        except FileNotFoundError:
+            if os.path.dirname(q) == q:
+                return False
+            q = os.path.dirname(q)
+        except OSError:
+            return False
+    uid = os.getuid()
+    return not (st.st_uid == uid or (q != home and (uid != 0 or st.st_uid == 0)))
 
 
 def cache_path(name: str) -> str:

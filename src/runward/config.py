@@ -308,6 +308,11 @@ def _validate(p: str, data: dict) -> Config:
             raise BadInput(f"{p}: [runs.{name}] env must be a table", 'env = { KEY = "value" }')
         from .options import problems_of_run  # each declared key's value (options.py), as the flags are
         bad = problems_of_run(f"{p}: [runs.{name}]", r)
+        if "health" in r and "health" not in bad:  # each rule by its flag's check (inputs.py)
+            from .supervision import check_health_table
+            why = check_health_table(r["health"], f"{p}: [runs.{name}]", name)
+            if why:
+                bad["health"] = why
         if "log_keep" in r and "log_max" not in r and "log_keep" not in bad:  # rotation is by size
             bad["log_keep"] = (f"{p}: [runs.{name}] log_keep = {r['log_keep']!r} without log_max",
                                f'the log rotates by size: add log_max = "2G" to [runs.{name}], or remove log_keep')

@@ -110,6 +110,7 @@ AGENT_TYPES = {
     "LockTimeout": OperationFailed,      # another verb held the run's lock past --lock-timeout
     "Cancelled": OperationFailed,        # a start cancelled by a stop (settling or waiting for GPUs)
     "Orphaned": NotVerified,             # the shim died while the job lives: alive, unsupervised
+    "ShimFailed": OperationFailed,       # the shim failed in the settle period (its error recorded)
     "AgentError": AgentError,
     "HopFailed": HopFailed,              # the far side's python lacks a standard module
     "Unreachable": Unreachable,          # the agent could not reach a service it drives (slurmctld)

@@ -15,9 +15,24 @@ from .errors import HopFailed
 from .sshconf import child_environ
 
 
+DECIDE_S = 10.0  # how long an interrupted start waits for the far side's decision
+
+
 def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False,
-              watch=None):
-    """watch: a HopWatch (diagnosis.py) that ends the call once its hop is found wedged."""
+              decide=None, watch=None):
+    """decide (a start's): a predicate of events; on Ctrl-C the call waits, DECIDE_S at most,
+    for an event it holds (the launch), the reply or the far side's end, and the
+    KeyboardInterrupt carries what came (`decision`: _await_decision). watch: a HopWatch
+    (diagnosis.py) that ends the call once its hop is found wedged."""
+    seen: list[dict] = []
+    if decide is not None:
+        inner = on_event
+
+        def on_event(ev):  # noqa: F811  (the caller's, and what decides)
+            if decide(ev):
+                seen.append(ev)
+            if inner is not None:
+                inner(ev)
     try:
         proc = Spawned(argv)
     except FileNotFoundError as e:
@@ -75,7 +90,9 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
             got.take(line)
             if got.pending:
                 got.pass_bytes(proc.stdout)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as ki:
+        if decide is not None:
+            ki.decision = _await_decision(proc, got, seen)
         if not outlive:
             try:
                 if watch is not None:
@@ -120,6 +137,40 @@ def _tag_of(line: bytes) -> tuple[int, int] | None:
     if len(words) == 3 and words[0] == _TAG_LINE.strip() and words[1].isdigit() and words[2].isdigit():
         return int(words[1]), int(words[2])
     return None
+
+
+def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
+    """Ctrl-C came while a start's far side had not said whether it launched the job: the far
+    agent goes on without us (its own session; an ssh session's command gets no hangup), so
+    what the target does is read, not guessed. Lines are read on for DECIDE_S at most, until
+    the launch event ({"event": ev}), the reply ({"reply": ...}) or the far side's end
+    ({"ended": True}); {"waited": DECIDE_S} when none came in time, {"gave_up": True} on a
+    second Ctrl-C: both unknown."""
+    if seen or got.reply is not None:
+        return {"event": seen[0]} if seen else {"reply": got.reply}
+    import threading
+    fired: list[bool] = []
+    timer = threading.Timer(DECIDE_S, lambda: (fired.append(True), proc.kill()))
+    sys.stderr.write(f"runward: Ctrl-C: waiting up to {DECIDE_S:g}s for the target to say whether it "
+                     "launched the job (Ctrl-C again to stop waiting)\n")
+    sys.stderr.flush()
+    timer.start()
+    try:
+        for line in proc.stdout:
+            got.take(line)
+            if got.pending:
+                got.pass_bytes(proc.stdout)
+            if seen or got.reply is not None:
+                break
+    except KeyboardInterrupt:
+        return {"gave_up": True}
+    except (OSError, ValueError):
+        pass  # the pipe went with the far side: its end, below
+    finally:
+        timer.cancel()
+    if seen or got.reply is not None:
+        return {"event": seen[0]} if seen else {"reply": got.reply}
+    return {"waited": DECIDE_S} if fired else {"ended": True}
 
 
 class _Replies:
@@ -212,6 +263,7 @@ class Spawned:
             actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                        (os.POSIX_SPAWN_DUP2, err, 2)]
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
+            argv = _from_root(argv)
             self.pid = os.posix_spawnp(argv[0], argv, child_environ(), file_actions=actions,
                                        setsigdef=(SIGPIPE, SIGXFSZ), setsid=True)
         except BaseException:
@@ -283,6 +335,30 @@ class Spawned:
         os.close(self._err)
         self._err = -1
         return b"".join(chunks)
+
+
+# ssh's ControlPersist master is the call's own ssh, forked into the background by daemon(3)
+# with nochdir: it would keep the caller's directory busy for as long as it lives (`umount`:
+# "target is busy"). posix_spawn cannot change directory, so ssh is started from / by a
+# shell that execs it (the same pid); its argv names no relative path (sshconf.ssh_base).
+_FROM_ROOT = 'cd / && exec "$0" "$@"'
+
+
+def _from_root(argv: list[str]) -> list[str]:
+    """argv run from / where it is ssh and we are elsewhere; unchanged where ssh is not on
+    PATH (the spawn's FileNotFoundError says so, as before)."""
+    if argv[0] != "ssh":
+        return argv
+    try:
+        if os.getcwd() == "/":
+            return argv
+    except OSError:
+        pass  # our directory was removed: still not one to hand on
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        exe = os.path.join(d or ".", "ssh")
+        if os.path.isabs(exe) and os.access(exe, os.X_OK) and not os.path.isdir(exe):
+            return ["/bin/sh", "-c", _FROM_ROOT, exe, *argv[1:]]
+    return argv
 
 
 def _unlinked_file() -> int:

@@ -78,6 +78,50 @@ def local_drift(target_status: dict, specs: list[str], base: str | None = None) 
     return out
 
 
+def undeployed_drift(target: Target, target_status: dict, specs: list[str], base: str | None = None) -> list[dict]:
+    """What local_drift cannot see: the files runward has no deploy record of (scp'd, pushed to
+    another path, never deployed) compared with the file the target has now (one `hash`
+    round trip, only when there are such files). A difference, or a file missing there, is
+    drift ("change" says which); a file the target cannot read is "unknown": not the same,
+    and not known to differ."""
+    from .sync import LocalHashes, source_roots
+    deployed = target_status.get("deployed") or {}
+    ask: dict[str, dict] = {}
+    for spec in specs:
+        try:
+            root = source_roots([spec], base, [], True)[0]
+        except BadInput:
+            continue  # a local path gone is not drift of what was deployed
+        key = _deployed_key(deployed, root["remote"])
+        if root.get("tree") and _any_under(deployed, key(root["remote"])):
+            continue  # a deployed directory: local_drift reads it against its record
+        for rel, e in root["entries"].items():
+            remote = root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
+            if e["t"] == "f" and deployed.get(key(remote)) is None:
+                ask[remote] = {"local": e["local"], "remote": remote}
+    if not ask:
+        return []
+    there = transport.call(target, {"op": "hash", "paths": list(ask)})
+    hashes, out = LocalHashes(), []
+    for remote, d in ask.items():
+        try:
+            d["local_sha256"] = hashes.sha256(d["local"])
+        except OSError as err:
+            out.append(dict(d, local_sha256=None, change=f"unreadable locally ({err.strerror or err}): unknown"))
+            continue
+        got, why = (there.get("hashes") or {}).get(remote), (there.get("errors") or {}).get(remote)
+        d["target_sha256"] = got
+        if got is None and why and "No such file" not in why:
+            out.append(dict(d, change=f"unknown: never deployed by runward, and the target cannot read it ({why})",
+                            unknown=True))
+        elif got is None:
+            out.append(dict(d, change="never deployed by runward, and not on the target"))
+        elif got != d["local_sha256"]:
+            out.append(dict(d, change="never deployed by runward, and the target's copy differs"))
+    hashes.save()
+    return out
+
+
 def _deployed_key(deployed: dict, root_remote: str):
     """remote path -> its key in deployed.json: a "~/..." destination is recorded as the far
     side expanded it ("/root/..."), so the home's path is read off a key that ends there."""

@@ -131,9 +131,9 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
         if bad:
             raise BadInput(f"invalid [health] drop_fraction {h['drop_fraction']!r}: {bad}",
                            "give a fraction over 0 and at most 1, e.g. drop_fraction = 0.5")
-    rules = {"min": dict(h.get("min") or {}), "max": dict(h.get("max") or {}),
+    rules = {"min": health_limits(h, "min"), "max": health_limits(h, "max"),
              "stall_after": after, "straggler_ratio": h.get("straggler_ratio"),
-             "drop_fraction": h.get("drop_fraction"), "metrics": h.get("metrics")}
+             "drop_fraction": h.get("drop_fraction"), "metrics": _named_regexes(h.get("metrics"))}
     from .baselines import rules as baseline_rules
     rules["baseline"] = baseline_rules(h)  # tok_s = { min_ratio = 0.95, baseline = "best" }
     rules["min"].update(mins or {})
@@ -147,19 +147,74 @@ def health_rules(run_cfg: dict | None, *, mins: dict | None = None, maxs: dict |
     return {k: v for k, v in rules.items() if v not in (None, {}, [])}
 
 
+def refuse_idle_without_gpus(name: str, kw: dict) -> None:
+    """An idle rule reads the utilization of the run's own GPUs (`gpus`): on a run without
+    them it could never fire, and a rule that never fires passes every watch. Refused, exit 2."""
+    if ((kw.get("supervise") or {}).get("health") or {}).get("idle") and not kw.get("gpus"):
+        raise BadInput(f"[runs.{name}.health] idle on a run without gpus: it judges the run's own GPUs, "
+                       "so it could never fire", f"give the run its GPUs (gpus = [0, 1] in [runs.{name}], "
+                       "or --gpus 0,1), or remove idle")
+
+
 def parse_limits(items: list[str] | None, flag: str) -> dict:
-    import math
     out = {}
     for item in items or []:
         k, sep, v = item.partition("=")
         try:
             if not sep or not k:
                 raise ValueError
-            out[k.strip()] = float(v.replace(",", "").replace("_", ""))
-            if not math.isfinite(out[k.strip()]):  # a floor of nan never alerted (healthy), one of inf always
-                raise ValueError
+            out[k.strip()] = limit_number(v)
         except ValueError:
             raise BadInput(f"invalid {flag} {item!r}", f"write {flag} METRIC=NUMBER, e.g. {flag} tok_s=14500")
+    return out
+
+
+def limit_number(v) -> float:
+    """A --min/--max value, or one of [health] min/max: a finite number, or its text with
+    `,` or `_` between digits (14,500); ValueError otherwise (14.5K, true). A floor of nan
+    never alerted (healthy), one of inf always; a string reached the shim's health check
+    as it was written, and its comparison killed the shim."""
+    import math
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(v)
+    n = float(v.replace(",", "").replace("_", "")) if isinstance(v, str) else float(v)
+    if not math.isfinite(n):
+        raise ValueError(v)
+    return n
+
+
+def _named_regexes(metrics):
+    """[health] metrics = { NAME = "REGEX" }: the log parser compiles each on the target, in
+    every scan the shim makes too; a bad one there was a traceback (re.error), the shim's end."""
+    if metrics is None:
+        return None
+    hint = 'metrics = { lr = "lr=([0-9.e-]+)" } (a name, then a Python regex whose group 1 is the value)'
+    if not isinstance(metrics, dict):
+        raise BadInput(f"invalid [health] metrics {metrics!r}: not a table", hint)
+    import re
+    for name, rx in metrics.items():
+        try:
+            re.compile(rx)
+        except (re.error, TypeError) as e:
+            raise BadInput(f"invalid [health] metrics.{name} {rx!r}: {e}", hint)
+    return metrics
+
+
+def health_limits(h: dict, key: str) -> dict:
+    """[health] min or max (KEY): {METRIC: number}, each value by --min/--max's rule;
+    BadInput naming the key and the metric."""
+    table = h.get(key)
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise BadInput(f"invalid [health] {key} {table!r}: not a table", f"write {key} = {{ tok_s = 14500 }}")
+    out = {}
+    for metric, v in table.items():
+        try:
+            out[metric] = limit_number(v)
+        except ValueError:
+            raise BadInput(f"invalid [health] {key}.{metric} {v!r}: not a number",
+                           f"write {key} = {{ {metric} = 14500 }} (a plain number, as --{key} {metric}=14500 takes)")
     return out
 
 

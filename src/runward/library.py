@@ -308,14 +308,14 @@ def gpus(*, on: Target | str | None = None, config: str | None = None) -> Result
 
 
 def stacks(name: str, *, on: Target | str | None = None, native: bool = False, timeout: float | None = None,
-           config: str | None = None) -> Result:
+           bring_py_spy: bool = False, config: str | None = None) -> Result:
     """The Python stacks of every process of the run on one target (py-spy), grouped by frame
     and named by rank; kept with the attempt. (The nodes of a multi-node run: the CLI's
     repeated --on, or api.stacks with a list of targets.)"""
     from .operations import stacks as op
     on, config = _where(on, config)
     given = {"timeout": timeout} if timeout is not None else {}  # None: the flag's default, as the CLI
-    opts = op.StacksOptions(name=name, native=native, on=on, config=config, **given)
+    opts = op.StacksOptions(name=name, native=native, on=on, config=config, bring_py_spy=bring_py_spy, **given)
     return _operate("stacks", opts, lambda: op.stacks(opts), Result)
 
 

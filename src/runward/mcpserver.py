@@ -7,15 +7,17 @@ error's type, hop and hint on failure (then the result is flagged isError). A ca
 that declares MCP's tasks extension, answers with a task handle at once (mcptasks.py).
 
 What an agent may do is a policy (docs/agents.md): runward.toml's [mcp] `allow` (verbs) and
-`targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill,
-and push only onto the files runward.toml's runs deploy (`files = ["LOCAL:REMOTE"]`, on the
-run's own target). A refused call is an error result naming the key that would allow it.
+`targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill (a
+start's own command, sh, env or cwd, and a restart's env, are exec: EXEC_ARGS),
+and push only the pairs runward.toml's runs deploy (`files = ["LOCAL:REMOTE"]`, on the run's
+own target, that LOCAL onto that REMOTE). A refused call is an error result naming the key that would allow it.
 
 Imported only by verbs/mcp.py's run: the SDK (pydantic, anyio, ...) is never loaded by any
 other verb, nor by `runward --help`.
 """
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,10 @@ from .errors import EXIT_BAD_INPUT, RunwardError
 from .mcptools import TOOLS
 
 NOT_BY_DEFAULT = ("exec", "kill")  # and push beyond the runs' own files (Policy.push_anywhere)
+# a verb's arguments that run a command of the caller's choosing, or change how one runs (a
+# start's own command, shell line, env, cwd; a restart's env: LD_PRELOAD on a legitimate run):
+# exec, whichever tool asks (design rule 16); without them a start runs what runward.toml defines
+EXEC_ARGS = {"start": ("command", "sh", "env", "cwd"), "restart": ("env",)}
 TARGETLESS = ("lint", "targets")
 
 INSTRUCTIONS = """runward starts, stops, restarts and watches long-running jobs on local, SSH and \
@@ -89,15 +95,61 @@ def refusal(verb: str, on: str | None, name: str | None, args: dict, policy: Pol
                         f"({', '.join(policy.targets) or 'none'})",
                         "a person can add it to runward.toml's [mcp] targets (or runward mcp --targets)", "mcp.targets")
     if verb == "push" and not policy.push_anywhere:
-        ours = {(str(cfg.target(None, run)), f.split(":", 1)[1]) for run in cfg.runs
-                for f in cfg.runs.value(run, "files") or () if ":" in f}
-        outside = [s.split(":", 1)[-1] for s in args["files"] if (target, s.split(":", 1)[-1]) not in ours]
-        if outside:
-            return _refused(verb, f"push onto {', '.join(outside)} on {target}: not a file of a run in runward.toml "
+        return _push_refusal(args["files"], target, cfg, how)
+    return _exec_refusal(verb, args, policy, how)
+
+
+def _exec_refusal(verb: str, args: dict, policy: Policy, how: str) -> dict | None:
+    """A start or restart given a command, shell line, env or cwd of the caller's own is exec:
+    refused where exec is; where exec is allowed, a shell line is linted first, as exec's is."""
+    given = [k for k in EXEC_ARGS.get(verb, ()) if args.get(k) not in (None, "", [], {})]
+    if given and "exec" not in policy.verbs:
+        return _refused(verb, f"{verb} with its own {', '.join(given)}: that runs a command of the caller's choosing, "
+                        "which is exec, not allowed to agents here (exec and kill are off by default)",
+                        f"{verb} a run runward.toml defines, as it defines it (its name only: the `targets` tool "
+                        f"lists them); or a person allows exec: add \"exec\" to {how}", "mcp.allow")
+    if verb == "start" and args.get("sh"):
+        from . import lint
+        findings = lint.lint(args["sh"])
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            return {"ok": False, "command": verb, "error": {
+                "type": "BadInput", "exit_code": EXIT_BAD_INPUT,
+                "message": "refusing to run: the linter found " + "; ".join(f.message for f in errors),
+                "hint": "fix the shell line (the `lint` tool says why and how), or give the command as an argv",
+                "details": {"findings": [f.to_dict() for f in findings]}}}
+    return None
+
+
+def _push_refusal(specs: list, target: str, cfg, how: str) -> dict | None:
+    """A push is a read of the local file as much as a write of the remote one (rule 16): by
+    default each LOCAL:REMOTE must be a pair a run of runward.toml deploys, on its own target,
+    LOCAL the very file that pair reads (links and relative paths resolved as push reads them)."""
+    base = os.path.dirname(cfg.path) if cfg.path else os.getcwd()
+    pairs: dict = {}
+    for run in cfg.runs:
+        for f in cfg.runs.value(run, "files") or ():
+            local, sep, remote = f.partition(":")
+            if sep:
+                pairs.setdefault((str(cfg.target(None, run)), remote), set()).add(_real(local, base))
+    for spec in specs:
+        local, _, remote = spec.partition(":")
+        paired = pairs.get((target, remote))
+        if paired is None:
+            return _refused("push", f"push onto {remote} on {target}: not a file of a run in runward.toml "
                             "(agents push only the runs' own files by default)",
                             f"add it to a run's files = [\"LOCAL:REMOTE\"] (then `deploy` it), or a person adds "
                             f"\"push\" to {how}", "mcp.allow")
+        if _real(local, os.getcwd()) not in paired:
+            return _refused("push", f"push of {local} onto {remote} on {target}: runward.toml pairs {remote} with "
+                            f"{', '.join(sorted(paired))}, not this file (agents push only the runs' own files, "
+                            "from where runward.toml says)", f"push {sorted(paired)[0]} there (or `deploy` the run), "
+                            f"or a person adds \"push\" to {how}", "mcp.allow")
     return None
+
+
+def _real(local: str, base: str) -> str:
+    return os.path.realpath(os.path.join(base, os.path.expanduser(local)))
 
 
 def _refused(verb: str, message: str, hint: str, key: str) -> dict:

@@ -7,7 +7,8 @@ request gets a task handle at once and polls tasks/get; any other client gets th
 with progress notifications (mcpserver._with_progress), as before.
 
 A task's id names the verb, the run, the attempt and the target ("start:NAME:3@ssh://gpu1#...",
-the part after '#' the creation time and the wait's length), so a server process started after
+the part after '#' the creation time, the wait's length, and w=1 for a start handed out while it
+waited for GPUs), so a server process started after
 the one that created it still answers: it reads the run's status on the target, which is where
 the state is. The process that created a task answers from the verb's own document while it
 has it (the result equals the non-task call's); any other answers from `status`.
@@ -18,6 +19,7 @@ Imported by mcpserver only: the SDK is the runward[mcp] extra.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import datetime
 import json
 import re
@@ -33,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 
 from . import library
+from .errors import RunwardError
 
 TASKS = "io.modelcontextprotocol/tasks"
 VERBS = ("start", "stop", "watch")  # the verbs that wait; the others answer within a call
@@ -71,10 +74,11 @@ class Tid:
     created: float
     expect_s: float | None = None
     ready: str | None = None
+    gpu_wait: bool = False  # a start's handle given while it waited for GPUs, before attempt N existed
 
     def __str__(self) -> str:
         facts = {"t": round(self.created, 3), **({"s": self.expect_s} if self.expect_s is not None else {}),
-                 **({"r": self.ready} if self.ready is not None else {})}
+                 **({"r": self.ready} if self.ready is not None else {}), **({"w": 1} if self.gpu_wait else {})}
         return f"{self.verb}:{self.name}:{self.attempt}@{self.target}#{urlencode(facts)}"
 
 
@@ -89,7 +93,7 @@ def decode(tid: str) -> Tid:
         facts = dict(parse_qsl(frag))
         if verb in VERBS and _NAME.match(name) and target and int(attempt) >= 1:
             return Tid(verb, name, int(attempt), target, float(facts["t"]),
-                       float(facts["s"]) if "s" in facts else None, facts.get("r"))
+                       float(facts["s"]) if "s" in facts else None, facts.get("r"), facts.get("w") == "1")
     except (ValueError, KeyError):
         pass
     raise MCPError(code=INVALID_PARAMS, message=f"task {tid!r}: not a runward task id "
@@ -149,11 +153,15 @@ class Tasks(Extension):
         if verb == "start":
             # the spec: no handle before tasks/get can answer for it, i.e. before attempt N
             # exists or the target says a start waits for GPUs to make it (status's gpu_wait)
-            while not e.done.is_set() and t.attempt not in (await anyio.to_thread.run_sync(
-                    lambda: _attempts_said(name, target, self.config))):
-                await anyio.to_thread.run_sync(e.done.wait, 0.2)
+            said: tuple = ()
+            while not e.done.is_set() and t.attempt not in said:
+                said = await anyio.to_thread.run_sync(lambda: _attempts_said(name, target, self.config))
+                if t.attempt not in said:
+                    await anyio.to_thread.run_sync(e.done.wait, 0.2)
             if e.done.is_set() and ((e.doc or {}).get("result") or {}).get("attempt") != t.attempt:
                 return e.res or library.Result(verb, 1, e.doc)  # failed before launching: no task
+            if said and said[0] != t.attempt:  # said by the start's gpu_wait: the id says so
+                t = e.tid = dataclasses.replace(t, gpu_wait=True)
         self.table[str(t)] = e
         box["task"] = {"resultType": "task", **_wire(str(t), "working", t.created, f"{verb} {name}: under way")}
         return box["task"]
@@ -176,10 +184,13 @@ class Tasks(Extension):
         e = self.table.get(params.task_id)
         if e is not None:
             if not e.done.is_set() and e.cancelled is None and e.tid.verb != "stop":
-                e.cancelled = "cancelled by the client: the watch stopped waiting, the run untouched"
                 if e.tid.verb == "start":
-                    self._check("stop", e.tid)
+                    self._check("stop", e.tid)  # refused: nothing changes, the task goes on as it was
+                    # terminal from here: the start's own answer (Cancelled, by this stop) is dropped
+                    e.cancelled = f"cancelled by the client: stopping attempt {e.tid.attempt}"
                     e.cancelled = await anyio.to_thread.run_sync(lambda: _stop(e.tid, self.config))
+                else:
+                    e.cancelled = "cancelled by the client: the watch stopped waiting, the run untouched"
             return {}
         t = self._decode(params.task_id)
         run, doc, ready_seen = await anyio.to_thread.run_sync(lambda: self._read(t))
@@ -194,7 +205,13 @@ class Tasks(Extension):
         return t
 
     def _check(self, verb: str, t: Tid) -> None:
-        doc = self.refusal(verb, t.target, t.name)
+        """The policy's answer for VERB on the task's run and target; an id whose target or
+        run name is bad input (a target runward.toml does not define) is said as the call's
+        BadInput would be, INVALID_PARAMS, never an internal error."""
+        try:
+            doc = self.refusal(verb, t.target, t.name)
+        except RunwardError as e:
+            doc = {"ok": False, "command": verb, "error": e.to_dict()}
         if doc is not None:
             err = doc["error"]
             raise MCPError(code=INVALID_PARAMS, message=f"task {t}: {err['message']} ({err.get('hint')})", data=doc)
@@ -285,6 +302,10 @@ def judge(t: Tid, run: dict, doc: dict, ready_seen: bool | None = None) -> tuple
             now = (doc.get("result") or {}).get("time") or time.time()
             return "working", f"start {t.name}: waiting for GPUs {w.get('gpus')} to be free, " \
                               f"{now - (w.get('since') or now):.0f}s; attempt {t.attempt} is made once they are", False
+        if not t.gpu_wait:  # its handle came once attempt N existed: an id of a start that never was
+            raise MCPError(code=INVALID_PARAMS, message=f"task {t}: {t.name} has no attempt {t.attempt} on "
+                           f"{t.target} (" + (f"its last is {run['attempt']}" if run.get("attempt") else
+                                              "no such run there") + "): not a task of a start made there")
         return "completed", f"attempt {t.attempt} was never made: the start's wait for GPUs ended without it " \
                             f"(still held after its timeout, cancelled by a stop or a restart, or its caller ended); " \
                             f"`runward status {t.name}` says what runs", True

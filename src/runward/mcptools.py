@@ -48,10 +48,11 @@ async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, F
         gpus: Annotated[list[int] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
         wait_gpus_free: _declared("wait_gpus_free", bool) = False,
         ) -> CallToolResult:
-    """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines)."""
+    """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines). By default only a run runward.toml defines, as defined: a command, sh, env or cwd of the caller's own is exec, allowed only where exec is (then sh is linted first)."""
     return await _SRV.call(ctx, "start", lambda: library.start(
         name, command, on=on, env=env, sh=sh, cwd=cwd, settle=settle, ready=ready, replace=replace, gpus=gpus,
-        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready)
+        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready,
+        args={"command": command, "sh": sh, "env": env, "cwd": cwd})
 
 
 async def stop(ctx: Context, name: Name, on: On = None,
@@ -64,7 +65,8 @@ async def stop(ctx: Context, name: Name, on: On = None,
 
 async def restart(ctx: Context, name: Name, on: On = None,
                   env: Annotated[dict[str, str] | None, Field(
-                      description="entries to add or change over the last attempt's; an empty value unsets one")] = None,
+                      description="entries to add or change over the last attempt's; an empty value unsets one "
+                                  "(exec's: allowed only where exec is)")] = None,
                   settle: Settle = None, deploy: Annotated[bool | None, Field(
                       description="true: push the run's files (runward.toml) between the stop and the start; "
                                   "false: restart on the files the target has; unset: runward.toml's "
@@ -73,7 +75,7 @@ async def restart(ctx: Context, name: Name, on: On = None,
                   ) -> CallToolResult:
     """Restart a run: verified stop, optional deploy, verified start with the last attempt's spec (env overrides over it); a failed step ends the chain and says which. Every input is checked before the stop; a run whose local files differ from the deployed ones is not restarted on the old code unless deploy is false."""
     return await _SRV.call(ctx, "restart", lambda: library.restart(
-        name, on=on, env=env, settle=settle, deploy=deploy, config=_SRV.config), on=on, name=name)
+        name, on=on, env=env, settle=settle, deploy=deploy, config=_SRV.config), on=on, name=name, args={"env": env})
 
 
 async def status(ctx: Context, name: Annotated[str | None, Field(description="one run (default: every run on the target)")] = None,
@@ -98,7 +100,7 @@ async def watch(ctx: Context, name: Name, on: On = None,
                 min: Annotated[dict[str, float] | None, Field(
                     description="alert below these floors, e.g. {\"tok_s\": 14500}")] = None,
                 max: Annotated[dict[str, float] | None, Field(description="alert above these ceilings")] = None,
-                stall: Annotated[float | None, Field(description="stall_after in seconds: alert `stall` when the step has not advanced this long (log silence where the log shows no steps)", gt=0)] = None,
+                stall: Annotated[float | None, Field(description="stall_after in seconds: alert `stall` when the step has not advanced this long (before the first step: log silence with the process tree using no CPU and no I/O)", gt=0)] = None,
                 ) -> CallToolResult:
     """Watch a run's health through a bounded window; returns the verdict: healthy, or the first alert (NaN loss, CUDA OOM, throughput under a floor or dropping, a stall (the step stopped advancing), a straggler rank, the job ended)."""
     return await _SRV.call(ctx, "watch", lambda: library.watch(name, on=on, for_s=for_s, min=min, max=max,
@@ -124,10 +126,26 @@ async def gpus(ctx: Context, on: On = None) -> CallToolResult:
     return await _SRV.call(ctx, "gpus", lambda: library.gpus(on=on, config=_SRV.config), on=on)
 
 
-async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native", bool) = False) -> CallToolResult:
-    """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing, ptrace denied)."""
-    return await _SRV.call(ctx, "stacks", lambda: library.stacks(name, on=on, native=native, config=_SRV.config),
-                           on=on, name=name)
+async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native", bool) = False,
+                 bring_py_spy: _declared("bring_py_spy", bool) = False) -> CallToolResult:
+    """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing: bring_py_spy brings runward's own; ptrace denied)."""
+    return await _SRV.call(ctx, "stacks", lambda: _said_to_agents(library.stacks(
+        name, on=on, native=native, bring_py_spy=bring_py_spy, config=_SRV.config)), on=on, name=name)
+
+
+def _said_to_agents(res: library.Result) -> library.Result:
+    """The far side's "py-spy missing" hint names the CLI's flag; an agent's names its own
+    argument (the summary quotes the hint, on each node too)."""
+    own = ("install py-spy on the target (a person: `pip install py-spy`), or call stacks again with "
+           "bring_py_spy: true (this machine's py-spy, from runward[stacks], is pushed there; same architecture only)")
+    doc = res.result if isinstance(res.result, dict) else {}
+    for d in (doc, *(doc.get("nodes") or ())):
+        said = d.get("hint")
+        if d.get("error") == "py-spy missing" and isinstance(said, str):
+            d["hint"] = own
+            if isinstance(d.get("summary"), str):
+                d["summary"] = d["summary"].replace(said, own)
+    return res
 
 
 async def ps(ctx: Context, pattern: Annotated[str, Field(description="extended regex against the full command line")],

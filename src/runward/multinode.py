@@ -204,6 +204,15 @@ def _roll_back(nodes: list[Target], name: str, res: dict) -> None:
         res["message"] = res["message"].replace("was stopped", "was asked to stop, and not every stop was verified")
 
 
+def _not_reached(name: str, cut: list[dict]) -> str:
+    """What a stop that could not reach some nodes leaves: their jobs, still running."""
+    which = ", ".join(f"node {r['rank']} ({r['target']})" for r in cut)
+    return (f"{which} not reached: its job was not stopped by this stop and may still run. It stops itself once "
+            f"it hears of node 0's stop, or, with on_node_failure = \"stop\", once it finds node 0's coordinator "
+            f"gone (within about 25 s of the cut, or at its first probe once the link is back); "
+            f"`runward status {name}` shows it, `runward stop {name}` again verifies its end")
+
+
 def _given(r):
     """A node `stop --on ONE-NODE` already stopped: its result, or its error (not verified)
     raised again so the fan-out makes its row as it would have."""
@@ -241,6 +250,9 @@ def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: d
     rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
     ok = all(r["ok"] for r in rows)
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}
+    cut = [r for r in rows if not r["ok"] and r["error"].get("type") == "Unreachable"]
+    if cut:
+        res["note"] = _not_reached(name, cut)
     if ckpt is not None:
         res["checkpoint"] = ckpt
     if ok:
@@ -311,6 +323,15 @@ def discover(target: Target, name: str) -> list[Target] | None:
 
 # --- rendering
 
+def _stopped_by_cli(res: dict) -> bool:
+    """A node's job ended by `runward stop`: this stop's own result (it signalled the job), or
+    a record that says a stop from the CLI asked for the end (status, later)."""
+    if res.get("already_stopped") is False and "verified_dead" in res:
+        return True
+    return ((res.get("stopped") or {}).get("by") == "cli" or (res.get("stop_requested") or {}).get("by") == "cli") \
+        and not res.get("peer_stop")
+
+
 def _node_line(r: dict) -> str:
     head = f"  node {r['rank']} {r['target']}: "
     if not r["ok"]:
@@ -322,6 +343,8 @@ def _node_line(r: dict) -> str:
     if "start_cancelled" in (res.get("verified") or ()):  # a restart's attempt blocked on the GPUs
         return head + f"cancelled the blocked start of attempt {res.get('attempt')} (it never ran)"
     bits = [r.get("state") or res.get("state") or ("alive" if res.get("alive_after_settle") else "")]
+    if bits[0] in ("exited", "stopped") and not r.get("failed") and _stopped_by_cli(res):
+        bits[0] = "stopped by runward stop"  # its exit code is the job's answer to the stop signal
     if bits[0] == "blocked" and (res.get("blocked") or {}).get("why"):
         bits[0] += f" ({res['blocked']['why']})"
     if res.get("pid"):
@@ -331,7 +354,9 @@ def _node_line(r: dict) -> str:
     if res.get("exit"):
         from .render import describe_exit  # an unknown exit (an orphan's stop) said as unknown
         bits.append(describe_exit(res["exit"]) + (" (failed by itself)" if r.get("failed") else ""))
-    if res.get("peer_stop"):
+    if (res.get("peer_stop") or {}).get("whole"):  # node 0's `runward stop`, heard over the link
+        bits.append(f"stopped by its shim: {res['peer_stop'].get('why')}")
+    elif res.get("peer_stop"):
         bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")
     if res.get("coordinator_lost"):
         bits.append(f"coordinator lost ({res['coordinator_lost'].get('why')}): the nodes no longer watch each other")

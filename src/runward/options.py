@@ -62,8 +62,8 @@ class Opt:
 
 
 OPTS = {o.name: o for o in (
-    Opt("cwd", "text", "working directory on the target (default: the target user's home; restart: the last "
-        "attempt's)", "DIR"),
+    Opt("cwd", "text", "working directory on the target (default: here on the local target, or the directory of "
+        "the runward.toml that defines the run; the remote user's home elsewhere; restart: the last attempt's)", "DIR"),
     Opt("log", "text", "log file on the target (appended; default under the run's dir)", "PATH"),
     Opt("settle", "seconds", "alive this long counts as started (default 3; restart: the last attempt's)", "SECONDS"),
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
@@ -85,6 +85,12 @@ OPTS = {o.name: o for o in (
     Opt("replace", "flag", "stop the live attempt first (verified)", "", toml=False),
     Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml=False),
     Opt("native", "flag", "native (C/C++) frames too, where py-spy can (py-spy --native)", "", toml=False),
+    Opt("bring_py_spy", "flag", "where the target has no py-spy, push this machine's (runward[stacks]; same "
+        "architecture only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "
+        "makes it the default", "", toml=False,
+        mcp="true: where the target has no py-spy, push this machine's (runward[stacks]; same architecture only) "
+            "into runward's home there, sha256-checked, and read the stacks with it; runward.toml's [stacks] "
+            "bring = true makes it the default"),
     Opt("tree", "flag", "also every descendant of a match", "", toml=False),
     Opt("force", "flag", "run --sh even when the linter finds an error", "", toml=False),
     Opt("interactive", "flag", "the command is typed at a prompt (no enclosing `bash -c` carries its text)", "",

@@ -14,6 +14,7 @@ from .cache import cache_path, make_private_dir, read_cache, write_cache
 from .errors import HopFailed, RunwardError, Unreachable
 from .exchange import _agent_missing, _exchange, _Replies
 from .sshconf import control_dir, ssh_alive_options, ssh_base
+from .sshresolve import resolved
 from .targets import Target
 
 
@@ -111,13 +112,13 @@ class _Resident:
     Only read-only operations are sent there, so a try that ends without a reply is made
     again the ordinary way, which also starts a resident again if it is gone."""
 
-    def __init__(self, target: Target, req: dict, payload, entry: str, known: list[str]):
+    def __init__(self, target: Target, req: dict, payload, entry: str | None, known: list[str]):
         self.target, self.entry, self.known = target, entry, known
         self.forward: str | None = None
         self.stale: str | None = None
         self.fails = 0
         self.way = ""  # "relay" or "forward": how the last reply came
-        self.wanted = (payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
+        self.wanted = (entry is not None and payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
                        and _single_ssh(target) and _resident_on())
         if not self.wanted:
             return
@@ -285,11 +286,17 @@ class _Resident:
         self.known.append(f"@{self.entry}\t{state}")
 
 
-def _far_key(target: Target) -> str:
+def _far_key(target: Target) -> str | None:
     """Which far side a target reaches, as far as the agent's cache goes: the hop chain, the
-    python it runs (a cache file per interpreter version) and the home."""
+    python it runs (a cache file per interpreter version), the home, and what each ssh hop
+    resolves to now (sshresolve.py): a re-pointed alias, or one another project's ssh config
+    sends elsewhere, is another far side, with a route of its own. None where ssh cannot say
+    what a hop resolves to: then nothing kept is used."""
     py = sys.executable if target.is_local else (target.python or os.environ.get("RUNWARD_PYTHON") or "python3")
-    return json.dumps([str(target), py, target.home or ""])
+    ends = [resolved(h) for h in target.hops if h.kind == "ssh"]
+    if None in ends:
+        return None
+    return json.dumps([str(target), py, target.home or "", *ends])
 
 
 def _far_lines() -> list[str]:

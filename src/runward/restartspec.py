@@ -41,6 +41,8 @@ def check_start(name: str, kw: dict) -> None:
         except (re.error, TypeError) as e:
             raise BadInput(f"{name}: invalid ready regex {kw['ready']!r} {where}: {e}",
                            "use a Python regular expression")
+    from .inputs import refuse_idle_without_gpus
+    refuse_idle_without_gpus(name, kw)
     from . import signals
     if kw.get("stop_signal") is not None and not signals.known(kw["stop_signal"]):
         raise BadInput(f"{name}: unknown stop_signal {kw['stop_signal']!r} {where}", signals.HINT)
@@ -84,6 +86,8 @@ def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict
         base_env = last_env
     else:
         kw = {k: v for k, v in definition.items() if v is not None}
+        if kw.get("cwd") is None and last_spec.get("cwd"):  # runward.toml says none: the last attempt's
+            kw["cwd"] = last_spec["cwd"]
         base_env = dict(definition.get("env") or {})
         if not keep_env:
             typed = set()
@@ -124,6 +128,16 @@ def changes(last_spec: dict, kw: dict) -> dict:
     if env:
         out["env"] = env
     return out
+
+
+def code_changes(old: dict | None, new: dict | None) -> dict:
+    """The files hashed by the last attempt and the new one (the script it runs, the run's
+    files) compared by sha256: "changed" {path: {"from", "to"}} (None: no file there, or not
+    hashed by that attempt), "unchanged" [path]; both empty when neither attempt hashed one."""
+    old, new = old or {}, new or {}
+    paths = sorted(set(old) | set(new))
+    return {"changed": {p: {"from": old.get(p), "to": new.get(p)} for p in paths if old.get(p) != new.get(p)},
+            "unchanged": [p for p in paths if old.get(p) == new.get(p)]}
 
 
 def _command_text(kw: dict) -> str | None:

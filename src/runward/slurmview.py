@@ -53,6 +53,8 @@ def status_line(r: dict) -> list[str]:
     elif r.get("nodes"):
         head += f" on {r['nodes']}"
     lines = [head + f"  [from {r.get('source')}]"]
+    for ex in r.get("requeued") or []:  # ends recorded before Slurm requeued the same job id
+        lines.append(f"  requeued by Slurm after an end recorded as {ex.get('state')}, {_exit(ex)}")
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
     return lines

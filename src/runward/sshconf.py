@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from .cache import local_home, make_private_dir
+from .cache import local_home, make_private_dir, read_cache, write_cache
 from .errors import BadInput
 
 
@@ -26,7 +26,7 @@ def ssh_base(connect_timeout: float | None = None) -> list[str]:
             "-o", "LogLevel=ERROR"]
     cfg = os.environ.get("RUNWARD_SSH_CONFIG")
     if cfg:
-        base[1:1] = ["-F", cfg]
+        base[1:1] = ["-F", os.path.abspath(cfg)]  # ssh runs from / (exchange._from_root)
     return base
 
 
@@ -51,21 +51,58 @@ def ssh_alive_options() -> list[str]:
 def control_dir() -> str:
     """A 0700 directory of our own for ssh control sockets. A unix socket path must fit in
     108 bytes, and a socket's name is 9 (the destination's tag, targets/ssh.py) + 40 (%C)
-    plus ssh's temporary suffix of 17, so a long home falls back to a short directory under
-    /tmp, named after the home, checked to be ours."""
+    plus ssh's temporary suffix of 17, so a long home falls back to a short directory that
+    no other user can name first (_short_control_dir)."""
     home = local_home()
     d = os.path.join(home, "ssh")
     if len(d) > 39:
-        import hashlib
-        d = os.path.join("/tmp", f"runward-{os.getuid()}-{hashlib.sha1(home.encode()).hexdigest()[:10]}")
+        d = _short_control_dir(home)
     try:
         make_private_dir(d)
     except OSError as e:
         raise BadInput(f"cannot create the ssh control directory {d}: {e.strerror}", "check RUNWARD_HOME")
-    st = os.lstat(d)
-    if st.st_uid != os.getuid() or (st.st_mode & 0o077) or not os.path.isdir(d) or os.path.islink(d):
+    if not _private(d):
         raise BadInput(f"ssh control directory {d} is not ours or is open to others",
                        f"remove it (rm -r {d}) and retry; runward recreates it with mode 0700")
+    return d
+
+
+def _private(d: str) -> bool:
+    """d is a directory (not a link to one) of ours that nobody else may enter."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o077 and st.st_mode & 0o170000 == 0o040000
+
+
+def _short_control_dir(home: str) -> str:
+    """The control directory of a home too long for sockets. A name under /tmp that anyone can
+    compute can be made first by another user, and then every ssh call of ours is refused
+    (exit 2) with a directory we cannot remove. So: under $XDG_RUNTIME_DIR where it is ours
+    and 0700 (nobody else can create there), else a directory of a random name made under
+    /tmp by us, its path recorded in the home (<home>/ssh-dir) for the next calls, and made
+    anew when what is recorded is gone or not ours (a reboot, a tmp cleaner)."""
+    import hashlib
+    tag = hashlib.sha1(home.encode()).hexdigest()[:10]
+    xdg = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if xdg.startswith("/") and len(xdg) + 19 <= 39 and _private(xdg):
+        return os.path.join(xdg, f"runward-{tag}")
+    record = os.path.join(home, "ssh-dir")
+    known = (read_cache(record) or b"").decode("utf-8", "replace")
+    if known.startswith("/tmp/runward-") and len(known) <= 39 and _private(known):
+        return known
+    while True:
+        d = f"/tmp/runward-{os.urandom(6).hex()}"
+        try:
+            os.mkdir(d, 0o700)
+            break
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise BadInput(f"cannot create the ssh control directory {d}: {e.strerror}",
+                           "check that /tmp is writable, or set a short RUNWARD_HOME")
+    write_cache(record, d.encode())
     return d
 
 

@@ -52,7 +52,7 @@ def policy(run_cfg: dict | None, args=None) -> dict | None:
             v = getattr(args, k, None)
             if v is not None:
                 raw[k] = v
-    health = _health(cfg.get("health") or {})
+    health = health_policy(cfg.get("health") or {})
     if not raw and not health:
         return None
     return _parsed(raw, health)
@@ -155,14 +155,17 @@ ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "st
 ACTIONS = ("notify", "stop", "restart")  # one of them, maybe after "stacks," (take the stacks first)
 
 
-def _health(h: dict) -> dict | None:
+def health_policy(h: dict) -> dict | None:
     """[runs.NAME.health] with actions = {KIND = "stop" | "restart" | "notify"}: the rules
     (as `watch` reads them) and the actions, judged by the shim every `interval` seconds."""
     acts = h.get("actions")
+    interval = _interval(h.get("interval", 5))
     if not acts and not h.get("idle"):
         return None
     acts = acts or {}
-    from .api import health_rules, parse_duration
+    if not isinstance(acts, dict):
+        raise BadInput(f"invalid [health] actions {acts!r}: not a table", 'actions = { nan = "stop" }')
+    from .api import health_rules
     alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom", "baseline": "below_baseline"}
     actions = {alias.get(k, k): v for k, v in dict(acts).items()}
     bad = [k for k in actions if k not in ACTION_KINDS] + [f"{k}={v}" for k, v in actions.items()
@@ -171,11 +174,40 @@ def _health(h: dict) -> dict | None:
         raise BadInput(f"invalid [health] actions {', '.join(map(str, bad))}",
                        f"actions = {{ nan = \"stop\", stall = \"stacks,restart\" }}; kinds: {', '.join(ACTION_KINDS)}; "
                        f"actions: {', '.join(ACTIONS)}, each maybe after \"stacks,\"")
-    out = {"rules": health_rules({"health": h}), "actions": actions,
-           "interval": parse_duration(str(h.get("interval", 5)), "[health] interval")}
+    out = {"rules": health_rules({"health": h}), "actions": actions, "interval": interval}
     if h.get("idle"):
         out["idle"] = _idle(h["idle"], out["interval"])
     return out
+
+
+def check_health_table(h, where: str, name: str = "NAME") -> tuple[str, str] | None:
+    """(message, hint) of the first value in a [runs.NAME.health] table that the start or
+    watch would refuse, each by the check its flag has, or None. WHERE ("FILE: [runs.NAME]")
+    names the file: runward.toml's check when it is read (config.py), so a bad rule is
+    refused before anything starts, never met by the shim's first health check."""
+    from .inputs import health_rules
+    from .stallopts import from_config
+    table = f"{where[:-1]}.health]" if where.endswith("]") else where
+    if not isinstance(h, dict):
+        return f"{table} must be a table", "[runs.NAME.health]\nmin = { tok_s = 14500 }"
+    try:
+        health_rules({"health": h})
+        from_config(h, name)
+        health_policy(h)
+    except BadInput as e:
+        msg = e.message.replace(f"[runs.{name}.health] ", "").replace("[health] ", "")
+        return f"{table} {msg}", e.hint or ""
+    return None
+
+
+def _interval(v) -> float:
+    """[health] interval: the shim judges the rules this often; 0 made its wait block on the
+    job alone, and no rule was ever judged."""
+    from .api import parse_duration
+    s = parse_duration(str(v), "[health] interval")
+    if isinstance(v, bool) or not s > 0:
+        raise BadInput(f"invalid [health] interval {v!r}", "give a duration over 0, e.g. interval = 5 or \"5s\"")
+    return s
 
 
 def _action_ok(v) -> bool:

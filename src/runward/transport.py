@@ -99,6 +99,11 @@ _FOLLOWS = frozenset(("watch",))
 # Ctrl-C the call's child is neither killed nor waited for. A local stop's child is the agent
 # itself, and a stop (or a kill --yes) interrupted after its TERM still owes the KILL after the grace.
 _OUTLIVE = frozenset(("stop", "kill"))
+def _launched(ev: dict) -> bool:
+    """A start's far side says the job is launched (an interrupted start waits for it: exchange)."""
+    return isinstance(ev, dict) and "started" in ev
+
+
 LAST_ROUTE = ""  # how the last call reached its agent: "resident" or "exec" (for tests)
 LAST_WAY = ""  # and the resident, where it did: "relay" or "forward" (for tests)
 
@@ -164,7 +169,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
             raise from_agent(reply.get("error") or {}, hop="local")
     sha = agent_sha()
     known = _far_lines()
-    entry = f"{sha} {_far_key(target)}"
+    far = _far_key(target)
+    entry = f"{sha} {far}" if far is not None else None  # None: nothing kept is used, nor kept
     resident = _Resident(target, req, payload, entry, known)
     if resident.forward:
         reply = resident.call(sha, json.dumps(req).encode() + b"\n", on_event, timeout)
@@ -189,7 +195,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
             body = json.dumps(req).encode() + b"\n"
         return body
     # a payload is a stream that cannot be sent twice: it never risks the retry
-    send_src = payload is not None or entry not in known
+    send_src = payload is not None or entry is None or entry not in known
     while True:
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
@@ -197,14 +203,14 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         watch = HopWatch.of(target)
         rc, garbage, reply, stderr = _exchange(argv, head + (body or b""), payload, on_event, timeout, on_data,
                                                held, completed if body is None else None, req["op"] in _OUTLIVE,
-                                               watch)
+                                               _launched if req["op"] == "start" else None, watch)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
         break
     raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
     if reply is not None:
-        if send_src and entry not in known and not reply.get("uncached"):
+        if send_src and entry is not None and entry not in known and not reply.get("uncached"):
             _far_remember(entry, sha, known)
         if resident.wanted and isinstance(reply.get("resident"), dict):
             resident.found(reply["resident"])
@@ -225,7 +231,8 @@ def resident_route(target: Target) -> str | None:
         return None
     if not _resident_on():
         return "off"
-    r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {_far_key(target)}", _far_lines())
+    far = _far_key(target)
+    r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {far}" if far is not None else None, _far_lines())
     if r.forward:
         return "relay" if r.relay_listens() else "forward"
     return "given up" if not r.wanted else "not yet"

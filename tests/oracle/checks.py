@@ -42,7 +42,20 @@ def check_state(m, doc: dict | None) -> list[str]:
         out.append("inv3 %s: status says attempt %s, the model %s" % (name, doc.get("attempt"), m.attempt))
     if m.state in ENDED + ("stray",) and m.exits and exit_fact(doc) not in m.exits:
         out.append("inv4 %s: exit reported %s, the job's real one is %s" % (name, exit_fact(doc), sorted(m.exits)))
-    return out
+    return out + check_paused(m, doc)
+
+
+def check_paused(m, doc: dict) -> list[str]:
+    """Invariant 3, paused: a live job stopped by SIGSTOP reads paused (its python among the
+    paused: a --sh run's reported pid is its shell's), and one running reads not paused."""
+    if m.state not in ("running", "orphaned"):
+        return []
+    said = doc.get("paused") or {}
+    if m.paused and m.paused not in (said.get("pids") or ()):
+        return ["inv3 %s: the job is stopped (SIGSTOP), status says %s" % (m.name, said or "not paused")]
+    if not m.paused and said:
+        return ["inv3 %s: nothing is paused, status says paused: %s" % (m.name, said)]
+    return []
 
 
 def unseeable(p, doc: dict | None, procs: dict) -> bool:

@@ -10,6 +10,9 @@ it reads ctl-TOKEN beside itself and does what it says:
     escape KIND      leave a process behind that carries TOKEN in its command line:
                      setsid (new session), double (double fork), envi (double fork, env -i)
     nan 0            print a NaN loss line
+On SIGTERM (a stop's signal) it appends its nonce to term-TOKEN beside itself, as a training
+script writes its checkpoint, then dies by that signal: the oracle reads there whether the
+handler ran (a paused job's stop must resume it).
 Every process it makes carries TOKEN in its command line, so the oracle finds them by token
 and by ancestry, never by asking runward. Stdlib only: it runs in the containers too."""
 import os
@@ -60,9 +63,17 @@ def on_usr1(signum, frame):
         print("iter 3010: loss nan", flush=True)
 
 
+def on_term(signum, frame):
+    with open(os.path.join(HERE, "term-" + TOKEN), "a") as f:
+        f.write("%s\n" % main.nonce)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def main():
     signal.signal(signal.SIGUSR1, on_usr1)
-    nonce = "%d.%d" % (os.getpid(), time.time_ns())
+    nonce = main.nonce = "%d.%d" % (os.getpid(), time.time_ns())
+    signal.signal(signal.SIGTERM, on_term)
     with open(os.path.join(HERE, "ran-" + TOKEN), "a") as f:
         f.write("%s %s\n" % (VERSION, nonce))
     # kept referenced: the pipe's write end must stay open while the job lives

@@ -147,4 +147,4 @@ class ContainerRules:
             if m.kind == "podown" and m.state == "stray":   # its job's exit was recorded already
                 m.state, m.escapees = "exited", 0
             elif m.kind == "podown" and m.live:
-                m.state, m.exits, m.escapees = "lost", {("unknown",)}, 0
+                m.state, m.exits, m.escapees, m.paused = "lost", {("unknown",)}, 0, 0

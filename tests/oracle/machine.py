@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from . import checks, link, more, truth, world
-from .model import KNOWN_HOLES, LIVE, RunModel
+from .model import KNOWN_HOLES, LIVE, MAX_RUNS, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
-MAX_RUNS = 3          # runs not removed at once: the CI machine has 2 cores
 PICK = st.integers(0, 1 << 16)
 SUPERVISED_ESCAPEES = os.environ.get("ORACLE_SUPERVISED_ESCAPEES", "1") != "0"  # =0 leaves them out
 NO_CGROUP_KINDS = ("podman", "pct", "user")   # runward makes no cgroup there (doctor: cgroups: no)
@@ -166,6 +165,14 @@ class OracleRules(OracleBase):
         if kind in world.NODES:
             sh = supervised = health = False   # a multi-node run: argv (its {node_rank}), unsupervised
         self.acted("start")
+        m = self.define(kind, sh, supervised, health)
+        rc, doc = self.cli("start", m.name, kind=m.kind)
+        self.expect("start %s" % m.name, rc, doc, (0,))
+        m.running_version = m.deployed_version
+
+    def define(self, kind: str, sh: bool = False, supervised: bool = False, health: bool = False) -> RunModel:
+        """A run of that kind written into runward.toml, its code written and deployed: all a
+        start needs."""
         self.n += 1
         name = "orc%s-%d" % (self.session.id[:6], self.n)
         m = RunModel(name, kind, "ORCTOK-%s-%d" % (self.session.id, self.n), sh=sh, supervised=supervised,
@@ -192,15 +199,14 @@ class OracleRules(OracleBase):
         self.write_job(m)
         self.runs[name] = m
         self.deploy(m)
-        rc, doc = self.cli("start", name, kind=m.kind)
-        self.expect("start %s" % name, rc, doc, (0,))
-        m.running_version = m.deployed_version
+        return m
 
     @precondition(lambda self: bool(self.runs) and self.any(lambda m: m.state != "removed"))
     @rule(i=PICK)
     def stop(self, i):
         m = self.pick(i, lambda m: m.state != "removed")
         self.acted("stop", m)
+        terms = self.terms(m) if m.paused else None
         rc, doc = self.cli("stop", m.name, kind=m.kind)
         self.expect("stop %s" % m.name, rc, doc, (0,))
         res = doc.get("result") or {}
@@ -213,7 +219,40 @@ class OracleRules(OracleBase):
         if left:   # invariant 2, at once: the stop said verified, on every node
             raise Violation("inv2 %s: stop said verified, alive: %s" % (
                 m.name, [p.cmdline[:60] for p in left.values()]))
+        if terms is not None and self.terms(m) <= terms:   # paused: resumed after the signal, so its handler ran
+            raise Violation("%s: the stop of a paused job did not let its TERM handler run (term-%s unchanged)" % (
+                m.name, m.token))
         m.stopped()
+
+    def terms(self, m: RunModel) -> int:
+        """How many times the job's TERM handler ran (its lines in term-TOKEN)."""
+        t = self.target(m)
+        return (truth.read_text(t.root, "%s/%s/term-%s" % (t.app, m.name, m.token)) or "").count("\n")
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def pause(self, i):
+        """Ctrl-Z, a debugger: the job's python is stopped (SIGSTOP) from outside. It lives,
+        paused: status must say so (checks.check_paused), and a stop must resume it after its
+        signal so that its TERM handler runs (the stop rule reads term-TOKEN)."""
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not m.paused)
+        if m is None:
+            return
+        self.acted("pause", m)
+        p = self.job(m)
+        os.kill(p.pid, signal.SIGSTOP)
+        m.paused = p.nspid
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=PICK)
+    def resume(self, i):
+        """fg, the debugger detaches: SIGCONT to the paused job."""
+        m = self.pick(i, lambda m: m.paused and m.state == "running")
+        if m is None:
+            return
+        self.acted("resume", m)
+        os.kill(self.job(m).pid, signal.SIGCONT)
+        m.paused = 0
 
     def _restart_ok(self, m, deploy):
         if m.state == "removed" or m.supervised:
@@ -236,7 +275,7 @@ class OracleRules(OracleBase):
         self.expect("restart %s" % m.name, rc, doc, (0,))
         if deploy:
             m.deployed_version = m.local_version
-        m.state, m.attempt, m.escapees, m.exits = "running", m.attempt + 1, 0, set()
+        m.state, m.attempt, m.escapees, m.exits, m.paused = "running", m.attempt + 1, 0, set(), 0
         m.running_version = m.deployed_version
 
     @precondition(lambda self: bool(self.runs))
@@ -253,7 +292,8 @@ class OracleRules(OracleBase):
             self.deploy(m)
 
     def _can_signal(self, m):
-        return self.single(m) and m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
+        return (self.single(m) and m.state in ("running", "orphaned") and (m.state == "running" or not m.escapees)
+                and not m.paused)   # a paused job takes SIGUSR1 only once resumed
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=PICK, how=st.sampled_from(["exit 0", "exit 3", "signal 12", "kill 9"]))
@@ -274,7 +314,7 @@ class OracleRules(OracleBase):
         m.running_version = m.deployed_version  # a supervised restart runs what is on disk
 
     def _can_escape(self, m, kind):
-        if m.state != "running" or not self.single(m) or (m.supervised and not SUPERVISED_ESCAPEES):
+        if m.state != "running" or not self.single(m) or m.paused or (m.supervised and not SUPERVISED_ESCAPEES):
             return False
         return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 KNOWN_HOLES: dict = {}  # each of issue 25's holes the oracle walked (items 3, 8, 11) is mended
 
 LIVE = ("running", "stray", "orphaned")
+MAX_RUNS = 3   # runs not removed at once: the CI machine has 2 cores
 ENDED = ("exited", "gave_up", "lost")
 
 
@@ -41,6 +42,7 @@ class RunModel:
     deployed_version: int = 0
     running_version: int = 0
     log_removed: bool = False
+    paused: int = 0           # the job's python (its pid in the target) stopped by SIGSTOP from outside
 
     @property
     def live(self) -> bool:
@@ -49,6 +51,7 @@ class RunModel:
     def job_ended(self, how: str, n: int):
         """The job ended by itself (or by a signal from outside): what its shim will make of it."""
         facts = exits_for(self.sh, how, n)
+        self.paused = 0
         if self.state == "orphaned":   # no shim to record it: lost, its exit unknown
             self.state, self.exits = "lost", {("unknown",)}
             return
@@ -70,4 +73,4 @@ class RunModel:
             self.exits = {("signal", "SIGTERM"), ("code", 143), ("unknown",)}
         if self.state in LIVE:
             self.state = "exited"
-        self.escapees = 0
+        self.escapees, self.paused = 0, 0

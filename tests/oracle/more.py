@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from . import checks, truth
+from .model import MAX_RUNS
 
 PICK = st.integers(0, 1 << 16)
 FOLLOW_S = 30.0   # how long a follow may take to print the job's line
+OVER_SSH = ("ssh", "link", "podman", "pct")   # one target reached over ssh (a start's Ctrl-C)
 
 
 BOOTSTRAP = "import sys,os,marshal"   # every runward agent's command line (its bootstrap)
@@ -53,6 +55,11 @@ def _via_our_ssh(p, procs: dict, ports: set) -> bool:
                 return len(w) > 1 and w[1].isdigit() and int(w[1]) in ports
         p = procs.get(p.ppid)
     return False
+
+
+def _has_ssh_child(pid: int) -> bool:
+    """The CLI has spawned its ssh: the request is on its way to the target."""
+    return any(p.ppid == pid and p.cmdline.split(" ", 1)[0].endswith("ssh") for p in truth.scan())
 
 
 def follow_procs(session, target, before: set) -> list:
@@ -150,7 +157,7 @@ class MoreRules:
     def nan_line(self, i):
         """The job logs a NaN loss; its run says `nan = "stop"`: its shim stops it within its
         interval, with nobody connected. The effect is read from /proc: nothing of it lives."""
-        m = self.pick(i, lambda m: m.state == "running" and m.health and self.single(m))
+        m = self.pick(i, lambda m: m.state == "running" and m.health and self.single(m) and not m.paused)
         if m is None:
             return
         self.acted("nan_line", m)
@@ -161,6 +168,52 @@ class MoreRules:
         if left:
             raise self.violation(left[0])
         m.stopped()
+
+    @precondition(lambda self: any(k in OVER_SSH for k in self.KINDS)
+                  and sum(m.state != "removed" for m in self.runs.values()) < MAX_RUNS)
+    @rule(k=PICK, delay=st.sampled_from([0.0, 0.05, 0.1, 0.2, 0.35, 0.6]))
+    def start_interrupted(self, k, delay):
+        """Ctrl-C at a random moment of a start over ssh (the far agent goes on without the
+        CLI: an ssh session's command gets no hangup). What the CLI says must be what the
+        target did, read from /proc after the far side had time to decide: `launched` true
+        (or exit 0) means it runs; false ("nothing was started") means nothing of it lives;
+        null (not known) is taken from ground truth. A run that never started is removed
+        (`rm`), so the model goes on from a known state."""
+        kinds = [x for x in self.KINDS if x in OVER_SSH]
+        kind = kinds[k % len(kinds)]
+        self.acted("start_interrupted")
+        m = self.define(kind)
+        p = self.session.popen("start", m.name, kind=kind)
+        left = checks.settle(lambda: [] if p.poll() is not None or _has_ssh_child(p.pid) else ["no ssh yet"], 60)
+        if left:
+            raise self.violation("start %s: no ssh to the target after 60 s" % m.name)
+        time.sleep(delay)   # the moment of the Ctrl-C after the request left, drawn: not a wait for anything
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        doc = self.session.doc(out, err)
+        res = doc.get("result") or {}
+        said = True if p.returncode == 0 else res.get("launched")
+        if p.returncode not in (0, 130):
+            raise self.violation("start %s, interrupted after %.2f s: exit %d: %s" % (
+                m.name, delay, p.returncode, str(doc)[:600]))
+        t = self.target(m)
+        runs = lambda: bool(truth.tree(m.token, t.pidns))
+        if said is None:   # not known: ground truth decides, once the far side had time to
+            alive = not checks.settle(lambda: [] if runs() else ["not (yet) alive"], deadline_s=12)
+        else:
+            alive = not checks.settle(lambda: [] if runs() == said else ["not as said"], deadline_s=12) and said
+            if said is False and runs():
+                raise self.violation("start %s, interrupted after %.2f s, said nothing was started, yet it runs: %s" % (
+                    m.name, delay, str(doc)[:600]))
+            if said is True and not runs():
+                raise self.violation("start %s, interrupted after %.2f s, said it runs, yet nothing of it lives: %s" % (
+                    m.name, delay, str(doc)[:600]))
+        if alive:
+            m.running_version = m.deployed_version
+            return
+        rc, doc = self.cli("rm", m.name, kind=kind)
+        self.expect("rm %s (never started)" % m.name, rc, doc, (0, 4))
+        m.state, m.log_removed = "removed", True
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=PICK)
@@ -186,16 +239,19 @@ class MoreRules:
         if deploy:
             m.deployed_version = m.local_version
         t = self.target(m)
-        nonces = (truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or "").count("\n")
         alive = truth.tree(m.token, t.pidns)
         m.attempt += 1
         if alive:   # stop, then restart: a new attempt runs (the job says so: a new line)
-            if nonces < m.attempt:
+            # the line comes when the job's python has started, which restart's 0.5 s settle
+            # does not wait for on a loaded machine: polled, as every world's move is
+            late = checks.settle(lambda: [] if (truth.read_text(t.root, "%s/%s/ran-%s" % (
+                t.app, m.name, m.token)) or "").count("\n") >= m.attempt else ["no new line"])
+            if late:
                 raise self.violation("%s: alive after stop+restart, but the job did not start again" % m.name)
-            m.state, m.escapees, m.exits = "running", 0, set()
+            m.state, m.escapees, m.exits, m.paused = "running", 0, set(), 0
             m.running_version = m.deployed_version
         else:       # restart, then stop
-            m.state, m.escapees = "exited", 0
+            m.state, m.escapees, m.paused = "exited", 0, 0
             m.exits = {("signal", "SIGTERM")} | ({("code", 143)} if m.sh else set())
 
 

@@ -24,6 +24,9 @@ PROTOCOL = 1
 # ~20). A cache file that is not ours or is group/world-writable is ignored (nothing
 # world-writable is trusted: docs/protocol.md).
 # The umask 077 around makedirs makes the parents it creates (~/.runward itself) 0700 too.
+# Nothing is written into a home that is not ours (store.not_ours' rule: the home, or the
+# cache, owned by another user; for root, a missing home under another user's directory):
+# root with another user's HOME (sudo -E) would leave root-owned files there.
 # An agent starting one of its own (the shim, a health action's stop) hands it the code it
 # runs, already compiled: the header "<length> <sha256> m" and the marshalled dict of modules
 # (handoff()), so the child needs neither the source nor the cache, and a start needs no
@@ -44,10 +47,17 @@ else:
   for i in range(0,len(s),2):r=s[i].decode();c[r]=marshal.dumps(compile(s[i+1],'runward_agent/'+r,'exec'))
   k=0
   try:
+   q=os.path.abspath(d);L=len(os.path.dirname(q));w=os.getuid()
+   while not os.path.lexists(q):q=os.path.dirname(q)
+   o=os.stat(q).st_uid
+   if o!=w and not(w and len(q)<L):raise OSError
    u=os.umask(63);os.makedirs(d,0o700,exist_ok=True);os.umask(u);t='%s.%d'%(p,os.getpid());f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
    os.write(f,marshal.dumps(c));os.close(f);os.rename(t,p);k=1
   except Exception:pass
 exec(marshal.loads(c['__main__.py']),{'__name__':'__main__','MODULES':c,'AGENT_SOURCE':z,'AGENT_SHA':h,'AGENT_CACHED':k})"""
+# The bootstrap's first line, the same in every runward version: a shim or agent of another
+# version (its bootstrap's text differs) is still known as one (procfs.is_shim, ps and kill)
+BOOTSTRAP_HEAD = BOOTSTRAP.split("\n", 1)[0] + "\n"
 SHIM_ARG = "runward-shim"
 RESIDENT_ARG = "runward-resident"
 ZLIB_LEVEL = 1  # fixed, so the same tree gives the same bytes; 9 costs 8x the time for 17% less

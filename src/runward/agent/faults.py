@@ -2,15 +2,17 @@
 STEP, so tests/faults can kill it at exactly that step and check that `status` is true
 afterwards, nothing is lost and nothing is duplicated. RUNWARD_FAULT=pause:STEP makes it wait
 at STEP instead, while the file $RUNWARD_HOME/fault-pause exists (it writes its pid there),
-so a test can make another verb race that step (a stop racing a crash's restart). Unset in
-normal use: one getenv a step. The steps are listed in README.md, "Faults"."""
+so a test can make another verb race that step (a stop racing a crash's restart).
+RUNWARD_FAULT=raise:STEP makes it raise an exception there: a failure of its own code, which
+the shim records as such (shim.failed). Unset in normal use: one getenv a step. The steps are
+listed in README.md, "Faults"."""
 
 import os
 import time
 
 STEPS = ("start:recorded", "start:spawned", "start:settled", "stop:signalled", "stop:dead",
          "shim:job-recorded", "shim:exited", "shim:recording-exit",
-         "supervise:backoff", "supervise:decided")
+         "supervise:backoff", "supervise:decided", "health:tick")
 PAUSE_MAX_S = 120.0
 
 
@@ -20,6 +22,8 @@ def point(step):
         os.kill(os.getpid(), 9)
     if f == "pause:" + step:
         _pause()
+    if f == "raise:" + step:
+        raise RuntimeError("RUNWARD_FAULT: raised at " + step)
 
 
 def _pause():

@@ -29,6 +29,16 @@ def action_ok(v):
     return len(rest) <= 1 and all(x in ACTIONS for x in rest)
 
 
+def check_limits(rules, bad_input):
+    """The rules' min and max, tables of finite numbers, else bad_input(...) raised: each
+    tick compares them with floats, and a string there killed the shim."""
+    for key in ("min", "max"):
+        lim = rules.get(key) or {}
+        if not isinstance(lim, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and abs(v) < float("inf") for v in lim.values()):
+            raise bad_input("invalid health %s %r" % (key, lim), "give numbers, e.g. min = { tok_s = 14500 }")
+
+
 class HealthKeeper(object):
     def __init__(self, store, n, cfg, notify):
         self.store = store
@@ -52,6 +62,8 @@ class HealthKeeper(object):
         att = self.store.attempt(n)
         if not att or att.get("exit"):
             return
+        from . import faults
+        faults.point("health:tick")
         saved, _, _ = health.scan(self.store, att, self.rules.get("metrics"))
         if self.judge is None:
             self.judge = Judge(att, saved, self.rules, time.time(), None)
@@ -117,10 +129,14 @@ class HealthKeeper(object):
         if self.idle_said or now - self.idle_since < self.idle["for_s"]:
             return []
         self.idle_said = True
-        return [alert("idle", now, "every GPU of the run (%s) under %g%% utilization for %.0fs: %s" % (
+        a = alert("idle", now, "every GPU of the run (%s) under %g%% utilization for %.0fs: %s" % (
             ",".join(map(str, att["gpus"])), self.idle["below"], now - self.idle_since,
             ", ".join("GPU %s %s%%" % (i, u) for i, u in zip(att["gpus"], mine))),
-            metric="gpu_util_pct", value=max(mine), since=self.idle_since)]
+            metric="gpu_util_pct", value=max(mine), since=self.idle_since)
+        from .ops.health import add_fact
+        self.judged.add((a["kind"], a.get("line_no"), a.get("t")))  # judged here, not again as a stored fact
+        add_fact(self.store, att, a)
+        return [a]
 
     def _act(self, n, a, last):
         # "stacks,restart": the stacks first (while the hung processes still live), then the rest

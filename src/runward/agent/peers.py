@@ -46,6 +46,11 @@ HELLO_S = 5.0       # a connection not proved by then is closed (either side)
 MAX_PENDING = 64    # connections not proved yet, at once: the oldest is closed to make room
 HELLO_LINE = 1024   # the longest line before a connection proved itself
 LINE = 65536        # the longest line after
+# a member's link to the coordinator is idle while all is well: TCP keepalive probes it, so
+# that a node 0 gone silently (its host cut off, its closing words lost in a partition) is
+# seen within KEEP_IDLE_S + KEEP_INTVL_S * KEEP_CNT (25 s), and, once the link is back, at
+# the next probe (node 0's kernel answers a connection it has forgotten with a reset)
+KEEP_IDLE_S, KEEP_INTVL_S, KEEP_CNT = 10, 5, 3
 
 
 def attach(store, n, att):
@@ -65,7 +70,10 @@ def ended(link, ex, att):
     if link is None:
         return
     failed = _failed(ex) and not att.get("stop_requested")
-    link.job_ended({"ended": link.rank, "failed": failed, "exit": ex})
+    msg = {"ended": link.rank, "failed": failed, "exit": ex}
+    if (att.get("stop_requested") or {}).get("by") == "cli":  # `runward stop` (restart's too) of the run
+        msg["stopped_by"] = "`runward stop`"
+    link.job_ended(msg)
     link.told.wait(TELL_S)  # a member not connected yet says it once it is (follow)
     link.stop_done.wait(30.0)
 
@@ -135,6 +143,10 @@ class Link:
         if self.rank == 0:
             if msg["failed"]:
                 self.node_failed(0, "node 0's job ended: %s" % _describe(msg["exit"]))
+            elif msg.get("stopped_by"):  # a user's stop of the run: each node stops, also one it missed
+                self.broadcast({"stop": {"rank": 0, "whole": True, "why": "node 0 was stopped by %s: the whole run "
+                                                                         "stops" % msg["stopped_by"]}})
+                self.broadcast({"ended": 0, "failed": False})
             else:
                 self.broadcast({"ended": 0, "failed": False})
             self.told.set()
@@ -168,18 +180,21 @@ class Link:
     def note(self, event):
         self.store.update_attempt(self.n, lambda att: att.setdefault("peer_events", []).append(event))
 
-    def stop_own(self, rank, why):
+    def stop_own(self, rank, why, whole=False):
         """Our job, stopped as `runward stop` would (run lock, stop_requested, the stop
         signal to every process of the job, the grace, KILL), unless it has ended already."""
         if self.job_over.is_set():
             return
+        now = self.store.attempt(self.n) or {}
+        if now.get("exit") or (now.get("stop_requested") or {}).get("by") == "cli":
+            return  # a `runward stop` here is on it already: waiting for its lock would only delay
         self.stop_done.clear()
         try:
-            self._stop_locked(rank, why)
+            self._stop_locked(rank, why, whole)
         finally:
             self.stop_done.set()
 
-    def _stop_locked(self, rank, why):
+    def _stop_locked(self, rank, why, whole=False):
         store = self.store
         fd = store.lock("stop", 60.0)
         try:
@@ -205,7 +220,8 @@ class Link:
             left = find_more()
             self.job_over.wait(10.0)  # the shim's main thread records the exit first
             store.update_attempt(self.n, lambda att: att.update(peer_stop={
-                "by_node": rank, "why": why, "at": time.time(), "processes": len(fates), "verified_dead": not left}))
+                "by_node": rank, "whole": whole, "why": why, "at": time.time(), "processes": len(fates),
+                "verified_dead": not left}))
         finally:
             store.unlock(fd)
 
@@ -377,7 +393,9 @@ class Link:
             self.node_failed(0, why)
 
     def _heed(self, sock):
-        """What the proved coordinator says, until its "ended" (True) or the link drops."""
+        """What the proved coordinator says, until its "ended" (True) or the link drops. A
+        stop of the whole run (`runward stop` of node 0) is heeded whatever the policy."""
+        keepalive(sock)
         buf = self.rest
         while True:
             while b"\n" in buf:
@@ -385,8 +403,8 @@ class Link:
                 msg = _parse(line)
                 if "stop" in msg and isinstance(msg["stop"], dict):
                     self.note(dict(msg["stop"], at=time.time(), told_by=0))
-                    if self.policy == "stop":
-                        self.stop_own(msg["stop"].get("rank"), msg["stop"].get("why"))
+                    if self.policy == "stop" or msg["stop"].get("whole"):
+                        self.stop_own(msg["stop"].get("rank"), msg["stop"].get("why"), bool(msg["stop"].get("whole")))
                 elif "ended" in msg:
                     return True
             try:
@@ -447,6 +465,15 @@ class Link:
             return "the listener at %s did not prove it knows the run's secret: not heeded" % where
         self.send(sock, {"proof": self.mac("member", self.rank, nm, msg.get("nonce"))})
         return None
+
+
+def keepalive(sock):
+    """TCP keepalive on SOCK (KEEP_IDLE_S, KEEP_INTVL_S, KEEP_CNT; Linux's options)."""
+    import socket
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, v in (("TCP_KEEPIDLE", KEEP_IDLE_S), ("TCP_KEEPINTVL", KEEP_INTVL_S), ("TCP_KEEPCNT", KEEP_CNT)):
+        if hasattr(socket, opt):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), v)
 
 
 def listen(mn):

@@ -3,7 +3,7 @@ from field 22 of /proc/PID/stat: a pid alone is never signalled, pids are reused
 
 import os
 
-from .boot import BOOTSTRAP, SHIM_ARG
+from .boot import BOOTSTRAP_HEAD, SHIM_ARG
 
 # The job's environment carries MARKER=<run name>.<attempt>: descendants inherit it, so
 # children that escaped with setsid or a double fork are still found.
@@ -251,12 +251,13 @@ class Protected(object):
 
 
 _SHIM_ARG_Z = ("\0" + SHIM_ARG + "\0").encode()
-_BOOTSTRAP_Z = ("\0" + BOOTSTRAP + "\0").encode()
+_BOOTSTRAP_Z = ("\0" + BOOTSTRAP_HEAD).encode()
 
 
 def is_shim(p):
-    """SHIM_ARG and BOOTSTRAP are both whole arguments of its command line (checked on the
-    raw bytes: a status call asks this of every session leader on the machine)."""
+    """SHIM_ARG is a whole argument of its command line and another begins with the
+    bootstrap's first line (any runward version's: a shim outlives an upgrade), checked on the
+    raw bytes: a status call asks this of every session leader on the machine."""
     raw = b"\0" + p.cmdline_raw()
     return _SHIM_ARG_Z in raw and _BOOTSTRAP_Z in raw
 

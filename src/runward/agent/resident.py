@@ -101,7 +101,7 @@ def _start(sock, idle):
         log = os.open(sock[:-len(".sock")] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         p = subprocess.Popen([sys.executable, "-S", "-c", boot.BOOTSTRAP, boot.RESIDENT_ARG],
                              stdin=subprocess.PIPE, stdout=log, stderr=log, close_fds=True,
-                             start_new_session=True)
+                             start_new_session=True, cwd="/")  # it outlives us: holds no directory
         p.returncode = 0  # never waited for: it outlives us
         # from the code cache (SHIPPED["cached"]): the header carries the hash alone
         p.stdin.write(b"0 %s\n" % boot.own_sha().encode() + json_dumps({"path": sock, "idle": idle}).encode() + b"\n")

@@ -88,7 +88,7 @@ def blind_spot(att, procs):
         # the shim recorded the job's end itself, then left: nothing was dropped; unless it
         # was killed while it held adopted orphans (shim._wait_adopted): they went to pid 1
         return None
-    return BLIND_SPOT
+    return BLIND_SPOT.replace("was killed", "failed") if att.get("shim_failed") else BLIND_SPOT
 
 
 def job_session(att, procs):

@@ -54,22 +54,34 @@ def mask_url_passwords(text):
     if not isinstance(text, str) or "://" not in text or "@" not in text:
         return text
     out, pos = [], 0
+    for start, end, user, password in _url_userinfos(text):
+        out.append(text[pos:start])
+        out.append(user + ":" + MASK + text[text.rindex("@", start, end):end] if password else text[start:end])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def url_passwords(text):
+    """The passwords of the URLs in text, as mask_url_passwords finds them."""
+    if not isinstance(text, str) or "://" not in text or "@" not in text:
+        return []
+    return [pw for _, _, _, pw in _url_userinfos(text) if pw]
+
+
+def _url_userinfos(text):
+    """(start, end, user, password) of each URL authority in text ("" where no password)."""
+    pos = 0
     while True:
         i = text.find("://", pos)
         if i < 0:
-            out.append(text[pos:])
-            return "".join(out)
-        start = i + 3
-        end = start
+            return
+        start = end = i + 3
         while end < len(text) and text[end] not in "/?#" and not text[end].isspace():
             end += 1
         userinfo, at, _ = text[start:end].rpartition("@")
         user, colon, password = userinfo.partition(":")
-        out.append(text[pos:start])
-        if at and colon and password:
-            out.append(user + ":" + MASK + text[start + len(userinfo):end])
-        else:
-            out.append(text[start:end])
+        yield start, end, user, password if at and colon else ""
         pos = end
 
 

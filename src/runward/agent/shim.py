@@ -56,6 +56,7 @@ def _fork_exec(argv, env, fds):
         return pid
     try:
         os.setsid()
+        os.chdir("/")  # it lives as long as the job: never the caller's directory (a mount kept busy)
         for i, fd in enumerate(fds):
             # the copy at 0, 1, 2 is inheritable, the original is not; none of fds is below 3
             # (they were opened while the agent's own stdin, stdout and stderr were open)
@@ -87,7 +88,10 @@ _SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RU
 
 
 def _shim_env():
-    return {k: os.environ[k] for k in _SHIM_ENV_KEYS if k in os.environ}
+    env = {k: os.environ[k] for k in _SHIM_ENV_KEYS if k in os.environ}
+    if "RUNWARD_HOME" in env:  # the shim runs from /: a relative home would be another
+        env["RUNWARD_HOME"] = os.path.abspath(env["RUNWARD_HOME"])
+    return env
 
 
 def read_msg(fd, timeout):
@@ -225,6 +229,29 @@ def _mark_lingering(store, my_start, close):
     except OSError:
         return False  # a record that cannot be written: status says what it can
     return True
+
+
+def failed(home_path, name, exc):
+    """The shim's own failure (an exception out of main: a health check's, a record it could
+    not write), kept in its last attempt's record as `shim_failed` before the traceback goes
+    to its log: status and start then say that the shim failed and why, where a shim gone
+    without a word is all they could say (as of one killed from outside). A newer attempt's
+    record (another shim's) is left alone; a record that cannot be written leaves the log."""
+    try:
+        store = RunStore(Home(home_path), name)
+        n, me = (store.run() or {}).get("attempt"), os.getpid()
+        if not n:
+            return
+        why = {"at": time.time(), "error": ("%s: %s" % (type(exc).__name__, exc))[:500],
+               "log": os.path.join(store.dir, "attempts", "%d.shim.log" % n)}
+
+        def mark(att):
+            if (att.get("shim") or {}).get("pid") != me:
+                return False
+            att["shim_failed"] = why
+        store.update_attempt(n, mark)
+    except Exception:
+        pass  # the traceback in the shim's log still says it
 
 
 def end():

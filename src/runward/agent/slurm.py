@@ -28,8 +28,10 @@ STATES = {
 }
 ACTIVE = frozenset(k for k, v in STATES.items() if v in ("pending", "running", "suspended"))
 # what Slurm's client commands say when slurmctld does not answer (slurm_load_jobs error:
-# Unable to contact slurm controller (connect failure)): the job's state is then unknown
-NO_CONTROLLER = ("Unable to contact slurm controller", "Connection refused")
+# Unable to contact slurm controller (connect failure); one that takes the connection and
+# says nothing within MessageTimeout: Socket timed out on send/recv operation): the job's
+# state is then unknown
+NO_CONTROLLER = ("Unable to contact slurm controller", "Connection refused", "Socket timed out")
 
 
 def command(name):
@@ -49,21 +51,22 @@ def run(argv, env=None, timeout=CMD_TIMEOUT):
     try:
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AgentFailure("Failed", "%s did not answer within %gs" % (os.path.basename(argv[0]), timeout),
+    except subprocess.TimeoutExpired:  # what it would have said (a state, a submission) is unknown
+        raise AgentFailure("Unreachable", "%s did not answer within %gs" % (os.path.basename(argv[0]), timeout),
                            "is slurmctld up? `scontrol ping` on this host says")
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace").strip()
 
 
 def failure(what, rc, err):
-    """A Slurm command that failed, as an error: Unreachable (exit 3) when it could not reach
-    the controller, since what it would have said is then unknown, not "no such job"; else
-    Failed, with Slurm's own words either way."""
+    """A Slurm command that could not say a job's state, as an error: Unreachable (exit 3,
+    docs/slurm.md), with Slurm's own words. Whatever made it fail (no controller, one that
+    does not answer, ...), the job's state is unknown, never "no such job" nor a verdict."""
     msg = err or "exit status %d" % rc
     if any(s in msg for s in NO_CONTROLLER):
         return AgentFailure("Unreachable", "%s could not reach the Slurm controller: %s" % (what, msg),
                             "check slurmctld (`scontrol ping`) and slurm.conf on this host")
-    return AgentFailure("Failed", "%s failed: %s" % (what, msg))
+    return AgentFailure("Unreachable", "%s could not say the job's state: %s" % (what, msg),
+                        "run it on this host to see why; `scontrol ping` says whether slurmctld answers")
 
 
 def submit(argv, env):
@@ -173,6 +176,8 @@ def cancel(job_id, signal_name=None):
     without, the job is cancelled (KILL after Slurm's KillWait)."""
     argv = ["scancel"] + (["--signal=" + signal_name, "--full"] if signal_name else []) + [str(job_id)]
     rc, out, err = run(argv)
+    if rc != 0 and any(s in err for s in NO_CONTROLLER):  # nothing was sent
+        raise failure("scancel", rc, err)
     if rc != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
         raise AgentFailure("Failed", "scancel refused: %s" % (err or "exit %d" % rc))
     return err
@@ -202,8 +207,7 @@ def alive(att):
 def active(att):
     """Whether the attempt's job is active in Slurm, for a verb that destroys on the answer
     (rm, prune): a squeue that cannot answer raises (Unreachable when the controller does
-    not answer), since a job Slurm cannot be asked about may well be running."""
-    if (att.get("exit") or {}).get("state"):
-        return False
+    not answer), since a job Slurm cannot be asked about may well be running. Asked also
+    after an end was recorded: `scontrol requeue` brings the same job id back."""
     q = queued(att["slurm"]["job_id"])
     return q is not None and q["state"] in ACTIVE

@@ -7,14 +7,15 @@ unchanged file costs nothing more per attempt. Bounded: FILE_MAX per file, ATTEM
 attempt, the files of the last KEEP_ATTEMPTS attempts (older ones' text removed as the next
 start writes its own); runward.toml's snapshots = {...} (runward/snapbounds.py) sets them
 per run, and the attempt's record says the bounds it was kept under; rm and prune remove it
-with the run's directory. A file that holds the
-value of one of the run's secret env entries is never kept. Keeping is best effort: a file it
-cannot keep is named with the reason, and a start never fails on it."""
+with the run's directory. A file that holds a secret runward knows of (the value of a
+secret-named env entry, the password of a URL in any env value or in a notify entry) is
+never kept, and a URL password in a kept file's own text is kept as ***. Keeping is best
+effort: a file it cannot keep is named with the reason, and a start never fails on it."""
 
 import hashlib
 import os
 
-from .secrets import is_secret_name
+from .secrets import is_secret_name, mask_url_passwords, url_passwords
 from .store import make_private_dirs, write_atomic
 
 FILE_MAX = 256 << 10
@@ -23,12 +24,13 @@ KEEP_ATTEMPTS = 20
 SECRET_MIN = 4  # a secret value shorter than this would match by chance: such a value is not searched
 
 
-def keep(store, hashes, env, bounds=None):
+def keep(store, hashes, env, bounds=None, notify=None):
     """{"kept": {path: sha256}, "skipped": {path: reason}, "bounds": {...}} for the attempt's
-    files HASHES, under BOUNDS ({file_max, attempt_max, keep_attempts}; the defaults else)."""
+    files HASHES, under BOUNDS ({file_max, attempt_max, keep_attempts}; the defaults else);
+    NOTIFY: the policy's real notify entries, whose URL passwords no kept file may hold."""
     b = {"file_max": FILE_MAX, "attempt_max": ATTEMPT_MAX, "keep_attempts": KEEP_ATTEMPTS}
     b.update({k: int(v) for k, v in (bounds or {}).items() if k in b and isinstance(v, int) and v > 0})
-    secrets = _secret_values(store, env)
+    secrets = _secret_values(store, env, notify)
     kept, skipped, total = {}, {}, 0
     d = os.path.join(store.dir, "snapshots")
     for path, sha in sorted((hashes or {}).items()):
@@ -39,8 +41,10 @@ def keep(store, hashes, env, bounds=None):
                 continue
             make_private_dirs(d)
             blob = os.path.join(d, sha)
-            if not os.path.exists(blob):
-                write_atomic(blob, data, sync=False)  # a lost copy costs a diff, never a record
+            # a lost copy costs a diff, never a record; a masked text is written again over an
+            # older runward's copy, which kept its URL passwords
+            if not os.path.exists(blob) or hashlib.sha256(data).hexdigest() != sha:
+                write_atomic(blob, data, sync=False)
             kept[path] = sha
             total += len(data)
         except OSError as e:
@@ -49,19 +53,33 @@ def keep(store, hashes, env, bounds=None):
     return {"kept": kept, "skipped": skipped, "bounds": b}
 
 
-def _secret_values(store, env):
-    """The values of the run's secret env entries: this start's, and those the earlier
-    attempts' records keep -- a rotated secret's old value, still in a file, would else be kept
-    and shown by compare's diff."""
+def _secret_values(store, env, notify=None):
+    """{value: why} of the secrets a kept file may not hold: the run's secret-named env
+    entries' values and the passwords of URLs in any env value -- this start's, and those the
+    earlier attempts' records keep (a rotated secret's old value, still in a file, would else
+    be kept and shown by compare's diff) -- and the notify URLs' passwords."""
     envs = [env or {}]
     for n in store.attempts():
         envs.append((store.attempt(n) or {}).get("env") or {})
-    return sorted({v.encode() for e in envs for k, v in e.items()
-                   if is_secret_name(k) and isinstance(v, str) and len(v) >= SECRET_MIN})
+    found = {}
+    for e in envs:
+        for k, v in e.items():
+            if isinstance(v, str):
+                _add(found, url_passwords(v), "holds the password of a URL in env entry %s" % k)
+                _add(found, [v] if is_secret_name(k) else [], "holds the value of a secret env entry")
+    for t in notify or []:
+        _add(found, url_passwords(t), "holds the password of a notify URL")
+    return found
+
+
+def _add(found, values, why):
+    for v in values:
+        if len(v) >= SECRET_MIN:
+            found[v.encode()] = why
 
 
 def _text(path, sha, secrets, b, room):
-    """The file's bytes, or why they are not kept."""
+    """The file's bytes as kept (its URLs' passwords masked), or why they are not kept."""
     if not sha:
         return "no hash (the file was missing at start)"
     size = os.path.getsize(path)
@@ -79,9 +97,10 @@ def _text(path, sha, secrets, b, room):
         data.decode("utf-8")
     except UnicodeDecodeError:
         return "binary (not UTF-8)"
-    if any(s in data for s in secrets):
-        return "holds the value of a secret env entry"
-    return data
+    for s, why in sorted(secrets.items()):
+        if s in data:
+            return why
+    return mask_url_passwords(data.decode("utf-8")).encode("utf-8")
 
 
 def _size(n):

@@ -2,8 +2,12 @@
 (docs/diagnosis.md, "Stalls and stragglers").
 
 - **stall**: the run's step (the last `step`/`iteration`/... its log printed) has not
-  advanced for stall_after seconds while the job is alive. A log that shows no step at all is
-  judged by its silence instead (basis "log"), and the alert says so.
+  advanced for stall_after seconds while the job is alive. Before the first step, silence
+  alone is not a stall: a model loading for minutes prints nothing and steps normally after.
+  Then the log's silence counts only with the process tree's own stillness (basis "log"): no
+  CPU and no I/O (/proc/PID/stat, /proc/PID/io) over stall_after is the hang before a first
+  step (a rendezvous that never completes); a tree that computes or reads is starting, and
+  status says "no step yet, 4m12s, loading?".
 - **stall_after**: set (start --stall-after, [runs.NAME.health] stall_after), else derived from
   the observed step time, max(10 x median step time, 120 s), else 120 s until a step time is
   seen. The step time there is at least the time between two step lines: a log printing every
@@ -38,6 +42,7 @@ READ_BYTES = 4 << 20  # a call reads at most the newest 4 MiB the log gained
 KEEP = 16  # step-time estimates kept (the run's and each rank's)
 CPU_SAMPLES = 32
 IDLE_CORE = 0.02  # a rank under 2% of a core is not computing
+IDLE_IO = 16 << 10  # ... and a tree under 16 KiB/s of reads and writes (rchar + wchar) is not loading
 BUSY_CORE = 0.3  # ... while another over 30% of one is
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
 VERSION = 1
@@ -171,11 +176,49 @@ def _sample_cpu(st, att, now):
         if rank is not None and rank.isdigit():
             key = "rank " + rank
             cpu[key] = cpu.get(key, 0.0) + (p.utime + p.stime) / float(CLK_TCK)
+    if st.get("step") is None:  # before the first step: is the tree starting, or still?
+        st["tree"] = _thin((st.get("tree") or []) + [[now] + _tree_use(procs, int(job))])
+    else:
+        st.pop("tree", None)
     for key, c in cpu.items():
         st["cpu"][key] = (st["cpu"].get(key) or [])[-(CPU_SAMPLES - 1):] + [[now, round(c, 3)]]
     for key in list(st["cpu"]):
         if key not in cpu:
             del st["cpu"][key]  # that rank's processes are gone
+
+
+def _tree_use(procs, job):
+    """[CPU seconds, bytes read and written, processes whose I/O could not be read] of the
+    job and its descendants: a tree that loads a model reads (rchar/wchar count page-cache
+    reads too) or computes; one hung before its first step does neither."""
+    from .procfs import descendants
+    cpu, io, unread = 0.0, 0, 0
+    for pid in [job] + list(descendants([job], procs)):
+        p = procs.get(pid)
+        if p is None or p.dead:
+            continue
+        cpu += (p.utime + p.stime) / float(CLK_TCK)
+        try:
+            with open("/proc/%d/io" % pid) as f:
+                fields = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+            io += int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
+        except (OSError, ValueError):
+            unread += 1  # gone meanwhile, or not ours to read (ptrace mode)
+    return [round(cpu, 3), io, unread]
+
+
+def _tree_rates(st, window):
+    """(cores, bytes a second, processes unread) of the tree over the last WINDOW seconds,
+    or None while the samples do not span it."""
+    samples = st.get("tree") or []
+    if not samples:
+        return None
+    t1, c1, b1, unread = samples[-1]
+    old = [s for s in samples if s[0] <= t1 - window]
+    if not old or t1 <= old[-1][0]:
+        return None
+    dt = t1 - old[-1][0]
+    return (c1 - old[-1][1]) / dt, max(0, b1 - old[-1][2]) / dt, unread
 
 
 def median(xs):
@@ -208,6 +251,30 @@ def stall_after(cfg, st, started=None):
         return max(FACTOR * max(med, median(st.get("li") or []) or 0), WRITE_FACTOR * (median(st.get("wi") or []) or 0),
                    MIN_AFTER), "derived", med
     return MIN_AFTER, "default", None
+
+
+def stall_rule(cfg, st, started=None):
+    """The rule that gave stall_after, in words with its numbers: "set", "default: ...", or
+    the derivation's largest term named first, then every term (status printed "max(10 x
+    median step 0.5s, 120s)" beside 271.674 s, which 3 x the time between writes gave)."""
+    med, how = step_time(st, started)
+    if cfg.get("after"):
+        return "set"
+    if med is None:
+        return "default: no step time observed yet"
+    li = median(st.get("li") or []) or 0
+    wi = median(st.get("wi") or []) or 0
+    step = ("10 x step time <= %.3gs (from the attempt's start)" % med if how == "start"
+            else "10 x median step %.3gs" % med)
+    terms = [(FACTOR * med, step)]
+    if li > med:
+        terms.append((FACTOR * li, "10 x median time between step lines %.3gs" % li))
+    if wi:
+        terms.append((WRITE_FACTOR * wi, "3 x median time between the log's writes %.3gs" % wi))
+    terms.append((MIN_AFTER, "the floor"))
+    said = ["%s = %gs" % (w, round(v, 3)) for v, w in terms]
+    top = max(range(len(terms)), key=lambda i: terms[i][0])
+    return "derived: %s, over %s" % (said[top], "; ".join(s for i, s in enumerate(said) if i != top))
 
 
 def _thin(samples):
@@ -262,7 +329,10 @@ def _idle(st, window):
     return idle, busy, rates
 
 
-def _stall(st, att, after, src, now):
+def _stall(st, att, after, src, now, stacks_of=None):
+    """The stall alert, or None. STACKS_OF(since, now): the episode's stacks (taken at its first
+    sighting); where they read the ranks, they name the cause (_by_stacks), the log's steps
+    and the ranks' CPU only where they do not."""
     from .logmetrics.alerts import alert
     node = _node(att)
     said = "stall_after %gs, %s" % (after, src)
@@ -271,15 +341,25 @@ def _stall(st, att, after, src, now):
         detail = "step %s has not advanced for %ds (%s)" % (_num(st["step"]), now - since, said)
     else:
         since, basis = st["growth_t"] or att.get("started_at") or now, "log"
-        detail = ("the log shows no steps: judged by its silence, no new output for %ds (%s)"
-                  % (now - since, said))
+        if now - since <= after:
+            return None
+        use = _tree_rates(st, after)
+        if use is None or use[0] >= IDLE_CORE or use[1] >= IDLE_IO:
+            return None  # starting (or not yet sampled over the window): said by starting()
+        detail = ("the log shows no steps: judged by its silence and the process tree's stillness: no new "
+                  "output for %ds, and %s over the last %gs (%s)" % (now - since, _use_text(use), after, said))
     if now - since <= after:
         return None
+    stacks = stacks_of(since, now) if stacks_of else None
     behind, span = _behind(st)
     idle, busy, _ = _idle(st, min(after, max(now - since, 1.0)))
-    suspects = behind or (idle if busy else [])
+    suspects, why, rank_basis = _by_stacks(stacks, st, node)
+    if rank_basis is None:
+        suspects, rank_basis = behind or (idle if busy else []), "log" if behind else "cpu"
     extra = {}
-    if behind:
+    if why:
+        detail += why
+    elif behind:
         detail += "; %s stopped first (its last step %s, the others reached %s)" % (
             ", ".join(_name(k, node) for k in behind), _num(span[0]), _num(span[1]))
     elif suspects:
@@ -287,11 +367,92 @@ def _stall(st, att, after, src, now):
             ", ".join(_name(k, node) for k in idle), ", ".join(busy))
     if suspects:
         extra = _rank_fields(suspects[0], node)
-        extra["ranks"] = suspects
+        extra.update(ranks=suspects, rank_basis=rank_basis)
     if node is not None:
         extra["node"] = node
+    if stacks:
+        extra["stacks"] = stacks
     return alert("stall", now, detail, metric="step" if basis == "step" else None,
                  value=round(now - since, 1), since=since, basis=basis, stall_after=after, **extra)
+
+
+COLLECTIVES = frozenset(("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+                         "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+                         "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv",
+                         "isend", "irecv", "batch_isend_irecv", "wait"))
+
+
+def stack_ranks(doc):
+    """Each ranked process of a stacks capture: {"rank", "local_rank", "where", "collective"}:
+    whether its main thread is inside a collective (a torch.distributed call, or a frame of
+    distributed_c10d), where a rank waits for the others."""
+    out = []
+    for p in doc.get("procs") or ():
+        if p.get("rank") is None or not p.get("frame"):
+            continue
+        main = next((t for t in p.get("threads") or () if t.get("name") == "MainThread"), None) or \
+            ((p.get("threads") or [None])[0])
+        frames = [f for f in (main or {}).get("frames") or () if not f.get("native")]
+        coll = next((f for f in frames if f.get("name") in COLLECTIVES
+                     or "distributed_c10d" in (f.get("file") or "")), None)
+        f = coll if coll and coll.get("name") in COLLECTIVES else p["frame"]
+        out.append({"rank": p["rank"], "local_rank": p.get("local_rank"), "collective": coll is not None,
+                    "where": "%s (%s:%s)" % (f.get("name"), f.get("file"), f.get("line"))})
+    return out
+
+
+def _by_stacks(stacks, st, node):
+    """(suspects, words, "stacks") where the episode's stacks read ranks: a rank inside a
+    collective waits, a rank elsewhere is the cause; every rank in one names none, said so.
+    (None, None, None) where they read no rank: the log's rule and the CPU's stand then."""
+    ranks = (stacks or {}).get("ranks") or []
+    if not ranks:
+        return None, None, None
+    local = any(k.startswith("local rank") for k in st.get("ranks") or {})
+    key = lambda r: ("local rank %s" % r["local_rank"]) if local and r.get("local_rank") is not None \
+        else "rank %s" % r["rank"]  # noqa: E731  (the log's kind of rank, where it shows one)
+    cause = [r for r in ranks if not r["collective"]]
+    waiting = [r for r in ranks if r["collective"]]
+    said = lambda rs: ", ".join("%s in %s" % (_name(key(r), node), r["where"]) for r in rs)  # noqa: E731
+    if not cause:
+        return [], "; by the stacks, every rank waits in a collective (%s): none is elsewhere" % said(waiting), "stacks"
+    suspects = sorted(set(key(r) for r in cause))
+    return suspects, "; by the stacks, %s %s the cause: %s%s" % (
+        ", ".join(_name(k, node) for k in suspects), "is" if len(suspects) == 1 else "are", said(cause),
+        ", while %s" % said(waiting) if waiting else ""), "stacks"
+
+
+def _use_text(use):
+    cores, rate, unread = use
+    return "%.1f%% of a core, %s/s of reads and writes%s" % (
+        100 * cores, _bytes(rate), "; the I/O of %d of its processes unreadable" % unread if unread else "")
+
+
+def _bytes(n):
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return "%.0f %s" % (n, unit) if unit == "B" else "%.1f %s" % (n, unit)
+        n /= 1024.0
+
+
+def starting(st, att, after, now):
+    """Before the first step, what the tree does: {"for_s" (since the attempt's start),
+    "cpu_cores", "io_bytes_s", "window_s", "verdict"}: "starting" (it computes or reads: a
+    load, not a stall), "still" (neither, over stall_after: judged with the log's silence),
+    or "unsampled" (its CPU and I/O not sampled over the window yet: nothing is said of it)."""
+    if st.get("step") is not None:
+        return None
+    begun = att.get("started_at") or now
+    out = {"for_s": round(now - begun, 1), "window_s": after}
+    use = _tree_rates(st, after)
+    if use is None:
+        out["verdict"] = "unsampled"
+        return out
+    out.update({"cpu_cores": round(use[0], 3), "io_bytes_s": round(use[1]), "verdict": "starting"
+                if use[0] >= IDLE_CORE or use[1] >= IDLE_IO else "still"})
+    if use[2]:
+        out["io_unreadable"] = use[2]
+    return out
 
 
 def _num(v):
@@ -353,9 +514,8 @@ def check(store, att, cfg=None, now=None, capture=True, lock_wait=None):
             for s in st["cpu"].values():
                 _thin(s)
         alerts = []
-        a = _stall(st, att, after, src, now)
+        a = _stall(st, att, after, src, now, lambda since, t: _episode(store, st, att, since, t, capture))
         if a is not None:
-            _episode(store, st, att, a, capture)
             alerts.append(a)
         else:
             st["episode"] = None  # the step moved: a later stall is a new episode
@@ -365,10 +525,15 @@ def check(store, att, cfg=None, now=None, capture=True, lock_wait=None):
                  for k, r in st["ranks"].items())
     for k, s in st["cpu"].items():
         ranks.setdefault(k, {})["cpu_s"] = s[-1][1]
-    return {"stall_after": after, "stall_after_from": src, "median_step_s": med,
-            "step_time_from": step_time(st, att.get("started_at"))[1],
-            "straggler_ratio": float(cfg.get("ratio") or RATIO), "step": _num(st["step"]),
-            "step_t": st["step_t"], "ranks": ranks, "alerts": alerts}
+    out = {"stall_after": after, "stall_after_from": src, "median_step_s": med,
+           "stall_after_rule": stall_rule(cfg, st, att.get("started_at")),
+           "step_time_from": step_time(st, att.get("started_at"))[1],
+           "straggler_ratio": float(cfg.get("ratio") or RATIO), "step": _num(st["step"]),
+           "step_t": st["step_t"], "ranks": ranks, "alerts": alerts}
+    begun = starting(st, att, after, now)
+    if begun is not None:
+        out["no_step_yet"] = begun
+    return out
 
 
 def watch_alerts(store, att, rules, alive):
@@ -379,15 +544,15 @@ def watch_alerts(store, att, rules, alive):
     return check(store, att, {"after": rules.get("stall_after"), "ratio": rules.get("straggler_ratio")})["alerts"]
 
 
-def _episode(store, st, att, a, capture):
-    """Once per stall episode (keyed by the time progress stopped): the stacks, if asked."""
+def _episode(store, st, att, since, now, capture):
+    """The episode's stacks: taken once per stall episode (keyed by the time progress
+    stopped), if asked; None where none were."""
     ep = st.get("episode")
-    if not ep or ep.get("since") != a["since"]:
-        ep = st["episode"] = {"since": a["since"], "at": a["t"]}
+    if not ep or ep.get("since") != since:
+        ep = st["episode"] = {"since": since, "at": now}
         if capture:
             ep["stacks"] = take_stacks(att, store)
-    if ep.get("stacks"):
-        a["stacks"] = ep["stacks"]
+    return ep.get("stacks") or None
 
 
 def take_stacks(att, store=None):
@@ -405,6 +570,8 @@ def take_stacks(att, store=None):
         return {"ok": False, "note": "stacks could not be taken: %s" % e}
     if doc.get("summary"):
         out["summary"] = doc["summary"]
+    if stack_ranks(doc):
+        out["ranks"] = stack_ranks(doc)  # who waits in a collective, who is elsewhere (_by_stacks)
     if not doc.get("ok"):
         out["note"] = "stacks not read: %s (%s)" % (doc.get("error"), doc.get("hint"))
     return out

@@ -45,6 +45,37 @@ def make_private_dirs(path):
             pass
 
 
+def not_ours(path):
+    """(owner uid, the directory) when writing the home PATH would write into a directory not
+    this user's, else None: the home itself owned by another user; or, for root, a home not
+    made yet under a directory of another user's. Root with another user's HOME (`sudo -E
+    runward ...`) would else leave root-owned files there that the user's own runward cannot
+    write. Checked before anything is made (Home.ensure, the bootstrap's code cache)."""
+    q = os.path.abspath(path)
+    while True:
+        try:
+            st = os.stat(q)
+            break
+        except FileNotFoundError:
+            if os.path.dirname(q) == q:
+                return None
+            q = os.path.dirname(q)
+        except OSError:
+            return None  # what cannot be read is said where it is used
+    uid = os.getuid()
+    if st.st_uid == uid or (q != os.path.abspath(path) and (uid != 0 or st.st_uid == 0)):
+        return None
+    return st.st_uid, q
+
+
+def _user(uid):
+    try:
+        import pwd
+        return "%s's (uid %d)" % (pwd.getpwuid(uid).pw_name, uid)
+    except (ImportError, KeyError):
+        return "uid %d's" % uid
+
+
 class Home(object):
     def __init__(self, path=None):
         path = path or os.environ.get("RUNWARD_HOME") or os.path.join(os.path.expanduser("~"), ".runward")
@@ -59,7 +90,20 @@ class Home(object):
         return AgentFailure("AgentError", "state directory %s is not a directory (or has a file for runs/)" % self.path,
                             "set RUNWARD_HOME to a directory, or move that file away")
 
+    def check_ours(self, root_only=False):
+        """Refuse a home not this user's (not_ours) before anything is written there. root_only:
+        only when root, who alone could write into another user's home (a status writes its
+        health and stall state into the run's directory)."""
+        other = None if root_only and os.getuid() != 0 else not_ours(self.path)
+        if other is not None:
+            where = "is" if other[1] == self.path else "would be made in %s, which is" % other[1]
+            raise AgentFailure("AgentError", "state directory %s %s %s, not this user's (uid %d)" % (
+                self.path, where, _user(other[0]), os.getuid()),
+                "run runward as that user (sudo -u USER, or sudo without -E), or set RUNWARD_HOME to a "
+                "directory of your own; nothing was written there")
+
     def ensure(self):
+        self.check_ours()
         try:
             make_private_dirs(os.path.join(self.path, "runs"))
         except NotADirectoryError:

@@ -87,11 +87,12 @@ def _check_health(h):
     if not h:
         return
     acts = h.get("actions") or {}
-    from .health_actions import action_ok
+    from .health_actions import action_ok, check_limits
     bad = {k: v for k, v in acts.items() if not action_ok(v)}
     if bad:
         raise bad_input("invalid health action(s) %r" % (bad,),
                         "each action is notify, stop or restart, maybe after stacks, (stacks,restart)")
+    check_limits(h.get("rules") or {}, bad_input)
     iv = h.get("interval", 5.0)
     if not isinstance(iv, (int, float)) or iv <= 0:
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")
@@ -464,7 +465,7 @@ class Supervisor(object):
         if self.gate is not None:
             att["gpu_gate"] = self.gate
         # the files' text as it is now (a deploy since may have changed it), not prev's; the job's env has every secret
-        att["snapshots"] = snapshots.keep(store, att["hashes"], self.env, prev.get("snapshots", {}).get("bounds"))
+        att["snapshots"] = snapshots.keep(store, att["hashes"], self.env, prev.get("snapshots", {}).get("bounds"), (self.pol or {}).get("notify"))
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],

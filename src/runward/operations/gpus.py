@@ -24,7 +24,19 @@ def gpus(opts: GpusOptions) -> Outcome:
                       targets=None if opts.all else [cfg.target(t) for t in opts.nodes])
     target = target_of(opts, cfg)
     res = api.gpus(target, mapping=opts.map)
-    return single("gpus", target, res, lambda: render_gpus(res))
+    return single("gpus", target, res, lambda: _asked(opts, cfg, target) + render_gpus(res))
+
+
+def _asked(opts, cfg, target) -> str:
+    """The target a `gpus` without --on asked, where runward.toml names others: "no GPU" said
+    of this machine reads as said of the project's GPU host otherwise."""
+    if opts.on is not None:
+        return ""
+    if cfg.targets:
+        return (f"{target.display()} (no --on; runward.toml's targets: {', '.join(cfg.targets)}: "
+                "--on NAME for one, --all for each):\n")
+    where = sorted({str(on) for run in cfg.runs for on in [cfg.runs.placement(run).get("on")] if on})
+    return f"{target.display()} (no --on; runward.toml's runs run on {', '.join(where)}: --on TARGET):\n" if where else ""
 
 
 _MAPPING = {"direct": "pids read in this target's own /proc, by the run marker",

@@ -46,13 +46,14 @@ def restart(opts: RestartOptions, progress: bool = False) -> Outcome:
     began: list[str] = []
     try:
         res = _restart(opts, cfg, opts.name, target, progress, began)
-    except KeyboardInterrupt:
-        raise interrupted(target, opts.name, began, opts.on)
+    except KeyboardInterrupt as ki:
+        raise interrupted(target, opts.name, began, opts.on, getattr(ki, "decision", None))
     return single("restart", target, res, lambda: _render(res))
 
 
-def interrupted(target, name: str, began: list[str], on) -> Interrupted:
-    """Ctrl-C during a restart: which step it was in, and what the run is now."""
+def interrupted(target, name: str, began: list[str], on, decision: dict | None = None) -> Interrupted:
+    """Ctrl-C during a restart: which step it was in, and what the run is now (in the start
+    step, the target's own word on the launch: operations/start.interrupted)."""
     look = f"`runward status {name}" + (f" --on {on}`" if isinstance(on, str) else "`")
     step = began[-1] if began else None
     res: dict = {"name": name, "interrupted_in": (step or "checks").split(":")[0]}
@@ -68,12 +69,11 @@ def interrupted(target, name: str, began: list[str], on) -> Interrupted:
         msg = (f"interrupted during the deploy: {name} is stopped (verified), not restarted; each file there is "
                f"its old or its new verified version, never torn; nothing was started")
     else:
-        from .start import _ask
-        now = _ask(target, name)
-        res.update(now)
-        msg = (f"interrupted during the start of the new attempt: the old one was stopped (verified); the target "
-               + (f"says attempt {now['attempt']} is running, pid {now['pid']} (its settle period was not watched "
-                  "to the end)" if now else "shows no new attempt running: it was not launched, or ended at once"))
+        from .start import interrupted as start_interrupted
+        said = start_interrupted("restart", target, name, {}, on, decision).document
+        res.update({k: v for k, v in (said.get("result") or {}).items() if k != "name"})
+        msg = ("interrupted during the start of the new attempt: the old one was stopped (verified); "
+               + said["error"]["message"].replace("interrupted; ", "", 1))
     return Interrupted(msg, f"see {look}; restart again, or start it, when you are ready", result=res)
 
 
@@ -130,15 +130,27 @@ def _files_step(opts, cfg, name, target, progress):
         return None, None
 
     def check(last: dict) -> dict | None:
-        drift = _files.local_drift(last, specs, base=base)
+        drift = _files.local_drift(last, specs, base=base) + _files.undeployed_drift(target, last, specs, base=base)
         if drift and not opts.no_deploy:
-            raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what was deployed, so a restart would "
-                           "run the old code: " + ", ".join(f"{d['local']} -> {d['remote']}" for d in drift),
+            raise BadInput(_drift_message(name, drift),
                            f"runward restart {name} --deploy to send them first, or --no-deploy to restart on "
                            f"what the target has (deploy_on_restart = true in [runs.{name}] deploys every time)",
                            result={"local_drift": drift})
         return {"local_drift": drift} if drift else None
     return None, check
+
+
+def _drift_message(name: str, drift: list[dict]) -> str:
+    """Files that differ (or may: unknown) from what the target has, each with its change."""
+    known = [d for d in drift if not d.get("unknown")]
+    each = lambda ds: ", ".join(f"{d['local']} -> {d['remote']}" + (f" ({d['change']})" if d.get("change") else "")  # noqa: E731
+                                for d in ds)
+    parts = [f"{len(known)} file(s) differ locally from what the target has, so a restart would run the old code: "
+             + each(known)] if known else []
+    if len(known) < len(drift):
+        parts.append(f"whether {len(drift) - len(known)} file(s) match the target's is not known, so a restart "
+                     "might run old code: " + each([d for d in drift if d.get("unknown")]))
+    return f"{name}: " + "; ".join(parts)
 
 
 def _restart_nodes(opts, cfg, name) -> tuple[dict, int]:
@@ -199,11 +211,12 @@ def _check_nodes(name, nodes, specs, base) -> None:
         if not specs or not r["ok"]:
             continue  # never started there: the start sends nothing, nothing to compare
         last = r["result"]
-        drift = _files.local_drift(last, specs, base=base)
+        drift = _files.local_drift(last, specs, base=base) + _files.undeployed_drift(node, last, specs, base=base)
         if drift:
             raise BadInput(f"{name}: {len(drift)} file(s) differ locally from what node {node.display()} has "
-                           "deployed, so a restart would run the old code: "
-                           + ", ".join(f"{d['local']} -> {d['remote']}" for d in drift),
+                           "(or may: not known), so a restart would run the old code: "
+                           + ", ".join(f"{d['local']} -> {d['remote']}" + (f" ({d['change']})" if d.get("change") else "")
+                                       for d in drift),
                            f"runward restart {name} --deploy to send them to every node first, or --no-deploy "
                            f"to restart on what the nodes have", result={"local_drift": drift, "node": node.display()})
 
@@ -233,9 +246,9 @@ def _drift_left(res: dict) -> str:
 def render_changes(res: dict) -> str:
     """One line per kind of change against the last attempt, under where the spec came from."""
     where = f"spec from {res['spec_from']}"
-    ch = res.get("changed") or {}
+    ch = {k: v for k, v in (res.get("changed") or {}).items() if k != "code"}
     if not ch:
-        return f"{where}: unchanged since attempt {res.get('last_attempt')}"
+        return f"{where}: unchanged since attempt {res.get('last_attempt')}\n" + render_code(res)
     lines = [f"{where}: changed since attempt {res.get('last_attempt')}:"]
     env = ch.get("env") or {}
     parts = ([f"+{k}={v}" for k, v in (env.get("added") or {}).items()]
@@ -249,4 +262,17 @@ def render_changes(res: dict) -> str:
     if "files" in ch:
         lines.append("  files: " + ", ".join([f"+{f}" for f in ch["files"]["added"]]
                                              + [f"-{f}" for f in ch["files"]["removed"]]))
-    return "\n".join(lines)
+    return "\n".join([*lines, render_code(res)])
+
+
+def render_code(res: dict) -> str:
+    """The code's line: each file whose sha256 differs from the last attempt's, or plainly none."""
+    code, last = res.get("code") or {}, res.get("last_attempt")
+    short = lambda h: h[:8] if h else "(none)"  # noqa: E731
+    if code.get("changed"):
+        return f"code: changed since attempt {last}: " + ", ".join(
+            f"{p} {short(c['from'])} -> {short(c['to'])}" for p, c in code["changed"].items())
+    if code.get("unchanged"):
+        return (f"code: no file changed since attempt {last} (same sha256: "
+                + ", ".join(code["unchanged"]) + ")")
+    return "code: no file hashed by either attempt (no script in the command, no files): changes not known"

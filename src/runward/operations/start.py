@@ -3,6 +3,8 @@ run (all or nothing), or for every run of runward.toml (--all)."""
 
 from __future__ import annotations
 
+import os
+
 from ..errors import BadInput
 from . import Outcome, Targeted, check, single
 from .common import did_you_mean, gpu_list, load_config, on_runs, target_of
@@ -101,8 +103,8 @@ def start(opts: StartOptions) -> Outcome:
     started: dict = {}
     try:
         res = _start(opts, cfg, opts.name, target, on_event=lambda ev: started.update(ev.get("started") or {}))
-    except KeyboardInterrupt:
-        return interrupted("start", target, opts.name, started, opts.on)
+    except KeyboardInterrupt as ki:
+        return interrupted("start", target, opts.name, started, opts.on, getattr(ki, "decision", None))
     return single("start", target, res, lambda: render_start(res))
 
 
@@ -146,23 +148,52 @@ def _start(opts, cfg, name, target, on_event=None) -> dict:
             e.exit_code = code
             raise e
         return res
-    return api.start(target, name, on_event=on_event, **_kw(opts, cfg, name))
+    return api.start(target, name, on_event=on_event, **_kw(opts, cfg, name, target.is_local))
+
+
+def local_cwd(cfg, name) -> str:
+    """Where a run on this machine starts when no cwd is given: the directory of the
+    runward.toml that defines it, else the one runward is run from (as nohup and pm2 start a
+    job: `runward start x -- python3 train.py` in a project runs its train.py). A remote
+    target's default stays its user's home, said by the agent there."""
+    if name in cfg.runs and cfg.path:
+        return os.path.dirname(os.path.abspath(cfg.path))
+    try:
+        return os.getcwd()
+    except FileNotFoundError:  # the shell's directory was removed under it
+        raise BadInput("the current directory no longer exists: a run on this machine starts there",
+                       "cd to an existing directory, or give --cwd DIR")
 
 
 def refuse_node_restarts(name: str, kw: dict) -> None:
     """A restart policy on one node of a multi-node run would bring back one rank alone into
     a rendezvous its peers have left (they stop when a node fails): refused until restarts
-    of the whole run are built. Health actions and notify are a node's own and stay."""
-    mode = (kw.get("supervise") or {}).get("restart", "never")
+    of the whole run are built. A health action that stops or restarts is judged by one
+    node's shim on its own rank's log, so it would end or restart that rank alone while the
+    others run on: refused too. notify and stacks are a node's own and stay."""
+    sup = kw.get("supervise") or {}
+    mode = sup.get("restart", "never")
     if mode != "never":
         raise BadInput(f"restart = {mode!r} on the multi-node run {name}",
                        "a multi-node run restarts as a whole: leave restart at \"never\" and use "
                        "`runward stop` then `runward start` (docs/multinode.md)")
+    acts = ((sup.get("health") or {}).get("actions") or {})
+    whole = {k: v for k, v in acts.items() if {"stop", "restart"} & {x.strip() for x in v.split(",")}}
+    if whole:
+        said = ", ".join(f"{k} = {v!r}" for k, v in whole.items())
+        raise BadInput(f"[runs.{name}.health] actions {said} on the multi-node run {name}: one node's shim "
+                       "would stop or restart its own rank alone while the others run on",
+                       "on a multi-node run a health action may only notify (e.g. nan = \"notify\" or "
+                       "\"stacks,notify\"); stop or restart the whole run with `runward stop` / `runward restart` "
+                       "(docs/multinode.md)")
 
 
-def _kw(opts, cfg, name) -> dict:
-    """api.start's keyword arguments: runward.toml's definition, the command line over it."""
+def _kw(opts, cfg, name, local: bool = False) -> dict:
+    """api.start's keyword arguments: runward.toml's definition, the command line over it;
+    local: the target is this machine (the default cwd is then local_cwd's)."""
     kw = _over_config(opts, start_kwargs_from_config(cfg.runs.get(name, {}), name))
+    if local and kw.get("cwd") is None:
+        kw["cwd"] = local_cwd(cfg, name)
     if opts.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
@@ -175,6 +206,8 @@ def _kw(opts, cfg, name) -> dict:
     sup = policy(cfg.runs.get(name), opts)
     if sup:
         kw["supervise"] = sup
+    from ..inputs import refuse_idle_without_gpus
+    refuse_idle_without_gpus(name, kw)
     from ..stallopts import options
     stall = options(cfg.runs.get(name), opts, name)
     if stall:
@@ -201,25 +234,59 @@ def _ask(target, name: str) -> dict:
     return {}
 
 
-def interrupted(cmd: str, target, name: str, started: dict, on: str | None) -> Outcome:
-    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us;
-    say whether it was launched (the agent's {"started"} event came) and how to look."""
-    now = {} if started else _ask(target, name)  # the launch may have come just before its event
+def interrupted(cmd: str, target, name: str, started: dict, on: str | None, decision: dict | None = None) -> Outcome:
+    """Ctrl-C while a start waited: the job, in its own session, was not interrupted with us,
+    nor was the far agent deciding whether to launch it. What is said is the target's own
+    word: its "started" event (before the Ctrl-C, or in the bounded wait for it that
+    exchange's decision is), its reply, or what it shows once its agent has ended; where none
+    came, that it is not known, and how to find out. Never "nothing was started" on a guess."""
+    decision = decision or {}
+    reply = decision.get("reply") or {}
+    if not started and decision.get("event"):
+        started = dict(decision["event"].get("started") or {})
+    if not started and reply.get("ok") and (reply.get("result") or {}).get("pid"):
+        started = {k: reply["result"].get(k) for k in ("attempt", "pid")}
+    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+    seen_by = "started event"
+    # no word in time: what the target shows now is its word (a launch already made), else unknown
+    now = _ask(target, name) if not started and not reply and (decision.get("waited") or decision.get("gave_up")) else {}
     if started:
         msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
                f"(its settle period was not watched to the end)")
-    elif now:
+    elif reply and not reply.get("ok"):
+        msg, launched = _refused(name, reply.get("error") or {})
+        seen_by = "reply"
+    elif (decision.get("waited") or decision.get("gave_up")) and not now:
+        msg, seen_by = (f"interrupted before the target said whether it launched {name}"
+                        + (f" (no word within {decision['waited']:g}s)" if decision.get("waited") else "")
+                        + ": not known; its start may still go on there"), None
+        hint += " in a few seconds: a new attempt there is this start's"
+    else:  # the far agent ended without a word of a launch (or the Ctrl-C came before the call)
+        now, seen_by = now or _ask(target, name), "status"
         msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
-               f"{now.get('attempt')} is running now, pid {now.get('pid')}")
-    else:
-        msg = f"interrupted before {name} was launched: nothing was started, or its start was cut short"
-    hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
+               f"{now.get('attempt')} is running now, pid {now.get('pid')}" if now else
+               f"interrupted before {name} was launched: " + (
+                   "the target's agent ended without launching it, and nothing of it runs there"
+                   if decision.get("ended") else "nothing of it runs on the target now"))
+        if decision.get("waited") or decision.get("gave_up"):
+            msg += "; this start had not answered, and whether it goes on to launch another is not known"
     # a program reads the attempt the same way whichever said it: the event, or the target asked
-    seen = dict(started, name=name, seen_by="started event") if started else \
-        dict(now, name=name, seen_by="status") if now else None
+    seen = (dict(started, name=name, seen_by="started event") if started else
+            dict(now, name=name, seen_by="status") if now else
+            {"name": name, "launched": launched, "seen_by": "reply"} if seen_by == "reply" else
+            {"name": name, "launched": None} if seen_by is None else None)
     return Outcome(cmd, 130, {"ok": False, "command": cmd, "target": str(target), "result": seen,
                               "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}},
                    stderr=f"{msg}, {hint}")
+
+
+def _refused(name: str, err: dict) -> tuple[str, bool]:
+    """The far side's own answer to an interrupted start: launched (and ended), or refused."""
+    res = (err.get("details") or {}).get("result") or err.get("result") or {}
+    if res.get("attempt") and res.get("pid"):
+        return (f"interrupted; the target launched {name} attempt {res['attempt']}, and: {err.get('message')}",
+                True)
+    return f"interrupted; the target did not start {name}: {err.get('message')}: nothing was started", False
 
 
 def _over_config(opts, kw: dict) -> dict:

@@ -4,7 +4,7 @@ names (--all, or a project's runs where they live)."""
 
 from __future__ import annotations
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, RunwardError
 from . import Outcome, Targeted, single
 from .common import config_dir, config_targets, load_config, on_all, target_of
 
@@ -43,6 +43,10 @@ def status(opts: StatusOptions) -> Outcome:
     if files and res.get("runs"):
         from .. import files as _files
         d = _files.local_drift(res["runs"][0], files, base=config_dir(cfg))
+        try:  # files runward never deployed: against the target's copy (one more round trip, only then)
+            d += _files.undeployed_drift(target, res["runs"][0], files, base=config_dir(cfg))
+        except RunwardError as e:  # the status stands; what was not read is said as not read
+            res["runs"][0]["local_drift_unknown"] = e.message
         if d:
             res["runs"][0]["local_drift"] = d
     return single("status", target, res, lambda: render_status(res, str(target)))

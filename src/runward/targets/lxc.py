@@ -1,4 +1,10 @@
-"""The lxc hop: `lxc:NAME` (`lxc-attach -n NAME -- ARGV`)."""
+"""The lxc hop: `lxc:NAME` (`lxc-attach -n NAME --clear-env -- ARGV`).
+
+lxc-attach keeps the caller's environment by default: the operator's variables (a token, their
+PATH, a HOME that does not exist in the container) would reach the agent and the job.
+--clear-env gives the container's own (PATH, container=lxc); the agent fills in the login's
+HOME, USER, LOGNAME and SHELL from the container's passwd (agent/ops/lifecycle.build_env), as
+`docker exec` gives a job the container's environment."""
 
 KIND = "lxc"
 
@@ -8,4 +14,4 @@ def check(name: str) -> str | None:
 
 
 def wrap(hop, inner: list[str]) -> list[str]:
-    return ["lxc-attach", "-n", hop.name, "--", *inner]
+    return ["lxc-attach", "-n", hop.name, "--clear-env", "--", *inner]

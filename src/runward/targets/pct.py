@@ -1,7 +1,13 @@
-"""The pct hop: a Proxmox container, `pct:ID` (`pct exec ID -- ARGV`, which is lxc-attach
-underneath)."""
+"""The pct hop: a Proxmox container, `pct:ID` (`pct exec ID -- env -i ... ARGV`, which is
+lxc-attach underneath).
+
+pct exec runs lxc-attach with the caller's environment and takes no option to clear it, so the
+argv starts with `env -i` and the environment `lxc-attach --clear-env` gives (targets/lxc.py):
+the container's own, never the operator's."""
 
 KIND = "pct"
+# lxc-attach --clear-env's own: container=lxc and lxc's default PATH
+CLEAN_ENV = ("container=lxc", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 
 
 def check(name: str) -> str | None:
@@ -10,4 +16,4 @@ def check(name: str) -> str | None:
 
 
 def wrap(hop, inner: list[str]) -> list[str]:
-    return ["pct", "exec", hop.name, "--", *inner]
+    return ["pct", "exec", hop.name, "--", "env", "-i", *CLEAN_ENV, *inner]

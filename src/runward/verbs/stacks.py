@@ -14,10 +14,7 @@ def add_arguments(p) -> None:
     p.add_argument("name", help="the run")
     options.add(p, "native")
     options.add(p, "timeout", "stacks", default=10.0)
-    p.add_argument("--bring-py-spy", action="store_true",
-                   help="where the target has no py-spy, push this machine's (runward[stacks]; same architecture "
-                        "only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "
-                        "makes it the default")
+    options.add(p, "bring_py_spy")
 
 
 def run(args, out) -> int:

@@ -3,12 +3,24 @@
 import os
 
 from ..procfs import in_container
-from ..store import file_hashes
+from ..store import sha256_file
 from ..wire import AgentFailure
 
 
 def hashes(req, home):
-    return {"hashes": file_hashes([os.path.expanduser(p) for p in req.get("paths") or []])}
+    """The sha256 of each path now, keyed as asked (a relative path is taken from the home, as
+    push puts it): None where it cannot be read, and why in "errors" (its strerror), so that
+    a file missing is told from one unreadable (restart's check of files never deployed)."""
+    out, errors = {}, {}
+    for p in req.get("paths") or []:
+        path = os.path.expanduser(p)
+        if not os.path.isabs(path):
+            path = os.path.join(os.path.expanduser("~"), path)
+        try:
+            out[p] = sha256_file(path)
+        except OSError as e:
+            out[p], errors[p] = None, e.strerror or str(e)
+    return {"hashes": out, "errors": errors}
 
 
 # --- pull: the mirror of push, bytes from here to the CLI

@@ -24,7 +24,7 @@ from ..sidelock import side_lock
 from ..store import RunStore, read_json, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
-FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited"))
+FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited", "idle"))
 POINTS = 2000
 ALERTS = 200
 MARKS = 64  # (time, offset, lines) marks: where the log had been read to, and when
@@ -132,6 +132,16 @@ def _furthest(saved, points):
                 best = int(v) if v == int(v) else v
     if best is not None:
         saved["max_step"] = best
+
+
+def add_fact(store, att, a):
+    """A fact the shim found outside the log (idle: nvidia-smi's utilization), kept with the
+    log's facts: status, top, MCP and watch show it and a watch fails on it, as on a NaN."""
+    path = os.path.join(store.dir, "health.json")
+    with side_lock(store, "health"):
+        saved = _load(path, att)
+        saved["alerts"] = (saved.get("alerts", []) + [a])[-ALERTS:]
+        write_json(path, saved)
 
 
 def mark_watched(store, att, alerts):

@@ -13,7 +13,7 @@ from ..logmetrics.rules import median
 from ..logselect import _forwards, section
 from ..procfs import boot_id, scan
 from ..runs import attempt_state
-from ..secrets import redact_value
+from ..secrets import mask_url_passwords, redact_value
 from ..store import RunStore
 
 SECTION_MAX = 16 << 20  # bytes of one attempt's log parsed at most: a reply stays quick
@@ -71,7 +71,8 @@ def extra(row, att):
 
 
 def command(att):
-    return att["sh"] if att.get("sh") is not None else " ".join(att.get("argv") or [])
+    """The attempt's command as shown: a URL's password in it as *** (secrets.mask_url_passwords)."""
+    return mask_url_passwords(att["sh"] if att.get("sh") is not None else " ".join(att.get("argv") or []))
 
 
 def short_hashes(hashes):

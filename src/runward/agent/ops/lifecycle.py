@@ -48,11 +48,27 @@ def build_env(req_env, inherit=True):
     env = dict(os.environ) if inherit else {}
     for k in ("RUNWARD_HOME",):
         env.pop(k, None)
+    if inherit and "HOME" not in env:
+        login_env(env)
     for k, v in (req_env or {}).items():
         if not isinstance(k, str) or not k or "=" in k or "\0" in k or "\0" in str(v):
             raise bad_input("invalid environment entry %r" % (k,), "use --env NAME=VALUE")
         env[k] = str(v)
     return env
+
+
+def login_env(env):
+    """HOME, USER, LOGNAME and SHELL from this user's passwd entry, where none was given: a
+    container hop (lxc, pct) starts the agent in the container's clean environment, and login
+    would set these."""
+    try:
+        import pwd
+        pw = pwd.getpwuid(os.getuid())
+    except (ImportError, KeyError):
+        return
+    for k, v in (("HOME", pw.pw_dir), ("USER", pw.pw_name), ("LOGNAME", pw.pw_name), ("SHELL", pw.pw_shell)):
+        if v and k not in env:
+            env[k] = v
 
 
 def shell_argv(sh):
@@ -70,13 +86,16 @@ def _plan(req, home, store):
         argv = shell_argv(sh)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise bad_input("no command given", "put the command after --, e.g. runward start NAME -- python train.py")
-    cwd = os.path.expanduser(req.get("cwd") or os.path.expanduser("~"))
+    # absolute: the shim that execs the job runs from /, not from this agent's directory
+    cwd = os.path.abspath(os.path.expanduser(req.get("cwd") or os.path.expanduser("~")))
     if not os.path.isdir(cwd):
         raise bad_input("working directory does not exist on the target: %s" % cwd,
                         "create it, or pass an existing --cwd")
     req["env"] = _request_env(req, home)
     req["env_from"] = _env_from(req)
     env = build_env(req["env"])
+    if "PWD" not in req["env"]:  # the agent's was its caller's directory (a shell on the way sets it)
+        env["PWD"] = cwd
     plan = {"argv": argv, "sh": sh, "cwd": cwd, "env": env, "settle": float(req.get("settle", 3.0)),
             "ready": req.get("ready"), "ready_re": _ready_re(req.get("ready")),
             "stop_sig": parse_signal(req.get("stop_signal", "TERM")), "exe": resolve_command(argv, env, cwd)}
@@ -288,7 +307,8 @@ def _write_attempt(store, req, home, plan, made):
         att["supervise"] = supervise.recorded(plan["supervise"])  # no notify password in a file
     # compare's diffs (docs/history.md); the request's env, not the record's: an env_from
     # secret (--env NAME) is stored nowhere, and must be searched for all the same
-    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"))
+    att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"),
+                                      (plan["supervise"] or {}).get("notify"))
     made["cgroups"] = att["cgroups"]
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -310,6 +330,36 @@ def _write_attempt(store, req, home, plan, made):
 
 def start(req, home):
     store = RunStore(home, req.get("name"))
+    try:
+        return _start(req, home, store)
+    except AgentFailure as e:
+        if e.type in ("BadInput", "ExitedEarly"):  # a missing cwd, script or module: the files?
+            _point_to_deploy(e, req, store)
+        raise
+
+
+def _point_to_deploy(e, req, store):
+    """A start that failed while the run's files (runward.toml's `files`) are not on this
+    target says so, and names `runward deploy`: the cwd, the script the job opens, may be
+    missing only because nothing was ever sent here."""
+    dep = read_json(os.path.join(store.dir, "deployed.json")) or {}
+    missing = []
+    for spec in req.get("files") or []:
+        remote = os.path.expanduser(spec.split(":", 1)[1]) if ":" in spec else None
+        if remote and not os.path.isabs(remote):
+            remote = os.path.join(os.path.expanduser("~"), remote)  # where push puts it (ops/sync.py)
+        if remote and not os.path.exists(remote):
+            missing.append(remote)
+    if not missing:
+        return
+    never = not any(k == m or k.startswith(m.rstrip("/") + "/") for k in dep for m in missing)
+    e.message += "; %s not on this target (%s)" % (
+        ", ".join(missing), "runward never deployed them here" if never else "deleted since the last deploy")
+    e.hint = "runward deploy %s sends the run's files (runward.toml's files = [...]), then start it again" % (
+        store.name)
+
+
+def _start(req, home, store):
     plan = _plan(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     try:
@@ -328,7 +378,10 @@ def start(req, home):
             raise AgentFailure("StartFailed", "could not start %s: %s" % (store.name, err),
                                "check the command and its cwd on the target", attempt=n)
         if "blocked" in msg:  # restart's GPU gate: the shim waits for them, and starts the job by itself
-            return _blocked_reply(store, n, msg["blocked"], replaced)
+            res = _blocked_reply(store, n, msg["blocked"], replaced)
+            if req.get("reply_hashes"):
+                res["hashes"] = (store.attempt(n) or {}).get("hashes") or {}
+            return res
         job = msg["job"]
         event({"started": {"attempt": n, "pid": job["pid"]}})  # an interrupted CLI can say what runs
         faults.point("start:spawned")
@@ -338,6 +391,8 @@ def start(req, home):
                        float(req.get("ready_timeout", 600.0)), replaced)
     if gpu_wait is not None:
         res["gpu_wait"] = gpu_wait
+    if req.get("reply_hashes"):  # restart: the files' hashes this attempt started with ("code")
+        res["hashes"] = (store.attempt(n) or {}).get("hashes") or {}
     faults.point("start:settled")
     return res
 
@@ -406,6 +461,7 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
         if att.get("stop_requested"):  # not an early exit: `runward stop` ended it (stop marks first)
             raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle "
                                "period (%s)" % (store.name, describe_exit(ex)), result=res)
+        _children_run_on(store, n, job, ex, res, t0 + settle)  # raises when the launcher left its job running
         raise AgentFailure("ExitedEarly", "%s exited during the settle period (%s)%s" % (
             store.name, describe_exit(ex), supervise.early_exit_note(att)),
             "see the last log lines; `runward logs %s`" % store.name, result=res)
@@ -429,12 +485,47 @@ def watch_settle(store, n, job, pipe, log, log_from, settle, ready_re, ready_tim
     return res
 
 
+def _left_behind(store, n, job):
+    """The run's live processes other than the job itself: what a job that ended left."""
+    procs = scan()
+    found = members(store.name, store.attempt(n) or {}, procs, protected(procs))
+    return [p for pid, p in sorted(found.items()) if pid != job["pid"]]
+
+
+def _children_run_on(store, n, job, ex, res, until):
+    """The command exited but the processes it started run on (`nohup python3 train.py &`, a
+    run.sh that backgrounds the job): a launcher, not an early exit of the job. What it left is
+    watched to the end of the settle period; all gone by then, it is an early exit as any
+    (returns); alive, the start says so and names them (NotVerified, exit 5: they run, and are
+    the run's, but no job of theirs is watched: its exit would never be recorded)."""
+    left = _left_behind(store, n, job)
+    while left and time.monotonic() < until:
+        time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+        left = _left_behind(store, n, job)
+    if not left:
+        return
+    res.pop("exit", None)  # the launcher's, not the job's: the job is what runs on
+    res.update({"state": "stray", "launcher_exit": ex, "children": [p.describe() for p in left]})
+    raise AgentFailure("NotVerified", "%s: the launcher (pid %d) exited during the settle period (%s), and %d "
+                       "process(es) it started run on: %s; they are the run's (status: stray), but no job of "
+                       "theirs is watched, nor its exit recorded" % (
+                           store.name, job["pid"], describe_exit(ex), len(left),
+                           ", ".join("pid %d %s" % (d["pid"], d["cmd"]) for d in res["children"])),
+                       "exec the job instead of backgrounding it (--sh 'exec python3 train.py', no & or nohup; in "
+                       "run.sh: exec python3 train.py), then `runward start %s --replace`; or keep them as they "
+                       "are: `runward status %s` lists them, `runward stop %s` ends them" % (
+                           (store.name,) * 3), result=res)
+
+
 def _shim_died(store, n, job, res):
     """The shim's pipe closed with no exit message and no exit in the record: the shim died.
     A job still alive is an orphan (done, not verified: nobody will record its exit); a job
     gone too ended we cannot tell how."""
     res["last_lines"] = logfiles.tail(res["log"], LOG_TAIL_LINES)
     shim_log = os.path.join(store.dir, "attempts", "%d.shim.log" % n)
+    failed = (store.attempt(n) or {}).get("shim_failed")
+    if failed:
+        _shim_failed(store, job, res, failed)
     if live(job) is not None:
         res["state"] = "orphaned"
         raise AgentFailure("Orphaned", "%s: the shim died during the settle period; the job lives unsupervised "
@@ -443,6 +534,18 @@ def _shim_died(store, n, job, res):
     res.update({"state": "lost", "alive_after_settle": False})
     raise AgentFailure("ExitedEarly", "%s: the shim and the job are gone; exit status unknown" % store.name,
                        "the shim's own log: %s" % shim_log, result=res)
+
+
+def _shim_failed(store, job, res, failed):
+    """The shim recorded its own failure during the settle period: the start failed (the
+    job was to be supervised, and nothing supervises it), said with the shim's error. A job
+    still alive is stopped by `runward stop`, as the hint says."""
+    alive = live(job) is not None
+    res.update({"state": "orphaned" if alive else "lost", "alive_after_settle": False, "shim_failed": failed})
+    raise AgentFailure("ShimFailed", "%s: the shim failed during the settle period (%s); %s" % (
+        store.name, failed.get("error"), "the job lives unsupervised: `runward stop %s` stops it" % store.name
+        if alive else "the job is gone without an exit record"),
+        "the shim's traceback: %s" % failed.get("log"), result=res)
 
 
 def describe_exit(ex):

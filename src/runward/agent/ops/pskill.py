@@ -4,7 +4,7 @@ lines carry the pattern (the `pkill -f` self-match)."""
 
 import os
 
-from ..boot import BOOTSTRAP
+from ..boot import BOOTSTRAP_HEAD
 from ..procfs import CLK_TCK, MARKER, boot_id, boot_time, descendants, owner_uid, protected, scan
 from ..terminate import parse_signal, signal_name, terminate
 from ..wire import bad_input, event, outlive_caller
@@ -37,7 +37,7 @@ def exclusions(req, procs):
     for p in procs.values():
         if p.sid == me and p.comm in SHELLS:
             prot.add(p.pid)  # a subshell of the command line that runs us carries its text too
-        elif BOOTSTRAP in p.cmdline():
+        elif any(a.startswith(BOOTSTRAP_HEAD) for a in p.cmdline()):  # an agent, of any version
             prot.add(p.pid)
     return prot | caller_pids(req, procs)
 

@@ -69,6 +69,7 @@ def start(req, home):
     if req.get("gpus") is not None or req.get("wait_gpus_free"):
         raise bad_input("--gpus names a host's GPU indexes; on Slurm the scheduler picks them",
                         "ask for GPUs with the target's gpus option in runward.toml (sbatch --gpus)")
+    _refuse_supervision(req.get("supervise"))
     slurm.command("sbatch")  # no Slurm here: said before anything is written
     store = RunStore(home, req.get("name"))
     plan = _plan(req, home, store)
@@ -76,8 +77,9 @@ def start(req, home):
     replaced = None
     try:
         prev = store.latest()
-        if prev and prev.get("slurm") and not (prev.get("exit") or {}).get("state"):
-            st = slurm.job_state(prev["slurm"]["job_id"])
+        if prev and prev.get("slurm"):  # a recorded end too: a requeued job is live again
+            st = requeued(store, prev) or (None if (prev.get("exit") or {}).get("state")
+                                           else slurm.job_state(prev["slurm"]["job_id"]))
             if st is not None and st["state"] in slurm.ACTIVE:
                 if not req.get("replace"):
                     raise AgentFailure("AlreadyRunning", "run %s is already Slurm job %s (%s)" % (
@@ -90,6 +92,25 @@ def start(req, home):
         store.unlock(fd)
     res = _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", 600.0)), replaced)
     return res
+
+
+def _refuse_supervision(sup):
+    """A policy is kept by the shim (supervise.py), and a Slurm job has none: Slurm runs the
+    batch script with nobody of runward's waiting on it. A policy saved here would never be
+    kept (no restart, no health action, no notification), so it is refused, naming it."""
+    sup = {k: v for k, v in (sup or {}).items() if (k, v) != ("restart", "never")}
+    if not sup:
+        return
+    said = ["--" + k.replace("_", "-") for k in sorted(sup) if k != "health"]
+    acts = (sup.get("health") or {}).get("actions") or {}
+    if acts:
+        said.append("[health] actions " + ", ".join("%s = %r" % kv for kv in sorted(acts.items())))
+    if (sup.get("health") or {}).get("idle"):
+        said.append("[health] idle")
+    raise bad_input("a supervision policy on a Slurm run: %s; nothing here would keep it (a Slurm job has no "
+                    "runward shim to restart it, act on its health or notify)" % "; ".join(said),
+                    "start without it (`runward watch` and `status` still read the job's health and state), or "
+                    "use Slurm's own: sbatch --requeue, --mail-type (the target's extra options, docs/slurm.md)")
 
 
 def _submit(store, req, home, plan, spec):
@@ -220,6 +241,27 @@ def record_end(store, att, st):
     att["exit"] = store.update_attempt(att["attempt"], keep).get("exit", ex)
 
 
+def requeued(store, att):
+    """What Slurm says now wins over an end recorded earlier: a job requeued after it
+    (`scontrol requeue`, or Slurm's own on a node failure) is the same job id, PENDING then
+    RUNNING again. Then the recorded end moves to the attempt's "requeued" list (its history)
+    and the live squeue state is returned; else None. A job COMPLETING is still ending."""
+    if not (att.get("exit") or {}).get("state"):
+        return None
+    q = slurm.queued(att["slurm"]["job_id"])
+    if q is None or q["state"] not in slurm.ACTIVE or q["state"] == "COMPLETING":
+        return None
+
+    def reopen(now):  # under the record lock, as record_end writes it
+        if not (now.get("exit") or {}).get("state"):
+            return False
+        now.setdefault("requeued", []).append(dict(now.pop("exit"), seen_active_again=q["state"]))
+    now = store.update_attempt(att["attempt"], reopen)
+    att.pop("exit", None)
+    att["requeued"] = now.get("requeued") or []
+    return q
+
+
 def _node_pids(store, att, procs=None):
     """This node's processes carrying the attempt's marker (the job where it runs here, as
     on a single-node cluster; none where it runs on a compute node we cannot see)."""
@@ -259,22 +301,20 @@ def _stop_job(store, att, sig, grace):
     res = {"name": store.name, "attempt": att.get("attempt"), "job_id": job_id, "signal": sig,
            "grace_s": grace, "slurm": att["slurm"], "escalated": False}
     t0 = time.monotonic()
-    before = slurm.queued(job_id)
+    before = requeued(store, att) or slurm.queued(job_id)
     if before is None or before["state"] not in slurm.ACTIVE:
         final = slurm.job_state(job_id)
         res["already_stopped"] = True
     else:
         res["already_stopped"] = False
-        if before["state"] in ("PENDING", "CONFIGURING") or slurm.STATES.get(before["state"]) == "pending":
-            slurm.cancel(job_id)  # nothing runs yet: no signal to deliver (scancel refuses one)
-            final = slurm.wait_gone(job_id, KILL_WAIT_S)
-        else:
-            slurm.cancel(job_id, sig)
-            final = slurm.wait_gone(job_id, grace)
-            if final is None:
-                res["escalated"] = True
-                slurm.cancel(job_id)
-                final = slurm.wait_gone(job_id, KILL_WAIT_S)
+        sent = []
+        try:
+            final = _cancel(job_id, before, sig, grace, res, sent)
+        except AgentFailure as e:
+            if e.type == "Unreachable" and sent:  # after a scancel: the job may be ending, unseen
+                e.message += "; %s had been sent: whether the job ended is unknown" % ", then ".join(sent)
+                e.hint = "`runward stop %s` again once Slurm answers verifies its end" % store.name
+            raise
     if final is None:
         res.update({"verified_dead": False, "survivors": [], "state": "running",
                     "stop_s": round(time.monotonic() - t0, 3)})
@@ -286,6 +326,24 @@ def _stop_job(store, att, sig, grace):
                 "state": slurm.STATES.get(final["state"], "lost"), "stop_s": round(time.monotonic() - t0, 3)})
     res["verified"] = ["job_left_queue"] + (["no_process_of_run_alive"] if res["verified_dead"] else [])
     return res
+
+
+def _cancel(job_id, before, sig, grace, res, sent):
+    """scancel the active job and wait for its end: its final state, or None if it is still
+    active after the grace and Slurm's KillWait. sent: the scancel commands sent so far."""
+    if before["state"] in ("PENDING", "CONFIGURING") or slurm.STATES.get(before["state"]) == "pending":
+        slurm.cancel(job_id)  # nothing runs yet: no signal to deliver (scancel refuses one)
+        sent.append("scancel")
+        return slurm.wait_gone(job_id, KILL_WAIT_S)
+    slurm.cancel(job_id, sig)
+    sent.append("scancel --signal=" + sig)
+    final = slurm.wait_gone(job_id, grace)
+    if final is None:
+        res["escalated"] = True
+        slurm.cancel(job_id)
+        sent.append("scancel")
+        final = slurm.wait_gone(job_id, KILL_WAIT_S)
+    return final
 
 
 def _node_check(store, att, sig):
@@ -313,8 +371,16 @@ def status_of(store, att, with_details=True):
     out = {"name": store.name, "attempt": att.get("attempt"), "argv": att.get("argv"), "cwd": att.get("cwd"),
            "started_at": att.get("started_at"), "log": log_info(att.get("log")), "slurm": att["slurm"],
            "job_id": att["slurm"]["job_id"]}
+    try:
+        st = requeued(store, att)
+    except AgentFailure as e:  # the recorded end is all there is to say, and said as such
+        st = None
+        out["note"] = ("Slurm could not be asked now (%s): the end shown is the one recorded; a requeue "
+                       "since would not show" % e.message)
     ex = att.get("exit") or {}
-    st = None if ex.get("state") else slurm.job_state(att["slurm"]["job_id"])
+    st = st or (None if ex.get("state") else slurm.job_state(att["slurm"]["job_id"]))
+    if att.get("requeued"):
+        out["requeued"] = att["requeued"]
     if st is not None:
         record_end(store, att, st)
         ex = att.get("exit") or {}

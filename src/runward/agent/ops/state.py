@@ -141,6 +141,13 @@ def _ending(out, att, state, bid):
             out["note"] += "; %d of its processes are still alive: stop ends them" % len(out["stray_processes"])
     if state == "orphaned":
         out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
+    failed = att.get("shim_failed")
+    if failed and state in ("orphaned", "lost", "stray"):
+        out["shim_failed"] = failed
+        out["note"] = "the shim failed (%s; its log: %s): %s" % (failed.get("error"), failed.get("log"), {
+            "orphaned": "the job lives unsupervised (no health action, no exit record); still tracked and stoppable",
+            "lost": "the job is gone without an exit record",
+            "stray": out.get("note", "")}[state])
     if state == "stray":
         out["note"] = "the job exited; %d of its processes are still alive: stop ends them" % len(
             out.get("stray_processes") or ())
@@ -302,7 +309,8 @@ def spec(req, home):
     sp["env"] = redact_env(sp.get("env"))
     if sp.get("multinode"):
         sp["multinode"] = shown_multinode(sp["multinode"])
-    out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp}
+    out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp,
+           "hashes": (store.latest() or {}).get("hashes") or {}}  # what it started with: restart's "code"
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:
         out["deployed"] = dep

@@ -1,0 +1,69 @@
+"""On the local target a run starts where you are (issue 42, item 8): with no --cwd, the job's
+working directory is the directory runward is run from, or, for a run defined in runward.toml,
+that file's directory; it was the home, so `runward start x -- python3 train.py` in a project
+failed with "can't open file". A remote target keeps its user's home; restart keeps the last
+attempt's. Ground truth: /proc/PID/cwd of the job."""
+
+from __future__ import annotations
+
+import os
+import uuid
+import testbed
+from conftest import CLI
+
+
+def _cwd_of(doc: dict) -> str:
+    return os.readlink(f"/proc/{doc['result']['pid']}/cwd")
+
+
+def test_a_local_start_runs_where_runward_is_run_and_restart_keeps_it(cli: CLI, tmp_path):
+    proj = cli.cwd / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("import time\nprint('training', flush=True)\ntime.sleep(600)\n")
+    cli.cwd = proj
+    name = f"lc{uuid.uuid4().hex[:6]}"
+    rc, doc = cli.json("start", name, "--settle", "0.5", "--", "python3", "train.py")
+    try:
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj)
+        cli.cwd = tmp_path  # restart from elsewhere: the last attempt's cwd, not this one
+        rc, doc = cli.json("restart", name, "--settle", "0.5")
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj)
+    finally:
+        cli.run("stop", name)
+
+
+def test_a_run_of_runward_toml_starts_in_that_files_directory(cli: CLI):
+    proj = cli.cwd / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "train.py").write_text("import time\ntime.sleep(600)\n")
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    (proj / "runward.toml").write_text(f'[runs.{name}]\ncommand = ["python3", "train.py"]\nsettle = 0.5\n')
+    cli.cwd = proj / "sub"  # runward.toml found in a parent: the run starts beside it
+    rc, doc = cli.json("start", name)
+    try:
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj)
+        rc, doc = cli.json("restart", name)
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj)
+    finally:
+        cli.run("stop", name)
+
+
+def test_a_remote_start_keeps_the_remote_home(cli: CLI):
+    import subprocess
+    tb = testbed.require("ssh")
+    cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
+    name = f"lr{uuid.uuid4().hex[:6]}"
+    rc, doc = cli.json("start", name, "--on", "ssh://rw1", "--settle", "0.3", "--", "sleep", "60")
+    try:
+        assert rc == 0, doc
+        pid = doc["result"]["pid"]
+        p = subprocess.run(testbed.ssh_argv("rw1", f'readlink /proc/{pid}/cwd; echo "$HOME"', tb=tb),
+                           capture_output=True, text=True, timeout=60, env=testbed.env(tb))
+        out = p.stdout.split()
+        assert p.returncode == 0 and len(out) == 2 and out[0] == out[1] != str(cli.cwd), (p.stdout, p.stderr)
+    finally:
+        cli.run("stop", name, "--on", "ssh://rw1")

@@ -1,0 +1,105 @@
+"""Ctrl-C early in a start over ssh (issue 39, item 2): the far agent goes on without the CLI
+(an ssh session's command gets no hangup), so "nothing was started" must never be said of a
+start the far side then launches. The CLI waits, bounded, for the far side's own decision, or
+says it does not know. Ground truth: the run's processes on the host (rw1 shares this /proc),
+by their marker, seconds after the CLI has answered."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+
+import testbed
+from conftest import CLI, alive, marked, wait_for
+
+
+def _far_cli(tmp_path) -> CLI:
+    tb = testbed.require("ssh")
+    c = CLI(tmp_path / "home", tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    c.env = testbed.env(tb, c.env)
+    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
+    (c.cwd / "runward.toml").write_text(f'[targets.far]\non = "ssh://rw1"\nhome = "{tmp_path}/farhome"\n')
+    return c
+
+
+def _ssh_child(pid: int) -> bool:
+    """The CLI has spawned its ssh (the request is on its way): a child of pid running ssh."""
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+                if int(stat[stat.rfind(")") + 2:].split()[1]) == pid and open(f"/proc/{d}/comm").read().strip() == "ssh":
+                    return True
+            except (OSError, ValueError, IndexError):
+                pass
+    return False
+
+
+def test_ctrl_c_early_in_a_start_over_ssh_says_what_the_target_did(tmp_path):
+    c = _far_cli(tmp_path)
+    assert c.json("status", "--on", "far")[0] in (0, 4)  # the link and the far agent's cache warm
+    names = []
+    try:
+        for delay in (0.0, 0.03, 0.06, 0.1, 0.15, 0.25):
+            name = f"si{uuid.uuid4().hex[:6]}"
+            names.append(name)
+            p = c.popen("start", name, "--on", "far", "--json", "--settle", "30", "--", "sleep", "300",
+                        start_new_session=True)
+            wait_for(lambda: _ssh_child(p.pid), timeout=60, what="the CLI's ssh to the target")
+            time.sleep(delay)
+            os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 130, (delay, out, err)
+            doc = json.loads(out)
+            assert doc["error"]["type"] == "Interrupted", doc
+            time.sleep(3)  # what the far side went on to do meanwhile
+            jobs = {pid: st for pid, st in marked(f"{name}.").items() if alive(pid, st)}
+            res = doc.get("result") or {}
+            msg = doc["error"]["message"]
+            if jobs:
+                assert "nothing was started" not in msg and res.get("launched") is not False, (delay, doc, jobs)
+                assert res.get("launched") is None or res.get("pid") in jobs, (delay, doc, jobs)
+            elif res.get("pid"):
+                raise AssertionError(f"said {name} runs (pid {res['pid']}) but no process of it lives: {doc}")
+            if res.get("launched") is None and not res.get("pid"):
+                assert "not known" in msg and f"runward status {name}" in doc["error"]["hint"], doc
+    finally:
+        for name in names:
+            c.run("stop", name, "--on", "far", "--grace", "2")
+    for name in names:
+        wait_for(lambda: not marked(f"{name}."), what=f"{name} stopped")
+
+
+def test_ctrl_c_while_the_target_waits_gives_its_refusal_as_its_own_word(cli, tmp_path):
+    """The start waits on the target for the run's lock (a stop in its grace holds it); Ctrl-C
+    comes; the target then refuses (lock timeout): the CLI says so, from the target's reply,
+    and no attempt 2 exists. Ground truth: the attempt records on disk, /proc by marker."""
+    import subprocess
+    rc, doc = cli.json("start", "lr", "--settle", "0.2", "--sh", "trap '' TERM; exec sleep 300")
+    assert rc == 0, doc
+    record = cli.home / "runs" / "lr" / "attempts" / "1.json"
+    stopper = cli.popen("stop", "lr", "--grace", "30")
+    errfile = tmp_path / "start.err"
+    try:
+        wait_for(lambda: "stop_requested" in record.read_text(), what="the stop to hold the run")
+        with open(errfile, "w") as err:
+            proc = subprocess.Popen(cli.argv("start", "lr", "--json", "--replace", "--lock-timeout", "3", "--",
+                                             "sleep", "300"), cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE,
+                                    stderr=err, text=True, start_new_session=True)
+        wait_for(lambda: "waiting for run lr" in errfile.read_text(), what="the start to wait for the lock")
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        doc = json.loads(out)
+        assert proc.returncode == 130 and doc["error"]["type"] == "Interrupted", doc
+        assert doc["result"] == {"name": "lr", "launched": False, "seen_by": "reply"}, doc
+        assert "did not start lr" in doc["error"]["message"] and "nothing was started" in doc["error"]["message"], doc
+    finally:
+        for pid, st in marked("lr.").items():
+            if alive(pid, st):
+                os.kill(pid, signal.SIGKILL)
+        stopper.communicate(timeout=60)
+    assert not marked("lr.2") and not (cli.home / "runs" / "lr" / "attempts" / "2.json").exists()
