@@ -38,52 +38,38 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
     except FileNotFoundError as e:
         raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
                         f"install {argv[0]} or put it on PATH", hop="local")
-    if watch is not None:
-        watch.start(proc)
-    if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
-        try:
-            proc.stdin.write(head)
-            proc.stdin.flush()
-        except OSError:
-            pass  # the far side went away (or refused the hash alone): its reply says which
-        try:
-            head = late_body()
-        except BaseException:
-            proc.kill()  # before any request: the far side runs nothing
-            proc.wait()
-            proc.stderr_bytes()
-            raise
-    writer = None
-    if payload is None:
-        # The agent reads its whole input before it writes a byte, so a plain write cannot
-        # deadlock here; a thread is only needed to stream a payload while we read. A hop
-        # that never starts the agent never reads it either: the write blocks once the pipe
-        # is full (a wedged `pct exec`), and a Ctrl-C there ends the child as one later would.
-        try:
-            _feed(proc.stdin, head, None, held)
-        except BaseException:
-            try:
-                if watch is not None:
-                    watch.cancel()
-                    watch.await_tag(proc)
-            finally:
-                proc.kill()
-            proc.wait()
-            if watch is not None:
-                watch.end_far(proc.hop_tag())
-            proc.stderr_bytes()
-            raise
-    else:
-        import threading
-        writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
-        writer.start()
-    timer = None
-    if timeout:
-        import threading
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
+    writer = timer = None
     got = _Replies(on_event, on_data)
     left = False
+    try:  # until the reading below: a Ctrl-C or an error here ends the child too
+        if watch is not None:
+            watch.start(proc)
+        if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
+            try:
+                proc.stdin.write(head)
+                proc.stdin.flush()
+            except OSError:
+                pass  # the far side went away (or refused the hash alone): its reply says which
+            head = late_body()  # raising: ended below, before any request (the far side runs nothing)
+        if payload is None:
+            # The agent reads its whole input before it writes a byte, so a plain write cannot
+            # deadlock here; a thread is only needed to stream a payload while we read. A hop
+            # that never starts the agent never reads it either: the write blocks once the
+            # pipe is full (a wedged `pct exec`), and a Ctrl-C there ends the child.
+            _feed(proc.stdin, head, None, held)
+        else:
+            import threading
+            writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
+            writer.start()
+        if timeout:
+            import threading
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+    except BaseException:
+        if timer is not None:
+            timer.cancel()
+        _give_up(proc, watch)
+        raise
     try:
         for line in proc.stdout:
             proc.spoke = True
@@ -118,6 +104,21 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
     if writer is not None:
         writer.join(timeout=5)
     return rc, got.garbage, got.reply, _untagged(stderr.decode("utf-8", "replace"))
+
+
+def _give_up(proc: "Spawned", watch) -> None:
+    """End the child (its group) before the call's reading began, with its hop command on
+    the ssh host (the watch's end_far), and reap it."""
+    try:
+        if watch is not None:
+            watch.cancel()
+            watch.await_tag(proc)
+    finally:
+        proc.kill()
+    proc.wait()
+    if watch is not None:
+        watch.end_far(proc.hop_tag())
+    proc.stderr_bytes()
 
 
 _TAG_LINE = b"runward-hop "  # targets/ssh.py's TAG
