@@ -7,13 +7,15 @@ where a wedged or flaky tool is needed."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 import testbed
-from conftest import CLI
+from conftest import CLI, wait_for
 
 
 @pytest.fixture
@@ -63,8 +65,13 @@ def _standin(tmp_path: Path, body: str) -> Path:
     return d
 
 
+# `pct exec ID -- ARGV` with ARGV's leading `env -i NAME=VALUE...` (targets/pct.py) left
+# out: this "container" is this machine, whose tools need the caller's environment
+ARGV = ('[ "$1" = exec ] || exit 2\nshift 3\n'
+        'if [ "$1" = env ] && [ "$2" = -i ]; then shift 2; while case "$1" in *=*) true;; *) false;; esac; '
+        'do shift; done; fi\n')
 # a container 200 that runs: its "inside" is this machine (its tools, the testbed's podman)
-HOST_PCT = '[ "$1" = exec ] || exit 2\nshift 3\nexec "$@"\n'
+HOST_PCT = ARGV + 'exec "$@"\n'
 
 
 @pytest.mark.parametrize("inner,ground,said", [
@@ -87,7 +94,7 @@ def test_the_inner_hop_of_a_chain_is_blamed_when_it_is_the_inner_one(tcli, tb, t
 def test_a_container_tools_passing_failure_is_said_transient_at_its_hop(tcli, tmp_path):
     # lxc-attach's failure under `pct exec` seen in a soak, once; the next call works
     flag = tmp_path / "failed-once"
-    body = (f'[ "$1" = exec ] || exit 2\nshift 3\nif [ ! -e {flag} ]; then : > {flag}\n'
+    body = (ARGV + f'if [ ! -e {flag} ]; then : > {flag}\n'
             'echo "lxc-attach: 200: ../src/lxc/attach.c: lxc_attach: 1139 Device or resource busy - '
             'Failed to rexec as memfd" >&2\nexit 255\nfi\nexec "$@"\n')
     tcli.env["PATH"] = f"{_standin(tmp_path, body)}:{tcli.env['PATH']}"
@@ -99,3 +106,172 @@ def test_a_container_tools_passing_failure_is_said_transient_at_its_hop(tcli, tm
     assert "Failed to rexec as memfd" in err["message"] and "ssh" not in err["message"], err
     rc, doc = tcli.json("status", "--on", "pct:200")  # and it passes: the container was fine
     assert rc == 0, doc
+
+
+# --------------------------------------------------------------------------- a hop's bound
+
+def _wedged_pct(tmp_path: Path) -> tuple[Path, Path]:
+    """A `pct` that never answers (a hung `pct exec`): each one's pid in a file, then sleep."""
+    pids = tmp_path / "pct-pids"
+    return _standin(tmp_path, f'echo $$ >> {pids}\nexec sleep 1000\n'), pids
+
+
+def _none_alive(pids: Path) -> bool:
+    return not [p for p in pids.read_text().split() if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().split(") ")[1][0] not in "ZX"]
+
+
+def test_a_wedged_container_hop_is_ended_within_its_bound_and_named(tcli, tmp_path):
+    bindir, pids = _wedged_pct(tmp_path)
+    tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
+    t0 = time.monotonic()
+    rc, doc = tcli.json("status", "--on", "pct:200", timeout=60)
+    took = time.monotonic() - t0
+    assert rc == 3, doc
+    err = doc["error"]
+    assert err["hop"] == "pct:200" and "did not answer within 2s" in err["message"], err
+    assert err["details"]["wedged"] is True and "RUNWARD_HOP_TIMEOUT" in err["hint"], err
+    assert took < 15, took  # the bound, and one probe's
+    assert len(pids.read_text().split()) == 2  # the call's pct and the probe's
+    assert _none_alive(pids)  # nothing of either left running
+
+
+def test_a_long_call_through_an_answering_hop_goes_on_past_the_bound(tcli, tmp_path):
+    tcli.env.update(PATH=f"{_standin(tmp_path, HOST_PCT)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="1")
+    out = tmp_path / "done"
+    rc, doc = tcli.json("exec", "--on", "pct:200", "--", "sh", "-c", f"sleep 4; echo ok > {out}", timeout=60)
+    assert rc == 0, doc
+    assert out.read_text() == "ok\n"
+
+
+def test_a_projects_status_answers_its_other_targets_and_names_the_wedged_one(tcli, tmp_path):
+    bindir, pids = _wedged_pct(tmp_path)
+    tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
+    (tcli.cwd / "runward.toml").write_text('[targets.here]\non = "local"\n\n[targets.ct]\non = "pct:200"\n')
+    rc, doc = tcli.json("start", "near", "--on", "here", "--settle", "0.2", "--", "sleep", "300")
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    try:
+        t0 = time.monotonic()
+        rc, doc = tcli.json("status", timeout=60)
+        took = time.monotonic() - t0
+        by = {r["target"]: r for r in doc["targets"]}
+        assert rc == 3 and took < 15, (rc, took, doc)
+        runs = by["here (local)"]["result"]["runs"]
+        assert [(r["name"], r["state"], r["pid"]) for r in runs] == [("near", "running", pid)]
+        assert Path(f"/proc/{pid}").exists()
+        ct = by["ct (pct:200)"]
+        assert not ct["ok"] and ct["error"]["hop"] == "pct:200" and "did not answer" in ct["error"]["message"], ct
+        text = tcli.run("status", timeout=60)
+        assert "== ct (pct:200)\n  unreachable: pct:200: `pct` did not answer within 2s" in text.stdout, text.stdout
+        assert _none_alive(pids)
+    finally:
+        tcli.run("stop", "near", "--on", "here")
+
+
+def test_ctrl_c_of_a_call_through_a_wedged_hop_leaves_nothing_running(tcli, tmp_path):
+    bindir, pids = _wedged_pct(tmp_path)
+    tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="60")
+    p = tcli.popen("status", "--on", "pct:200")
+    wait_for(lambda: pids.exists() and pids.read_text().strip()
+             and _cmd(int(pids.read_text().split()[0])).startswith("sleep 1000"), what="the hung pct")
+    p.send_signal(signal.SIGINT)
+    rc = p.wait(timeout=30)
+    assert rc == 130, (rc, p.stderr.read())
+    assert _none_alive(pids)
+
+
+def test_a_call_whose_agent_has_spoken_is_not_ended_by_the_hop_bound(tcli, tmp_path):
+    """`logs -f` gets its lines as events from the start; it follows past the hop bound
+    while a `true` through the hop (this stand-in's) never answers: it goes on to its end."""
+    probes = tmp_path / "probe-pids"
+    body = ARGV + f'if [ "$1" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\nexec "$@"\n'  # `true` hangs
+    tcli.env.update(PATH=f"{_standin(tmp_path, body)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="1")
+    rc, doc = tcli.json("start", "ticks", "--on", "pct:200", "--settle", "0.2", "--",
+                        "sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done")
+    assert rc == 0, doc
+    try:
+        t0 = time.monotonic()
+        p = tcli.run("logs", "ticks", "--on", "pct:200", "-f", "--for", "4", timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 0 and took >= 4, (p.returncode, took, p.stderr)
+        said = [ln for ln in p.stdout.splitlines() if ln.startswith("tick ")]
+        assert len(said) >= 15, p.stdout  # 4 s of ticks, each also in the log file
+        logged = Path(doc["result"]["log"]).read_text().splitlines()
+        assert set(said) <= set(logged), (said, logged)
+    finally:
+        tcli.run("stop", "ticks", "--on", "pct:200", "--grace", "2", timeout=60)
+    # the probes of calls that ended first (the stop's grace outlasts the bound) ended with them
+    assert not probes.exists() or _none_alive(probes)
+
+
+def test_a_probe_under_way_ends_with_the_call_that_asked_it(tcli, tmp_path):
+    """The call ends (by itself, about 1 s after the bound) while its probe's `true` through the
+    hop hangs: the probe ends with it, not left behind the CLI."""
+    probes = tmp_path / "probe-pids"
+    body = ARGV + f'if [ "$1" = true ]; then echo $$ >> {probes}; exec sleep 1000; fi\nexec "$@"\n'
+    tcli.env.update(PATH=f"{_standin(tmp_path, body)}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="2")
+    rc, doc = tcli.json("exec", "--on", "pct:200", "--", "sleep", "2.8", timeout=60)
+    assert rc == 0, doc
+    assert probes.exists() and probes.read_text().split(), "the call outlasted its bound: a probe was made"
+    assert _none_alive(probes)
+
+
+def _master_port(home: Path, monkeypatch) -> int:
+    """The local TCP port of this CLI home's ssh control master (its own connection)."""
+    monkeypatch.setenv("RUNWARD_HOME", str(home))
+    from runward.sshconf import control_dir
+    d = control_dir()
+    pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _cmd(int(p)).startswith(f"ssh: {d}/"))
+    inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")
+              if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[9] in inodes and f[2].endswith(":0016"):
+            return int(f[1].split(":")[1], 16)
+    raise AssertionError("no TCP connection of the control master")
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _hop_commands(port: int) -> dict[int, str]:
+    """pid -> /proc/PID/stat of every `podman exec ... rwpod` on this machine (the test hosts
+    share its pids) started by an ssh session of that connection."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        words = _cmd(int(p)).split()
+        if (any(e.startswith(b"SSH_CONNECTION=") and e.split()[1] == str(port).encode() for e in env)
+                and "exec" in words and "rwpod" in words and stat.split(") ")[1][0] not in "ZX"):
+            out[int(p)] = stat.split(") ")[1].split()[19]
+    return out
+
+
+def test_ctrl_c_over_ssh_ends_the_hop_command_on_the_host(tcli, monkeypatch):
+    """sshd does not signal a session's command when its channel closes: the `podman exec`
+    of a call given up by Ctrl-C ran on on the host until the agent's command ended."""
+    tcli.env["RUNWARD_HOP_TIMEOUT"] = "60"
+    on = "ssh://rw1/podman:rwpod"
+    rc, doc = tcli.json("status", "--on", on)  # its control master, up
+    assert rc == 0, doc
+    port = _master_port(tcli.home, monkeypatch)
+    p = tcli.popen("exec", "--on", on, "--", "sleep", "40")
+    hop = wait_for(lambda: _hop_commands(port), what="the call's podman exec on the host")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=30) == 130, p.stderr.read()
+
+    def ended() -> bool:
+        now = _hop_commands(port)
+        return not [pid for pid, start in hop.items() if now.get(pid) == start]
+    wait_for(ended, timeout=15, what="the hop command on the host to end")

@@ -69,7 +69,7 @@ _TOOL_MISSING = (  # the shells', runc's, crun's, lxc-attach's and env's ways to
     r"(?:^|[\s:\"'`])(%(t)s)[\"'`]?: (?:line \d+: )?(?:command )?not found|"
     r"exec: \"?(%(t)s)\"?: executable file not found|executable file [`'\"](%(t)s)[`'\"] not found|"
     r"Failed to exec \"(%(t)s)\"|(?:^|[\s'\"])(%(t)s)['\"]?: No such file or directory" % {"t": _TOOL_WORDS})
-PROBE_S = 20  # one probe's bound: a hop that never answers is said as such, not waited for
+HOP_TIMEOUT_S = 10.0  # a container hop's bound (RUNWARD_HOP_TIMEOUT): README, "Bounds"
 # what a container tool itself prints: lxc-attach's "lxc-attach: NAME: file.c: ...", podman's
 # and docker's "Error: ..." / "Error response from daemon: ...", runc's and crun's
 _TOOL_LINE = r"(?m)^\s*(?:lxc-\w+: |Error[: ]|Error response from daemon|OCI runtime|crun: |runc: )"
@@ -188,15 +188,185 @@ def _hop_said(err: str, rc: int, ssh_hop: Hop | None) -> bool:
                     ln.strip() and not re.match(_SSH_LINE, ln) for ln in err.splitlines())))
 
 
-
-def _probe(hops) -> tuple[int, str] | None:
-    """One `true` through these hops (only on a failure's path): (exit status, stderr), or
-    None when it could not be run at all."""
+def hop_timeout() -> float:
+    """A container hop's bound, in seconds: RUNWARD_HOP_TIMEOUT, else HOP_TIMEOUT_S."""
+    import os
     try:
-        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base()), b"", None, None, PROBE_S)
+        v = float(os.environ.get("RUNWARD_HOP_TIMEOUT") or HOP_TIMEOUT_S)
+    except ValueError:
+        return HOP_TIMEOUT_S
+    return v if v > 0 else HOP_TIMEOUT_S
+
+
+# run on the host through the ssh hop: end the tagged hop command whose pid and start time
+# come on stdin (rule 2: never a pid alone), with its whole group (it leads one)
+_END_FAR = ('read p t; read -r s </proc/"$p"/stat 2>/dev/null || exit 0; set -- ${s##*) }; '
+            '[ "${20}" = "$t" ] && kill -9 -"$p" 2>/dev/null; exit 0')
+
+
+TAG_WAIT_S = 2.0  # how long a Ctrl-C waits for a tag still in flight (one round trip, normally)
+
+
+def tagged(target: Target) -> bool:
+    """Whether an ssh hop of the chain is followed by a container hop (its command tagged)."""
+    return any(h.kind == "ssh" and target.hops[i + 1].kind != "ssh" for i, h in enumerate(target.hops[:-1]))
+
+
+def await_tag(target: Target, proc) -> None:
+    """Before a call is given up: its tagged hop's pid and start time, which its remote shell
+    writes first, waited for a moment (TAG_WAIT_S) where they have not come yet."""
+    import time
+    if not tagged(target):
+        return
+    deadline = time.monotonic() + TAG_WAIT_S
+    while proc.hop_tag() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def end_far(target: Target, tag: tuple[int, int] | None) -> None:
+    """A call given up here (its bound, a Ctrl-C, a failed handler): its hop command on the
+    ssh host (a `pct exec` that never answered) is ended there too, by the pid and start
+    time its tagged shell said. sshd does not signal a session's command when its channel
+    closes, so a wedged one would run on for good. Within the hop bound; a failure is let be."""
+    if tag is None:
+        return
+    ssh_at = next((i for i, h in enumerate(target.hops[:-1])
+                   if h.kind == "ssh" and target.hops[i + 1].kind != "ssh"), None)
+    if ssh_at is None:
+        return
+    try:
+        _exchange(Target(target.hops[:ssh_at + 1]).wrap(["/bin/sh", "-c", _END_FAR], ssh_base()),
+                  b"%d %d\n" % tag, None, None, hop_timeout())
+    except (RunwardError, OSError):
+        pass
+
+
+def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | None:
+    """One `true` through these hops (only on a failure's path, or a call's that has not
+    answered within the hop bound): (exit status, stderr), the status None when it did not
+    answer within the bound (its process group killed then); None when it could not be run
+    at all. watch: the HopWatch that asks, told of the probe's process (it ends the probe
+    when its call ends first)."""
+    import time
+    bound = bound or hop_timeout()
+    t0 = time.monotonic()
+    try:
+        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base(), tagged=True), b"", None, None, bound,
+                          watch=watch or _Probing(Target(tuple(hops))))
     except (RunwardError, OSError):
         return None
-    return (probe[0] if probe[0] is not None else -1), probe[3]
+    hung = probe[0] is not None and probe[0] < 0 and time.monotonic() - t0 >= bound
+    return (None if hung else probe[0] if probe[0] is not None else -1), probe[3]
+
+
+class HopWatch:
+    """The bound of a call through container hops. A container tool can wedge (a `pct exec`
+    or `podman exec` that never starts the command), and the call would wait without end:
+    once the call has not answered within the hop bound, one `true` goes through each
+    prefix of its chain in turn (outermost first, each within the same bound). The first
+    that does not answer is the wedged hop: the call is ended (its process group killed)
+    and said as that hop's (error()). A prefix that answers is not wedged, nor is a chain
+    through which the agent has said anything: a long call (a stop's grace, `logs -f`)
+    goes on."""
+
+    def __init__(self, target: Target, bound: float):
+        self.target, self.bound = target, bound
+        self.wedged: int | None = None  # the hop's index in the chain
+        self._done = None
+        self._probing = _Probing(target)
+
+    @classmethod
+    def of(cls, target: Target) -> "HopWatch | None":
+        """A watch for a chain with a container hop; None for local and plain ssh targets
+        (ssh's own bounds: its connect timeout and keepalive, targets/ssh.py)."""
+        if not any(h.kind != "ssh" for h in target.hops):
+            return None
+        return cls(target, hop_timeout())
+
+    def start(self, proc) -> None:
+        import threading
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(proc,), daemon=True).start()
+
+    def cancel(self) -> None:
+        """The call has ended: a probe still under way is ended with it (its `true` through
+        a wedged hop would outlive the CLI, which does not wait for this thread)."""
+        if self._done is not None:
+            self._done.set()
+            self._probing.end()
+
+    def _run(self, proc) -> None:
+        if self._done.wait(self.bound):
+            return
+        for i, hop in enumerate(self.target.hops):
+            if hop.kind == "ssh":
+                continue
+            if proc.spoke:
+                return  # the agent answers (a stop's first event): every hop works
+            got = _probe(self.target.hops[:i + 1], self.bound, self._probing.of(self._done))
+            if self._done.is_set() or proc.spoke or got is None:
+                return
+            if got[0] is None:
+                self.wedged = i
+                proc.kill()
+                return
+            if got[0] != 0:
+                return  # failed, not wedged: the call's own end says why
+
+    def end_far(self, tag) -> None:
+        end_far(self.target, tag)
+
+    def await_tag(self, proc) -> None:
+        await_tag(self.target, proc)
+
+    def error(self) -> RunwardError:
+        return _wedged(self.target, self.wedged, self.bound)
+
+
+class _Probing:
+    """A probe's process, known to the HopWatch that asked for it (the watch interface of
+    _exchange: start, cancel, await_tag, end_far) so that the watch's cancel ends it; and,
+    given up, ended on the ssh host too."""
+
+    def __init__(self, target: Target):
+        import threading
+        self._lock = threading.Lock()
+        self.target = target
+        self.proc = self.done = None
+
+    def of(self, done) -> "_Probing":
+        self.done = done
+        return self
+
+    def start(self, proc) -> None:
+        with self._lock:
+            self.proc = proc
+            if self.done is not None and self.done.is_set():
+                proc.kill()  # the call ended as this probe began
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.proc = None
+
+    def end(self) -> None:
+        with self._lock:
+            if self.proc is not None:
+                self.proc.kill()
+
+    def end_far(self, tag) -> None:
+        end_far(self.target, tag)
+
+    def await_tag(self, proc) -> None:
+        await_tag(self.target, proc)
+
+
+def _wedged(target: Target, i: int, bound: float) -> RunwardError:
+    """Hop i did not answer within the bound: a `true` through it did not either."""
+    hop, tool = target.hops[i], _TOOLS[target.hops[i].kind]
+    return HopFailed(f"{hop}: `{tool}` did not answer within {bound:g}s (a `true` through it did not either): "
+                     "the call was ended here",
+                     f"check {tool} on {_where(target, i)} (a hung `{tool} exec`, a frozen container); "
+                     "RUNWARD_HOP_TIMEOUT sets the bound", hop=str(hop), details={"wedged": True, "bound_s": bound})
 
 
 def _hop_at_fault(target: Target, err: str, rc: int, details: dict) -> RunwardError | None:
@@ -250,6 +420,8 @@ def _hop_failed(target: Target, i: int, rc: int, err: str, details: dict) -> Run
     hop = target.hops[i]
     tool = _TOOLS[hop.kind]
     where = _where(target, i)
+    if rc is None:
+        return _wedged(target, i, hop_timeout())
     missing = re.search(_TOOL_MISSING, err)
     if missing and next(g for g in missing.groups() if g) == tool:
         return HopFailed(f"{hop}: `{tool}` not found on {where}",
@@ -298,7 +470,8 @@ def _container_stopped(target: Target) -> RunwardError | None:
     if not any(h.kind != "ssh" for h in target.hops):
         return None
     try:
-        probe = _exchange(target.wrap(["true"], ssh_base()), b"", None, None, 20)
+        probe = _exchange(target.wrap(["true"], ssh_base(), tagged=True), b"", None, None, hop_timeout(),
+                          watch=_Probing(target))
     except (RunwardError, OSError):
         return None
     rc, err = probe[0], probe[3]

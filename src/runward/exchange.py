@@ -20,10 +20,11 @@ DECIDE_S = 10.0  # how long an interrupted start waits for the far side's decisi
 
 
 def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False,
-              decide=None):
+              decide=None, watch=None):
     """decide (a start's): a predicate of events; on Ctrl-C the call waits, DECIDE_S at most,
     for an event it holds (the launch), the reply or the far side's end, and the
-    KeyboardInterrupt carries what came (`decision`: _await_decision)."""
+    KeyboardInterrupt carries what came (`decision`: _await_decision). watch: a HopWatch
+    (diagnosis.py) that ends the call once its hop is found wedged."""
     seen: list[dict] = []
     if decide is not None:
         inner = on_event
@@ -38,39 +39,43 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
     except FileNotFoundError as e:
         raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
                         f"install {argv[0]} or put it on PATH", hop="local")
-    if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
-        try:
-            proc.stdin.write(head)
-            proc.stdin.flush()
-        except OSError:
-            pass  # the far side went away (or refused the hash alone): its reply says which
-        try:
-            head = late_body()
-        except BaseException:
-            proc.kill()  # before any request: the far side runs nothing
-            proc.wait()
-            proc.stderr_bytes()
-            raise
-    writer = None
-    if payload is None:
-        # The agent reads its whole input before it writes a byte, so a plain write cannot
-        # deadlock here; a thread is only needed to stream a payload while we read.
-        _feed(proc.stdin, head, None, held)
-        if held:
-            _heartbeat(proc)
-    else:
-        import threading
-        writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
-        writer.start()
-    timer = None
-    if timeout:
-        import threading
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
+    writer = timer = None
     got = _Replies(on_event, on_data)
     left = False
+    try:  # until the reading below: a Ctrl-C or an error here ends the child too
+        if watch is not None:
+            watch.start(proc)
+        if late_body is not None:  # the agent starts on what it has; the request follows (call's late)
+            try:
+                proc.stdin.write(head)
+                proc.stdin.flush()
+            except OSError:
+                pass  # the far side went away (or refused the hash alone): its reply says which
+            head = late_body()  # raising: ended below, before any request (the far side runs nothing)
+        if payload is None:
+            # The agent reads its whole input before it writes a byte, so a plain write cannot
+            # deadlock here; a thread is only needed to stream a payload while we read. A hop
+            # that never starts the agent never reads it either: the write blocks once the
+            # pipe is full (a wedged `pct exec`), and a Ctrl-C there ends the child.
+            _feed(proc.stdin, head, None, held)
+            if held:
+                _heartbeat(proc)
+        else:
+            import threading
+            writer = threading.Thread(target=_feed, args=(proc.stdin, head, payload), daemon=True)
+            writer.start()
+        if timeout:
+            import threading
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+    except BaseException:
+        if timer is not None:
+            timer.cancel()
+        _give_up(proc, watch)
+        raise
     try:
         for line in proc.stdout:
+            proc.spoke = True
             got.take(line)
             if got.pending:
                 got.pass_bytes(proc.stdout)
@@ -78,7 +83,11 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         if decide is not None:
             ki.decision = _await_decision(proc, got, seen)
         if not outlive:
-            proc.kill()
+            try:
+                if watch is not None:
+                    watch.await_tag(proc)  # the hop's tag, in flight at a Ctrl-C soon after the start
+            finally:
+                proc.kill()
             raise
         left = True  # the far side goes on (a stop's KILL after the grace): left to it
         proc.leave()
@@ -87,13 +96,51 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         proc.kill()
         raise
     finally:
+        if watch is not None:
+            watch.cancel()
         rc = None if left else proc.wait()
         if timer:
             timer.cancel()
+        if watch is not None and proc.killed and not left:
+            watch.end_far(proc.hop_tag())  # given up here: its hop's command on the host too
         stderr = b"" if left else proc.stderr_bytes()
     if writer is not None:
         writer.join(timeout=5)
-    return rc, got.garbage, got.reply, stderr.decode("utf-8", "replace")
+    return rc, got.garbage, got.reply, _untagged(stderr.decode("utf-8", "replace"))
+
+
+def _give_up(proc: "Spawned", watch) -> None:
+    """End the child (its group) before the call's reading began, with its hop command on
+    the ssh host (the watch's end_far), and reap it."""
+    try:
+        if watch is not None:
+            watch.cancel()
+            watch.await_tag(proc)
+    finally:
+        proc.kill()
+    proc.wait()
+    if watch is not None:
+        watch.end_far(proc.hop_tag())
+    proc.stderr_bytes()
+
+
+_TAG_LINE = b"runward-hop "  # targets/ssh.py's TAG
+
+
+def _untagged(text: str) -> str:
+    """stderr without the tag line a tagged ssh hop's shell writes first (targets/ssh.py)."""
+    if not text.startswith("runward-hop "):
+        return text
+    first, _, rest = text.partition("\n")
+    return rest if _tag_of(first.encode()) is not None else text
+
+
+def _tag_of(line: bytes) -> tuple[int, int] | None:
+    """(pid, start time) from a tag line, or None."""
+    words = line.split()
+    if len(words) == 3 and words[0] == _TAG_LINE.strip() and words[1].isdigit() and words[2].isdigit():
+        return int(words[1]), int(words[2])
+    return None
 
 
 def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
@@ -207,6 +254,8 @@ class Spawned:
         from _thread import allocate_lock
         self._lock = allocate_lock()
         self.returncode: int | None = None
+        self.spoke = False  # a line came from the far side: every hop on the way answered
+        self.killed = False  # kill() signalled it: the call was given up here
         fds: list[int] = []
         try:
             for make in (_unlinked_file, os.pipe, os.pipe):
@@ -237,10 +286,22 @@ class Spawned:
         group id cannot have been given to another process."""
         with self._lock:
             if self.returncode is None:
+                self.killed = True
                 try:
                     os.killpg(self.pid, 9)
                 except ProcessLookupError:
                     pass
+
+    def hop_tag(self) -> tuple[int, int] | None:
+        """(pid, start time) that a tagged ssh hop's remote shell wrote first on stderr
+        (targets/ssh.py's TAG), read from the stderr file as it is now; None without one."""
+        if self._err < 0:
+            return None
+        try:
+            head = os.pread(self._err, 200, 0)
+        except OSError:
+            return None
+        return _tag_of(head.split(b"\n", 1)[0]) if head.startswith(_TAG_LINE) and b"\n" in head else None
 
     def leave(self) -> None:
         """Let the child run on without us: our ends of its pipes closed, never waited for

@@ -23,7 +23,7 @@ from .targets import Target
 
 # Split by concern (each module's docstring says its own); the names callers and tests use
 # are still importable from here, so they need not know where each went.
-from .diagnosis import RawResult, diagnose
+from .diagnosis import HopWatch, RawResult, diagnose
 from .exchange import HEARTBEAT_S, Spawned, _agent_missing, _exchange  # noqa: F401  (Spawned: for callers)
 from .residentroute import (_far_key, _far_lines, _far_remember, _Resident, _RESIDENT_OPS,  # noqa: F401
                             _resident_on, _single_ssh)
@@ -87,7 +87,7 @@ def agent_argv(target: Target) -> list[str]:
         return [sys.executable, "-S", "-c", _boot.BOOTSTRAP]
     py = target.python or os.environ.get("RUNWARD_PYTHON") or "python3"
     inner = ["/bin/sh", "-c", _REPORT_SIGNAL, "runward-agent", py, "-S", "-c", _boot.BOOTSTRAP]
-    return target.wrap(inner, ssh_base())
+    return target.wrap(inner, ssh_base(), tagged=True)
 
 
 # Operations that follow until their window ends, or for ever (logs with "follow"): their
@@ -203,9 +203,10 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         agent = agent_source()[0] if send_src else b""
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
         t0 = time.monotonic()
+        watch = HopWatch.of(target)
         rc, garbage, reply, stderr = _exchange(argv, head + (body or b""), payload, on_event, timeout, on_data,
                                                held, completed if body is None else None, req["op"] in _OUTLIVE,
-                                               _launched if req["op"] == "start" else None)
+                                               _launched if req["op"] == "start" else None, watch)
         if not send_src and _agent_missing(reply):
             send_src = True
             continue
@@ -219,6 +220,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         if reply.get("ok"):
             return reply["result"]
         raise from_agent(reply.get("error") or {}, hop=str(target.hops[-1]) if target.hops else "local")
+    if watch is not None and watch.wedged is not None:
+        raise watch.error()
     raise diagnose(target, raw)
 
 

@@ -95,9 +95,16 @@ class Target:
         idx = max((i for i, h in enumerate(self.hops) if h.kind == "ssh"), default=-1)
         return Target(self.hops[: idx + 1], home=None, python=self.python)
 
-    def wrap(self, argv: list[str], ssh_base: list[str] | None = None) -> list[str]:
-        for hop in reversed(self.hops):
-            argv = hop.wrap(argv, ssh_base)
+    def wrap(self, argv: list[str], ssh_base: list[str] | None = None, tagged: bool = False) -> list[str]:
+        """tagged: an ssh hop followed by a container hop has its remote shell say its pid and
+        start time first (ssh.TAG), so that the CLI can end that hop's command on the host
+        when it gives the call up (diagnosis.end_far): sshd never signals it."""
+        for i in reversed(range(len(self.hops))):
+            hop = self.hops[i]
+            if tagged and hop.kind == "ssh" and i + 1 < len(self.hops) and self.hops[i + 1].kind != "ssh":
+                argv = ssh.wrap(hop, argv, ssh_base, tagged=True)
+            else:
+                argv = hop.wrap(argv, ssh_base)
         return argv
 
     def hop_names(self) -> list[str]:

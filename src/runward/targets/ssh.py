@@ -147,8 +147,16 @@ def _own_master(base: list[str], dest: str, port: int | None) -> list[str]:
     return out
 
 
-def wrap(hop, inner: list[str], ssh_base: list[str] | None = None) -> list[str]:
-    return argv(hop, ssh_base or ["ssh"], [], quote_argv(inner))
+# The remote shell's first words for a tagged hop (model.Target.wrap): its pid and start
+# time (field 22 of /proc/PID/stat, read with the shell's own `read`: no process spawned) on
+# stderr, then exec of the command, which keeps both; it leads its session and group (sshd's
+# setsid), so the group ends with everything it started.
+TAG = 'read -r s </proc/$$/stat;set -- ${s##*) };echo "runward-hop $$ ${20}" >&2;exec '
+TAG_WORD = "runward-hop"
+
+
+def wrap(hop, inner: list[str], ssh_base: list[str] | None = None, tagged: bool = False) -> list[str]:
+    return argv(hop, ssh_base or ["ssh"], [], (TAG if tagged else "") + quote_argv(inner))
 
 
 def quote_argv(words: list[str]) -> str:

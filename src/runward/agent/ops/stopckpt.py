@@ -8,8 +8,8 @@ no regex."""
 import os
 import time
 
-from ..procfs import live
-from ..terminate import parse_signal, signal_name
+from ..procfs import live, read_proc
+from ..terminate import SIGNALS, parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
 
 POLL_S = 0.1
@@ -56,8 +56,23 @@ def before_stop(store, att, spec):
         out["skipped"] = "the job ended before the signal"
         return out
     out["sent_to"] = jp.pid
+    if _resume(jp.pid):
+        out["resumed"] = "SIGCONT"
     event({"checkpoint_signal": {"pid": jp.pid, "signal": out["signal"]}})
     return wait_saved(out, rx, tracker, before, log, offset, lambda: live(job) is not None, timeout)
+
+
+def _resume(pid):
+    """SIGCONT after the checkpoint signal to a job paused (SIGSTOP, Ctrl-Z: state T), as
+    the stop does (terminate.py): a paused job takes its handler only once resumed."""
+    q = read_proc(pid)
+    if q is None or q.state != "T":
+        return False
+    try:
+        os.kill(pid, SIGNALS["SIGCONT"])
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def wait_saved(out, rx, tracker, before, log, offset, alive, timeout):
