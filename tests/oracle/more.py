@@ -215,6 +215,60 @@ class MoreRules:
         self.expect("rm %s (never started)" % m.name, rc, doc, (0, 4))
         m.state, m.log_removed = "removed", True
 
+    @precondition(lambda self: any(k in OVER_SSH for k in self.KINDS) and bool(self.runs))
+    @rule(i=PICK, delay=st.sampled_from([0.0, 0.1, 0.3, 0.6, 1.0, 1.5]))
+    def restart_interrupted(self, i, delay):
+        """Ctrl-C at a random moment of a restart over ssh. Its word names the step it was in;
+        held to /proc once the far side had time to finish what it had begun: before the stop
+        (`checks`) the old attempt runs on; after the stop began (`stop:begun`, `deploy`) it is
+        dead and nothing new runs; in the start step the launch is as `launched` says (null:
+        ground truth); `stop` (sent, not known begun) may go either way, and nothing new runs."""
+        m = self.pick(i, lambda m: m.kind in OVER_SSH and m.state == "running" and not m.supervised
+                      and not m.paused and m.local_version == m.deployed_version)
+        if m is None:
+            return
+        self.acted("restart_interrupted", m)
+        t = self.target(m)
+        lines = lambda: (truth.read_text(t.root, "%s/%s/ran-%s" % (t.app, m.name, m.token)) or "").count("\n")
+        before, old = lines(), self.job(m)
+        p = self.session.popen("restart", m.name, kind=m.kind)
+        left = checks.settle(lambda: [] if p.poll() is not None or _has_ssh_child(p.pid) else ["no ssh yet"], 60)
+        if left:
+            raise self.violation("restart %s: no ssh to the target after 60 s" % m.name)
+        time.sleep(delay)   # the moment of the Ctrl-C, drawn: not a wait for anything
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        doc = self.session.doc(out, err)
+        res = doc.get("result") or {}
+        if p.returncode not in (0, 130):
+            raise self.violation("restart %s, interrupted after %.2f s: exit %d: %s" % (
+                m.name, delay, p.returncode, str(doc)[:600]))
+        step = "done" if p.returncode == 0 else res.get("interrupted_in")
+        launched = True if step == "done" else (res.get("launched") if step == "start" else False)
+        old_lives = lambda: truth.alive(old)
+        new_runs = lambda: lines() > before and bool(truth.tree(m.token, t.pidns))
+        # what was begun ends on the target by itself: let it, then read
+        checks.settle(lambda: [] if (not old_lives() or step == "checks") and (
+            launched is not None or new_runs() or not truth.tree(m.token, t.pidns)) else ["settling"], 15)
+        what = "restart %s, interrupted after %.2f s in %s: %s" % (m.name, delay, step, str(doc)[:500])
+        if step == "checks":
+            if not old_lives() or lines() != before:
+                raise self.violation(what + ": said it runs on as it was, but the old attempt is gone or a new one began")
+            return
+        if old_lives() and step != "stop":
+            raise self.violation(what + ": the old attempt still lives")
+        if launched is False and (lines() > before):
+            raise self.violation(what + ": said nothing was started, yet a new attempt began")
+        if launched is True and not new_runs():
+            raise self.violation(what + ": said the new attempt runs, yet it does not")
+        if old_lives():   # the stop was sent, never begun there: the old attempt runs on
+            return
+        if new_runs():
+            m.state, m.attempt, m.escapees, m.exits, m.paused = "running", m.attempt + 1, 0, set(), 0
+            m.running_version = m.deployed_version
+        else:
+            m.stopped()
+
     @precondition(lambda self: bool(self.runs))
     @rule(i=PICK)
     def stop_and_restart_at_once(self, i):
