@@ -180,3 +180,38 @@ def test_the_kept_resolution_follows_every_config_file_ssh_reads(tmp_path, monke
     assert "@10.9.0.4:" in resolved(hop)
     kept = json.loads((tmp_path / "home" / "cache" / "ssh-resolved").read_text())
     assert not any(json.loads(k)[2] == "box" and json.loads(k)[3] == 0 for k in kept)
+
+
+def _point_through(cfg: Path, tb: dict, host: str) -> None:
+    """The alias `box` re-pointed through another proxy only (ProxyCommand ssh -W, ProxyJump's
+    own mechanism): same HostName, port and user, so OpenSSH's %C is the same for both."""
+    cfg.write_text(f"Host box\n  HostName box.internal\n  HostKeyAlias {host}\n  User root\n"
+                   f"  IdentityFile {tb['client_key']}\n"
+                   f"  ProxyCommand ssh -F {tb['ssh_config']} -W {tb['addresses'][host]}:22 {host}\n"
+                   f"Host *\n  IdentitiesOnly yes\n  UserKnownHostsFile {tb['known_hosts']}\n"
+                   f"  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n")
+
+
+def test_an_alias_re_pointed_through_another_proxy_is_answered_by_the_host_it_names_now(box):
+    """The alias keeps its HostName and goes through another proxy (another bastion, another
+    cluster with the same private address): OpenSSH's %C hashes host, port and user only, so
+    the live control master to the old host must not carry the new resolution's calls."""
+    import testbed as tbmod
+    tb = tbmod.require("ssh")
+    a = box.cli["a"]
+    cfg = a.cwd / "ssh_config"
+    _point_through(cfg, tb, "rw1")
+    rc, doc = a.json("start", "routed", "--on", "box", "--", "sleep", "300")
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    assert _netns(job) == _netns("/run/netns/runward-rw1")
+    box.warm("a", "routed")
+
+    _point_through(cfg, tb, "rw2")  # through rw2 now: the master to rw1 is still up
+    rc, doc = a.json("status", "routed", "--on", "box")
+    assert rc == 4, doc  # rw2 has no such run
+    assert (box.home("rw2") / ".runward").is_dir() and not (box.home("rw2") / ".runward" / "runs" / "routed").exists()
+
+    _point_through(cfg, tb, "rw1")
+    rc, doc = a.json("status", "routed", "--on", "box")
+    assert rc == 0 and doc["result"]["runs"][0]["pid"] == job, doc
