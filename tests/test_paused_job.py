@@ -82,3 +82,30 @@ def test_a_running_job_is_not_said_paused_nor_sent_sigcont(cli, tmp_path):
     assert rc == 0, doc
     assert not any(p.get("resumed") for p in doc["result"]["processes"]), doc
     assert Path(ckpt).read_text() == "step 7\n"
+
+
+def test_a_stop_resumes_the_runs_own_paused_shim_so_the_exit_is_recorded(cli, tmp_path):
+    """The shim paused (SIGSTOP to it, a debugger on it): the job takes its TERM and ends, but
+    only its parent, the shim, can reap it and record how it ended. Before, stop waited 10 s
+    for that record, answered with the run "starting", and status went on saying "starting"
+    (of a job that had ended, a zombie under a shim paused for good). Now stop resumes the
+    run's own paused shim, which records the exit: the run reads exited with the job's code."""
+    ckpt = tmp_path / "ckpt"
+    rc, doc = cli.json("start", "pz", "--settle", "0.3", "--", PY, "-c", SAVER, str(ckpt))
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    shim = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the job's parent
+    assert "runward-shim" in Path(f"/proc/{shim}/cmdline").read_text()
+    os.kill(shim, signal.SIGSTOP)
+    wait_for(lambda: (read_stat(shim) or ("?",))[0] == "T", what="the shim stopped")
+
+    rc, doc = cli.json("stop", "pz", "--grace", "20", timeout=60)
+    assert rc == 0, doc
+    res = doc["result"]
+    assert res["verified_dead"] and res["stop_s"] < 15, res
+    assert ckpt.read_text() == "step 7\n"  # the job's handler ran
+    wait_for(lambda: not os.path.exists(f"/proc/{shim}"), what="the resumed shim's end")
+    assert not os.path.exists(f"/proc/{pid}")  # reaped: no zombie left under a paused shim
+    assert res["state"] == "exited", res
+    st = cli.status("pz")
+    assert st["state"] == "exited" and st["exit"]["code"] == 0, st

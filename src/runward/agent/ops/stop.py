@@ -5,6 +5,7 @@ A module of its own: a stop imports none of what a start needs (the shim, the lo
 peers' link), and a multi-node stop pays its imports once per node."""
 
 import os
+import signal
 import time
 
 from .. import cgroups, faults, gpus, supervise
@@ -204,6 +205,12 @@ def _let_shim_record(store, att, fates, by=None):
     if sp is not None:
         w = PidWatch()
         if w.add(sp):
+            if sp.state == "T":
+                # the run's own shim paused (SIGSTOP to it, a debugger's stop): the job ended
+                # but only its parent can reap it and record how; paused, it never would, and
+                # the run read "starting" for good. SIGCONT (no harm to a shim, which takes it
+                # as any process does) lets it do that now.
+                w.signal(sp.pid, signal.SIGCONT)
             w.wait(10.0)
         w.close()
         if live(shim_ident) is not None:
