@@ -109,3 +109,37 @@ def test_a_stop_resumes_the_runs_own_paused_shim_so_the_exit_is_recorded(cli, tm
     assert res["state"] == "exited", res
     st = cli.status("pz")
     assert st["state"] == "exited" and st["exit"]["code"] == 0, st
+
+
+# USR1 makes the job save and say so in its log; TERM ends it
+SAVE_ON_USR1 = r"""
+import signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *_: print("saved step 7", flush=True))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_paused_job_takes_the_checkpoint_signal_of_a_stop_checkpoint(cli, tmp_path):
+    """stop --checkpoint sends the checkpoint signal (USR1) and waits for the job's 'saved'
+    line: a paused job takes a caught signal only once resumed, so before, the stop waited the
+    whole checkpoint timeout, said timed_out and stopped without the checkpoint. Now the paused
+    job is resumed right after the checkpoint signal, as after the stop signal."""
+    rc, doc = cli.json("start", "pz", "--settle", "0.3", "--", PY, "-c", SAVE_ON_USR1)
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    paused = _pause_group(pid)
+    assert paused == [pid]
+    rc, doc = cli.json("stop", "pz", "--grace", "10", "--checkpoint", "--checkpoint-wait-for", "^saved step",
+                       "--checkpoint-timeout", "20", timeout=90)
+    assert rc == 0, doc
+    ck = doc["result"]["checkpoint"]
+    assert ck.get("saw_line") == "saved step 7" and not ck.get("timed_out"), ck
+    assert ck["waited_s"] < 10, ck
+    log = Path(doc["result"].get("log") or cli.status("pz")["log"]["path"]).read_text()
+    assert "saved step 7" in log
+    assert not marked("pz.")
+    st = cli.status("pz")
+    assert st["state"] == "exited" and st["exit"]["code"] == 0, st

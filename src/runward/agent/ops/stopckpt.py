@@ -6,9 +6,10 @@ stop's result ("checkpoint"). Imported only by a stop that asks for it: a plain 
 no regex."""
 
 import os
+import signal
 import time
 
-from ..procfs import live
+from ..procfs import live, read_proc
 from ..terminate import parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
 
@@ -56,6 +57,16 @@ def before_stop(store, att, spec):
         out["skipped"] = "the job ended before the signal"
         return out
     out["sent_to"] = jp.pid
+    now = read_proc(jp.pid)
+    if now is not None and now.start == jp.start and now.state == "T":
+        # paused (SIGSTOP, Ctrl-Z): a stopped process takes a caught signal only once resumed,
+        # so without SIGCONT its handler never saves and the wait runs out its whole timeout;
+        # resumed here as the stop signal's own SIGCONT does (terminate.py)
+        try:
+            os.kill(jp.pid, signal.SIGCONT)
+            out["resumed"] = "SIGCONT"
+        except ProcessLookupError:
+            pass
     event({"checkpoint_signal": {"pid": jp.pid, "signal": out["signal"]}})
     return wait_saved(out, rx, tracker, before, log, offset, lambda: live(job) is not None, timeout)
 
