@@ -143,3 +143,35 @@ def test_a_paused_job_takes_the_checkpoint_signal_of_a_stop_checkpoint(cli, tmp_
     assert not marked("pz.")
     st = cli.status("pz")
     assert st["state"] == "exited" and st["exit"]["code"] == 0, st
+
+
+def test_a_paused_shim_is_said_in_status(cli, tmp_path):
+    """The shim paused (SIGSTOP to it) while its job runs: nothing records the job's end nor
+    decides a restart until it is resumed. Before, status said a plain "running", and once the
+    job ended, "starting" with no word why, for good. Now `paused` names the shim, and the
+    ended job is said as such."""
+    rc, doc = cli.json("start", "pz", "--settle", "0.3", "--", PY, "-c", SAVE_ON_USR1)
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    shim = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(shim, signal.SIGSTOP)
+    wait_for(lambda: (read_stat(shim) or ("?",))[0] == "T", what="the shim stopped")
+    st = cli.status("pz")
+    assert st["state"] == "running" and st["paused"]["shim"] == shim and st["paused"]["pids"] == [], st
+    assert not st["paused"]["job"], st
+    text = cli.run("status", "pz").stdout
+    assert f"shim (pid {shim}) is paused" in text, text
+
+    os.kill(pid, signal.SIGTERM)  # the job ends by itself: a zombie its paused shim cannot reap
+    wait_for(lambda: (read_stat(pid) or ("Z",))[0] == "Z", what="the job's end")
+    st = cli.status("pz")
+    assert st["paused"]["shim"] == shim and "the job has ended" in st["note"], st
+    text = cli.run("status", "pz").stdout
+    assert "the job has ended" in text and f"shim (pid {shim}) is paused" in text, text
+
+    rc, doc = cli.json("stop", "pz", "--grace", "5", timeout=60)
+    assert rc == 0 and doc["result"]["state"] == "exited", doc  # the shim resumed, the end recorded
+    wait_for(lambda: not os.path.exists(f"/proc/{shim}"), what="the resumed shim's end")
+    assert not os.path.exists(f"/proc/{pid}")  # reaped
+    st = cli.status("pz")
+    assert st["state"] == "exited" and st["exit"]["code"] == 0 and "paused" not in st, st

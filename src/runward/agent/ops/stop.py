@@ -146,6 +146,12 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
     if unseen:
         res["blind_spot"] = unseen
     if not found:
+        sp = live((att or {}).get("shim")) if (att or {}).get("shim") else None
+        if sp is not None and sp.state == "T" and (att or {}).get("job"):
+            # the job ended by itself under its paused shim (a zombie only the shim can reap):
+            # resumed, the shim records that end (and finds the stop marked: no restart)
+            _let_shim_record(store, att, [], by)
+            att, procs = store.latest(), scan()
         res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                     "state": attempt_state(att, procs, boot_id())})
         res["verified"] = ["no_process_of_run_alive"]
