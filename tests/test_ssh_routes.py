@@ -215,3 +215,60 @@ def test_an_alias_re_pointed_through_another_proxy_is_answered_by_the_host_it_na
     _point_through(cfg, tb, "rw1")
     rc, doc = a.json("status", "routed", "--on", "box")
     assert rc == 0 and doc["result"]["runs"][0]["pid"] == job, doc
+
+
+def _our_ssh_peers(home: Path) -> set[str]:
+    """The IPv4 address:port that the ssh processes runward started with this home are
+    connected to now (a ProxyJump's `ssh -W`, outliving the call beside its master: its
+    environment names the home): /proc/PID/fd's sockets in /proc/PID/net/tcp, established."""
+    import socket
+    import struct
+    out = set()
+    for d in Path("/proc").iterdir():
+        try:
+            if not d.name.isdigit() or b"ssh" not in (d / "cmdline").read_bytes().split(b"\0")[0]:
+                continue
+            if f"RUNWARD_HOME={home}".encode() not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            inodes = {os.readlink(f).strip("socket:[]") for f in (d / "fd").iterdir()
+                      if os.readlink(f).startswith("socket:[")}
+            rows = (d / "net" / "tcp").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if f[9] in inodes and f[3] == "01":  # established
+                addr, port = f[2].split(":")
+                out.add(f"{socket.inet_ntoa(struct.pack('<I', int(addr, 16)))}:{int(port, 16)}")
+    return out
+
+
+def test_a_re_pointed_jump_host_is_gone_through_now(box, tmp_path):
+    """box goes through ProxyJump bastion; bastion alone is re-pointed (box's own lines
+    unchanged: ssh -G box still says `proxyjump bastion`). What ssh resolves the route to is
+    the bastion's resolution too, so the next call connects through the bastion named now,
+    never through the master still open by the old one. Ground truth: the TCP peers of the
+    ssh processes runward started (rw1's then rw2's sshd), the job on rw3 both times."""
+    import testbed as tbmod
+    tb = tbmod.require("ssh")
+    a = box.cli["a"]
+    cfg = a.cwd / "ssh_config"
+
+    def point(bastion: str) -> None:
+        cfg.write_text(f"Host bastion\n  HostName {tb['addresses'][bastion]}\n  HostKeyAlias {bastion}\n"
+                       f"Host box\n  HostName {tb['addresses']['rw3']}\n  HostKeyAlias rw3\n  ProxyJump bastion\n"
+                       f"Host *\n  User root\n  IdentityFile {tb['client_key']}\n  IdentitiesOnly yes\n"
+                       f"  UserKnownHostsFile {tb['known_hosts']}\n  GlobalKnownHostsFile /dev/null\n"
+                       f"  StrictHostKeyChecking accept-new\n  BatchMode yes\n")
+    point("rw1")
+    rc, doc = a.json("start", "routed", "--on", "box", "--", "sleep", "300")
+    assert rc == 0, doc
+    job = doc["result"]["pid"]
+    assert _netns(job) == _netns("/run/netns/runward-rw3")
+    home = Path(a.env["RUNWARD_HOME"])
+    assert f"{tb['addresses']['rw1']}:22" in _our_ssh_peers(home)
+
+    point("rw2")
+    rc, doc = a.json("status", "routed", "--on", "box")
+    assert rc == 0 and doc["result"]["runs"][0]["pid"] == job, doc
+    assert f"{tb['addresses']['rw2']}:22" in _our_ssh_peers(home), _our_ssh_peers(home)

@@ -51,7 +51,7 @@ def resolved(hop) -> str | None:
     return got
 
 
-def _ask(cfg: str, hop) -> str | None:
+def _ask(cfg: str, hop, depth: int = 0) -> str | None:
     from .exchange import Spawned
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
     argv = ["ssh", "-G", *(["-F", cfg] if cfg else []), *(["-p", str(hop.port)] if hop.port else []), "--", dest]
@@ -74,8 +74,40 @@ def _ask(cfg: str, hop) -> str | None:
     text = f"{said.get('user', '')}@{said['hostname']}:{said.get('port', '22')}"
     for name, word in (("proxyjump", "jump"), ("proxycommand", "command")):
         if said.get(name, "none") != "none":
-            text += f" {word} {said[name]}"
+            value = said[name]
+            if name == "proxyjump":
+                value = _jumps(cfg, value, depth)
+                if value is None:
+                    return None
+            text += f" {word} {value}"
     return text
+
+
+def _jumps(cfg: str, chain: str, depth: int) -> str | None:
+    """A ProxyJump chain as ssh resolves each of its hosts now: `bastion` as written names
+    whatever the config's Host bastion says, so re-pointing the bastion alone (another
+    bastion, to another network's same private address) must change the answer too. None
+    where ssh cannot resolve one, or the chain nests past a few levels."""
+    from types import SimpleNamespace
+    if depth >= 4:
+        return None
+    out = []
+    for jump in chain.split(","):
+        spec = jump.strip()
+        spec = spec[len("ssh://"):] if spec.startswith("ssh://") else spec
+        user, _, host = spec.rpartition("@")
+        name, port = host, None
+        if host.startswith("["):  # [v6]:port
+            name, _, rest = host[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else None
+        elif host.count(":") == 1:
+            name, _, port = host.partition(":")
+        got = _ask(cfg, SimpleNamespace(user=user or None, name=name, port=int(port) if port and port.isdigit() else None),
+                   depth + 1)
+        if got is None:
+            return None
+        out.append("(" + got + ")")
+    return ",".join(out)
 
 
 def _identity(path: str) -> list | None:
