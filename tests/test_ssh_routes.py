@@ -157,8 +157,10 @@ def _ssh_says(cfg: Path, dest: str) -> str:
 def test_the_kept_resolution_follows_every_config_file_ssh_reads(tmp_path, monkeypatch):
     """What ssh -G says is kept (cache/ssh-resolved) while none of the files it read changed:
     the config, an Included file edited in place, a new file matching an Include's glob."""
+    from runward import sshresolve
     from runward.sshresolve import resolved
     from runward.targets import parse_target
+    monkeypatch.setattr(sshresolve, "RACY_S", 0)  # files written just now are kept (the rule below has its test)
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))
     inc = tmp_path / "inc"
     inc.mkdir()
@@ -272,3 +274,46 @@ def test_a_re_pointed_jump_host_is_gone_through_now(box, tmp_path):
     rc, doc = a.json("status", "routed", "--on", "box")
     assert rc == 0 and doc["result"]["runs"][0]["pid"] == job, doc
     assert f"{tb['addresses']['rw2']}:22" in _our_ssh_peers(home), _our_ssh_peers(home)
+
+
+def test_an_edit_in_the_same_second_as_the_last_ask_is_seen(tmp_path, monkeypatch):
+    """On a file system whose timestamps count whole seconds (ext4 with 128-byte inodes, NFS
+    and FAT ones), an in-place edit of the same size within the second ssh -G was last asked
+    leaves every field of the file's identity as it was (inode, size, mtime, ctime): the kept
+    answer was the old host's for good. An answer is kept only once its files are older than
+    any timestamp's granule (as git's racy-clean check)."""
+    import shutil
+    import subprocess
+    import time
+    from runward.sshresolve import resolved
+    from runward.targets import parse_target
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        pytest.skip("needs root and mkfs.ext4 for a file system of whole-second timestamps")
+    img, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with open(img, "wb") as f:
+        f.truncate(4 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-I", "128", str(img)], check=True, capture_output=True)
+    if subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a loop device here")
+    try:
+        monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))
+        cfg = mnt / "ssh_config"
+        monkeypatch.setenv("RUNWARD_SSH_CONFIG", str(cfg))
+        hop = parse_target("ssh://box").hops[0]
+        for _ in range(10):
+            while time.time() % 1 > 0.2:  # at a second's start: both writes and the ask within it
+                time.sleep(0.01)
+            cfg.write_text("Host box\n  HostName 10.9.0.1\n")
+            before = os.stat(cfg)
+            assert "@10.9.0.1:" in resolved(hop)
+            cfg.write_text("Host box\n  HostName 10.9.0.2\n")  # in place, same size
+            after = os.stat(cfg)
+            if after.st_mtime_ns == before.st_mtime_ns:  # the same second (a loaded machine may miss it)
+                break
+        # ground truth: nothing in the file's identity says it changed
+        assert (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns) == \
+            (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
+        assert resolved(hop) == _ssh_says(cfg, "box") and "@10.9.0.2:" in resolved(hop)
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

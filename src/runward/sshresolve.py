@@ -20,6 +20,7 @@ import os
 from .cache import cache_path, read_cache, write_cache
 
 _KEPT_MAX = 64  # entries in cache/ssh-resolved: one per (config, destination)
+RACY_S = 3  # seconds a config file's last change must be past before ssh -G's answer is kept
 
 
 def resolved(hop) -> str | None:
@@ -150,4 +151,11 @@ def _config_files(cfg: str) -> tuple[list, bool]:
                     pat = os.path.join(rel, os.path.expanduser(pat))
                     files.append([os.path.dirname(pat), _identity(os.path.dirname(pat))])
                     todo += [(m, rel) for m in sorted(glob.glob(pat), reverse=True)]
-    return files, steady and len(files) < 64
+    # a file changed within the last RACY_S may change again within its timestamp's granule
+    # (whole seconds on ext4 with 128-byte inodes, NFS; 2 s on FAT) with the same size: its
+    # identity would not change, and the answer kept now would be the old host's for good.
+    # So an answer is kept only once its files are older than that (git's racy-clean rule)
+    import time
+    fresh = time.time_ns() - RACY_S * 1_000_000_000
+    racy = any(f[1] is not None and max(f[1][2], f[1][3]) >= fresh for f in files)
+    return files, steady and not racy and len(files) < 64
