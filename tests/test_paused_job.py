@@ -175,3 +175,42 @@ def test_a_paused_shim_is_said_in_status(cli, tmp_path):
     assert not os.path.exists(f"/proc/{pid}")  # reaped
     st = cli.status("pz")
     assert st["state"] == "exited" and st["exit"]["code"] == 0 and "paused" not in st, st
+
+
+def test_a_frozen_run_reads_paused_and_its_stop_thaws_it(cli, tmp_path):
+    """The run's cgroup frozen (cgroup v2's cgroup.freeze: `systemctl freeze`, a container
+    runtime's pause): its processes read S in /proc, not T, yet run nothing, a TERM handler
+    included. Before, status said a plain running and stop's TERM waited the grace out for
+    KILL, the checkpoint lost. Now status says paused (frozen: the cgroup), and stop thaws the
+    run's own frozen cgroups right after its signal, as systemd thaws a frozen unit it stops."""
+    import pytest
+    ckpt = tmp_path / "ckpt"
+    rc, doc = cli.json("start", "pz", "--settle", "0.3", "--", PY, "-c", SAVER, str(ckpt))
+    assert rc == 0, doc
+    pid = doc["result"]["pid"]
+    v2 = [c for c in doc["result"].get("cgroups") or () if os.path.exists(os.path.join(c, "cgroup.freeze"))]
+    if not v2:
+        cli.run("stop", "pz")
+        pytest.skip("no cgroup v2 of the run's own here (cgroup.freeze)")
+    wait_for(lambda: len(marked("pz.")) == 2, what="the job and its worker")
+    cg = Path(v2[0])
+    (cg / "cgroup.freeze").write_text("1")
+    wait_for(lambda: "frozen 1" in (cg / "cgroup.events").read_text(), what="the cgroup frozen")
+    assert (read_stat(pid) or ("?",))[0] != "T"  # frozen reads as sleeping: no T to see
+
+    st = cli.status("pz")
+    assert st["state"] == "running" and st["paused"]["job"] is True, st
+    assert st["paused"]["frozen"] == [str(cg)] and sorted(st["paused"]["pids"]) == sorted(marked("pz.")), st
+    text = cli.run("status", "pz").stdout
+    assert text.splitlines()[0].split()[:2] == ["pz", "paused"] and "frozen" in text, text
+
+    rc, doc = cli.json("stop", "pz", "--grace", "20", timeout=60)
+    assert rc == 0, doc
+    res = doc["result"]
+    assert res["verified_dead"] and res["stop_s"] < 15, res
+    assert res["thawed"] == [str(cg)], res
+    fates = {p["pid"]: p for p in res["processes"]}
+    assert fates[pid]["fate"] == "exited_after_SIGTERM", fates
+    assert ckpt.read_text() == "step 7\n"  # the handler ran
+    st = cli.status("pz")
+    assert st["state"] == "exited" and st["exit"]["code"] == 0, st

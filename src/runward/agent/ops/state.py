@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from .. import gpus, logfiles
+from .. import cgroups, gpus, logfiles
 from ..procfs import alive_in, boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import redact_env, shown_multinode
@@ -108,6 +108,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         p = paused(found, out.get("pid"))
         if p:
             out["paused"] = p
+    if state in ("running", "orphaned") and found and att.get("cgroups"):
+        _frozen(out, att, found)
     _shim_paused(out, att, procs, state)
     if state == "exited" and found:
         state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
@@ -123,6 +125,23 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if with_drift:
         _details(out, store, att, state, since)
     return out
+
+
+def _frozen(out, att, found):
+    """The run's cgroups frozen (cgroup.freeze): their members read S, not T, yet run nothing,
+    so `paused` says so (frozen: the cgroups; their members among pids)."""
+    fr = cgroups.frozen(att["cgroups"])
+    if not fr:
+        return
+    inside = cgroups.pids(fr) & set(found)
+    p = out.get("paused") or {"pids": [], "job": False, "of": len(found)}
+    p["pids"] = sorted(set(p["pids"]) | inside)
+    p["job"] = bool(p["job"] or out.get("pid") in inside)
+    p["frozen"] = fr
+    why = ("its cgroup is frozen (cgroup.freeze: `systemctl freeze`, a runtime's pause): nothing in it runs, "
+           "a signal's handler neither, until it is thawed; `runward stop` thaws it after its signal")
+    p["note"] = p["note"] + "; " + why if p.get("note") else why
+    out["paused"] = p
 
 
 def _shim_paused(out, att, procs, state):

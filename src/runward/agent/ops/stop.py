@@ -171,7 +171,10 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
     if signalling is not None:
         signalling(signal_name(signum))
     t0 = time.monotonic()
-    fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
+    thawed = []
+    own = (att or {}).get("cgroups")
+    fates = terminate(found, procs, signum, grace, find_more=find_more, group=group,
+                      thaw=(lambda: thawed.extend(cgroups.thaw(own)) or thawed) if own else None)
     if signalling is not None:
         # what follows (the shim's record, up to 10 s; the GPUs' release, up to its timeout)
         # is no stop under way: status said 'grace is over: SIGKILL sent' of a job ended by TERM
@@ -185,6 +188,8 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
             survivors.append(dict(p.describe(), fate="survived"))
     res.update({"already_stopped": False, "processes": fates, "survivors": survivors,
                 "verified_dead": not survivors, "stop_s": round(time.monotonic() - t0, 4)})
+    if thawed:
+        res["thawed"] = thawed  # the run's own cgroups found frozen, thawed after the signal
     if not survivors:
         res["verified"] = ["no_process_of_run_alive"]
         faults.point("stop:dead")
