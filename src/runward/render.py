@@ -158,8 +158,11 @@ def _paused_lines(r: dict) -> list[str]:
     if not p:
         return []
     pids = ", ".join(str(pid) for pid in p.get("pids") or ())
+    if not p.get("pids"):  # only the run's shim (its note says what that holds up)
+        return [f"  paused: {p.get('note')}"]
     return [f"  paused: {len(p.get('pids') or ())} of {p.get('of')} processes (pids {pids})"
-            + (", the job among them" if p.get("job") else "") + f": {p.get('note')}"]
+            + (", the job among them" if p.get("job") else "")
+            + f": {p.get('note')}"]  # a paused shim is said in the note
 
 
 def _stopping_lines(r: dict, now: float) -> list[str]:

@@ -20,6 +20,7 @@ import os
 from .cache import cache_path, read_cache, write_cache
 
 _KEPT_MAX = 64  # entries in cache/ssh-resolved: one per (config, destination)
+RACY_S = 3  # seconds a config file's last change must be past before ssh -G's answer is kept
 
 
 def resolved(hop) -> str | None:
@@ -51,7 +52,7 @@ def resolved(hop) -> str | None:
     return got
 
 
-def _ask(cfg: str, hop) -> str | None:
+def _ask(cfg: str, hop, depth: int = 0) -> str | None:
     from .exchange import Spawned
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
     argv = ["ssh", "-G", *(["-F", cfg] if cfg else []), *(["-p", str(hop.port)] if hop.port else []), "--", dest]
@@ -74,8 +75,40 @@ def _ask(cfg: str, hop) -> str | None:
     text = f"{said.get('user', '')}@{said['hostname']}:{said.get('port', '22')}"
     for name, word in (("proxyjump", "jump"), ("proxycommand", "command")):
         if said.get(name, "none") != "none":
-            text += f" {word} {said[name]}"
+            value = said[name]
+            if name == "proxyjump":
+                value = _jumps(cfg, value, depth)
+                if value is None:
+                    return None
+            text += f" {word} {value}"
     return text
+
+
+def _jumps(cfg: str, chain: str, depth: int) -> str | None:
+    """A ProxyJump chain as ssh resolves each of its hosts now: `bastion` as written names
+    whatever the config's Host bastion says, so re-pointing the bastion alone (another
+    bastion, to another network's same private address) must change the answer too. None
+    where ssh cannot resolve one, or the chain nests past a few levels."""
+    from types import SimpleNamespace
+    if depth >= 4:
+        return None
+    out = []
+    for jump in chain.split(","):
+        spec = jump.strip()
+        spec = spec[len("ssh://"):] if spec.startswith("ssh://") else spec
+        user, _, host = spec.rpartition("@")
+        name, port = host, None
+        if host.startswith("["):  # [v6]:port
+            name, _, rest = host[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else None
+        elif host.count(":") == 1:
+            name, _, port = host.partition(":")
+        got = _ask(cfg, SimpleNamespace(user=user or None, name=name, port=int(port) if port and port.isdigit() else None),
+                   depth + 1)
+        if got is None:
+            return None
+        out.append("(" + got + ")")
+    return ",".join(out)
 
 
 def _identity(path: str) -> list | None:
@@ -118,4 +151,11 @@ def _config_files(cfg: str) -> tuple[list, bool]:
                     pat = os.path.join(rel, os.path.expanduser(pat))
                     files.append([os.path.dirname(pat), _identity(os.path.dirname(pat))])
                     todo += [(m, rel) for m in sorted(glob.glob(pat), reverse=True)]
-    return files, steady and len(files) < 64
+    # a file changed within the last RACY_S may change again within its timestamp's granule
+    # (whole seconds on ext4 with 128-byte inodes, NFS; 2 s on FAT) with the same size: its
+    # identity would not change, and the answer kept now would be the old host's for good.
+    # So an answer is kept only once its files are older than that (git's racy-clean rule)
+    import time
+    fresh = time.time_ns() - RACY_S * 1_000_000_000
+    racy = any(f[1] is not None and max(f[1][2], f[1][3]) >= fresh for f in files)
+    return files, steady and not racy and len(files) < 64

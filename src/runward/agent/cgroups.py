@@ -49,6 +49,37 @@ def pids(paths):
     return out
 
 
+def frozen(paths):
+    """The cgroup v2 cgroups among PATHS and below them that are frozen (cgroup.events says
+    frozen 1: cgroup.freeze here or in a parent, as `systemctl freeze` or a container runtime's
+    pause writes it) or asked to be (cgroup.freeze 1, a member not yet stopped). Their
+    processes read S in /proc, not T, yet run nothing: not a caught signal's handler either."""
+    out = []
+    for top in paths or ():
+        for p, _, _ in os.walk(top):
+            events = (read_text(os.path.join(p, "cgroup.events"), "") or "").splitlines()
+            if "frozen 1" in events or (read_text(os.path.join(p, "cgroup.freeze"), "") or "").strip() == "1":
+                out.append(p)
+    return out
+
+
+def thaw(paths):
+    """Write 0 to cgroup.freeze of each of PATHS (the run's own cgroups) frozen there; the
+    paths thawed. One frozen by a parent's freeze is not ours to thaw, and stays frozen."""
+    done = []
+    for p in frozen(paths):
+        f = os.path.join(p, "cgroup.freeze")
+        if (read_text(f, "") or "").strip() != "1":
+            continue
+        try:
+            with open(f, "w") as fh:
+                fh.write("0")
+            done.append(p)
+        except OSError:
+            pass
+    return done
+
+
 def run_paths(paths):
     """PATHS (one attempt's cgroups) and their siblings of the same run's other attempts
     (<home id>-<name>.<N>): a supervised restart's attempt has a cgroup of its own, and what

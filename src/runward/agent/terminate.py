@@ -177,8 +177,9 @@ class _Stopping(object):
     process gets the stop signal at most once: to torchrun, Lightning and the HF Trainer a
     second SIGTERM or SIGINT means "abort now", mid-checkpoint. KILL is the only second."""
 
-    def __init__(self, members, procs, group, find_more):
+    def __init__(self, members, procs, group, find_more, thaw=None):
         self.procs, self.group, self.find_more = procs, group, find_more
+        self.thaw, self.thawed = thaw, []
         self.watch = PidWatch()
         self.fates = {}
         self.settled = False  # graceful ended with every member dead and a scan finding no other
@@ -248,6 +249,11 @@ class _Stopping(object):
         any member left would have had to be forked by a live one, which that scan would
         have seen), or when the grace is over."""
         self.send(sig, self.watch.alive())
+        if self.thaw is not None:
+            # a frozen cgroup (cgroup.freeze) holds its members as SIGSTOP does, but they read
+            # S, not T: thawed right after the signal, as systemd thaws a frozen unit it stops,
+            # so the pending signal's handler is the first thing they run
+            self.thawed = self.thaw() or []
         faults.point("stop:signalled")
         deadline = self.t0 + grace
         while True:
@@ -291,15 +297,16 @@ class _Stopping(object):
         return sorted(self.fates.values(), key=lambda f: f["pid"])
 
 
-def terminate(members, procs, sig, grace, find_more=None, kill_rounds=2, kill_wait=3.0, group=None):
+def terminate(members, procs, sig, grace, find_more=None, kill_rounds=2, kill_wait=3.0, group=None, thaw=None):
     """Signal a set of processes, wait (pidfd) up to grace, escalate to KILL, verify.
 
     members: {pid: Proc}. find_more(): rescans and returns {pid: Proc} of current members
     (new children forked during shutdown are caught). group: the job's pgid; its leader is
     signalled first and every process after its ancestors, so supervisors (torchrun's agent)
     hear the stop before their workers and stop them in order instead of restarting them.
+    thaw(): called once, right after the first signal (stop thaws the run's frozen cgroups).
     Returns fates: one entry per process ever seen."""
-    stopping = _Stopping(members, procs, group, find_more)
+    stopping = _Stopping(members, procs, group, find_more, thaw)
     stopping.graceful(sig, grace)
     stopping.kill(kill_rounds, kill_wait)
     return stopping.result()

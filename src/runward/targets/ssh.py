@@ -25,7 +25,7 @@ def argv(hop, base: list[str], options: list[str], remote: str | None = None) ->
     line (none for a request to the control master, `-O ...`)."""
     port = ["-p", str(hop.port)] if hop.port else []
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
-    base = _own_master(base, dest, hop.port)
+    base = _own_master(base, dest, hop.port, _proxy(hop) if any(w.startswith("ControlPath=") for w in base) else "")
     interval = next((int(w.split("=", 1)[1]) for w in base if w.startswith("ServerAliveInterval=")), 0)
     if interval and _config_is_stricter(base, dest, hop.port):
         base = _without_alive(base)
@@ -131,17 +131,31 @@ def _mentions_alive(cfg: str | None) -> bool:
     return False
 
 
-def _own_master(base: list[str], dest: str, port: int | None) -> list[str]:
+def _proxy(hop) -> str:
+    """The proxy (ProxyJump / ProxyCommand) ssh resolves hop to now, "" for none or where ssh
+    cannot say (sshresolve.py keeps the answer while the config files stay as they are)."""
+    from ..sshresolve import resolved
+    said = resolved(hop) or ""
+    return said.partition(" ")[2]
+
+
+def _own_master(base: list[str], dest: str, port: int | None, proxy: str = "") -> list[str]:
     """BASE with its control socket made this destination's own: `<dir>/<tag>-%C`, TAG a
-    crc32 of the destination as written (alias, user, port) and the ssh config in use.
-    OpenSSH's %C alone hashes the host, port and user it resolved, so another alias of the
-    same host (another key, another ProxyJump) would ride the first one's open master and
-    never meet its own failure (a key the host refuses would work while the master lives)."""
+    crc32 of the destination as written (alias, user, port), the ssh config in use and the
+    proxy ssh resolves it through now. OpenSSH's %C alone hashes the host, port and user it
+    resolved, so another alias of the same host (another key, another ProxyJump) would ride
+    the first one's open master and never meet its own failure (a key the host refuses
+    would work while the master lives); and an alias re-pointed through another ProxyJump or
+    ProxyCommand (another bastion, to another cluster's same private address) keeps its %C,
+    so without the proxy in the tag its calls would ride the open master to the machine it
+    named before (design rule 14)."""
     import binascii
     out = []
     for word in base:
         if word.startswith("ControlPath=") and word.endswith("/%C"):
             key = "\0".join((os.environ.get("RUNWARD_SSH_CONFIG", ""), dest, str(port or ""))).encode()
+            if proxy:  # no proxy: the tag as before, so masters already up stay found
+                key += b"\0" + proxy.encode()
             word = "%s%08x-%%C" % (word[:-2], binascii.crc32(key))
         out.append(word)
     return out

@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from .. import gpus, logfiles
-from ..procfs import boot_id, protected, scan, uptime
+from .. import cgroups, gpus, logfiles
+from ..procfs import alive_in, boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import redact_env, shown_multinode
 from ..sidelock import SIDE_WAIT_S, SideLocked
@@ -108,6 +108,9 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         p = paused(found, out.get("pid"))
         if p:
             out["paused"] = p
+    if state in ("running", "orphaned") and found and att.get("cgroups"):
+        _frozen(out, att, found)
+    _shim_paused(out, att, procs, state)
     if state == "exited" and found:
         state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
     if state in ("stray", "failed", "lost") and found:
@@ -122,6 +125,45 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if with_drift:
         _details(out, store, att, state, since)
     return out
+
+
+def _frozen(out, att, found):
+    """The run's cgroups frozen (cgroup.freeze): their members read S, not T, yet run nothing,
+    so `paused` says so (frozen: the cgroups; their members among pids)."""
+    fr = cgroups.frozen(att["cgroups"])
+    if not fr:
+        return
+    inside = cgroups.pids(fr) & set(found)
+    p = out.get("paused") or {"pids": [], "job": False, "of": len(found)}
+    p["pids"] = sorted(set(p["pids"]) | inside)
+    p["job"] = bool(p["job"] or out.get("pid") in inside)
+    p["frozen"] = fr
+    why = ("its cgroup is frozen (cgroup.freeze: `systemctl freeze`, a runtime's pause): nothing in it runs, "
+           "a signal's handler neither, until it is thawed; `runward stop` thaws it after its signal")
+    p["note"] = p["note"] + "; " + why if p.get("note") else why
+    out["paused"] = p
+
+
+def _shim_paused(out, att, procs, state):
+    """The run's own shim paused (SIGSTOP to it, a debugger): the job may run on, but only
+    the shim reaps it, records how it ended and decides a restart, so none of that happens
+    until it is resumed; an ended job then sits as a zombie and the attempt reads "starting"
+    (its shim alive, no exit recorded). Said in `paused` ("shim": its pid) and, once the job
+    ended, in the note."""
+    shim = att.get("shim")
+    sp = procs.get(shim["pid"]) if shim and shim.get("pid") else None
+    if sp is None or sp.start != shim.get("start") or sp.dead or sp.state not in ("T", "t") \
+            or state not in ("running", "starting"):
+        return
+    p = out.get("paused") or {"pids": [], "job": False, "of": len((out.get("tree") or {}).get("pids") or ())}
+    p["shim"] = sp.pid
+    why = "the run's shim (pid %d) is %s: the job's end is not recorded, nor a restart decided, until it " \
+          "is resumed (SIGCONT; `runward stop` resumes it)" % (sp.pid, "held by a debugger" if sp.state == "t" else "paused")
+    p["note"] = why if not out.get("paused") else p["note"] + "; " + why
+    out["paused"] = p
+    job = att.get("job")
+    if state == "starting" and job and not alive_in(procs, job):
+        out["note"] = "the job has ended; " + why
 
 
 def _ending(out, att, state, bid):

@@ -5,6 +5,7 @@ A module of its own: a stop imports none of what a start needs (the shim, the lo
 peers' link), and a multi-node stop pays its imports once per node."""
 
 import os
+import signal
 import time
 
 from .. import cgroups, faults, gpus, supervise
@@ -145,6 +146,12 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
     if unseen:
         res["blind_spot"] = unseen
     if not found:
+        sp = live((att or {}).get("shim")) if (att or {}).get("shim") else None
+        if sp is not None and sp.state == "T" and (att or {}).get("job"):
+            # the job ended by itself under its paused shim (a zombie only the shim can reap):
+            # resumed, the shim records that end (and finds the stop marked: no restart)
+            _let_shim_record(store, att, [], by)
+            att, procs = store.latest(), scan()
         res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                     "state": attempt_state(att, procs, boot_id())})
         res["verified"] = ["no_process_of_run_alive"]
@@ -164,7 +171,10 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
     if signalling is not None:
         signalling(signal_name(signum))
     t0 = time.monotonic()
-    fates = terminate(found, procs, signum, grace, find_more=find_more, group=group)
+    thawed = []
+    own = (att or {}).get("cgroups")
+    fates = terminate(found, procs, signum, grace, find_more=find_more, group=group,
+                      thaw=(lambda: thawed.extend(cgroups.thaw(own)) or thawed) if own else None)
     if signalling is not None:
         # what follows (the shim's record, up to 10 s; the GPUs' release, up to its timeout)
         # is no stop under way: status said 'grace is over: SIGKILL sent' of a job ended by TERM
@@ -178,6 +188,8 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
             survivors.append(dict(p.describe(), fate="survived"))
     res.update({"already_stopped": False, "processes": fates, "survivors": survivors,
                 "verified_dead": not survivors, "stop_s": round(time.monotonic() - t0, 4)})
+    if thawed:
+        res["thawed"] = thawed  # the run's own cgroups found frozen, thawed after the signal
     if not survivors:
         res["verified"] = ["no_process_of_run_alive"]
         faults.point("stop:dead")
@@ -204,6 +216,12 @@ def _let_shim_record(store, att, fates, by=None):
     if sp is not None:
         w = PidWatch()
         if w.add(sp):
+            if sp.state == "T":
+                # the run's own shim paused (SIGSTOP to it, a debugger's stop): the job ended
+                # but only its parent can reap it and record how; paused, it never would, and
+                # the run read "starting" for good. SIGCONT (no harm to a shim, which takes it
+                # as any process does) lets it do that now.
+                w.signal(sp.pid, signal.SIGCONT)
             w.wait(10.0)
         w.close()
         if live(shim_ident) is not None:
