@@ -146,18 +146,7 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
     if unseen:
         res["blind_spot"] = unseen
     if not found:
-        sp = live((att or {}).get("shim")) if (att or {}).get("shim") else None
-        if sp is not None and sp.state == "T" and (att or {}).get("job"):
-            # the job ended by itself under its paused shim (a zombie only the shim can reap):
-            # resumed, the shim records that end (and finds the stop marked: no restart)
-            _let_shim_record(store, att, [], by)
-            att, procs = store.latest(), scan()
-        res.update({"already_stopped": True, "verified_dead": True, "processes": [],
-                    "state": attempt_state(att, procs, boot_id())})
-        res["verified"] = ["no_process_of_run_alive"]
-        # what a shim killed before its job ended could not remove: the run's empty cgroups
-        cgroups.remove(cgroups.run_paths((att or {}).get("cgroups")))
-        return gpus.stop_check(res, store, att, [], gpu_timeout)
+        return _already_stopped(store, att, procs, res, gpu_timeout, by)
     job = (att or {}).get("job")
     group = job["pid"] if job and job["pid"] in found else None
 
@@ -199,6 +188,23 @@ def stop_locked(store, att, procs, prot, sig, grace, gpu_timeout=None, by=None, 
     latest = store.latest()
     res["state"] = attempt_state(latest, own_procs(latest), boot_id())
     return res
+
+
+def _already_stopped(store, att, procs, res, gpu_timeout, by):
+    """No process of the run lives: verified dead as it is, the shim's record and the run's
+    empty cgroups seen to."""
+    sp = live((att or {}).get("shim")) if (att or {}).get("shim") else None
+    if sp is not None and sp.state == "T" and (att or {}).get("job"):
+        # the job ended by itself under its paused shim (a zombie only the shim can reap):
+        # resumed, the shim records that end (and finds the stop marked: no restart)
+        _let_shim_record(store, att, [], by)
+        att, procs = store.latest(), scan()
+    res.update({"already_stopped": True, "verified_dead": True, "processes": [],
+                "state": attempt_state(att, procs, boot_id())})
+    res["verified"] = ["no_process_of_run_alive"]
+    # what a shim killed before its job ended could not remove: the run's empty cgroups
+    cgroups.remove(cgroups.run_paths((att or {}).get("cgroups")))
+    return gpus.stop_check(res, store, att, [], gpu_timeout)
 
 
 def _let_shim_record(store, att, fates, by=None):

@@ -6,7 +6,6 @@ stop's result ("checkpoint"). Imported only by a stop that asks for it: a plain 
 no regex."""
 
 import os
-import signal
 import time
 
 from ..procfs import live, read_proc
