@@ -132,6 +132,15 @@ def hits(body, end=None):
     return sorted(out)
 
 
+def newlines(body, end):
+    """The newlines in BODY[:END]. Where none follows END, counted by bytes.replace, which
+    finds them with memchr (a call per line, each a vector scan), at twice the speed of
+    bytes.count's test of every byte (bench/README.md, "first status")."""
+    if end == len(body) or body.find(b"\n", end) < 0:
+        return len(body) - len(body.replace(b"\n", b""))
+    return body.count(b"\n", 0, end)
+
+
 class Skim(object):
     """One pass over [offset, stop) of a log, feeding the lines that matter to FEED."""
 
@@ -205,7 +214,7 @@ class Skim(object):
             if feed.events.tracebacks.open:
                 self.follow = 1
                 done = self._follow(body, le, self._number(body, le, count), end)
-        feed.lines = base + body.count(b"\n", 0, end)
+        feed.lines = base + newlines(body, end)
 
     @staticmethod
     def _number(body, pos, count):
