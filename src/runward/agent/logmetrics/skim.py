@@ -2,16 +2,16 @@
 traceback, the OOM killer) and every NaN or Inf anywhere in them is still found, so the first
 read of a big log reports what a line-by-line read of all of it would.
 
-How: a chunk without an upper-case N, A, I or F (most training logs' lines) is searched as
-it is, by one regex (RAW_RE) and a memchr per rare byte (RARE); any other chunk by two regexes
-(SKIM_RES) over a copy of it folded into a smaller alphabet. Each regex starts with a literal
-that `re` looks for in C, and stops only where the text is (nearly) an event or a NaN; a line
-is then handed to the feed, the full parser, with the CONTEXT lines
-before it (so the end of a burst, or of a run of NaN, shows as it would line by line) and,
-while a traceback is open, the lines after it. Lines are counted (`bytes.count`) so every
-alert keeps its number. The patterns cover every alternative of patterns.EVENT_RE and every
-NaN/Inf value token: tests/test_health_window.py checks that the skim and the full parse
-report the same alerts.
+How: a chunk without an upper-case N, A, I or F (torchrun's rank-prefixed training lines, say;
+not a log with INFO on its lines) is searched as it is, by one regex (RAW_RE) and a memchr per
+rare byte (RARE); any other chunk by two regexes (SKIM_RES) over a copy of it folded into a
+smaller alphabet. Each regex starts with a literal that `re` looks for in C, and stops only
+where the text is (nearly) an event or a NaN; a line is then handed to the feed, the full
+parser, with the CONTEXT lines before it (so the end of a burst, or of a run of NaN, shows as
+it would line by line) and, while a traceback is open, the lines after it. Lines are counted
+(newlines()) so every alert keeps its number. The patterns cover every alternative of
+patterns.EVENT_RE and every NaN/Inf value token: tests/test_health_window.py and
+tests/test_skim_reference.py check that the skim and the full parse report the same alerts.
 """
 
 import re
