@@ -2,14 +2,16 @@
 traceback, the OOM killer) and every NaN or Inf anywhere in them is still found, so the first
 read of a big log reports what a line-by-line read of all of it would.
 
-How: two regexes (SKIM_RES), over a copy of each chunk folded into a smaller alphabet, each
-start with a literal that `re` looks for in C, and stop only where the text is (nearly) an
-event or a NaN; a line is then handed to the feed, the full parser, with the CONTEXT lines
-before it (so the end of a burst, or of a run of NaN, shows as it would line by line) and,
-while a traceback is open, the lines after it. Lines are counted (`bytes.count`) so every
-alert keeps its number. The patterns cover every alternative of patterns.EVENT_RE and every
-NaN/Inf value token: tests/test_health_window.py checks that the skim and the full parse
-report the same alerts.
+How: a chunk without an upper-case N, A, I or F (torchrun's rank-prefixed training lines, say;
+not a log with INFO on its lines) is searched as it is, by one regex (RAW_RE) and a memchr per
+rare byte (RARE); any other chunk by two regexes (SKIM_RES) over a copy of it folded into a
+smaller alphabet. Each regex starts with a literal that `re` looks for in C, and stops only
+where the text is (nearly) an event or a NaN; a line is then handed to the feed, the full
+parser, with the CONTEXT lines before it (so the end of a burst, or of a run of NaN, shows as
+it would line by line) and, while a traceback is open, the lines after it. Lines are counted
+(newlines()) so every alert keeps its number. The patterns cover every alternative of
+patterns.EVENT_RE and every NaN/Inf value token: tests/test_health_window.py and
+tests/test_skim_reference.py check that the skim and the full parse report the same alerts.
 """
 
 import re
@@ -61,10 +63,12 @@ def _zed(text, tail=b""):
 
 
 WORD = rb"a-zA-Z_\x01"  # in a class: a letter, folded or not, or "_"
+NOT_ZERO_NANS = rb"(?!iterations: *0(?![0-9.]))"  # the one count of NaN steps passed over
 SKIM_RES = (
-    # A NaN or Inf value token, but not Megatron's "number of nan iterations:   0", nor
+    # A NaN or Inf value token, or a count of NaN steps ("nan_iters: 2", names.NANCOUNT_RE,
+    # in any case), but not Megatron's "number of nan iterations:   0", nor "nanotron", nor
     # "info"/"INFO"/"informative"; NCCL's words (NCCL WARN, ncclInternalError, ...).
-    re.compile(b"na(?:n(?:(?![" + WORD + b" ])| (?!iter)| iterations: *[1-9])"
+    re.compile(b"na(?:n(?:(?![a-zA-Z\x01 ])| " + NOT_ZERO_NANS + b")"
                b"|(?<=ina)(?:" + _lit(b"inity") + b")?(?![" + WORD + b"])"
                b"|a[lL]|" + _lit(b"tchdog ") + b"(?:" + _lit(b"got stuck") + b"|"
                + _lit(b"caught collective") + b"))"),
@@ -79,19 +83,62 @@ SKIM_RES = (
 KILLED_ZH = u"\u5df2\u6740\u6b7b".encode("utf-8")  # only looked for where a \xe5 byte is
 
 
+# A chunk without an upper-case N, A, I or F (four memchr) can hold no NaN or Inf but in lower
+# case, nor an event with one of them (every CUDA OOM text, NCCL in capitals, ncclInternal-
+# Error, SIGKILL): the rest is found in the raw bytes, with no folded copy (bench/README.md,
+# "first status"). Each needle left with an "n" is one alternative of RAW_RE, matched from its
+# "n" on (the one literal `re` scans for) with the text before it as a look-behind; the needles
+# without one (RARE) are looked for only in a chunk that holds each of their bytes, the rarest
+# first: a memchr each, and where a byte is missing no search at all.
+UPPER = (b"N", b"A", b"I", b"F")
+RAW_RE = re.compile(
+    b"n(?:an(?:(?![a-zA-Z ])| " + NOT_ZERO_NANS + b")"  # as in SKIM_RES, in lower case
+    b"|f(?<=inf)(?:inity)?(?![a-zA-Z_])"
+    b"|ccl"  # ncclSystemError, ncclUnhandledCudaError, ncclRemoteError
+    b"|t call last\\):(?<=Traceback \\(most recent call last\\):)"
+    b"|dError(?<=DistBackendError)"
+    b"| timeout(?<=Watchdog caught collective operation timeout))")
+RARE = tuple((needle, tuple(bytes((c,)) for c in dict.fromkeys(rarest + needle)))
+             for needle, rarest in ((b"Killed", b"K"), (b"exitcode", b"x"),
+                                    (b"watchdog got stuck", b"hkw")))
+
+
+def _raw_hits(body, end, out):
+    """RAW_RE and RARE over BODY[:END], a chunk without UPPER, into the set OUT."""
+    out.update(m.start() for m in RAW_RE.finditer(body, 0, end))
+    for needle, letters in RARE:
+        if all(body.find(c, 0, end) >= 0 for c in letters):
+            i = body.find(needle, 0, end)
+            while i >= 0:
+                out.add(i)
+                i = body.find(needle, i + 1, end)
+
+
 def hits(body, end=None):
     """Offsets in BODY[:END] where a needle matched, in order."""
     end = len(body) if end is None else end
     out = set()
-    folded = body.translate(FOLD)
-    for rx in SKIM_RES:
-        out.update(m.start() for m in rx.finditer(folded, 0, end))
+    if any(body.find(c, 0, end) >= 0 for c in UPPER):
+        folded = body.translate(FOLD)
+        for rx in SKIM_RES:
+            out.update(m.start() for m in rx.finditer(folded, 0, end))
+    else:
+        _raw_hits(body, end, out)
     if body.find(b"\xe5", 0, end) >= 0:  # memchr: free for a log without CJK text
         i = body.find(KILLED_ZH, 0, end)
         while i >= 0:
             out.add(i)
             i = body.find(KILLED_ZH, i + 1, end)
     return sorted(out)
+
+
+def newlines(body, end):
+    """The newlines in BODY[:END]. Where none follows END, counted by bytes.replace, which
+    finds them with memchr (a call per line, each a vector scan), at twice the speed of
+    bytes.count's test of every byte (bench/README.md, "first status")."""
+    if end == len(body) or body.find(b"\n", end) < 0:
+        return len(body) - len(body.replace(b"\n", b""))
+    return body.count(b"\n", 0, end)
 
 
 class Skim(object):
@@ -121,8 +168,10 @@ class Skim(object):
             pending = b""
             cut = buf.rfind(b"\n") + 1
             tail = len(buf) - cut
-            if tail > CARRY_MAX:  # a line this long is cut, as the full read does
-                skip = True
+            long_line = b""
+            if tail > CARRY_MAX:  # a line this long is cut, as the full read does: it is
+                skip = True  # one line, its first CARRY_MAX bytes parsed
+                long_line = buf[cut:cut + CARRY_MAX] + b"\n"
             elif cut and pos < stop:
                 # The unfinished line is read again at the head of the next chunk: no copy
                 # of a whole chunk (pending + data, buf[:cut]) for a few bytes.
@@ -132,6 +181,8 @@ class Skim(object):
                 pending = buf[cut:]
             if cut:
                 self.chunk(buf, cut)
+            if long_line:
+                self.chunk(long_line)
         cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
         return pos - start
 
@@ -163,7 +214,7 @@ class Skim(object):
             if feed.events.tracebacks.open:
                 self.follow = 1
                 done = self._follow(body, le, self._number(body, le, count), end)
-        feed.lines = base + body.count(b"\n", 0, end)
+        feed.lines = base + newlines(body, end)
 
     @staticmethod
     def _number(body, pos, count):
