@@ -343,6 +343,10 @@ def test_bad_policy_is_refused_before_anything_starts(sup):
     ("interval = 0", "interval"),                    # 0: the shim's wait never judged a rule
     ('actions = "stop"', "actions"),
     ('metrics = { lr = "lr=([" }', "metrics.lr"),   # compiled by every scan of the shim's: re.error
+    ("stall_after = nan", "stall_after"),            # TOML floats: --stall-after nan/inf is refused,
+    ("stall_after = inf", "stall_after"),            # and a stall_after of either never called a stall
+    ('stall_after = "1e309"', "stall_after"),        # float() reads it as inf
+    ('interval = "1e309"', "interval"),              # inf: the shim's first wait raised OverflowError
 ])
 def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, named):
     """Today's `min = { tok_s = "14.5K" }` beside an action started (exit 0), then the shim died at
@@ -355,6 +359,22 @@ def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, 
     assert not (sup.home / "runs" / "hr").exists() and not marked("hr.")  # nothing started
     rc, doc = sup.json("start", "hr2", "--min", "tok_s=14.5K", "--", "sleep", "60")  # the flag's own refusal
     assert rc == 2 and not (sup.home / "runs" / "hr2").exists(), doc
+
+
+def test_a_huge_health_interval_leaves_the_shim_alive_and_supervising(sup):
+    """interval = 1e300 (finite, so taken) killed the shim at its first wait (sigtimedwait's
+    OverflowError): the start failed with the job left running unsupervised. The shim now waits
+    in bounded pieces: it lives (/proc), its record has no shim_failed, and stop ends the job."""
+    (sup.cwd / "runward.toml").write_text(_example("hi", '[runs.hi.health]\ninterval = 1e300\n'
+                                                         'actions = { nan = "stop" }\n'))
+    rc, doc = sup.json("start", "hi", "--settle", "2")
+    assert rc == 0, doc
+    r = rec(sup.home, "hi", 1)
+    assert "shim_failed" not in r and alive(r["shim"]["pid"], r["shim"]["start"]), r
+    assert alive(r["job"]["pid"], r["job"]["start"])
+    rc, doc = sup.json("stop", "hi", "--grace", "2")
+    assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
+    assert "shim_failed" not in rec(sup.home, "hi", 1)
 
 
 def test_a_shim_that_fails_is_said_failed_and_fails_its_start(sup):

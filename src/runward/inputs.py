@@ -231,7 +231,7 @@ def parse_duration(text: str | None, flag: str) -> float | None:
         v = float(s) if s and s[-1].isdigit() else _units(s)
     except ValueError:
         v = -1.0
-    if not v >= 0:  # negative, or NaN
+    if not 0 <= v < float("inf"):  # negative, NaN, or "1e309" (float() reads it as inf)
         raise BadInput(f"invalid {flag} {text!r}", f"write a duration like {flag} 7d, 12h, 10m, 90s or 1h30m")
     return v
 

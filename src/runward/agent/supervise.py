@@ -94,7 +94,7 @@ def _check_health(h):
                         "each action is notify, stop or restart, maybe after stacks, (stacks,restart)")
     check_limits(h.get("rules") or {}, bad_input)
     iv = h.get("interval", 5.0)
-    if not isinstance(iv, (int, float)) or iv <= 0:
+    if not isinstance(iv, (int, float)) or not 0 < iv < float("inf"):
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")
     idle = h.get("idle")
     if idle is not None and not (isinstance(idle, dict) and isinstance(idle.get("below"), (int, float))
@@ -327,7 +327,10 @@ class Supervisor(object):
                 if got == 0:
                     break
             left = next_tick - time.monotonic()
-            if left > 0 and signal.sigtimedwait([signal.SIGCHLD], left) is not None:
+            # at most a day a wait: sigtimedwait takes a timespec, and an interval of 1e300
+            # (runward.toml takes any finite one) raised OverflowError, the shim's end
+            if left > 0 and (signal.sigtimedwait([signal.SIGCHLD], min(left, 86400.0)) is not None
+                             or next_tick > time.monotonic()):
                 continue
             next_tick = time.monotonic() + tick
             self.health.tick(n)
