@@ -190,14 +190,17 @@ def _sample_cpu(st, att, now):
 def _tree_use(procs, job):
     """[CPU seconds, bytes read and written, processes whose I/O could not be read] of the
     job and its descendants: a tree that loads a model reads (rchar/wchar count page-cache
-    reads too) or computes; one hung before its first step does neither."""
+    reads too) or computes; one hung before its first step does neither. A member's CPU
+    counts its reaped children's (cutime, cstime), as its rchar/wchar count their I/O: a
+    loader working in short-lived children (a shell loop, a pool that replaces its workers)
+    showed ~0% of a core while /proc said a core was busy, and was called stalled."""
     from .procfs import descendants
     cpu, io, unread = 0.0, 0, 0
     for pid in [job] + list(descendants([job], procs)):
         p = procs.get(pid)
         if p is None or p.dead:
             continue
-        cpu += (p.utime + p.stime) / float(CLK_TCK)
+        cpu += (p.utime + p.stime + p.cutime + p.cstime) / float(CLK_TCK)
         try:
             with open("/proc/%d/io" % pid) as f:
                 fields = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
