@@ -190,18 +190,26 @@ LOADER = {  # silent "model loads" (no output) of about 12 s, then steps every 0
                 "    if p == 0:\n        u = time.monotonic()\n"
                 "        while time.monotonic() - u < 0.02: sum(range(1000))\n        os._exit(0)\n"
                 "    os.waitpid(p, 0)\n",
+    # safetensors' way: the weights mmapped, read by page faults from storage (evicted after
+    # each pass, as a file larger than the page cache is): read_bytes counts them, rchar not
+    "mmap": "import mmap, os\nt = time.monotonic()\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "while time.monotonic() - t < 12:\n    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
+            "    for off in range(0, len(m), 4096): m[off]\n    m.close()\n"
+            "    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n    time.sleep(0.2)\n",
 }
 
 
 def _proc_use(pid: int) -> tuple[float, int]:
-    """(CPU seconds, its reaped children's included; rchar + wchar) of PID from /proc: the
-    ground truth of the loader's work."""
+    """(CPU seconds, its reaped children's included; rchar + wchar; read_bytes + write_bytes:
+    storage's, page faults of a mapped file included) of PID from /proc: the ground truth of
+    the loader's work."""
     stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     io = dict(x.split(": ") for x in open(f"/proc/{pid}/io").read().splitlines())
-    return sum(map(int, stat[11:15])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"]) + int(io["wchar"])
+    return (sum(map(int, stat[11:15])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"]) + int(io["wchar"]),
+            int(io["read_bytes"]) + int(io["write_bytes"]))
 
 
-@pytest.mark.parametrize("load", ["cpu", "io", "children"])
+@pytest.mark.parametrize("load", ["cpu", "io", "children", "mmap"])
 def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_path, load):
     """A job silent while it loads (then stepping normally) got a stall at stall_after; now a
     tree that computes or reads before its first step is starting, said "no step yet, loading?"."""
@@ -222,7 +230,10 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
     assert st["stall"]["step"] is None and not _alerts(st, "stall"), st  # still loading: no step, no stall
     n = st["stall"]["no_step_yet"]
     assert n["verdict"] == "starting" and n["cpu_cores"] + n["io_bytes_s"] > 0, n
-    if load != "io":  # /proc agrees: the tree computed, or read, over the window
+    if load == "mmap":  # /proc: storage read, no read() and hardly any CPU
+        assert used[2] - before[2] > 20 << 20 and n["io_bytes_s"] > 1 << 20, (before, used, n)
+        assert used[1] - before[1] < 1 << 20 and used[0] - before[0] < 1.0, (before, used, n)
+    elif load != "io":  # /proc agrees: the tree computed, or read, over the window
         assert used[0] - before[0] > 1.0 and n["cpu_cores"] > 0.05, (before, used, n)  # 2 shared cores
     else:
         assert used[1] - before[1] > 20 << 20 and n["io_bytes_s"] > 1 << 20, (before, used, n)

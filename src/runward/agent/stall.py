@@ -42,7 +42,7 @@ READ_BYTES = 4 << 20  # a call reads at most the newest 4 MiB the log gained
 KEEP = 16  # step-time estimates kept (the run's and each rank's)
 CPU_SAMPLES = 32
 IDLE_CORE = 0.02  # a rank under 2% of a core is not computing
-IDLE_IO = 16 << 10  # ... and a tree under 16 KiB/s of reads and writes (rchar + wchar) is not loading
+IDLE_IO = 16 << 10  # ... and a tree under 16 KiB/s of reads and writes (/proc/PID/io) is not loading
 BUSY_CORE = 0.3  # ... while another over 30% of one is
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
 VERSION = 1
@@ -190,7 +190,7 @@ def _sample_cpu(st, att, now):
 def _tree_use(procs, job):
     """[CPU seconds, bytes read and written, processes whose I/O could not be read] of the
     job and its descendants: a tree that loads a model reads (rchar/wchar count page-cache
-    reads too) or computes; one hung before its first step does neither. A member's CPU
+    reads too, read_bytes an mmapped file's reads from storage) or computes; one hung before its first step does neither. A member's CPU
     counts its reaped children's (cutime, cstime), as its rchar/wchar count their I/O: a
     loader working in short-lived children (a shell loop, a pool that replaces its workers)
     showed ~0% of a core while /proc said a core was busy, and was called stalled."""
@@ -204,7 +204,11 @@ def _tree_use(procs, job):
         try:
             with open("/proc/%d/io" % pid) as f:
                 fields = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
-            io += int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
+            # read() and write() (rchar, wchar: page-cache hits too), or what storage moved
+            # (read_bytes, write_bytes: an mmapped file's page faults, safetensors' load,
+            # which read() never sees), whichever is more: a lower bound, never twice a read
+            io += (max(int(fields.get("rchar", 0)), int(fields.get("read_bytes", 0)))
+                   + max(int(fields.get("wchar", 0)), int(fields.get("write_bytes", 0))))
         except (OSError, ValueError):
             unread += 1  # gone meanwhile, or not ours to read (ptrace mode)
     return [round(cpu, 3), io, unread]
