@@ -400,6 +400,27 @@ def test_a_shim_that_fails_is_said_failed_and_fails_its_start(sup):
     assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
 
 
+def test_a_shim_that_fails_after_the_settle_is_said_by_watch_too(sup):
+    """A shim failing after its start was verified left the job unsupervised: status said so,
+    but `watch` answered "healthy", exit 0, with no word that nothing acts on its rules now."""
+    (sup.cwd / "runward.toml").write_text(_example("sw", '[runs.sw.health]\ninterval = 2\n'
+                                                         'actions = { nan = "stop" }\n'))
+    sup.env["RUNWARD_FAULT"] = "raise:health:tick"
+    rc, doc = sup.json("start", "sw", "--settle", "0.3")  # the first tick comes after the settle
+    del sup.env["RUNWARD_FAULT"]
+    assert rc == 0, doc
+    r = wait_for(lambda: (lambda a: a if a.get("shim_failed") else None)(rec(sup.home, "sw", 1)), timeout=30,
+                 what="the shim's failure recorded")
+    wait_for(lambda: not alive(r["shim"]["pid"], r["shim"]["start"]), what="the shim gone (/proc)")
+    assert alive(r["job"]["pid"], r["job"]["start"])  # the job runs on
+    rc, w = sup.json("watch", "sw", "--for", "2")
+    assert "RuntimeError" in w["result"]["shim_failed"]["error"], w
+    text = sup.run("watch", "sw", "--for", "1").stdout
+    assert "the shim failed (RuntimeError" in text and "unsupervised" in text, text
+    rc, doc = sup.json("stop", "sw", "--grace", "2")
+    assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
+
+
 def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path):
     import testbed
     tb = testbed.require("ssh")
