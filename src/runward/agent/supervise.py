@@ -205,6 +205,8 @@ def status_fields(out, att):
     out["restarts"] = (att.get("restart") or {}).get("number", 0)
     if att.get("actions"):
         out["actions"] = att["actions"]
+    if att.get("idle_unjudged") and out["state"] == "running":
+        out["idle_unjudged"] = att["idle_unjudged"]  # health_actions.HealthKeeper._unjudged
     sr = att.get("stop_requested")
     ended = out["state"] in ("exited", "stray")  # stray: the attempt left processes (listed) in the wait
     if ended and _blocked(att):

@@ -66,9 +66,11 @@ def _unsupervised(name: str, res: dict) -> str:
     """The run's shim failed (its record's shim_failed) while the job lives: nothing acts on
     its health rules or restarts it, whatever this window's verdict."""
     f = res.get("shim_failed")
+    u = res.get("idle_unjudged")
+    idle = f"\nidle: not judged by the shim: {u.get('why')}" if u else ""
     if not f:
-        return ""
-    return (f"\nnote: the shim failed ({f.get('error')}; its log: {f.get('log')}): the job runs unsupervised, "
+        return idle
+    return idle + (f"\nnote: the shim failed ({f.get('error')}; its log: {f.get('log')}): the job runs unsupervised, "
             f"no health action or restart is taken; `runward restart {name}` starts a supervised attempt")
 
 

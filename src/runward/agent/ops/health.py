@@ -253,6 +253,8 @@ def _reply(store, att, saved, alerts, facts, judge, watched_s):
     acts = rec.get("actions")
     if acts:  # what the shim's health actions did (health_actions.py), with their evidence
         out["actions"] = acts
+    if rec.get("idle_unjudged") and saved["alive"]:  # the shim's idle rule could not be judged
+        out["idle_unjudged"] = rec["idle_unjudged"]
     if rec.get("shim_failed") and saved["alive"]:
         # the shim's own failure (shim.failed): the job runs on with nothing acting on its
         # alerts or restarting it; a healthy window says nothing of that, so it is said here
