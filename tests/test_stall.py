@@ -145,6 +145,38 @@ def test_the_rank_a_stall_names_is_the_one_its_stacks_show_outside_the_collectiv
     assert cli.run("stop", name).returncode == 0
 
 
+NATIVE_JOB = STUCK_JOB.replace("import time,", "import os, time,").replace(
+    "        stuck_here()\n", "        os.execvp('sleep', ['sleep', '3600'])  # still rank 1 (its env), no Python frame\n")
+
+
+def test_a_rank_whose_stack_is_not_read_is_never_said_to_wait_in_a_collective(cli, tmp_path):
+    """Rank 1 hung in a native tool (it exec'd `sleep`, RANK=1 in its env) while rank 0 waited in
+    all_reduce: py-spy read rank 0 alone, and the alert said "by the stacks, every rank waits in
+    a collective: none is elsewhere", naming no rank. Ranks not read are now said not read,
+    and where every rank read waits in a collective, they are the ones named."""
+    torchrun = _need_torchrun()
+    script = tmp_path / "native.py"
+    script.write_text(NATIVE_JOB)
+    name = f"native{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "4", "--settle", "0.2", "--", torchrun, "--tee", "3",
+                       "--standalone", "--nproc_per_node=2", str(script), timeout=120)
+    assert rc == 0, doc
+    st = wait_for(lambda: (lambda s: s if _alerts(s, "stall") else None)(cli.status(name)), 120, "the stall")
+    a = _alerts(st, "stall")[0]
+    if not a["stacks"]["ok"]:
+        cli.run("stop", name)
+        pytest.skip(f"stacks not read here: {a['stacks'].get('note')}")
+    doc = json.loads(open(a["stacks"]["path"]).read())
+    ranks = {p["rank"]: p for p in doc["procs"] if p.get("rank") is not None}
+    assert ranks[1]["comm"] == "sleep" and not ranks[1].get("frame") and ranks[0].get("frame"), ranks
+    # /proc: rank 1 is `sleep`, never inside a collective
+    assert open(f"/proc/{ranks[1]['pid']}/comm").read().strip() == "sleep"
+    assert "every rank waits in a collective" not in a["detail"], a
+    assert a["ranks"] == ["local rank 1"] and a["rank_basis"] == "stacks", a
+    assert "local rank 1's stack was not read (not a Python process" in a["detail"], a
+    assert cli.run("stop", name).returncode == 0
+
+
 def test_a_rank_8_times_slower_than_the_other_is_a_straggler(cli, tmp_path):
     torchrun = _need_torchrun()
     script = tmp_path / "slow.py"
