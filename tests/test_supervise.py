@@ -421,6 +421,27 @@ def test_a_shim_that_fails_after_the_settle_is_said_by_watch_too(sup):
     assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
 
 
+def test_a_shim_that_fails_in_its_backoff_is_said_failed_and_no_restart_is_promised(sup):
+    """The job exited 3, the shim recorded it and failed in its backoff (raise:supervise:backoff):
+    status said "exited ... policy: restart on-failure ... restarts so far: 0" without a word
+    of the shim's failure, while no restart could come. Now the failure and its consequence
+    are said, with the exit as recorded."""
+    sup.env["RUNWARD_FAULT"] = "raise:supervise:backoff"
+    rc, doc = sup.json("start", "sb", "--settle", "0.3", "--restart", "on-failure", "--backoff", "20s..60s",
+                       "--sh", "sleep 1; exit 3")
+    del sup.env["RUNWARD_FAULT"]
+    assert rc == 0, doc
+    r = wait_for(lambda: (lambda a: a if a.get("shim_failed") else None)(rec(sup.home, "sb", 1)), timeout=30,
+                 what="the shim's failure recorded")
+    wait_for(lambda: not alive(r["shim"]["pid"], r["shim"]["start"]), what="the shim gone (/proc)")
+    assert r["exit"]["code"] == 3 and not (sup.home / "runs" / "sb" / "attempts" / "2.json").exists(), r
+    st = sup.status("sb")
+    assert st["state"] == "exited" and st["exit"]["code"] == 3, st
+    assert "supervise:backoff" in st["shim_failed"]["error"] and "no restart" in st["note"], st
+    text = sup.run("status", "sb").stdout
+    assert "the shim failed (RuntimeError" in text and "no restart" in text, text
+
+
 def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path):
     import testbed
     tb = testbed.require("ssh")
