@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import marked, wait_for
 from test_attribution import _torchrun
 
 HANG_JOB = """\
@@ -224,6 +224,12 @@ LOADER = {  # silent "model loads" (no output) of about 12 s, then steps every 0
                 "    os.waitpid(p, 0)\n",
     # safetensors' way: the weights mmapped, read by page faults from storage (evicted after
     # each pass, as a file larger than the page cache is): read_bytes counts them, rchar not
+    # the work in a daemonized server (double fork: the shim's child, no longer the job's),
+    # the job waiting for its flag, as a driver waits on ray.get
+    "daemon": "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork(): os._exit(0)\n"
+              "    t = time.monotonic()\n    while time.monotonic() - t < 12: sum(range(10000))\n"
+              "    open(sys.argv[1] + '.done', 'w').close()\n    os._exit(0)\n"
+              "os.wait()\nwhile not os.path.exists(sys.argv[1] + '.done'): time.sleep(0.2)\n",
     "mmap": "import mmap, os\nt = time.monotonic()\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
             "while time.monotonic() - t < 12:\n    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
             "    for off in range(0, len(m), 4096): m[off]\n    m.close()\n"
@@ -241,7 +247,7 @@ def _proc_use(pid: int) -> tuple[float, int]:
             int(io["read_bytes"]) + int(io["write_bytes"]))
 
 
-@pytest.mark.parametrize("load", ["cpu", "io", "children", "mmap"])
+@pytest.mark.parametrize("load", ["cpu", "io", "children", "mmap", "daemon"])
 def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_path, load):
     """A job silent while it loads (then stepping normally) got a stall at stall_after; now a
     tree that computes or reads before its first step is starting, said "no step yet, loading?"."""
@@ -254,6 +260,11 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
                        str(blob))
     assert rc == 0, doc
     pid = doc["result"]["pid"]
+    if load == "daemon":  # its ground truth: the member the shim adopted (its parent), with the marker
+        job = pid
+        shim = lambda p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])  # noqa: E731 (ppid)
+        pid = wait_for(lambda: next((p for p in marked(f"{name}.") if p != job and shim(p) != job), None),
+                       10, "the daemon adopted by the shim")
     before = _proc_use(pid)
     rc, w = cli.json("watch", name, "--for", "5")  # silent 5 s, past stall_after 2 s: still healthy
     assert rc == 0 and w["result"]["healthy"], w

@@ -177,7 +177,7 @@ def _sample_cpu(st, att, now):
             key = "rank " + rank
             cpu[key] = cpu.get(key, 0.0) + (p.utime + p.stime) / float(CLK_TCK)
     if st.get("step") is None:  # before the first step: is the tree starting, or still?
-        st["tree"] = _thin((st.get("tree") or []) + [[now] + _tree_use(procs, int(job))])
+        st["tree"] = _thin((st.get("tree") or []) + [[now] + _tree_use(procs, int(job), att)])
     else:
         st.pop("tree", None)
     for key, c in cpu.items():
@@ -187,7 +187,7 @@ def _sample_cpu(st, att, now):
             del st["cpu"][key]  # that rank's processes are gone
 
 
-def _tree_use(procs, job):
+def _tree_use(procs, job, att=None):
     """[CPU seconds, bytes read and written, processes whose I/O could not be read] of the
     job and its descendants: a tree that loads a model reads (rchar/wchar count page-cache
     reads too, read_bytes an mmapped file's reads from storage) or computes; one hung before its first step does neither. A member's CPU
@@ -196,7 +196,15 @@ def _tree_use(procs, job):
     showed ~0% of a core while /proc said a core was busy, and was called stalled."""
     from .procfs import descendants
     cpu, io, unread = 0.0, 0, 0
-    for pid in [job] + list(descendants([job], procs)):
+    pids = set([job]) | set(descendants([job], procs))
+    if att is not None and att.get("run"):
+        # every member status counts (runs.members: the marker, the cgroup, what the shim
+        # adopted): a loader that daemonized (a ray/dask-style server, double fork) is the
+        # shim's child, not the job's, and its busy core read as a still tree, a stall
+        from .procfs import protected
+        from .runs import members
+        pids |= set(members(att["run"], att, procs, protected(procs)))
+    for pid in sorted(pids):
         p = procs.get(pid)
         if p is None or p.dead:
             continue
