@@ -146,7 +146,8 @@ def test_the_rank_a_stall_names_is_the_one_its_stacks_show_outside_the_collectiv
 
 
 NATIVE_JOB = STUCK_JOB.replace("import time,", "import os, time,").replace(
-    "        stuck_here()\n", "        os.execvp('sleep', ['sleep', '3600'])  # still rank 1 (its env), no Python frame\n")
+    "        stuck_here()\n",
+    "        os.execvp('sleep', ['sleep', '3600'])  # still rank 1 (its env), no Python frame\n")
 
 
 def test_a_rank_whose_stack_is_not_read_is_never_said_to_wait_in_a_collective(cli, tmp_path):

@@ -267,7 +267,8 @@ def status_lines(r: dict, now: float) -> list[str]:
         out.append(f"  blocked: the next attempt starts once the GPUs are released: {b.get('why')}")
     u = r.get("idle_unjudged")
     if u:
-        out.append(f"  idle: not judged: {u.get('why')}; the idle rule cannot fire while its GPUs' utilization is unread")
+        out.append(f"  idle: not judged: {u.get('why')}; the idle rule cannot fire while its GPUs' "
+                   "utilization is unread")
     for a in r.get("actions") or []:
         out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))

@@ -189,11 +189,12 @@ def _sample_cpu(st, att, now):
 
 def _tree_use(procs, job, att=None):
     """[CPU seconds, bytes read and written, processes whose I/O could not be read] of the
-    job and its descendants: a tree that loads a model reads (rchar/wchar count page-cache
-    reads too, read_bytes an mmapped file's reads from storage) or computes; one hung before its first step does neither. A member's CPU
-    counts its reaped children's (cutime, cstime), as its rchar/wchar count their I/O: a
-    loader working in short-lived children (a shell loop, a pool that replaces its workers)
-    showed ~0% of a core while /proc said a core was busy, and was called stalled."""
+    job, its descendants and the run's other members: a tree that loads a model reads
+    (rchar/wchar count page-cache reads too, read_bytes an mmapped file's reads from storage)
+    or computes; one hung before its first step does neither. A member's CPU counts its reaped
+    children's (cutime, cstime), as its rchar/wchar count their I/O: a loader working in
+    short-lived children (a shell loop, a pool that replaces its workers) showed ~0% of a
+    core while /proc said a core was busy, and was called stalled."""
     from .procfs import descendants
     cpu, io, unread = 0.0, 0, 0
     pids = set([job]) | set(descendants([job], procs))
@@ -443,7 +444,8 @@ def _by_stacks(stacks, st, node):
         # not read (a rank that exec'd a native tool, or py-spy's failure on it) was the cause
         suspects = sorted(set(key(r) for r in unread))
         return suspects, "; by the stacks, %s waits in a collective, and %s's stack was not read (%s): %s" % (
-            said(waiting), ", ".join(_name(k, node) for k in suspects), "; ".join(sorted(set(r["unread"] for r in unread))),
+            said(waiting), ", ".join(_name(k, node) for k in suspects),
+            "; ".join(sorted(set(r["unread"] for r in unread))),
             "it is the only rank that can be elsewhere" if len(suspects) == 1
             else "they are the only ranks that can be elsewhere"), "stacks"
     if not cause:
