@@ -205,8 +205,6 @@ def status_fields(out, att):
     out["restarts"] = (att.get("restart") or {}).get("number", 0)
     if att.get("actions"):
         out["actions"] = att["actions"]
-    if att.get("idle_unjudged") and out["state"] == "running":
-        out["idle_unjudged"] = att["idle_unjudged"]  # health_actions.HealthKeeper._unjudged
     sr = att.get("stop_requested")
     ended = out["state"] in ("exited", "stray")  # stray: the attempt left processes (listed) in the wait
     if ended and _blocked(att):
@@ -328,11 +326,8 @@ class Supervisor(object):
                     return exit_of(status)
                 if got == 0:
                     break
-            left = next_tick - time.monotonic()
-            # at most a day a wait: sigtimedwait takes a timespec, and an interval of 1e300
-            # (runward.toml takes any finite one) raised OverflowError, the shim's end
-            if left > 0 and (signal.sigtimedwait([signal.SIGCHLD], min(left, 86400.0)) is not None
-                             or next_tick > time.monotonic()):
+            left = min(next_tick - time.monotonic(), 86400.0)  # 1e300 overflowed sigtimedwait: a day at most
+            if left > 0 and signal.sigtimedwait([signal.SIGCHLD], left) is not None:
                 continue
             next_tick = time.monotonic() + tick
             self.health.tick(n)

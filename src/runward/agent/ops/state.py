@@ -119,6 +119,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
         from .. import supervise
         supervise.status_fields(out, att)
+        if att.get("idle_unjudged") and out["state"] == "running":
+            out["idle_unjudged"] = att["idle_unjudged"]  # health_actions.HealthKeeper._unjudged
     if with_drift:
         _details(out, store, att, state, since)
     return out
