@@ -347,6 +347,8 @@ def test_bad_policy_is_refused_before_anything_starts(sup):
     ("stall_after = inf", "stall_after"),            # and a stall_after of either never called a stall
     ('stall_after = "1e309"', "stall_after"),        # float() reads it as inf
     ('interval = "1e309"', "interval"),              # inf: the shim's first wait raised OverflowError
+    ("stall_afer = 300", "stall_afer (did you mean stall_after?)"),  # ignored: stall_after derived as unset
+    ('actons = { nan = "stop" }', "actons (did you mean actions?)"),  # was "a baseline rule has min_ratio"
 ])
 def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, named):
     """Today's `min = { tok_s = "14.5K" }` beside an action started (exit 0), then the shim died at
