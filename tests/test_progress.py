@@ -346,6 +346,30 @@ def test_an_idle_alert_fails_watch_and_is_shown_with_every_alert(gsup):
     assert doc["error"]["type"] == "Alert" and alive(job["pid"], job["start"]), doc
 
 
+def test_an_idle_rule_the_shim_cannot_judge_is_said_not_judged(gsup):
+    """nvidia-smi failing (the driver lost) left the idle rule silent: the shim read no
+    utilization, never fired, and status and watch said nothing of a rule that could not be
+    judged (watch: healthy, exit 0). The record now keeps idle_unjudged while it lasts, and
+    status and watch say it; once nvidia-smi answers again, it is gone."""
+    fakegpu.update(gsup.state, lambda s: s.update(scenario="driver-failure"))
+    _idle_toml(gsup, "iu", "1s", action="notify")
+    rc, doc = gsup.json("start", "iu")
+    assert rc == 0, doc
+    u = wait_for(lambda: rec(gsup.home, "iu", 1).get("idle_unjudged"), timeout=30, what="idle said unjudged")
+    assert "GPU 1" in u["why"] and "couldn't communicate with the" in u["why"], u
+    job = rec(gsup.home, "iu", 1)["job"]
+    assert alive(job["pid"], job["start"]) and not rec(gsup.home, "iu", 1).get("actions")  # nothing fired
+    assert gsup.status("iu")["idle_unjudged"]["why"] == u["why"]
+    assert "idle: not judged: GPU 1" in gsup.run("status", "iu").stdout
+    rc, w = gsup.json("watch", "iu", "--for", "1")
+    assert w["result"]["idle_unjudged"]["why"] == u["why"], w
+    assert "idle: not judged by the shim" in gsup.run("watch", "iu", "--for", "1").stdout
+    fakegpu.update(gsup.state, lambda s: s.update(scenario="ok") or s["gpus"][1].update(util=60))
+    wait_for(lambda: "idle_unjudged" not in rec(gsup.home, "iu", 1), timeout=30, what="judged again")
+    assert "idle_unjudged" not in gsup.status("iu")
+    assert gsup.run("stop", "iu").returncode == 0
+
+
 def test_an_idle_rule_on_a_run_without_gpus_is_refused(gsup):
     """It judges the run's own GPUs: without any it could never fire, and passed every watch."""
     (gsup.cwd / "runward.toml").write_text(

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import marked, wait_for
 from test_attribution import _torchrun
 
 HANG_JOB = """\
@@ -146,6 +146,39 @@ def test_the_rank_a_stall_names_is_the_one_its_stacks_show_outside_the_collectiv
     assert cli.run("stop", name).returncode == 0
 
 
+NATIVE_JOB = STUCK_JOB.replace("import time,", "import os, time,").replace(
+    "        stuck_here()\n",
+    "        os.execvp('sleep', ['sleep', '3600'])  # still rank 1 (its env), no Python frame\n")
+
+
+def test_a_rank_whose_stack_is_not_read_is_never_said_to_wait_in_a_collective(cli, tmp_path):
+    """Rank 1 hung in a native tool (it exec'd `sleep`, RANK=1 in its env) while rank 0 waited in
+    all_reduce: py-spy read rank 0 alone, and the alert said "by the stacks, every rank waits in
+    a collective: none is elsewhere", naming no rank. Ranks not read are now said not read,
+    and where every rank read waits in a collective, they are the ones named."""
+    torchrun = _need_torchrun()
+    script = tmp_path / "native.py"
+    script.write_text(NATIVE_JOB)
+    name = f"native{os.getpid()}"
+    rc, doc = cli.json("start", name, "--stall-after", "4", "--settle", "0.2", "--", torchrun, "--tee", "3",
+                       "--standalone", "--nproc_per_node=2", str(script), timeout=120)
+    assert rc == 0, doc
+    st = wait_for(lambda: (lambda s: s if _alerts(s, "stall") else None)(cli.status(name)), 120, "the stall")
+    a = _alerts(st, "stall")[0]
+    if not a["stacks"]["ok"]:
+        cli.run("stop", name)
+        pytest.skip(f"stacks not read here: {a['stacks'].get('note')}")
+    doc = json.loads(open(a["stacks"]["path"]).read())
+    ranks = {p["rank"]: p for p in doc["procs"] if p.get("rank") is not None}
+    assert ranks[1]["comm"] == "sleep" and not ranks[1].get("frame") and ranks[0].get("frame"), ranks
+    # /proc: rank 1 is `sleep`, never inside a collective
+    assert open(f"/proc/{ranks[1]['pid']}/comm").read().strip() == "sleep"
+    assert "every rank waits in a collective" not in a["detail"], a
+    assert a["ranks"] == ["local rank 1"] and a["rank_basis"] == "stacks", a
+    assert "local rank 1's stack was not read (not a Python process" in a["detail"], a
+    assert cli.run("stop", name).returncode == 0
+
+
 def test_a_rank_8_times_slower_than_the_other_is_a_straggler(cli, tmp_path):
     torchrun = _need_torchrun()
     script = tmp_path / "slow.py"
@@ -185,17 +218,38 @@ LOADER = {  # silent "model loads" (no output) of about 12 s, then steps every 0
     "cpu": "t = time.monotonic()\nwhile time.monotonic() - t < 12: sum(range(10000))\n",
     "io": "t = time.monotonic()\nf = open(sys.argv[1], 'rb')\nwhile time.monotonic() - t < 12:\n"
           "    f.seek(0); f.read(4 << 20); time.sleep(0.02)\n",
+    # the work in short-lived children (forked, no reads), each reaped 20 ms later: the
+    # parent's cutime is where /proc keeps their CPU
+    "children": "import os\nt = time.monotonic()\nwhile time.monotonic() - t < 12:\n    p = os.fork()\n"
+                "    if p == 0:\n        u = time.monotonic()\n"
+                "        while time.monotonic() - u < 0.02: sum(range(1000))\n        os._exit(0)\n"
+                "    os.waitpid(p, 0)\n",
+    # safetensors' way: the weights mmapped, read by page faults from storage (evicted after
+    # each pass, as a file larger than the page cache is): read_bytes counts them, rchar not
+    # the work in a daemonized server (double fork: the shim's child, no longer the job's),
+    # the job waiting for its flag, as a driver waits on ray.get
+    "daemon": "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork(): os._exit(0)\n"
+              "    t = time.monotonic()\n    while time.monotonic() - t < 12: sum(range(10000))\n"
+              "    open(sys.argv[1] + '.done', 'w').close()\n    os._exit(0)\n"
+              "os.wait()\nwhile not os.path.exists(sys.argv[1] + '.done'): time.sleep(0.2)\n",
+    "mmap": "import mmap, os\nt = time.monotonic()\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "while time.monotonic() - t < 12:\n    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
+            "    for off in range(0, len(m), 4096): m[off]\n    m.close()\n"
+            "    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n    time.sleep(0.2)\n",
 }
 
 
 def _proc_use(pid: int) -> tuple[float, int]:
-    """(CPU seconds, rchar + wchar) of PID from /proc: the ground truth of the loader's work."""
+    """(CPU seconds, its reaped children's included; rchar + wchar; read_bytes + write_bytes:
+    storage's, page faults of a mapped file included) of PID from /proc: the ground truth of
+    the loader's work."""
     stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     io = dict(x.split(": ") for x in open(f"/proc/{pid}/io").read().splitlines())
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"]) + int(io["wchar"])
+    return (sum(map(int, stat[11:15])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"]) + int(io["wchar"]),
+            int(io["read_bytes"]) + int(io["write_bytes"]))
 
 
-@pytest.mark.parametrize("load", ["cpu", "io"])
+@pytest.mark.parametrize("load", ["cpu", "io", "children", "mmap", "daemon"])
 def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_path, load):
     """A job silent while it loads (then stepping normally) got a stall at stall_after; now a
     tree that computes or reads before its first step is starting, said "no step yet, loading?"."""
@@ -208,6 +262,11 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
                        str(blob))
     assert rc == 0, doc
     pid = doc["result"]["pid"]
+    if load == "daemon":  # its ground truth: the member the shim adopted (its parent), with the marker
+        job = pid
+        shim = lambda p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])  # noqa: E731 (ppid)
+        pid = wait_for(lambda: next((p for p in marked(f"{name}.") if p != job and shim(p) != job), None),
+                       10, "the daemon adopted by the shim")
     before = _proc_use(pid)
     rc, w = cli.json("watch", name, "--for", "5")  # silent 5 s, past stall_after 2 s: still healthy
     assert rc == 0 and w["result"]["healthy"], w
@@ -216,7 +275,10 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
     assert st["stall"]["step"] is None and not _alerts(st, "stall"), st  # still loading: no step, no stall
     n = st["stall"]["no_step_yet"]
     assert n["verdict"] == "starting" and n["cpu_cores"] + n["io_bytes_s"] > 0, n
-    if load == "cpu":  # /proc agrees: the tree computed, or read, over the window
+    if load == "mmap":  # /proc: storage read, no read() and hardly any CPU
+        assert used[2] - before[2] > 20 << 20 and n["io_bytes_s"] > 1 << 20, (before, used, n)
+        assert used[1] - before[1] < 1 << 20 and used[0] - before[0] < 1.0, (before, used, n)
+    elif load != "io":  # /proc agrees: the tree computed, or read, over the window
         assert used[0] - before[0] > 1.0 and n["cpu_cores"] > 0.05, (before, used, n)  # 2 shared cores
     else:
         assert used[1] - before[1] > 20 << 20 and n["io_bytes_s"] > 1 << 20, (before, used, n)

@@ -343,6 +343,12 @@ def test_bad_policy_is_refused_before_anything_starts(sup):
     ("interval = 0", "interval"),                    # 0: the shim's wait never judged a rule
     ('actions = "stop"', "actions"),
     ('metrics = { lr = "lr=([" }', "metrics.lr"),   # compiled by every scan of the shim's: re.error
+    ("stall_after = nan", "stall_after"),            # TOML floats: --stall-after nan/inf is refused,
+    ("stall_after = inf", "stall_after"),            # and a stall_after of either never called a stall
+    ('stall_after = "1e309"', "stall_after"),        # float() reads it as inf
+    ('interval = "1e309"', "interval"),              # inf: the shim's first wait raised OverflowError
+    ("stall_afer = 300", "stall_afer (did you mean stall_after?)"),  # ignored: stall_after derived as unset
+    ('actons = { nan = "stop" }', "actons (did you mean actions?)"),  # was "a baseline rule has min_ratio"
 ])
 def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, named):
     """Today's `min = { tok_s = "14.5K" }` beside an action started (exit 0), then the shim died at
@@ -355,6 +361,22 @@ def test_a_health_rule_the_flag_refuses_is_refused_from_runward_toml(sup, rule, 
     assert not (sup.home / "runs" / "hr").exists() and not marked("hr.")  # nothing started
     rc, doc = sup.json("start", "hr2", "--min", "tok_s=14.5K", "--", "sleep", "60")  # the flag's own refusal
     assert rc == 2 and not (sup.home / "runs" / "hr2").exists(), doc
+
+
+def test_a_huge_health_interval_leaves_the_shim_alive_and_supervising(sup):
+    """interval = 1e300 (finite, so taken) killed the shim at its first wait (sigtimedwait's
+    OverflowError): the start failed with the job left running unsupervised. The shim now waits
+    in bounded pieces: it lives (/proc), its record has no shim_failed, and stop ends the job."""
+    (sup.cwd / "runward.toml").write_text(_example("hi", '[runs.hi.health]\ninterval = 1e300\n'
+                                                         'actions = { nan = "stop" }\n'))
+    rc, doc = sup.json("start", "hi", "--settle", "2")
+    assert rc == 0, doc
+    r = rec(sup.home, "hi", 1)
+    assert "shim_failed" not in r and alive(r["shim"]["pid"], r["shim"]["start"]), r
+    assert alive(r["job"]["pid"], r["job"]["start"])
+    rc, doc = sup.json("stop", "hi", "--grace", "2")
+    assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
+    assert "shim_failed" not in rec(sup.home, "hi", 1)
 
 
 def test_a_shim_that_fails_is_said_failed_and_fails_its_start(sup):
@@ -378,6 +400,48 @@ def test_a_shim_that_fails_is_said_failed_and_fails_its_start(sup):
     assert "shim failed" in text and "killed" not in text, text
     rc, doc = sup.json("stop", "sf", "--grace", "2")
     assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
+
+
+def test_a_shim_that_fails_after_the_settle_is_said_by_watch_too(sup):
+    """A shim failing after its start was verified left the job unsupervised: status said so,
+    but `watch` answered "healthy", exit 0, with no word that nothing acts on its rules now."""
+    (sup.cwd / "runward.toml").write_text(_example("sw", '[runs.sw.health]\ninterval = 2\n'
+                                                         'actions = { nan = "stop" }\n'))
+    sup.env["RUNWARD_FAULT"] = "raise:health:tick"
+    rc, doc = sup.json("start", "sw", "--settle", "0.3")  # the first tick comes after the settle
+    del sup.env["RUNWARD_FAULT"]
+    assert rc == 0, doc
+    r = wait_for(lambda: (lambda a: a if a.get("shim_failed") else None)(rec(sup.home, "sw", 1)), timeout=30,
+                 what="the shim's failure recorded")
+    wait_for(lambda: not alive(r["shim"]["pid"], r["shim"]["start"]), what="the shim gone (/proc)")
+    assert alive(r["job"]["pid"], r["job"]["start"])  # the job runs on
+    rc, w = sup.json("watch", "sw", "--for", "2")
+    assert "RuntimeError" in w["result"]["shim_failed"]["error"], w
+    text = sup.run("watch", "sw", "--for", "1").stdout
+    assert "the shim failed (RuntimeError" in text and "unsupervised" in text, text
+    rc, doc = sup.json("stop", "sw", "--grace", "2")
+    assert rc == 0 and not alive(r["job"]["pid"], r["job"]["start"]), doc
+
+
+def test_a_shim_that_fails_in_its_backoff_is_said_failed_and_no_restart_is_promised(sup):
+    """The job exited 3, the shim recorded it and failed in its backoff (raise:supervise:backoff):
+    status said "exited ... policy: restart on-failure ... restarts so far: 0" without a word
+    of the shim's failure, while no restart could come. Now the failure and its consequence
+    are said, with the exit as recorded."""
+    sup.env["RUNWARD_FAULT"] = "raise:supervise:backoff"
+    rc, doc = sup.json("start", "sb", "--settle", "0.3", "--restart", "on-failure", "--backoff", "20s..60s",
+                       "--sh", "sleep 1; exit 3")
+    del sup.env["RUNWARD_FAULT"]
+    assert rc == 0, doc
+    r = wait_for(lambda: (lambda a: a if a.get("shim_failed") else None)(rec(sup.home, "sb", 1)), timeout=30,
+                 what="the shim's failure recorded")
+    wait_for(lambda: not alive(r["shim"]["pid"], r["shim"]["start"]), what="the shim gone (/proc)")
+    assert r["exit"]["code"] == 3 and not (sup.home / "runs" / "sb" / "attempts" / "2.json").exists(), r
+    st = sup.status("sb")
+    assert st["state"] == "exited" and st["exit"]["code"] == 3, st
+    assert "supervise:backoff" in st["shim_failed"]["error"] and "no restart" in st["note"], st
+    text = sup.run("status", "sb").stdout
+    assert "the shim failed (RuntimeError" in text and "no restart" in text, text
 
 
 def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path):

@@ -150,7 +150,7 @@ def duration(text: str) -> float | None:
         v = float(s) if s and s[-1].isdigit() else _units(s)
     except ValueError:
         return None
-    return v if v >= 0 else None  # negative, or NaN
+    return v if 0 <= v < float("inf") else None  # negative, NaN, or "1e309" (float() reads it as inf)
 
 
 def _units(s: str) -> float:

@@ -190,6 +190,9 @@ def check_health_table(h, where: str, name: str = "NAME") -> tuple[str, str] | N
     table = f"{where[:-1]}.health]" if where.endswith("]") else where
     if not isinstance(h, dict):
         return f"{table} must be a table", "[runs.NAME.health]\nmin = { tok_s = 14500 }"
+    why = _unknown_health_keys(h, table)
+    if why:
+        return why
     try:
         health_rules({"health": h})
         from_config(h, name)
@@ -198,6 +201,28 @@ def check_health_table(h, where: str, name: str = "NAME") -> tuple[str, str] | N
         msg = e.message.replace(f"[runs.{name}.health] ", "").replace("[health] ", "")
         return f"{table} {msg}", e.hint or ""
     return None
+
+
+HEALTH_KEYS = ("min", "max", "stall_after", "stall", "straggler_ratio", "drop_fraction", "interval", "actions",
+               "idle", "metrics")
+
+
+def _unknown_health_keys(h: dict, table: str) -> tuple[str, str] | None:
+    """A key the health table does not know: a value that is not a table (`stall_afer = 300`
+    was ignored, and stall_after was derived as if unset), or a table named like a known key
+    and no baseline rule (`actons = { nan = "stop" }` was read as a baseline rule of a metric
+    "actons"). Another table is a baseline rule, tok_s = { min_ratio = 0.95 } (baselines.py
+    checks it)."""
+    import difflib
+    bad = [k for k, v in h.items() if k not in HEALTH_KEYS and (not isinstance(v, dict) or (
+        "min_ratio" not in v and difflib.get_close_matches(k, HEALTH_KEYS, 1, 0.8)))]
+    if not bad:
+        return None
+    near = {k: difflib.get_close_matches(k, HEALTH_KEYS, 1, 0.6) for k in bad}
+    said = ", ".join(f"{k} (did you mean {near[k][0]}?)" if near[k] else k for k in bad)
+    return (f"{table} unknown key(s) {said}",
+            f"keys: {', '.join(HEALTH_KEYS)}; a table under a metric's name is a baseline rule, "
+            "tok_s = { min_ratio = 0.95 }")
 
 
 def _interval(v) -> float:
@@ -265,6 +290,10 @@ def status_lines(r: dict, now: float) -> list[str]:
     b = r.get("blocked")
     if b and r.get("state") == "blocked" and b.get("by") != "restart":  # restart's own: render.py
         out.append(f"  blocked: the next attempt starts once the GPUs are released: {b.get('why')}")
+    u = r.get("idle_unjudged")
+    if u:
+        out.append(f"  idle: not judged: {u.get('why')}; the idle rule cannot fire while its GPUs' "
+                   "utilization is unread")
     for a in r.get("actions") or []:
         out.append(f"  health action: {a.get('action')} on {a.get('kind')}"
                    + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else f" ({a.get('detail')})"))

@@ -53,6 +53,7 @@ class HealthKeeper(object):
         self.idle = cfg.get("idle")  # {"below": %, "for_s": s}: every GPU of the run under it that long
         self.idle_since = None
         self.idle_said = False  # once per idle spell: busy again, and it may be said again
+        self.unjudged_why = None  # why the idle rule could not be judged at the last tick
         self.bjudge = None  # the baseline rules' judge (ops/baseline.py), built at the first tick
         self.below = set()  # the metrics already said below their baseline this attempt
 
@@ -116,11 +117,14 @@ class HealthKeeper(object):
         from .logmetrics.alerts import alert
         try:
             snap = gpus.snapshot()
-        except Exception:  # the driver's failure is not the run's idleness
-            snap = {"gpus": []}
+        except Exception as e:  # the driver's failure is not the run's idleness
+            snap = {"gpus": [], "note": "nvidia-smi failed: %s" % (str(e)[:200] or type(e).__name__)}
         util = {g["index"]: g.get("utilization_pct") for g in snap.get("gpus") or ()}
         mine = [util.get(i) for i in att["gpus"]]
         now = time.time()
+        unread = [i for i, u in zip(att["gpus"], mine) if not isinstance(u, (int, float))]
+        self._unjudged(att, "GPU %s: no utilization read (%s)" % (",".join(map(str, unread)), snap.get(
+            "note") or "not listed by nvidia-smi, or [N/A]") if unread else None)
         if not all(isinstance(u, (int, float)) and u < self.idle["below"] for u in mine):
             self.idle_since, self.idle_said = None, False
             return []
@@ -137,6 +141,23 @@ class HealthKeeper(object):
         self.judged.add((a["kind"], a.get("line_no"), a.get("t")))  # judged here, not again as a stored fact
         add_fact(self.store, att, a)
         return [a]
+
+    def _unjudged(self, att, why):
+        """The idle rule could not be judged (no nvidia-smi, its failure, a GPU it does not
+        list): kept in the attempt's record as idle_unjudged {"since", "why"} (and removed once
+        read again), so status and watch say it: an unread utilization never fires, and a rule
+        that never fires passed every watch. Written on a change only, not at every tick."""
+        if why == self.unjudged_why:
+            return
+        self.unjudged_why = why
+        rec = {"since": time.time(), "why": why} if why else None
+
+        def mark(a):
+            if rec:
+                a["idle_unjudged"] = rec
+            else:
+                a.pop("idle_unjudged", None)
+        self.store.update_attempt(att["attempt"], mark)
 
     def _act(self, n, a, last):
         # "stacks,restart": the stacks first (while the hung processes still live), then the rest

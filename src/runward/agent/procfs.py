@@ -46,7 +46,7 @@ def read_text(path, default=None):
 
 
 class Proc(object):
-    __slots__ = ("pid", "ppid", "pgrp", "sid", "state", "start", "utime", "stime",
+    __slots__ = ("pid", "ppid", "pgrp", "sid", "state", "start", "utime", "stime", "cutime", "cstime",
                  "rss", "comm", "uid", "_env", "_cmd", "_raw_cmd")
 
     def __init__(self, pid, fields, comm):
@@ -58,6 +58,8 @@ class Proc(object):
         self.sid = int(fields[3])
         self.utime = int(fields[11])
         self.stime = int(fields[12])
+        self.cutime = int(fields[13])  # the CPU of its children it reaped (gone from /proc)
+        self.cstime = int(fields[14])
         self.start = int(fields[19])
         self.rss = int(fields[21]) * PAGE_SIZE
         self.uid = None

@@ -33,6 +33,7 @@ import time
 from .linesteps import step_of
 from .procfs import CLK_TCK, scan as scan_procs
 from .sidelock import side_lock
+from .stackranks import COLLECTIVES, by_stacks as _by_stacks, name as _name, stack_ranks  # noqa: F401
 from .store import read_json, write_json
 
 MIN_AFTER = 120.0  # the derived stall_after's floor
@@ -43,7 +44,7 @@ READ_BYTES = 4 << 20  # a call reads at most the newest 4 MiB the log gained
 KEEP = 16  # step-time estimates kept (the run's and each rank's)
 CPU_SAMPLES = 32
 IDLE_CORE = 0.02  # a rank under 2% of a core is not computing
-IDLE_IO = 16 << 10  # ... and a tree under 16 KiB/s of reads and writes (rchar + wchar) is not loading
+IDLE_IO = 16 << 10  # ... and a tree under 16 KiB/s of reads and writes (/proc/PID/io) is not loading
 BUSY_CORE = 0.3  # ... while another over 30% of one is
 VERSION = 1
 
@@ -173,7 +174,7 @@ def _sample_cpu(st, att, now):
             key = "rank " + rank
             cpu[key] = cpu.get(key, 0.0) + (p.utime + p.stime) / float(CLK_TCK)
     if st.get("step") is None:  # before the first step: is the tree starting, or still?
-        st["tree"] = _thin((st.get("tree") or []) + [[now] + _tree_use(procs, int(job))])
+        st["tree"] = _thin((st.get("tree") or []) + [[now] + _tree_use(procs, int(job), att)])
     else:
         st.pop("tree", None)
     for key, c in cpu.items():
@@ -183,21 +184,37 @@ def _sample_cpu(st, att, now):
             del st["cpu"][key]  # that rank's processes are gone
 
 
-def _tree_use(procs, job):
+def _tree_use(procs, job, att=None):
     """[CPU seconds, bytes read and written, processes whose I/O could not be read] of the
-    job and its descendants: a tree that loads a model reads (rchar/wchar count page-cache
-    reads too) or computes; one hung before its first step does neither."""
+    job, its descendants and the run's other members: a tree that loads a model reads
+    (rchar/wchar count page-cache reads too, read_bytes an mmapped file's reads from storage)
+    or computes; one hung before its first step does neither. A member's CPU counts its reaped
+    children's (cutime, cstime), as its rchar/wchar count their I/O: a loader working in
+    short-lived children (a shell loop, a pool that replaces its workers) showed ~0% of a
+    core while /proc said a core was busy, and was called stalled."""
     from .procfs import descendants
     cpu, io, unread = 0.0, 0, 0
-    for pid in [job] + list(descendants([job], procs)):
+    pids = set([job]) | set(descendants([job], procs))
+    if att is not None and att.get("run"):
+        # every member status counts (runs.members: the marker, the cgroup, what the shim
+        # adopted): a loader that daemonized (a ray/dask-style server, double fork) is the
+        # shim's child, not the job's, and its busy core read as a still tree, a stall
+        from .procfs import protected
+        from .runs import members
+        pids |= set(members(att["run"], att, procs, protected(procs)))
+    for pid in sorted(pids):
         p = procs.get(pid)
         if p is None or p.dead:
             continue
-        cpu += (p.utime + p.stime) / float(CLK_TCK)
+        cpu += (p.utime + p.stime + p.cutime + p.cstime) / float(CLK_TCK)
         try:
             with open("/proc/%d/io" % pid) as f:
                 fields = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
-            io += int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
+            # read() and write() (rchar, wchar: page-cache hits too), or what storage moved
+            # (read_bytes, write_bytes: an mmapped file's page faults, safetensors' load,
+            # which read() never sees), whichever is more: a lower bound, never twice a read
+            io += (max(int(fields.get("rchar", 0)), int(fields.get("read_bytes", 0)))
+                   + max(int(fields.get("wchar", 0)), int(fields.get("write_bytes", 0))))
         except (OSError, ValueError):
             unread += 1  # gone meanwhile, or not ours to read (ptrace mode)
     return [round(cpu, 3), io, unread]
@@ -298,10 +315,6 @@ def _node(att):
     return mn.get("rank")
 
 
-def _name(key, node):
-    return key if node is None else "%s (node %s)" % (key, node)
-
-
 def _rank_fields(key, node):
     kind, _, n = key.rpartition(" ")
     return {"rank": int(n), "rank_kind": kind, "node": node}
@@ -370,52 +383,6 @@ def _stall(st, att, after, src, now, stacks_of=None):
         extra["stacks"] = stacks
     return alert("stall", now, detail, metric="step" if basis == "step" else None,
                  value=round(now - since, 1), since=since, basis=basis, stall_after=after, **extra)
-
-
-COLLECTIVES = frozenset(("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-                         "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
-                         "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv",
-                         "isend", "irecv", "batch_isend_irecv", "wait"))
-
-
-def stack_ranks(doc):
-    """Each ranked process of a stacks capture: {"rank", "local_rank", "where", "collective"}:
-    whether its main thread is inside a collective (a torch.distributed call, or a frame of
-    distributed_c10d), where a rank waits for the others."""
-    out = []
-    for p in doc.get("procs") or ():
-        if p.get("rank") is None or not p.get("frame"):
-            continue
-        main = next((t for t in p.get("threads") or () if t.get("name") == "MainThread"), None) or \
-            ((p.get("threads") or [None])[0])
-        frames = [f for f in (main or {}).get("frames") or () if not f.get("native")]
-        coll = next((f for f in frames if f.get("name") in COLLECTIVES
-                     or "distributed_c10d" in (f.get("file") or "")), None)
-        f = coll if coll and coll.get("name") in COLLECTIVES else p["frame"]
-        out.append({"rank": p["rank"], "local_rank": p.get("local_rank"), "collective": coll is not None,
-                    "where": "%s (%s:%s)" % (f.get("name"), f.get("file"), f.get("line"))})
-    return out
-
-
-def _by_stacks(stacks, st, node):
-    """(suspects, words, "stacks") where the episode's stacks read ranks: a rank inside a
-    collective waits, a rank elsewhere is the cause; every rank in one names none, said so.
-    (None, None, None) where they read no rank: the log's rule and the CPU's stand then."""
-    ranks = (stacks or {}).get("ranks") or []
-    if not ranks:
-        return None, None, None
-    local = any(k.startswith("local rank") for k in st.get("ranks") or {})
-    key = lambda r: ("local rank %s" % r["local_rank"]) if local and r.get("local_rank") is not None \
-        else "rank %s" % r["rank"]  # noqa: E731  (the log's kind of rank, where it shows one)
-    cause = [r for r in ranks if not r["collective"]]
-    waiting = [r for r in ranks if r["collective"]]
-    said = lambda rs: ", ".join("%s in %s" % (_name(key(r), node), r["where"]) for r in rs)  # noqa: E731
-    if not cause:
-        return [], "; by the stacks, every rank waits in a collective (%s): none is elsewhere" % said(waiting), "stacks"
-    suspects = sorted(set(key(r) for r in cause))
-    return suspects, "; by the stacks, %s %s the cause: %s%s" % (
-        ", ".join(_name(k, node) for k in suspects), "is" if len(suspects) == 1 else "are", said(cause),
-        ", while %s" % said(waiting) if waiting else ""), "stacks"
 
 
 def _use_text(use):

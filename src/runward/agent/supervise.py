@@ -94,7 +94,7 @@ def _check_health(h):
                         "each action is notify, stop or restart, maybe after stacks, (stacks,restart)")
     check_limits(h.get("rules") or {}, bad_input)
     iv = h.get("interval", 5.0)
-    if not isinstance(iv, (int, float)) or iv <= 0:
+    if not isinstance(iv, (int, float)) or not 0 < iv < float("inf"):
         raise bad_input("invalid health interval %r" % (iv,), "give seconds > 0, e.g. interval = 5")
     idle = h.get("idle")
     if idle is not None and not (isinstance(idle, dict) and isinstance(idle.get("below"), (int, float))
@@ -326,7 +326,7 @@ class Supervisor(object):
                     return exit_of(status)
                 if got == 0:
                     break
-            left = next_tick - time.monotonic()
+            left = min(next_tick - time.monotonic(), 86400.0)  # 1e300 overflowed sigtimedwait: a day at most
             if left > 0 and signal.sigtimedwait([signal.SIGCHLD], left) is not None:
                 continue
             next_tick = time.monotonic() + tick

@@ -39,6 +39,7 @@ def watch(opts: WatchOptions, on_points=None) -> Outcome:
     acted = "".join(f"\nhealth action: {a.get('action')} on {a.get('kind')}"
                     + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else "")
                     for a in res.get("actions") or [])
+    acted += _unsupervised(opts.name, res)
     if res["healthy"]:
         return single("watch", target, res, lambda: _healthy(opts.name, res) + _unjudged(res) + acted)
     from ..health import format_alert
@@ -59,6 +60,18 @@ def _limits(given, flag: str) -> dict:
     if hasattr(given, "items"):
         given = [f"{k}={v}" for k, v in given.items()]
     return parse_limits(given, flag)
+
+
+def _unsupervised(name: str, res: dict) -> str:
+    """The run's shim failed (its record's shim_failed) while the job lives: nothing acts on
+    its health rules or restarts it, whatever this window's verdict."""
+    f = res.get("shim_failed")
+    u = res.get("idle_unjudged")
+    idle = f"\nidle: not judged by the shim: {u.get('why')}" if u else ""
+    if not f:
+        return idle
+    return idle + (f"\nnote: the shim failed ({f.get('error')}; its log: {f.get('log')}): the job runs unsupervised, "
+            f"no health action or restart is taken; `runward restart {name}` starts a supervised attempt")
 
 
 def _healthy(name: str, res: dict) -> str:

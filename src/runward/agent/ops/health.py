@@ -252,9 +252,16 @@ def _reply(store, att, saved, alerts, facts, judge, watched_s):
     del out["alerts"]  # the attempt's facts are status's; a watch says what it saw
     out.update({"name": store.name, "attempt": att.get("attempt"), "watched_s": watched_s,
                 "alive": saved["alive"], "window": judge.window()})
-    acts = (store.attempt(att["attempt"]) or {}).get("actions")
+    rec = store.attempt(att["attempt"]) or {}
+    acts = rec.get("actions")
     if acts:  # what the shim's health actions did (health_actions.py), with their evidence
         out["actions"] = acts
+    if rec.get("idle_unjudged") and saved["alive"]:  # the shim's idle rule could not be judged
+        out["idle_unjudged"] = rec["idle_unjudged"]
+    if rec.get("shim_failed") and saved["alive"]:
+        # the shim's own failure (shim.failed): the job runs on with nothing acting on its
+        # alerts or restarting it; a healthy window says nothing of that, so it is said here
+        out["shim_failed"] = rec["shim_failed"]
     if facts:
         mark_watched(store, att, facts)
     if not alerts and not saved["alive"]:

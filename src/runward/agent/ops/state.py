@@ -122,6 +122,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)
         from .. import supervise
         supervise.status_fields(out, att)
+        if att.get("idle_unjudged") and out["state"] == "running":
+            out["idle_unjudged"] = att["idle_unjudged"]  # health_actions.HealthKeeper._unjudged
     if with_drift:
         _details(out, store, att, state, since)
     return out
@@ -183,16 +185,20 @@ def _ending(out, att, state, bid):
             out["note"] += "; %d of its processes are still alive: stop ends them" % len(out["stray_processes"])
     if state == "orphaned":
         out["note"] = "the shim is gone but the job lives: still tracked and stoppable"
+    if state == "stray":
+        out["note"] = "the job exited; %d of its processes are still alive: stop ends them" % len(
+            out.get("stray_processes") or ())
     failed = att.get("shim_failed")
-    if failed and state in ("orphaned", "lost", "stray"):
+    if failed and state in ("orphaned", "lost", "stray", "exited"):
+        # exited: the shim recorded the job's end, then failed (in its backoff, deciding):
+        # the policy's next step (a restart, its notification) died with it, so it is said
         out["shim_failed"] = failed
         out["note"] = "the shim failed (%s; its log: %s): %s" % (failed.get("error"), failed.get("log"), {
             "orphaned": "the job lives unsupervised (no health action, no exit record); still tracked and stoppable",
             "lost": "the job is gone without an exit record",
+            "exited": "after the job's end was recorded; nothing follows it (no restart, whatever the policy "
+                      "says): `runward restart` starts a new attempt",
             "stray": out.get("note", "")}[state])
-    if state == "stray":
-        out["note"] = "the job exited; %d of its processes are still alive: stop ends them" % len(
-            out.get("stray_processes") or ())
 
 
 def _details(out, store, att, state, since=None):
