@@ -67,3 +67,29 @@ def test_a_remote_start_keeps_the_remote_home(cli: CLI):
         assert p.returncode == 0 and len(out) == 2 and out[0] == out[1] != str(cli.cwd), (p.stdout, p.stderr)
     finally:
         cli.run("stop", name, "--on", "ssh://rw1")
+
+
+def test_a_relative_cwd_of_runward_toml_is_read_from_that_files_directory(cli: CLI):
+    """cwd = "data" in runward.toml, run from the project's sub/ (which has a data/ of its own):
+    the job runs in the project's data/, as the file's local paths and its default cwd are
+    read from its directory; the restart too, from sub/. It ran in sub/data, and a restart
+    from a directory without data/ stopped the run, then failed its start."""
+    proj = cli.cwd / "proj"
+    for d in ("data", "sub/data", "other"):
+        (proj / d).mkdir(parents=True)
+    name = f"lr{uuid.uuid4().hex[:6]}"
+    (proj / "runward.toml").write_text(f'[runs.{name}]\ncommand = ["sleep", "600"]\ncwd = "data"\nsettle = 0.3\n')
+    cli.cwd = proj / "sub"
+    rc, doc = cli.json("start", name)
+    try:
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj / "data")
+        cli.cwd = proj / "other"  # no data/ here
+        rc, doc = cli.json("restart", name)
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj / "data")
+        rc, doc = cli.json("start", name, "--replace", "--cwd", "../sub/data")  # a flag's is the shell's
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj / "sub" / "data")
+    finally:
+        cli.run("stop", name)

@@ -96,6 +96,9 @@ def _restart(opts, cfg, name, target, progress, began: list[str] | None = None) 
                  "env": env or None, "env_from": env_from, "reuse_env": True}
     deploy, check = _files_step(opts, cfg, name, target, progress)
     definition = start_kwargs_from_config(run_cfg, name) if run_cfg else None
+    if definition and target.is_local and definition.get("cwd"):
+        from .start import toml_local_cwd
+        definition["cwd"] = toml_local_cwd(cfg, definition["cwd"])
     return api.restart(target, name, overrides=overrides, grace=opts.grace, signal=opts.stop_signal,
                        deploy=deploy, lock_timeout=opts.lock_timeout, definition=definition, keep_env=opts.keep_env,
                        check=check, began=began, gpu_timeout=opts.gpu_release_timeout,

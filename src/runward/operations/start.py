@@ -165,6 +165,16 @@ def local_cwd(cfg, name) -> str:
                        "cd to an existing directory, or give --cwd DIR")
 
 
+def toml_local_cwd(cfg, cwd):
+    """runward.toml's cwd for a run on this machine: a relative one is read from that file's
+    directory, as its files' local paths are and as the run's default cwd is, never from the
+    directory runward happens to be run from (`cwd = "data"` run from the project's sub/ is
+    the project's data/, not sub/data). A remote target reads it from its user's home."""
+    if isinstance(cwd, str) and cwd and not os.path.isabs(cwd) and cfg.path:
+        return os.path.join(os.path.dirname(os.path.abspath(cfg.path)), cwd)
+    return cwd
+
+
 def refuse_node_restarts(name: str, kw: dict) -> None:
     """A restart policy on one node of a multi-node run would bring back one rank alone into
     a rendezvous its peers have left (they stop when a node fails): refused until restarts
@@ -194,6 +204,8 @@ def _kw(opts, cfg, name, local: bool = False) -> dict:
     kw = _over_config(opts, start_kwargs_from_config(cfg.runs.get(name, {}), name))
     if local and kw.get("cwd") is None:
         kw["cwd"] = local_cwd(cfg, name)
+    elif local and opts.cwd is None:
+        kw["cwd"] = toml_local_cwd(cfg, kw["cwd"])
     if opts.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
