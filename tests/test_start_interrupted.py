@@ -103,3 +103,39 @@ def test_ctrl_c_while_the_target_waits_gives_its_refusal_as_its_own_word(cli, tm
                 os.kill(pid, signal.SIGKILL)
         stopper.communicate(timeout=60)
     assert not marked("lr.2") and not (cli.home / "runs" / "lr" / "attempts" / "2.json").exists()
+
+
+def test_sigterm_or_sighup_in_a_start_says_what_the_target_did_as_ctrl_c_does(tmp_path):
+    """`timeout` or a process manager (SIGTERM) and a closed terminal (SIGHUP) ended the CLI
+    at once: no word, no --json document, exit 143/129, while the far side launched the job.
+    Each is now taken as a Ctrl-C: exit 130 and the target's word. Ground truth: the run's
+    processes by marker, seconds later."""
+    c = _far_cli(tmp_path)
+    assert c.json("status", "--on", "far")[0] in (0, 4)
+    names = []
+    try:
+        for sig, delay in ((signal.SIGTERM, 0.0), (signal.SIGHUP, 0.1), (signal.SIGTERM, 0.6)):
+            name = f"sg{uuid.uuid4().hex[:6]}"
+            names.append(name)
+            p = c.popen("start", name, "--on", "far", "--json", "--settle", "30", "--", "sleep", "300",
+                        start_new_session=True)
+            wait_for(lambda: _ssh_child(p.pid), timeout=60, what="the CLI's ssh to the target")
+            time.sleep(delay)
+            os.kill(p.pid, sig)  # the CLI alone, as `timeout` or a manager sends it
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 130 and out, (sig, delay, p.returncode, out, err)
+            doc = json.loads(out)
+            assert doc["error"]["type"] == "Interrupted", doc
+            time.sleep(3)
+            jobs = {pid: st for pid, st in marked(f"{name}.").items() if alive(pid, st)}
+            res = doc.get("result") or {}
+            if jobs:
+                assert "nothing was started" not in doc["error"]["message"] and res.get("launched") is not False, doc
+                assert res.get("launched") is None or res.get("pid") in jobs, (doc, jobs)
+            else:
+                assert not res.get("pid"), (doc, jobs)
+    finally:
+        for name in names:
+            c.run("stop", name, "--on", "far", "--grace", "2")
+    for name in names:
+        wait_for(lambda: not marked(f"{name}."), what=f"{name} stopped")
