@@ -139,3 +139,54 @@ def test_sigterm_or_sighup_in_a_start_says_what_the_target_did_as_ctrl_c_does(tm
             c.run("stop", name, "--on", "far", "--grace", "2")
     for name in names:
         wait_for(lambda: not marked(f"{name}."), what=f"{name} stopped")
+
+
+def test_a_link_that_ends_during_the_wait_for_the_targets_word_is_not_its_agents_end(tmp_path):
+    """Ctrl-C while the far agent waits on the run's lock; then the CLI's ssh ends (a dropped
+    link, a killed client) before the far side has said anything. The CLI read that EOF as
+    its agent's end and said 'the target's agent ended without launching it, and nothing of
+    it runs there'; the far agent went on, and once the lock was free launched the job. Now
+    an ssh that ended by its own failure or a signal is the link's end: not known
+    (launched: null). Ground truth: the job's process by marker after the lock is let go."""
+    import fcntl
+    c = _far_cli(tmp_path)
+    assert c.json("status", "--on", "far")[0] in (0, 4)
+    name = f"sl{uuid.uuid4().hex[:6]}"
+    runs = tmp_path / "farhome" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    os.chmod(tmp_path / "farhome", 0o700)
+    fd = os.open(runs / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as another verb holding the run: the far start waits
+    try:
+        p = c.popen("start", name, "--on", "far", "--json", "--lock-timeout", "60", "--settle", "1", "--",
+                    "sleep", "300", start_new_session=True)
+        wait_for(lambda: _ssh_child(p.pid), timeout=60, what="the CLI's ssh to the target")
+        time.sleep(3)  # the far agent is waiting for the lock
+        ssh = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(int(d)) == p.pid]
+        os.kill(p.pid, signal.SIGINT)
+        time.sleep(0.5)
+        for pid in ssh:
+            os.kill(pid, signal.SIGKILL)  # the link ends before the far side says a word
+        out, err = p.communicate(timeout=60)
+        doc = json.loads(out)
+        assert p.returncode == 130 and doc["error"]["type"] == "Interrupted", (doc, err)
+    finally:
+        os.close(fd)  # the lock is free: the far agent goes on
+    try:
+        time.sleep(5)
+        jobs = {pid: st for pid, st in marked(f"{name}.").items() if alive(pid, st)}
+        msg, res = doc["error"]["message"], doc.get("result") or {}
+        assert jobs, "the far agent, left waiting for the lock, launched nothing"  # what is to be said
+        assert "nothing of it runs" not in msg and "nothing was started" not in msg, (doc, jobs)
+        assert res.get("launched", False) is None or res.get("pid") in jobs, (doc, jobs)
+    finally:
+        c.run("stop", name, "--on", "far", "--grace", "2")
+    wait_for(lambda: not marked(f"{name}."), what=f"{name} stopped")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -102,7 +102,7 @@ def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
     what the target does is read, not guessed. Lines are read on for DECIDE_S at most, until
     the launch event ({"event": ev}), the reply ({"reply": ...}) or the far side's end
     ({"ended": True}); {"waited": DECIDE_S} when none came in time, {"gave_up": True} on a
-    second Ctrl-C: both unknown."""
+    second Ctrl-C, {"lost": exit status} when the link ended, not the agent: all unknown."""
     if seen or got.reply is not None:
         return {"event": seen[0]} if seen else {"reply": got.reply}
     import threading
@@ -127,7 +127,13 @@ def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
         timer.cancel()
     if seen or got.reply is not None:
         return {"event": seen[0]} if seen else {"reply": got.reply}
-    return {"waited": DECIDE_S} if fired else {"ended": True}
+    if fired:
+        return {"waited": DECIDE_S}
+    rc = proc.wait()
+    # EOF is our child's end, not always the far agent's: ssh's own failure (255) or a client
+    # killed by a signal (a link that dropped, a killed ssh or podman client) leaves the far
+    # agent going on without us; only an exit status the agent gave says it ended
+    return {"lost": rc} if rc == 255 or rc < 0 else {"ended": True}
 
 
 class _Replies:

@@ -233,13 +233,16 @@ def _kw(opts, cfg, name, local: bool = False) -> dict:
 
 def _ask(target, name: str) -> dict:
     """{"attempt", "pid"} of NAME if the target says it runs now (one status call, 5 s at most;
-    a second Ctrl-C gives up on it), else {}."""
+    a second Ctrl-C gives up on it), {} if it says it does not, None where it could not be
+    asked: not known, never "nothing runs there"."""
     from .. import api
-    from ..errors import RunwardError
+    from ..errors import RunNotFound, RunwardError
     try:
         res = api.status(target, [name], timeout=5.0)
-    except (RunwardError, KeyboardInterrupt, OSError):
+    except RunNotFound:
         return {}
+    except (RunwardError, KeyboardInterrupt, OSError):
+        return None
     st = (res.get("runs") or [{}])[0]
     if st.get("state") in ("running", "starting") and st.get("pid"):
         return {"attempt": st.get("attempt"), "pid": st.get("pid")}
@@ -260,27 +263,33 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
         started = {k: reply["result"].get(k) for k in ("attempt", "pid")}
     hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
     seen_by = "started event"
-    # no word in time: what the target shows now is its word (a launch already made), else unknown
-    now = _ask(target, name) if not started and not reply and (decision.get("waited") or decision.get("gave_up")) else {}
+    # no word in time, or the link ended before one (the far agent goes on without it): what the
+    # target shows now is its word (a launch already made), else unknown
+    unsure = decision.get("waited") or decision.get("gave_up") or "lost" in decision
+    now = _ask(target, name) if not started and not reply and unsure else {}
     if started:
         msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
                f"(its settle period was not watched to the end)")
     elif reply and not reply.get("ok"):
         msg, launched = _refused(name, reply.get("error") or {})
         seen_by = "reply"
-    elif (decision.get("waited") or decision.get("gave_up")) and not now:
+    elif unsure and not now:
         msg, seen_by = (f"interrupted before the target said whether it launched {name}"
-                        + (f" (no word within {decision['waited']:g}s)" if decision.get("waited") else "")
+                        + (f" (no word within {decision['waited']:g}s)" if decision.get("waited") else
+                           f" (the link to it ended, exit {decision['lost']})" if "lost" in decision else "")
                         + ": not known; its start may still go on there"), None
         hint += " in a few seconds: a new attempt there is this start's"
+    elif not now and (now := _ask(target, name)) is None:  # the target could not be asked: not known
+        msg, seen_by = (f"interrupted before this start was seen to launch {name}, and the target could not "
+                        "be asked whether it runs: not known"), None
     else:  # the far agent ended without a word of a launch (or the Ctrl-C came before the call)
-        now, seen_by = now or _ask(target, name), "status"
+        seen_by = "status"
         msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
                f"{now.get('attempt')} is running now, pid {now.get('pid')}" if now else
                f"interrupted before {name} was launched: " + (
                    "the target's agent ended without launching it, and nothing of it runs there"
                    if decision.get("ended") else "nothing of it runs on the target now"))
-        if decision.get("waited") or decision.get("gave_up"):
+        if unsure:
             msg += "; this start had not answered, and whether it goes on to launch another is not known"
     # a program reads the attempt the same way whichever said it: the event, or the target asked
     seen = (dict(started, name=name, seen_by="started event") if started else
