@@ -272,10 +272,15 @@ def render_code(res: dict) -> str:
     """The code's line: each file whose sha256 differs from the last attempt's, or plainly none."""
     code, last = res.get("code") or {}, res.get("last_attempt")
     short = lambda h: h[:8] if h else "(none)"  # noqa: E731
+    unknown = ("not known (no sha256 at either attempt: missing or unreadable there): "
+               + ", ".join(code["unknown"])) if code.get("unknown") else ""
     if code.get("changed"):
         return f"code: changed since attempt {last}: " + ", ".join(
-            f"{p} {short(c['from'])} -> {short(c['to'])}" for p, c in code["changed"].items())
+            f"{p} {short(c['from'])} -> {short(c['to'])}" for p, c in code["changed"].items()) + (
+            "; " + unknown if unknown else "")
     if code.get("unchanged"):
         return (f"code: no file changed since attempt {last} (same sha256: "
-                + ", ".join(code["unchanged"]) + ")")
+                + ", ".join(code["unchanged"]) + ")" + ("; " + unknown if unknown else ""))
+    if unknown:
+        return "code: " + unknown
     return "code: no file hashed by either attempt (no script in the command, no files): changes not known"
