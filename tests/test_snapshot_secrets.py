@@ -104,3 +104,23 @@ def test_every_url_password_of_a_joined_value_and_its_decoded_form_reach_no_snap
             assert not [f for f in kept if pw.encode() in f.read_bytes()], (pw, kept)
     finally:
         cli.run("stop", name)
+
+
+def test_a_commands_url_password_is_in_no_log_header_and_no_status(cli: CLI):
+    """history and compare showed a command's URL password as ***, but runward's own header
+    line in the run's log held it in clear, and status printed it (the log's first line, and
+    --json's argv). Ground truth: the bytes of the log file (the job prints nothing)."""
+    name = f"sh{uuid.uuid4().hex[:6]}"
+    pw = "pw" + uuid.uuid4().hex
+    (cli.cwd / "job.py").write_text("import time\ntime.sleep(600)\n")
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--", "python3", "job.py", "--db", f"postgres://svc:{pw}@db/x")
+    try:
+        assert rc == 0, doc
+        log = (cli.home / "runs" / name / "log").read_bytes()
+        assert b"postgres://svc:***@db/x" in log and pw.encode() not in log, log
+        for out in (cli.run("status", name).stdout, cli.run("status", name, "--json").stdout,
+                    cli.run("logs", name).stdout, cli.run("history", name).stdout):
+            assert pw not in out, out
+        assert open(f"/proc/{doc['result']['pid']}/cmdline").read().count(pw) == 1  # the job has its URL
+    finally:
+        cli.run("stop", name)

@@ -469,7 +469,7 @@ class Supervisor(object):
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],
-            prev.get("restart_reason"), att["sh"] if att.get("sh") is not None else " ".join(att["argv"]))).encode()
+            prev.get("restart_reason"), mask_url_passwords(att["sh"] if att.get("sh") is not None else " ".join(att["argv"])))).encode()
         lfd = open_log(att["log"])
         try:
             st = os.fstat(lfd)

@@ -11,7 +11,7 @@ from .. import cgroups, faults, gpus, logfiles, shim, snapshots, supervise
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
-from ..secrets import is_shown_form, redact_env
+from ..secrets import is_shown_form, mask_url_passwords, redact_env
 from ..store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..terminate import parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
@@ -310,9 +310,10 @@ def _write_attempt(store, req, home, plan, made):
     att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"),
                                       (plan["supervise"] or {}).get("notify"))
     made["cgroups"] = att["cgroups"]
+    # the command as history shows it: a URL's password in it as *** (the log is read by logs, status)
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
+        mask_url_passwords(plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"])))).encode()
     lfd = open_log(plan["log"])  # before any record is written: a refused log leaves nothing
     try:
         st = os.fstat(lfd)
