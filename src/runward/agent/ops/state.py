@@ -315,6 +315,9 @@ def spec(req, home):
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:
         out["deployed"] = dep
+    # a restart's working directory, checked before its stop (the start resolves it the same way)
+    cwds = [c for c in (req.get("cwds") or []) + [sp.get("cwd")] if isinstance(c, str) and c]
+    out["cwd_missing"] = sorted({c for c in cwds if not os.path.isdir(os.path.expanduser(c))})
     return out
 
 
