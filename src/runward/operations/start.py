@@ -169,8 +169,9 @@ def toml_local_cwd(cfg, cwd):
     """runward.toml's cwd for a run on this machine: a relative one is read from that file's
     directory, as its files' local paths are and as the run's default cwd is, never from the
     directory runward happens to be run from (`cwd = "data"` run from the project's sub/ is
-    the project's data/, not sub/data). A remote target reads it from its user's home."""
-    if isinstance(cwd, str) and cwd and not os.path.isabs(cwd) and cfg.path:
+    the project's data/, not sub/data); "~/..." is the home's, as anywhere. A remote target reads
+    it from its user's home."""
+    if isinstance(cwd, str) and cwd and not os.path.isabs(cwd) and not cwd.startswith("~") and cfg.path:
         return os.path.join(os.path.dirname(os.path.abspath(cfg.path)), cwd)
     return cwd
 
