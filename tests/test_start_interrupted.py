@@ -190,3 +190,38 @@ def _parent(pid: int) -> int | None:
         return int(stat[stat.rfind(")") + 2:].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def test_the_wait_for_the_targets_word_survives_a_gone_terminal_and_a_second_ctrl_c_at_its_start(monkeypatch):
+    """The wait's first lines (its notice on stderr) ran outside its guard: a second Ctrl-C
+    there escaped as a bare KeyboardInterrupt (no decision: the start then asked status and
+    could say 'nothing of it runs' of a launch still to come), and a terminal gone by SIGHUP
+    (stderr's write: EIO) was an OSError traceback. Now the first is 'gave up' (not known)
+    and the second waits on for the target's word. A real child stands for the far side."""
+    import errno
+    import sys as _sys
+    from runward import exchange
+
+    class Gone:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def write(self, _):
+            raise self.exc
+
+        def flush(self):
+            pass
+
+    line = json.dumps({"event": {"started": {"attempt": 1, "pid": 42}}})
+    for exc, want in ((OSError(errno.EIO, "Input/output error"), {"event": {"started": {"attempt": 1, "pid": 42}}}),
+                      (KeyboardInterrupt(), {"gave_up": True})):
+        proc = exchange.Spawned(["sh", "-c", f"sleep 0.3; echo '{line}'; exec sleep 30"])
+        seen: list[dict] = []
+        got = exchange._Replies(lambda ev: seen.append(ev) if "started" in ev else None)
+        monkeypatch.setattr(_sys, "stderr", Gone(exc))
+        try:
+            assert exchange._await_decision(proc, got, seen) == want
+        finally:
+            monkeypatch.undo()
+            proc.kill()
+            proc.wait()
