@@ -276,3 +276,14 @@ def test_start_of_a_run_with_a_typo_is_exit_2_and_starts_nothing(cli):
     p = cli.run("start", "r")
     assert p.returncode == 2 and "comand" in p.stderr and "did you mean command?" in p.stderr, p.stderr
     assert not (cli.home / "runs" / "r").exists()
+
+
+def test_a_typo_in_wait_gpus_free_is_refused_and_starts_nothing(cli):
+    """wait_gpus_free = { max_used = 5 } (for max_used_mib) was taken silently: the start
+    waited for the default 1024 MiB, the typo's 5 read by nothing. Ground truth: no record."""
+    (cli.cwd / "runward.toml").write_text(
+        '[runs.r]\ncommand = ["sleep", "30"]\ngpus = [0]\nwait_gpus_free = { timeout = "1m", max_used = 5 }\n')
+    p = cli.run("start", "r")
+    assert p.returncode == 2 and "wait_gpus_free: unknown key(s) max_used" in p.stderr, p.stderr
+    assert "did you mean max_used_mib?" in p.stderr, p.stderr
+    assert not (cli.home / "runs" / "r").exists()

@@ -61,3 +61,37 @@ def test_root_with_another_users_home_writes_nothing_there_and_refuses(made):
             p = _as(user, home, "stop", name, "--json")
             assert p.returncode == 0, p.stdout + p.stderr
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs runward as another user")
+def test_a_user_who_cannot_enter_the_home_is_told_so_never_no_run_nor_a_traceback():
+    """An ordinary user with a HOME they cannot enter (HOME=/root kept by `sudo -u USER`, a
+    0700 home of another's) or cannot make a home in: start was a PermissionError traceback,
+    stop the same, and logs of a run the home holds said 'no run named' (exit 4), a verdict
+    on what was never read. Each verb now says the home is not readable (or cannot be made)
+    by this user, exit 3. Ground truth: the run's record is there, and nothing new is."""
+    from oracle.world import ordinary_user
+    user = ordinary_user()
+    top = Path(tempfile.mkdtemp(prefix="rw-enter-"))
+    os.chmod(top, 0o755)
+    home = top / "roothome"  # root's, 0700: the user cannot enter it
+    run = home / ".runward" / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    os.chmod(home, 0o700)
+    before = _tree(home)
+    try:
+        for args in (("start", "x", "--settle", "0.2", "--json", "--", "sleep", "60"), ("stop", "x", "--json"),
+                     ("logs", "x", "--json"), ("status", "x", "--json"), ("status", "--json")):
+            p = _as(user, home, *args)
+            err = json.loads(p.stdout).get("error") or {}
+            assert p.returncode == 3 and "is not readable by this user" in err.get("message", ""), (args, p.stdout)
+            assert "traceback" not in p.stdout.lower() and "RUNWARD_HOME" in err.get("hint", ""), (args, p.stdout)
+            assert _tree(home) == before, args
+        p = _as(user, top / "missing" / "home", "start", "x", "--settle", "0.2", "--json", "--", "sleep", "60")
+        err = json.loads(p.stdout).get("error") or {}
+        assert p.returncode == 3 and f"cannot be made by this user (uid {user[0]}): {top} is not writable" in \
+            err.get("message", ""), p.stdout
+        assert not (top / "missing").exists()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -67,3 +67,56 @@ def test_a_remote_start_keeps_the_remote_home(cli: CLI):
         assert p.returncode == 0 and len(out) == 2 and out[0] == out[1] != str(cli.cwd), (p.stdout, p.stderr)
     finally:
         cli.run("stop", name, "--on", "ssh://rw1")
+
+
+def test_a_relative_cwd_of_runward_toml_is_read_from_that_files_directory(cli: CLI):
+    """cwd = "data" in runward.toml, run from the project's sub/ (which has a data/ of its own):
+    the job runs in the project's data/, as the file's local paths and its default cwd are
+    read from its directory; the restart too, from sub/. It ran in sub/data, and a restart
+    from a directory without data/ stopped the run, then failed its start."""
+    proj = cli.cwd / "proj"
+    for d in ("data", "sub/data", "other"):
+        (proj / d).mkdir(parents=True)
+    name = f"lr{uuid.uuid4().hex[:6]}"
+    (proj / "runward.toml").write_text(f'[runs.{name}]\ncommand = ["sleep", "600"]\ncwd = "data"\nsettle = 0.3\n')
+    cli.cwd = proj / "sub"
+    rc, doc = cli.json("start", name)
+    try:
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj / "data")
+        cli.cwd = proj / "other"  # no data/ here
+        rc, doc = cli.json("restart", name)
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj / "data")
+        rc, doc = cli.json("start", name, "--replace", "--cwd", "../sub/data")  # a flag's is the shell's
+        assert rc == 0, doc
+        assert _cwd_of(doc) == str(proj / "sub" / "data")
+    finally:
+        cli.run("stop", name)
+
+
+def test_a_restart_whose_cwd_is_gone_refuses_before_it_stops_anything(cli: CLI):
+    """restart keeps the last attempt's cwd; that directory removed since, the restart stopped
+    the run, then failed its start ('working directory does not exist ... (the old attempt
+    was stopped)'): the destructive half begun on an input the target could have checked.
+    Now it is refused before the stop, exit 2; the job lives. Ground truth: the job's
+    (pid, start time) in /proc."""
+    proj = cli.cwd / "proj"
+    proj.mkdir()
+    cli.cwd = proj
+    name = f"lg{uuid.uuid4().hex[:6]}"
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--", "sleep", "600")
+    try:
+        assert rc == 0, doc
+        pid = doc["result"]["pid"]
+        start = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+        cli.cwd = proj.parent
+        proj.rmdir()
+        rc, doc = cli.json("restart", name)
+        assert rc == 2 and "does not exist" in doc["error"]["message"], doc
+        assert "nothing was stopped" in doc["error"]["message"], doc
+        assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19] == start  # the same job lives
+        rc, doc = cli.json("restart", name, "--cwd", str(cli.cwd))  # an existing one: restarted
+        assert rc == 0 and _cwd_of(doc) == str(cli.cwd), doc
+    finally:
+        cli.run("stop", name)

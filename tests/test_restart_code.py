@@ -184,3 +184,29 @@ def test_a_multi_node_restart_checks_each_nodes_copy_of_files_never_deployed(tmp
         c.run("stop", name, "--grace", "2")
         subprocess.run(["podman", "exec", "-i", tb["podman"], "rm", "-rf", dest], env=c.env, capture_output=True)
         subprocess.run(["podman", "rm", "-f", "-t", "0", box], env=c.env, capture_output=True, timeout=120)
+
+
+def test_a_file_without_a_sha256_at_either_attempt_is_not_known_never_the_same(cli, tmp_path):
+    """A run's file that the target cannot hash at the last attempt nor at this one (a
+    directory where the file should be; missing) was said 'code: no file changed since
+    attempt 1 (same sha256: ...)' (no sha256 existed to be the same). Now it is 'not known'
+    (code.unknown), in the text and the JSON. Ground truth: the path is a directory."""
+    name = f"rcu{uuid.uuid4().hex[:6]}"
+    dest = tmp_path / "deployed"
+    (cli.cwd / "cfg.yaml").write_text("lr: 1\n")
+    (dest / "cfg.yaml").mkdir(parents=True)
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\ncommand = ["sleep", "300"]\nfiles = ["cfg.yaml:{dest}/cfg.yaml"]\nsettle = 0.3\n')
+    rc, doc = cli.json("start", name)
+    try:
+        assert rc == 0, doc
+        assert (dest / "cfg.yaml").is_dir()
+        rc, doc = cli.json("restart", name, "--no-deploy")
+        assert rc == 0, doc
+        code = doc["result"]["code"]
+        assert code["unknown"] == [f"{dest}/cfg.yaml"] and not code["unchanged"] and not code["changed"], code
+        p = cli.run("restart", name, "--no-deploy")
+        assert p.returncode == 0, p.stderr
+        assert "same sha256" not in p.stdout and f"code: not known (no sha256 at either attempt" in p.stdout, p.stdout
+    finally:
+        cli.run("stop", name)

@@ -71,3 +71,56 @@ def test_url_and_notify_passwords_reach_no_snapshot_and_no_compare(cli: CLI):
             assert not [f for f in kept if pw.encode() in f.read_bytes()], (pw, kept)
     finally:
         cli.run("stop", name)
+
+
+def test_every_url_password_of_a_joined_value_and_its_decoded_form_reach_no_snapshot_or_status(cli: CLI):
+    """A value that lists brokers without a space between them (amqp://u:P1@h1,amqp://u:P2@h2)
+    has two passwords, and a percent-encoded one (p%40ss) is also the password as a file
+    writes it decoded (p@ss). Ground truth: the kept bytes under snapshots/ and every output."""
+    name = f"sj{uuid.uuid4().hex[:6]}"
+    pw1, pw2, pw3 = ("pw" + uuid.uuid4().hex for _ in range(3))
+    brokers = f"amqp://u:{pw1}@h1,amqp://u:{pw2}@h2"
+    enc = f"postgres://svc:{pw3}%40x@db/x"  # the password is {pw3}@x
+    (cli.cwd / "job.py").write_text("import time\ntime.sleep(600)\n")
+    (cli.cwd / "second.yaml").write_text(f"password: {pw2}\n")
+    (cli.cwd / "decoded.yaml").write_text(f"password: {pw3}@x\n")
+    (cli.cwd / "runward.toml").write_text(
+        f'[runs.{name}]\ncommand = ["python3", "job.py"]\ncwd = "{cli.cwd}"\nsettle = 0.2\n'
+        f'env = {{ BROKERS = "{brokers}", DB = "{enc}" }}\n'
+        f'files = ["second.yaml:{cli.cwd}/second.yaml", "decoded.yaml:{cli.cwd}/decoded.yaml"]\n')
+    try:
+        p = cli.run("start", name, "--json")
+        assert p.returncode == 0, p.stdout + p.stderr
+        outputs = [p.stdout + p.stderr, cli.run("status", name, "--json").stdout, cli.run("status", name).stdout,
+                   cli.run("history", name, "--json").stdout]
+        assert f"amqp://u:***@h1,amqp://u:***@h2" in outputs[0], outputs[0]
+        run = cli.home / "runs" / name
+        skipped = json.loads((run / "attempts" / "1.json").read_text())["snapshots"]["skipped"]
+        assert "password of a URL" in skipped.get(str(cli.cwd / "second.yaml"), ""), skipped
+        assert "password of a URL" in skipped.get(str(cli.cwd / "decoded.yaml"), ""), skipped
+        kept = list((run / "snapshots").iterdir()) if (run / "snapshots").exists() else []
+        for pw in (pw1, pw2, pw3):
+            assert not [o for o in outputs if pw in o], (pw, outputs)
+            assert not [f for f in kept if pw.encode() in f.read_bytes()], (pw, kept)
+    finally:
+        cli.run("stop", name)
+
+
+def test_a_commands_url_password_is_in_no_log_header_and_no_status(cli: CLI):
+    """history and compare showed a command's URL password as ***, but runward's own header
+    line in the run's log held it in clear, and status printed it (the log's first line, and
+    --json's argv). Ground truth: the bytes of the log file (the job prints nothing)."""
+    name = f"sh{uuid.uuid4().hex[:6]}"
+    pw = "pw" + uuid.uuid4().hex
+    (cli.cwd / "job.py").write_text("import time\ntime.sleep(600)\n")
+    rc, doc = cli.json("start", name, "--settle", "0.3", "--", "python3", "job.py", "--db", f"postgres://svc:{pw}@db/x")
+    try:
+        assert rc == 0, doc
+        log = (cli.home / "runs" / name / "log").read_bytes()
+        assert b"postgres://svc:***@db/x" in log and pw.encode() not in log, log
+        for out in (cli.run("status", name).stdout, cli.run("status", name, "--json").stdout,
+                    cli.run("logs", name).stdout, cli.run("history", name).stdout):
+            assert pw not in out, out
+        assert open(f"/proc/{doc['result']['pid']}/cmdline").read().count(pw) == 1  # the job has its URL
+    finally:
+        cli.run("stop", name)

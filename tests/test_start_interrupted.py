@@ -103,3 +103,125 @@ def test_ctrl_c_while_the_target_waits_gives_its_refusal_as_its_own_word(cli, tm
                 os.kill(pid, signal.SIGKILL)
         stopper.communicate(timeout=60)
     assert not marked("lr.2") and not (cli.home / "runs" / "lr" / "attempts" / "2.json").exists()
+
+
+def test_sigterm_or_sighup_in_a_start_says_what_the_target_did_as_ctrl_c_does(tmp_path):
+    """`timeout` or a process manager (SIGTERM) and a closed terminal (SIGHUP) ended the CLI
+    at once: no word, no --json document, exit 143/129, while the far side launched the job.
+    Each is now taken as a Ctrl-C: exit 130 and the target's word. Ground truth: the run's
+    processes by marker, seconds later."""
+    c = _far_cli(tmp_path)
+    assert c.json("status", "--on", "far")[0] in (0, 4)
+    names = []
+    try:
+        for sig, delay in ((signal.SIGTERM, 0.0), (signal.SIGHUP, 0.1), (signal.SIGTERM, 0.6)):
+            name = f"sg{uuid.uuid4().hex[:6]}"
+            names.append(name)
+            p = c.popen("start", name, "--on", "far", "--json", "--settle", "30", "--", "sleep", "300",
+                        start_new_session=True)
+            wait_for(lambda: _ssh_child(p.pid), timeout=60, what="the CLI's ssh to the target")
+            time.sleep(delay)
+            os.kill(p.pid, sig)  # the CLI alone, as `timeout` or a manager sends it
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 130 and out, (sig, delay, p.returncode, out, err)
+            doc = json.loads(out)
+            assert doc["error"]["type"] == "Interrupted", doc
+            time.sleep(3)
+            jobs = {pid: st for pid, st in marked(f"{name}.").items() if alive(pid, st)}
+            res = doc.get("result") or {}
+            if jobs:
+                assert "nothing was started" not in doc["error"]["message"] and res.get("launched") is not False, doc
+                assert res.get("launched") is None or res.get("pid") in jobs, (doc, jobs)
+            else:
+                assert not res.get("pid"), (doc, jobs)
+    finally:
+        for name in names:
+            c.run("stop", name, "--on", "far", "--grace", "2")
+    for name in names:
+        wait_for(lambda: not marked(f"{name}."), what=f"{name} stopped")
+
+
+def test_a_link_that_ends_during_the_wait_for_the_targets_word_is_not_its_agents_end(tmp_path):
+    """Ctrl-C while the far agent waits on the run's lock; then the CLI's ssh ends (a dropped
+    link, a killed client) before the far side has said anything. The CLI read that EOF as
+    its agent's end and said 'the target's agent ended without launching it, and nothing of
+    it runs there'; the far agent went on, and once the lock was free launched the job. Now
+    an ssh that ended by its own failure or a signal is the link's end: not known
+    (launched: null). Ground truth: the job's process by marker after the lock is let go."""
+    import fcntl
+    c = _far_cli(tmp_path)
+    assert c.json("status", "--on", "far")[0] in (0, 4)
+    name = f"sl{uuid.uuid4().hex[:6]}"
+    runs = tmp_path / "farhome" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    os.chmod(tmp_path / "farhome", 0o700)
+    fd = os.open(runs / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as another verb holding the run: the far start waits
+    try:
+        p = c.popen("start", name, "--on", "far", "--json", "--lock-timeout", "60", "--settle", "1", "--",
+                    "sleep", "300", start_new_session=True)
+        wait_for(lambda: _ssh_child(p.pid), timeout=60, what="the CLI's ssh to the target")
+        time.sleep(3)  # the far agent is waiting for the lock
+        ssh = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(int(d)) == p.pid]
+        os.kill(p.pid, signal.SIGINT)
+        time.sleep(0.5)
+        for pid in ssh:
+            os.kill(pid, signal.SIGKILL)  # the link ends before the far side says a word
+        out, err = p.communicate(timeout=60)
+        doc = json.loads(out)
+        assert p.returncode == 130 and doc["error"]["type"] == "Interrupted", (doc, err)
+    finally:
+        os.close(fd)  # the lock is free: the far agent goes on
+    try:
+        time.sleep(5)
+        jobs = {pid: st for pid, st in marked(f"{name}.").items() if alive(pid, st)}
+        msg, res = doc["error"]["message"], doc.get("result") or {}
+        assert jobs, "the far agent, left waiting for the lock, launched nothing"  # what is to be said
+        assert "nothing of it runs" not in msg and "nothing was started" not in msg, (doc, jobs)
+        assert res.get("launched", False) is None or res.get("pid") in jobs, (doc, jobs)
+    finally:
+        c.run("stop", name, "--on", "far", "--grace", "2")
+    wait_for(lambda: not marked(f"{name}."), what=f"{name} stopped")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_the_wait_for_the_targets_word_survives_a_gone_terminal_and_a_second_ctrl_c_at_its_start(monkeypatch):
+    """The wait's first lines (its notice on stderr) ran outside its guard: a second Ctrl-C
+    there escaped as a bare KeyboardInterrupt (no decision: the start then asked status and
+    could say 'nothing of it runs' of a launch still to come), and a terminal gone by SIGHUP
+    (stderr's write: EIO) was an OSError traceback. Now the first is 'gave up' (not known)
+    and the second waits on for the target's word. A real child stands for the far side."""
+    import errno
+    import sys as _sys
+    from runward import exchange
+
+    class Gone:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def write(self, _):
+            raise self.exc
+
+        def flush(self):
+            pass
+
+    line = json.dumps({"event": {"started": {"attempt": 1, "pid": 42}}})
+    for exc, want in ((OSError(errno.EIO, "Input/output error"), {"event": {"started": {"attempt": 1, "pid": 42}}}),
+                      (KeyboardInterrupt(), {"gave_up": True})):
+        proc = exchange.Spawned(["sh", "-c", f"sleep 0.3; echo '{line}'; exec sleep 30"])
+        seen: list[dict] = []
+        got = exchange._Replies(lambda ev: seen.append(ev) if "started" in ev else None)
+        monkeypatch.setattr(_sys, "stderr", Gone(exc))
+        try:
+            assert exchange._await_decision(proc, got, seen) == want
+        finally:
+            monkeypatch.undo()
+            proc.kill()
+            proc.wait()

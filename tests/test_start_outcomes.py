@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from conftest import alive, marked
+from conftest import alive, marked, wait_for
 
 JOB = "import time\nprint('job up', flush=True)\ntime.sleep(600)\n"
 
@@ -84,3 +84,27 @@ def test_a_launcher_whose_children_end_within_the_settle_period_exited_early(cli
     rc, doc = cli.json("start", name, "--settle", "1.5", "--sh", "sleep 0.3 &")
     assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
     assert not marked(f"{name}.1")
+
+
+def test_a_supervised_launcher_that_backgrounds_leaves_one_copy_of_the_job_not_one_per_restart(cli):
+    """restart = "always" with a launcher that backgrounds its job: each launcher exits 0 at
+    once, the shim restarted it, and each restart ran one more copy beside the last (three
+    job.py alive after max_restarts 2), on a run without gpus where no gate ended what an
+    attempt left. What an ended attempt left is now ended before the next attempt, GPUs or
+    none; the start still says the launcher backgrounds (exit 5) and names the one left.
+    Ground truth: /proc, by the run's marker."""
+    name = f"bgr{uuid.uuid4().hex[:6]}"
+    (cli.cwd / "job.py").write_text(JOB)
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "4", "--restart", "always",
+                       "--max-restarts", "2", "--backoff", "0", "--grace", "2",
+                       "--sh", "nohup python3 job.py > /dev/null 2>&1 &")
+    try:
+        assert rc == 5 and doc["error"]["type"] == "NotVerified", doc
+        wait_for(lambda: cli.status(name)["state"] == "gave_up", timeout=60, what="the policy's restarts")
+        running = {p: s for p, s in marked(f"{name}.").items() if alive(p, s)}
+        jobs = {p for p in running if "job.py" in open(f"/proc/{p}/cmdline").read()}
+        assert len(jobs) == 1, running  # one copy, the last attempt's
+        assert {c["pid"] for c in doc["result"]["children"]} == jobs, (doc["result"]["children"], jobs)
+    finally:
+        cli.json("stop", name, "--grace", "2")
+    assert not [p for p, s in marked(f"{name}.").items() if alive(p, s)]

@@ -164,8 +164,10 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
     return res
 
 
-def spec(target: Target, name: str) -> dict:
-    return transport.call(target, {"op": "spec", "name": name})
+def spec(target: Target, name: str, cwds: list[str] | None = None) -> dict:
+    """The last attempt's spec; cwds: working directories the target says are missing there
+    ("cwd_missing", with the last spec's own), so a restart refuses one before its stop."""
+    return transport.call(target, {"op": "spec", "name": name, "cwds": [c for c in cwds or () if c]})
 
 
 def restart(target: Target, name: str, *, overrides: dict | None = None, grace: float | None = None,
@@ -194,7 +196,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     steps: list[dict] = []
     began = [] if began is None else began
     try:
-        last = spec(target, name)
+        last = spec(target, name, [(overrides or {}).get("cwd"), (definition or {}).get("cwd")])
     except RunwardError as e:
         e.details.setdefault("failed_step", "read_spec")
         raise
@@ -205,6 +207,9 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     # read again is bad input, and must leave the run running
     kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
     check_start(name, kw)
+    if kw.get("cwd") and kw["cwd"] in (last.get("cwd_missing") or ()):  # the start would refuse it, after the stop
+        raise BadInput(f"{name}: working directory does not exist on the target: {kw['cwd']} (nothing was stopped)",
+                       "create it, or pass an existing --cwd")
     _check_notify_kept(name, kw)
     noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)

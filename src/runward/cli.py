@@ -164,6 +164,8 @@ def _main(argv: list[str]) -> int:
     from .inprocess import ON
     ON[:] = [True]  # this process is the CLI's: a local read-only call may be answered here
     out = Out(getattr(args, "json", False))
+    if args.cmd != "mcp":  # the MCP server's client ends it as it likes
+        _terminal_signals_as_ctrl_c()
     module = None
     from .verbs._common import OutputLost
     try:
@@ -181,6 +183,22 @@ def _main(argv: list[str]) -> int:
         from .errors import Interrupted
         said = getattr(module, "INTERRUPTED", None) or "interrupted"
         return _fail(out, args, Interrupted(said))
+
+
+def _terminal_signals_as_ctrl_c() -> None:
+    """SIGTERM (`timeout`, a process manager) and SIGHUP (the terminal closed) are taken as a
+    Ctrl-C: by default they ended the CLI at once and silently, while the target went on (a
+    start over ssh launched its job, and nothing, not even --json's document, said so). Now the
+    verb says what the interruption left, as for Ctrl-C (exit 130); a second one stops its
+    waiting as a second Ctrl-C does. A signal set to be ignored (nohup) stays ignored."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, interrupt)
 
 
 def _answered_without_argparse(argv: list[str]) -> bool:

@@ -346,22 +346,26 @@ _TIMEOUT_TABLES = {"wait_gpus_free": "wait_gpus_free = { timeout = \"5m\" }",
                    "stop_checkpoint": "stop_checkpoint = { signal = \"USR1\", timeout = \"10m\" }"}
 
 
+_TABLE_KEYS = {"wait_gpus_free": ("timeout", "max_used_mib"), "stop_checkpoint": ("signal", "wait_for", "timeout")}
+
+
 def _durations(where: str, r: dict) -> dict:
     """A run's seconds written as durations ("10s", "2m", "1h30m"), as the CLI's flags and the
     duration keys (backoff, min_uptime, [health] stall_after) take them, made seconds in R;
-    {key: (message, hint)} for a table's timeout that says no duration, or a stop_checkpoint
-    key it does not take. A bare key's string
+    {key: (message, hint)} for a table's timeout that says no duration, or a key of
+    stop_checkpoint or wait_gpus_free that it does not take. A bare key's string
     that says none stays, for problems_of_run to refuse with its flag's hint."""
     from .options import OPTS, seconds
     for key, opt in OPTS.items():
         if opt.kind == "seconds" and opt.toml and key in r:
             r[key] = seconds(r[key])
     out = {}
-    sc = r.get("stop_checkpoint")
-    odd = set(sc) - {"signal", "wait_for", "timeout"} if isinstance(sc, dict) else ()
-    if odd:
-        out["stop_checkpoint"] = (f"{where} stop_checkpoint: unknown key(s) {', '.join(sorted(odd))}",
-                                  _nearest(odd, ("signal", "wait_for", "timeout")) + "keys: signal, wait_for, timeout")
+    for key, keys in _TABLE_KEYS.items():  # a typo (max_used) would be a key nothing reads
+        t = r.get(key)
+        odd = set(t) - set(keys) if isinstance(t, dict) else ()
+        if odd:
+            out[key] = (f"{where} {key}: unknown key(s) {', '.join(sorted(odd))}",
+                        _nearest(odd, keys) + f"keys: {', '.join(keys)}")
     for key, example in _TIMEOUT_TABLES.items():
         t = r.get(key)
         if key not in out and isinstance(t, dict) and "timeout" in t:

@@ -149,17 +149,21 @@ def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
     what the target does is read, not guessed. Lines are read on for DECIDE_S at most, until
     the launch event ({"event": ev}), the reply ({"reply": ...}) or the far side's end
     ({"ended": True}); {"waited": DECIDE_S} when none came in time, {"gave_up": True} on a
-    second Ctrl-C: both unknown."""
+    second Ctrl-C, {"lost": exit status} when the link ended, not the agent: all unknown."""
     if seen or got.reply is not None:
         return {"event": seen[0]} if seen else {"reply": got.reply}
-    import threading
     fired: list[bool] = []
-    timer = threading.Timer(DECIDE_S, lambda: (fired.append(True), proc.kill()))
-    sys.stderr.write(f"runward: Ctrl-C: waiting up to {DECIDE_S:g}s for the target to say whether it "
-                     "launched the job (Ctrl-C again to stop waiting)\n")
-    sys.stderr.flush()
-    timer.start()
-    try:
+    timer = None
+    try:  # from its first line: a second Ctrl-C at any moment of the wait is "gave up", never lost
+        import threading
+        timer = threading.Timer(DECIDE_S, lambda: (fired.append(True), proc.kill()))
+        try:
+            sys.stderr.write(f"runward: Ctrl-C: waiting up to {DECIDE_S:g}s for the target to say whether it "
+                             "launched the job (Ctrl-C again to stop waiting)\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # the terminal is gone (SIGHUP): the wait goes on without its word
+        timer.start()
         for line in proc.stdout:
             got.take(line)
             if got.pending:
@@ -171,10 +175,20 @@ def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
     except (OSError, ValueError):
         pass  # the pipe went with the far side: its end, below
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
     if seen or got.reply is not None:
         return {"event": seen[0]} if seen else {"reply": got.reply}
-    return {"waited": DECIDE_S} if fired else {"ended": True}
+    if fired:
+        return {"waited": DECIDE_S}
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        return {"gave_up": True}
+    # EOF is our child's end, not always the far agent's: ssh's own failure (255) or a client
+    # killed by a signal (a link that dropped, a killed ssh or podman client) leaves the far
+    # agent going on without us; only an exit status the agent gave says it ended
+    return {"lost": rc} if rc == 255 or rc < 0 else {"ended": True}
 
 
 class _Replies:

@@ -133,11 +133,14 @@ def changes(last_spec: dict, kw: dict) -> dict:
 def code_changes(old: dict | None, new: dict | None) -> dict:
     """The files hashed by the last attempt and the new one (the script it runs, the run's
     files) compared by sha256: "changed" {path: {"from", "to"}} (None: no file there, or not
-    hashed by that attempt), "unchanged" [path]; both empty when neither attempt hashed one."""
+    hashed by that attempt), "unchanged" [path], and "unknown" [path]: a file without a sha256
+    at either attempt (missing or unreadable there: a directory, no permission), which no hash
+    says is the same; all empty when neither attempt hashed one."""
     old, new = old or {}, new or {}
     paths = sorted(set(old) | set(new))
     return {"changed": {p: {"from": old.get(p), "to": new.get(p)} for p in paths if old.get(p) != new.get(p)},
-            "unchanged": [p for p in paths if old.get(p) == new.get(p)]}
+            "unchanged": [p for p in paths if old.get(p) == new.get(p) and old.get(p)],
+            "unknown": [p for p in paths if not old.get(p) and not new.get(p)]}
 
 
 def _command_text(kw: dict) -> str | None:

@@ -24,7 +24,7 @@ PROTOCOL = 1
 # ~20). A cache file that is not ours or is group/world-writable is ignored (nothing
 # world-writable is trusted: docs/protocol.md).
 # The umask 077 around makedirs makes the parents it creates (~/.runward itself) 0700 too.
-# Nothing is written into a home that is not ours (store.not_ours' rule: the home, or the
+# Nothing is written into a home that is not ours (homeowner.not_ours' rule: the home, or the
 # cache, owned by another user; for root, a missing home under another user's directory):
 # root with another user's HOME (sudo -E) would leave root-owned files there.
 # An agent starting one of its own (the shim, a health action's stop) hands it the code it

@@ -19,6 +19,15 @@ from .terminate import parse_signal, reap_ended, signal, terminate
 BLOCKED_POLL_S = 3600.0  # once blocked: one long poll after another, each ended by a stop
 
 
+def left_alive(store, att):
+    """True when the ended attempt left processes alive (a launcher's backgrounded job, a worker
+    in its own session): a restart of any run, GPUs or none, ends them first (Gate), or the
+    next attempt would run beside them (`nohup python3 train.py &` under restart = "always" ran
+    one more copy at each restart)."""
+    procs = scan()
+    return bool(members(store.name, att, procs, protected(procs)))
+
+
 class Woken(Exception):
     """A stop came while the gate waited."""
 
@@ -71,6 +80,8 @@ class Gate(object):
 
     def _gpus(self, facts):
         idx = list(self.att.get("gpus") or ())
+        if not idx:  # gated for its leftovers alone: no GPUs of its own to wait for
+            return
         timeout = float(self.pol.get("gpu_release_timeout", gpus.RELEASE_TIMEOUT))
         max_used = float(self.pol.get("gpu_max_used_mib", gpus.MAX_USED_MIB))
         on_poll = lambda: _check_wake(self.wake)  # noqa: E731

@@ -63,10 +63,34 @@ def mask_url_passwords(text):
 
 
 def url_passwords(text):
-    """The passwords of the URLs in text, as mask_url_passwords finds them."""
+    """The passwords of the URLs in text, as mask_url_passwords finds them, each also as it
+    reads percent-decoded (p%40ss is the password p@ss, which a file may write as it is)."""
     if not isinstance(text, str) or "://" not in text or "@" not in text:
         return []
-    return [pw for _, _, _, pw in _url_userinfos(text) if pw]
+    found = []
+    for pw in (pw for _, _, _, pw in _url_userinfos(text) if pw):
+        found.append(pw)
+        decoded = _percent_decoded(pw)
+        if decoded != pw:
+            found.append(decoded)
+    return found
+
+
+def _percent_decoded(s):
+    """s with each %XX as its byte (UTF-8), as urllib's unquote reads it; without urllib.parse,
+    which a start does not import."""
+    if "%" not in s:
+        return s
+    out, i = bytearray(), 0
+    while i < len(s):
+        h = s[i + 1:i + 3]
+        if s[i] == "%" and len(h) == 2 and all(c in "0123456789abcdefABCDEF" for c in h):
+            out.append(int(h, 16))
+            i += 3
+        else:
+            out += s[i].encode("utf-8")
+            i += 1
+    return out.decode("utf-8", "replace")
 
 
 def _url_userinfos(text):
@@ -79,6 +103,12 @@ def _url_userinfos(text):
         start = end = i + 3
         while end < len(text) and text[end] not in "/?#" and not text[end].isspace():
             end += 1
+        if end > start and text.startswith("://", end - 1):
+            # the next URL began inside this authority ("amqp://u:P1@h1,amqp://u:P2@h2"): this
+            # one ends before that URL's scheme, so the next search finds the next URL's "://"
+            end -= 1
+            while end > start and (text[end - 1].isalnum() or text[end - 1] in "+-."):
+                end -= 1
         userinfo, at, _ = text[start:end].rpartition("@")
         user, colon, password = userinfo.partition(":")
         yield start, end, user, password if at and colon else ""

@@ -7,6 +7,7 @@ import fcntl
 import os
 import time
 
+from .homeowner import check_readable, not_ours, nearest_dir, unreadable, user_of
 from .wire import AgentFailure, bad_input, json_dumps, json_loads, json_pretty, notice
 
 NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -45,37 +46,6 @@ def make_private_dirs(path):
             pass
 
 
-def not_ours(path):
-    """(owner uid, the directory) when writing the home PATH would write into a directory not
-    this user's, else None: the home itself owned by another user; or, for root, a home not
-    made yet under a directory of another user's. Root with another user's HOME (`sudo -E
-    runward ...`) would else leave root-owned files there that the user's own runward cannot
-    write. Checked before anything is made (Home.ensure, the bootstrap's code cache)."""
-    q = os.path.abspath(path)
-    while True:
-        try:
-            st = os.stat(q)
-            break
-        except FileNotFoundError:
-            if os.path.dirname(q) == q:
-                return None
-            q = os.path.dirname(q)
-        except OSError:
-            return None  # what cannot be read is said where it is used
-    uid = os.getuid()
-    if st.st_uid == uid or (q != os.path.abspath(path) and (uid != 0 or st.st_uid == 0)):
-        return None
-    return st.st_uid, q
-
-
-def _user(uid):
-    try:
-        import pwd
-        return "%s's (uid %d)" % (pwd.getpwuid(uid).pw_name, uid)
-    except (ImportError, KeyError):
-        return "uid %d's" % uid
-
-
 class Home(object):
     def __init__(self, path=None):
         path = path or os.environ.get("RUNWARD_HOME") or os.path.join(os.path.expanduser("~"), ".runward")
@@ -94,11 +64,12 @@ class Home(object):
         """Refuse a home not this user's (not_ours) before anything is written there. root_only:
         only when root, who alone could write into another user's home (a status writes its
         health and stall state into the run's directory)."""
+        check_readable(self.path)
         other = None if root_only and os.getuid() != 0 else not_ours(self.path)
         if other is not None:
             where = "is" if other[1] == self.path else "would be made in %s, which is" % other[1]
             raise AgentFailure("AgentError", "state directory %s %s %s, not this user's (uid %d)" % (
-                self.path, where, _user(other[0]), os.getuid()),
+                self.path, where, user_of(other[0]), os.getuid()),
                 "run runward as that user (sudo -u USER, or sudo without -E), or set RUNWARD_HOME to a "
                 "directory of your own; nothing was written there")
 
@@ -108,6 +79,8 @@ class Home(object):
             make_private_dirs(os.path.join(self.path, "runs"))
         except NotADirectoryError:
             raise self.not_a_directory()
+        except PermissionError:  # a missing home under a directory this user cannot write
+            raise unreadable(self.path, nearest_dir(self.path))
         st = os.stat(self.path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
             # nothing world-writable is trusted (docs/protocol.md, README on state)
@@ -128,8 +101,7 @@ class Home(object):
         except NotADirectoryError:  # RUNWARD_HOME names a file
             raise self.not_a_directory()
         except PermissionError:  # another user's home (0700), or one made unreadable: not a bug
-            raise AgentFailure("AgentError", "state directory %s is not readable by this user (uid %d)" % (
-                self.path, os.getuid()), "set RUNWARD_HOME to a directory of your own, or run as its owner")
+            raise unreadable(self.path)
 
 
     def first_starts_waiting(self):

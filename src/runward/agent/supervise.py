@@ -1,14 +1,13 @@
 """Supervision on the target: the run's policy (restart with backoff and limits, health
 actions, notifications), kept by the shim, so it holds with the CLI dead and the ssh link gone.
 
-The shim runs one attempt after another (Supervisor.loop): after each exit it decides by the
-policy, waits the backoff, and forks the next attempt itself, each with its own record and log
-header. A stop from the CLI always wins: stop marks stop_requested in the attempt record under
-the run lock before it signals (ops/stop.py), and the shim decides to restart only under
-that same lock, after reading the record again; a stop that comes during the backoff wakes the
-shim (SIGUSR1, its identity checked) and ends the supervision. The shim holds the run lock
-from that check until the next job's pid is recorded, so a stop that waited for the lock finds
-the new attempt and stops it, verified. docs/supervision.md says all of it for users."""
+The shim runs one attempt after another (Supervisor.loop): after each exit it decides by the policy, waits the
+backoff, and forks the next attempt itself, each with its own record and log header. A stop from the CLI always
+wins: stop marks stop_requested in the attempt record under the run lock before it signals (ops/stop.py), and
+the shim decides to restart only under that same lock, after reading the record again; a stop that comes during
+the backoff wakes the shim (SIGUSR1, its identity checked) and ends the supervision. The shim holds the run lock
+from that check until the next job's pid is recorded, so a stop that waited for the lock finds the new attempt
+and stops it, verified (docs/supervision.md says all of it for users)."""
 
 import os
 import time
@@ -361,7 +360,8 @@ class Supervisor(object):
             # decide it; and that stop may hold the run lock while it waits for us to end
             return None
         delay = backoff_delay(self.pol, self.streak)
-        gated = bool(att.get("gpus"))  # the GPU gate (gpugate.py): the old attempt's GPUs released first
+        from .gpugate import left_alive  # the gate: what it left ended (a health stop has), GPUs released
+        gated = bool(att.get("gpus")) or (not sr and left_alive(self.store, att))
         self.gate = None
         fd = self.store.lock("supervise", LOCK_WAIT_S)
         try:
@@ -469,7 +469,7 @@ class Supervisor(object):
         self.env[MARKER] = att["marker"]
         header = ("=== runward: %s attempt %d started %s (restart %d of attempt %d, %s): %s ===\n" % (
             store.name, m, time.strftime("%Y-%m-%dT%H:%M:%S%z"), att["restart"]["number"], prev["attempt"],
-            prev.get("restart_reason"), att["sh"] if att.get("sh") is not None else " ".join(att["argv"]))).encode()
+            prev.get("restart_reason"), mask_url_passwords(att["sh"] if att.get("sh") is not None else " ".join(att["argv"])))).encode()
         lfd = open_log(att["log"])
         try:
             st = os.fstat(lfd)

@@ -96,6 +96,9 @@ def _restart(opts, cfg, name, target, progress, began: list[str] | None = None) 
                  "env": env or None, "env_from": env_from, "reuse_env": True}
     deploy, check = _files_step(opts, cfg, name, target, progress)
     definition = start_kwargs_from_config(run_cfg, name) if run_cfg else None
+    if definition and target.is_local and definition.get("cwd"):
+        from .start import toml_local_cwd
+        definition["cwd"] = toml_local_cwd(cfg, definition["cwd"])
     return api.restart(target, name, overrides=overrides, grace=opts.grace, signal=opts.stop_signal,
                        deploy=deploy, lock_timeout=opts.lock_timeout, definition=definition, keep_env=opts.keep_env,
                        check=check, began=began, gpu_timeout=opts.gpu_release_timeout,
@@ -269,10 +272,15 @@ def render_code(res: dict) -> str:
     """The code's line: each file whose sha256 differs from the last attempt's, or plainly none."""
     code, last = res.get("code") or {}, res.get("last_attempt")
     short = lambda h: h[:8] if h else "(none)"  # noqa: E731
+    unknown = ("not known (no sha256 at either attempt: missing or unreadable there): "
+               + ", ".join(code["unknown"])) if code.get("unknown") else ""
     if code.get("changed"):
         return f"code: changed since attempt {last}: " + ", ".join(
-            f"{p} {short(c['from'])} -> {short(c['to'])}" for p, c in code["changed"].items())
+            f"{p} {short(c['from'])} -> {short(c['to'])}" for p, c in code["changed"].items()) + (
+            "; " + unknown if unknown else "")
     if code.get("unchanged"):
         return (f"code: no file changed since attempt {last} (same sha256: "
-                + ", ".join(code["unchanged"]) + ")")
+                + ", ".join(code["unchanged"]) + ")" + ("; " + unknown if unknown else ""))
+    if unknown:
+        return "code: " + unknown
     return "code: no file hashed by either attempt (no script in the command, no files): changes not known"

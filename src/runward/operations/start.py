@@ -165,6 +165,17 @@ def local_cwd(cfg, name) -> str:
                        "cd to an existing directory, or give --cwd DIR")
 
 
+def toml_local_cwd(cfg, cwd):
+    """runward.toml's cwd for a run on this machine: a relative one is read from that file's
+    directory, as its files' local paths are and as the run's default cwd is, never from the
+    directory runward happens to be run from (`cwd = "data"` run from the project's sub/ is
+    the project's data/, not sub/data); "~/..." is the home's, as anywhere. A remote target reads
+    it from its user's home."""
+    if isinstance(cwd, str) and cwd and not os.path.isabs(cwd) and not cwd.startswith("~") and cfg.path:
+        return os.path.join(os.path.dirname(os.path.abspath(cfg.path)), cwd)
+    return cwd
+
+
 def refuse_node_restarts(name: str, kw: dict) -> None:
     """A restart policy on one node of a multi-node run would bring back one rank alone into
     a rendezvous its peers have left (they stop when a node fails): refused until restarts
@@ -194,6 +205,8 @@ def _kw(opts, cfg, name, local: bool = False) -> dict:
     kw = _over_config(opts, start_kwargs_from_config(cfg.runs.get(name, {}), name))
     if local and kw.get("cwd") is None:
         kw["cwd"] = local_cwd(cfg, name)
+    elif local and opts.cwd is None:
+        kw["cwd"] = toml_local_cwd(cfg, kw["cwd"])
     if opts.wait_gpus_free:
         if kw.get("gpus") is None:
             raise BadInput("--wait-gpus-free needs --gpus", "e.g. --gpus 0,1 --wait-gpus-free")
@@ -221,13 +234,16 @@ def _kw(opts, cfg, name, local: bool = False) -> dict:
 
 def _ask(target, name: str) -> dict:
     """{"attempt", "pid"} of NAME if the target says it runs now (one status call, 5 s at most;
-    a second Ctrl-C gives up on it), else {}."""
+    a second Ctrl-C gives up on it), {} if it says it does not, None where it could not be
+    asked: not known, never "nothing runs there"."""
     from .. import api
-    from ..errors import RunwardError
+    from ..errors import RunNotFound, RunwardError
     try:
         res = api.status(target, [name], timeout=5.0)
-    except (RunwardError, KeyboardInterrupt, OSError):
+    except RunNotFound:
         return {}
+    except (RunwardError, KeyboardInterrupt, OSError):
+        return None
     st = (res.get("runs") or [{}])[0]
     if st.get("state") in ("running", "starting") and st.get("pid"):
         return {"attempt": st.get("attempt"), "pid": st.get("pid")}
@@ -248,27 +264,33 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
         started = {k: reply["result"].get(k) for k in ("attempt", "pid")}
     hint = f"see `runward status {name}" + (f" --on {on}`" if on else "`")
     seen_by = "started event"
-    # no word in time: what the target shows now is its word (a launch already made), else unknown
-    now = _ask(target, name) if not started and not reply and (decision.get("waited") or decision.get("gave_up")) else {}
+    # no word in time, or the link ended before one (the far agent goes on without it): what the
+    # target shows now is its word (a launch already made), else unknown
+    unsure = decision.get("waited") or decision.get("gave_up") or "lost" in decision
+    now = _ask(target, name) if not started and not reply and unsure else {}
     if started:
         msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
                f"(its settle period was not watched to the end)")
     elif reply and not reply.get("ok"):
         msg, launched = _refused(name, reply.get("error") or {})
         seen_by = "reply"
-    elif (decision.get("waited") or decision.get("gave_up")) and not now:
+    elif unsure and not now:
         msg, seen_by = (f"interrupted before the target said whether it launched {name}"
-                        + (f" (no word within {decision['waited']:g}s)" if decision.get("waited") else "")
+                        + (f" (no word within {decision['waited']:g}s)" if decision.get("waited") else
+                           f" (the link to it ended, exit {decision['lost']})" if "lost" in decision else "")
                         + ": not known; its start may still go on there"), None
         hint += " in a few seconds: a new attempt there is this start's"
+    elif not now and (now := _ask(target, name)) is None:  # the target could not be asked: not known
+        msg, seen_by = (f"interrupted before this start was seen to launch {name}, and the target could not "
+                        "be asked whether it runs: not known"), None
     else:  # the far agent ended without a word of a launch (or the Ctrl-C came before the call)
-        now, seen_by = now or _ask(target, name), "status"
+        seen_by = "status"
         msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
                f"{now.get('attempt')} is running now, pid {now.get('pid')}" if now else
                f"interrupted before {name} was launched: " + (
                    "the target's agent ended without launching it, and nothing of it runs there"
                    if decision.get("ended") else "nothing of it runs on the target now"))
-        if decision.get("waited") or decision.get("gave_up"):
+        if unsure:
             msg += "; this start had not answered, and whether it goes on to launch another is not known"
     # a program reads the attempt the same way whichever said it: the event, or the target asked
     seen = (dict(started, name=name, seen_by="started event") if started else

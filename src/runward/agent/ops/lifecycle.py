@@ -11,7 +11,7 @@ from .. import cgroups, faults, gpus, logfiles, shim, snapshots, supervise
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
-from ..secrets import is_shown_form, redact_env
+from ..secrets import is_shown_form, mask_url_passwords, redact_env
 from ..store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..terminate import parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
@@ -310,9 +310,10 @@ def _write_attempt(store, req, home, plan, made):
     att["snapshots"] = snapshots.keep(store, att["hashes"], req.get("env"), req.get("snapshots"),
                                       (plan["supervise"] or {}).get("notify"))
     made["cgroups"] = att["cgroups"]
+    # the command as history shows it: a URL's password in it as *** (the log is read by logs, status)
     header = ("=== runward: %s attempt %d started %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
+        mask_url_passwords(plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"])))).encode()
     lfd = open_log(plan["log"])  # before any record is written: a refused log leaves nothing
     try:
         st = os.fstat(lfd)
@@ -499,17 +500,22 @@ def _children_run_on(store, n, job, ex, res, until):
     (returns); alive, the start says so and names them (NotVerified, exit 5: they run, and are
     the run's, but no job of theirs is watched: its exit would never be recorded)."""
     left = _left_behind(store, n, job)
-    while left and time.monotonic() < until:
+    # under a restart policy the shim ends what an attempt left before it makes the next, whose
+    # launcher backgrounds again: a moment with none alive is not the end, the settle's end is
+    policy = bool(left) and (store.attempt(n) or {}).get("supervise")
+    while (left or policy) and time.monotonic() < until:
         time.sleep(min(0.1, max(0.0, until - time.monotonic())))
         left = _left_behind(store, n, job)
     if not left:
         return
+    later = (store.run() or {}).get("attempt", n)
     res.pop("exit", None)  # the launcher's, not the job's: the job is what runs on
     res.update({"state": "stray", "launcher_exit": ex, "children": [p.describe() for p in left]})
     raise AgentFailure("NotVerified", "%s: the launcher (pid %d) exited during the settle period (%s), and %d "
-                       "process(es) it started run on: %s; they are the run's (status: stray), but no job of "
+                       "process(es) %s run on: %s; they are the run's (status: stray), but no job of "
                        "theirs is watched, nor its exit recorded" % (
-                           store.name, job["pid"], describe_exit(ex), len(left),
+                           store.name, job["pid"], describe_exit(ex), len(left), "it started" if later == n else
+                           "that it and the attempts its restart policy made since (to %d) started" % later,
                            ", ".join("pid %d %s" % (d["pid"], d["cmd"]) for d in res["children"])),
                        "exec the job instead of backgrounding it (--sh 'exec python3 train.py', no & or nohup; in "
                        "run.sh: exec python3 train.py), then `runward start %s --replace`; or keep them as they "

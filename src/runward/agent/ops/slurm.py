@@ -13,7 +13,7 @@ from .. import logfiles, slurm
 from ..boot import PROTOCOL
 from ..procfs import HOME_MARKER, MARKER, boot_id, protected, scan
 from ..runs import log_info
-from ..secrets import redact_env
+from ..secrets import mask_url_passwords, redact_env
 from ..store import RunStore, open_log, remove_file, write_all, write_json
 from ..terminate import parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input, event
@@ -131,7 +131,7 @@ def _submit(store, req, home, plan, spec):
     os.chmod(script, 0o700)
     header = ("=== runward: %s attempt %d submitted %s: %s ===\n" % (
         store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"]))).encode()
+        mask_url_passwords(plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"])))).encode()
     lfd = open_log(plan["log"])
     size = os.fstat(lfd).st_size
     try:

@@ -8,7 +8,7 @@ import time
 from .. import cgroups, gpus, logfiles
 from ..procfs import alive_in, boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
-from ..secrets import redact_env, shown_multinode
+from ..secrets import mask_url_passwords, redact_env, shown_multinode
 from ..sidelock import SIDE_WAIT_S, SideLocked
 from ..store import RunStore, check_name, read_json
 from ..wire import AgentFailure, caller_gone
@@ -82,7 +82,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if att.get("gate"):  # restart's GPU gate: waiting for the GPUs is `blocked` (gatewait.py)
         from .. import gatewait
         state = out["state"] = gatewait.status(out, att, state)
-    out.update({"argv": att.get("argv"), "cwd": att.get("cwd"), "started_at": att.get("started_at"),
+    out.update({"argv": [mask_url_passwords(a) for a in att["argv"]] if att.get("argv") else att.get("argv"),
+                "cwd": att.get("cwd"), "started_at": att.get("started_at"),
                 "log": log_info(att.get("log")), "gpus": att.get("gpus")})
     # a multi-node run's node (peers.py); stopped: a stop's end, also one nobody waited for (ops/stop.py)
     for k in ("multinode", "peer_events", "peer_stop", "coordinator_lost", "stop_requested", "stopped"):
@@ -362,6 +363,9 @@ def spec(req, home):
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:
         out["deployed"] = dep
+    # a restart's working directory, checked before its stop (the start resolves it the same way)
+    cwds = [c for c in (req.get("cwds") or []) + [sp.get("cwd")] if isinstance(c, str) and c]
+    out["cwd_missing"] = sorted({c for c in cwds if not os.path.isdir(os.path.expanduser(c))})
     return out
 
 
