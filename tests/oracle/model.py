@@ -57,9 +57,10 @@ class RunModel:
             return
         failed = not (how == "code" and n == 0)
         if self.supervised and failed and self.restarts_left > 0:
+            # the shim ends what the ended attempt left (its escapees) before it restarts
             self.restarts_left -= 1
             self.attempt += 1
-            self.exits = set()
+            self.exits, self.escapees = set(), 0
             return
         self.exits = facts
         self.state = "gave_up" if self.supervised and failed else ("stray" if self.escapees else "exited")
