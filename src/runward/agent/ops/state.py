@@ -105,13 +105,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         out["tree"]["pids"] = sorted(found)
     if att.get("gpus") and state in ("running", "orphaned"):
         out.update(gpus.usage(att, found))
-    if state in ("running", "orphaned") and found:
-        p = paused(found, out.get("pid"))
-        if p:
-            out["paused"] = p
-    if state in ("running", "orphaned") and found and att.get("cgroups"):
-        _frozen(out, att, found)
-    _shim_paused(out, att, procs, state)
+    _pauses(out, att, found, procs, state)
     if state == "exited" and found:
         state = out["state"] = "stray"  # the job's exit is not the run's end: stop still has work
     if state in ("stray", "failed", "lost") and found:
@@ -128,6 +122,18 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if with_drift:
         _details(out, store, att, state, since)
     return out
+
+
+def _pauses(out, att, found, procs, state):
+    """What makes no progress though alive: members stopped by a signal or a debugger, the
+    run's cgroups frozen, its shim paused (status's `paused`)."""
+    if state in ("running", "orphaned") and found:
+        p = paused(found, out.get("pid"))
+        if p:
+            out["paused"] = p
+    if state in ("running", "orphaned") and found and att.get("cgroups"):
+        _frozen(out, att, found)
+    _shim_paused(out, att, procs, state)
 
 
 def _frozen(out, att, found):

@@ -5,7 +5,6 @@ A module of its own: a stop imports none of what a start needs (the shim, the lo
 peers' link), and a multi-node stop pays its imports once per node."""
 
 import os
-import signal
 import time
 
 from .. import cgroups, faults, gpus, supervise
@@ -13,7 +12,7 @@ from ..procfs import boot_id, live, protected, scan
 from ..runs import attempt_state, blind_spot, members, own_procs
 from ..secrets import shown_multinode
 from ..store import RunStore
-from ..terminate import PidWatch, parse_signal, signal_name, terminate
+from ..terminate import SIGNALS, PidWatch, parse_signal, signal_name, terminate
 from ..wire import event, outlive_caller
 
 
@@ -227,7 +226,7 @@ def _let_shim_record(store, att, fates, by=None):
                 # but only its parent can reap it and record how; paused, it never would, and
                 # the run read "starting" for good. SIGCONT (no harm to a shim, which takes it
                 # as any process does) lets it do that now.
-                w.signal(sp.pid, signal.SIGCONT)
+                w.signal(sp.pid, SIGNALS["SIGCONT"])  # terminate's table: no enum import for a stop
             w.wait(10.0)
         w.close()
         if live(shim_ident) is not None:
