@@ -254,30 +254,27 @@ def test_status_after_a_stops_signalling_says_no_stop_under_way_while_the_stop_f
     """The job ended at TERM, but the stop still held the lock (waiting up to 10 s for the
     shim's record, or for the GPUs' release): status said `stopping: SIGTERM sent 6s ago ...;
     its 2s grace is over: SIGKILL sent, waiting for the processes to end` of a job that got
-    no KILL and was dead (/proc: a zombie; the stop's fates: signals [SIGTERM]). Here the shim
-    is held stopped so that the stop waits on it."""
-    import signal
+    no KILL and was dead. Here the stop's agent is held at its `stop:dead` fault point (after
+    its signalling, the lock still held) while status is asked."""
     import subprocess
-    import time
-    from conftest import read_stat
     name = _uniq("sd")
     rc, doc = cli.json("start", name, "--settle", "0.3", "--", "sleep", "600")
     assert rc == 0, doc
     job = doc["result"]["pid"]
-    shim = _record(cli.home, name)["shim"]["pid"]
-    os.kill(shim, signal.SIGSTOP)
-    stop = subprocess.Popen(cli.argv("stop", name, "--grace", "1", "--json"), cwd=cli.cwd, env=cli.env,
+    gate = cli.home / "fault-pause"
+    stop = subprocess.Popen(cli.argv("stop", name, "--grace", "1", "--json"), cwd=cli.cwd,
+                            env=dict(cli.env, RUNWARD_FAULT="pause:stop:dead"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (read_stat(job) or ("Z",))[0] == "Z", what="the job ended by TERM (a zombie of the stopped shim)")
-        time.sleep(2)  # past the grace: the stop's terminate is done, it waits for the shim
+        wait_for(gate.exists, what="the stop held after its signalling")
+        assert not os.path.exists(f"/proc/{job}") or open(f"/proc/{job}/stat").read().split(") ")[1][0] == "Z"
         assert stop.poll() is None, stop.communicate()
         rc, doc = cli.json("status", name)
         st = doc["result"]["runs"][0]
         assert "stopping" not in st, st
         assert "SIGKILL sent" not in cli.run("status", name).stdout
     finally:
-        os.kill(shim, signal.SIGCONT)
+        gate.unlink(missing_ok=True)
         out, err = stop.communicate(timeout=60)
     res = json.loads(out)["result"]
     assert res["verified_dead"] and res["processes"][0]["signals"] == ["SIGTERM"], res

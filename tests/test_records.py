@@ -61,7 +61,8 @@ def test_rm_refuses_while_a_process_of_the_run_lives(cli):
     """The job exited but left a child carrying the run's marker: the records are what lets
     `runward stop` find it, so they stay."""
     rc, doc = cli.json("start", "st", "--settle", "0.5", "--sh", "sleep 300 & exit 0")
-    assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
+    # the launcher exited, its child runs on: not verified (exit 5), the child named
+    assert rc == 5 and doc["error"]["type"] == "NotVerified" and doc["result"]["children"], doc
     stray = wait_for(lambda: marked("st."), what="the stray child")
     rc, doc = cli.json("rm", "st")
     assert rc == 1 and doc["error"]["type"] == "RunAlive" and str(min(stray)) in doc["error"]["message"], doc

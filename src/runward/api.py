@@ -195,6 +195,8 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     result then says blocked, raised as NotVerified (exit 5)."""
     steps: list[dict] = []
     began = [] if began is None else began
+    from .inputs import refuse_undecodable
+    refuse_undecodable(cwd=(overrides or {}).get("cwd"))  # named as its flag, before the spec request carries it
     try:
         last = spec(target, name, [(overrides or {}).get("cwd"), (definition or {}).get("cwd")])
     except RunwardError as e:
