@@ -146,8 +146,10 @@ def test_no_helper_keeps_the_callers_directory_busy(far, tmp_path, monkeypatch):
         assert boot.SHIM_ARG.encode() in Path(f"/proc/{shim}/cmdline").read_bytes()
         for pid in (master, far.resident(), relay, shim):
             assert os.readlink(f"/proc/{pid}/cwd") == "/", Path(f"/proc/{pid}/cmdline").read_bytes()
-        assert _in_dir(work) == []
+        # the job alone: a local run starts where runward is run from (issue 42 item 8)
+        assert [pid for pid, _ in _in_dir(work)] == [job]
         assert cli.run("stop", "held").returncode == 0
+        assert _in_dir(work) == []
     finally:
         _end_masters(control)
 
