@@ -38,19 +38,14 @@ def local_drift(target_status: dict, specs: list[str], base: str | None = None) 
     In a pushed directory, a file added locally and never deployed, and a deployed file
     deleted locally, are drift too ("change"): either way the target's tree is not the local
     one, and a restart would run what the operator changed away from."""
-    from .sync import LocalHashes, source_roots
+    from .sync import LocalHashes
     deployed = target_status.get("deployed") or {}
     hashes, out = LocalHashes(), []
-    for spec in specs:
-        try:
-            root = source_roots([spec], base, [], True)[0]
-        except BadInput:
-            continue  # a local path gone is not drift of what was deployed
-        key = _deployed_key(deployed, root["remote"])
+    for root, key in _roots(specs, base, deployed):
         local_files = {rel: e for rel, e in root["entries"].items() if e["t"] == "f"}
         is_dir = bool(root.get("tree"))
         for rel, e in local_files.items():
-            remote = root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
+            remote = _remote_of(root, rel)
             rec = deployed.get(key(remote))
             try:
                 got = hashes.sha256(e["local"]) if rec is not None or is_dir else None
@@ -84,19 +79,14 @@ def undeployed_drift(target: Target, target_status: dict, specs: list[str], base
     round trip, only when there are such files). A difference, or a file missing there, is
     drift ("change" says which); a file the target cannot read is "unknown": not the same,
     and not known to differ."""
-    from .sync import LocalHashes, source_roots
+    from .sync import LocalHashes
     deployed = target_status.get("deployed") or {}
     ask: dict[str, dict] = {}
-    for spec in specs:
-        try:
-            root = source_roots([spec], base, [], True)[0]
-        except BadInput:
-            continue  # a local path gone is not drift of what was deployed
-        key = _deployed_key(deployed, root["remote"])
+    for root, key in _roots(specs, base, deployed):
         if root.get("tree") and _any_under(deployed, key(root["remote"])):
             continue  # a deployed directory: local_drift reads it against its record
         for rel, e in root["entries"].items():
-            remote = root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
+            remote = _remote_of(root, rel)
             if e["t"] == "f" and deployed.get(key(remote)) is None:
                 ask[remote] = {"local": e["local"], "remote": remote}
     if not ask:
@@ -120,6 +110,24 @@ def undeployed_drift(target: Target, target_status: dict, specs: list[str], base
             out.append(dict(d, change="never deployed by runward, and the target's copy differs"))
     hashes.save()
     return out
+
+
+def _roots(specs: list[str], base: str | None, deployed: dict):
+    """(root, key) for each spec's local source as deploy walks it (sync.source_roots) and its
+    remote path's key in deployed.json (_deployed_key); a local path gone is passed over: it
+    is not drift of what was deployed."""
+    from .sync import source_roots
+    for spec in specs:
+        try:
+            root = source_roots([spec], base, [], True)[0]
+        except BadInput:
+            continue
+        yield root, _deployed_key(deployed, root["remote"])
+
+
+def _remote_of(root: dict, rel: str) -> str:
+    """The remote path of a root's entry REL ("" is the root itself, a single file)."""
+    return root["remote"].rstrip("/") + "/" + rel if rel else root["remote"]
 
 
 def _deployed_key(deployed: dict, root_remote: str):
