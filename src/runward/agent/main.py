@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from . import boot
+from . import boot, launchers
 from .store import DISK_FULL, Home, RunStore, disk_full
 from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_caller, set_events
 
@@ -40,8 +40,6 @@ OPS = {
     "history": ("ops.ledger", "history", PLAIN),
     "compare": ("ops.compare", "compare", PLAIN),
     "overlay": ("ops.overlay", "overlay", PLAIN),  # plot --attempts
-    "slurm_start": ("ops.slurm", "start", PLAIN),  # a start or stop of a Slurm job (slurm_wants)
-    "slurm_stop": ("ops.slurm", "stop", PLAIN),
 }
 CACHE_KEEP_S = 7 * 86400
 
@@ -52,18 +50,6 @@ def handler(op):
         raise bad_input("unknown operation %r" % (op,))
     module, name, kind = OPS[op]
     return getattr(__import__(module, globals(), None, [name], 1), name), kind
-
-
-def slurm_wants(req, home):
-    """Whether this start or stop is Slurm's (ops/slurm.py): a start asked through a slurm
-    target, a stop of a run whose latest attempt was submitted. Here, not in ops/slurm: that
-    module imports subprocess, which would cost every stop ~30 ms of CPU for nothing."""
-    if req.get("op") == "start":
-        return bool(req.get("slurm"))
-    try:
-        return bool((RunStore(home, req.get("name")).latest() or {}).get("slurm"))
-    except AgentFailure:
-        return False
 
 
 def _request(line, stdout, extra):
@@ -96,9 +82,10 @@ def _run(req, home, stdin, stdout, extra):
             if where is not None:
                 extra["resident"] = where  # where this call found or started the resident
     op = req.get("op")
-    if op in ("start", "stop") and slurm_wants(req, home):
-        op = "slurm_" + op
     fn, kind = handler(op)
+    if op in ("start", "stop"):  # an engine's attempt: its launcher starts and stops it
+        name = launchers.of_request(req, home)
+        fn = fn if name is None else getattr(launchers.ops(name), op)
     if kind == PLAIN:
         return fn(req, home)
     emit = lambda ev: reply(stdout, {"event": ev})  # noqa: E731

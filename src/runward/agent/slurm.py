@@ -224,3 +224,25 @@ def active(att):
     the attempt's own job counts: same_job)."""
     q = queued(att["slurm"]["job_id"])
     return q is not None and q["state"] in ACTIVE and (not (att.get("exit") or {}).get("state") or same_job(q, att))
+
+
+def live(store, att):
+    """What lives of the attempt for prune's refusal, None when Slurm lists its job as no
+    longer active. A Slurm that cannot be asked is no answer (design rule 11): an error
+    naming Slurm, so that nothing is removed on it."""
+    try:
+        if not active(att):
+            return None
+    except AgentFailure as e:
+        raise AgentFailure(e.type, "run %s: the state of its Slurm job %s is unknown, so it is not removed: %s" % (
+            store.name, att["slurm"]["job_id"], e.message), e.hint, slurm_job=att["slurm"]["job_id"])
+    return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
+            "pid": None, "pids": []}
+
+
+def history_row(att):
+    """history's entry for a Slurm attempt: its job, and its end as Slurm recorded it."""
+    sl, ex = att["slurm"], att.get("exit") or {}
+    return {"job_id": sl.get("job_id"), "partition": sl.get("partition"),
+            "state": ex.get("state"), "exit_code": ex.get("exit_code"),  # Slurm's "0:0"
+            "start": ex.get("start"), "end": ex.get("end")}  # Slurm's StartTime/EndTime

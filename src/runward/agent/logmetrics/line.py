@@ -108,7 +108,7 @@ def analyse(parts, prefix_end):
     if any("NCCL INFO" in p for p in parts[0::2]):
         return ()  # NCCL_DEBUG=INFO chatter: channels, ranks, ports; no training metric
     if TOOL_LINE_RE.match("".join(parts)):
-        return ()  # Slurm's and srun's own lines ("*** STEP 42.0 ... CANCELLED"): not the job's
+        return ()  # a batch system's own lines ("*** STEP 42.0 ... CANCELLED", TOOL_LINE_RE): not the job's
     esc = any("\x1b" in p for p in parts[0::2])
     slots = []
     seen = set()

@@ -17,7 +17,7 @@ Two kinds of alert, kept apart:
 import os
 import time
 
-from .. import logmetrics
+from .. import launchers, logmetrics
 from ..logmetrics.alerts import alert
 from ..procfs import live
 from ..sidelock import side_lock
@@ -41,9 +41,9 @@ def fact_rules(att, metrics=None):
         out["metrics"] = metrics  # runward.toml's named regexes: what metrics are, not rules
     job = att.get("job")
     out["alive"] = bool(job) and live(job) is not None
-    if att.get("slurm"):  # a Slurm job: alive while Slurm lists it active
-        from .. import slurm  # the commands, not ops/slurm (which imports lifecycle, the shim...)
-        out["alive"] = slurm.alive(att)
+    launcher = launchers.named(att)
+    if launcher is not None:  # an engine's job: alive while its engine says so (its light module)
+        out["alive"] = launchers.queries(launcher).alive(att)
     out["exit"] = att.get("exit") or None
     if out["exit"] and (att.get("stop_requested") or out["exit"].get("by")):
         # a stop (runward's, a peer's, a health action's) ended it: its KILL after the grace

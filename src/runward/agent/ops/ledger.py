@@ -8,6 +8,7 @@ said to have changed without either value leaving the target (secrets.redact_val
 
 import time
 
+from .. import launchers
 from ..logmetrics import is_loss, parse_line, throughput_metric
 from ..logmetrics.rules import median
 from ..logselect import _forwards, section
@@ -54,17 +55,14 @@ def facts(store, att, state, series, metric=None):
 
 def extra(row, att):
     """What only some attempts have: a supervised restart's cause (the shim started it, with
-    the files as they were on disk then), a Slurm job's id and end, a node's rank."""
+    the files as they were on disk then), an engine's job (its launcher's row), a node's rank."""
     r = att.get("restart")
     if r:
         row["restart"] = {"of": r.get("of"), "number": r.get("number"), "reason": r.get("reason"),
                           "delay_s": r.get("delay_s"), "by": "shim"}
-    sl = att.get("slurm")
-    if sl:
-        ex = att.get("exit") or {}
-        row["slurm"] = {"job_id": sl.get("job_id"), "partition": sl.get("partition"),
-                        "state": ex.get("state"), "exit_code": ex.get("exit_code"),  # Slurm's "0:0"
-                        "start": ex.get("start"), "end": ex.get("end")}  # Slurm's StartTime/EndTime
+    launcher = launchers.named(att)
+    if launcher is not None:
+        row[launcher] = launchers.queries(launcher).history_row(att)
     mn = att.get("multinode")
     if mn:
         row["node"] = {"rank": mn.get("rank"), "nnodes": mn.get("nnodes")}

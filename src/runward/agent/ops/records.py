@@ -10,7 +10,7 @@ hold its older lines and go wherever the log goes; a log another run writes to i
 import os
 import time
 
-from .. import cgroups
+from .. import cgroups, launchers
 from ..procfs import boot_id, protected, scan
 from ..runs import attempt_state, blind_spot, members
 from ..supervise import in_backoff
@@ -60,7 +60,7 @@ def prune(req, home):
             att = store.latest()
             try:
                 live = _live(store, att, procs)
-            except AgentFailure as e:  # Slurm could not be asked: unknown is not stopped (rule 11)
+            except AgentFailure as e:  # its engine could not be asked: unknown is not stopped (rule 11)
                 kept.append({"name": name, "why": e.message})
                 continue
             ended = ended_at(att, store)
@@ -109,10 +109,11 @@ def ended_at(att, store):
 
 def _live(store, att, procs):
     """None when nothing of the run lives; else what lives (for the refusal)."""
-    # a submitted job lives while Slurm lists it active
-    if att and att.get("slurm") and _slurm_active(store, att):
-        return {"state": "active in Slurm (job %s)" % att["slurm"]["job_id"], "attempt": att.get("attempt"),
-                "pid": None, "pids": []}
+    launcher = launchers.named(att)
+    if launcher is not None:  # an engine's job lives while its engine says so
+        found = launchers.queries(launcher).live(store, att)
+        if found is not None:
+            return found
     state = attempt_state(att, procs, boot_id())
     if in_backoff(att):
         state = "restarting"  # its shim starts the next attempt soon: `stop` it first
@@ -127,17 +128,6 @@ def _live(store, att, procs):
                 "lost" if state == "lost" else "stopped", ", ".join(map(str, sorted(found)))),
             "attempt": att.get("attempt") if att else None, "pid": pid or min(found, default=None),
             "pids": sorted(found)}
-
-
-def _slurm_active(store, att):
-    """Whether Slurm lists the attempt's job as active. A Slurm that cannot be asked is no
-    answer (design rule 11): an error naming Slurm, so that nothing is removed on it."""
-    from .. import slurm
-    try:
-        return slurm.active(att)
-    except AgentFailure as e:
-        raise AgentFailure(e.type, "run %s: the state of its Slurm job %s is unknown, so it is not removed: %s" % (
-            store.name, att["slurm"]["job_id"], e.message), e.hint, slurm_job=att["slurm"]["job_id"])
 
 
 def _try_lock(store):

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from .. import cgroups, gpus, logfiles
+from .. import cgroups, gpus, launchers, logfiles
 from ..procfs import alive_in, boot_id, protected, scan, uptime
 from ..runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import mask_url_passwords, redact_env, shown_multinode
@@ -69,9 +69,9 @@ def _stopping(out, store):
 
 def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     att = store.latest()
-    if att is not None and att.get("slurm"):  # a submitted job: Slurm says what it is
-        from . import slurm
-        out = slurm.status_of(store, att)
+    launcher = launchers.named(att)
+    if launcher is not None:  # an engine's job: its launcher says what it is
+        out = launchers.ops(launcher).status_of(store, att)
         if with_drift and out["state"] != "lost":
             _details(out, store, att, out["state"], since)
         return out
