@@ -292,8 +292,8 @@ def test_no_slurm_on_the_host_is_bad_input(cli, sb, tmp_path):
 def test_target_grammar_and_options():
     from runward.errors import BadInput
     from runward.targets import parse_target
-    t = parse_target("slurm://alice@login1:2222/gpu", slurm_options={"time": "1:00:00", "extra": ["--mem=4G"]})
-    assert str(t) == "slurm://alice@login1:2222/gpu" and t.slurm["partition"] == "gpu"
+    t = parse_target("slurm://alice@login1:2222/gpu", engine_options={"time": "1:00:00", "extra": ["--mem=4G"]})
+    assert str(t) == "slurm://alice@login1:2222/gpu" and t.engine_spec["partition"] == "gpu"
     assert (t.hops[0].kind, t.hops[0].user, t.hops[0].port) == ("ssh", "alice", 2222)
     assert parse_target("slurm://local/debug").hops == ()
     for bad, said in [("slurm://login1", "no Slurm partition"), ("slurm://local/", "no Slurm partition"),
@@ -301,11 +301,11 @@ def test_target_grammar_and_options():
         with pytest.raises(BadInput, match=said):
             parse_target(bad)
     with pytest.raises(BadInput, match="unknown Slurm option"):
-        parse_target("slurm://h/p", label="x", slurm_options={"qos": "high"})
+        parse_target("slurm://h/p", label="x", engine_options={"qos": "high"})
     with pytest.raises(BadInput, match="extra must be a list"):
-        parse_target("slurm://h/p", label="x", slurm_options={"extra": "--mem=4G"})
+        parse_target("slurm://h/p", label="x", engine_options={"extra": "--mem=4G"})
     with pytest.raises(BadInput, match="not a slurm:// target"):
-        parse_target("ssh://h", label="x", slurm_options={"time": "5"})
+        parse_target("ssh://h", label="x", engine_options={"time": "5"})
 
 
 def test_sacct_is_the_source_where_accounting_exists(sb, tmp_path, monkeypatch):

@@ -484,6 +484,6 @@ def test_a_slurm_target_is_built_by_its_own_module():
     t = slurm.parse("slurm://alice@login1:2222/debug", label="cluster", options={"time": "1:00:00"})
     assert isinstance(t, Target) and t.hops == (Hop("ssh", "login1", "alice", 2222),)
     assert str(t) == "slurm://alice@login1:2222/debug" and slurm.render(t) == str(t)
-    assert t.slurm == {"partition": "debug", "options": {"time": "1:00:00"}} and t.label == "cluster"
+    assert t.engine_spec == {"partition": "debug", "options": {"time": "1:00:00"}} and t.label == "cluster"
     assert str(slurm.parse("slurm://local/gpu")) == "slurm://local/gpu"
     assert parse_target("slurm://login1/debug") == slurm.parse("slurm://login1/debug")

@@ -30,8 +30,7 @@ from __future__ import annotations
 import os
 
 from .errors import BadInput
-from .targets import Target, parse_target
-from .targets import slurm as slurm_target
+from .targets import ENGINE_OPTION_KEYS, Target, engine_options, parse_target
 
 FILENAME = "runward.toml"
 RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
@@ -42,7 +41,7 @@ RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "read
             "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
             "gpu_release_timeout", "stop_checkpoint", "snapshots",  # snapshots: snapbounds.py
             "deploy_on_restart"}  # `restart` deploys the run's files first (as --deploy)
-TARGET_KEYS = {"on", "home", "python", *slurm_target.OPTION_KEYS}  # slurm: sbatch options (docs/slurm.md)
+TARGET_KEYS = {"on", "home", "python", *ENGINE_OPTION_KEYS}  # an engine's options (targets.ENGINES)
 MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)
 
 
@@ -108,7 +107,7 @@ class Config:
         if text in self.targets:
             t = self.targets[text]
             return parse_target(t["on"], label=text, home=t.get("home"), python=t.get("python"),
-                                slurm_options=_slurm_options(t))
+                                engine_options=engine_options(t))
         if isinstance(text, str) and looks_like_a_name(text):
             raise self.unknown_target(text, where)
         return parse_target(text)
@@ -126,12 +125,8 @@ class Config:
 
     def named_targets(self) -> list[Target]:
         return [parse_target(t["on"], label=name, home=t.get("home"), python=t.get("python"),
-                             slurm_options=_slurm_options(t))
+                             engine_options=engine_options(t))
                 for name, t in self.targets.items()]
-
-
-def _slurm_options(t: dict) -> dict:
-    return {k: t[k] for k in slurm_target.OPTION_KEYS if k in t}
 
 
 def looks_like_a_name(text: str) -> bool:
@@ -290,7 +285,7 @@ def _validate(p: str, data: dict) -> Config:
         if bad:
             raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}",
                            _nearest(bad, TARGET_KEYS) + f"keys: {', '.join(sorted(TARGET_KEYS))}")
-        parse_target(t["on"], label=name, slurm_options=_slurm_options(t))  # validate now, name the section on error
+        parse_target(t["on"], label=name, engine_options=engine_options(t))  # validate now, name the section on error
         cfg.targets[name] = t
     for name, r in (data.get("runs") or {}).items():
         if not isinstance(r, dict):

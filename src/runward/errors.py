@@ -113,7 +113,7 @@ AGENT_TYPES = {
     "ShimFailed": OperationFailed,       # the shim failed in the settle period (its error recorded)
     "AgentError": AgentError,
     "HopFailed": HopFailed,              # the far side's python lacks a standard module
-    "Unreachable": Unreachable,          # the agent could not reach a service it drives (slurmctld)
+    "Unreachable": Unreachable,          # the agent could not reach a service it drives (an engine's controller)
 }
 
 

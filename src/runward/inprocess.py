@@ -26,13 +26,13 @@ ON = []  # [True] once cli.main has said this process is the CLI's
 def wanted(target, req: dict, payload, late, timeout=None) -> bool:
     """Whether this call is answered here. Not in a thread (a fan-out's): the agent keeps
     its call's event sink in module globals, and its lock wait arms SIGALRM, which only the
-    main thread may. Not for a Slurm target (its status asks squeue: left as it was), nor
+    main thread may. Not for an engine's target (its status asks the engine: left as it was), nor
     with a home of the target's own, nor when a value of ours is kept out of our children's
     environment (sshconf.HIDDEN_ENV): a spawned agent would not see it. Not with a timeout
     (an interrupted start's look at its run: 5 s at most): a spawned agent is killed when it
     is up, this process cannot cut its own read short (a status waits up to 15 s for
     nvidia-smi, a /proc read of a stuck process for ever)."""
-    if not (ON and timeout is None and target.is_local and target.slurm is None and req.get("op") in OPS
+    if not (ON and timeout is None and target.is_local and target.engine is None and req.get("op") in OPS
             and payload is None and late is None):
         return False
     import sys

@@ -70,10 +70,18 @@ def render_error(cmd: str, e) -> str:
     return "\n".join(lines)
 
 
+def engine_view(r: dict):
+    """The view of an engine's result or history row (its key: the engine's name); None for
+    a run the shim forked. A new engine's view is one more module in this table."""
+    from . import slurmview
+    views = {v.ENGINE: v for v in (slurmview,)}
+    return next((views[k] for k in views if r.get(k)), None)
+
+
 def render_start(r: dict) -> str:
-    if r.get("slurm"):
-        from . import slurmview
-        return slurmview.start(r)
+    view = engine_view(r)
+    if view is not None:
+        return view.start(r)
     lines = [f"started {r['name']} attempt {r['attempt']}: pid {r['pid']}, alive after {r['settle_s']:g}s settle"
              + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
     if r.get("replaced") and not r["replaced"].get("already_stopped"):
@@ -88,9 +96,9 @@ def render_start(r: dict) -> str:
 
 
 def render_stop(r: dict) -> str:
-    if r.get("slurm"):
-        from . import slurmview
-        return slurmview.stop(r)
+    view = engine_view(r)
+    if view is not None:
+        return view.stop(r)
     if r.get("checkpoint"):
         return "\n".join([_checkpoint_line(r["checkpoint"]), _render_stop(r)])
     return _render_stop(r)
@@ -100,7 +108,7 @@ def _checkpoint_line(c: dict) -> str:
     """stop --checkpoint's first step, said before the stop's own lines."""
     if c.get("skipped"):
         return f"checkpoint: {c['skipped']}"
-    head = (f"checkpoint: sent {c.get('signal')} through `{c['via']}`, " if c.get("via")  # Slurm: scancel
+    head = (f"checkpoint: sent {c.get('signal')} through `{c['via']}`, " if c.get("via")  # an engine's command
             else f"checkpoint: sent {c.get('signal')} to pid {c.get('sent_to')}, ")
     if c.get("saw_line"):
         return head + f"saw after {c.get('waited_s', 0):.2f}s: {c['saw_line']}"
@@ -188,9 +196,9 @@ def render_status(res: dict, target: str) -> str:
     now = res.get("time") or time.time()
     lines = []
     for r in runs:
-        if r.get("slurm"):
-            from . import slurmview
-            lines += slurmview.status_line(r)
+        view = engine_view(r)
+        if view is not None:
+            lines += view.status_line(r)
             r = {k: v for k, v in r.items() if k not in ("note", "exit", "state")}  # said in its line
         st = r.get("state")
         shown = "paused" if (r.get("paused") or {}).get("job") else st  # alive, but going nowhere

@@ -1,6 +1,9 @@
-"""How a Slurm run's start, stop and status read (render.py hands a result with "slurm" here)."""
+"""How a Slurm run's start, stop, status and history read (render.engine_view hands a
+result or row with a "slurm" entry here)."""
 
 from __future__ import annotations
+
+ENGINE = "slurm"  # the key of its results and rows: targets/slurm.py's NAME
 
 
 def _exit(ex: dict | None) -> str:
@@ -58,3 +61,10 @@ def status_line(r: dict) -> list[str]:
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
     return lines
+
+
+def history_where(r: dict) -> str:
+    """history's word on the attempt's job: its id, and its end as Slurm recorded it."""
+    s = r["slurm"]
+    return (f"slurm job {s.get('job_id')}" + (f" {s['state']} ExitCode {s.get('exit_code')}" if s.get("state") else "")
+            + (f" ({s['start']} .. {s['end']})" if s.get("start") and s.get("end") else ""))

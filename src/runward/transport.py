@@ -154,9 +154,8 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     _refuse_undecodable(request)
     req = dict(request)
     req.setdefault("v", _boot.PROTOCOL)
-    if target.slurm is not None:  # its partition and sbatch options go with every request
-        from .targets import slurm
-        req = slurm.request(target, req)
+    if target.engine is not None:  # what its scheme read (a partition, its options) goes with every request
+        req = target.engine.request(target, req)
     if target.home and "home" not in req:
         req["home"] = target.home
     from . import inprocess

@@ -9,6 +9,7 @@ import time
 
 from . import Outcome, Targeted, single
 from .common import load_config, target_of
+from ..render import engine_view
 
 
 class HistoryOptions(Targeted):
@@ -68,16 +69,14 @@ def line(r: dict) -> str:
 
 
 def where(r: dict) -> list[str]:
-    """A supervised restart's cause, a Slurm job, a node: said only where the attempt has one."""
+    """A supervised restart's cause, an engine's job, a node: said only where the attempt has one."""
     out = []
     if r.get("restart"):
         rs = r["restart"]
         out.append(f"restart {rs.get('number')} of #{rs.get('of')} ({rs.get('reason') or 'by the shim'})")
-    if r.get("slurm"):
-        s = r["slurm"]
-        out.append(f"slurm job {s.get('job_id')}" + (f" {s['state']} ExitCode {s.get('exit_code')}"
-                                                       if s.get("state") else "")
-                   + (f" ({s['start']} .. {s['end']})" if s.get("start") and s.get("end") else ""))
+    view = engine_view(r)
+    if view is not None:
+        out.append(view.history_where(r))
     if r.get("node"):
         out.append(f"node {r['node'].get('rank')} of {r['node'].get('nnodes')}")
     return out

@@ -20,19 +20,31 @@ from . import slurm, ssh
 from .model import CONTAINER_HOPS, CONTAINER_KINDS, Hop, Target, _CNAME_PAT
 from .ssh import quote_argv  # re-exported: transport and the tests quote with it
 
+# The schemes that hand a run to an engine (docs/architecture.md, "a new engine"): NAME -> its
+# module, which parses the scheme, renders it, and adds its entry to every request.
+ENGINES = {m.NAME: m for m in (slurm,)}
+ENGINE_OPTION_KEYS = tuple(k for m in ENGINES.values() for k in m.OPTION_KEYS)  # runward.toml [targets.X] keys
+
+
+def engine_options(t: dict) -> dict:
+    """The keys of a runward.toml [targets.X] section that are an engine's options."""
+    return {k: t[k] for k in ENGINE_OPTION_KEYS if k in t}
+
 
 def parse_target(text: str, *, label: str | None = None, home: str | None = None,
-                 python: str | None = None, slurm_options: dict | None = None) -> Target:
-    """Parse the target grammar; BadInput names the part that is wrong. slurm_options:
-    runward.toml's sbatch options of a slurm:// target (targets/slurm.py)."""
+                 python: str | None = None, engine_options: dict | None = None) -> Target:
+    """Parse the target grammar; BadInput names the part that is wrong. engine_options:
+    runward.toml's options of an engine's target (ENGINE_OPTION_KEYS)."""
     if not isinstance(text, str) or not text.strip():
         raise BadInput("empty target", "use local, ssh://[user@]host[:port], or a container hop like podman:NAME")
     text = text.strip()
-    if text.startswith(slurm.SCHEME):
-        return slurm.parse(text, label=label, home=home, python=python, options=slurm_options)
-    if slurm_options:
-        raise BadInput(f"[targets.{label}] has Slurm options ({', '.join(slurm_options)}) but is not a slurm:// target",
-                       "write on = \"slurm://LOGIN/PARTITION\", or remove them")
+    for engine in ENGINES.values():
+        if text.startswith(engine.SCHEME):
+            return engine.parse(text, label=label, home=home, python=python, options=engine_options)
+    if engine_options:
+        engine = next(m for m in ENGINES.values() if set(engine_options) & set(m.OPTION_KEYS))
+        raise BadInput(f"[targets.{label}] has {engine.LABEL} options ({', '.join(engine_options)}) but is not a "
+                       f"{engine.SCHEME} target", f"write on = \"{engine.FORM}\", or remove them")
     if text == "local":
         return Target((), label=label, home=home, python=python)
     hops: list[Hop] = []
@@ -49,7 +61,7 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
             raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
         hops.append(Hop("ssh", host, user, port))
     elif "://" in rest:
-        raise BadInput(f"unknown scheme in target {text!r}", "ssh:// and slurm:// are supported; containers are kind:NAME")
+        raise BadInput(f"unknown scheme in target {text!r}", " and ".join(["ssh://", *(m.SCHEME for m in ENGINES.values())]) + " are supported; containers are kind:NAME")
     for part in filter(None, rest.split("/")):
         kind, sep, name = part.partition(":")
         if not sep and part == text:  # a bare word: meant as a target's name

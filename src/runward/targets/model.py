@@ -1,14 +1,12 @@
 """What a target is: Hop (one link of the chain) and Target (the chain, its label, home,
-interpreter and, for slurm://, its partition), how each is written and how an argv is wrapped
-through them. The grammar that reads a target string is __init__.py's parse_target (and
-slurm.py's parse for slurm://); both build these, so they live here, below both (no import
-cycle between the package and its slurm module)."""
+interpreter and, for an engine's scheme, that engine and what its scheme read), how each is
+written and how an argv is wrapped through them. The grammar that reads a target string is
+__init__.py's parse_target (and an engine's scheme module, __init__.ENGINES); both build
+these, so they live here, below both (no import cycle between the package and its engines)."""
 
 from __future__ import annotations
 
 from . import docker, lxc, pct, podman, ssh
-
-SLURM_SCHEME = "slurm://"
 
 # The container hops, by the kind written in a target (`KIND:NAME`).
 CONTAINER_HOPS = {m.KIND: m for m in (pct, docker, podman, lxc)}
@@ -58,7 +56,7 @@ class Hop:
 
 
 class Target:
-    __slots__ = ("hops", "label", "home", "python", "slurm")
+    __slots__ = ("hops", "label", "home", "python", "engine", "engine_spec")
 
     def __init__(self, hops: tuple[Hop, ...] = (), label: str | None = None, home: str | None = None,
                  python: str | None = None):
@@ -66,14 +64,15 @@ class Target:
         self.label = label    # the name it was given in runward.toml, if any
         self.home = home      # state dir on the target (None: the agent's default)
         self.python = python  # the far side's interpreter (None: python3 from the remote PATH)
-        self.slurm = None     # {"partition", "options"} of a slurm:// target (targets/slurm.py)
+        self.engine = None       # the engine's scheme module (targets/NAME.py) that runs the job; None: the shim's fork
+        self.engine_spec = None  # what that scheme read (target and runward.toml); it goes with every request
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Target) and (self.hops, self.home, _part(self)) == (
-            other.hops, other.home, _part(other))
+        return isinstance(other, Target) and (self.hops, self.home, _engine_key(self)) == (
+            other.hops, other.home, _engine_key(other))
 
     def __hash__(self) -> int:
-        return hash((self.hops, self.home, _part(self)))
+        return hash((self.hops, self.home, _engine_key(self)))
 
     def __repr__(self) -> str:
         return f"Target({str(self)!r})"
@@ -83,8 +82,8 @@ class Target:
         return not self.hops
 
     def __str__(self) -> str:
-        if self.slurm is not None:
-            return _slurm_str(self)
+        if self.engine is not None:
+            return self.engine.render(self)
         return "/".join(str(h) for h in self.hops) if self.hops else "local"
 
     def display(self) -> str:
@@ -111,11 +110,6 @@ class Target:
         return ["local", *(str(h) for h in self.hops)]
 
 
-def _part(t: Target):
-    return t.slurm["partition"] if t.slurm else None
-
-
-def _slurm_str(t: Target) -> str:
-    """slurm://HOST/PARTITION, HOST `local` when no ssh hop reaches the login node."""
-    host = str(t.hops[0])[len("ssh://"):] if t.hops else "local"
-    return f"{SLURM_SCHEME}{host}/{t.slurm['partition']}"
+def _engine_key(t: Target):
+    """What tells two targets of an engine apart besides their hops (a partition, say)."""
+    return t.engine.render(t) if t.engine is not None else None

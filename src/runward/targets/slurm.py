@@ -4,18 +4,23 @@ when the CLI runs on a login node.
 Not a hop that wraps argv: the agent runs on the login host (reached by the ssh hop, or here),
 and its ops/slurm.py submits the job there with sbatch. The target carries the partition and
 runward.toml's sbatch options ([targets.X] account, time, gpus, nodes, ntasks_per_node, srun,
-extra), which go with every request as its "slurm" entry; a start or stop to such a target is
-the agent's slurm_start or slurm_stop. docs/slurm.md."""
+extra), which go with every request as its "slurm" entry: the agent's launcher of that name
+(agent/launchers.py) starts and stops the run. docs/slurm.md; the engine seam:
+docs/architecture.md, "a new engine"."""
 
 from __future__ import annotations
 
 import re
+import sys
 
 from ..errors import BadInput
-from .model import SLURM_SCHEME, Hop, Target, _slurm_str
+from .model import Hop, Target
 from .ssh import parse as parse_ssh
 
-SCHEME = SLURM_SCHEME
+NAME = "slurm"        # the request's and the attempt record's key; the agent's launcher; the view's ENGINE
+LABEL = "Slurm"
+SCHEME = "slurm://"
+FORM = "slurm://LOGIN/PARTITION"
 # runward.toml's [targets.X] keys that are sbatch options (docs/slurm.md)
 OPTION_KEYS = ("account", "time", "gpus", "nodes", "ntasks_per_node", "srun", "extra")
 _PART_PAT = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -42,7 +47,8 @@ def parse(text: str, *, label=None, home=None, python=None, options=None) -> Tar
             raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
         hops = (Hop("ssh", host, user, port),)
     t = Target(hops, label=label, home=home, python=python)
-    t.slurm = {"partition": part, "options": check_options(options or {}, label or text)}
+    t.engine = sys.modules[__name__]
+    t.engine_spec = {"partition": part, "options": check_options(options or {}, label or text)}
     return t
 
 
@@ -69,11 +75,13 @@ def check_options(opts: dict, where: str) -> dict:
 
 
 def render(target: Target) -> str:
-    return _slurm_str(target)
+    """slurm://HOST/PARTITION, HOST `local` when no ssh hop reaches the login node."""
+    host = str(target.hops[0])[len("ssh://"):] if target.hops else "local"
+    return f"{SCHEME}{host}/{target.engine_spec['partition']}"
 
 
 def request(target, req: dict) -> dict:
     """Every request to a Slurm target carries its partition and options: the agent's start
     submits with them (its stop and status read the job from the run's records)."""
-    req["slurm"] = target.slurm
+    req[NAME] = target.engine_spec
     return req
