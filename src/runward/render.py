@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import time
 
+from . import slurmview
+
+# The engines' views (docs/architecture.md, "a new engine"): each module's ENGINE is the key of
+# the results and history rows it renders.
+ENGINE_VIEWS = {v.ENGINE: v for v in (slurmview,)}
+
 
 def ago(seconds: float | None) -> str:
     if seconds is None:
@@ -72,10 +78,8 @@ def render_error(cmd: str, e) -> str:
 
 def engine_view(r: dict):
     """The view of an engine's result or history row (its key: the engine's name); None for
-    a run the shim forked. A new engine's view is one more module in this table."""
-    from . import slurmview
-    views = {v.ENGINE: v for v in (slurmview,)}
-    return next((views[k] for k in views if r.get(k)), None)
+    a run the shim forked."""
+    return next((v for k, v in ENGINE_VIEWS.items() if r.get(k)), None)
 
 
 def render_start(r: dict) -> str:

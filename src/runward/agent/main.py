@@ -8,7 +8,7 @@ import sys
 import time
 
 from . import boot, launchers
-from .store import DISK_FULL, Home, RunStore, disk_full
+from .store import DISK_FULL, Home, disk_full
 from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_caller, set_events
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)

@@ -1,0 +1,53 @@
+"""The engine seam (docs/architecture.md, "a new engine"): each engine is registered on both
+sides, each side's module has the calls the other code makes, and what the CLI's scheme puts
+in a request is what the agent chooses the launcher by."""
+
+import pytest
+
+from runward import render
+from runward.agent import launchers
+from runward.targets import ENGINE_OPTION_KEYS, ENGINES, engine_options, parse_target
+
+SCHEME_CALLS = ("parse", "render", "request")
+LAUNCHER_QUERIES = ("alive", "live", "history_row")
+LAUNCHER_OPS = ("start", "stop", "status_of")
+VIEW_CALLS = ("start", "stop", "status_line", "history_where")
+
+
+def test_every_engine_has_a_scheme_a_launcher_and_a_view():
+    assert set(ENGINES) == set(launchers.LAUNCHERS) == set(render.ENGINE_VIEWS)
+    for name, scheme in ENGINES.items():
+        assert scheme.NAME == name and scheme.SCHEME.endswith("://") and scheme.FORM.startswith(scheme.SCHEME)
+        assert render.ENGINE_VIEWS[name].ENGINE == name
+        for module, calls in ((scheme, SCHEME_CALLS), (launchers.queries(name), LAUNCHER_QUERIES),
+                              (launchers.ops(name), LAUNCHER_OPS), (render.ENGINE_VIEWS[name], VIEW_CALLS)):
+            missing = [c for c in calls if not callable(getattr(module, c, None))]
+            assert not missing, f"{module.__name__} lacks {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_the_request_of_an_engine_target_chooses_its_launcher(name):
+    scheme = ENGINES[name]
+    target = parse_target(scheme.FORM.replace("LOGIN", "local"))
+    assert target.engine is scheme and str(target) == scheme.render(target)
+    req = scheme.request(target, {"op": "start", "name": "r"})
+    assert launchers.named(req) == name
+    assert launchers.named(dict(req, op="status")) == name  # the attempt record keeps the same entry
+    assert render.engine_view({name: req[name]}) is render.ENGINE_VIEWS[name]
+
+
+def test_a_forked_run_has_no_launcher_nor_view():
+    target = parse_target("local")
+    assert target.engine is None and target.engine_spec is None
+    assert launchers.named({"op": "start", "name": "r"}) is None and launchers.named(None) is None
+    assert render.engine_view({"name": "r", "pid": 1}) is None
+
+
+def test_engine_option_keys_belong_to_one_engine_and_are_refused_elsewhere():
+    owners = [n for n, m in ENGINES.items() for _ in m.OPTION_KEYS]
+    assert len(ENGINE_OPTION_KEYS) == len(set(ENGINE_OPTION_KEYS)) == len(owners)
+    key = ENGINE_OPTION_KEYS[0]
+    assert engine_options({"on": "local", key: "x", "home": "/h"}) == {key: "x"}
+    from runward.errors import BadInput
+    with pytest.raises(BadInput, match="but is not a"):
+        parse_target("ssh://h", label="x", engine_options={key: "1"})
