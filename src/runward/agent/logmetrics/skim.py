@@ -25,6 +25,10 @@ CONTEXT = 2  # lines before a hit parsed with it
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
 PROGRESS = (b"loss", b"step", b"iter", b"/s")
+# How far before a chunk's end its last progress line is looked for, while a burst or a run of
+# NaN is open (Skim.before): a progress line further back, with neither progress nor a hit
+# after it until the chunk's end, leaves the next chunk's first event a repeat of the burst.
+PROGRESS_WINDOW = 256 << 10
 # The needles are looked for in a copy of the chunk translated byte for byte (one pass;
 # offsets stay those of the raw bytes) into a smaller alphabet, in two regex passes. A pass
 # costs a scan of the chunk in C plus a try wherever its first bytes are, so what counts is
@@ -280,8 +284,10 @@ class Skim(object):
             hi = s
         first = total - len(ctx) + 1
         ctx = [(first + k, x) for k, x in enumerate(ctx)]
-        prog = None
-        p = max(body.rfind(w, lo, hi) for w in PROGRESS) if hi > lo else -1
+        # The progress line is looked for in the region's last PROGRESS_WINDOW bytes only: a
+        # log without progress words (and a burst open) would cost four scans of every byte
+        prog, wlo = None, max(lo, hi - PROGRESS_WINDOW)
+        p = max(body.rfind(w, wlo, hi) for w in PROGRESS) if hi > lo else -1
         if p >= 0:
             j = body.rfind(b"\n", lo, p)
             ps = j + 1 if j >= 0 else lo
