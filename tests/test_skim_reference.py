@@ -105,9 +105,8 @@ def matters(ln):
 @given(body=log())
 def test_the_skim_finds_what_the_line_by_line_parse_finds(tmp_path_factory, body):
     """Through lm.scan: the whole log parsed line by line against all of it skimmed but the
-    last byte, in one chunk: the same facts, numbers, lines and repeats. (Where a chunk, or
-    the skim, ends between a burst's progress line and its next event, the skim counts that
-    event as a repeat: the next test holds chunks cut anywhere to the lines fed.)"""
+    last byte, in one chunk: the same facts, numbers, lines and repeats (chunks cut anywhere:
+    test_chunks_and_the_skims_end_cut_anywhere_change_no_fact)."""
     body += b"step 1 | loss 2.0000\n"
     path = tmp_path_factory.mktemp("skim") / "train.log"
     path.write_bytes(body)
@@ -123,7 +122,8 @@ class Record(object):
 
     def __init__(self):
         self.lines, self.fed = 0, {}
-        self.events = types.SimpleNamespace(tracebacks=types.SimpleNamespace(open={}))
+        self.events = types.SimpleNamespace(tracebacks=types.SimpleNamespace(open={}), quiet={})
+        self.rules = types.SimpleNamespace(violating={})
 
     def feed(self, buf):
         for n, ln in enumerate(buf.split(b"\n")[:-1], self.lines + 1):
@@ -151,3 +151,49 @@ def test_each_line_that_matters_is_fed_with_its_number(tmp_path, body, chunk, bu
     for n, ln in enumerate(lines, 1):
         if len(ln) <= lm_reader.CARRY_MAX and matters(ln):
             assert rec.fed.get(n) == ln, (n, ln[:200])
+
+
+def skimmed(path, chunk, budget, now):
+    """lm.scan of PATH with the skim's chunks CHUNK bytes and the newest BUDGET bytes parsed."""
+    old_chunk = lm_skim.CHUNK
+    lm_skim.CHUNK = chunk
+    try:
+        return lm.scan(str(path), {}, {"max_bytes": budget, "drop_fraction": 0, "skim": True}, now)
+    finally:
+        lm_skim.CHUNK = old_chunk
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=log(), chunk=st.integers(64, 9000), budget=st.integers(1, 3000))
+def test_chunks_and_the_skims_end_cut_anywhere_change_no_fact(tmp_path_factory, body, chunk, budget):
+    """Chunks cut anywhere, the skim's end anywhere: the facts, numbers, lines and repeats of
+    the line-by-line parse. A burst's progress line in one chunk and its next event in the
+    next (or after the skim's end) make that event a new alert, as line by line."""
+    body += b"step 1 | loss 2.0000\n"
+    path = tmp_path_factory.mktemp("skim") / "train.log"
+    path.write_bytes(body)
+    now = time.time()
+    full = lm.scan(str(path), {}, {"max_bytes": len(body) + 1, "drop_fraction": 0}, now)
+    sk = skimmed(path, chunk, budget, now)
+    assert sk["lines"] == full["lines"]
+    assert evidence(sk["alerts"]) == evidence(full["alerts"])
+
+
+def test_an_event_just_after_a_chunk_boundary_is_a_new_burst(tmp_path):
+    """CUDA OOM, training goes on (its last progress line ends the first chunk), CUDA OOM
+    again first thing in the next chunk: two alerts, as line by line; the same where the
+    skim's end falls between the progress line and the second OOM."""
+    head = b"".join(b"step %d | loss 2.%04d | tok/s 14000\n" % (i, i) for i in range(40))
+    oom = b"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    body = head + oom + b"step 41 | loss 2.0041 | tok/s 14000\n"
+    second = len(body)
+    body += oom + head
+    path = tmp_path / "train.log"
+    path.write_bytes(body)
+    now = time.time()
+    full = lm.scan(str(path), {}, {"max_bytes": len(body) + 1, "drop_fraction": 0}, now)
+    assert [(a["kind"], a.get("repeats", 0)) for a in full["alerts"]] == [("cuda_oom", 0), ("cuda_oom", 0)]
+    at_boundary = skimmed(path, second, len(head), now)  # the first chunk ends at the second OOM
+    at_the_end = skimmed(path, 1 << 20, len(body) - second, now)  # the skim ends there
+    for sk in (at_boundary, at_the_end):
+        assert evidence(sk["alerts"]) == evidence(full["alerts"])

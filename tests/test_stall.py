@@ -457,7 +457,9 @@ def test_each_ranks_step_from_a_big_rank_prefixed_log_is_the_last_it_printed(cli
     `[default3]:[rank3]:`), 6.6 MB of them: the first status's per-rank steps are the last
     step each rank printed, read from the log file by the test itself; and for every line of
     every fixture log the step the stall read takes is the general parser's (a line's step is
-    learned once per shape of line, then read from its digits)."""
+    learned once per shape of line, then read from its digits), and the rank and step that
+    linesteps.line_facts reads from a whole block of lines (learned once per shape of whole
+    line) are the ones each line read by itself gives."""
     import json
     import re
     from pathlib import Path
@@ -492,3 +494,9 @@ def test_each_ranks_step_from_a_big_rank_prefixed_log_is_the_last_it_printed(cli
             fast = linesteps.step_of(rest)
             general = linesteps.parsed_step(rest) if any(w in rest for w in ("step", "iter", "update")) else None
             assert fast == general and type(fast) is type(general), (path.name, rest, fast, general)
+        block = path.read_bytes().rstrip(b"\n") + b"\n\xe5 step 3\r\n[rank1]: [x9]: step 12"  # odd bytes too
+        for _ in range(2):  # the first time learns each shape, the second reads by it
+            facts = list(linesteps.line_facts(block, stall._rank_of))
+            each = [stall._rank_of(line.decode("utf-8", "replace").replace("\r", "")) for line in block.split(b"\n")]
+            want = [(key, linesteps.step_of(rest)) for key, rest in each]
+            assert facts == want and [type(s) for _, s in facts] == [type(s) for _, s in want], path.name

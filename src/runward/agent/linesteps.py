@@ -57,3 +57,64 @@ def _how(text, v):
         return SLOW
     at = [k for k, run in enumerate(_DIGIT_RUN.findall(text)) if int(run) == v]
     return (at[0], type(v)) if len(at) == 1 else SLOW
+
+
+# A whole line's shape (bytes, every digit made 0) -> where its rank and step are: (the rank
+# key's word or None, the rank's digits' span, the step's span or None, the step's type), or
+# SLOW. stall.py reads the newest 4 MiB of a log on the first status, ~43K lines of a
+# rank-prefixed log: the shapes of the whole block in one bytes.translate, then a line costs
+# a dict look-up and two slices (the decode, the rank prefix's regex and str.translate per
+# line cost 0.2 s of that status; bench/README.md, "first status").
+_LINES = {}
+_B_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def line_facts(block, rank_of):
+    """(rank key or None, step or None) of each line of BLOCK (bytes, lines split by "\\n"),
+    as rank_of(line decoded, its "\\r" gone) and step_of(the rest) say."""
+    get = _LINES.get
+    for line, shape in zip(block.split(b"\n"), block.translate(_B_ZEROS).split(b"\n")):
+        how = get(shape)
+        if how is None:
+            how = _learn(line, shape, rank_of)
+        if how is SLOW:
+            key, rest = rank_of(line.decode("utf-8", "replace").replace("\r", ""))
+            yield key, step_of(rest)
+            continue
+        word, ra, rb, sa, sb, kind = how
+        step = None
+        if sa is not None:
+            step = kind(line[sa:sb])
+            step = step if abs(step) < 1e18 else None
+        yield (word + line[ra:rb].decode() if word else None), step
+
+
+def _learn(line, shape, rank_of):
+    """How lines of SHAPE show their rank and step, from LINE (step_of's own learning: a
+    line where the step could be two runs of digits teaches nothing)."""
+    if b"\r" in line or not line.isascii():
+        how = SLOW  # the decode's replacements, the "\r" dropped: read as a whole each time
+    else:
+        text = line.decode("ascii")
+        key, rest = rank_of(text)
+        at = len(text) - len(rest)
+        how = _step_span(rest, step_of(rest), [(a + at, b + at) for a, b in
+                                               (m.span() for m in _DIGIT_RUN.finditer(rest))])
+        if how is not SLOW and key is not None:
+            ra, rb = [m.span() for m in _DIGIT_RUN.finditer(text, 0, at)][-1]  # the innermost prefix's
+            word = key[:key.rindex(" ") + 1]
+            how = SLOW if word + text[ra:rb] != key else (word, ra, rb) + how
+        elif how is not SLOW:
+            how = (None, 0, 0) + how
+    if how is not SLOW and len(_LINES) < _SHAPES_MAX:
+        _LINES[shape] = how
+    return how
+
+
+def _step_span(rest, v, spans):
+    """(start, end, type) of the step V among SPANS (the digit runs of the line's REST), or
+    (None, None, None) where it shows none; SLOW as _how says."""
+    how = _how(rest, v)
+    if how is None or how is SLOW:
+        return (None, None, None) if how is None else SLOW
+    return spans[how[0]] + (how[1],)

@@ -30,7 +30,7 @@ share it; each call reads only what the log gained. Stdlib only.
 import os
 import time
 
-from .linesteps import step_of
+from .linesteps import line_facts
 from .procfs import CLK_TCK, scan as scan_procs
 from .sidelock import side_lock
 from .stackranks import COLLECTIVES, by_stacks as _by_stacks, name as _name, stack_ranks  # noqa: F401
@@ -101,15 +101,15 @@ def _read(st, path, now):
     t = min(now, fs.st_mtime)
     if data or st["growth_t"] is None:
         st["growth_t"] = t
-    text = (st["carry"] if start == st["offset"] else "") + data.decode("utf-8", "replace")
+    carry = st["carry"] if start == st["offset"] else ""
     st["offset"] = start + len(data)
-    lines = text.split("\n")
-    st["carry"] = lines.pop()[-4096:]
+    if carry:
+        data = carry.encode("utf-8") + data  # decoded, then encoded: the same text again
+    cut = data.rfind(b"\n")
+    st["carry"] = data[cut + 1:].decode("utf-8", "replace")[-4096:]
     seen, best, low, n = {}, None, None, 0
-    for line in lines:
+    for key, step in line_facts(data[:cut], _rank_of) if cut >= 0 else ():
         st["lines"] += 1
-        key, rest = _rank_of(line.replace("\r", ""))
-        step = step_of(rest)
         if step is not None:
             n += 1
             best = step  # the last in the log's order (an epoch's counter may start again)

@@ -25,6 +25,10 @@ CONTEXT = 2  # lines before a hit parsed with it
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
 PROGRESS = (b"loss", b"step", b"iter", b"/s")
+# How far before a chunk's end its last progress line is looked for, while a burst or a run of
+# NaN is open (Skim.before): a progress line further back, with neither progress nor a hit
+# after it until the chunk's end, leaves the next chunk's first event a repeat of the burst.
+PROGRESS_WINDOW = 256 << 10
 # The needles are looked for in a copy of the chunk translated byte for byte (one pass;
 # offsets stay those of the raw bytes) into a smaller alphabet, in two regex passes. A pass
 # costs a scan of the chunk in C plus a try wherever its first bytes are, so what counts is
@@ -147,6 +151,11 @@ class Skim(object):
     def __init__(self, feed):
         self.feed = feed
         self.follow = 0  # lines fed after a traceback's start, while it is open
+        # The last chunks' lines not fed, while a burst or a run of NaN is open (which the
+        # next progress line ends): ([(number, line)] of the last CONTEXT, (number, line) of
+        # the last progress line before them or None). A hit early in the next chunk, or the
+        # skim's end, takes its context and progress line from them, as one chunk would.
+        self.before = None
 
     def run(self, f, cursor, stop):
         """Read F from CURSOR's offset to STOP; the unfinished line there is left in
@@ -183,6 +192,12 @@ class Skim(object):
                 self.chunk(buf, cut)
             if long_line:
                 self.chunk(long_line)
+        if self.before:  # the full read goes on from here: the burst ends where line by line it does
+            p, lines = self._last_progress(*self.before), self.feed.lines
+            if p is not None:
+                self._feed_at(p)
+                self.feed.lines = lines
+        self.before = None
         cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
         return pos - start
 
@@ -194,18 +209,24 @@ class Skim(object):
         done = 0  # BODY's bytes already fed, or passed by
         if self.follow:  # a traceback still open at the end of the last chunk
             done = self._follow(body, 0, base, end)
+        if done:
+            self.before = None  # fed on from the last chunk: none of it is left unfed
         count = [0, base]  # a line start and the lines before it, moved forward only
         for i in hits(body, end):
             ls = body.rfind(b"\n", 0, i) + 1
             if ls < done:
                 continue  # in a line already fed
-            cs = ls  # context: up to CONTEXT lines before, none fed yet
-            for _ in range(CONTEXT):
+            cs, k = ls, 0  # context: up to CONTEXT lines before, none fed yet
+            for k in range(CONTEXT):
                 if cs <= done:
                     break
                 j = body.rfind(b"\n", done, cs - 1)
                 cs = j + 1 if j >= 0 else done
-            if cs > done:
+            else:
+                k = CONTEXT
+            if self.before:  # the first hit: the unfed lines before it begin in the last chunk
+                self._before(body, cs, count, 0 if cs else CONTEXT - k)
+            elif cs > done:
                 self._progress(body, done, cs, count)
             le = body.find(b"\n", i) + 1
             feed.lines = self._number(body, cs, count)
@@ -215,6 +236,10 @@ class Skim(object):
                 self.follow = 1
                 done = self._follow(body, le, self._number(body, le, count), end)
         feed.lines = base + newlines(body, end)
+        if done < end and (feed.events.quiet or feed.rules.violating):
+            self.before = self._unfed(body, done, end, feed.lines)
+        else:
+            self.before = None  # nothing open that a progress line would end
 
     @staticmethod
     def _number(body, pos, count):
@@ -227,11 +252,67 @@ class Skim(object):
         """Feed the last line in BODY[lo:hi] that may show progress (see PROGRESS)."""
         p = max(body.rfind(w, lo, hi) for w in PROGRESS)
         if p < 0:
-            return
+            return False
         j = body.rfind(b"\n", lo, p)
         ps = j + 1 if j >= 0 else lo
         self.feed.lines = self._number(body, ps, count)
         self.feed.feed(body[ps:body.find(b"\n", p) + 1])
+        return True
+
+    def _before(self, body, cs, count, want):
+        """The chunk's first hit, its context from BODY[CS:] and WANT lines of the last
+        chunk's (self.before): the last progress line before those, BODY[:CS]'s or else the
+        last chunk's, then those lines, fed."""
+        ctx, prog = self.before
+        self.before = None
+        used = ctx[len(ctx) - want:] if want else []
+        if not (cs and self._progress(body, 0, cs, count)):
+            p = self._last_progress(ctx[:len(ctx) - len(used)], prog)
+            if p is not None:
+                self._feed_at(p)
+        for x in used:
+            self._feed_at(x)
+
+    def _unfed(self, body, lo, end, total):
+        """self.before after a chunk whose lines BODY[LO:END] (the last numbered TOTAL) were
+        not fed, with the last chunk's where LO is BODY's start."""
+        ctx, hi = [], end
+        while len(ctx) < CONTEXT and hi > lo:
+            j = body.rfind(b"\n", lo, hi - 1)
+            s = j + 1 if j >= 0 else lo
+            ctx.insert(0, body[s:hi])
+            hi = s
+        first = total - len(ctx) + 1
+        ctx = [(first + k, x) for k, x in enumerate(ctx)]
+        # The progress line is looked for in the region's last PROGRESS_WINDOW bytes only: a
+        # log without progress words (and a burst open) would cost four scans of every byte
+        prog, wlo = None, max(lo, hi - PROGRESS_WINDOW)
+        p = max(body.rfind(w, wlo, hi) for w in PROGRESS) if hi > lo else -1
+        if p >= 0:
+            j = body.rfind(b"\n", lo, p)
+            ps = j + 1 if j >= 0 else lo
+            pe = body.find(b"\n", p) + 1
+            prog = (first - body.count(b"\n", ps, hi), body[ps:pe])
+        if lo == 0 and self.before:  # nothing fed in this chunk: the last one's lines come first
+            old_ctx, old_prog = self.before
+            ctx = old_ctx + ctx
+            ctx, older = ctx[-CONTEXT:], ctx[:-CONTEXT]
+            if prog is None:
+                prog = self._last_progress(older, old_prog)
+        return ctx, prog
+
+    @staticmethod
+    def _last_progress(lines, prog):
+        """The last of LINES ((number, line)) that may show progress, else PROG."""
+        for x in reversed(lines):
+            if any(w in x[1] for w in PROGRESS):
+                return x
+        return prog
+
+    def _feed_at(self, numbered):
+        n, line = numbered
+        self.feed.lines = n - 1
+        self.feed.feed(line)
 
     def _follow(self, body, at, n, end):
         """Feed the lines of BODY[:END] from AT (line N + 1 there) while a traceback is open,
