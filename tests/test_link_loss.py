@@ -134,7 +134,9 @@ def test_a_link_gone_silent_mid_stop_says_the_stop_goes_on_and_it_does(silent, t
     far = tmp_path / f"far-{uuid.uuid4().hex[:6]}"  # the test hosts share this machine's files and pids
     (c.cwd / "runward.toml").write_text(f'[targets.h]\non = "ssh://rwsilent"\nhome = "{far}"\n')
     c.env["RUNWARD_RESIDENT"] = "0"
-    rc, doc = c.json("start", "ls", "--on", "h", "--settle", "0.3", "--grace", "25",
+    # the CLI gives the silent link up after 5 s (not the default 15), well inside the 12 s grace
+    c.env["RUNWARD_SSH_ALIVE_TIMEOUT"] = "5"
+    rc, doc = c.json("start", "ls", "--on", "h", "--settle", "0.3", "--grace", "12",
                      "--sh", 'trap "" TERM; exec sleep 600')
     assert rc == 0, doc
     job = (doc["result"]["pid"], doc["result"]["start_time"])
