@@ -141,8 +141,8 @@ def test_a_same_named_run_of_another_home_is_not_claimed(gcli, tmp_path):
             assert (procs[mine]["run"], procs[mine]["attempt"]) == ("g", 1)
             assert procs[theirs]["run"] is None and procs[theirs]["other_home_run"] == "g.1"
             assert "of another runward home" in c.run("gpus").stdout
-    finally:
-        other.run("stop", "g", "--grace", "5")
+    finally:  # gcli's job still holds GPU 1: the cleanup does not wait for its release
+        other.run("stop", "g", "--grace", "5", "--gpu-release-timeout", "0")
 
 
 def test_sentinels_become_none_with_the_raw_text_kept(gcli):

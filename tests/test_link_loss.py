@@ -134,7 +134,9 @@ def test_a_link_gone_silent_mid_stop_says_the_stop_goes_on_and_it_does(silent, t
     far = tmp_path / f"far-{uuid.uuid4().hex[:6]}"  # the test hosts share this machine's files and pids
     (c.cwd / "runward.toml").write_text(f'[targets.h]\non = "ssh://rwsilent"\nhome = "{far}"\n')
     c.env["RUNWARD_RESIDENT"] = "0"
-    rc, doc = c.json("start", "ls", "--on", "h", "--settle", "0.3", "--grace", "25",
+    # the CLI gives the silent link up after 5 s (not the default 15), well inside the 12 s grace
+    c.env["RUNWARD_SSH_ALIVE_TIMEOUT"] = "5"
+    rc, doc = c.json("start", "ls", "--on", "h", "--settle", "0.3", "--grace", "12",
                      "--sh", 'trap "" TERM; exec sleep 600')
     assert rc == 0, doc
     job = (doc["result"]["pid"], doc["result"]["start_time"])
@@ -210,6 +212,7 @@ def test_logs_f_ends_its_follower_in_the_container_while_the_link_is_down(silent
     c, relay = silent
     name = "fol" + uuid.uuid4().hex[:8]
     c.env["RUNWARD_RESIDENT"] = "0"
+    c.env["RUNWARD_SSH_ALIVE_TIMEOUT"] = "5"  # the follow's alive timeout (the default 15 s: status' tests above)
     on = "ssh://rwsilent/pct:200"
     rc, doc = c.json("start", name, "--on", on, "--settle", "0.3", "--sh", "while :; do echo tick; sleep 0.2; done")
     assert rc == 0, doc
@@ -227,6 +230,6 @@ def test_logs_f_ends_its_follower_in_the_container_while_the_link_is_down(silent
         print(f"follower ended {took:.1f} s after the link went silent")
         out, err = p.communicate(timeout=60)
         assert p.returncode == 3 and "stopped answering" in err and "255" not in err, (p.returncode, err)
-        assert took < 20, took
+        assert took < 12, took  # the alive timeout, 5 s, and a margin
     finally:  # through rw1: the silent link is dead
         c.run("stop", name, "--on", "ssh://rw1/pct:200", timeout=60)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import marked, wait_for
-from test_golden_json import JOB, check, start, stepped
+from test_golden_json import JOB, check, restarted, start, stepped
 
 
 def _cli_text(cli, *args: str) -> str:
@@ -21,7 +21,7 @@ def test_library_history_and_compare_are_the_clis_documents_and_text(cli, tmp_pa
     start(cli, "g-hist")
     stepped(cli, "g-hist")
     assert cli.json("restart", "g-hist")[0] == 0
-    stepped(cli, "g-hist", 200)  # the second attempt's step lines (the log runs on across attempts)
+    restarted(cli, "g-hist")
     res = lib.history("g-hist")
     assert res.ok and len(res.result["attempts"]) == 2, res.to_json()
     check("history", res.exit_code, res.to_json(), cli, tmp_path)

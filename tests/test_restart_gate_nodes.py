@@ -133,7 +133,7 @@ def test_a_stop_while_blocked_cancels_every_node_and_nothing_starts(cli, tmp_pat
     for i in (0, 1):
         assert not alive(shims[i]), f"node {i}'s waiting shim outlived the stop"
     # again, the GPU still held: nothing of the run lives, but node 1's GPU is not released (exit 5)
-    rc, doc = cli.json("stop", name, timeout=120)
+    rc, doc = cli.json("stop", name, "--gpu-release-timeout", "1", timeout=120)
     assert rc == 5, doc
     n0, n1 = (doc["result"]["nodes"][i] for i in (0, 1))
     assert n0["ok"] and n0["result"]["verified_dead"] and n0["result"]["already_stopped"], n0

@@ -214,13 +214,19 @@ def test_a_job_that_prints_no_steps_is_judged_by_its_log_silence_and_says_so(cli
     assert cli.run("stop", name).returncode == 0
 
 
-LOADER = {  # silent "model loads" (no output) of about 12 s, then steps every 0.2 s
-    "cpu": "t = time.monotonic()\nwhile time.monotonic() - t < 12: sum(range(10000))\n",
-    "io": "t = time.monotonic()\nf = open(sys.argv[1], 'rb')\nwhile time.monotonic() - t < 12:\n"
+# silent "model loads" (no output) until the test has looked at them (it writes WEIGHTS.loaded;
+# at most 60 s), then steps every 0.2 s. WEIGHTS.loading says the load began: the interpreter's
+# own start (its imports: ~1.5 MB read) is over, and is not counted as the load's reads.
+LOADING = ("def LOADING():\n"
+           "    os.path.exists(sys.argv[1] + '.loading') or open(sys.argv[1] + '.loading', 'w').close()\n"
+           "    return not os.path.exists(sys.argv[1] + '.loaded') and time.monotonic() - t < 60\n")
+LOADER = {
+    "cpu": "t = time.monotonic()\nwhile LOADING(): sum(range(10000))\n",
+    "io": "t = time.monotonic()\nf = open(sys.argv[1], 'rb')\nwhile LOADING():\n"
           "    f.seek(0); f.read(4 << 20); time.sleep(0.02)\n",
     # the work in short-lived children (forked, no reads), each reaped 20 ms later: the
     # parent's cutime is where /proc keeps their CPU
-    "children": "import os\nt = time.monotonic()\nwhile time.monotonic() - t < 12:\n    p = os.fork()\n"
+    "children": "import os\nt = time.monotonic()\nwhile LOADING():\n    p = os.fork()\n"
                 "    if p == 0:\n        u = time.monotonic()\n"
                 "        while time.monotonic() - u < 0.02: sum(range(1000))\n        os._exit(0)\n"
                 "    os.waitpid(p, 0)\n",
@@ -229,11 +235,11 @@ LOADER = {  # silent "model loads" (no output) of about 12 s, then steps every 0
     # the work in a daemonized server (double fork: the shim's child, no longer the job's),
     # the job waiting for its flag, as a driver waits on ray.get
     "daemon": "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork(): os._exit(0)\n"
-              "    t = time.monotonic()\n    while time.monotonic() - t < 12: sum(range(10000))\n"
+              "    t = time.monotonic()\n    while LOADING(): sum(range(10000))\n"
               "    open(sys.argv[1] + '.done', 'w').close()\n    os._exit(0)\n"
               "os.wait()\nwhile not os.path.exists(sys.argv[1] + '.done'): time.sleep(0.2)\n",
     "mmap": "import mmap, os\nt = time.monotonic()\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
-            "while time.monotonic() - t < 12:\n    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
+            "while LOADING():\n    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
             "    for off in range(0, len(m), 4096): m[off]\n    m.close()\n"
             "    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n    time.sleep(0.2)\n",
 }
@@ -257,7 +263,7 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
     blob.write_bytes(os.urandom(4 << 20))
     name = f"load{load}{os.getpid()}"
     rc, doc = cli.json("start", name, "--stall-after", "2", "--settle", "0.2", "--", "python3", "-c",
-                       "import sys, time\n" + LOADER[load]
+                       "import os, sys, time\n" + LOADING + LOADER[load]
                        + "for i in range(100000): print('step %d loss 1.0' % i, flush=True); time.sleep(0.2)",
                        str(blob))
     assert rc == 0, doc
@@ -267,6 +273,7 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
         shim = lambda p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])  # noqa: E731 (ppid)
         pid = wait_for(lambda: next((p for p in marked(f"{name}.") if p != job and shim(p) != job), None),
                        10, "the daemon adopted by the shim")
+    wait_for(lambda: os.path.exists(f"{blob}.loading"), 30, "the load to begin")
     before = _proc_use(pid)
     rc, w = cli.json("watch", name, "--for", "5")  # silent 5 s, past stall_after 2 s: still healthy
     assert rc == 0 and w["result"]["healthy"], w
@@ -283,6 +290,7 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
     else:
         assert used[1] - before[1] > 20 << 20 and n["io_bytes_s"] > 1 << 20, (before, used, n)
     assert "; no step yet, " in text and ", loading? (the process tree: " in text, text
+    (tmp_path / "weights.bin.loaded").touch()  # the load ends: steps follow
     wait_for(lambda: cli.status(name)["stall"].get("step"), 30, "the first step after the load")
     rc, w = cli.json("watch", name, "--for", "3")
     assert rc == 0 and w["result"]["healthy"], w  # stepping now: no stall either

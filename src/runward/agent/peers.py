@@ -57,6 +57,12 @@ KEEP_IDLE_S, KEEP_INTVL_S, KEEP_CNT = 10, 5, 3
 # breaks it too while node 0's coordinator still runs. The member joins again for up to
 # REJOIN_S (a refused connection ends that at once: nothing listens, the coordinator is gone)
 REJOIN_S = 30.0
+# the partition tests shorten both windows (their waits are these windows), through the
+# environment of the agent that starts the shim: RUNWARD_PEERS_KEEPALIVE="IDLE,INTVL,CNT"
+# and RUNWARD_PEERS_REJOIN_S; unset in normal use
+if os.environ.get("RUNWARD_PEERS_KEEPALIVE"):
+    KEEP_IDLE_S, KEEP_INTVL_S, KEEP_CNT = (int(v) for v in os.environ["RUNWARD_PEERS_KEEPALIVE"].split(","))
+REJOIN_S = float(os.environ.get("RUNWARD_PEERS_REJOIN_S") or REJOIN_S)
 
 
 def attach(store, n, att):

@@ -84,7 +84,9 @@ def _status_text(status):
 # never be found as a member of the run.
 # RUNWARD_FAKE_SMI_STATE: the tests' nvidia-smi stand-in (tests/bin) reads its fake driver
 # there; the shim's GPU gate (gpugate.py) asks nvidia-smi, and a real one ignores it.
-_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RUNWARD_FAULT", "RUNWARD_FAKE_SMI_STATE")
+# RUNWARD_PEERS_*: the partition tests' shorter windows for the shim's link (peers.py).
+_SHIM_ENV_KEYS = ("PATH", "HOME", "LANG", "RUNWARD_HOME", "LD_LIBRARY_PATH", "RUNWARD_FAULT", "RUNWARD_FAKE_SMI_STATE",
+                  "RUNWARD_PEERS_KEEPALIVE", "RUNWARD_PEERS_REJOIN_S")
 
 
 def _shim_env():
