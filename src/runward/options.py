@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 
+from .agent.defaults import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+
 # The most seconds any option takes (~31 years). A larger finite value (--settle 1e30) passed
 # every check and then overflowed the agent's clock arithmetic (OverflowError, AgentError exit
 # 3) after the job was launched; no wait, grace or timeout needs more.
@@ -65,12 +67,12 @@ OPTS = {o.name: o for o in (
     Opt("cwd", "text", "working directory on the target (default: here on the local target, or the directory of "
         "the runward.toml that defines the run; the remote user's home elsewhere; restart: the last attempt's)", "DIR"),
     Opt("log", "text", "log file on the target (appended; default under the run's dir)", "PATH"),
-    Opt("settle", "seconds", "alive this long counts as started (default 3; restart: the last attempt's)", "SECONDS"),
+    Opt("settle", "seconds", "alive this long counts as started (default %g; restart: the last attempt's)" % SETTLE_S, "SECONDS"),
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
-    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default 600)", "SECONDS"),
-    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else 30)", "SECONDS"),
-    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM, torchrun's too); "
-        "INT is Ctrl-C, torchrun's orderly stop", "SIG"),
+    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default %g)" % READY_TIMEOUT_S, "SECONDS"),
+    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else %g)" % GRACE_S, "SECONDS"),
+    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else %s, torchrun's too); "
+        "INT is Ctrl-C, torchrun's orderly stop" % STOP_SIGNAL, "SIG"),
     Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
     Opt("straggler_ratio", "ratio", "alert `straggler` for a rank N times slower than the median rank (default 3)",
         "N", toml=False),  # runward.toml: [runs.NAME.health] straggler_ratio (stallopts.py, the same check)
