@@ -21,8 +21,7 @@ def add_arguments(p) -> None:
     options.add(p, "sh", "exec")
     options.add(p, "force")
     p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
-    p.add_argument("--env", action="append", metavar="K=V|NAME",
-                   help="environment entry (repeatable); a bare NAME passes NAME from this shell's environment")
+    options.add(p, "env", "exec")
     options.add(p, "timeout", "exec")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]...")
 

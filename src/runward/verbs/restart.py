@@ -11,14 +11,9 @@ def add_arguments(p) -> None:
     p.add_argument("name", nargs="?", help="the run (or --all)")
     p.add_argument("--all", action="store_true",
                    help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
-    p.add_argument("--env", action="append", metavar="K=V|NAME",
-                   help="override/add environment entries; `K=` (empty) unsets K; a bare NAME passes NAME "
-                        "from this shell's environment")
-    p.add_argument("--env-file", action="append", metavar="PATH", help="KEY=VALUE lines (docker's format), never stored")
-    p.add_argument("--keep-env", action="store_true",
-                   help="keep the last attempt's --env K=V overrides (a run of runward.toml drops them by default)")
-    for name in ("cwd", "lock_timeout", "settle", "ready", "ready_timeout", "grace", "stop_signal"):
-        options.add(p, name)
+    for name in ("env", "env_file", "keep_env", "cwd", "lock_timeout", "settle", "ready", "ready_timeout", "grace",
+                 "stop_signal"):
+        options.add(p, name, "restart")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
                    help="a run with GPUs: how long the stop waits for their memory to be released (default: the "
