@@ -17,6 +17,7 @@ from collections.abc import Callable
 from . import transport
 from .agent.defaults import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 from .errors import BadInput, NotVerified, RunwardError
+from .options import OPTS, refuse
 from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
@@ -57,8 +58,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
-    if settle < 0:
-        raise BadInput(f"invalid --settle {settle}", "give a number of seconds >= 0")
+    refuse(OPTS["settle"], settle)
     from .inputs import refuse_undecodable
     refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env, log=log, ready=ready)
     req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": dict(env or {}),

@@ -199,6 +199,26 @@ OPTS = {o.name: o for o in (
         "a restart refuses then), and with runward.toml's deploy_on_restart = true", "", toml=False),
 )}
 
+# The declared options each of these verbs takes, in the order its --help shows them: the verb adds
+# its flags from it (verbs/start.py, verbs/restart.py), and its typed options (operations/) take a
+# field for each, a switch off and any other not given (None) by default.
+TAKES = {
+    "start": ("env", "env_file", "cwd", "log", "settle", "ready", "ready_timeout", "replace", "replace_grace",
+              "lock_timeout", "gpus", "wait_gpus_free", "gpu_wait_timeout", "log_max", "log_keep", "max_used",
+              "stop_signal", "grace", "sh", "master_addr", "nproc_per_node", "on_node_failure",
+              # the supervision policy (supervision.py reads it, and runward.toml's keys of the same names)
+              "restart", "max_restarts", "restart_window", "backoff", "min_uptime", "restart_exit_codes",
+              "no_restart_exit_codes", "notify", "checkpoint", "checkpoint_marker", "checkpoint_saved",
+              "max_no_progress", "gpu_release_timeout", "resume_default",
+              "stall_after", "straggler_ratio"),  # stallopts.py
+    "restart": ("env", "env_file", "keep_env", "cwd", "lock_timeout", "settle", "ready", "ready_timeout", "grace",
+                "stop_signal"),
+}
+
+# The declared options runward.toml and start's flags hand to the start request as they are (api.start's
+# keywords, the agent's spec keys); master_addr and nproc_per_node are a multi-node run's, per node.
+AS_IS = tuple(n for n, o in OPTS.items() if o.toml is True and n not in ("master_addr", "nproc_per_node"))
+
 _EXAMPLE = {"fraction": "0.5", "ratio": "3", "seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
 
 
@@ -296,6 +316,15 @@ def problem(opt: Opt, value) -> str | None:
         except re.error as e:
             return "not a Python regex (%s)" % e
     return None
+
+
+def refuse(opt: Opt, value, where: str = "", toml: bool = False) -> None:
+    """BadInput (exit 2) where VALUE is wrong for OPT: the message every side says of a value
+    the flag's conversion would refuse (argparse says the same problem after the flag's name)."""
+    bad = problem(opt, value)
+    if bad:
+        from .errors import BadInput
+        raise BadInput(f"{where}invalid {opt.name} {value!r}: {bad}", fix(opt, toml=toml))
 
 
 def hint_for(message: str) -> str | None:

@@ -28,7 +28,8 @@ def add_arguments(p) -> None:
 
 def run(args, out) -> int:
     from ..operations.exec import ExecOptions, exec as exec_op
-    outcome = exec_op(ExecOptions.from_args(args))
+    from ..inputs import parse_env
+    outcome = exec_op(ExecOptions.from_args(args, env=parse_env(args.env)))
     try:
         out.doc(outcome.document)
         if not out.json:  # the command's own output passed on as it came, then what runward says of it
