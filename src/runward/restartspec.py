@@ -8,7 +8,7 @@ from __future__ import annotations
 from .agent.secrets import holds_masked_password, redact_value
 from .errors import BadInput, OperationFailed, RunwardError
 from .inputs import resolve_env_from
-from .options import OPTS, refuse
+from .options import AS_IS, OPTS, refuse
 
 
 def _after_stop(e: RunwardError) -> RunwardError:
@@ -151,7 +151,6 @@ def _shown_env(kw: dict) -> dict:
 
 
 def _start_kwargs(kw: dict) -> dict:
-    allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
-               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "env_overrides", "lock_timeout", "log_max", "log_keep", "supervise", "snapshots"}
+    allowed = {*AS_IS, "argv", "sh", "env", "gpus", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
+               "env_overrides", "lock_timeout", "log_max", "supervise", "snapshots"}
     return {k: v for k, v in kw.items() if k in allowed}

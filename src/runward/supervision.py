@@ -5,12 +5,13 @@ in the run's spec and the shim keeps (agent/supervise.py checks it again there).
 from __future__ import annotations
 
 from .errors import BadInput
+from .options import OPTS
 
 KEYS = ("restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
         "restart_exit_codes", "no_restart_exit_codes", "notify",
         "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
         "gpu_release_timeout")
-MODES = ("never", "on-failure", "always")
+MODES = OPTS["restart"].choices  # never, on-failure, always
 
 
 def policy(run_cfg: dict | None, args=None) -> dict | None:

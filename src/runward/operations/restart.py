@@ -6,9 +6,14 @@ input is checked before anything is stopped (tests/test_restart_trust.py)."""
 from __future__ import annotations
 
 from ..errors import BadInput, Interrupted
+from ..options import AS_IS, TAKES
 from . import Checkpointed, Outcome, Targeted, check, single, takes
 from .common import config_dir, load_config, on_runs, target_of
 from .stop import checkpoint_of
+
+
+# restart's options that are the new attempt's spec as they are (its --grace and --stop-signal are the stop's)
+SPEC_OVER = tuple(n for n in TAKES["restart"] if n in AS_IS and n not in ("grace", "stop_signal"))
 
 
 @takes("restart")
@@ -83,8 +88,8 @@ def _restart(opts, cfg, name, target, progress, began: list[str] | None = None) 
     from .start import start_kwargs_from_config
     run_cfg = cfg.runs.get(name)
     env, env_from = dict(opts.env or {}), dict(opts.env_from or {})
-    overrides = {"settle": opts.settle, "ready": opts.ready, "ready_timeout": opts.ready_timeout, "cwd": opts.cwd,
-                 "env": env or None, "env_from": env_from, "reuse_env": True}
+    overrides = {**{k: getattr(opts, k) for k in SPEC_OVER}, "env": env or None, "env_from": env_from,
+                 "reuse_env": True}
     deploy, check = _files_step(opts, cfg, name, target, progress)
     definition = start_kwargs_from_config(run_cfg, name) if run_cfg else None
     if definition and target.is_local and definition.get("cwd"):
@@ -164,7 +169,7 @@ def _restart_nodes(opts, cfg, name) -> tuple[dict, int]:
     env, env_from = dict(opts.env or {}), dict(opts.env_from or {})
     kw["env"] = {k: v for k, v in {**(kw.get("env") or {}), **env}.items() if v is not None}  # None: unset
     kw.update(env_from=env_from, env_overrides=[k for k in env if k not in env_from], lock_timeout=opts.lock_timeout)
-    for opt in ("cwd", "settle", "ready", "ready_timeout"):
+    for opt in SPEC_OVER:
         if getattr(opts, opt) is not None:
             kw[opt] = getattr(opts, opt)
     refuse_node_restarts(name, kw)
