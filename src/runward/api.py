@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 
 from . import transport
-from .agent.defaults import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 from .errors import BadInput, NotVerified, RunwardError
 from .options import OPTS, refuse
 from .targets import Target

@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 
 from . import library
-from .agent.defaults import READY_TIMEOUT_S  # start --ready-timeout's default: the MCP tool takes no other
+from .agent.runspec import READY_TIMEOUT_S  # start --ready-timeout's default: the MCP tool takes no other
 from .errors import RunwardError
 
 TASKS = "io.modelcontextprotocol/tasks"

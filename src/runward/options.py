@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from .agent.defaults import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 
 # The most seconds any option takes (~31 years). A larger finite value (--settle 1e30) passed
 # every check and then overflowed the agent's clock arithmetic (OverflowError, AgentError exit
@@ -75,10 +75,13 @@ OPTS = {o.name: o for o in (
     Opt("cwd", "text", "working directory on the target (default: here on the local target, or the directory of "
         "the runward.toml that defines the run; the remote user's home elsewhere; restart: the last attempt's)", "DIR"),
     Opt("log", "text", "log file on the target (appended; default under the run's dir)", "PATH"),
-    Opt("settle", "seconds", "alive this long counts as started (default %g; restart: the last attempt's)" % SETTLE_S, "SECONDS"),
+    Opt("settle", "seconds", "alive this long counts as started (default %g; restart: the last attempt's)" % SETTLE_S,
+        "SECONDS"),
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
-    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default %g)" % READY_TIMEOUT_S, "SECONDS"),
-    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else %g)" % GRACE_S, "SECONDS"),
+    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default %g)" % READY_TIMEOUT_S,
+        "SECONDS"),
+    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else %g)" % GRACE_S,
+        "SECONDS"),
     Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else %s, torchrun's too); "
         "INT is Ctrl-C, torchrun's orderly stop" % STOP_SIGNAL, "SIG"),
     Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
@@ -151,7 +154,8 @@ OPTS = {o.name: o for o in (
     Opt("checkpoint_timeout", "float", "wait at most this long (default 600)", "SECONDS", toml=False),
     # the options of one or a few verbs that the Python API and the MCP tools take too
     Opt("replace", "flag", "stop the live attempt first (verified)", "", toml=False),
-    Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml="own"),  # runward.toml: a table too
+    # runward.toml's wait_gpus_free is true or a table {timeout, max_used_mib} (config.py checks it)
+    Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml="own"),
     Opt("native", "flag", "native (C/C++) frames too, where py-spy can (py-spy --native)", "", toml=False),
     Opt("bring_py_spy", "flag", "where the target has no py-spy, push this machine's (runward[stacks]; same "
         "architecture only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "

@@ -5,10 +5,11 @@ never stops)."""
 
 from __future__ import annotations
 
+from .agent.runspec import SPEC_KEYS
 from .agent.secrets import holds_masked_password, redact_value
 from .errors import BadInput, OperationFailed, RunwardError
 from .inputs import resolve_env_from
-from .options import AS_IS, OPTS, refuse
+from .options import OPTS, refuse
 
 
 def _after_stop(e: RunwardError) -> RunwardError:
@@ -151,6 +152,7 @@ def _shown_env(kw: dict) -> dict:
 
 
 def _start_kwargs(kw: dict) -> dict:
-    allowed = {*AS_IS, "argv", "sh", "env", "gpus", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "env_overrides", "lock_timeout", "log_max", "supervise", "snapshots"}
+    # what the last attempt kept (less its node's part and stall options, said again by this start's
+    # runward.toml), and what a restart's start says of its own
+    allowed = {*SPEC_KEYS, "reuse_env", "lock_timeout", "snapshots"} - {"multinode", "stall"}
     return {k: v for k, v in kw.items() if k in allowed}

@@ -12,7 +12,7 @@ the shim (supervise.WAKE), checked at each poll."""
 import time
 
 from . import gpus
-from .defaults import GRACE_S, STOP_SIGNAL
+from .runspec import GRACE_S, STOP_SIGNAL
 from .procfs import protected, scan
 from .runs import members
 from .terminate import parse_signal, reap_ended, signal, terminate

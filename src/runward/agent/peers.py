@@ -35,7 +35,7 @@ import errno
 import os
 import time
 
-from .defaults import GRACE_S, STOP_SIGNAL
+from .runspec import GRACE_S, STOP_SIGNAL
 from .procfs import protected, scan
 from .runs import members
 from .terminate import parse_signal, terminate

@@ -9,7 +9,7 @@ import time
 
 from .. import cgroups, faults, gpus, logfiles, shim, snapshots, supervise
 from ..boot import PROTOCOL
-from ..defaults import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+from ..runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
 from ..secrets import is_shown_form, mask_url_passwords, redact_env
@@ -19,10 +19,6 @@ from ..wire import AgentFailure, bad_input, event
 from .stop import mark_stop_requested, stop_locked
 
 LOG_TAIL_LINES = 20
-SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
-             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep",
-             "multinode",
-             "supervise", "stall")
 
 
 # --- start

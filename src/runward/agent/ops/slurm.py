@@ -11,7 +11,7 @@ import time
 
 from .. import logfiles, slurm
 from ..boot import PROTOCOL
-from ..defaults import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
+from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
 from ..procfs import HOME_MARKER, MARKER, boot_id, protected, scan
 from ..runs import log_info
 from ..secrets import mask_url_passwords, redact_env

@@ -8,7 +8,7 @@ import os
 import time
 
 from .. import cgroups, faults, gpus, supervise
-from ..defaults import GRACE_S, STOP_SIGNAL
+from ..runspec import GRACE_S, STOP_SIGNAL
 from ..procfs import boot_id, live, protected, scan
 from ..runs import attempt_state, blind_spot, members, own_procs
 from ..secrets import shown_multinode
