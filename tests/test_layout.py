@@ -24,7 +24,7 @@ SRC = ROOT / "src"
 PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
 # stackgroup: pure grouping of stack captures, so a multi-node merge says it as one node does
-AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.stackgroup")
+AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.runspec", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.stackgroup")
 # one module may run the agent's entry itself: the CLI's local read-only calls (issue 27's
 # start-up goal; inprocess.py's docstring says why that is safe and where it is not used)
 AGENT_ENTRY_ALLOWED = {"runward.inprocess": "runward.agent.main"}

@@ -25,7 +25,7 @@ def test_start_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
     """The operation, typed options in, Outcome out: its document the CLI's golden, its human
     text made only when asked."""
     from runward.operations.start import StartOptions, start
-    out = start(StartOptions(name="g-start", settle=1.0, ready="^step 1 ", env=[f"{k}={v}" for k, v in ENV.items()],
+    out = start(StartOptions(name="g-start", settle=1.0, ready="^step 1 ", env=dict(ENV),
                              command=["python3", job(cli)]))
     assert out.code == 0 and "g-start" in out.render(), out.document
     check("start", out.code, out.document, cli, tmp_path)

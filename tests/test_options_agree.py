@@ -19,9 +19,16 @@ from runward.errors import BadInput
 ANOTHER_MEANING = {
     ("kill", "grace"): "a stray process's grace (default 10), not a run's",
     ("exec", "cwd"): "the one-off command's directory, with no run and no last attempt",
+    ("stop", "checkpoint"): "a switch: checkpoint before the stop; start's --checkpoint is the run's checkpoint glob",
+    ("restart", "checkpoint"): "a switch: checkpoint before the stop; start's --checkpoint is the run's checkpoint glob",
+    ("stop", "gpu_release_timeout"): "this stop's wait for GPU memory, in seconds; start's is the policy a restart "
+                                     "keeps (a duration)",
+    ("restart", "gpu_release_timeout"): "this restart's stop's wait for GPU memory, in seconds; start's is the "
+                                        "policy a restart keeps (a duration)",
 }
 
-TYPES = {"fraction": float, "ratio": float, "seconds": float, "count": int, "regex": str, "signal": str, "text": str, "flag": bool}
+TYPES = {"fraction": float, "ratio": float, "seconds": float, "count": int, "regex": str, "signal": str, "text": str, "flag": bool,
+         "int": int, "float": float, "choice": str}
 SCHEMA = {"fraction": "number", "ratio": "number", "seconds": "number", "count": "integer", "regex": "string", "signal": "string", "text": "string",
           "flag": "boolean"}
 BAD = {"fraction": ["half", 0, 1.5, float("nan"), float("inf"), True], "ratio": ["x", 1, -3, float("nan"), float("inf")],
@@ -62,24 +69,31 @@ def test_every_verb_flag_of_a_declared_option_is_the_declaration():
             continue
         assert a.metavar == opt.metavar, (verb, opt.name, a)
         assert a.type is not None and a.type.__name__ == opt.kind, (verb, opt.name, a.type)
-        good = {"fraction": "0.5", "ratio": "3", "seconds": "2.5", "count": "3", "regex": "^s", "signal": "INT", "text": "x"}[opt.kind]
-        assert a.type(good) == {"fraction": 0.5, "ratio": 3.0, "seconds": 2.5, "count": 3}.get(opt.kind, good), (verb, opt.name)
+        good = {"fraction": "0.5", "ratio": "3", "seconds": "2.5", "count": "3", "regex": "^s", "signal": "INT", "text": "x",
+                "int": "3", "float": "2.5", "word": "x", "choice": (opt.choices or ("",))[0]}[opt.kind]
+        assert a.type(good) == {"fraction": 0.5, "ratio": 3.0, "seconds": 2.5, "count": 3, "int": 3, "float": 2.5}.get(
+            opt.kind, good), (verb, opt.name)
+        assert list(a.choices or ()) == list(opt.choices or ()), (verb, opt.name, a.choices)
+        assert isinstance(a, argparse._AppendAction) == opt.append, (verb, opt.name, a)
     assert seen == set(options.OPTS), f"declared, but no verb takes them: {set(options.OPTS) - seen}"
 
 
 CLI_BAD = {"fraction": ["nan", "inf", "-0.5", "0", "1.5", "x"], "ratio": ["nan", "inf", "-inf", "1", "-3", "x"],
            "seconds": ["soon", "-1", "inf", "nan"], "count": ["2.5", "-1", "x"], "regex": ["(", ""],
-           "signal": ["SIGFOO", "0", ""], "text": ["", "  "]}
+           "signal": ["SIGFOO", "0", ""], "text": ["", "  "], "int": ["2.5", "x"], "float": ["x", ""]}
+# a word's meaning is its module's to parse (supervision.py, inputs.py, stallopts.py), for the flag and
+# runward.toml alike; a choice is argparse's to check (choices=): neither has a conversion that refuses
+CHECKED_ELSEWHERE = ("flag", "word", "choice")
 
 
 def test_every_cli_conversion_refuses_what_the_toml_check_refuses():
     import argparse
     for opt in options.OPTS.values():
-        if opt.kind == "flag":
-            continue  # a switch: argparse takes no value to convert
+        if opt.kind in CHECKED_ELSEWHERE:
+            continue  # a switch: argparse takes no value to convert; a word, a choice: above
         conv = options._converter(opt)
         for bad in CLI_BAD[opt.kind]:
-            with pytest.raises(argparse.ArgumentTypeError):  # exit 2, naming the flag
+            with pytest.raises((argparse.ArgumentTypeError, ValueError)):  # exit 2, naming the flag
                 conv(bad)
 
 
@@ -171,7 +185,7 @@ MCP_OWN = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(n for n, o in options.OPTS.items() if o.toml))
+@pytest.mark.parametrize("name", sorted(n for n, o in options.OPTS.items() if o.toml is True))
 def test_runward_toml_takes_each_declared_key_and_refuses_a_wrong_value(tmp_path, name):
     opt = options.OPTS[name]
     assert name in config.RUN_KEYS
@@ -341,3 +355,26 @@ def test_a_bad_api_value_is_bad_input_exit_2_and_nothing_runs(case, lib):
     assert res.error.get("hint") and NAMED[case] in res.error["message"], res.document
     runs = os.path.join(os.environ["RUNWARD_HOME"], "runs")
     assert not os.path.isdir(runs) or not os.listdir(runs), ("a refused call left a run", os.listdir(runs))
+
+
+# The flags of start and restart that are the verbs' own selectors, not a run's options: where and
+# which (cli._add_common's --on, --config, --json; --all: every run of runward.toml).
+SELECTORS = {"--on", "--config", "--json", "--all", "--help"}
+
+
+@pytest.mark.parametrize("verb", ["start", "restart"])
+def test_every_flag_of_start_and_restart_is_declared(verb):
+    """issue 40: one declaration per run option. Each flag start and restart show is a
+    declaration of options.py (its meaning there, or another said in ANOTHER_MEANING), so
+    runward.toml's keys, the MCP tools and the library read the same table."""
+    import argparse
+    parser = {v: p for v, _, p in cli.verb_parsers()}[verb]
+    by_flag = _declared_by_flag()
+    loose = [a.option_strings[-1] for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS
+             and not set(a.option_strings) & (SELECTORS | set(by_flag))]
+    assert not loose, f"runward {verb}'s flags declared nowhere (options.py): {loose}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, o in options.OPTS.items() if o.toml))
+def test_every_declared_toml_key_is_a_key_of_a_run(name):
+    assert name in config.RUN_KEYS

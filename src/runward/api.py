@@ -15,7 +15,9 @@ import os
 from collections.abc import Callable
 
 from . import transport
+from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 from .errors import BadInput, NotVerified, RunwardError
+from .options import OPTS, refuse
 from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
@@ -27,15 +29,13 @@ from .inputs import (health_rules, parse_duration, parse_env, parse_limits, pars
 from .restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
                           changes, check_start, code_changes)
 
-DEFAULT_SETTLE = 3.0
-DEFAULT_GRACE = 30.0
 
 
 def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str | None = None,
           cwd: str | None = None, env: dict | None = None, log: str | None = None,
-          settle: float = DEFAULT_SETTLE, ready: str | None = None, ready_timeout: float = 600.0,
-          replace: bool = False, gpus: list[int] | None = None, stop_signal: str = "TERM",
-          grace: float = DEFAULT_GRACE, files: list[str] | None = None,
+          settle: float = SETTLE_S, ready: str | None = None, ready_timeout: float = READY_TIMEOUT_S,
+          replace: bool = False, gpus: list[int] | None = None, stop_signal: str = STOP_SIGNAL,
+          grace: float = GRACE_S, files: list[str] | None = None,
           hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
           reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
           replace_grace: float | None = None, env_overrides: list[str] | None = None,
@@ -58,8 +58,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
-    if settle < 0:
-        raise BadInput(f"invalid --settle {settle}", "give a number of seconds >= 0")
+    refuse(OPTS["settle"], settle)
     from .inputs import refuse_undecodable
     refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env, log=log, ready=ready)
     req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": dict(env or {}),

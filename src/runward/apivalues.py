@@ -1,22 +1,24 @@
 """The Python API's own value shapes (gpus, env, an argv, files, metric names, attempt numbers),
-checked before they become the CLI's words (a string is never read as its characters:
-command="python3" was the argv ["p", "y", ...], metric="loss" four metrics).
+checked as they are given (a string is never read as its characters: command="python3" was the
+argv ["p", "y", ...], metric="loss" four metrics).
 
-library.py turns `gpus=[0, 1]` into "0,1" and `env={"K": "V"}` into ["K=V"], which options.py
-then checks as the CLI's flags. That turn must not guess: int("x") raised a ValueError out of
-runward.start (the API answers with results), int(1.5) and int(True) picked GPU 1 unasked, and
-f"{k}={v}" started a job with A="None" for env={"A": None} (restart's "unset") or A="1" for an
-int. Each is refused here as BadInput (exit 2, as the CLI's --gpus x / --env), nothing started."""
+gpus=[0, 1] and env={"K": "V"} reach the operations as they are, a list of ints and a dict (the
+CLI's verbs make the same of --gpus 0,1 and --env K=V). Each is checked here, not guessed:
+int("x") raised a ValueError out of runward.start (the API answers with results), int(1.5) and
+int(True) picked GPU 1 unasked, and a value of None (restart's "unset") or an int started a job
+with A="None" or A="1". Each is refused as BadInput (exit 2, as the CLI's --gpus x / --env),
+nothing started."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .agent.secrets import redact_value
 from .errors import BadInput
 
 
-def gpu_csv(items) -> str | None:
-    """[0, 1] -> "0,1"; anything but a sequence of non-negative ints (bool excluded) refused."""
+def gpu_indices(items) -> list[int] | None:
+    """[0, 1] as it is; anything but a sequence of non-negative ints (bool excluded) refused."""
     if items is None:
         return None
     if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
@@ -26,31 +28,34 @@ def gpu_csv(items) -> str | None:
         if isinstance(i, bool) or not isinstance(i, int) or i < 0:
             raise BadInput(f"invalid gpus {list(items)!r}: {i!r} is not a GPU index (an int >= 0)",
                            "give a list of ints, e.g. gpus=[0, 1]")
-        out.append(str(i))
-    return ",".join(out)
+        out.append(i)
+    return out
 
 
-def env_words(env, *, unset_ok: bool = False) -> list[str] | None:
-    """{"K": "V"} -> ["K=V"]. Keys: non-empty str without '=' or NUL (else "A=B": "1" would set
-    A to "B=1"; an empty name is left to the CLI's own --env check, which names it "=x");
-    values: str (None too where it means unset, restart: as "")."""
+def env_values(env, *, unset_ok: bool = False) -> dict | None:
+    """{"K": "V"} as it is (None where empty). Keys: non-empty str without '=' or NUL (a K=V
+    word of "A=B": "1" would set A to "B=1"; an empty name is refused as the CLI's --env "=x"
+    is); values: str (None or "" where it means unset, restart: as None)."""
     if env is None:
         return None
     if not hasattr(env, "items"):
         raise BadInput(f"invalid env {env!r}: not a mapping", 'give a dict of strings, e.g. env={"LR": "3e-4"}')
-    words = []
+    out = {}
     for k, v in env.items():
         if not isinstance(k, str) or "=" in k or "\0" in k:
             raise BadInput(f"invalid env name {k!r}: not a string without '=' or NUL",
                            'give a dict of strings, e.g. env={"LR": "3e-4"}')
-        if v is None and unset_ok:
-            v = ""
-        if not isinstance(v, str) or "\0" in v:
+        if unset_ok and v in (None, ""):
+            v = None
+        elif not isinstance(v, str) or "\0" in v:
             what = "a string (None unsets it on restart only)" if not unset_ok else "a string or None"
             raise BadInput(f"invalid env value {k}={v!r}: not {what}",
                            f'quote it, e.g. env={{"{k}": "{v}"}}' if v is not None else f'give a string for {k}')
-        words.append(f"{k}={v}")
-    return words or None
+        if not k:
+            raise BadInput(f"invalid --env entry {'=' + redact_value(k, v or '')!r}", "write --env NAME=VALUE, or "
+                           "--env NAME to pass NAME from this shell's environment")
+        out[k] = v
+    return out or None
 
 
 def strings(value, keyword: str, example: str) -> list | None:

@@ -30,17 +30,16 @@ from __future__ import annotations
 import os
 
 from .errors import BadInput
+from .options import OPTS
 from .targets import ENGINE_OPTION_KEYS, Target, engine_options, parse_target
 
 FILENAME = "runward.toml"
-RUN_KEYS = {"on", "command", "sh", "cwd", "env", "log", "files", "settle", "ready", "ready_timeout", "gpus",
-            "stop_signal", "grace", "health", "wait_gpus_free", "log_max", "log_keep",
-            "nodes", "master_addr", "nproc_per_node", "on_node_failure",  # docs/multinode.md
-            "restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
-            "restart_exit_codes", "no_restart_exit_codes", "notify",  # the last three lines: docs/supervision.md
-            "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
-            "gpu_release_timeout", "stop_checkpoint", "snapshots",  # snapshots: snapbounds.py
-            "deploy_on_restart"}  # `restart` deploys the run's files first (as --deploy)
+# [runs.NAME]'s keys: each declared option that runward.toml takes (options.py), and the keys no
+# start flag says: where the run lives (on, nodes: docs/multinode.md), its command, its files, its
+# health table, backoff's cap (docs/supervision.md), stop_checkpoint, snapshots (snapbounds.py) and
+# deploy_on_restart (`restart` deploys the run's files first, as --deploy)
+RUN_KEYS = {*(name for name, opt in OPTS.items() if opt.toml), "on", "nodes", "command", "files", "health",
+            "backoff_max", "stop_checkpoint", "snapshots", "deploy_on_restart"}
 TARGET_KEYS = {"on", "home", "python", *ENGINE_OPTION_KEYS}  # an engine's options (targets.ENGINES)
 MCP_KEYS = {"allow", "targets"}  # what `runward mcp` lets agents do (mcpserver.py, docs/agents.md)
 

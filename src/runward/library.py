@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .apivalues import attempt_list, env_words, file_specs, gpu_csv, strings
+from .apivalues import attempt_list, env_values, file_specs, gpu_indices, strings
 from .errors import EXIT_OK, RunwardError
 
 
@@ -149,9 +149,9 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
     are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
-    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=env_words(env), cwd=cwd, log=log,
+    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=env_values(env), cwd=cwd, log=log,
                            command=strings(command, "command", '["python3", "train.py"]') or None,
-                           settle=settle, ready=ready, replace=replace, gpus=gpu_csv(gpus),
+                           settle=settle, ready=ready, replace=replace, gpus=gpu_indices(gpus),
                            stop_signal=stop_signal,
                            grace=grace, wait_gpus_free=wait_gpus_free)
     return _operate("start", opts, lambda: op.start(opts), StartResult)
@@ -177,10 +177,9 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     stopped) when the files differ locally from what was deployed."""
     from .operations import restart as op
     on, config = _where(on, config)
-    opts = op.RestartOptions(name=name, on=on, config=config, env=env_words(env, unset_ok=True),
-                             settle=settle, ready=ready, grace=grace, no_deploy=deploy is False,
-                             # anything but True/False/None reaches check() (options' deploy): BadInput, not None's
-                             deploy=False if deploy is None or deploy is False else deploy)
+    # deploy as it is: anything but True/False/None is refused by check() (options' deploy), BadInput
+    opts = op.RestartOptions(name=name, on=on, config=config, env=env_values(env, unset_ok=True),
+                             settle=settle, ready=ready, grace=grace, deploy=deploy)
     return _operate("restart", opts, lambda: op.restart(opts), RestartResult)
 
 
@@ -347,7 +346,7 @@ def exec(command: Sequence[str] | None = None, *, on: Target | str | None = None
     from .operations import exec as op
     on, config = _where(on, config)
     opts = op.ExecOptions(command=strings(command, "command", '["nvidia-smi"]') or [], sh=sh, force=force,
-                          cwd=cwd, env=env_words(env) or [],
+                          cwd=cwd, env=env_values(env),
                           timeout=timeout, on=on, config=config)
     return _operate("exec", opts, lambda: op.exec(opts), Result)
 

@@ -35,12 +35,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 
 from . import library
+from .agent.runspec import READY_TIMEOUT_S  # start --ready-timeout's default: the MCP tool takes no other
 from .errors import RunwardError
 
 TASKS = "io.modelcontextprotocol/tasks"
 VERBS = ("start", "stop", "watch")  # the verbs that wait; the others answer within a call
 POLL_MS = 1000
-READY_TIMEOUT_S = 600.0  # start --ready-timeout's default: the MCP tool takes no other
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 # set by the interceptor for a tools/call whose client declared the extension; the tool's
 # Server.call puts the created task's wire dict into it (contextvars reach call_next's handler)

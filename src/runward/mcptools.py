@@ -25,28 +25,34 @@ Name = Annotated[str, Field(description="the run's name (letters, digits, . _ -)
 Env = Annotated[dict[str, str] | None, Field(description="environment entries for the job, NAME: VALUE")]
 
 
-def _declared(name: str, tp, verb: str | None = None):
+# each kind's JSON type, as the MCP tool's schema says it (a switch is off unless given; any other not given: None)
+_TYPES = {"seconds": float | None, "fraction": float | None, "ratio": float | None, "float": float | None,
+          "count": int | None, "int": int | None, "flag": bool}
+
+
+def _declared(name: str, verb: str | None = None):
     """A parameter declared once in options.py: its type and description from there (VERB's
     words, where it says the option in its own)."""
     opt = options.OPTS[name]
+    tp = _TYPES.get(opt.kind, str | None)  # regex, signal, text, choice, word: a string
     extra = {"ge": 0, "le": options.MAX_SECONDS} if opt.kind == "seconds" else {"ge": opt.least} if opt.kind == "count" else {}
     return Annotated[tp, Field(description=options.help(name, verb), **extra)]
 
 
-Cwd = _declared("cwd", str | None)
-Settle = _declared("settle", float | None)
-Ready = _declared("ready", str | None)
-Grace = _declared("grace", float | None)
+Cwd = _declared("cwd")
+Settle = _declared("settle")
+Ready = _declared("ready")
+Grace = _declared("grace")
 
 
 async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, Field(
         description="the job's argv, e.g. [\"python3\", \"train.py\"] (omit for a run runward.toml defines)")] = None,
         on: On = None, env: Env = None,
-        sh: _declared("sh", str | None) = None,
+        sh: _declared("sh") = None,
         cwd: Cwd = None, settle: Settle = None, ready: Ready = None,
-        replace: _declared("replace", bool) = False,
+        replace: _declared("replace") = False,
         gpus: Annotated[list[int] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
-        wait_gpus_free: _declared("wait_gpus_free", bool) = False,
+        wait_gpus_free: _declared("wait_gpus_free") = False,
         ) -> CallToolResult:
     """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines). By default only a run runward.toml defines, as defined: a command, sh, env or cwd of the caller's own is exec, allowed only where exec is (then sh is linted first)."""
     return await _SRV.call(ctx, "start", lambda: library.start(
@@ -85,9 +91,9 @@ async def status(ctx: Context, name: Annotated[str | None, Field(description="on
 
 
 async def logs(ctx: Context, name: Name, on: On = None,
-               lines: _declared("lines", int | None) = None,
-               offset: _declared("offset", int | None) = None,
-               grep: _declared("grep", str | None) = None,
+               lines: _declared("lines") = None,
+               offset: _declared("offset") = None,
+               grep: _declared("grep") = None,
                ) -> CallToolResult:
     """A run's log, bounded: the last N lines, or the lines since the offset a previous call returned (the result's `offset` is where to go on from)."""
     return await _SRV.call(ctx, "logs", lambda: library.logs(name, on=on, lines=lines, offset=offset, grep=grep,
@@ -126,8 +132,8 @@ async def gpus(ctx: Context, on: On = None) -> CallToolResult:
     return await _SRV.call(ctx, "gpus", lambda: library.gpus(on=on, config=_SRV.config), on=on)
 
 
-async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native", bool) = False,
-                 bring_py_spy: _declared("bring_py_spy", bool) = False) -> CallToolResult:
+async def stacks(ctx: Context, name: Name, on: On = None, native: _declared("native") = False,
+                 bring_py_spy: _declared("bring_py_spy") = False) -> CallToolResult:
     """The Python stacks of every process of a run (py-spy), grouped by frame and named by rank: which rank is stuck where (e.g. all_reduce while another sleeps); kept with the attempt. Says why when stacks cannot be read (py-spy missing: bring_py_spy brings runward's own; ptrace denied)."""
     return await _SRV.call(ctx, "stacks", lambda: _said_to_agents(library.stacks(
         name, on=on, native=native, bring_py_spy=bring_py_spy, config=_SRV.config)), on=on, name=name)
@@ -158,7 +164,7 @@ async def kill(ctx: Context, pattern: Annotated[str, Field(description="extended
                on: On = None, confirm: Annotated[bool, Field(
                    description="false (default): a dry run listing what would be signalled; true: signal them, "
                                "verified dead")] = False,
-               tree: _declared("tree", bool) = False,
+               tree: _declared("tree") = False,
                ) -> CallToolResult:
     """Safe pkill -f: shows what matches (never itself or its ancestors); signals them only with confirm: true, then verifies they are dead. Prefer stop for a run."""
     return await _SRV.call(ctx, "kill", lambda: library.kill(pattern, on=on, confirm=confirm, tree=tree,
@@ -166,9 +172,9 @@ async def kill(ctx: Context, pattern: Annotated[str, Field(description="extended
 
 
 async def exec(ctx: Context, command: Annotated[list[str] | None, Field(description="argv to run")] = None,
-               on: On = None, sh: _declared("sh", str | None, "exec") = None,
-               force: _declared("force", bool) = False,
-               timeout: _declared("timeout", float | None, "exec") = None,
+               on: On = None, sh: _declared("sh", "exec") = None,
+               force: _declared("force") = False,
+               timeout: _declared("timeout", "exec") = None,
                ) -> CallToolResult:
     """Run a command on a target: exit code, signal, output and a diagnosis of a failed hop. A shell line is linted first; a hazard (pkill -f self-match, wrong filesystem) refuses it unless force."""
     return await _SRV.call(ctx, "exec", lambda: library.exec(command, on=on, sh=sh, force=force, timeout=timeout,

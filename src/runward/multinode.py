@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from . import api, transport
 from .errors import EXIT_FAILED, EXIT_OK, BadInput, NotStarted, RunNotFound, RunwardError
+from .options import OPTS
 from .targets import Target, parse_target
 
 PLACEHOLDERS = ("node_rank", "nnodes", "master_addr", "master_port")
-POLICIES = ("stop", "continue")
+POLICIES = OPTS["on_node_failure"].choices  # stop, continue
 # failures of a node's start after which nothing of this start runs there: refused before
 # anything was launched (bad input), because a run of that name was already alive there,
 # which is not ours to stop, or its request never sent (errors.NotStarted)

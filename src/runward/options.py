@@ -14,6 +14,11 @@ A kind is what a value must be, said the same way on every side:
   signal   a Linux signal's name or number (signals.known)
   text     a non-empty string
   flag     true or false                (argparse: a switch, store_true)
+  choice   one of the declaration's choices
+  int      a whole number, float a number (the flag's type; the module that uses it checks the range)
+  word     text whose meaning one module parses, for the flag, runward.toml and the API alike
+           (supervision.py: durations, backoff, exit codes; inputs.py: K=V env words, GPU lists,
+           sizes; stallopts.py), so its check and message are that module's on every side
 
 An option one verb says in its own words (stacks' --timeout is py-spy's, exec's the
 command's) keeps one declaration, its kind and name, with that verb's help in `verbs`.
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import math
 
+from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+
 # The most seconds any option takes (~31 years). A larger finite value (--settle 1e30) passed
 # every check and then overflowed the agent's clock arithmetic (OverflowError, AgentError exit
 # 3) after the job was launched; no wait, grace or timeout needs more.
@@ -34,21 +41,24 @@ MAX_SECONDS = 10 ** 9
 class Opt:
     """One option's declaration. A plain class, not a NamedTuple: typing's import (~2 ms) would
     be paid by every verb's parser that adds a declared flag (`status --json` included)."""
-    __slots__ = ("name", "kind", "help", "metavar", "toml", "least", "verbs", "flags", "dest", "mcp")
+    __slots__ = ("name", "kind", "help", "metavar", "toml", "least", "verbs", "flags", "dest", "mcp", "choices",
+                 "append")
 
-    def __init__(self, name: str, kind: str, help: str, metavar: str, toml: bool = True,  # noqa: A002
+    def __init__(self, name: str, kind: str, help: str, metavar: str | None, toml: bool | str = True,  # noqa: A002
                  least: int = 0, verbs: dict | None = None, flags: tuple = (), dest: str | None = None,
-                 mcp: str | None = None):
+                 mcp: str | None = None, choices: tuple | None = None, append: bool = False):
         self.name = name        # the keyword, the MCP parameter, argparse's dest and the runward.toml key
-        self.kind = kind        # seconds | count | regex | signal | text | flag
+        self.kind = kind        # one of the kinds above
         self.help = help
         self.metavar = metavar
-        self.toml = toml        # a key of [runs.NAME]
+        self.toml = toml        # a key of [runs.NAME]: True, checked here; "own": checked by the module that parses it
         self.least = least      # count: the smallest value
         self.verbs = verbs      # verb -> its own help, where it says the option in its own words
         self.flags = flags      # the spellings, where not just --NAME (logs' -n/--lines)
         self.dest = dest        # argparse's dest, where not NAME (logs' n)
         self.mcp = mcp          # the MCP tool's description, where a caller without flags needs other words
+        self.choices = choices  # choice: the values it takes
+        self.append = append    # the flag is repeatable, its values a list
 
     def __repr__(self) -> str:
         return f"Opt({self.name!r}, {self.kind!r})"
@@ -65,12 +75,15 @@ OPTS = {o.name: o for o in (
     Opt("cwd", "text", "working directory on the target (default: here on the local target, or the directory of "
         "the runward.toml that defines the run; the remote user's home elsewhere; restart: the last attempt's)", "DIR"),
     Opt("log", "text", "log file on the target (appended; default under the run's dir)", "PATH"),
-    Opt("settle", "seconds", "alive this long counts as started (default 3; restart: the last attempt's)", "SECONDS"),
+    Opt("settle", "seconds", "alive this long counts as started (default %g; restart: the last attempt's)" % SETTLE_S,
+        "SECONDS"),
     Opt("ready", "regex", "also wait for a log line matching REGEX", "REGEX"),
-    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default 600)", "SECONDS"),
-    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else 30)", "SECONDS"),
-    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else TERM, torchrun's too); "
-        "INT is Ctrl-C, torchrun's orderly stop", "SIG"),
+    Opt("ready_timeout", "seconds", "with --ready: how long to wait for that line (default %g)" % READY_TIMEOUT_S,
+        "SECONDS"),
+    Opt("grace", "seconds", "seconds after the stop signal before KILL (default: the run's, else %g)" % GRACE_S,
+        "SECONDS"),
+    Opt("stop_signal", "signal", "the signal a stop sends first (default: the run's, else %s, torchrun's too); "
+        "INT is Ctrl-C, torchrun's orderly stop" % STOP_SIGNAL, "SIG"),
     Opt("log_keep", "count", "with --log-max: rotated files kept (default 3)", "N"),
     Opt("straggler_ratio", "ratio", "alert `straggler` for a rank N times slower than the median rank (default 3)",
         "N", toml=False),  # runward.toml: [runs.NAME.health] straggler_ratio (stallopts.py, the same check)
@@ -81,9 +94,68 @@ OPTS = {o.name: o for o in (
     Opt("master_addr", "text", "several nodes: node 0's address as the others reach it (default: where ssh "
         "reached it)", "ADDR"),
     Opt("nproc_per_node", "count", "several nodes: sets WORLD_SIZE = nodes x N", "N", least=1),
+    # start's own (restart's where said): words whose meaning one module parses for the flag,
+    # runward.toml and the API alike (toml="own": a [runs.NAME] key that module checks)
+    Opt("env", "word", "environment for the job (repeatable); a bare NAME passes NAME from this shell's "
+        "environment, and its value is never stored on the target", "K=V|NAME", toml="own", append=True, verbs={
+            "restart": "override/add environment entries; `K=` (empty) unsets K; a bare NAME passes NAME "
+                       "from this shell's environment",
+            "exec": "environment entry (repeatable); a bare NAME passes NAME from this shell's environment"}),
+    Opt("env_file", "word", "KEY=VALUE lines (docker's format); values are passed, never stored; restart reads the "
+        "file again", "PATH", toml=False, append=True,
+        verbs={"restart": "KEY=VALUE lines (docker's format), never stored"}),
+    Opt("keep_env", "flag", "keep the last attempt's --env K=V overrides (a run of runward.toml drops them by "
+        "default)", "", toml=False),
+    Opt("replace_grace", "float", "with --replace: the old attempt's grace (default: the grace it was started with)",
+        "SECONDS", toml=False),
+    Opt("gpus", "word", "sets CUDA_VISIBLE_DEVICES and records the GPUs", "0,1", toml="own"),
+    Opt("gpu_wait_timeout", "float", "with --wait-gpus-free: how long to wait for the GPUs (default 300)", "SECONDS",
+        toml=False),
+    Opt("max_used", "float", "a GPU using at most this counts as free (default 1024)", "MiB", toml=False),
+    Opt("log_max", "word", "rotate the log past SIZE (e.g. 2G), no line lost: log -> log.1 -> ... (runward.toml: "
+        "log_max)", "SIZE", toml="own"),
+    Opt("on_node_failure", "choice", "several nodes: when one node's job fails, stop the others (default) or let "
+        "them run", None, toml="own", choices=("stop", "continue")),
+    # the supervision policy (supervision.py parses each, from the flag and runward.toml alike)
+    Opt("restart", "choice", "restart policy, kept on the target by the shim (default never)", None, toml="own",
+        choices=("never", "on-failure", "always")),
+    Opt("max_restarts", "int", "give up (state gave_up) after N restarts (default 5)", "N", toml="own"),
+    Opt("restart_window", "word", "count --max-restarts within this window, e.g. 1h (default: the whole run)",
+        "DURATION", toml="own"),
+    Opt("backoff", "word", "delay before a restart, doubled per failed start, to the cap (default 1s..60s; 0 for "
+        "none)", "FIRST..CAP", toml="own"),
+    Opt("min_uptime", "word", "an attempt that dies sooner is a failed start: the delay grows (default 10s)",
+        "DURATION", toml="own"),
+    Opt("restart_exit_codes", "word", "with on-failure: restart only on these codes", "1,2", toml="own"),
+    Opt("no_restart_exit_codes", "word", "never restart on these codes", "3,4", toml="own"),
+    Opt("notify", "word", "on exited, restarted, gave_up and every alert: run CMD (event JSON on stdin) or POST it "
+        "to URL (repeatable)", "CMD|URL", toml="own", append=True),
+    Opt("checkpoint", "word", "the run's checkpoints on the target, a glob from its cwd (e.g. 'ckpt/step_*'): its "
+        "progress, {last_checkpoint}", "GLOB", toml="own"),
+    Opt("checkpoint_marker", "word", "a checkpoint is complete when it holds this file (e.g. COMPLETE)", "FILE",
+        toml="own"),
+    Opt("checkpoint_saved", "word", "or when a log line matches REGEX naming it (group `path` or 1)", "REGEX",
+        toml="own"),
+    Opt("max_no_progress", "int", "give up after N attempts in a row that passed no step and saved no new "
+        "checkpoint", "N", toml="own"),
+    Opt("gpu_release_timeout", "word", "with --gpus: a restart waits this long for the old attempt's GPU memory to "
+        "be released, then says blocked and starts once it is (default 60s)", "DURATION", toml="own"),
+    Opt("resume_default", "word", "{last_checkpoint} while no complete checkpoint exists (default: empty)", "PATH",
+        toml="own"),
+    # stallopts.py parses it (runward.toml: [runs.NAME.health] stall_after)
+    Opt("stall_after", "word", "alert `stall` when the step has not advanced this long (before the first step: the "
+        "log silent and the job's processes without CPU and I/O that long); default max(10 x median step time, "
+        "120s)", "DURATION", toml=False),
+    # stop's and restart's checkpoint before the stop (runward.toml's stop_checkpoint)
+    Opt("no_checkpoint", "flag", "stop at once, even with stop_checkpoint", "", toml=False),
+    Opt("checkpoint_signal", "signal", "the checkpoint signal (default USR1)", "SIG", toml=False),
+    Opt("checkpoint_wait_for", "word", "the log line that says the checkpoint is saved (default: a newer complete "
+        "--checkpoint)", "REGEX", toml=False),
+    Opt("checkpoint_timeout", "float", "wait at most this long (default 600)", "SECONDS", toml=False),
     # the options of one or a few verbs that the Python API and the MCP tools take too
     Opt("replace", "flag", "stop the live attempt first (verified)", "", toml=False),
-    Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml=False),
+    # runward.toml's wait_gpus_free is true or a table {timeout, max_used_mib} (config.py checks it)
+    Opt("wait_gpus_free", "flag", "wait until --gpus are free, else refuse", "", toml="own"),
     Opt("native", "flag", "native (C/C++) frames too, where py-spy can (py-spy --native)", "", toml=False),
     Opt("bring_py_spy", "flag", "where the target has no py-spy, push this machine's (runward[stacks]; same "
         "architecture only), sha256-checked, kept under runward's home there; runward.toml [stacks] bring = true "
@@ -106,7 +178,7 @@ OPTS = {o.name: o for o in (
     Opt("attempt", "count", "attempt N's section of the log only", "N", toml=False, least=1),
     Opt("timeout", "seconds", "kill the command after this long (default: none)", "SECONDS", toml=False,
         verbs={"stacks": "how long py-spy may take per process (default 10)"}),
-    Opt("sh", "text", "run one shell command line instead of an argv", "STRING", toml=False,
+    Opt("sh", "text", "run one shell command line instead of an argv", "STRING", toml="own",
         verbs={"exec": "one shell command line (linted first)"}),
     Opt("since", "text", "only health alerts of this last while, e.g. 10m", "DURATION", toml=False, verbs={
         "logs": "lines written in the last DURATION (10m, 2h): by the timestamps lines start with, else by their "
@@ -130,6 +202,26 @@ OPTS = {o.name: o for o in (
     Opt("no_deploy", "flag", "restart on the files the target has even where the local ones differ (without it, "
         "a restart refuses then), and with runward.toml's deploy_on_restart = true", "", toml=False),
 )}
+
+# The declared options each of these verbs takes, in the order its --help shows them: the verb adds
+# its flags from it (verbs/start.py, verbs/restart.py), and its typed options (operations/) take a
+# field for each, a switch off and any other not given (None) by default.
+TAKES = {
+    "start": ("env", "env_file", "cwd", "log", "settle", "ready", "ready_timeout", "replace", "replace_grace",
+              "lock_timeout", "gpus", "wait_gpus_free", "gpu_wait_timeout", "log_max", "log_keep", "max_used",
+              "stop_signal", "grace", "sh", "master_addr", "nproc_per_node", "on_node_failure",
+              # the supervision policy (supervision.py reads it, and runward.toml's keys of the same names)
+              "restart", "max_restarts", "restart_window", "backoff", "min_uptime", "restart_exit_codes",
+              "no_restart_exit_codes", "notify", "checkpoint", "checkpoint_marker", "checkpoint_saved",
+              "max_no_progress", "gpu_release_timeout", "resume_default",
+              "stall_after", "straggler_ratio"),  # stallopts.py
+    "restart": ("env", "env_file", "keep_env", "cwd", "lock_timeout", "settle", "ready", "ready_timeout", "grace",
+                "stop_signal"),
+}
+
+# The declared options runward.toml and start's flags hand to the start request as they are (api.start's
+# keywords, the agent's spec keys); master_addr and nproc_per_node are a multi-node run's, per node.
+AS_IS = tuple(n for n, o in OPTS.items() if o.toml is True and n not in ("master_addr", "nproc_per_node"))
 
 _EXAMPLE = {"fraction": "0.5", "ratio": "3", "seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
 
@@ -184,6 +276,14 @@ def problem(opt: Opt, value) -> str | None:
     k = opt.kind
     if k == "flag":
         return None if isinstance(value, bool) else "not true or false"
+    if k == "word":
+        return None  # its module's parser checks it (the kinds above)
+    if k == "choice":
+        return None if value in opt.choices else "not one of " + ", ".join(opt.choices)
+    if k in ("int", "float"):
+        ok = (int,) if k == "int" else (int, float)
+        return None if isinstance(value, ok) and not isinstance(value, bool) else "not a number" if k == "float" \
+            else "not a whole number"
     if k == "seconds":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "not a number of seconds"
@@ -222,13 +322,23 @@ def problem(opt: Opt, value) -> str | None:
     return None
 
 
+def refuse(opt: Opt, value, where: str = "", toml: bool = False) -> None:
+    """BadInput (exit 2) where VALUE is wrong for OPT: the message every side says of a value
+    the flag's conversion would refuse (argparse says the same problem after the flag's name)."""
+    bad = problem(opt, value)
+    if bad:
+        from .errors import BadInput
+        raise BadInput(f"{where}invalid {opt.name} {value!r}: {bad}", fix(opt, toml=toml))
+
+
 def hint_for(message: str) -> str | None:
     """The fix for argparse's error about a declared option's flag ("argument --settle: ..."),
     which the CLI says as the error's hint, as for every other bad input."""
     import re
     m = re.match(r"argument (--[a-z][a-z-]*)", message)
     opt = OPTS.get(m.group(1)[2:].replace("-", "_")) if m else None
-    return fix(opt) if opt is not None else None
+    # argparse's own message about a plain kind names the choices or the type: nothing to add
+    return fix(opt) if opt is not None and opt.kind not in ("word", "choice", "int", "float") else None
 
 
 def fix(opt: Opt, toml: bool = False) -> str:
@@ -238,6 +348,9 @@ def fix(opt: Opt, toml: bool = False) -> str:
         return HINT
     if opt.kind == "flag":
         return "give true or false" + ("" if toml else " (on the command line: %s, or leave it out)" % opt.flag)
+    if opt.kind in ("choice", "int", "float", "word"):
+        return "give %s" % {"choice": "one of " + ", ".join(opt.choices or ()), "int": "a whole number",
+                            "float": "a number", "word": "a string"}[opt.kind]
     what = {"fraction": "a fraction over 0 and at most 1", "ratio": "a number over 1",
             "seconds": "seconds >= 0 or a duration", "count": "a whole number >= %d" % opt.least, "regex": "a Python regex",
             "text": "a non-empty string"}[opt.kind]
@@ -256,7 +369,7 @@ def problems_of_run(where: str, run: dict) -> dict:
     out = {}
     for key, value in run.items():
         opt = OPTS.get(key)
-        if opt is None or not opt.toml:
+        if opt is None or opt.toml is not True:  # "own": its module checks it as it parses it
             continue
         bad = problem(opt, value)
         if bad:
@@ -274,7 +387,25 @@ def add(p, name: str, verb: str | None = None, also: tuple = (), **extra) -> Non
     if opt.kind == "flag":
         p.add_argument(*flags, action="store_true", help=opt.help_for(verb), **extra)
         return
+    if opt.append:
+        extra.setdefault("action", "append")
+    if opt.choices:
+        extra.setdefault("choices", opt.choices)
     p.add_argument(*flags, type=_converter(opt), metavar=opt.metavar, help=opt.help_for(verb), **extra)
+
+
+def _plain(kind: str):
+    """argparse's type for a kind converted as plain Python does (argparse says `invalid int
+    value: 'x'` after the type's name) or not at all (a word, a choice: argparse checks choices)."""
+    if kind == "int":
+        return int
+    if kind == "float":
+        return float
+
+    def word(text: str) -> str:
+        return text
+    word.__name__ = kind
+    return word
 
 
 def converter(name: str):
@@ -287,6 +418,9 @@ def _converter(opt: Opt):
     """argparse's type for OPT: the text converted to its kind, then checked by problem()
     (the very check runward.toml's values and the API's get)."""
     import argparse
+
+    if opt.kind in ("word", "choice", "int", "float"):
+        return _plain(opt.kind)
 
     def convert(text: str):
         raw: object = text

@@ -5,9 +5,11 @@ never stops)."""
 
 from __future__ import annotations
 
+from .agent.runspec import SPEC_KEYS
 from .agent.secrets import holds_masked_password, redact_value
 from .errors import BadInput, OperationFailed, RunwardError
 from .inputs import resolve_env_from
+from .options import OPTS, refuse
 
 
 def _after_stop(e: RunwardError) -> RunwardError:
@@ -31,21 +33,11 @@ def check_start(name: str, kw: dict) -> None:
     if (sh is None and not kw.get("argv")) or (sh is not None and not str(sh).strip()):
         raise BadInput(f"{name}: no command for the new attempt {where}",
                        f"give [runs.{name}] command = [...] or sh = \"...\"")
-    settle = kw.get("settle")
-    if settle is not None and (isinstance(settle, bool) or not isinstance(settle, (int, float)) or settle < 0):
-        raise BadInput(f"{name}: invalid settle {settle!r} {where}", "give a number of seconds >= 0")
-    if kw.get("ready"):
-        import re
-        try:
-            re.compile(kw["ready"])
-        except (re.error, TypeError) as e:
-            raise BadInput(f"{name}: invalid ready regex {kw['ready']!r} {where}: {e}",
-                           "use a Python regular expression")
+    for key, opt in OPTS.items():  # the declared check of each value the request carries as it is
+        if opt.toml is True and kw.get(key) is not None:
+            refuse(opt, kw[key], f"{name} {where}: ", toml=True)
     from .inputs import refuse_idle_without_gpus
     refuse_idle_without_gpus(name, kw)
-    from . import signals
-    if kw.get("stop_signal") is not None and not signals.known(kw["stop_signal"]):
-        raise BadInput(f"{name}: unknown stop_signal {kw['stop_signal']!r} {where}", signals.HINT)
     for key, ok, want in (("log_max", lambda v: v >= 1024, "a size of at least 1K"),
                           ("log_keep", lambda v: 1 <= v <= 100, "between 1 and 100 rotated files")):
         v = kw.get(key)
@@ -160,7 +152,7 @@ def _shown_env(kw: dict) -> dict:
 
 
 def _start_kwargs(kw: dict) -> dict:
-    allowed = {"argv", "sh", "cwd", "env", "log", "settle", "ready", "ready_timeout", "gpus",
-               "stop_signal", "grace", "files", "hash_files", "wait_gpus_free", "reuse_env", "env_from",
-               "env_overrides", "lock_timeout", "log_max", "log_keep", "supervise", "snapshots"}
+    # what the last attempt kept (less its node's part and stall options, said again by this start's
+    # runward.toml), and what a restart's start says of its own
+    allowed = {*SPEC_KEYS, "reuse_env", "lock_timeout", "snapshots"} - {"multinode", "stall"}
     return {k: v for k, v in kw.items() if k in allowed}

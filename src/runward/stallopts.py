@@ -9,11 +9,8 @@ from .errors import BadInput
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stall-after", metavar="DURATION",
-                   help="alert `stall` when the step has not advanced this long (before the first step: the log "
-                        "silent and the job's processes without CPU and I/O that long); default max(10 x median "
-                        "step time, 120s)")
     from . import options
+    options.add(p, "stall_after")
     options.add(p, "straggler_ratio")  # a finite number over 1: nan and inf refused, exit 2 naming it
 
 

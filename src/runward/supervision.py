@@ -5,41 +5,13 @@ in the run's spec and the shim keeps (agent/supervise.py checks it again there).
 from __future__ import annotations
 
 from .errors import BadInput
+from .options import OPTS
 
 KEYS = ("restart", "max_restarts", "restart_window", "backoff", "backoff_max", "min_uptime",
         "restart_exit_codes", "no_restart_exit_codes", "notify",
         "checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default",
         "gpu_release_timeout")
-MODES = ("never", "on-failure", "always")
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--restart", choices=MODES, help="restart policy, kept on the target by the shim (default never)")
-    p.add_argument("--max-restarts", type=int, metavar="N", help="give up (state gave_up) after N restarts (default 5)")
-    p.add_argument("--restart-window", metavar="DURATION",
-                   help="count --max-restarts within this window, e.g. 1h (default: the whole run)")
-    p.add_argument("--backoff", metavar="FIRST..CAP", help="delay before a restart, doubled per failed start, "
-                                                           "to the cap (default 1s..60s; 0 for none)")
-    p.add_argument("--min-uptime", metavar="DURATION",
-                   help="an attempt that dies sooner is a failed start: the delay grows (default 10s)")
-    p.add_argument("--restart-exit-codes", metavar="1,2", help="with on-failure: restart only on these codes")
-    p.add_argument("--no-restart-exit-codes", metavar="3,4", help="never restart on these codes")
-    p.add_argument("--notify", action="append", metavar="CMD|URL",
-                   help="on exited, restarted, gave_up and every alert: run CMD (event JSON on stdin) "
-                        "or POST it to URL (repeatable)")
-    p.add_argument("--checkpoint", metavar="GLOB", help="the run's checkpoints on the target, a glob from its cwd "
-                                                         "(e.g. 'ckpt/step_*'): its progress, {last_checkpoint}")
-    p.add_argument("--checkpoint-marker", metavar="FILE",
-                   help="a checkpoint is complete when it holds this file (e.g. COMPLETE)")
-    p.add_argument("--checkpoint-saved", metavar="REGEX",
-                   help="or when a log line matches REGEX naming it (group `path` or 1)")
-    p.add_argument("--max-no-progress", type=int, metavar="N",
-                   help="give up after N attempts in a row that passed no step and saved no new checkpoint")
-    p.add_argument("--gpu-release-timeout", metavar="DURATION",
-                   help="with --gpus: a restart waits this long for the old attempt's GPU memory to be "
-                        "released, then says blocked and starts once it is (default 60s)")
-    p.add_argument("--resume-default", metavar="PATH", help="{last_checkpoint} while no complete checkpoint exists "
-                                                            "(default: empty)")
+MODES = OPTS["restart"].choices  # never, on-failure, always
 
 
 def policy(run_cfg: dict | None, args=None) -> dict | None:

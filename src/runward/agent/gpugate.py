@@ -12,6 +12,7 @@ the shim (supervise.WAKE), checked at each poll."""
 import time
 
 from . import gpus
+from .runspec import GRACE_S, STOP_SIGNAL
 from .procfs import protected, scan
 from .runs import members
 from .terminate import parse_signal, reap_ended, signal, terminate
@@ -72,8 +73,8 @@ class Gate(object):
         found, procs = self._members()
         if not found:
             return {}
-        fates = terminate(found, procs, parse_signal(self.att.get("stop_signal") or "TERM"),
-                          float(self.att.get("grace", 30.0)), find_more=lambda: self._members()[0])
+        fates = terminate(found, procs, parse_signal(self.att.get("stop_signal") or STOP_SIGNAL),
+                          float(self.att.get("grace", GRACE_S)), find_more=lambda: self._members()[0])
         facts["ended"] = [{"pid": f["pid"], "fate": f["fate"], "cmd": (f.get("cmd") or "")[:200]} for f in fates]
         reap_ended()
         return self._members()[0]

@@ -35,6 +35,7 @@ import errno
 import os
 import time
 
+from .runspec import GRACE_S, STOP_SIGNAL
 from .procfs import protected, scan
 from .runs import members
 from .terminate import parse_signal, terminate
@@ -228,8 +229,8 @@ class Link:
                 ps = scan()
                 return members(store.name, att, ps, protected(ps))
 
-            fates = terminate(found, procs, parse_signal(att.get("stop_signal") or "TERM"),
-                              float(att.get("grace", 30.0)), find_more=find_more,
+            fates = terminate(found, procs, parse_signal(att.get("stop_signal") or STOP_SIGNAL),
+                              float(att.get("grace", GRACE_S)), find_more=find_more,
                               group=job.get("pid") if job.get("pid") in found else None)
             left = find_more()
             self.job_over.wait(10.0)  # the shim's main thread records the exit first

@@ -35,12 +35,31 @@ class Options:
         return out
 
     @classmethod
-    def from_args(cls, args):
-        """From argparse's namespace: the fields it has (a dest left None keeps the default)."""
-        return cls(**{n: getattr(args, n) for n in cls.fields() if getattr(args, n, None) is not None})
+    def from_args(cls, args, **parsed):
+        """From argparse's namespace: the fields it has (a dest left None keeps the default);
+        PARSED: the fields the verb made of the flags' words (env, gpus, deploy), over them."""
+        given = {n: getattr(args, n) for n in cls.fields() if getattr(args, n, None) is not None}
+        return cls(**{**given, **parsed})
 
     def __repr__(self) -> str:
         return "%s(%s)" % (type(self).__name__, ", ".join(f"{n}={getattr(self, n)!r}" for n in self.fields()))
+
+
+def takes(verb: str):
+    """A class decorator: a field for each declared option VERB takes (options.TAKES) that the
+    class does not type itself (env and gpus are typed as the verb parses their words), a
+    switch off by default, any other None (not given: the run's, or runward.toml's)."""
+    def declare(cls):
+        from .. import options
+        own = cls.__dict__.get("__annotations__", {})
+        for name in options.TAKES[verb]:
+            if name not in own:
+                flag = options.OPTS[name].kind == "flag"
+                own[name] = "bool" if flag else "object | None"
+                setattr(cls, name, False if flag else None)
+        cls.__annotations__ = own
+        return cls
+    return declare
 
 
 class Targeted(Options):
@@ -104,8 +123,5 @@ def check(opts) -> None:
     for name in fields:
         opt = options.OPTS.get(name) or by_dest.get(name)
         value = getattr(opts, name)
-        if opt is None or value is None:
-            continue
-        bad = options.problem(opt, value)
-        if bad:
-            raise BadInput(f"invalid {opt.name} {value!r}: {bad}", options.fix(opt))
+        if opt is not None and value is not None:
+            options.refuse(opt, value)

@@ -16,7 +16,7 @@ class ExecOptions(Targeted):
     sh: str | None = None
     force: bool = False
     cwd: str | None = None
-    env: list = []
+    env: dict | None = None  # NAME -> value
     timeout: float | None = None
     command: list = []
 
@@ -33,7 +33,7 @@ def exec(opts: ExecOptions) -> Outcome:  # noqa: A001 - the verb's name, as runw
     if not command and opts.sh is None:
         raise BadInput("no command given", "runward exec --on TARGET -- COMMAND [ARG]..., or --sh 'LINE'")
     lint_findings = _lint_first(opts) if opts.sh is not None else []
-    res = api.exec_(target, argv=command or None, sh=opts.sh, cwd=opts.cwd, env=api.parse_env(opts.env or None),
+    res = api.exec_(target, argv=command or None, sh=opts.sh, cwd=opts.cwd, env=dict(opts.env or {}) or None,
                     timeout=opts.timeout)
     res["lint"] = [f.to_dict() for f in lint_findings]
     ok = res["code"] == 0

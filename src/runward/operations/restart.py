@@ -6,28 +6,26 @@ input is checked before anything is stopped (tests/test_restart_trust.py)."""
 from __future__ import annotations
 
 from ..errors import BadInput, Interrupted
-from . import Checkpointed, Outcome, Targeted, check, single
+from ..options import AS_IS, TAKES
+from . import Checkpointed, Outcome, Targeted, check, single, takes
 from .common import config_dir, load_config, on_runs, target_of
 from .stop import checkpoint_of
 
 
+# restart's options that are the new attempt's spec as they are (its --grace and --stop-signal are the stop's)
+SPEC_OVER = tuple(n for n in TAKES["restart"] if n in AS_IS and n not in ("grace", "stop_signal"))
+
+
+@takes("restart")
 class RestartOptions(Targeted, Checkpointed):
-    """What `runward restart` takes (verbs/restart.py's flags; options.py declares the spec ones)."""
+    """What `runward restart` takes (verbs/restart.py's flags): each option options.TAKES gives
+    restart, env as the verb makes it of the words, and the stop's own below."""
     name: str | None = None
     all: bool = False
-    env: list | None = None
-    env_file: list | None = None
-    keep_env: bool = False
-    cwd: str | None = None
-    lock_timeout: float | None = None
-    settle: float | None = None
-    ready: str | None = None
-    ready_timeout: float | None = None
-    grace: float | None = None
-    stop_signal: str | None = None
+    env: dict | None = None       # NAME -> value over the last spec's; None unsets NAME
+    env_from: dict | None = None  # NAME -> where its value was read ("environment", "file:PATH"): never stored
     gpu_release_timeout: float | None = None
-    deploy: bool = False
-    no_deploy: bool = False
+    deploy: bool | None = None  # True: deploy the run's files first; False: restart on the target's; None: as runward.toml says
 
 
 def restart(opts: RestartOptions, progress: bool = False) -> Outcome:
@@ -89,11 +87,9 @@ def _restart(opts, cfg, name, target, progress, began: list[str] | None = None) 
         return res
     from .start import start_kwargs_from_config
     run_cfg = cfg.runs.get(name)
-    env, env_from = api.read_env(opts.env, opts.env_file)
-    # `--env K=` typed (not read from a file): unset K for the new attempt
-    env = {k: None if v == "" and k not in env_from else v for k, v in env.items()}
-    overrides = {"settle": opts.settle, "ready": opts.ready, "ready_timeout": opts.ready_timeout, "cwd": opts.cwd,
-                 "env": env or None, "env_from": env_from, "reuse_env": True}
+    env, env_from = dict(opts.env or {}), dict(opts.env_from or {})
+    overrides = {**{k: getattr(opts, k) for k in SPEC_OVER}, "env": env or None, "env_from": env_from,
+                 "reuse_env": True}
     deploy, check = _files_step(opts, cfg, name, target, progress)
     definition = start_kwargs_from_config(run_cfg, name) if run_cfg else None
     if definition and target.is_local and definition.get("cwd"):
@@ -113,7 +109,7 @@ def _files_step(opts, cfg, name, target, progress):
     from .. import files as _files
     run_cfg = cfg.runs.get(name) or {}
     specs, base = run_cfg.get("files") or [], config_dir(cfg)
-    if opts.deploy or (run_cfg.get("deploy_on_restart") and not opts.no_deploy):
+    if opts.deploy or (run_cfg.get("deploy_on_restart") and opts.deploy is not False):
         if not specs:
             raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
                            f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
@@ -134,7 +130,7 @@ def _files_step(opts, cfg, name, target, progress):
 
     def check(last: dict) -> dict | None:
         drift = _files.local_drift(last, specs, base=base) + _files.undeployed_drift(target, last, specs, base=base)
-        if drift and not opts.no_deploy:
+        if drift and opts.deploy is not False:
             raise BadInput(_drift_message(name, drift),
                            f"runward restart {name} --deploy to send them first, or --no-deploy to restart on "
                            f"what the target has (deploy_on_restart = true in [runs.{name}] deploys every time)",
@@ -165,16 +161,15 @@ def _restart_nodes(opts, cfg, name) -> tuple[dict, int]:
     if opts.keep_env:
         raise BadInput(f"--keep-env with the multi-node run {name}",
                        "a multi-node restart takes runward.toml's definition: give the entries with --env")
-    deploy = opts.deploy or (run_cfg.get("deploy_on_restart") and not opts.no_deploy)
+    deploy = opts.deploy or (run_cfg.get("deploy_on_restart") and opts.deploy is not False)
     if deploy and not run_cfg.get("files"):
         raise BadInput(f"--deploy: run {name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{name}]")
     kw = start_kwargs_from_config(run_cfg, name)
-    env, env_from = api.read_env(opts.env, opts.env_file)
-    kw["env"] = {k: v for k, v in {**(kw.get("env") or {}), **env}.items()
-                 if not (k in env and v == "" and k not in env_from)}  # `--env K=` typed: unset
+    env, env_from = dict(opts.env or {}), dict(opts.env_from or {})
+    kw["env"] = {k: v for k, v in {**(kw.get("env") or {}), **env}.items() if v is not None}  # None: unset
     kw.update(env_from=env_from, env_overrides=[k for k in env if k not in env_from], lock_timeout=opts.lock_timeout)
-    for opt in ("cwd", "settle", "ready", "ready_timeout"):
+    for opt in SPEC_OVER:
         if getattr(opts, opt) is not None:
             kw[opt] = getattr(opts, opt)
     refuse_node_restarts(name, kw)
@@ -182,7 +177,7 @@ def _restart_nodes(opts, cfg, name) -> tuple[dict, int]:
     if deploy:
         from .. import files as _files
         _files.check_sources(run_cfg["files"], config_dir(cfg))
-    drift_specs = run_cfg.get("files") if not deploy and not opts.no_deploy else None
+    drift_specs = run_cfg.get("files") if not deploy and opts.deploy is not False else None
     _check_nodes(name, nodes, drift_specs, config_dir(cfg))
     return multideploy.restart(
         nodes, name, kw, specs=run_cfg["files"] if deploy else None,

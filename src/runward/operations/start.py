@@ -6,53 +6,21 @@ from __future__ import annotations
 import os
 
 from ..errors import BadInput
-from . import Outcome, Targeted, check, single
+from ..options import AS_IS
+from . import Outcome, Targeted, check, single, takes
 from .common import did_you_mean, gpu_list, load_config, on_runs, target_of
 
 
+@takes("start")
 class StartOptions(Targeted):
-    """What `runward start` takes (verbs/start.py's flags, supervision's and stallopts' included)."""
+    """What `runward start` takes: NAME or --all, the command, and each option options.TAKES
+    gives start (verbs/start.py's flags); env and gpus as the verb makes them of the words."""
     name: str | None = None
     all: bool = False
     command: list | None = None
-    sh: str | None = None
-    env: list | None = None
-    env_file: list | None = None
-    cwd: str | None = None
-    log: str | None = None
-    settle: float | None = None
-    ready: str | None = None
-    ready_timeout: float | None = None
-    replace: bool = False
-    replace_grace: float | None = None
-    lock_timeout: float | None = None
-    gpus: str | None = None
-    wait_gpus_free: bool = False
-    gpu_wait_timeout: float | None = None
-    log_max: str | None = None
-    log_keep: int | None = None
-    max_used: float | None = None
-    stop_signal: str | None = None
-    grace: float | None = None
-    master_addr: str | None = None
-    nproc_per_node: int | None = None
-    on_node_failure: str | None = None
-    restart: str | None = None
-    max_restarts: int | None = None
-    restart_window: str | None = None
-    backoff: str | None = None
-    min_uptime: str | None = None
-    restart_exit_codes: str | None = None
-    no_restart_exit_codes: str | None = None
-    notify: list | None = None
-    checkpoint: str | None = None
-    checkpoint_marker: str | None = None
-    checkpoint_saved: str | None = None
-    max_no_progress: int | None = None
-    gpu_release_timeout: str | None = None
-    resume_default: str | None = None
-    stall_after: str | None = None
-    straggler_ratio: float | None = None
+    env: dict | None = None       # NAME -> value, --env and --env-file's over runward.toml's
+    env_from: dict | None = None  # NAME -> where its value was read ("environment", "file:PATH"): never stored
+    gpus: list | None = None
 
 
 def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
@@ -62,7 +30,7 @@ def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
         kw["argv"] = list(run["command"])
     if "sh" in run:
         kw["sh"] = run["sh"]
-    for k in ("cwd", "env", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
+    for k in ("env", *AS_IS):
         if k in run:
             kw[k] = run[k]
     if "log_max" in run:
@@ -314,7 +282,6 @@ def _refused(name: str, err: dict) -> tuple[str, bool]:
 def _over_config(opts, kw: dict) -> dict:
     """The command line over runward.toml's kw: the command (after -- or --sh, which
     replaces the config's either way), the env entries added, then each option given."""
-    from ..api import read_env
     command = list(opts.command or [])
     if command and command[0] == "--":
         command = command[1:]
@@ -325,11 +292,11 @@ def _over_config(opts, kw: dict) -> dict:
         kw.pop("sh", None)
     if opts.sh is not None:
         kw["sh"], kw["argv"] = opts.sh, None
-    values, sources = read_env(opts.env, opts.env_file)
+    values, sources = dict(opts.env or {}), dict(opts.env_from or {})
     kw["env"] = {**kw.get("env", {}), **values}
     kw["env_from"] = sources
     kw["env_overrides"] = [k for k in values if k not in sources]
-    for opt in ("cwd", "log", "settle", "ready", "ready_timeout", "stop_signal", "grace", "log_keep"):
+    for opt in AS_IS:
         v = getattr(opts, opt)
         if v is not None:
             kw[opt] = v
@@ -339,5 +306,5 @@ def _over_config(opts, kw: dict) -> dict:
     if kw.get("log_keep") is not None and not kw.get("log_max"):
         raise BadInput("--log-keep without --log-max", "rotation is by size: give --log-max SIZE too")
     if opts.gpus is not None:
-        kw["gpus"] = gpu_list(opts.gpus)
+        kw["gpus"] = list(opts.gpus)
     return kw

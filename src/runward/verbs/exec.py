@@ -21,15 +21,15 @@ def add_arguments(p) -> None:
     options.add(p, "sh", "exec")
     options.add(p, "force")
     p.add_argument("--cwd", metavar="DIR", help="working directory on the target (default: the target user's home)")
-    p.add_argument("--env", action="append", metavar="K=V|NAME",
-                   help="environment entry (repeatable); a bare NAME passes NAME from this shell's environment")
+    options.add(p, "env", "exec")
     options.add(p, "timeout", "exec")
     p.add_argument("command", nargs="*", help="-- COMMAND [ARG]...")
 
 
 def run(args, out) -> int:
     from ..operations.exec import ExecOptions, exec as exec_op
-    outcome = exec_op(ExecOptions.from_args(args))
+    from ..inputs import parse_env
+    outcome = exec_op(ExecOptions.from_args(args, env=parse_env(args.env)))
     try:
         out.doc(outcome.document)
         if not out.json:  # the command's own output passed on as it came, then what runward says of it

@@ -11,14 +11,8 @@ def add_arguments(p) -> None:
     p.add_argument("name", nargs="?", help="the run (or --all)")
     p.add_argument("--all", action="store_true",
                    help="every run in runward.toml, each on its own target, in parallel; exit code: the worst run's")
-    p.add_argument("--env", action="append", metavar="K=V|NAME",
-                   help="override/add environment entries; `K=` (empty) unsets K; a bare NAME passes NAME "
-                        "from this shell's environment")
-    p.add_argument("--env-file", action="append", metavar="PATH", help="KEY=VALUE lines (docker's format), never stored")
-    p.add_argument("--keep-env", action="store_true",
-                   help="keep the last attempt's --env K=V overrides (a run of runward.toml drops them by default)")
-    for name in ("cwd", "lock_timeout", "settle", "ready", "ready_timeout", "grace", "stop_signal"):
-        options.add(p, name)
+    for name in options.TAKES["restart"]:
+        options.add(p, name, "restart")
     old_spelling(p, "--signal", "stop_signal", type=signal_arg)
     p.add_argument("--gpu-release-timeout", type=float, metavar="SECONDS",
                    help="a run with GPUs: how long the stop waits for their memory to be released (default: the "
@@ -32,6 +26,13 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> int:
+    """The flags' words made values here, at the edge: --env as NAME -> value, `K=` typed (not
+    read from a file) as None, which unsets K; --deploy / --no-deploy / neither as True / False / None."""
+    from ..inputs import read_env
     from ..operations.restart import RestartOptions, restart
+    env, env_from = read_env(args.env, args.env_file)
+    env = {k: None if v == "" and k not in env_from else v for k, v in env.items()}
+    deploy = True if args.deploy else False if args.no_deploy else None
+    opts = RestartOptions.from_args(args, env=env or None, env_from=env_from, deploy=deploy)
     # a deploy's per-file progress on stderr is for a person only (never with --json)
-    return show(out, restart(RestartOptions.from_args(args), progress=not out.json))
+    return show(out, restart(opts, progress=not out.json))

@@ -32,11 +32,8 @@ def add_checkpoint_args(p, then: str) -> None:
     p.add_argument("--checkpoint", action="store_true",
                    help="first send the checkpoint signal and wait for the checkpoint (runward.toml's "
                         f"stop_checkpoint, or the flags below), then {then}")
-    p.add_argument("--no-checkpoint", action="store_true", help="stop at once, even with stop_checkpoint")
-    p.add_argument("--checkpoint-signal", metavar="SIG", type=signal_arg, help="the checkpoint signal (default USR1)")
-    p.add_argument("--checkpoint-wait-for", metavar="REGEX",
-                   help="the log line that says the checkpoint is saved (default: a newer complete --checkpoint)")
-    p.add_argument("--checkpoint-timeout", type=float, metavar="SECONDS", help="wait at most this long (default 600)")
+    for name in ("no_checkpoint", "checkpoint_signal", "checkpoint_wait_for", "checkpoint_timeout"):
+        options.add(p, name)
 
 
 def run(args, out) -> int:

@@ -9,6 +9,7 @@ import time
 
 from .. import cgroups, faults, gpus, logfiles, shim, snapshots, supervise
 from ..boot import PROTOCOL
+from ..runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
 from ..procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..runs import attempt_state, members
 from ..secrets import is_shown_form, mask_url_passwords, redact_env
@@ -18,10 +19,6 @@ from ..wire import AgentFailure, bad_input, event
 from .stop import mark_stop_requested, stop_locked
 
 LOG_TAIL_LINES = 20
-SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
-             "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep",
-             "multinode",
-             "supervise", "stall")
 
 
 # --- start
@@ -96,9 +93,9 @@ def _plan(req, home, store):
     env = build_env(req["env"])
     if "PWD" not in req["env"]:  # the agent's was its caller's directory (a shell on the way sets it)
         env["PWD"] = cwd
-    plan = {"argv": argv, "sh": sh, "cwd": cwd, "env": env, "settle": float(req.get("settle", 3.0)),
+    plan = {"argv": argv, "sh": sh, "cwd": cwd, "env": env, "settle": float(req.get("settle", SETTLE_S)),
             "ready": req.get("ready"), "ready_re": _ready_re(req.get("ready")),
-            "stop_sig": parse_signal(req.get("stop_signal", "TERM")), "exe": resolve_command(argv, env, cwd)}
+            "stop_sig": parse_signal(req.get("stop_signal", STOP_SIGNAL)), "exe": resolve_command(argv, env, cwd)}
     log = os.path.expanduser(req.get("log") or os.path.join(store.dir, "log"))
     if not os.path.isabs(log):
         log = os.path.join(cwd, log)
@@ -191,7 +188,7 @@ def _replace_old(store, req, procs):
     mark_stop_requested(store, prev, procs)
     supervise.end_backoff(store, prev)
     replaced = stop_locked(store, prev, procs, protected(procs),
-                           req.get("replace_signal") or prev.get("stop_signal", "TERM"),
+                           req.get("replace_signal") or prev.get("stop_signal", STOP_SIGNAL),
                            _replace_grace(req, prev), req.get("gpu_timeout"))
     if not replaced["verified_dead"]:
         raise AgentFailure("NotVerified", "could not verify the old attempt dead; not starting",
@@ -207,7 +204,7 @@ def _replace_grace(req, prev):
     new attempt's, and cuts the old one short only when given as replace_grace."""
     if req.get("replace_grace") is not None:
         return float(req["replace_grace"])
-    return float(prev.get("grace", 30.0))
+    return float(prev.get("grace", GRACE_S))
 
 
 def _job_env(plan, req, home, marker):
@@ -290,7 +287,7 @@ def _write_attempt(store, req, home, plan, made):
         "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"], "sh": plan["sh"],
         "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
         "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
-        "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
+        "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
         "gpus": req.get("gpus"), "hashes": _attempt_hashes(store, home, _hashed_files(req, plan["argv"], plan["cwd"])),
         "files": req.get("files") or [],
         "cgroups": cgroups.create(store.name, n, home.id) if req.get("cgroup", True) else [],
@@ -389,7 +386,7 @@ def _start(req, home, store):
     finally:
         store.unlock(fd)
     res = watch_settle(store, n, job, pipe, plan["log"], log_from, plan["settle"], plan["ready_re"],
-                       float(req.get("ready_timeout", 600.0)), replaced)
+                       float(req.get("ready_timeout", READY_TIMEOUT_S)), replaced)
     if gpu_wait is not None:
         res["gpu_wait"] = gpu_wait
     if req.get("reply_hashes"):  # restart: the files' hashes this attempt started with ("code")

@@ -11,6 +11,7 @@ import time
 
 from .. import logfiles, slurm
 from ..boot import PROTOCOL
+from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
 from ..procfs import HOME_MARKER, MARKER, boot_id, protected, scan
 from ..runs import log_info
 from ..secrets import mask_url_passwords, redact_env
@@ -85,12 +86,12 @@ def start(req, home):
                     raise AgentFailure("AlreadyRunning", "run %s is already Slurm job %s (%s)" % (
                         store.name, prev["slurm"]["job_id"], st["state"]),
                         "use `runward restart %s`, or start with --replace" % store.name)
-                replaced = _stop_job(store, prev, req.get("replace_signal") or prev.get("stop_signal", "TERM"),
-                                     float(prev.get("grace", 30.0)))
+                replaced = _stop_job(store, prev, req.get("replace_signal") or prev.get("stop_signal", STOP_SIGNAL),
+                                     float(prev.get("grace", GRACE_S)))
         n, log_from = _submit(store, req, home, plan, spec)
     finally:
         store.unlock(fd)
-    res = _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", 600.0)), replaced)
+    res = _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", READY_TIMEOUT_S)), replaced)
     return res
 
 
@@ -150,7 +151,7 @@ def _submit(store, req, home, plan, spec):
     att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
            "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"],
            "marker": env[MARKER], "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
-           "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", 30.0)),
+           "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
            "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
            "log_file": [st.st_ino, st.st_dev], "cgroups": [],
            "slurm": {"job_id": job_id, "partition": spec["partition"], "options": opts, "script": script,
@@ -280,8 +281,8 @@ def stop(req, home):
     fd = store.lock("stop", req.get("lock_timeout"))
     try:
         att = store.latest()
-        sig = req.get("signal") or att.get("stop_signal", "TERM")
-        grace = float(req["grace"]) if req.get("grace") is not None else float(att.get("grace", 30.0))
+        sig = req.get("signal") or att.get("stop_signal", STOP_SIGNAL)
+        grace = float(req["grace"]) if req.get("grace") is not None else float(att.get("grace", GRACE_S))
         ckpt = None
         if req.get("checkpoint") is not None:  # through scancel to the job's program (slurmckpt.py)
             from . import slurmckpt

@@ -8,6 +8,7 @@ import os
 import time
 
 from .. import cgroups, faults, gpus, supervise
+from ..runspec import GRACE_S, STOP_SIGNAL
 from ..procfs import boot_id, live, protected, scan
 from ..runs import attempt_state, blind_spot, members, own_procs
 from ..secrets import shown_multinode
@@ -30,8 +31,8 @@ def stop(req, home):
         att = store.latest()
         procs = scan()
         prot = protected(procs)
-        sig = sig or (att or {}).get("stop_signal", "TERM")
-        grace = float(grace if grace is not None else (att or {}).get("grace", 30.0))
+        sig = sig or (att or {}).get("stop_signal", STOP_SIGNAL)
+        grace = float(grace if grace is not None else (att or {}).get("grace", GRACE_S))
         if req.get("checkpoint") is not None:  # checked before anything is marked or signalled
             from . import stopckpt
             stopckpt.check(req["checkpoint"], att)
