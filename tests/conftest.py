@@ -4,12 +4,14 @@ Everything here runs real processes; nothing about /proc is mocked."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,18 @@ def world_readable_src() -> str:
         atexit.register(shutil.rmtree, base, True)
         _SRC_COPY.append(dest)
     return _SRC_COPY[0]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fresh_name(prefix: str) -> str:
+    """A run name no other test uses."""
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+def nothing_started(cli: CLI, name: str) -> None:
+    """A refused start of NAME left no process with its marker and no attempt record."""
+    assert not marked(name + "."), f"a refused start of {name} started something"
+    assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"

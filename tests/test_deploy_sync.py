@@ -5,7 +5,6 @@ mid-file leaves the old file or the new one, never a torn one."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import testbed
-from conftest import CLI, wait_for
+from conftest import CLI, sha, wait_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from faults.test_faults import CuttableRelay  # noqa: E402
@@ -43,10 +42,6 @@ def far_tree(cli: CLI, on: list[str], path: str) -> dict:
     rc, doc = cli.json("exec", *on, "--", "python3", "-c", LIST_TREE, path)
     assert rc == 0, doc
     return json.loads(doc["result"]["stdout"])
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def make_source(src: Path) -> None:
@@ -269,7 +264,6 @@ def test_a_directory_where_the_source_has_a_file_is_named_and_replaced_only_with
     res = push(cli, [], "--delete", f"{src}:{dest}")
     assert (dest / "cfg").read_text() == "now a file", res
     assert sorted(d["remote"][len(str(dest)) + 1:] for d in res["deleted"]) == ["cfg", "cfg/old.yaml"]
-
 
 
 def test_status_local_drift_covers_a_deployed_directory(cli, tmp_path):

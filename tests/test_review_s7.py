@@ -14,17 +14,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 
 import pytest
 
-from conftest import alive, marked, wait_for
+from conftest import alive, fresh_name, marked, nothing_started, wait_for
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
-
-
-def _uid(p):
-    return f"{p}{uuid.uuid4().hex[:6]}"
 
 
 def _kill(procs):
@@ -35,11 +30,6 @@ def _kill(procs):
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-
-def _nothing_started(cli, name):
-    assert not marked(name + "."), f"a refused start of {name} started something"
-    assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"
 
 
 # -- 1. the operations layer: CLI and library agree; bad values refused as results -------------
@@ -62,20 +52,20 @@ BAD_START = [
 
 @pytest.mark.parametrize("kw,words", BAD_START, ids=[repr(k) for k, _ in BAD_START])
 def test_lib_start_refuses_bad_values_as_a_result_like_the_cli(cli, lib, kw, words):
-    name = _uid("rv7s")
+    name = fresh_name("rv7s")
     res = lib.start(name, SLEEP, **{"settle": 0.2, **kw})
     assert res.exit_code == 2 and not res.ok, res.to_json()
     doc = res.to_json()
     assert doc["error"]["type"] == "BadInput" and doc["error"]["hint"], doc
-    _nothing_started(cli, name)
+    nothing_started(cli, name)
     if words:
         rc, cdoc = cli.json("start", name, *words, "--", *SLEEP)
         assert rc == 2 and cdoc["error"]["type"] == "BadInput", cdoc
-        _nothing_started(cli, name)
+        nothing_started(cli, name)
 
 
 def test_lib_restart_and_exec_refuse_bad_env_and_leave_the_run_alone(cli, lib):
-    name = _uid("rv7r")
+    name = fresh_name("rv7r")
     assert lib.start(name, SLEEP, settle=0.2).exit_code == 0
     job = next(iter(marked(f"{name}.1").items()))
     try:
@@ -107,7 +97,7 @@ SAME = [
 
 @pytest.mark.parametrize("verb,kw,words", SAME, ids=[f"{v}-{k}" for v, k, _ in SAME])
 def test_bad_values_on_a_running_run_same_refusal_cli_and_lib_nothing_touched(cli, lib, verb, kw, words):
-    name = _uid("rv7q")
+    name = fresh_name("rv7q")
     assert lib.start(name, SLEEP, settle=0.2).exit_code == 0
     job = next(iter(marked(f"{name}.1").items()))
     try:
@@ -129,7 +119,7 @@ def test_bad_values_on_a_running_run_same_refusal_cli_and_lib_nothing_touched(cl
 
 
 def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli, lib):
-    name = _uid("rv7m")
+    name = fresh_name("rv7m")
     pidf = cli.cwd / f"{name}.child"
     # the child clears its env (no marker) and its session: only the tree/cgroup ties it to the run
     rc, doc = cli.json("start", name, "--settle", "0.3", "--sh",
@@ -176,7 +166,7 @@ def test_mcp_bad_values_are_error_results_with_exit_code_2_and_the_server_answer
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
     from test_mcp import _session
-    name = _uid("rv7p")
+    name = fresh_name("rv7p")
     got = {}
 
     async def main():
@@ -231,7 +221,7 @@ def _tree(cgs):
 @pytest.mark.parametrize("supervised", [False, True], ids=["plain", "supervised"])
 def test_a_child_moved_below_the_runs_cgroup_is_stopped_and_rm_leaves_no_cgroup(cli, supervised):
     from conftest import read_stat
-    name = _uid("rv7c")
+    name = fresh_name("rv7c")
     pidf = cli.cwd / f"{name}.child"
     mover = cli.cwd / f"{name}.sh"
     mover.write_text(MOVE % pidf)
@@ -271,7 +261,7 @@ def test_a_child_moved_below_the_runs_cgroup_is_stopped_and_rm_leaves_no_cgroup(
 @pytest.mark.parametrize("how,where", [("cli", "local"), ("lib", "local"), ("cli", "ssh"), ("lib", "ssh")])
 def test_a_run_whose_table_says_settle_minus_1_stops_alone_and_restart_refuses(cli, lib, monkeypatch, tmp_path,
                                                                               how, where):
-    name = _uid("rv7t")
+    name = fresh_name("rv7t")
     head = ""
     if where == "ssh":
         import testbed
@@ -319,7 +309,7 @@ def test_supervised_a_child_left_in_attempt_1s_nested_cgroup_is_stopped_after_th
     cleared, own session); the shim starts attempt 2; then the shim is SIGKILLed. stop must end
     attempt 1's child too, and rm leave no cgroup of either attempt."""
     from conftest import gate, read_stat
-    name = _uid("rv7u")
+    name = fresh_name("rv7u")
     pidf = cli.cwd / f"{name}.child"
     mover = cli.cwd / f"{name}.sh"
     mover.write_text(MOVE % pidf)
