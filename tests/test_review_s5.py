@@ -16,21 +16,21 @@ import pytest
 
 from conftest import alive, wait_for
 from test_restart_gate_nodes import _config
-from test_review_s4 import _happens, _in_rw2, _rec, _restart_blocked, _shim_alive, _start, env  # noqa: F401
+from gatenodes import env, happens, in_rw2, record, restart_blocked, shim_alive, start_run  # noqa: F401 (env: the fixture)
 
 
 def _connected(mn) -> bool:
     port = str(mn["coord_port"])
-    return port in _in_rw2("ss", "-Htn", "state", "established", "dst", mn["master_addr"]).stdout
+    return port in in_rw2("ss", "-Htn", "state", "established", "dst", mn["master_addr"]).stdout
 
 
 def _firewalled(tmp_path, name):
     """Node 1 (rw2) cannot reach node 0's host (a partition between the two: the CLI's ssh to
     every node still works), from before the restart: node 1 never joins the barrier (the
     coordinator port is new at each attempt, so the whole host is cut off)."""
-    mn = _rec(tmp_path, 0, name, 1)["multinode"]
+    mn = record(tmp_path, 0, name, 1)["multinode"]
     rule = ["OUTPUT", "-p", "tcp", "-d", mn["master_addr"], "-j", "DROP"]
-    assert _in_rw2("iptables", "-I", *rule).returncode == 0
+    assert in_rw2("iptables", "-I", *rule).returncode == 0
     return mn, rule
 
 
@@ -40,32 +40,32 @@ def test_stop_on_a_member_that_cannot_reach_node_0_cancels_node_0_too(cli, tmp_p
     cancels every node's attempt. Node 0's waiting shim must end (never start alone later)."""
     name, h = env
     states = _config(tmp_path, name)
-    _start(cli, name)
+    start_run(cli, name)
     mn, rule = _firewalled(tmp_path, name)
     try:
         holder = h.hold(states[1])
-        _restart_blocked(cli, name)
-        wait_for(lambda: _rec(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
+        restart_blocked(cli, name)
+        wait_for(lambda: record(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
                  "node 0's own release")
-        mn = _rec(tmp_path, 0, name, 2)["multinode"]
+        mn = record(tmp_path, 0, name, 2)["multinode"]
         assert not _connected(mn)
         t0 = time.monotonic()
         p = cli.run("stop", name, "--on", "n1", "--json")
         took = time.monotonic() - t0
         print("STOP rc", p.returncode, "took %.1fs" % took, p.stdout[-1500:], p.stderr[-800:])
         # still partitioned: the stop itself ended node 0's shim, not the gate's tell
-        gone_at_answer = not _shim_alive(_rec(tmp_path, 0, name, 2))
-        wait_for(lambda: not _shim_alive(_rec(tmp_path, 1, name, 2)), 20, "node 1's shim to end")
+        gone_at_answer = not shim_alive(record(tmp_path, 0, name, 2))
+        wait_for(lambda: not shim_alive(record(tmp_path, 1, name, 2)), 20, "node 1's shim to end")
     finally:
-        _in_rw2("iptables", "-D", *rule)
+        in_rw2("iptables", "-D", *rule)
     holder.kill()
     holder.wait()
     # the partition healed: node 0's shim must be gone (cancelled), or at least never fork a job
-    ended = _happens(lambda: not _shim_alive(_rec(tmp_path, 0, name, 2)), 15)
+    ended = happens(lambda: not shim_alive(record(tmp_path, 0, name, 2)), 15)
     st = cli.run("status", name)
-    a0 = _rec(tmp_path, 0, name, 2)
+    a0 = record(tmp_path, 0, name, 2)
     print("STATUS", st.returncode, st.stdout, "\nnode0", {k: a0.get(k) for k in ("blocked", "error", "stop_requested")})
-    assert not _rec(tmp_path, 0, name, 2).get("job"), "node 0 started alone"
+    assert not record(tmp_path, 0, name, 2).get("job"), "node 0 started alone"
     assert ended, "node 0's shim waits on after `stop --on n1` (exit %d): %s" % (p.returncode, st.stdout)
     assert gone_at_answer, "the stop answered while node 0's shim still waited"
     # the answer says what happened on every node: exit 0, each node's attempt cancelled, once
@@ -88,23 +88,23 @@ def test_stop_on_a_member_whose_own_stop_is_not_verified_still_cancels_node_0(cl
     import signal
     name, h = env
     states = _config(tmp_path, name)
-    _start(cli, name)
+    start_run(cli, name)
     mn, rule = _firewalled(tmp_path, name)
     shim1 = None
     try:
         holder = h.hold(states[1])
-        _restart_blocked(cli, name)
-        wait_for(lambda: _rec(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
+        restart_blocked(cli, name)
+        wait_for(lambda: record(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
                  "node 0's own release")
-        shim1 = _rec(tmp_path, 1, name, 2)["shim"]["pid"]
+        shim1 = record(tmp_path, 1, name, 2)["shim"]["pid"]
         os.kill(shim1, signal.SIGSTOP)
         p = cli.run("stop", name, "--on", "n1", "--json", timeout=120)
         assert alive(shim1), "node 1's frozen shim ended: the test froze nothing"
-        gone_at_answer = not _shim_alive(_rec(tmp_path, 0, name, 2))
+        gone_at_answer = not shim_alive(record(tmp_path, 0, name, 2))
     finally:
         if shim1:
             os.kill(shim1, signal.SIGCONT)
-        _in_rw2("iptables", "-D", *rule)
+        in_rw2("iptables", "-D", *rule)
     holder.kill()
     holder.wait()
     assert gone_at_answer, "node 0's shim waits on: the stop answered for node 1 alone (%s)" % p.stdout[-600:]
@@ -113,9 +113,9 @@ def test_stop_on_a_member_whose_own_stop_is_not_verified_still_cancels_node_0(cl
     rows = {r["rank"]: r for r in doc["result"]["nodes"]}
     assert rows[0]["ok"] and rows[0]["result"]["restart_cancelled"], rows[0]
     assert not rows[1]["ok"] and rows[1]["error"]["type"] == "NotVerified", rows[1]
-    wait_for(lambda: not _shim_alive(_rec(tmp_path, 1, name, 2)), 20, "node 1's thawed shim to read its mark")
+    wait_for(lambda: not shim_alive(record(tmp_path, 1, name, 2)), 20, "node 1's thawed shim to read its mark")
     for rank in (0, 1):
-        assert not _rec(tmp_path, rank, name, 2).get("job"), f"node {rank} started after the stop"
+        assert not record(tmp_path, rank, name, 2).get("job"), f"node {rank} started after the stop"
 
 
 # -- the gate's protocol on real sockets on 127.0.0.1, each node's wait a thread of its own,
