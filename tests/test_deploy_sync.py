@@ -333,3 +333,36 @@ def test_a_temp_file_left_by_a_killed_agent_goes_with_the_next_push(cli, tmp_pat
     res = push(cli, [], f"{src}:{dest}")
     assert res["temps_removed"] == [str(stale)] and res["sent"] == [] and res["deleted"] == [], res
     assert not stale.exists() and fresh.exists()
+
+
+def _strings(doc):
+    if isinstance(doc, dict):
+        for v in doc.values():
+            yield from _strings(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _strings(v)
+    elif isinstance(doc, str):
+        yield doc
+
+
+def test_a_file_where_the_source_has_a_directory_is_not_removed_unsaid(cli, tmp_path):
+    """The target has a file `sub` where the source has a directory `sub/`. The dry run lists
+    only what it would send; the real push (no --delete) removes the file, its bytes gone,
+    and makes the directory: exit 0, 'verified', no word of it. The reverse (a directory
+    where a file goes) is refused (F4). Either refuse, or say it in the plan."""
+    pkg = cli.cwd / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "b.py").write_text("b\n")
+    dst = tmp_path / "dst" / "pkg"
+    dst.mkdir(parents=True)
+    (dst / "sub").write_text("the operator's notes, not runward's\n")
+    rc, plan = cli.json("push", "--on", "local", "--dry-run", f"pkg:{dst}")
+    said = str(dst / "sub") in set(_strings(plan))
+    rc, doc = cli.json("push", "--on", "local", f"pkg:{dst}")
+    if (dst / "sub").is_dir():  # ground truth: the file is gone
+        assert said and str(dst / "sub") in set(_strings(doc)), (
+            "the file %s was removed without --delete and neither the plan nor the push said so: %s"
+            % (dst / "sub", doc))
+    else:
+        assert rc != 0 and (dst / "sub").read_text().startswith("the operator's"), doc
