@@ -148,6 +148,15 @@ def lib(cli, monkeypatch):
     return runward
 
 
+@pytest.fixture
+def no_verb(monkeypatch):
+    """no_verb("doctor"): runward.verbs.doctor cannot be imported in this process, so the
+    library's answer comes from the operation itself, not from the verb run with argv."""
+    def hide(verb: str) -> None:
+        monkeypatch.setitem(sys.modules, f"runward.verbs.{verb}", None)
+    return hide
+
+
 _SRC_COPY: list = []
 
 
@@ -169,6 +178,17 @@ def world_readable_src() -> str:
         atexit.register(shutil.rmtree, base, True)
         _SRC_COPY.append(dest)
     return _SRC_COPY[0]
+
+
+def kill_procs(procs: dict[int, int]) -> None:
+    """SIGKILL the test's own processes, each by pid and start time (/proc), should a verdict
+    fail midway: a pid reused since is never signalled."""
+    for pid, start in procs.items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def sha(data: bytes) -> str:

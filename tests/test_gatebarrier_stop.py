@@ -1,18 +1,16 @@
-"""Hostile black-box review of c62e54d (gatebarrier: a node stopped while not connected still
-tells the others, TELL_S), 7d20ce8 (stop/rm/prune remove the run's empty cgroups) and e3c911f
-(logs --lines).
+"""A stop reaching the GPU gate's barrier (agent/gatebarrier.py): a node stopped while it cannot
+reach node 0, or before it joined, still tells the others (TELL_S), so no node starts alone; a
+member reconnecting while node 0 decides does not crash node 0.
 
 Real ssh testbed nodes (rw1.., each with its own nvidia-smi stand-in, as in
-tests/test_restart_gate_nodes.py and tests/test_review_s4.py); ground truth from /proc, the
-attempt records under each node's home and /sys/fs/cgroup, never from runward's answers."""
+tests/test_restart_gate_nodes.py and tests/test_restart_gate_barrier.py); ground truth from /proc
+and the attempt records under each node's home, never from runward's answers."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-
-import pytest
 
 from conftest import alive, wait_for
 from test_restart_gate_nodes import _config
@@ -213,103 +211,3 @@ def test_a_member_reconnecting_while_node_0_decides_does_not_crash_node_0():
 
 
 # -- the run's cgroups (7d20ce8): ground truth from /sys/fs/cgroup and /proc
-
-NEST = r"""
-for h in pids memory unified; do
-  d=$(awk -F: -v h=$h '($2==h)||(h=="unified"&&$1=="0"){print $3}' /proc/self/cgroup)
-  case "$d" in */runward/*) mkdir -p "/sys/fs/cgroup/$h$d/sub" && echo $$ > "/sys/fs/cgroup/$h$d/sub/cgroup.procs";; esac
-done
-setsid sh -c 'env -i sleep 300 >/dev/null 2>&1 &'
-exec sleep 300
-"""
-
-
-def _subs(cgs):
-    return [os.path.join(c, "sub") for c in cgs]
-
-
-def _procs(paths):
-    out = set()
-    for p in paths:
-        try:
-            out.update(int(x) for x in open(os.path.join(p, "cgroup.procs")).read().split())
-        except OSError:
-            pass
-    return out
-
-
-def test_a_process_in_a_cgroup_below_the_runs_is_the_runs(cli):
-    """A job (as root) that puts itself in a cgroup below the run's own (a nested runtime, a
-    scope of its own) and leaves an escapee there that cleared its environment and its session:
-    with the shim gone, only the cgroup ties it to the run, and the kernel keeps it in the run's
-    subtree. A stop that reads the run's cgroup.procs alone calls the run dead (and 7d20ce8's
-    rmdir of the run's cgroup then fails silently: it has a child)."""
-    import signal
-    rc, doc = cli.json("start", "cgnest", "--settle", "0.5", "--sh", NEST)
-    assert rc == 0, doc
-    cgs = doc["result"]["cgroups"]
-    if not cgs:
-        pytest.skip("no writable cgroup hierarchy here (not root)")
-    wait_for(lambda: len(_procs(_subs(cgs))) >= 2, 10, "the job and its escapee in the nested cgroup")
-    rec = __import__("json").loads((cli.home / "runs" / "cgnest" / "attempts" / "1.json").read_text())
-    esc = [p for p in _procs(_subs(cgs)) if p != doc["result"]["pid"]]
-    assert esc, _procs(_subs(cgs))
-    try:
-        os.kill(rec["shim"]["pid"], signal.SIGKILL)
-        wait_for(lambda: not alive(rec["shim"]["pid"]), 10, "the shim's death")
-        rc, st = cli.json("stop", "cgnest", "--grace", "2")
-        left = [p for p in esc if alive(p)]
-        assert not left or rc != 0, "stop said %d (%s) with the escapee %s alive in %s" % (
-            rc, st["result"].get("verified"), left, _subs(cgs))
-        assert rc == 0 and not any(os.path.isdir(c) for c in cgs), (rc, [c for c in cgs if os.path.isdir(c)])
-    finally:
-        for p in _procs(_subs(cgs)):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        wait_for(lambda: not _procs(_subs(cgs)), 10, "the nested cgroup empty")
-        for p in _subs(cgs) + cgs:
-            try:
-                os.rmdir(p)
-            except OSError:
-                pass
-
-
-def test_stop_and_rm_remove_only_their_own_runs_empty_cgroups(cli, tmp_path):
-    """Runs whose names share a prefix ("x", "x.1", "x-2") and a run "x" of another
-    RUNWARD_HOME, each left with empty cgroups (shim and job SIGKILLed): stop and rm of "x"
-    remove x's, and not one of the others'."""
-    import json
-    import signal
-    other = dict(cli.env, RUNWARD_HOME=str(tmp_path / "home2"))
-    cgs = {}
-    for home, name in ((None, "x"), (None, "x.1"), (None, "x-2"), ("2", "x")):
-        env = other if home else cli.env
-        p = __import__("subprocess").run(cli.argv("start", name, "--settle", "0.2", "--json", "--", "sleep", "300"),
-                                         cwd=cli.cwd, env=env, capture_output=True, text=True, timeout=60)
-        doc = json.loads(p.stdout)
-        assert p.returncode == 0, doc
-        if not doc["result"]["cgroups"]:
-            pytest.skip("no writable cgroup hierarchy here (not root)")
-        h = tmp_path / ("home2" if home else "home")
-        rec = json.loads((h / "runs" / name / "attempts" / "1.json").read_text())
-        for pid in (rec["shim"]["pid"], doc["result"]["pid"]):
-            os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: not alive(pid), 10, "its death")
-        cgs[(home, name)] = doc["result"]["cgroups"]
-    assert all(os.path.isdir(c) for v in cgs.values() for c in v)
-    try:
-        for verb in ("stop", "rm"):
-            p = cli.run(verb, "x")
-            assert p.returncode == 0, p.stdout + p.stderr
-            assert not any(os.path.isdir(c) for c in cgs[(None, "x")]), verb
-            left = {k: [c for c in v if not os.path.isdir(c)] for k, v in cgs.items() if k != (None, "x")}
-            assert not any(left.values()), "%s x removed another run's cgroups: %s" % (verb, left)
-    finally:
-        for v in cgs.values():
-            for c in v:
-                try:
-                    os.rmdir(c)
-                except OSError:
-                    pass
