@@ -99,3 +99,12 @@ def test_docs_cli_md_lists_every_verb_and_flag_as_the_parsers_have_them():
         for a in parser._actions:
             if a.help != "==SUPPRESS==" and a.option_strings and a.dest not in ("help",):
                 assert f"`{a.option_strings[0]}" in text, (name, a.option_strings)
+
+
+def test_readme_test_command_is_the_one_ci_runs():
+    """README's second set-up command is the whole test suite, and .ci/run runs exactly it:
+    a user who copies it runs what CI runs."""
+    blocks = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()[:20] if ln.startswith("    ")]
+    assert len(blocks) >= 2 and blocks[0].endswith("runward demo"), blocks
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if not ln.lstrip().startswith("#")]
+    assert blocks[1] in ci, (blocks[1], ci)
