@@ -191,6 +191,19 @@ def kill_procs(procs: dict[int, int]) -> None:
                 pass
 
 
+def env_flags(*items: str) -> list[str]:
+    """`--env K=V` for each item."""
+    return [a for kv in items for a in ("--env", kv)]
+
+
+def exited_attempt(cli: CLI, name: str, attempt: int) -> dict:
+    """NAME's status once its attempt ATTEMPT has exited."""
+    def done():
+        st = cli.status(name)
+        return st if st["attempt"] == attempt and st["state"] == "exited" else None
+    return wait_for(done, timeout=60, what=f"attempt {attempt} of {name} to exit")
+
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -13,9 +13,9 @@ import time
 import pytest
 
 import fakegpu
-from conftest import EXAMPLE, alive, marked
+from conftest import EXAMPLE, alive, marked, wait_for
+from supervised import end_shims, rec, records, shim_gone
 from test_progress import FAST, _events
-from test_supervise import _end_shims, rec, records, shim_gone, wait_for
 
 PY = sys.executable
 
@@ -25,7 +25,7 @@ def g(cli, tmp_path):
     cli.state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
     cli.env = fakegpu.env_with_standin(cli.state, cli.env)
     yield cli
-    _end_shims(cli.home)
+    end_shims(cli.home)
 
 
 @pytest.fixture
