@@ -4,12 +4,14 @@ Everything here runs real processes; nothing about /proc is mocked."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -146,6 +148,15 @@ def lib(cli, monkeypatch):
     return runward
 
 
+@pytest.fixture
+def no_verb(monkeypatch):
+    """no_verb("doctor"): runward.verbs.doctor cannot be imported in this process, so the
+    library's answer comes from the operation itself, not from the verb run with argv."""
+    def hide(verb: str) -> None:
+        monkeypatch.setitem(sys.modules, f"runward.verbs.{verb}", None)
+    return hide
+
+
 _SRC_COPY: list = []
 
 
@@ -167,3 +178,42 @@ def world_readable_src() -> str:
         atexit.register(shutil.rmtree, base, True)
         _SRC_COPY.append(dest)
     return _SRC_COPY[0]
+
+
+def kill_procs(procs: dict[int, int]) -> None:
+    """SIGKILL the test's own processes, each by pid and start time (/proc), should a verdict
+    fail midway: a pid reused since is never signalled."""
+    for pid, start in procs.items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def env_flags(*items: str) -> list[str]:
+    """`--env K=V` for each item."""
+    return [a for kv in items for a in ("--env", kv)]
+
+
+def exited_attempt(cli: CLI, name: str, attempt: int) -> dict:
+    """NAME's status once its attempt ATTEMPT has exited."""
+    def done():
+        st = cli.status(name)
+        return st if st["attempt"] == attempt and st["state"] == "exited" else None
+    return wait_for(done, timeout=60, what=f"attempt {attempt} of {name} to exit")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fresh_name(prefix: str) -> str:
+    """A run name no other test uses."""
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+def nothing_started(cli: CLI, name: str) -> None:
+    """A refused start of NAME left no process with its marker and no attempt record."""
+    assert not marked(name + "."), f"a refused start of {name} started something"
+    assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"

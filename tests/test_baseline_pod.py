@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from conftest import EXAMPLE
-from test_ledger import FAST, _attempt_lines, _env, _exited, _printed_tok_s, _steps_past, _watch, pod  # noqa: F401
+from conftest import EXAMPLE, env_flags, exited_attempt
+from test_ledger import FAST, _attempt_lines, _printed_tok_s, _steps_past, _watch, pod  # noqa: F401
 
 
 def test_a_baseline_rule_over_ssh_into_a_container_fires_only_on_the_slower_attempt(pod):  # noqa: F811
@@ -29,8 +29,8 @@ def test_a_baseline_rule_over_ssh_into_a_container_fires_only_on_the_slower_atte
         assert rc == 0, doc
         rc, doc = pod.json("start", name)
         assert rc == 0, doc
-        _exited(pod, name, 1)
-        rc, doc = pod.json("restart", name, "--deploy", *_env("TRAIN_TOKS=9000", "TRAIN_STEPS=0"))
+        exited_attempt(pod, name, 1)
+        rc, doc = pod.json("restart", name, "--deploy", *env_flags("TRAIN_TOKS=9000", "TRAIN_STEPS=0"))
         assert rc == 0, doc
         _steps_past(pod, name, 2, 12)
         rc, doc = _watch(pod, name, "30")
@@ -39,7 +39,7 @@ def test_a_baseline_rule_over_ssh_into_a_container_fires_only_on_the_slower_atte
         printed = [statistics.median(_printed_tok_s(_attempt_lines(pod, name, n))[5:]) for n in (1, 2)]
         assert printed[1] / printed[0] == pytest.approx(9000 / 14500, rel=0.05)  # what the job really did
         assert al["baseline"] == 1 and al["ratio"] == pytest.approx(printed[1] / printed[0], rel=0.05), al
-        rc, doc = pod.json("restart", name, *_env("TRAIN_TOKS=14500", "TRAIN_STEPS=0"))
+        rc, doc = pod.json("restart", name, *env_flags("TRAIN_TOKS=14500", "TRAIN_STEPS=0"))
         assert rc == 0, doc
         _steps_past(pod, name, 3, 12)
         rc, doc = _watch(pod, name, "3")

@@ -5,7 +5,6 @@ mid-file leaves the old file or the new one, never a torn one."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import testbed
-from conftest import CLI, wait_for
+from conftest import CLI, sha, wait_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from faults.test_faults import CuttableRelay  # noqa: E402
@@ -43,10 +42,6 @@ def far_tree(cli: CLI, on: list[str], path: str) -> dict:
     rc, doc = cli.json("exec", *on, "--", "python3", "-c", LIST_TREE, path)
     assert rc == 0, doc
     return json.loads(doc["result"]["stdout"])
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def make_source(src: Path) -> None:
@@ -271,7 +266,6 @@ def test_a_directory_where_the_source_has_a_file_is_named_and_replaced_only_with
     assert sorted(d["remote"][len(str(dest)) + 1:] for d in res["deleted"]) == ["cfg", "cfg/old.yaml"]
 
 
-
 def test_status_local_drift_covers_a_deployed_directory(cli, tmp_path):
     pkg = cli.cwd / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -339,3 +333,36 @@ def test_a_temp_file_left_by_a_killed_agent_goes_with_the_next_push(cli, tmp_pat
     res = push(cli, [], f"{src}:{dest}")
     assert res["temps_removed"] == [str(stale)] and res["sent"] == [] and res["deleted"] == [], res
     assert not stale.exists() and fresh.exists()
+
+
+def _strings(doc):
+    if isinstance(doc, dict):
+        for v in doc.values():
+            yield from _strings(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _strings(v)
+    elif isinstance(doc, str):
+        yield doc
+
+
+def test_a_file_where_the_source_has_a_directory_is_not_removed_unsaid(cli, tmp_path):
+    """The target has a file `sub` where the source has a directory `sub/`. The dry run lists
+    only what it would send; the real push (no --delete) removes the file, its bytes gone,
+    and makes the directory: exit 0, 'verified', no word of it. The reverse (a directory
+    where a file goes) is refused (F4). Either refuse, or say it in the plan."""
+    pkg = cli.cwd / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "b.py").write_text("b\n")
+    dst = tmp_path / "dst" / "pkg"
+    dst.mkdir(parents=True)
+    (dst / "sub").write_text("the operator's notes, not runward's\n")
+    rc, plan = cli.json("push", "--on", "local", "--dry-run", f"pkg:{dst}")
+    said = str(dst / "sub") in set(_strings(plan))
+    rc, doc = cli.json("push", "--on", "local", f"pkg:{dst}")
+    if (dst / "sub").is_dir():  # ground truth: the file is gone
+        assert said and str(dst / "sub") in set(_strings(doc)), (
+            "the file %s was removed without --delete and neither the plan nor the push said so: %s"
+            % (dst / "sub", doc))
+    else:
+        assert rc != 0 and (dst / "sub").read_text().startswith("the operator's"), doc

@@ -55,12 +55,12 @@ def test_every_flag_docs_history_md_names_is_a_flag_runward_takes():
     assert named and not named - _flags(), sorted(named - _flags())
 
 
-def test_the_nvidia_smi_run_is_the_first_on_path_as_readme_says(cli, tmp_path):
-    """README says nvidia-smi is the first one on the agent's PATH, which the GPU stand-in
+def test_the_nvidia_smi_run_is_the_first_on_path_as_docs_gpus_md_says(cli, tmp_path):
+    """docs/gpus.md says nvidia-smi is the first one on the agent's PATH, which the GPU stand-in
     relies on: the one `gpus` ran is the stand-in put first on PATH, and one off PATH is not
     found."""
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "The nvidia-smi called is the first one on the agent's `PATH` on the target" in readme
+    page = " ".join((ROOT / "docs" / "gpus.md").read_text().split())
+    assert "The nvidia-smi called is the first one on the agent's `PATH` on the target" in page
     state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
     cli.env = fakegpu.env_with_standin(state, cli.env)
     rc, doc = cli.json("gpus")
@@ -84,3 +84,27 @@ def test_docs_name_exited_early_for_an_exit_during_settle():
             types = set(re.findall(r"`([A-Z][a-z]+[A-Z]\w+)`", sentence)) & set(errors.ERROR_TYPES)
             if re.search(r"exit\w* (during|while) (the |its )?settl", sentence) and types:
                 assert e.kind in types, (doc, sentence)
+
+
+def test_docs_cli_md_lists_every_verb_and_flag_as_the_parsers_have_them():
+    """docs/cli.md's reference is written from the parsers by scripts/cli-reference: a flag
+    added, removed or re-worded without rerunning it fails here."""
+    import subprocess
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "cli-reference"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for name, _, parser in runward_cli.verb_parsers():
+        assert f"### {name}\n" in text, name
+        for a in parser._actions:
+            if a.help != "==SUPPRESS==" and a.option_strings and a.dest not in ("help",):
+                assert f"`{a.option_strings[0]}" in text, (name, a.option_strings)
+
+
+def test_readme_test_command_is_the_one_ci_runs():
+    """README's second set-up command is the whole test suite, and .ci/run runs exactly it:
+    a user who copies it runs what CI runs."""
+    blocks = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()[:20] if ln.startswith("    ")]
+    assert len(blocks) >= 2 and blocks[0].endswith("runward demo"), blocks
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if not ln.lstrip().startswith("#")]
+    assert blocks[1] in ci, (blocks[1], ci)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import testbed
-from conftest import CLI, EXAMPLE, wait_for
+from conftest import CLI, EXAMPLE, env_flags, exited_attempt, wait_for
 
 SECRET = "hf_" + uuid.uuid4().hex  # a secret's value: never in any output
 FAST = ["TRAIN_STEP_SECONDS=0.05", "TRAIN_STEPS=40", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
@@ -24,17 +24,6 @@ FAST = ["TRAIN_STEP_SECONDS=0.05", "TRAIN_STEPS=40", "TRAIN_WORKERS=0", "TRAIN_E
 
 def sha8(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:8]
-
-
-def _env(*items: str) -> list[str]:
-    return [a for kv in items for a in ("--env", kv)]
-
-
-def _exited(cli: CLI, name: str, attempt: int) -> dict:
-    def done():
-        st = cli.status(name)
-        return st if st["attempt"] == attempt and st["state"] == "exited" else None
-    return wait_for(done, timeout=60, what=f"attempt {attempt} of {name} to exit")
 
 
 def _printed_tok_s(log_lines: list[str]) -> list[float]:
@@ -110,15 +99,15 @@ def test_history_says_what_changed_and_what_it_did_locally(cli):
     train = cli.cwd / "train.py"
     old = EXAMPLE.read_bytes()
     train.write_bytes(old)
-    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*FAST, "TRAIN_TOKS=14500"),
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *env_flags(*FAST, "TRAIN_TOKS=14500"),
                        "--", "python3", "train.py")
     assert rc == 0, doc
-    _exited(cli, name, 1)
+    exited_attempt(cli, name, 1)
     new = old + b"\n# attempt 2: a changed train.py\n"
     train.write_bytes(new)
-    rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=9000", f"HF_TOKEN={SECRET}"))
+    rc, doc = cli.json("restart", name, *env_flags("TRAIN_TOKS=9000", f"HF_TOKEN={SECRET}"))
     assert rc == 0, doc
-    _exited(cli, name, 2)
+    exited_attempt(cli, name, 2)
     _check_history(cli, name, old, new, "/train.py")
     _check_compare(cli, name, old, new)
 
@@ -127,12 +116,12 @@ def test_compare_says_too_few_points_rather_than_a_number(cli):
     name = f"lf{uuid.uuid4().hex[:6]}"
     (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
     short = ["TRAIN_STEP_SECONDS=0.5", "TRAIN_STEPS=3", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
-    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*short), "--", "python3", "train.py")
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *env_flags(*short), "--", "python3", "train.py")
     assert rc == 0, doc
-    _exited(cli, name, 1)
+    exited_attempt(cli, name, 1)
     rc, doc = cli.json("restart", name)
     assert rc == 0, doc
-    _exited(cli, name, 2)
+    exited_attempt(cli, name, 2)
     rc, doc = cli.json("compare", name)
     assert rc == 0, doc
     res = doc["result"]
@@ -179,12 +168,12 @@ def test_history_over_ssh_into_a_container_after_a_deploy(pod):
         rc, doc = pod.json("start", name)
         assert rc == 0, doc
         assert not Path(dest).exists(), "the files must land in the container, not on this host"
-        _exited(pod, name, 1)
+        exited_attempt(pod, name, 1)
         new = old + b"\n# attempt 2: a changed train.py\n"
         (pod.cwd / "train.py").write_bytes(new)
-        rc, doc = pod.json("restart", name, "--deploy", *_env("TRAIN_TOKS=9000", f"HF_TOKEN={SECRET}"))
+        rc, doc = pod.json("restart", name, "--deploy", *env_flags("TRAIN_TOKS=9000", f"HF_TOKEN={SECRET}"))
         assert rc == 0, doc
-        _exited(pod, name, 2)
+        exited_attempt(pod, name, 2)
         _check_history(pod, name, old, new, f"{dest}/train.py")
         _check_compare(pod, name, old, new)
     finally:
@@ -206,12 +195,12 @@ def test_compare_never_keeps_a_secret_and_rm_removes_what_it_kept(cli):
     assert rc == 0, doc
     rc, doc = cli.json("start", name)
     assert rc == 0, doc
-    _exited(cli, name, 1)
+    exited_attempt(cli, name, 1)
     (cli.cwd / "conf.yaml").write_text(f"lr: 2\ntoken: {SECRET}\n")
     (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes() + b"# v2\n")
-    rc, doc = cli.json("restart", name, "--deploy", *_env(f"HF_TOKEN={SECRET}"))
+    rc, doc = cli.json("restart", name, "--deploy", *env_flags(f"HF_TOKEN={SECRET}"))
     assert rc == 0, doc
-    _exited(cli, name, 2)
+    exited_attempt(cli, name, 2)
     p = cli.run("compare", name, "--json")
     assert p.returncode == 0 and SECRET not in p.stdout + p.stderr, p.stderr
     import json
@@ -250,10 +239,10 @@ def test_a_baseline_rule_fires_on_a_slower_attempt_and_not_on_an_equal_one(cli):
     (cli.cwd / "runward.toml").write_text(toml.replace("{b}", "best"))
     rc, doc = cli.json("start", name)
     assert rc == 0, doc
-    _exited(cli, name, 1)  # the baseline: 40 steps at 14500 tok/s
+    exited_attempt(cli, name, 1)  # the baseline: 40 steps at 14500 tok/s
     try:
         # slower: 9000 tok/s, running on (TRAIN_STEPS=0) while the watch judges it
-        rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=9000", "TRAIN_STEPS=0"))
+        rc, doc = cli.json("restart", name, *env_flags("TRAIN_TOKS=9000", "TRAIN_STEPS=0"))
         assert rc == 0, doc
         _steps_past(cli, name, 2, 12)
         rc, doc = _watch(cli, name, "30")
@@ -263,7 +252,7 @@ def test_a_baseline_rule_fires_on_a_slower_attempt_and_not_on_an_equal_one(cli):
         assert "of attempt 1's" in al["detail"], al
         # equal: 14500 again, judged against attempt 1 by number
         (cli.cwd / "runward.toml").write_text(toml.replace("{b}", "attempt:1"))
-        rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=14500", "TRAIN_STEPS=0"))
+        rc, doc = cli.json("restart", name, *env_flags("TRAIN_TOKS=14500", "TRAIN_STEPS=0"))
         assert rc == 0, doc
         _steps_past(cli, name, 3, 12)
         rc, doc = _watch(cli, name, "3")
@@ -291,14 +280,14 @@ def test_a_bad_baseline_rule_is_exit_2_naming_it(cli, rule, word):
 
 def _two_short_attempts(cli: CLI, name: str) -> None:
     (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
-    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*FAST, "TRAIN_TOKS=14500"),
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *env_flags(*FAST, "TRAIN_TOKS=14500"),
                        "--", "python3", "train.py")
     assert rc == 0, doc
-    _exited(cli, name, 1)
+    exited_attempt(cli, name, 1)
     (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes() + b"# v2\n")
-    rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=13000"))
+    rc, doc = cli.json("restart", name, *env_flags("TRAIN_TOKS=13000"))
     assert rc == 0, doc
-    _exited(cli, name, 2)
+    exited_attempt(cli, name, 2)
 
 
 def _untimed(doc: dict) -> dict:

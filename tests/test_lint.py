@@ -14,6 +14,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -643,3 +644,37 @@ def test_real_ssh_splits_a_joined_word_and_the_fix_runs_in_the_container():
     assert lint(fixed) == [], format_findings(fixed, lint(fixed))
     p = run_bash(fixed)
     assert p.stdout.split() == [inside], (fixed, p)
+
+
+@pytest.mark.parametrize("script", ['trap "rm -f /tmp/lock" EXIT; pkill -f {p}', "time pkill -f {p}",
+                                    'trap "echo bye" INT; true; pkill -f {p}'])
+def test_lint_calls_a_bash_c_that_does_not_exec_its_pkill_an_error(cli, script):
+    """bash 5.2 execs a -c string's last simple command, unless a trap is set (it must run it)
+    or the command is timed (the shell must report the time): then bash stays, carries the
+    pattern in its argv and pkill -f kills it. Checked here with real bash first; lint said only
+    `self-kill-fragile` (a warning, exit 0) for these."""
+    import shutil
+    import subprocess
+    import uuid
+    if not shutil.which("bash"):
+        pytest.skip("no bash here to check what it does")
+    pat = "rv2" + uuid.uuid4().hex[:8]  # this test's own argv never carries it
+    real = subprocess.run(["bash", "-c", script.format(p=pat)], capture_output=True, timeout=20)
+    assert real.returncode == -signal.SIGTERM, f"bash was not killed by its own pkill here: {real}"
+    rc, doc = cli.json("lint", "bash -c '%s'" % script.format(p="train.py").replace("'", "'\\''"))
+    kinds = [(f["rule"], f["severity"]) for f in doc["result"]["findings"]]
+    assert ("self-kill", "error") in kinds and rc != 0, (rc, kinds)
+
+
+def test_lint_calls_a_pkill_under_bash_c_eval_an_error(cli):
+    """`bash -c 'eval pkill -f X'`: eval runs the words in the same shell, which stays (bash 5.2
+    execs no command from an eval), so pkill -f kills it; lint said a warning, as for a lone
+    pkill that bash execs."""
+    import subprocess
+    import uuid
+    pat = "rv2" + uuid.uuid4().hex[:8]
+    real = subprocess.run(["bash", "-c", f"eval pkill -f {pat}"], capture_output=True, timeout=20)
+    assert real.returncode == -signal.SIGTERM, f"bash was not killed by its own pkill here: {real}"
+    rc, doc = cli.json("lint", "bash -c 'eval pkill -f train.py'")
+    kinds = [(f["rule"], f["severity"]) for f in doc["result"]["findings"]]
+    assert ("self-kill", "error") in kinds and rc != 0, (rc, kinds)

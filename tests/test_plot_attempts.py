@@ -9,22 +9,11 @@ import uuid
 
 import pytest
 
-from conftest import EXAMPLE, wait_for
+from conftest import EXAMPLE, env_flags, exited_attempt
 
 pytest.importorskip("matplotlib", reason="plot needs matplotlib (the `plot` extra)")
 
 FAST = ["TRAIN_STEP_SECONDS=0.05", "TRAIN_STEPS=30", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
-
-
-def _env(*items):
-    return [a for kv in items for a in ("--env", kv)]
-
-
-def _exited(cli, name, attempt):
-    def done():
-        st = cli.status(name)
-        return st if st["attempt"] == attempt and st["state"] == "exited" else None
-    return wait_for(done, timeout=60, what=f"attempt {attempt} of {name} to exit")
 
 
 def _printed(cli, name, n):
@@ -44,13 +33,13 @@ def _printed(cli, name, n):
 def test_plot_attempts_overlays_what_each_attempt_printed(cli):
     name = f"po{uuid.uuid4().hex[:6]}"
     (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
-    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*FAST, "TRAIN_TOKS=14500"),
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *env_flags(*FAST, "TRAIN_TOKS=14500"),
                        "--", "python3", "train.py")
     assert rc == 0, doc
-    _exited(cli, name, 1)
-    rc, doc = cli.json("restart", name, *_env("TRAIN_TOKS=9000"))
+    exited_attempt(cli, name, 1)
+    rc, doc = cli.json("restart", name, *env_flags("TRAIN_TOKS=9000"))
     assert rc == 0, doc
-    _exited(cli, name, 2)
+    exited_attempt(cli, name, 2)
     png = cli.cwd / "over.png"
     rc, doc = cli.json("plot", name, "--attempts", "1,2", "-o", str(png))
     assert rc == 0, doc
@@ -71,15 +60,15 @@ def test_plot_attempts_overlays_what_each_attempt_printed(cli):
 def test_plot_attempts_names_a_missing_attempt_and_one_without_metrics(cli):
     name = f"pm{uuid.uuid4().hex[:6]}"
     (cli.cwd / "train.py").write_bytes(EXAMPLE.read_bytes())
-    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *_env(*FAST), "--", "python3", "train.py")
+    rc, doc = cli.json("start", name, "--cwd", str(cli.cwd), "--settle", "0.3", *env_flags(*FAST), "--", "python3", "train.py")
     assert rc == 0, doc
-    _exited(cli, name, 1)
+    exited_attempt(cli, name, 1)
     quiet = cli.cwd / "quiet"
     quiet.mkdir()
     (quiet / "train.py").write_text("import time\nprint('hello, no metrics here', flush=True)\ntime.sleep(1)\n")
     rc, doc = cli.json("restart", name, "--cwd", str(quiet), "--settle", "0.3")
     assert rc == 0, doc
-    _exited(cli, name, 2)
+    exited_attempt(cli, name, 2)
     out = str(cli.cwd / "x.png")
     p = cli.run("plot", name, "--attempts", "1,7", "-o", out)
     assert p.returncode == 4 and "no attempt 7" in p.stderr and "1-2" in p.stderr, p.stderr

@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 
 import fakegpu
-from conftest import CLI, EXAMPLE, alive
-from test_supervise import _end_shims, rec, records, shim_gone, wait_for
+from conftest import CLI, EXAMPLE, alive, wait_for
+from supervised import rec, records, shim_gone, sup  # noqa: F401 (sup: the fixture)
 
 PY = sys.executable
 FAST = ["--env", "TRAIN_STEP_SECONDS=0.02", "--env", "TRAIN_WORKERS=0", "--env", "TRAIN_ESCAPEE=0"]
-
-
-@pytest.fixture
-def sup(cli):
-    yield cli
-    _end_shims(cli.home)
 
 
 def start(c: CLI, name: str, *args: str) -> tuple[int, dict]:

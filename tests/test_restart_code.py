@@ -5,18 +5,13 @@ the container for a container) and the job's (pid, start time) in /proc by its m
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import uuid
 
 import testbed
-from conftest import alive, marked
-from test_restart_trust import JOB, _only, _sha_in_pod, pod  # noqa: F401  (pod: the fixture)
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+from conftest import alive, marked, sha
+from podjob import JOB, only, pod, sha_in_pod  # noqa: F401  (pod: the fixture)
 
 
 def _project(cli, name: str, dest: str, on: str | None = None) -> None:
@@ -43,7 +38,7 @@ def test_restart_names_each_file_whose_code_changed_and_says_when_none_did(cli, 
     res = doc["result"]
     assert res["code"]["changed"] == {path: {"from": v1, "to": v2}}, res
     assert res["changed"]["code"] == res["code"]["changed"], res
-    job = _only(marked(f"{name}.{res['attempt']}"))
+    job = only(marked(f"{name}.{res['attempt']}"))
     # nothing changed: said plainly, in the text a person reads too
     p = cli.run("restart", name)
     assert p.returncode == 0, p.stderr
@@ -67,7 +62,7 @@ def test_restart_compares_files_never_deployed_with_the_targets_copy(cli, tmp_pa
     shutil.copy(cli.cwd / "job.py", dest / "job.py")
     rc, doc = cli.json("start", name)
     assert rc == 0, doc
-    job = _only(marked(f"{name}.1"))
+    job = only(marked(f"{name}.1"))
     (cli.cwd / "job.py").write_text(JOB.format(v="v2"))
     elsewhere = tmp_path / "wrong-place"
     elsewhere.mkdir()
@@ -121,7 +116,7 @@ def test_a_fix_copied_to_the_host_instead_of_the_container_refuses_the_restart(p
         rc, doc = pod.json("restart", name)
         assert rc == 2 and f"{dest}/job.py" in doc["error"]["message"], doc
         assert "never deployed" in doc["error"]["message"], doc
-        assert _sha_in_pod(pod, f"{dest}/job.py") == sha(v1)
+        assert sha_in_pod(pod, f"{dest}/job.py") == sha(v1)
         rc, st = pod.json("status", name)
         assert rc == 0 and st["result"]["runs"][0]["attempt"] == 1 and st["result"]["runs"][0]["state"] == "running", st
     finally:

@@ -13,9 +13,9 @@ import time
 import pytest
 
 import fakegpu
-from conftest import EXAMPLE, alive
+from conftest import EXAMPLE, alive, marked, wait_for
+from supervised import end_shims, rec, records, shim_gone
 from test_progress import FAST, _events
-from test_supervise import _end_shims, rec, records, shim_gone, wait_for
 
 PY = sys.executable
 
@@ -25,7 +25,7 @@ def g(cli, tmp_path):
     cli.state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
     cli.env = fakegpu.env_with_standin(cli.state, cli.env)
     yield cli
-    _end_shims(cli.home)
+    end_shims(cli.home)
 
 
 @pytest.fixture
@@ -141,3 +141,83 @@ def test_stop_of_a_blocked_restart_whose_shim_does_not_end_is_not_verified(g, ho
     holder.kill()
     holder.wait()
     assert not rec(g.home, "rf", 2).get("job"), "the cancelled attempt started"
+
+
+def _live_jobs(name):
+    """Ground truth: the live processes carrying the run's marker, by attempt."""
+    out = {}
+    for pid, start in marked(name + ".").items():
+        try:
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        for kv in env:
+            if kv.startswith(b"RUNWARD_RUN="):
+                out.setdefault(kv.split(b"=", 1)[1].decode(), []).append(pid)
+    return out
+
+
+def _held_mib(state, gpu):
+    """Ground truth from the stand-in's state: MiB held on GPU by live processes."""
+    st = fakegpu.read_state(state)
+    return sum(p.get("mib", 0) for p in st["procs"] if p.get("gpu") == gpu and alive(p["pid"]))
+
+
+def test_a_second_restart_while_blocked_does_not_start_on_the_held_gpu(g, holder):
+    """The first restart is blocked on GPU 1 (held by another process). A second restart's
+    stop cancels the blocked attempt, which never ran, and so checked no GPU: the third
+    attempt started at once, exit 0, on a GPU still holding 2,000 MiB (an OOM at once on a
+    real one). It must pass the gate as the first restart did: blocked, nothing forked."""
+    _started(g, "r2", "1")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    rc, doc = g.json("restart", "r2", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    rc, doc = g.json("restart", "r2", "--gpu-release-timeout", "0.3")
+    assert _held_mib(g.state, 1) == 2000, fakegpu.dump(g.state)
+    jobs = _live_jobs("r2")
+    assert not jobs, f"an attempt started while GPU 1 held 2,000 MiB: {jobs}, restart said rc={rc} {doc}"
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    assert not rec(g.home, "r2", 3).get("job"), rec(g.home, "r2", 3)
+    holder.kill()
+    holder.wait()
+    st = wait_for(lambda: (lambda s: s if s["state"] == "running" else None)(g.status("r2")), timeout=30,
+                  what="the blocked attempt to start by itself")
+    assert list(_live_jobs("r2")) == [f"r2.{st['attempt']}"], _live_jobs("r2")
+    assert g.json("stop", "r2")[0] == 0
+
+
+def test_a_stop_as_the_gpu_is_released_cancels_the_blocked_restart_at_once(g, holder):
+    """The holder ends and `stop` comes at the same moment: the waiter's poll sees the GPU
+    free and asks for the run lock, which the stop holds while it waits for that very waiter
+    to end. Ground truth: nothing starts, the waiter ends; the stop must say cancelled, not
+    wait out its 10 s and answer `blocked`."""
+    import time
+    _started(g, "rs", "1")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    rc, doc = g.json("restart", "rs", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and doc["result"]["state"] == "blocked", doc
+    a2 = rec(g.home, "rs", 2)
+    holder.kill()
+    holder.wait()
+    t0 = time.monotonic()
+    rc, doc = g.json("stop", "rs")
+    took = time.monotonic() - t0
+    wait_for(lambda: not alive(a2["shim"]["pid"], a2["shim"]["start"]), what="the waiter to end")
+    assert not _live_jobs("rs"), _live_jobs("rs")
+    assert rc == 0 and doc["result"]["state"] == "failed" and doc["result"]["restart_cancelled"], (took, doc)
+    assert took < 5, f"the stop took {took:.1f}s"
+
+
+def test_rm_of_a_blocked_restart_says_blocked_as_status_does(g, holder):
+    """rm of a run whose restart waits for its GPUs is refused (its waiter would start the job
+    later: right), but it said `run rb is starting (attempt 2, pid None)` while status says
+    blocked and no job was ever forked."""
+    _started(g, "rb", "1")
+    fakegpu.attach(g.state, 1, holder.pid, 2000)
+    rc, doc = g.json("restart", "rb", "--gpu-release-timeout", "0.3")
+    assert rc == 5 and g.status("rb")["state"] == "blocked", doc
+    rc, doc = g.json("rm", "rb")
+    assert rc == 1 and doc["error"]["type"] == "RunAlive", doc
+    assert "is blocked" in doc["error"]["message"] and "starting" not in doc["error"]["message"], doc["error"]
+    assert (g.home / "runs" / "rb").is_dir() and not _live_jobs("rb")
+    assert g.json("stop", "rb")[0] == 0

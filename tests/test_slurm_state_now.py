@@ -13,8 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import testbed
 from conftest import marked, wait_for
-from test_rm_prune_trust import _unreachable_conf
 from test_slurm import in_queue, sb, slurm_testbed  # noqa: F401 (sb: the Slurm testbed fixture)
 
 
@@ -55,7 +55,7 @@ def test_a_stop_that_cannot_read_slurm_exits_3_and_the_job_runs_on(cli, sb, tmp_
     rc, doc = cli.json("start", "sl-stop3", "--on", on, "--settle", "1", "--", "/bin/sleep", "300")
     assert rc == 0 and doc["result"]["slurm_state"] == "RUNNING", doc
     job_id = doc["result"]["job_id"]
-    restore = _with_conf(cli, _unreachable_conf(sb, tmp_path))
+    restore = _with_conf(cli, testbed.unreachable_slurm_conf(sb, tmp_path))
     rc, doc = cli.json("stop", "sl-stop3", "--on", on, "--grace", "2")  # no controller: connect failure
     assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
     assert "Unable to contact slurm controller" in doc["error"]["message"], doc

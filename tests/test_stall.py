@@ -508,3 +508,65 @@ def test_each_ranks_step_from_a_big_rank_prefixed_log_is_the_last_it_printed(cli
             each = [stall._rank_of(line.decode("utf-8", "replace").replace("\r", "")) for line in block.split(b"\n")]
             want = [(key, linesteps.step_of(rest)) for key, rest in each]
             assert facts == want and [type(s) for _, s in facts] == [type(s) for _, s in want], path.name
+
+
+MEGATRON = (" [2026-12-04 20:00:00] iteration {:>8d}/  500000 | consumed samples: {:>12d} | elapsed time per "
+            "iteration (ms): 2000.0 | learning rate: 3.0E-04 | lm loss: 2.3E+00 |\n")
+
+
+def test_a_step_printed_every_100_iterations_is_not_a_stall_between_two_prints(tmp_path):
+    """Megatron's default --log-interval 100: one line per 100 iterations. At 2 s an
+    iteration the log gains a line every 200 s, and the job is healthy throughout. The
+    derived stall_after was 10 x the per-iteration time (20 s), floored at 120 s: a false
+    `stall` 130 s after each print, before the next one is even due. A real log file, the
+    agent's own store; time is the log's mtime, as the agent reads it."""
+    from runward.agent import stall
+    from runward.agent.store import Home, RunStore
+    home = Home(str(tmp_path / "home"))
+    store = RunStore(home, "mega")
+    os.makedirs(store.dir, exist_ok=True)
+    log = tmp_path / "train.log"
+    t0 = 1_800_000_000.0
+    att = {"attempt": 1, "log": str(log), "started_at": t0, "log_offset": 0}
+    alerts = []
+    with open(log, "a") as f:
+        for k in range(1, 6):  # prints at t0+200, +400, ... each read when written
+            f.write(MEGATRON.format(100 * k, 12800 * k))
+            f.flush()
+            os.utime(log, (t0 + 200 * k, t0 + 200 * k))
+            res = stall.check(store, att, now=t0 + 200 * k, capture=False)
+            alerts += res["alerts"]
+            # halfway to the next print (100 s) and just before it (190 s): still healthy
+            for dt in (100, 190):
+                alerts += stall.check(store, att, now=t0 + 200 * k + dt, capture=False)["alerts"]
+    assert not alerts, (f"a false stall on a healthy run printing every 200 s: stall_after "
+                        f"{res['stall_after']} ({res['stall_after_from']}): {alerts[0]['detail']}")
+    assert res["stall_after"] >= 1000, res  # >= 10 x the 200 s between its step lines
+    # and a real stall is still found: no new line for 10 x the interval and more
+    late = stall.check(store, att, now=t0 + 1000 + res["stall_after"] + 5, capture=False)
+    assert [a["kind"] for a in late["alerts"]] == ["stall"], late
+
+
+def test_a_block_buffered_log_is_not_a_stall_between_two_flushes(tmp_path):
+    """print() to a file is block-buffered (8 KiB): at 2 s a step and ~80-byte lines the log
+    gains 100 lines every 200 s. A watch reading every 10 s sees the step advance by 100 at
+    each flush; 130 s after one the run was called stalled (stall_after 120 s derived from
+    2 s a step), though the next flush was 70 s away and the job healthy."""
+    from runward.agent import stall
+    from runward.agent.store import Home, RunStore
+    home = Home(str(tmp_path / "home"))
+    store = RunStore(home, "buf")
+    os.makedirs(store.dir, exist_ok=True)
+    log = tmp_path / "train.log"
+    t0 = 1_800_000_000.0
+    att = {"attempt": 1, "log": str(log), "started_at": t0, "log_offset": 0}
+    alerts, step = [], 0
+    with open(log, "a") as f:
+        for k in range(1, 6):
+            f.write("".join(f"step {step + i} loss 2.{i:04d} tok/s 14500.0 lr 3.0e-04\n" for i in range(1, 101)))
+            step += 100
+            f.flush()
+            os.utime(log, (t0 + 200 * k, t0 + 200 * k))
+            for dt in range(0, 200, 10):  # a watch's reads
+                alerts += stall.check(store, att, now=t0 + 200 * k + dt, capture=False)["alerts"]
+    assert not alerts, alerts[0]["detail"]

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import subprocess
+import sys
+import time
+
+import pytest
 
 from conftest import alive, gate, read_stat, wait_for
+from test_membership import kill_all, procs_with, record, stat_fields
 
 def leaves_a_child(cli) -> str:
     """A job that leaves a sleep behind and exits once the test touches cli.cwd/go (past the
@@ -87,3 +91,61 @@ def test_the_job_session_after_its_leader_died_is_guarded_by_boot_and_start_time
         for p in procfs.scan().values():
             if p.sid == leader.pid:
                 os.kill(p.pid, signal.SIGKILL)
+
+
+REUSE = r'''
+import os, sys
+target, token = int(sys.argv[1]), sys.argv[2]
+for _ in range(3000):
+    r, w = os.pipe()
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(target - 1))
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        if os.getpid() != target:
+            os._exit(1)
+        os.setsid()  # session and group TARGET, as the lost job's were
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", token])
+        os._exit(0)  # the leader goes; its sleep stays in session TARGET
+    os.close(w)
+    hit = os.read(r, 1) == b"" and os.waitpid(pid, 0)[1] == 0
+    os.close(r)
+    if hit:
+        sys.exit(0)
+sys.exit(3)
+'''
+
+
+def test_a_lost_runs_reused_session_number_is_another_programs_and_never_stopped(cli):
+    """A lost attempt (shim and job SIGKILLed: no exit record) keeps claiming session/group
+    X (its job's pid) with no end bound: once X is free, any program that gets pid X and
+    makes a session leaves processes that runward calls the run's. Before: status listed an
+    unrelated `sleep` as the run's stray, `start` was refused over it, and `stop` SIGTERMed
+    it ('1 process(es) dead, verified'): design rule 2 (pids are reused) and rule 3."""
+    if os.geteuid() != 0 or not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        pytest.skip("needs root to pick the next pid (ns_last_pid) and make the reuse real")
+    rc, doc = cli.json("start", "lostreuse", "--settle", "0.2", "--", "sleep", "600")
+    assert rc == 0, doc
+    att = record(cli.home, "lostreuse")
+    shim, job = att["shim"], att["job"]
+    token = f"8{os.getpid() % 100000:05d}6"
+    try:
+        for who in (shim, job):
+            os.kill(who["pid"], signal.SIGKILL)
+            wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
+        assert cli.status("lostreuse")["state"] == "lost"
+        # an unrelated program (no marker, no cgroup of the run, not adopted) in session X
+        p = subprocess.run([sys.executable, "-c", REUSE, str(job["pid"]), token], env={"PATH": "/usr/bin:/bin"})
+        if p.returncode != 0:
+            pytest.skip("pid %d was not free to take again (a busy machine)" % job["pid"])
+        other = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the unrelated sleep")[0]
+        assert int(stat_fields(other)[3]) == job["pid"] and b"RUNWARD_RUN" not in open(
+            f"/proc/{other}/environ", "rb").read()
+        st = cli.status("lostreuse")
+        assert other not in (st.get("stray_processes") or []), "an unrelated process called the run's: %s" % st
+        rc, doc = cli.json("stop", "lostreuse", "--grace", "2")
+        assert alive(other), "stop signalled an unrelated process: %s" % doc
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode()))

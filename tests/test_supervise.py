@@ -21,63 +21,11 @@ from pathlib import Path
 import pytest
 
 from conftest import CLI, EXAMPLE, alive, gate, marked, wait_for
+from supervised import end_shims, rec, records, shim_gone, shims_of, sup  # noqa: F401 (sup: the fixture)
 
 PY = sys.executable
 # attempt n of the run, from the marker RUNWARD_RUN=<run>.<attempt>
 N = 'n=${RUNWARD_RUN##*.}; '
-
-
-@pytest.fixture
-def sup(cli):
-    yield cli
-    _end_shims(cli.home)
-
-
-def shims_of(home: Path) -> list[int]:
-    """The shims of this home, and the next attempts' processes they fork in advance
-    (zygotes: forks of the shim, found the same way), from /proc."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"runward-shim" in cmd and b"RUNWARD_HOME=" + str(home).encode() in env and alive(int(d)):
-            out.append(int(d))
-    return out
-
-
-def _end_shims(home: Path) -> None:
-    """A supervising shim would start the next attempt of what the cli fixture kills: its
-    shims go first, then the jobs."""
-    for pid in shims_of(home):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def records(home: Path, name: str) -> list[dict]:
-    d = home / "runs" / name / "attempts"
-    return [json.loads(p.read_text()) for p in sorted((p for p in d.glob("*.json") if p.stem.isdigit()),
-                                                      key=lambda p: int(p.stem))]
-
-
-def rec(home: Path, name: str, n: int) -> dict:
-    p = home / "runs" / name / "attempts" / f"{n}.json"
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def shim_gone(home: Path, name: str) -> bool:
-    last = records(home, name)[-1]
-    s = last.get("shim") or {}
-    return not alive(s["pid"], s["start"])
 
 
 def start(c: CLI, name: str, *args: str) -> tuple[int, dict]:
@@ -472,7 +420,7 @@ def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path
         wait_for(lambda: shim_gone(home, name), what="the shim to end")
         assert len(records(home, name)) == 3 and not marked(name + ".")
     finally:
-        _end_shims(home)
+        end_shims(home)
         for pid, s in marked(name + ".").items():
             try:
                 os.kill(pid, signal.SIGKILL)

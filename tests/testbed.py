@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
+from pathlib import Path
 
 DEFAULT_DIR = "/tmp/runward-testbed"
 NOT_UP = "needs root and `scripts/testbed up`: no ssh test hosts"
@@ -106,3 +109,19 @@ def ssh_argv(host: str, *remote: str, tb: dict | None = None) -> list[str]:
     if not tb:
         raise RuntimeError(NOT_UP)
     return ["ssh", "-F", tb["ssh_config"], host, *remote]
+
+
+def unreachable_slurm_conf(sb: dict, tmp_path: Path) -> Path:
+    """A copy of the testbed's slurm.conf whose controller port nobody listens on: the real
+    squeue and scontrol fail as they do when slurmctld is down ("slurm_load_jobs error:
+    Unable to contact slurm controller (connect failure)", exit 1), within a second
+    (MessageTimeout=1), and the shared slurmctld is never touched."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # free, and nothing listens on it
+    text = Path(sb["conf"]).read_text()
+    text = "\n".join(ln for ln in text.splitlines() if not re.match(r"(?i)(SlurmctldPort|MessageTimeout)=", ln))
+    conf = tmp_path / "unreachable-slurm.conf"
+    conf.write_text(text + f"\nSlurmctldPort={port}\nMessageTimeout=1\n")
+    return conf

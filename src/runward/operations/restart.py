@@ -1,7 +1,7 @@
 """restart: verified stop, [deploy,] verified start with the run's definition (runward.toml's
 when it has the run, else the last attempt's spec), and what changed; on one target, every
 node of a multi-node run (all or nothing), or every run of runward.toml (--all). Every local
-input is checked before anything is stopped (tests/test_restart_trust.py)."""
+input is checked before anything is stopped (tests/test_restart_refusals.py)."""
 
 from __future__ import annotations
 

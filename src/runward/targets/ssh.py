@@ -154,7 +154,7 @@ def _own_master(base: list[str], dest: str, port: int | None, proxy: str = "") -
     for word in base:
         if word.startswith("ControlPath=") and word.endswith("/%C"):
             key = "\0".join((os.environ.get("RUNWARD_SSH_CONFIG", ""), dest, str(port or ""))).encode()
-            if proxy:  # no proxy: the tag as before, so masters already up stay found
+            if proxy:  # without a proxy the tag is the proxy-less one: a master an older runward started stays found
                 key += b"\0" + proxy.encode()
             word = "%s%08x-%%C" % (word[:-2], binascii.crc32(key))
         out.append(word)

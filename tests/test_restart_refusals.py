@@ -4,7 +4,6 @@ the sha256 of the deployed file where the job reads it (in the container for a c
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -14,18 +13,8 @@ from pathlib import Path
 import pytest
 
 import testbed
-from conftest import CLI, alive, marked, wait_for
-
-JOB = "import time\nprint('job {v}', flush=True)\ntime.sleep(600)\n"
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _only(procs: dict[int, int]) -> tuple[int, int]:
-    assert len(procs) == 1, f"expected one marked process, found {procs}"
-    return next(iter(procs.items()))
+from conftest import CLI, alive, marked, sha, wait_for
+from podjob import JOB, only, pod, sha_in_pod  # noqa: F401 (pod: the fixture)
 
 
 def _project(cli: CLI, name: str, dest: str, on: str | None = None, extra: str = "") -> None:
@@ -45,7 +34,7 @@ def _deploy_and_start(cli: CLI, name: str) -> tuple[int, int]:
     assert rc == 0, doc
     rc, doc = cli.json("start", name)
     assert rc == 0, doc
-    return _only(marked(f"{name}.{doc['result']['attempt']}"))
+    return only(marked(f"{name}.{doc['result']['attempt']}"))
 
 
 def _refused(cli: CLI, name: str, job: tuple[int, int], *args: str) -> dict:
@@ -67,7 +56,7 @@ def test_restart_checks_every_local_input_before_it_stops_the_run(cli, tmp_path)
     assert rc == 0, doc
     rc, doc = cli.json("start", name, "--env-file", "secret.env")
     assert rc == 0, doc
-    job = _only(marked(f"{name}.1"))
+    job = only(marked(f"{name}.1"))
     toml = (cli.cwd / "runward.toml").read_text()
 
     # a file --deploy would send is gone
@@ -121,7 +110,7 @@ def test_restart_refuses_to_run_old_code_when_the_files_drift_locally(cli, tmp_p
     assert [s["step"] for s in doc["result"]["steps"]] == ["stop", "start"]
     assert [d["remote"] for d in doc["result"]["local_drift"]] == [f"{dest}/job.py"], doc["result"]
     assert not alive(*job) and sha((dest / "job.py").read_bytes()) == v1
-    job = _only(marked(f"{name}.2"))
+    job = only(marked(f"{name}.2"))
     rc, doc = cli.json("restart", name, "--deploy", "--no-deploy")
     assert rc == 2 and alive(*job), doc
     _refused(cli, name, job)  # the drift is still there: a plain restart still refuses
@@ -161,7 +150,7 @@ def test_the_python_api_and_the_mcp_tool_offer_the_same_choice(cli, tmp_path, mo
     r = runward.restart(name, deploy=False, config=cfg, settle=0.3)
     assert r.ok and [s["step"] for s in r.document["result"]["steps"]] == ["stop", "start"], r.to_json()
     assert not alive(*job) and sha((dest / "job.py").read_bytes()) != sha((cli.cwd / "job.py").read_bytes())
-    job = _only(marked(f"{name}.2"))
+    job = only(marked(f"{name}.2"))
     pytest.importorskip("mcp", reason="the MCP half needs the MCP SDK: pip install -e '.[mcp]'")
     from test_mcp import _call, _session
     import anyio
@@ -181,26 +170,6 @@ def test_the_python_api_and_the_mcp_tool_offer_the_same_choice(cli, tmp_path, mo
 
 # --------------------------------------------------------------------------- a container behind ssh
 
-@pytest.fixture
-def pod(tmp_path):
-    tb = testbed.require("podman")
-    c = CLI(tmp_path / "home", tmp_path / "work")
-    (tmp_path / "work").mkdir()
-    c.env = testbed.env(tb, c.env)
-    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
-    c.dir = f"/tmp/rw-rt-{uuid.uuid4().hex[:8]}"  # in the container's own /tmp
-    c.container = tb["podman"]
-    c.toml_head = f'[targets.h1pod]\non = "ssh://rw1/podman:{tb["podman"]}"\nhome = "{c.dir}/home"\n\n'
-    yield c
-    subprocess.run(["podman", "exec", "-i", c.container, "rm", "-rf", c.dir], env=c.env, capture_output=True)
-
-
-def _sha_in_pod(pod, path: str) -> str:
-    p = subprocess.run(["podman", "exec", "-i", pod.container, "sha256sum", path], env=pod.env,
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.split()[0]
-
 
 def test_restart_over_ssh_into_a_container_refuses_drift_and_a_missing_file(pod):
     name = f"rtp{uuid.uuid4().hex[:6]}"
@@ -210,16 +179,16 @@ def test_restart_over_ssh_into_a_container_refuses_drift_and_a_missing_file(pod)
         job = _deploy_and_start(pod, name)
         assert not Path(dest).exists(), "the files must land in the container, not on this host"
         v1 = sha((pod.cwd / "job.py").read_bytes())
-        assert _sha_in_pod(pod, f"{dest}/job.py") == v1
+        assert sha_in_pod(pod, f"{dest}/job.py") == v1
         (pod.cwd / "job.py").write_text(JOB.format(v="v2"))
         err = _refused(pod, name, job)
         assert f"{dest}/job.py" in err["message"] and "--no-deploy" in err["hint"], err
-        assert _sha_in_pod(pod, f"{dest}/job.py") == v1
+        assert sha_in_pod(pod, f"{dest}/job.py") == v1
         (pod.cwd / "conf" / "a.yaml").unlink()
         (pod.cwd / "conf").rmdir()
         err = _refused(pod, name, job, "--deploy")
         assert "conf" in err["message"], err
-        assert _sha_in_pod(pod, f"{dest}/job.py") == v1
+        assert sha_in_pod(pod, f"{dest}/job.py") == v1
     finally:
         pod.json("stop", name, "--grace", "2")
 

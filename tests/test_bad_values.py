@@ -14,22 +14,12 @@ Each case here got through before the fix, every one of them in at least one doo
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
-from conftest import marked
+from conftest import fresh_name, marked, nothing_started
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
-
-
-def _uid(p):
-    return f"{p}{uuid.uuid4().hex[:6]}"
-
-
-def _nothing_started(cli, name):
-    assert not marked(name + "."), f"a refused start of {name} started something"
-    assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"
 
 
 BAD_START = [
@@ -44,14 +34,14 @@ BAD_START = [
 
 @pytest.mark.parametrize("kw,words", BAD_START, ids=[repr(k) for k, _ in BAD_START])
 def test_start_refuses_huge_seconds_and_nul_before_anything_is_launched(cli, lib, kw, words):
-    name = _uid("rvCs")
+    name = fresh_name("rvCs")
     res = lib.start(name, **{"command": SLEEP, "settle": 0.2, **kw})
     assert res.exit_code == 2 and res.error["type"] == "BadInput", res.to_json()
-    _nothing_started(cli, name)
+    nothing_started(cli, name)
     if words:
         rc, doc = cli.json("start", name, *words, "--", *SLEEP)
         assert rc == 2 and doc["error"]["type"] == "BadInput", doc
-        _nothing_started(cli, name)
+        nothing_started(cli, name)
 
 
 def test_exec_refuses_a_huge_timeout_and_nul_as_bad_input_not_an_agent_crash(cli, lib):
@@ -72,7 +62,7 @@ def test_api_on_and_name_of_the_wrong_type_are_bad_input_results(lib):
     for call in (lambda: lib.status(on=["local"]), lambda: lib.gpus(on=["local"]), lambda: lib.ps("x", on=5),
                  lambda: lib.deploy(None), lambda: lib.deploy(5), lambda: lib.stop(5),
                  lambda: lib.status(config=5), lambda: lib.named_targets(config=["x"]),
-                 lambda: lib.start(_uid("rvCf"), SLEEP, config=5)):
+                 lambda: lib.start(fresh_name("rvCf"), SLEEP, config=5)):
         res = call()  # was: TypeError out of the API (on=5: "empty target")
         assert res.exit_code == 2 and res.error["type"] == "BadInput", res.to_json()
         assert "empty target" not in res.error["message"], res.to_json()
@@ -82,7 +72,7 @@ def test_mcp_huge_seconds_and_nul_are_bad_input_and_nothing_started(cli):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
     from test_mcp import _session
-    name = _uid("rvCm")
+    name = fresh_name("rvCm")
     cases = [("start", {"name": name, "command": SLEEP, "settle": 1e30}),
              ("start", {"name": name, "command": [*SLEEP, "a\0b"], "settle": 0.2}),
              ("start", {"name": name, "command": SLEEP, "cwd": "/tmp\0x", "settle": 0.2}),
@@ -105,14 +95,14 @@ def test_mcp_huge_seconds_and_nul_are_bad_input_and_nothing_started(cli):
     bad = [g for g in got if not (g[2] and (g[3].get("error") or {}).get("type") == "BadInput"
                                   and g[3]["error"].get("exit_code") == 2)]
     assert not bad, bad
-    _nothing_started(cli, name)
+    nothing_started(cli, name)
 
 
 def test_restart_with_huge_settle_refused_before_the_stop_the_old_attempt_lives(cli, lib):
     """Old code: the stop ran, attempt 2 was launched and left running, and the answer was
     AgentError exit 3, 'restart failed at step start' (a failure reported for a live run)."""
     from conftest import alive
-    name = _uid("rvCr")
+    name = fresh_name("rvCr")
     res = lib.start(name, SLEEP, settle=0.2)
     assert res.ok, res.to_json()
     procs = marked(name + ".")
@@ -131,7 +121,7 @@ def test_restart_with_huge_settle_refused_before_the_stop_the_old_attempt_lives(
 def test_compare_attempts_checked_alike_in_each_door(cli, lib):
     """MCP's schema refuses a=0 or 1.5 (BadInput, exit 2); the API compared attempt 1 for a=1.5
     or a=True and said RunNotFound (4) for 0, as the CLI did for `compare NAME 0 2`."""
-    name = _uid("rvCc")
+    name = fresh_name("rvCc")
     assert lib.start(name, SLEEP, settle=0.2).ok
     try:
         assert lib.restart(name, settle=0.2).ok
@@ -148,7 +138,7 @@ def test_compare_attempts_checked_alike_in_each_door(cli, lib):
 
 def test_watch_floor_or_ceiling_of_nan_or_inf_is_refused_not_a_silent_verdict(cli, lib):
     """--min tok_s=nan was a floor that never alerts (healthy, exit 0), inf one that always does."""
-    name = _uid("rvCw")
+    name = fresh_name("rvCw")
     for kw, words in (({"min": {"tok_s": float("nan")}}, ["--min", "tok_s=nan"]),
                       ({"max": {"loss": float("inf")}}, ["--max", "loss=inf"])):
         res = lib.watch(name, for_s=1, **kw)
@@ -162,7 +152,7 @@ def test_a_stop_whose_checkpoint_signal_ends_the_job_is_not_already_stopped(cli)
     signal (SIGUSR1, unhandled): the stop said already_stopped true, state "lost", and left
     no "stopped" in the attempt's record, as if it had found the run dead."""
     from conftest import alive
-    name = _uid("rvCk")
+    name = fresh_name("rvCk")
     rc, doc = cli.json("start", name, "--settle", "0.3", "--", *SLEEP)
     assert rc == 0, doc
     procs = marked(name + ".")

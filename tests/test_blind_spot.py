@@ -1,52 +1,19 @@
-"""Hostile black-box review s3 (issue 25's late fixes): each test is a finding, reproduced
-with real processes and files, ground truth read from /proc and the files themselves, never
-from runward's own answers. Each fails on the code it was found on (d87cae8)."""
+"""Blind spots: processes that no search of runward's finds once their shim is gone (an adopted
+escapee that cleared its environment and left the session, where the run has no cgroup). status,
+stop and rm say so (`blind_spot`) rather than pass over them; a supervised run's shim ends what an
+attempt left before it restarts. Real processes as an ordinary user or root; ground truth from
+/proc."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from conftest import alive, read_stat, wait_for
+from conftest import alive, wait_for
 from test_membership import kill_all, ordinary, procs_with, record, stat_fields  # noqa: F401 (a fixture)
-
-
-# --- drift: a pushed directory's files are never hashed at start -----------------------------
-
-def test_a_file_edited_on_the_target_inside_a_pushed_directory_is_drift(cli, tmp_path):
-    """A run whose `files` is a directory: its start records {dir: None} (sha256 of a
-    directory fails, kept as None), so `drift` ("the code on disk is not the code running",
-    README) is blind to every file in it: a.py rewritten and b.py deleted on the target
-    while the job runs, and status says nothing."""
-    pkg = cli.cwd / "pkg"
-    pkg.mkdir()
-    (pkg / "a.py").write_text("print('a')\n")
-    (pkg / "b.py").write_text("print('b')\n")
-    dst = tmp_path / "dst" / "pkg"
-    (cli.cwd / "runward.toml").write_text(
-        f'[runs.dirdrift]\nsh = "exec sleep 600"\nfiles = ["pkg:{dst}"]\n')
-    rc, doc = cli.json("deploy", "dirdrift")
-    assert rc == 0, doc
-    rc, doc = cli.json("start", "dirdrift", "--settle", "0.2")
-    assert rc == 0, doc
-    try:
-        started_with = hashlib.sha256((dst / "a.py").read_bytes()).hexdigest()
-        (dst / "a.py").write_text("print('changed behind runward')\n")
-        (dst / "b.py").unlink()
-        assert hashlib.sha256((dst / "a.py").read_bytes()).hexdigest() != started_with
-        st = cli.status("dirdrift")
-        assert st["state"] == "running", st
-        drifted = {d["path"] for d in st.get("drift") or ()}
-        assert {str(dst / "a.py"), str(dst / "b.py")} <= drifted, (
-            "the code on disk is not the code running, and status does not say so: %s" % st.get("drift"))
-    finally:
-        cli.json("stop", "dirdrift", "--grace", "2")
 
 
 # --- the lingering shim killed: what it held goes to pid 1, and nothing says so ---------------
@@ -173,66 +140,6 @@ def test_a_backoff_with_an_adopted_orphan_still_says_the_pending_restart(ordinar
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
 
 
-# --- a lost run's session number, reused by another program -----------------------------------
-
-REUSE = r'''
-import os, sys
-target, token = int(sys.argv[1]), sys.argv[2]
-for _ in range(3000):
-    r, w = os.pipe()
-    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-        f.write(str(target - 1))
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        if os.getpid() != target:
-            os._exit(1)
-        os.setsid()  # session and group TARGET, as the lost job's were
-        if os.fork() == 0:
-            os.execvp("sleep", ["sleep", token])
-        os._exit(0)  # the leader goes; its sleep stays in session TARGET
-    os.close(w)
-    hit = os.read(r, 1) == b"" and os.waitpid(pid, 0)[1] == 0
-    os.close(r)
-    if hit:
-        sys.exit(0)
-sys.exit(3)
-'''
-
-
-def test_a_lost_runs_reused_session_number_is_another_programs_and_never_stopped(cli):
-    """A lost attempt (shim and job SIGKILLed: no exit record) keeps claiming session/group
-    X (its job's pid) with no end bound: once X is free, any program that gets pid X and
-    makes a session leaves processes that runward calls the run's. Before: status listed an
-    unrelated `sleep` as the run's stray, `start` was refused over it, and `stop` SIGTERMed
-    it ('1 process(es) dead, verified'): design rule 2 (pids are reused) and rule 3."""
-    if os.geteuid() != 0 or not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
-        pytest.skip("needs root to pick the next pid (ns_last_pid) and make the reuse real")
-    rc, doc = cli.json("start", "lostreuse", "--settle", "0.2", "--", "sleep", "600")
-    assert rc == 0, doc
-    att = record(cli.home, "lostreuse")
-    shim, job = att["shim"], att["job"]
-    token = f"8{os.getpid() % 100000:05d}6"
-    try:
-        for who in (shim, job):
-            os.kill(who["pid"], signal.SIGKILL)
-            wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
-        assert cli.status("lostreuse")["state"] == "lost"
-        # an unrelated program (no marker, no cgroup of the run, not adopted) in session X
-        p = subprocess.run([sys.executable, "-c", REUSE, str(job["pid"]), token], env={"PATH": "/usr/bin:/bin"})
-        if p.returncode != 0:
-            pytest.skip("pid %d was not free to take again (a busy machine)" % job["pid"])
-        other = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode()), what="the unrelated sleep")[0]
-        assert int(stat_fields(other)[3]) == job["pid"] and b"RUNWARD_RUN" not in open(
-            f"/proc/{other}/environ", "rb").read()
-        st = cli.status("lostreuse")
-        assert other not in (st.get("stray_processes") or []), "an unrelated process called the run's: %s" % st
-        rc, doc = cli.json("stop", "lostreuse", "--grace", "2")
-        assert alive(other), "stop signalled an unrelated process: %s" % doc
-    finally:
-        kill_all(procs_with(f"sleep\0{token}\0".encode()))
-
-
 # --- rm over what status says it cannot see -------------------------------------------------
 
 def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_silence(ordinary):
@@ -261,116 +168,6 @@ def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_si
             "rm removed the records in silence while sleep %s (pid %d) lives: %s" % (token, esc, said))
     finally:
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
-
-
-# --- restart --deploy leaves a locally deleted file on the target, unsaid ---------------------
-
-def test_restart_deploy_says_the_local_drift_it_left(cli, tmp_path):
-    """A file renamed locally in a pushed directory (a.py -> a2.py): `restart --deploy` sends
-    a2.py and leaves a.py on the target (no --delete), which the job still sees. Before: exit
-    0, 'verified', no word of it in the result; the next plain `restart` is then refused for
-    that very drift. `--no-deploy` lists the local_drift it leaves; --deploy must as well."""
-    pkg = cli.cwd / "pkg"
-    pkg.mkdir()
-    (pkg / "a.py").write_text("print('a')\n")
-    dst = tmp_path / "dst" / "pkg"
-    (cli.cwd / "runward.toml").write_text(f'[runs.renamed]\nsh = "exec sleep 600"\nfiles = ["pkg:{dst}"]\n')
-    assert cli.json("deploy", "renamed")[0] == 0
-    rc, doc = cli.json("start", "renamed", "--settle", "0.2")
-    assert rc == 0, doc
-    try:
-        (pkg / "a.py").rename(pkg / "a2.py")
-        rc, doc = cli.json("restart", "renamed", "--deploy", "--settle", "0.2")
-        assert rc == 0, doc
-        assert (dst / "a.py").exists() and (dst / "a2.py").exists()  # ground truth: both on the target
-        assert "local_drift" in json.dumps(doc["result"]) and str(dst / "a.py") in json.dumps(doc["result"]), (
-            "restart --deploy left %s on the target and said nothing: %s" % (dst / "a.py", doc["result"]))
-    finally:
-        cli.json("stop", "renamed", "--grace", "2")
-
-
-# --- local_drift's "still deployed" read from deployed.json, not from the target -------------
-
-def test_a_file_push_delete_removed_is_not_said_to_be_still_deployed(cli, tmp_path):
-    """b.py deleted locally, then `push --delete` of the same directory removes it from the
-    target (ground truth: gone). deployed.json is only `deploy`'s: status went on saying 'b.py
-    deleted locally, still deployed', and `restart` refused for a drift that is not there."""
-    pkg = cli.cwd / "pkg"
-    pkg.mkdir()
-    (pkg / "a.py").write_text("a\n")
-    (pkg / "b.py").write_text("b\n")
-    dst = tmp_path / "dst" / "pkg"
-    (cli.cwd / "runward.toml").write_text(f'[runs.pushdel]\nsh = "exec sleep 600"\nfiles = ["pkg:{dst}"]\n')
-    assert cli.json("deploy", "pushdel")[0] == 0
-    rc, doc = cli.json("start", "pushdel", "--settle", "0.2")
-    assert rc == 0, doc
-    try:
-        (pkg / "b.py").unlink()
-        rc, doc = cli.json("push", "--on", "local", "--delete", f"pkg:{dst}")
-        assert rc == 0, doc
-        assert not (dst / "b.py").exists() and (dst / "a.py").exists()  # ground truth
-        st = cli.status("pushdel")
-        stale = [d for d in st.get("local_drift") or () if d.get("remote") == str(dst / "b.py")]
-        assert not stale, "status says %s is still deployed; it is gone: %s" % (dst / "b.py", stale)
-    finally:
-        cli.json("stop", "pushdel", "--grace", "2")
-
-
-# --- a local file of a pushed directory that cannot be read -----------------------------------
-
-def _unreadable_project(run, name, sh):
-    base = run.home.parent
-    pkg = base / "pkg"
-    pkg.mkdir()
-    (pkg / "a.py").write_text("print(1)\n")
-    (base / "runward.toml").write_text(f'[runs.{name}]\nsh = "{sh}"\nfiles = ["pkg:{base}/dst/pkg"]\n')
-    for p in (pkg, pkg / "a.py", base / "runward.toml"):
-        os.chown(p, run.uid, run.uid)
-    p = run("deploy", name, "--json")
-    assert p.returncode == 0, p.stdout + p.stderr
-    return pkg
-
-
-def test_status_with_an_unreadable_local_file_in_a_pushed_directory_answers(ordinary):
-    """`status` in the project reads the local files for local_drift; one it may not read
-    (mode 000) made it die with a PermissionError traceback, exit 1, no JSON document under
-    --json (README: every command prints exactly one)."""
-    run = ordinary
-    pkg = _unreadable_project(run, "unread", "exec sleep 600")
-    p = run("start", "unread", "--settle", "0.2", "--json")
-    assert p.returncode == 0, p.stdout + p.stderr
-    try:
-        (pkg / "a.py").chmod(0)
-        p = run("status", "unread", "--json")
-        assert "Traceback" not in p.stderr, p.stderr[-600:]
-        doc = json.loads(p.stdout)  # one JSON document
-        assert str(pkg / "a.py") in json.dumps(doc), doc
-    finally:
-        run("stop", "unread", "--grace", "2")
-
-
-def test_restart_deploy_that_stopped_the_run_never_exits_2(ordinary):
-    """README: a restart's exit 2 means bad input found before anything was stopped ("the old
-    attempt untouched"). A local file that turns unreadable after the plan (the old job's
-    TERM trap chmods it, as any process of the user may) failed the deploy after the stop:
-    exit 2, 'the run is stopped'. A script reading exit 2 as untouched is misled; the other
-    deploy failures after the stop (disk full, a directory in the way) are exit 1."""
-    run = ordinary
-    base = run.home.parent
-    pkg = _unreadable_project(run, "unread2", f"trap 'chmod 000 {base}/pkg/a.py; exit 0' TERM; "
-                                              "while :; do sleep 0.1; done")
-    p = run("start", "unread2", "--settle", "0.2", "--json")
-    assert p.returncode == 0, p.stdout + p.stderr
-    job = record(run.home, "unread2")["job"]
-    try:
-        (pkg / "a.py").write_text("print(2)\n")
-        p = run("restart", "unread2", "--deploy", "--settle", "0.2", "--json")
-        stopped = not alive(job["pid"], job["start"])
-        assert not (p.returncode == 2 and stopped), (
-            "exit 2 (untouched, README) while the old attempt was stopped: %s" % p.stdout[-400:])
-    finally:
-        (pkg / "a.py").chmod(0o644)
-        run("stop", "unread2", "--grace", "2")
 
 
 # --- a supervised restart's earlier attempt's cgroup is searched by nobody --------------------
@@ -403,36 +200,3 @@ def test_a_supervised_runs_first_attempt_escapee_is_ended_before_its_restart(cli
         cli.json("stop", "supcg", "--grace", "1")
 
 
-# --- a file where the source has a directory: replaced without --delete, unsaid ---------------
-
-def _strings(doc):
-    if isinstance(doc, dict):
-        for v in doc.values():
-            yield from _strings(v)
-    elif isinstance(doc, list):
-        for v in doc:
-            yield from _strings(v)
-    elif isinstance(doc, str):
-        yield doc
-
-
-def test_a_file_where_the_source_has_a_directory_is_not_removed_unsaid(cli, tmp_path):
-    """The target has a file `sub` where the source has a directory `sub/`. The dry run lists
-    only what it would send; the real push (no --delete) removes the file, its bytes gone,
-    and makes the directory: exit 0, 'verified', no word of it. The reverse (a directory
-    where a file goes) is refused (F4). Either refuse, or say it in the plan."""
-    pkg = cli.cwd / "pkg"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "sub" / "b.py").write_text("b\n")
-    dst = tmp_path / "dst" / "pkg"
-    dst.mkdir(parents=True)
-    (dst / "sub").write_text("the operator's notes, not runward's\n")
-    rc, plan = cli.json("push", "--on", "local", "--dry-run", f"pkg:{dst}")
-    said = str(dst / "sub") in set(_strings(plan))
-    rc, doc = cli.json("push", "--on", "local", f"pkg:{dst}")
-    if (dst / "sub").is_dir():  # ground truth: the file is gone
-        assert said and str(dst / "sub") in set(_strings(doc)), (
-            "the file %s was removed without --delete and neither the plan nor the push said so: %s"
-            % (dst / "sub", doc))
-    else:
-        assert rc != 0 and (dst / "sub").read_text().startswith("the operator's"), doc

@@ -1,45 +1,19 @@
-"""Review s7 (hostile, black box) of the operations layer on main (c94040b): the CLI, `import
-runward` and the MCP server against ground truth -- /proc, the files under RUNWARD_HOME and
-/sys/fs/cgroup -- never runward's own words.
-
-Findings (fixed): the MCP server dropped an argument its tool does not take (start with grace=600
-or stop_signal="INT" started the job, ok, default grace, TERM) and answered schema-refused values
-in plain text, no exit_code (mcpargs.py); the CLI's argparse refusals had no "result" key.
-In src/runward/apivalues.py: runward.start(gpus=["x"]) raised a ValueError out of
-the API; gpus=[1.5] / [True] started on GPU 1 unasked; env={"A": None} started the job with
-A="None", env={"A": 1} with A="1", env={"A=B": "1"} with A="B=1" (start, restart and exec).
-"""
+"""The three doors refuse alike: the CLI, `import runward` and the MCP server give one refusal
+(exit 2, one shape, a "result" key) to one bad value, and leave the run as it was, checked
+against /proc and the files under RUNWARD_HOME, never runward's own words. Covered: values an
+MCP tool does not take, or its schema refuses; gpus and env values of the wrong type (start,
+restart, exec); bad values against a running run; rm and prune of a running run; a runward.toml
+table holding settle = -1; lint, doctor, exec, kill, prune, stop and rm answering in the same
+shape and exit code from the CLI and the library."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import uuid
 
 import pytest
 
-from conftest import alive, marked, wait_for
+from conftest import alive, fresh_name, kill_procs, marked, nothing_started, wait_for
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
-
-
-def _uid(p):
-    return f"{p}{uuid.uuid4().hex[:6]}"
-
-
-def _kill(procs):
-    """The test's own processes (pid + start time from /proc), should a verdict fail midway."""
-    for p, st in procs.items():
-        if alive(p, st):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def _nothing_started(cli, name):
-    assert not marked(name + "."), f"a refused start of {name} started something"
-    assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"
 
 
 # -- 1. the operations layer: CLI and library agree; bad values refused as results -------------
@@ -62,20 +36,20 @@ BAD_START = [
 
 @pytest.mark.parametrize("kw,words", BAD_START, ids=[repr(k) for k, _ in BAD_START])
 def test_lib_start_refuses_bad_values_as_a_result_like_the_cli(cli, lib, kw, words):
-    name = _uid("rv7s")
+    name = fresh_name("rv7s")
     res = lib.start(name, SLEEP, **{"settle": 0.2, **kw})
     assert res.exit_code == 2 and not res.ok, res.to_json()
     doc = res.to_json()
     assert doc["error"]["type"] == "BadInput" and doc["error"]["hint"], doc
-    _nothing_started(cli, name)
+    nothing_started(cli, name)
     if words:
         rc, cdoc = cli.json("start", name, *words, "--", *SLEEP)
         assert rc == 2 and cdoc["error"]["type"] == "BadInput", cdoc
-        _nothing_started(cli, name)
+        nothing_started(cli, name)
 
 
 def test_lib_restart_and_exec_refuse_bad_env_and_leave_the_run_alone(cli, lib):
-    name = _uid("rv7r")
+    name = fresh_name("rv7r")
     assert lib.start(name, SLEEP, settle=0.2).exit_code == 0
     job = next(iter(marked(f"{name}.1").items()))
     try:
@@ -107,7 +81,7 @@ SAME = [
 
 @pytest.mark.parametrize("verb,kw,words", SAME, ids=[f"{v}-{k}" for v, k, _ in SAME])
 def test_bad_values_on_a_running_run_same_refusal_cli_and_lib_nothing_touched(cli, lib, verb, kw, words):
-    name = _uid("rv7q")
+    name = fresh_name("rv7q")
     assert lib.start(name, SLEEP, settle=0.2).exit_code == 0
     job = next(iter(marked(f"{name}.1").items()))
     try:
@@ -129,7 +103,7 @@ def test_bad_values_on_a_running_run_same_refusal_cli_and_lib_nothing_touched(cl
 
 
 def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli, lib):
-    name = _uid("rv7m")
+    name = fresh_name("rv7m")
     pidf = cli.cwd / f"{name}.child"
     # the child clears its env (no marker) and its session: only the tree/cgroup ties it to the run
     rc, doc = cli.json("start", name, "--settle", "0.3", "--sh",
@@ -156,7 +130,7 @@ def test_rm_and_prune_of_a_running_run_refused_then_stop_is_verified_by_proc(cli
     try:
         res = lib.stop(name, grace=2)
     finally:
-        _kill(procs)
+        kill_procs(procs)
     doc = res.to_json()
     assert res.exit_code == 0 and res.verified_dead and "no_process_of_run_alive" in doc["result"]["verified"], doc
     left = {p: s for p, s in procs.items() if alive(p, s)}
@@ -176,7 +150,7 @@ def test_mcp_bad_values_are_error_results_with_exit_code_2_and_the_server_answer
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
     from test_mcp import _session
-    name = _uid("rv7p")
+    name = fresh_name("rv7p")
     got = {}
 
     async def main():
@@ -207,71 +181,12 @@ def test_mcp_bad_values_are_error_results_with_exit_code_2_and_the_server_answer
     assert "after" in got and got["after"][1], got.get("after")
 
 
-# -- 2. a child in a sub-cgroup below the run's, env cleared, own session, the shim SIGKILLed ----
-
-MOVE = r"""
-echo $$ > '%s'
-for h in pids memory unified; do
-  d=$(awk -F: -v h=$h '($2==h)||(h=="unified"&&$1=="0"){print $3}' /proc/self/cgroup)
-  case "$d" in */runward/*) mkdir -p "/sys/fs/cgroup/$h$d/sub/deeper" && echo $$ > "/sys/fs/cgroup/$h$d/sub/deeper/cgroup.procs";; esac
-done
-exec env -i sleep 600
-"""
-
-
-def _tree(cgs):
-    """Every directory at or below the run's cgroups (ground truth from /sys/fs/cgroup)."""
-    out = []
-    for c in cgs:
-        for root, _dirs, _files in os.walk(c):
-            out.append(root)
-    return out
-
-
-@pytest.mark.parametrize("supervised", [False, True], ids=["plain", "supervised"])
-def test_a_child_moved_below_the_runs_cgroup_is_stopped_and_rm_leaves_no_cgroup(cli, supervised):
-    from conftest import read_stat
-    name = _uid("rv7c")
-    pidf = cli.cwd / f"{name}.child"
-    mover = cli.cwd / f"{name}.sh"
-    mover.write_text(MOVE % pidf)
-    sup = ["--restart", "always", "--backoff", "60s"] if supervised else []
-    rc, doc = cli.json("start", name, "--settle", "0.5", *sup, "--sh", f"setsid sh '{mover}' & exec sleep 600")
-    assert rc == 0, doc
-    cgs = doc["result"]["cgroups"]
-    if not cgs:
-        pytest.skip("no writable cgroup hierarchy here (not root)")
-    child = int(wait_for(lambda: pidf.exists() and pidf.read_text().strip(), 10, "the child's pid"))
-    # moved, env cleared: wait until the child is sleep in the nested cgroup with no marker
-    wait_for(lambda: any(str(child) in open(os.path.join(c, "sub", "deeper", "cgroup.procs")).read().split()
-                         for c in cgs if os.path.isdir(os.path.join(c, "sub", "deeper"))), 10, "the child moved")
-    wait_for(lambda: b"RUNWARD_RUN" not in open(f"/proc/{child}/environ", "rb").read(), 10, "the child's env cleared")
-    procs = {child: read_stat(child)[1], doc["result"]["pid"]: doc["result"]["start_time"]}
-    assert read_stat(child)[0] not in ("Z", "X")
-    assert os.getsid(child) != os.getsid(doc["result"]["pid"]), "the child has its own session"
-    rec = json.loads((cli.home / "runs" / name / "attempts" / "1.json").read_text())
-    shim = rec["shim"]["pid"]
-    try:
-        os.kill(shim, signal.SIGKILL)
-        wait_for(lambda: not alive(shim), 10, "the shim's death")
-        rc, st = cli.json("stop", name, "--grace", "2")
-        left = {p: s for p, s in procs.items() if alive(p, s)}
-        assert not left, f"stop (exit {rc}, {st.get('result', {}).get('verified')}) left {left} alive"
-        assert rc == 0 and "no_process_of_run_alive" in st["result"]["verified"], st
-        rc, rmd = cli.json("rm", name)
-        assert rc == 0, rmd
-        assert not _tree(cgs), f"rm left the run's cgroups: {_tree(cgs)}"
-        assert not (cli.home / "runs" / name / "attempts" / "1.json").exists()
-    finally:
-        _leave_nothing(procs, cgs)
-
-
 # -- 3. runward.toml with one run's table holding settle = -1 --------------------------------
 
 @pytest.mark.parametrize("how,where", [("cli", "local"), ("lib", "local"), ("cli", "ssh"), ("lib", "ssh")])
 def test_a_run_whose_table_says_settle_minus_1_stops_alone_and_restart_refuses(cli, lib, monkeypatch, tmp_path,
                                                                               how, where):
-    name = _uid("rv7t")
+    name = fresh_name("rv7t")
     head = ""
     if where == "ssh":
         import testbed
@@ -309,64 +224,9 @@ def test_a_run_whose_table_says_settle_minus_1_stops_alone_and_restart_refuses(c
         assert not left and not marked(f"{name}."), f"stop (exit {src}) left {left or marked(name + '.')}: {sdoc}"
         assert src == 0 and "no_process_of_run_alive" in sdoc["result"]["verified"], sdoc
     finally:
-        _kill(job)
+        kill_procs(job)
         toml.write_text(head + table + "settle = 0.3\n")
         cli.run("stop", name, "--grace", "2")
-
-
-def test_supervised_a_child_left_in_attempt_1s_nested_cgroup_is_stopped_after_the_restart(cli):
-    """Supervised, the job exits by itself (after its child moved below attempt 1's cgroup, env
-    cleared, own session); the shim starts attempt 2; then the shim is SIGKILLed. stop must end
-    attempt 1's child too, and rm leave no cgroup of either attempt."""
-    from conftest import gate, read_stat
-    name = _uid("rv7u")
-    pidf = cli.cwd / f"{name}.child"
-    mover = cli.cwd / f"{name}.sh"
-    mover.write_text(MOVE % pidf)
-    go = cli.cwd / f"{name}.go"
-    # attempt 1: leave the mover, wait for the gate, exit 3; attempt 2: sleep
-    line = (f'n=${{RUNWARD_RUN##*.}}; if [ "$n" = 1 ]; then setsid sh \'{mover}\' & {gate(go)}; exit 3; fi; '
-            "exec sleep 600")
-    rc, doc = cli.json("start", name, "--settle", "0.3", "--restart", "always", "--backoff", "0", "--sh", line)
-    assert rc == 0, doc
-    cgs = doc["result"]["cgroups"]
-    if not cgs:
-        pytest.skip("no writable cgroup hierarchy here (not root)")
-    child = int(wait_for(lambda: pidf.exists() and pidf.read_text().strip(), 10, "the child's pid"))
-    wait_for(lambda: b"RUNWARD_RUN" not in open(f"/proc/{child}/environ", "rb").read(), 10, "the child's env cleared")
-    procs = {child: read_stat(child)[1]}
-    all_cgs = list(cgs)
-    try:
-        go.touch()
-        a2 = cli.home / "runs" / name / "attempts" / "2.json"
-        wait_for(lambda: a2.exists() and marked(f"{name}.2"), 20, "attempt 2 running")
-        procs.update(marked(f"{name}.2"))
-        rec2 = json.loads(a2.read_text())
-        all_cgs += rec2.get("cgroups") or []
-        shim = rec2["shim"]["pid"]
-        os.kill(shim, signal.SIGKILL)
-        wait_for(lambda: not alive(shim), 10, "the shim's death")
-        rc, st = cli.json("stop", name, "--grace", "2")
-        left = {p: s for p, s in procs.items() if alive(p, s)}
-        assert not left, f"stop (exit {rc}, {st.get('result', {}).get('verified')}) left {left} alive"
-        assert rc == 0, st
-        rc, rmd = cli.json("rm", name)
-        assert rc == 0, rmd
-        assert not _tree(all_cgs), f"rm left the run's cgroups: {_tree(all_cgs)}"
-    finally:
-        _leave_nothing(procs, all_cgs)
-
-
-def _leave_nothing(procs: dict, cgroups) -> None:
-    """A test's own processes killed (by pid + start) and, deepest first, its run's cgroups
-    removed once empty, whatever an assertion left behind."""
-    _kill(procs)
-    for d in sorted(_tree(cgroups), key=len, reverse=True):
-        wait_for(lambda: not open(os.path.join(d, "cgroup.procs")).read().split(), 10, f"{d} empty")
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
 
 
 def _shape(x):

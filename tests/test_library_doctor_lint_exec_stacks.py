@@ -10,26 +10,6 @@ import pytest
 from test_golden_json import check
 
 
-@pytest.fixture
-def lib(cli, monkeypatch):
-    """runward's API in this process, on the test's home, from its work directory."""
-    monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
-    monkeypatch.chdir(cli.cwd)
-    import runward
-    return runward
-
-
-@pytest.fixture
-def no_verb(monkeypatch):
-    """no_verb("doctor"): runward.verbs.doctor cannot be imported in this process, so the
-    library's answer comes from the operation itself, not from the verb run with argv."""
-    import sys
-
-    def hide(verb: str) -> None:
-        monkeypatch.setitem(sys.modules, f"runward.verbs.{verb}", None)
-    return hide
-
-
 def _pid1_is_the_machines(doc: dict) -> dict:
     """test_golden_json.test_doctor's own normalising: whether pid 1 reaps follows the zombies
     other processes leave at that moment."""

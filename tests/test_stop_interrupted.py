@@ -1,120 +1,16 @@
-"""Issue 25's remaining holes in "verified", reproduced from the outside with real processes:
-a notify URL with a password is delivered (HTTP Basic auth) and its password lands in no
-file nor output; a stop whose CLI is interrupted (Ctrl-C to its process group) still goes on
-to its verified end on the target, locally and over ssh."""
+"""A stop whose CLI is interrupted (Ctrl-C to its process group, a dropped link) still goes on to
+its verified end on the target, locally and over ssh, and says so; status during and after a
+stop's grace says what the stop is doing (issue 25). Real processes; ground truth from /proc and
+the records."""
 
 from __future__ import annotations
 
-import base64
-import http.server
 import json
 import os
-import threading
 import uuid
 from pathlib import Path
 
-import pytest
-
-from conftest import wait_for
-
-PASSWORD = "s3cr3t-Hunter2-%s" % uuid.uuid4().hex[:8]
-
-
-def _uniq(prefix: str) -> str:
-    return "%s%s" % (prefix, uuid.uuid4().hex[:6])
-
-
-# --- a notify URL with user:password@ -------------------------------------------------------
-
-class _AuthHook(http.server.BaseHTTPRequestHandler):
-    got: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        want = "Basic " + base64.b64encode(("alice:" + PASSWORD).encode()).decode()
-        if self.headers.get("Authorization") != want:
-            self.send_response(401)
-            self.end_headers()
-            return
-        self.got.append({"path": self.path, "host": self.headers.get("Host"), "event": json.loads(body)})
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *a):
-        pass
-
-
-def _files_holding(root: Path, needle: bytes) -> list[str]:
-    out = []
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            p = Path(dirpath) / f
-            try:
-                if needle in p.read_bytes():
-                    out.append(str(p))
-            except OSError:
-                pass
-    return out
-
-
-def test_a_notify_url_with_a_password_is_delivered_with_basic_auth_and_the_password_is_nowhere(cli):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthHook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    name = _uniq("nb")
-    url = "http://alice:%s@127.0.0.1:%d/hook" % (PASSWORD, server.server_address[1])
-    try:
-        rc, doc = cli.json("start", name, "--restart", "on-failure", "--max-restarts", "1", "--backoff", "0",
-                           "--settle", "0.2", "--notify", url, "--sh", "exit 3")
-        outputs = [json.dumps(doc)]
-        st = wait_for(lambda: (lambda s: s if s["state"] == "gave_up" else None)(cli.status(name)),
-                      what="state gave_up")
-        kinds = ["exited", "restarted", "exited", "gave_up"]
-        wait_for(lambda: len(_AuthHook.got) >= len(kinds), what="every webhook POST, with its Basic auth")
-        assert sorted(g["event"]["event"] for g in _AuthHook.got) == sorted(kinds), _AuthHook.got
-        assert {g["path"] for g in _AuthHook.got} == {"/hook"}
-        assert all("alice" not in g["host"] and PASSWORD not in g["host"] for g in _AuthHook.got)
-        for args in (("status", name), ("status", name, "--json"), ("logs", name)):
-            p = cli.run(*args)
-            outputs.append(p.stdout + p.stderr)
-        outputs.append(json.dumps(st))
-        assert not [o for o in outputs if PASSWORD in o], outputs
-        # the user name is still shown (which hook), the password masked
-        wait_for(lambda: not _shim_alive(cli.home, name), what="the shim to end")
-        assert not _files_holding(cli.home, PASSWORD.encode())
-        log = Path(json.loads((cli.home / "runs" / name / "attempts" / "1.json").read_text())["log"])
-        assert log.exists() and PASSWORD.encode() not in log.read_bytes()
-    finally:
-        server.shutdown()
-
-
-def _shim_alive(home: Path, name: str) -> bool:
-    from conftest import alive
-    for f in (home / "runs" / name / "attempts").glob("*.json"):
-        shim = json.loads(f.read_text()).get("shim")
-        if shim and alive(shim["pid"], shim["start"]):
-            return True
-    return False
-
-
-def test_restart_from_the_spec_refuses_a_notify_password_it_cannot_send_and_stops_nothing(cli):
-    """The records keep the notify URL's password masked: a restart from the last spec has
-    only *** to send, so it refuses (exit 2) before the old attempt is touched."""
-    from conftest import alive
-    name = _uniq("nr")
-    url = "http://alice:%s@127.0.0.1:9/hook" % PASSWORD
-    rc, doc = cli.json("start", name, "--restart", "on-failure", "--settle", "0.2", "--notify", url,
-                       "--", "sleep", "600")
-    assert rc == 0, doc
-    pid, start = doc["result"]["pid"], doc["result"]["start_time"]
-    rc, doc = cli.json("restart", name)
-    assert rc == 2 and doc["error"]["type"] == "BadInput" and "notify" in doc["error"]["message"], doc
-    assert PASSWORD not in json.dumps(doc)
-    assert alive(pid, start) and cli.status(name)["attempt"] == 1
-    rc, doc = cli.json("stop", name, "--grace", "2")
-    assert rc == 0 and doc["result"]["verified_dead"], doc
-
-
-# --- an interrupted stop still stops ----------------------------------------------------------
+from conftest import fresh_name, wait_for
 
 GRACE = 3.0
 TERM_IGNORING = 'trap "" TERM; exec sleep 600'  # sleep inherits TERM ignored: only KILL ends it
@@ -170,7 +66,7 @@ def _start_term_ignoring(c, name: str, *where: str) -> dict:
 
 
 def test_ctrl_c_during_a_local_stop_lets_the_stop_reach_its_verified_end(cli):
-    name = _uniq("is")
+    name = fresh_name("is")
     job = _start_term_ignoring(cli, name)
     rc, out, err = _interrupt_stop(cli, name, cli.home)
     assert rc == 130, (out, err)
@@ -187,7 +83,7 @@ def test_ctrl_c_during_a_stop_over_ssh_says_so_in_one_json_document_and_the_stop
     c = CLI(tmp_path / "home", tmp_path / "work")
     c.env = testbed.env(tb, c.env)
     c.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"], RUNWARD_RESIDENT="0")
-    name = _uniq("iss")
+    name = fresh_name("iss")
     far_home = Path(f"/tmp/rw-istop-{uuid.uuid4().hex[:8]}")  # the hosts share this machine's files and pids
     (tmp_path / "work" / "runward.toml").write_text(f'[targets.h]\non = "ssh://rw1"\nhome = "{far_home}"\n')
     try:
@@ -222,7 +118,7 @@ def test_status_during_a_stops_grace_says_the_stop_is_under_way_and_when_its_kil
     run lock's holder (as a start's gpu_wait); status's `stopping` and its text line say it
     while that stop lives, and nothing once it has ended."""
     import subprocess
-    name = _uniq("sg")
+    name = fresh_name("sg")
     job = _start_term_ignoring(cli, name)
     stop = subprocess.Popen(cli.argv("stop", name, "--grace", "10"), cwd=cli.cwd, env=cli.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -257,7 +153,7 @@ def test_status_after_a_stops_signalling_says_no_stop_under_way_while_the_stop_f
     no KILL and was dead. Here the stop's agent is held at its `stop:dead` fault point (after
     its signalling, the lock still held) while status is asked."""
     import subprocess
-    name = _uniq("sd")
+    name = fresh_name("sd")
     rc, doc = cli.json("start", name, "--settle", "0.3", "--", "sleep", "600")
     assert rc == 0, doc
     job = doc["result"]["pid"]
@@ -287,7 +183,7 @@ def test_a_local_stop_killed_mid_grace_is_not_said_to_go_on(cli):
     import signal
     import subprocess
     from conftest import alive
-    name = _uniq("sk")
+    name = fresh_name("sk")
     job = _start_term_ignoring(cli, name)
     stop = subprocess.Popen(cli.argv("stop", name, "--grace", "30", "--json"), cwd=cli.cwd, env=cli.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

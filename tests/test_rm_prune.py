@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 
 
+import testbed
 from conftest import wait_for
 from test_slurm import in_queue, sb  # noqa: F401 (sb: the Slurm testbed fixture)
 
@@ -105,21 +105,6 @@ def test_prune_logs_removes_the_pruned_runs_logs_but_one_a_live_run_writes(cli, 
 
 # --------------------------------------------------------------------------- Slurm unreadable (item 4)
 
-def _unreachable_conf(sb, tmp_path) -> Path:  # noqa: F811
-    """A copy of the testbed's slurm.conf whose controller port nobody listens on: the real
-    squeue and scontrol fail as they do when slurmctld is down ("slurm_load_jobs error:
-    Unable to contact slurm controller (connect failure)", exit 1), within a second
-    (MessageTimeout=1), and the shared slurmctld is never touched."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # free, and nothing listens on it
-    text = Path(sb["conf"]).read_text()
-    text = "\n".join(ln for ln in text.splitlines() if not re.match(r"(?i)(SlurmctldPort|MessageTimeout)=", ln))
-    conf = tmp_path / "unreachable-slurm.conf"
-    conf.write_text(text + f"\nSlurmctldPort={port}\nMessageTimeout=1\n")
-    return conf
-
 
 def test_rm_and_prune_refuse_a_slurm_run_whose_state_cannot_be_read(cli, sb, tmp_path):  # noqa: F811
     on = "slurm://local/" + sb["partition"]
@@ -127,7 +112,7 @@ def test_rm_and_prune_refuse_a_slurm_run_whose_state_cannot_be_read(cli, sb, tmp
     assert rc == 0 and doc["result"]["slurm_state"] == "RUNNING", doc
     job_id = doc["result"]["job_id"]
     conf = cli.env.get("SLURM_CONF")
-    cli.env["SLURM_CONF"] = str(_unreachable_conf(sb, tmp_path))
+    cli.env["SLURM_CONF"] = str(testbed.unreachable_slurm_conf(sb, tmp_path))
     rc, doc = cli.json("rm", "sl-unk", "--on", on)
     assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
     assert "Slurm" in doc["error"]["message"] and "Unable to contact slurm controller" in doc["error"]["message"], doc

@@ -1,4 +1,4 @@
-"""The operations layer (issue 27), the last two verbs: logs and watch. `import runward` calls
+"""The operations layer (issue 27), verbs logs, watch and plot. `import runward` calls
 their operations directly (library.py no longer parses argv for any verb), its documents are
 held to the goldens the CLI's are held to, bad keywords are results (exit 2, as the CLI's
 flags), and the multi-node paths, which printed to stdout and stderr in one call, say the
@@ -6,21 +6,10 @@ same on each stream through the Outcome."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from conftest import wait_for
 from test_golden_json import check, start, stepped
-
-
-@pytest.fixture
-def no_verb(monkeypatch):
-    """runward.verbs.VERB cannot be imported in this process: the library's answer is the
-    operation's own, not the verb run with argv."""
-    def hide(verb: str) -> None:
-        monkeypatch.setitem(sys.modules, f"runward.verbs.{verb}", None)
-    return hide
 
 
 def test_library_logs_is_the_clis_logs_document(cli, tmp_path, lib, no_verb):
@@ -157,20 +146,3 @@ def test_library_plot_is_the_clis_plot_document(cli, tmp_path, lib, no_verb):
     check("plot", res.exit_code, res.to_json(), cli, tmp_path)
     bad = lib.plot("g-plot", str(tmp_path / "h.png"), x="sideways")
     assert bad.exit_code == 2 and "--x" in bad.error["message"] and not (tmp_path / "h.png").exists(), bad.to_json()
-
-
-def test_library_pull_is_the_clis_pull_document(cli, tmp_path, lib, no_verb):
-    """Pulled files are the bytes (sha256-checked); the library's document is the CLI's."""
-    import hashlib
-    no_verb("pull")
-    src = tmp_path / "remote.bin"
-    src.write_bytes(bytes(range(256)) * 64)
-    res = lib.pull({str(src): str(tmp_path / "a.bin")})
-    rc, doc = cli.json("pull", f"{src}:{tmp_path / 'b.bin'}")
-    assert res.ok and rc == 0, (res.to_json(), doc)
-    for name in ("a.bin", "b.bin"):
-        assert (tmp_path / name).read_bytes() == src.read_bytes()
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    assert res.result["files"][0]["sha256"] == doc["result"]["files"][0]["sha256"] == digest
-    res.to_json()["result"]["files"][0]["local"] = doc["result"]["files"][0]["local"]
-    assert res.to_json() == doc

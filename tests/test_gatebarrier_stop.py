@@ -1,10 +1,10 @@
-"""Hostile black-box review of c62e54d (gatebarrier: a node stopped while not connected still
-tells the others, TELL_S), 7d20ce8 (stop/rm/prune remove the run's empty cgroups) and e3c911f
-(logs --lines).
+"""A stop reaching the GPU gate's barrier (agent/gatebarrier.py): a node stopped while it cannot
+reach node 0, or before it joined, still tells the others (TELL_S), so no node starts alone; a
+member reconnecting while node 0 decides does not crash node 0.
 
 Real ssh testbed nodes (rw1.., each with its own nvidia-smi stand-in, as in
-tests/test_restart_gate_nodes.py and tests/test_review_s4.py); ground truth from /proc, the
-attempt records under each node's home and /sys/fs/cgroup, never from runward's answers."""
+tests/test_restart_gate_nodes.py and tests/test_restart_gate_barrier.py); ground truth from /proc
+and the attempt records under each node's home, never from runward's answers."""
 
 from __future__ import annotations
 
@@ -12,25 +12,23 @@ import json
 import os
 import time
 
-import pytest
-
 from conftest import alive, wait_for
 from test_restart_gate_nodes import _config
-from test_review_s4 import _happens, _in_rw2, _rec, _restart_blocked, _shim_alive, _start, env  # noqa: F401
+from gatenodes import env, happens, in_rw2, record, restart_blocked, shim_alive, start_run  # noqa: F401 (env: the fixture)
 
 
 def _connected(mn) -> bool:
     port = str(mn["coord_port"])
-    return port in _in_rw2("ss", "-Htn", "state", "established", "dst", mn["master_addr"]).stdout
+    return port in in_rw2("ss", "-Htn", "state", "established", "dst", mn["master_addr"]).stdout
 
 
 def _firewalled(tmp_path, name):
     """Node 1 (rw2) cannot reach node 0's host (a partition between the two: the CLI's ssh to
     every node still works), from before the restart: node 1 never joins the barrier (the
     coordinator port is new at each attempt, so the whole host is cut off)."""
-    mn = _rec(tmp_path, 0, name, 1)["multinode"]
+    mn = record(tmp_path, 0, name, 1)["multinode"]
     rule = ["OUTPUT", "-p", "tcp", "-d", mn["master_addr"], "-j", "DROP"]
-    assert _in_rw2("iptables", "-I", *rule).returncode == 0
+    assert in_rw2("iptables", "-I", *rule).returncode == 0
     return mn, rule
 
 
@@ -40,32 +38,32 @@ def test_stop_on_a_member_that_cannot_reach_node_0_cancels_node_0_too(cli, tmp_p
     cancels every node's attempt. Node 0's waiting shim must end (never start alone later)."""
     name, h = env
     states = _config(tmp_path, name)
-    _start(cli, name)
+    start_run(cli, name)
     mn, rule = _firewalled(tmp_path, name)
     try:
         holder = h.hold(states[1])
-        _restart_blocked(cli, name)
-        wait_for(lambda: _rec(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
+        restart_blocked(cli, name)
+        wait_for(lambda: record(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
                  "node 0's own release")
-        mn = _rec(tmp_path, 0, name, 2)["multinode"]
+        mn = record(tmp_path, 0, name, 2)["multinode"]
         assert not _connected(mn)
         t0 = time.monotonic()
         p = cli.run("stop", name, "--on", "n1", "--json")
         took = time.monotonic() - t0
         print("STOP rc", p.returncode, "took %.1fs" % took, p.stdout[-1500:], p.stderr[-800:])
         # still partitioned: the stop itself ended node 0's shim, not the gate's tell
-        gone_at_answer = not _shim_alive(_rec(tmp_path, 0, name, 2))
-        wait_for(lambda: not _shim_alive(_rec(tmp_path, 1, name, 2)), 20, "node 1's shim to end")
+        gone_at_answer = not shim_alive(record(tmp_path, 0, name, 2))
+        wait_for(lambda: not shim_alive(record(tmp_path, 1, name, 2)), 20, "node 1's shim to end")
     finally:
-        _in_rw2("iptables", "-D", *rule)
+        in_rw2("iptables", "-D", *rule)
     holder.kill()
     holder.wait()
     # the partition healed: node 0's shim must be gone (cancelled), or at least never fork a job
-    ended = _happens(lambda: not _shim_alive(_rec(tmp_path, 0, name, 2)), 15)
+    ended = happens(lambda: not shim_alive(record(tmp_path, 0, name, 2)), 15)
     st = cli.run("status", name)
-    a0 = _rec(tmp_path, 0, name, 2)
+    a0 = record(tmp_path, 0, name, 2)
     print("STATUS", st.returncode, st.stdout, "\nnode0", {k: a0.get(k) for k in ("blocked", "error", "stop_requested")})
-    assert not _rec(tmp_path, 0, name, 2).get("job"), "node 0 started alone"
+    assert not record(tmp_path, 0, name, 2).get("job"), "node 0 started alone"
     assert ended, "node 0's shim waits on after `stop --on n1` (exit %d): %s" % (p.returncode, st.stdout)
     assert gone_at_answer, "the stop answered while node 0's shim still waited"
     # the answer says what happened on every node: exit 0, each node's attempt cancelled, once
@@ -88,23 +86,23 @@ def test_stop_on_a_member_whose_own_stop_is_not_verified_still_cancels_node_0(cl
     import signal
     name, h = env
     states = _config(tmp_path, name)
-    _start(cli, name)
+    start_run(cli, name)
     mn, rule = _firewalled(tmp_path, name)
     shim1 = None
     try:
         holder = h.hold(states[1])
-        _restart_blocked(cli, name)
-        wait_for(lambda: _rec(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
+        restart_blocked(cli, name)
+        wait_for(lambda: record(tmp_path, 0, name, 2).get("blocked", {}).get("own_released_at"), 30,
                  "node 0's own release")
-        shim1 = _rec(tmp_path, 1, name, 2)["shim"]["pid"]
+        shim1 = record(tmp_path, 1, name, 2)["shim"]["pid"]
         os.kill(shim1, signal.SIGSTOP)
         p = cli.run("stop", name, "--on", "n1", "--json", timeout=120)
         assert alive(shim1), "node 1's frozen shim ended: the test froze nothing"
-        gone_at_answer = not _shim_alive(_rec(tmp_path, 0, name, 2))
+        gone_at_answer = not shim_alive(record(tmp_path, 0, name, 2))
     finally:
         if shim1:
             os.kill(shim1, signal.SIGCONT)
-        _in_rw2("iptables", "-D", *rule)
+        in_rw2("iptables", "-D", *rule)
     holder.kill()
     holder.wait()
     assert gone_at_answer, "node 0's shim waits on: the stop answered for node 1 alone (%s)" % p.stdout[-600:]
@@ -113,9 +111,9 @@ def test_stop_on_a_member_whose_own_stop_is_not_verified_still_cancels_node_0(cl
     rows = {r["rank"]: r for r in doc["result"]["nodes"]}
     assert rows[0]["ok"] and rows[0]["result"]["restart_cancelled"], rows[0]
     assert not rows[1]["ok"] and rows[1]["error"]["type"] == "NotVerified", rows[1]
-    wait_for(lambda: not _shim_alive(_rec(tmp_path, 1, name, 2)), 20, "node 1's thawed shim to read its mark")
+    wait_for(lambda: not shim_alive(record(tmp_path, 1, name, 2)), 20, "node 1's thawed shim to read its mark")
     for rank in (0, 1):
-        assert not _rec(tmp_path, rank, name, 2).get("job"), f"node {rank} started after the stop"
+        assert not record(tmp_path, rank, name, 2).get("job"), f"node {rank} started after the stop"
 
 
 # -- the gate's protocol on real sockets on 127.0.0.1, each node's wait a thread of its own,
@@ -213,103 +211,3 @@ def test_a_member_reconnecting_while_node_0_decides_does_not_crash_node_0():
 
 
 # -- the run's cgroups (7d20ce8): ground truth from /sys/fs/cgroup and /proc
-
-NEST = r"""
-for h in pids memory unified; do
-  d=$(awk -F: -v h=$h '($2==h)||(h=="unified"&&$1=="0"){print $3}' /proc/self/cgroup)
-  case "$d" in */runward/*) mkdir -p "/sys/fs/cgroup/$h$d/sub" && echo $$ > "/sys/fs/cgroup/$h$d/sub/cgroup.procs";; esac
-done
-setsid sh -c 'env -i sleep 300 >/dev/null 2>&1 &'
-exec sleep 300
-"""
-
-
-def _subs(cgs):
-    return [os.path.join(c, "sub") for c in cgs]
-
-
-def _procs(paths):
-    out = set()
-    for p in paths:
-        try:
-            out.update(int(x) for x in open(os.path.join(p, "cgroup.procs")).read().split())
-        except OSError:
-            pass
-    return out
-
-
-def test_a_process_in_a_cgroup_below_the_runs_is_the_runs(cli):
-    """A job (as root) that puts itself in a cgroup below the run's own (a nested runtime, a
-    scope of its own) and leaves an escapee there that cleared its environment and its session:
-    with the shim gone, only the cgroup ties it to the run, and the kernel keeps it in the run's
-    subtree. A stop that reads the run's cgroup.procs alone calls the run dead (and 7d20ce8's
-    rmdir of the run's cgroup then fails silently: it has a child)."""
-    import signal
-    rc, doc = cli.json("start", "cgnest", "--settle", "0.5", "--sh", NEST)
-    assert rc == 0, doc
-    cgs = doc["result"]["cgroups"]
-    if not cgs:
-        pytest.skip("no writable cgroup hierarchy here (not root)")
-    wait_for(lambda: len(_procs(_subs(cgs))) >= 2, 10, "the job and its escapee in the nested cgroup")
-    rec = __import__("json").loads((cli.home / "runs" / "cgnest" / "attempts" / "1.json").read_text())
-    esc = [p for p in _procs(_subs(cgs)) if p != doc["result"]["pid"]]
-    assert esc, _procs(_subs(cgs))
-    try:
-        os.kill(rec["shim"]["pid"], signal.SIGKILL)
-        wait_for(lambda: not alive(rec["shim"]["pid"]), 10, "the shim's death")
-        rc, st = cli.json("stop", "cgnest", "--grace", "2")
-        left = [p for p in esc if alive(p)]
-        assert not left or rc != 0, "stop said %d (%s) with the escapee %s alive in %s" % (
-            rc, st["result"].get("verified"), left, _subs(cgs))
-        assert rc == 0 and not any(os.path.isdir(c) for c in cgs), (rc, [c for c in cgs if os.path.isdir(c)])
-    finally:
-        for p in _procs(_subs(cgs)):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        wait_for(lambda: not _procs(_subs(cgs)), 10, "the nested cgroup empty")
-        for p in _subs(cgs) + cgs:
-            try:
-                os.rmdir(p)
-            except OSError:
-                pass
-
-
-def test_stop_and_rm_remove_only_their_own_runs_empty_cgroups(cli, tmp_path):
-    """Runs whose names share a prefix ("x", "x.1", "x-2") and a run "x" of another
-    RUNWARD_HOME, each left with empty cgroups (shim and job SIGKILLed): stop and rm of "x"
-    remove x's, and not one of the others'."""
-    import json
-    import signal
-    other = dict(cli.env, RUNWARD_HOME=str(tmp_path / "home2"))
-    cgs = {}
-    for home, name in ((None, "x"), (None, "x.1"), (None, "x-2"), ("2", "x")):
-        env = other if home else cli.env
-        p = __import__("subprocess").run(cli.argv("start", name, "--settle", "0.2", "--json", "--", "sleep", "300"),
-                                         cwd=cli.cwd, env=env, capture_output=True, text=True, timeout=60)
-        doc = json.loads(p.stdout)
-        assert p.returncode == 0, doc
-        if not doc["result"]["cgroups"]:
-            pytest.skip("no writable cgroup hierarchy here (not root)")
-        h = tmp_path / ("home2" if home else "home")
-        rec = json.loads((h / "runs" / name / "attempts" / "1.json").read_text())
-        for pid in (rec["shim"]["pid"], doc["result"]["pid"]):
-            os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: not alive(pid), 10, "its death")
-        cgs[(home, name)] = doc["result"]["cgroups"]
-    assert all(os.path.isdir(c) for v in cgs.values() for c in v)
-    try:
-        for verb in ("stop", "rm"):
-            p = cli.run(verb, "x")
-            assert p.returncode == 0, p.stdout + p.stderr
-            assert not any(os.path.isdir(c) for c in cgs[(None, "x")]), verb
-            left = {k: [c for c in v if not os.path.isdir(c)] for k, v in cgs.items() if k != (None, "x")}
-            assert not any(left.values()), "%s x removed another run's cgroups: %s" % (verb, left)
-    finally:
-        for v in cgs.values():
-            for c in v:
-                try:
-                    os.rmdir(c)
-                except OSError:
-                    pass

@@ -1,4 +1,4 @@
-"""The operations layer (issue 27), verbs push and deploy: `import runward` calls the verb's
+"""The operations layer (issue 27), verbs push, deploy and pull: `import runward` calls the verb's
 operation directly (no argv, nothing captured), and the operation itself answers an Outcome
 whose document is the CLI's --json document, held to the very golden the CLI is
 (tests/golden/), for the same files."""
@@ -49,3 +49,20 @@ def test_deploy_of_a_run_without_files_is_bad_input_naming_the_fix(cli, lib):
     res = lib.deploy("g-nofiles")
     assert res.exit_code == 2 and res.error["type"] == "BadInput", res.to_json()
     assert "has no files" in res.error["message"] and "add files" in res.to_json()["error"]["hint"], res.to_json()
+
+
+def test_library_pull_is_the_clis_pull_document(cli, tmp_path, lib, no_verb):
+    """Pulled files are the bytes (sha256-checked); the library's document is the CLI's."""
+    import hashlib
+    no_verb("pull")
+    src = tmp_path / "remote.bin"
+    src.write_bytes(bytes(range(256)) * 64)
+    res = lib.pull({str(src): str(tmp_path / "a.bin")})
+    rc, doc = cli.json("pull", f"{src}:{tmp_path / 'b.bin'}")
+    assert res.ok and rc == 0, (res.to_json(), doc)
+    for name in ("a.bin", "b.bin"):
+        assert (tmp_path / name).read_bytes() == src.read_bytes()
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert res.result["files"][0]["sha256"] == doc["result"]["files"][0]["sha256"] == digest
+    res.to_json()["result"]["files"][0]["local"] = doc["result"]["files"][0]["local"]
+    assert res.to_json() == doc

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import alive, marked, wait_for
-from test_supervise import PY, _example, rec, records, shim_gone, sup  # noqa: F401  (sup: the fixture)
+from supervised import rec, records, shim_gone, sup  # noqa: F401  (sup: the fixture)
+from test_supervise import PY, _example
 
 
 def _status_all(c) -> dict:
