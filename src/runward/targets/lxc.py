@@ -3,7 +3,7 @@
 lxc-attach keeps the caller's environment by default: the operator's variables (a token, their
 PATH, a HOME that does not exist in the container) would reach the agent and the job.
 --clear-env gives the container's own (PATH, container=lxc); the agent fills in the login's
-HOME, USER, LOGNAME and SHELL from the container's passwd (agent/ops/lifecycle.build_env), as
+HOME, USER, LOGNAME and SHELL from the container's passwd (agent/ops/start.build_env), as
 `docker exec` gives a job the container's environment."""
 
 KIND = "lxc"
