@@ -21,7 +21,7 @@ def parse(v, name: str) -> dict:
     out = dict(DEFAULTS)
     for key in ("file_max", "attempt_max"):
         if key in v:
-            from ..api import parse_size
+            from .inputs import parse_size
             out[key] = parse_size(v[key], f"{where}.{key}")
     if "keep_attempts" in v:
         k = v["keep_attempts"]

@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
 
 
 def _seconds(v, what: str) -> float:
-    from ..api import parse_duration
+    from .inputs import parse_duration
     s = parse_duration(str(v), what) if not isinstance(v, (int, float)) or isinstance(v, bool) else float(v)
     if s is None or not 0 < s < float("inf"):  # runward.toml's nan and inf are floats: a stall never called
         raise BadInput(f"invalid {what} {v!r}", "give a duration over 0, e.g. 5m, 90s or 300")

@@ -31,7 +31,7 @@ def policy(run_cfg: dict | None, args=None) -> dict | None:
 
 
 def _parsed(raw: dict, health: dict | None) -> dict:
-    from ..api import parse_duration
+    from .inputs import parse_duration
     out: dict = {}
     if "restart" in raw:
         if raw["restart"] not in MODES:
@@ -100,7 +100,7 @@ def _count(v, k: str) -> int:
 
 def _backoff(text, cap) -> list[float]:
     """"5s..5m" (first delay..cap), or "5s" with backoff_max = "5m"; "0" for none."""
-    from ..api import parse_duration
+    from .inputs import parse_duration
     s = "1s" if text is None else str(text)
     first, sep, last = s.partition("..")
     lo = parse_duration(first, "backoff")
@@ -137,7 +137,7 @@ def health_policy(h: dict) -> dict | None:
     acts = acts or {}
     if not isinstance(acts, dict):
         raise BadInput(f"invalid [health] actions {acts!r}: not a table", 'actions = { nan = "stop" }')
-    from ..api import health_rules
+    from .inputs import health_rules
     alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom", "baseline": "below_baseline"}
     actions = {alias.get(k, k): v for k, v in dict(acts).items()}
     bad = [k for k in actions if k not in ACTION_KINDS] + [f"{k}={v}" for k, v in actions.items()
@@ -200,7 +200,7 @@ def _unknown_health_keys(h: dict, table: str) -> tuple[str, str] | None:
 def _interval(v) -> float:
     """[health] interval: the shim judges the rules this often; 0 made its wait block on the
     job alone, and no rule was ever judged."""
-    from ..api import parse_duration
+    from .inputs import parse_duration
     s = parse_duration(str(v), "[health] interval")
     if isinstance(v, bool) or not s > 0:
         raise BadInput(f"invalid [health] interval {v!r}", "give a duration over 0, e.g. interval = 5 or \"5s\"")
@@ -219,7 +219,7 @@ def _action_ok(v) -> bool:
 def _idle(idle, interval: float) -> dict:
     """idle = { gpu_util_below = 5, for = "10m" }: judged by the shim once an interval, so a
     window shorter than the interval could never be seen whole: refused, not ignored."""
-    from ..api import parse_duration
+    from .inputs import parse_duration
     hint = 'idle = { gpu_util_below = 5, for = "10m" }'
     if not isinstance(idle, dict) or set(idle) - {"gpu_util_below", "for"} or "for" not in idle:
         raise BadInput(f"invalid [health] idle {idle!r}", hint)
