@@ -213,6 +213,43 @@ def test_no_import_cycle_among_runward_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+# Layers point one way (issue 40): a folder never imports the layers above it. The imports
+# that still do are listed with their count; a new one fails, and one removed must be crossed
+# off here (the list only shrinks).
+NEVER_IMPORTS = {
+    "runward.transport": ("runward.operations", "runward.spec"),
+    "runward.multinode": ("runward.operations", "runward.views"),
+    "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
+}
+STILL_UPWARD = {  # (importer, imported module): names imported; multinode returns data next
+    ("runward.transport.agentcall", "runward.spec.inputs"): 3,  # a reply's bytes said as text
+    ("runward.spec.inputs", "runward.transport.sshconf"): 1,  # HIDDEN_ENV: names never sent
+    ("runward.multinode.nodes", "runward.operations"): 3,  # Outcome: the nodes' answers
+    ("runward.multinode.nodes", "runward.operations.common"): 3,
+    ("runward.multinode.nodes", "runward.views.render"): 1,
+    ("runward.multinode.nodes", "runward.views.health"): 1,
+    ("runward.multinode.checkpoint", "runward.views.render"): 1,
+}
+
+
+def _within(name: str, layer: str) -> bool:
+    return name == layer or name.startswith(layer + ".")
+
+
+def test_layers_point_one_way():
+    found: dict[tuple[str, str], int] = {}
+    for name, path in MODULES.items():
+        for layer, above in NEVER_IMPORTS.items():
+            if not _within(name, layer):
+                continue
+            for dotted, _ in _imported_names(name, path):
+                target = _module_of(dotted)
+                if target and any(_within(target, a) for a in above):
+                    found[(name, target)] = found.get((name, target), 0) + 1
+    assert found == STILL_UPWARD, {k: v for k, v in found.items() if STILL_UPWARD.get(k) != v} or \
+        {k: 0 for k in STILL_UPWARD if k not in found}
+
+
 def test_the_cache_imports_nothing_of_runward():
     names = _imported_names("runward.cache", MODULES["runward.cache"])
     assert names == [], f"runward/cache.py imports {names}"
