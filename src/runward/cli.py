@@ -59,11 +59,11 @@ HERE_ONLY = ("lint", "demo", "completion", "_complete", "mcp")  # verbs that act
 
 
 def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
-    from .cliparser import _OnAction
+    from .cliparser import OnAction
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
     p.add_argument("--config", metavar="PATH", help="runward.toml to use (default: found in . or a parent)")
     if on:
-        p.add_argument("--on", metavar="TARGET", action=_OnAction,
+        p.add_argument("--on", metavar="TARGET", action=OnAction,
                        help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, slurm://LOGIN/PARTITION, "
                             "or a name from runward.toml"
                             "; start/stop/status/logs/watch/gpus/deploy: repeat it for a run over several nodes")
@@ -82,8 +82,8 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
     and building all sixteen costs more start-up than argparse itself); with `bare`, the
     verbs as a list of names and one-line helps (all the top-level help and a bad verb's
     error need)."""
-    from .cliparser import _Parser
-    ap = _Parser(prog="runward", description=tophelp.DESCRIPTION, epilog=tophelp.EXIT_CODES)
+    from .cliparser import Parser
+    ap = Parser(prog="runward", description=tophelp.DESCRIPTION, epilog=tophelp.EXIT_CODES)
     ap.add_argument("--version", action="version", version=tophelp.VERSION)
     if bare:
         ap.description = tophelp.commands(VERBS)
@@ -91,7 +91,7 @@ def build_parser(only: str | None = None, bare: bool = False) -> argparse.Argume
         ap.add_argument("cmd", nargs="?", metavar="COMMAND", choices=[name for name, _, _ in VERBS],
                         help=tophelp.COMMAND_HELP)
         return ap
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
     for name, help_, module in VERBS + HIDDEN:
         if only is None and (name, help_, module) not in HIDDEN or name == only:
             p = sub.add_parser(name, help=help_)

@@ -29,7 +29,7 @@ class BadArguments(Exception):
         self.message = message
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def __init__(self, *a, **kw):
         kw.setdefault("formatter_class", _Formatter)
         super().__init__(*a, **kw)
@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
         raise BadArguments(self, message)
 
 
-class _OnAction(argparse.Action):
+class OnAction(argparse.Action):
     """--on TARGET, repeatable for a multi-node run (docs/multinode.md): args.on is the
     first, args.nodes every one given."""
 

@@ -51,7 +51,7 @@ def select(store, latest, req, match):
     n = req.get("lines")
     keep = (20 if req.get("follow") else MAX_LINES) if n is None else max(0, int(n))
     if req.get("attempt") is not None:
-        att = _attempt(store, req["attempt"])
+        att = attempt_of(store, req["attempt"])
         lo, hi = section(store, att)
     else:
         att = latest
@@ -69,7 +69,7 @@ def select(store, latest, req, match):
     return out
 
 
-def _attempt(store, n):
+def attempt_of(store, n):
     try:
         n = int(n)
     except (TypeError, ValueError):
@@ -164,7 +164,7 @@ def _backwards(path, lo, hi):
         os.close(fd)
 
 
-def _forwards(path, lo, hi):
+def forwards(path, lo, hi):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (OSError, TypeError):
@@ -194,7 +194,7 @@ def _since(path, parts, cutoff, match, keep):
     count, by = 0, set()
     for lo, hi, att in parts:
         t, how = att.get("started_at") or att.get("created_at"), "attempt_start"
-        for line in _forwards(path, lo, hi):
+        for line in forwards(path, lo, hi):
             stamp = clock.parse(line)[0]
             if stamp is not None:
                 t, how = stamp, "timestamps"

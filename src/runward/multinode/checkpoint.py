@@ -30,12 +30,12 @@ def before_stop(nodes, name: str, checkpoint: dict, lock_timeout: float | None) 
 
 
 def lines(rows: list[dict]) -> list[str]:
-    from ..views.render import _checkpoint_line
+    from ..views.render import checkpoint_line
     out = []
     for r in rows:
         where = f"  node {r['rank']} ({r['target']}) "
         if r["ok"]:
-            out.append(where + _checkpoint_line(r["result"]))
+            out.append(where + checkpoint_line(r["result"]))
         else:
             out.append(where + f"checkpoint: not done ({r['error'].get('message')}): stopping as usual")
     return out

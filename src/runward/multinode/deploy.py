@@ -25,7 +25,7 @@ def deploy(nodes: list[Target], name: str, specs: list[str], *, base: str | None
             f"node {r['rank']} ({r['target']}): {r['error']['message']}" for r in failed)
     else:
         res["verified"] = ["sha256_on_every_node"]
-    return res, multinode._worst(rows)
+    return res, multinode.worst_code(rows)
 
 
 def _outcome(r: dict) -> dict:

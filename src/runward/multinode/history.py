@@ -14,7 +14,7 @@ FIELDS = ("state", "exit", "ran_s", "steps", "throughput", "loss", "files", "com
 
 
 def history(nodes: list[Target], name: str) -> tuple[dict, int]:
-    results = multinode._each(nodes, lambda _, t: api.history(t, name))
+    results = multinode.each_node(nodes, lambda _, t: api.history(t, name))
     rows, merged, code = [], {}, 0
     for rank, (t, r) in enumerate(zip(nodes, results)):
         rows.append({"rank": rank, "target": t.display(), "ok": r["ok"], **({} if r["ok"] else {"error": r["error"]})})

@@ -60,7 +60,7 @@ def _check_nodes(nodes: list[Target]) -> None:
         seen.add((str(t), t.home))
 
 
-def _each(nodes: list[Target], fn) -> list[dict]:
+def each_node(nodes: list[Target], fn) -> list[dict]:
     """fn(rank, node) on every node in parallel: {"ok", "result" | "error"} per rank, in order."""
     return api.fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda i, t: fn(int(i), t))
 
@@ -89,7 +89,7 @@ def rank_env(rank: int, nnodes: int, addr: str, port: int, ips: list[str], nproc
 def _probe(nodes: list[Target]) -> list[dict]:
     """Every node at once: reachable, its address as we reach it; node 0 also picks two free
     ports (the master's and the coordinator's) in its own network namespace."""
-    return _each(nodes, lambda i, t: transport.call(t, {"op": "free_ports", "count": 2 if i == 0 else 0}))
+    return each_node(nodes, lambda i, t: transport.call(t, {"op": "free_ports", "count": 2 if i == 0 else 0}))
 
 
 def _address(t: Target, probe: dict) -> str:
@@ -134,7 +134,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
         return api.start(t, name, on_event=on_event, late=late, gate=gates[rank] if gates else None, **kw)
 
     results: list[dict] = []
-    starts = threading.Thread(target=lambda: results.extend(_each(nodes, one)), daemon=True)
+    starts = threading.Thread(target=lambda: results.extend(each_node(nodes, one)), daemon=True)
     starts.start()
     try:
         probes = _probe(nodes)
@@ -191,7 +191,7 @@ def _roll_back(nodes: list[Target], name: str, res: dict) -> None:
     launched something: all but those refused before launching."""
     todo = [(i, t) for i, t in enumerate(nodes)
             if res["nodes"][i]["ok"] or res["nodes"][i]["error"]["type"] not in _NOT_LAUNCHED]
-    stops = _each([t for _, t in todo], lambda _, t: _stop_node(t, name))
+    stops = each_node([t for _, t in todo], lambda _, t: _stop_node(t, name))
     for (i, _), s in zip(todo, stops):
         res["nodes"][i]["rollback"] = s["result"] if s["ok"] else {"error": s["error"], "verified_dead": False}
     failed = [f"node {i} ({r['target']}): {r['error']['message']}" for i, r in enumerate(res["nodes"]) if not r["ok"]]
@@ -231,7 +231,7 @@ def _stop_node(t: Target, name: str, **kw) -> dict:
                 "processes": [], "verified": ["no_record_on_target"]}
 
 
-def _worst(rows: list[dict]) -> int:
+def worst_code(rows: list[dict]) -> int:
     from ..operations.common import all_runs_code
     return all_runs_code(rows)
 
@@ -248,7 +248,7 @@ def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: d
         from . import checkpoint as multickpt
         ckpt = multickpt.before_stop(nodes, name, checkpoint, kw.get("lock_timeout"))
     done = done or {}
-    results = _each(nodes, lambda i, t: _given(done[i]) if i in done else _stop_node(t, name, **kw))
+    results = each_node(nodes, lambda i, t: _given(done[i]) if i in done else _stop_node(t, name, **kw))
     rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
     ok = all(r["ok"] for r in rows)
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}
@@ -259,12 +259,12 @@ def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: d
         res["checkpoint"] = ckpt
     if ok:
         res["verified"] = ["every_node_dead"]
-    return res, _worst(rows)
+    return res, worst_code(rows)
 
 
 def status(nodes: list[Target], name: str) -> tuple[dict, int]:
     """One status per node and the aggregate: running only when every node runs."""
-    results = _each(nodes, lambda _, t: api.status(t, [name]))
+    results = each_node(nodes, lambda _, t: api.status(t, [name]))
     rows = []
     for i, (t, r) in enumerate(zip(nodes, results)):
         row = {"rank": i, "target": t.display(), "ok": r["ok"]}
@@ -450,7 +450,7 @@ def logs_all(nodes: list[Target], name: str, *, follow: bool = False, on_line=No
             say(rank, ln)
         return res
 
-    results = _each(nodes, one)
+    results = each_node(nodes, one)
     failed = [r for r in results if not r["ok"]]
     notes = "\n".join(f"runward logs: node {i} ({nodes[i]}): {r['error']['message']}"
                       for i, r in enumerate(results) if not r["ok"])
@@ -465,7 +465,7 @@ def logs_all(nodes: list[Target], name: str, *, follow: bool = False, on_line=No
 def watch_all(nodes: list[Target], name: str, **kw):
     """Every node's health through the same window, in parallel, as an Outcome: healthy only
     if every node is; an alert names its node (the lines on stderr then)."""
-    results = _each(nodes, lambda _, t: api.watch(t, name, **kw))
+    results = each_node(nodes, lambda _, t: api.watch(t, name, **kw))
     lines, code = [], EXIT_OK
     for i, r in enumerate(results):
         if not r["ok"]:

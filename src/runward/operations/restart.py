@@ -197,7 +197,7 @@ def _check_nodes(name, nodes, specs, base) -> None:
     from .. import files as _files
     from ..multinode import nodes as multinode
     from ..errors import RunwardError
-    asked = multinode._each(nodes, lambda _, t: multinode.api.spec(t, name))
+    asked = multinode.each_node(nodes, lambda _, t: multinode.api.spec(t, name))
     for node, r in zip(nodes, asked):
         if not r["ok"] and r["error"]["type"] != "RunNotFound":
             from .. import errors

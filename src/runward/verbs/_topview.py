@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..views.health import format_alert, sparkline
-from ..views.render import _num, mib
+from ..views.render import fmt_num, mib
 
 SPARK = 16
 STATE_STYLE = {"running": "green", "exited": "dim", "stray": "red", "lost": "red", "orphaned": "yellow",
@@ -86,11 +86,11 @@ def _metrics(top, target: str, r: dict) -> Text:
     steps = ("step", "iteration", "iter", "epoch")
     for m in sorted(h.get("main_metrics") or [], key=lambda m: m not in steps):
         if m in steps:
-            lines.append(f"{m} {_num(values.get(m))}")
+            lines.append(f"{m} {fmt_num(values.get(m))}")
             continue
         series = (h.get("throughput_series") if m == h.get("throughput_metric")
                   else top.history.get((target, r["name"], r.get("attempt"), m)))
-        lines.append(f"{m} {_num(values.get(m))} {sparkline(series or [], SPARK)}")
+        lines.append(f"{m} {fmt_num(values.get(m))} {sparkline(series or [], SPARK)}")
     from ._topbase import change
     vs = change(r)  # a line of the cell, not a column: the table stays readable at 80 columns
     if vs:

@@ -44,7 +44,7 @@ def describe_exit(ex: dict | None) -> str:
     return f"exit code {ex.get('code')}"
 
 
-def _num(v) -> str:
+def fmt_num(v) -> str:
     if isinstance(v, float):
         return f"{v:g}" if abs(v) < 1e6 else f"{v:.4g}"
     return str(v)
@@ -104,11 +104,11 @@ def render_stop(r: dict) -> str:
     if view is not None:
         return view.stop(r)
     if r.get("checkpoint"):
-        return "\n".join([_checkpoint_line(r["checkpoint"]), _render_stop(r)])
+        return "\n".join([checkpoint_line(r["checkpoint"]), _render_stop(r)])
     return _render_stop(r)
 
 
-def _checkpoint_line(c: dict) -> str:
+def checkpoint_line(c: dict) -> str:
     """stop --checkpoint's first step, said before the stop's own lines."""
     if c.get("skipped"):
         return f"checkpoint: {c['skipped']}"
@@ -271,7 +271,7 @@ def render_status(res: dict, target: str) -> str:
         main = h.get("main_metrics")  # the main ones; --json has every metric
         shown = {k: v for k, v in (h.get("metrics") or {}).items() if main is None or k in main}
         if shown:
-            lines.append("  metrics: " + "  ".join(f"{k}={_num(v)}" for k, v in shown.items()))
+            lines.append("  metrics: " + "  ".join(f"{k}={fmt_num(v)}" for k, v in shown.items()))
         if h.get("throughput_series"):
             from .health import sparkline
             lines.append(f"  {h['throughput_metric']}: {sparkline(h['throughput_series'])}")

@@ -4,7 +4,7 @@ with a one-line verdict. Worked out here, in one round trip: the env values and 
 on the target, only the comparison travels."""
 
 from ..logmetrics.rules import median
-from ..logselect import _attempt
+from ..logselect import attempt_of
 from ..snapshots import text_of
 from ..store import RunStore
 from .history import changes, facts
@@ -58,7 +58,7 @@ def _pair(store, a, b):
                 store.name, len(have), "" if len(have) == 1 else "s"),
                 "restart it first, or name two attempts: `runward compare %s A B`" % store.name)
         a, b = have[-2], have[-1]
-    return _attempt(store, a), _attempt(store, b)
+    return attempt_of(store, a), attempt_of(store, b)
 
 
 def side_by_side(sa, sb):

@@ -11,7 +11,7 @@ import time
 from .. import launchers
 from ..logmetrics import is_loss, parse_line, throughput_metric
 from ..logmetrics.rules import median
-from ..logselect import _forwards, section
+from ..logselect import forwards, section
 from ..proc.procfs import boot_id, scan
 from ..proc.runs import attempt_state
 from ..secrets import mask_url_passwords, redact_value
@@ -85,7 +85,7 @@ def metrics(store, att, series, metric=None):
     lo, hi = section(store, att)
     pts, names = [], set()
     partial = hi - lo > SECTION_MAX
-    for line in _forwards(att["log"], lo, min(hi, lo + SECTION_MAX)):
+    for line in forwards(att["log"], lo, min(hi, lo + SECTION_MAX)):
         if not any(c.isdigit() for c in line):
             continue
         m = parse_line(line)

@@ -2,7 +2,7 @@
 for `runward plot NAME --attempts 5,6,7`. Read here, one round trip: the logs stay on the
 target, only the points travel."""
 
-from ..logselect import _attempt
+from ..logselect import attempt_of
 from ..store import RunStore
 from ..wire import bad_input
 from .history import facts
@@ -18,7 +18,7 @@ def overlay(req, home):
                         "e.g. --attempts 5,6,7 (see `runward history %s`)" % store.name)
     rows = []
     for n in wanted:
-        f = facts(store, _attempt(store, n), "", True)  # no such attempt: RunNotFound, exit 4
+        f = facts(store, attempt_of(store, n), "", True)  # no such attempt: RunNotFound, exit 4
         s = f.get("series") or {}
         if not s.get("points"):
             raise bad_input("attempt %s of %s has no metrics in its log: nothing to plot" % (n, store.name),
