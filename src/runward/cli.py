@@ -295,7 +295,7 @@ def exit_on_closed_output() -> None:
 
 def _output_lost(verb: str, e) -> int:
     """stdout could not be written (`runward status > /dev/full`): one line on stderr, never a
-    second try at stdout, and EXIT_OUTPUT_LOST (README, exit codes). What the verb did was done:
+    second try at stdout, and EXIT_OUTPUT_LOST (docs/cli.md, exit 74). What the verb did was done:
     the line says the exit code it had (a stop that stopped is not undone by a full disk)."""
     from .verbs._common import EXIT_OUTPUT_LOST
     had = f"; {verb} itself ended with exit code {e.verdict}" if e.verdict is not None else ""

@@ -1,4 +1,4 @@
-"""The error tree. Each class maps to one exit code (README.md, the exit code table) and
+"""The error tree. Each class maps to one exit code (README.md's exit code table; docs/cli.md) and
 carries the fields a person needs to act: the hop, the host, the exit status, a hint."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _error_types() -> dict[str, tuple[int, ...]]:
 
 
 # The closed list: every "type" a --json error document (and so runward.Result.error, an MCP
-# tool's error) can carry -> its exit codes (README's table). docs/api.md and docs/agents.md
+# tool's error) can carry -> its exit codes (README.md's exit code table). docs/api.md and docs/agents.md
 # list exactly these (tests/test_error_types.py); a new type is added here first.
 ERROR_TYPES = _error_types()
 

@@ -5,7 +5,7 @@ at STEP instead, while the file $RUNWARD_HOME/fault-pause exists (it writes its 
 so a test can make another verb race that step (a stop racing a crash's restart).
 RUNWARD_FAULT=raise:STEP makes it raise an exception there: a failure of its own code, which
 the shim records as such (shim.failed). Unset in normal use: one getenv a step. The steps are
-listed in README.md, "Faults"."""
+listed in docs/faults.md."""
 
 import os
 import time

@@ -13,7 +13,7 @@ from . import Outcome
 # `start/stop/restart --all`: the exit code is that of the worst run, worst first: done but
 # not verified (something may be half done: a survivor, GPUs held, alive but not ready),
 # unreachable (that run's state is unknown), failed (verified), refused as bad input
-# (nothing done), no such run (nothing there). README, "Several runs at once".
+# (nothing done), no such run (nothing there). docs/cli.md, "Several runs at once".
 ALL_RUNS_WORST_FIRST = (EXIT_NOT_VERIFIED, EXIT_UNREACHABLE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_SUCH_RUN)
 
 

@@ -1,7 +1,7 @@
 """restart's spec (api.py's split, by concern): the last attempt's spec merged with the
 overrides and runward.toml's definition, what changed (shown without secrets), and the checks
-of the merged start made before anything is stopped (README: a restart that cannot finish
-never stops)."""
+of the merged start made before anything is stopped (docs/runs.md: restart never stops a run
+it cannot restart)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .options import OPTS, refuse
 
 
 def _after_stop(e: RunwardError) -> RunwardError:
-    """A restart's exit 2 says bad input found before anything was stopped (README: the old
+    """A restart's exit 2 says bad input found before anything was stopped (docs/runs.md: the old
     attempt untouched); once the stop is done, a bad input met later (a local file that
     turned unreadable after the checks) is a failed step, exit 1, as a full disk is."""
     if not isinstance(e, BadInput):

@@ -69,7 +69,7 @@ _TOOL_MISSING = (  # the shells', runc's, crun's, lxc-attach's and env's ways to
     r"(?:^|[\s:\"'`])(%(t)s)[\"'`]?: (?:line \d+: )?(?:command )?not found|"
     r"exec: \"?(%(t)s)\"?: executable file not found|executable file [`'\"](%(t)s)[`'\"] not found|"
     r"Failed to exec \"(%(t)s)\"|(?:^|[\s'\"])(%(t)s)['\"]?: No such file or directory" % {"t": _TOOL_WORDS})
-HOP_TIMEOUT_S = 10.0  # a container hop's bound (RUNWARD_HOP_TIMEOUT): README, "Bounds"
+HOP_TIMEOUT_S = 10.0  # a container hop's bound (RUNWARD_HOP_TIMEOUT): docs/targets.md, "Bounds"
 # what a container tool itself prints: lxc-attach's "lxc-attach: NAME: file.c: ...", podman's
 # and docker's "Error: ..." / "Error response from daemon: ...", runc's and crun's
 _TOOL_LINE = r"(?m)^\s*(?:lxc-\w+: |Error[: ]|Error response from daemon|OCI runtime|crun: |runc: )"

@@ -12,7 +12,7 @@ from ..operations.common import config_targets, load_config, target_of  # noqa: 
 
 
 
-EXIT_OUTPUT_LOST = 74  # sysexits' EX_IOERR: stdout could not be written (README, exit codes)
+EXIT_OUTPUT_LOST = 74  # sysexits' EX_IOERR: stdout could not be written (docs/cli.md, exit 74)
 
 
 class OutputLost(Exception):
