@@ -83,7 +83,7 @@ class Home(object):
             raise unreadable(self.path, nearest_dir(self.path))
         st = os.stat(self.path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            # nothing world-writable is trusted (docs/protocol.md; docs/guarantees.md, a log in a directory others can write)
+            # nothing world-writable is trusted (docs/protocol.md; docs/guarantees.md)
             raise AgentFailure("AgentError", "state directory %s is writable by others or not ours" % self.path,
                                "chmod 700 %s, or set RUNWARD_HOME to a directory of your own" % self.path)
         if st.st_mode & 0o077:
