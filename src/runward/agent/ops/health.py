@@ -18,13 +18,13 @@ import os
 import time
 
 from .. import logmetrics
+from ..logmetrics.kinds import FACT_KINDS
 from ..logmetrics.alerts import alert
 from ..procfs import live
 from ..sidelock import side_lock
 from ..store import RunStore, read_json, write_atomic, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
-FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited", "idle"))
 POINTS = 2000
 ALERTS = 200
 MARKS = 64  # (time, offset, lines) marks: where the log had been read to, and when

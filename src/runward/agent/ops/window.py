@@ -7,8 +7,8 @@ most LOOKBACK_BYTES back; lines stamped before the look-back are passed over."""
 import os
 
 from .. import logmetrics
+from ..logmetrics.kinds import RULE_KINDS  # what a watch's own rules say
 
-RULE_KINDS = frozenset(("below_min", "above_max", "drop", "stall"))  # what a watch's own rules say
 LOOKBACK_BYTES = 32 << 20  # at most this much of the log is read again for a look-back
 
 DEFAULTS = {"drop_fraction": 0.5, "drop_points": 3, "early_points": 10, "max_points": 0,
