@@ -49,10 +49,11 @@ class Judge(object):
             return offset, lines
         return skip_to(att["log"], offset, lines, size - LOOKBACK_BYTES)
 
-    def poll(self, log, alive, now):
-        """The rule alerts of what the log gained since the last poll."""
+    def poll(self, att, alive, now):
+        """The rule alerts of what the attempt's log gained since the last poll (the judge
+        interface every health judge has: stall.py's, ops/baseline.py's, idle.py's)."""
         rules = dict(self.rules, alive=alive)
-        res = logmetrics.scan(log, self.state, rules, now)
+        res = logmetrics.scan(att["log"], self.state, rules, now)
         self.state = res["state"]
         return [a for a in res["alerts"] if a["kind"] in RULE_KINDS]
 
