@@ -77,7 +77,7 @@ def main() -> int:
     rw = [str(script)] if script.exists() else [sys.executable, "-m", "runward"]
     sys.path.insert(0, str(ROOT / "src"))
     os.environ.update(env)
-    from runward.transport import control_dir
+    from runward.transport.agentcall import control_dir
     ssh = f"ssh -F {cfg} -o BatchMode=yes -o ControlMaster=auto -o ControlPath={control_dir()}/%C -o ControlPersist=300"
     tree, big = scratch / "tree", scratch / "big.bin"
     make_tree(tree, a.files)

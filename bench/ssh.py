@@ -62,7 +62,7 @@ def main() -> int:
     t(rw + ["start", "b1", "--on", "h1", "--settle", "0.2", "--", "sleep", "600"], env)
     sys.path.insert(0, str(ROOT / "src"))
     os.environ.update(env)
-    from runward.transport import control_dir
+    from runward.transport.agentcall import control_dir
     ctl = control_dir()
     mux = ["ssh", "-F", cfg, "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}/%C",
            "-o", "ControlPersist=300", "rw1-slow", "true"]
@@ -101,7 +101,7 @@ def main() -> int:
         # close that master so the next cold round is cold too
         os.environ["RUNWARD_HOME"] = cenv["RUNWARD_HOME"]
         from runward.targets import parse_target
-        from runward.transport import ssh_base
+        from runward.transport.agentcall import ssh_base
         os.environ["RUNWARD_SSH_CONFIG"] = cfg  # the socket's name, as runward gives it (targets/ssh.py)
         subprocess.run(parse_target("ssh://rw1-slow").hops[0].ssh_argv(ssh_base(), ["-O", "exit"]),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -91,7 +91,7 @@ def measure(a, rw, env, cfg, name) -> int:
           f"{cold:.2f} s\n  {res['summary']}")
     sys.path.insert(0, str(ROOT / "src"))
     os.environ.update(env)
-    from runward.transport import control_dir
+    from runward.transport.agentcall import control_dir
     mux = ["ssh", "-F", cfg, "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
            "-o", f"ControlPath={control_dir()}/%C", "-o", "ControlPersist=300", a.host]
     ours, shell = [], []

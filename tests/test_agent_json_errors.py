@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-_SPAWNED = ("import sys; from runward import inprocess, cli; inprocess.wanted = lambda *a, **k: False; "
+_SPAWNED = ("import sys; from runward.transport import inprocess; from runward import cli; inprocess.wanted = lambda *a, **k: False; "
             "sys.exit(cli.main(sys.argv[1:]))")
 
 

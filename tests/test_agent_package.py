@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runward import transport
+from runward.transport import agentcall as transport
 from runward.agent import boot
 
 PKG = Path(boot.__file__).resolve().parent
@@ -64,10 +64,10 @@ def test_changing_a_module_changes_the_blob(tmp_path):
     copy = tmp_path / "agent"
     shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
     z0, sha0 = boot.build_blob(str(copy))
-    with open(copy / "ops" / "lifecycle.py", "a") as f:
+    with open(copy / "ops" / "start.py", "a") as f:
         f.write("# changed\n")
     z1, sha1 = boot.build_blob(str(copy))
-    assert sha1 != sha0 and _blob_map(z1)["ops/lifecycle.py"].endswith(b"# changed\n")
+    assert sha1 != sha0 and _blob_map(z1)["ops/start.py"].endswith(b"# changed\n")
     (copy / "extra.py").write_text("X = 1\n")
     (copy / "notes.txt").write_text("not a module\n")
     z2, sha2 = boot.build_blob(str(copy))

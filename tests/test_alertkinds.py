@@ -12,7 +12,7 @@ import time
 
 from conftest import CLI, ROOT
 
-from runward import health
+from runward.views import health
 from runward.agent.logmetrics import kinds as alertkinds
 from runward.agent.ops import health as health_op, window
 
@@ -59,7 +59,7 @@ def test_a_new_log_event_is_a_pattern_and_a_row(tmp_path):
     assert "disk_full" in {a["kind"] for a in saved["alerts"]}, saved
     # the CLI reads it with its label, and [health] actions take it
     said = subprocess.run([sys.executable, "-c", (
-        "import json, sys; from runward import health, supervision; "
+        "import json, sys; from runward.views import health; from runward.spec import supervision; "
         "a = json.loads(sys.stdin.read()); print(health.format_alert(a)); "
         "print(supervision.health_policy({'actions': {'disk_full': 'stop'}})['actions'])")],
         input=json.dumps(alerts["disk_full"]), capture_output=True, text=True, timeout=60,

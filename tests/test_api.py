@@ -143,7 +143,7 @@ def test_no_other_verb_imports_the_sdk(tmp_path):
         mods = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
         assert "runward.cli" in mods, p.stderr[-500:]
         assert not {m for m in mods if m.split(".")[0] in ("mcp", "pydantic", "anyio")}, argv
-        assert "runward.library" not in mods and "runward.mcpserver" not in mods, argv
+        assert "runward.library" not in mods and "runward.mcp.server" not in mods, argv
 
 
 def test_a_wrong_mcp_section_is_bad_config(cli):

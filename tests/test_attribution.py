@@ -1,4 +1,4 @@
-"""Failure attribution (agent/attribution.py): the first rank that failed on its own (root
+"""Failure attribution (agent/health/attribution.py): the first rank that failed on its own (root
 cause) and what the others did because of it (cascade), from real log formats and from a real
 two-rank torchrun job (gloo, CPU) whose rank 1 dies while rank 0 waits in all_reduce.
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from conftest import wait_for  # noqa: E402
-from runward.agent.attribution import attribute_log  # noqa: E402
+from runward.agent.health.attribution import attribute_log  # noqa: E402
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 

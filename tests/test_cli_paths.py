@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from runward import cli as cli_mod, transport
+from runward import cli as cli_mod
+from runward.transport import agentcall as transport
 from runward.errors import HopFailed
 
 

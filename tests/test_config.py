@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from runward import config
+from runward.spec import config
 from runward.errors import BadInput
 
 

@@ -128,7 +128,7 @@ def test_a_module_missing_before_the_agent_runs_is_diagnosed_from_stderr(box):
     """The bootstrap's own imports fail before the agent can answer: the CLI reads python's
     real message (from the container's python) and names the module, without the traceback."""
     from runward.targets import parse_target
-    from runward.transport import RawResult, diagnose
+    from runward.transport.agentcall import RawResult, diagnose
     name = box.make(init=True)
     p = box.sh(name, "python3 -c 'import zlib_is_not_here'")
     raw = RawResult(["ssh"], p.returncode, [], p.stderr, 0.1)

@@ -1,12 +1,12 @@
-"""One verdict across the nodes of a multi-node run (runward/crossnode.py), from the nodes' own
+"""One verdict across the nodes of a multi-node run (runward/multinode/verdict.py), from the nodes' own
 attributions of real logs (tests/fixtures/logs, sources in test_attribution.py)."""
 
 from __future__ import annotations
 
 from test_attribution import attr
 
-from runward.crossnode import verdict
-from runward.multinode import render
+from runward.multinode.verdict import verdict
+from runward.multinode.nodes import render
 
 
 def _row(rank: int, a: dict, **run) -> dict:

@@ -12,7 +12,8 @@ import stat
 import sys
 from pathlib import Path
 
-from runward import cli as runward_cli, errors, options
+from runward import cli as runward_cli, errors
+from runward.spec import options
 
 import fakegpu
 from conftest import wait_for

@@ -4,7 +4,7 @@ in a request is what the agent chooses the launcher by."""
 
 import pytest
 
-from runward import render
+from runward.views import render
 from runward.agent import launchers
 from runward.targets import ENGINE_OPTION_KEYS, ENGINES, engine_options, parse_target
 

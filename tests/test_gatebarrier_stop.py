@@ -1,4 +1,4 @@
-"""A stop reaching the GPU gate's barrier (agent/gatebarrier.py): a node stopped while it cannot
+"""A stop reaching the GPU gate's barrier (agent/supervise/gatebarrier.py): a node stopped while it cannot
 reach node 0, or before it joined, still tells the others (TELL_S), so no node starts alone; a
 member reconnecting while node 0 decides does not crash node 0.
 
@@ -126,7 +126,7 @@ def _gate():
 
 def test_three_nodes_node_2_stopped_before_it_joined_node_1_connected_nothing_starts():
     Side, _ended, _mn, _port = _gate()
-    from runward.agent import gatebarrier
+    from runward.agent.supervise import gatebarrier
     port = _port()
     node0, node1 = Side(_mn(0, port, 3), free=True), Side(_mn(1, port, 3), free=True)
     node2 = Side(_mn(2, port, 3))
@@ -149,7 +149,8 @@ class Member:
     def __init__(self, mn):
         import json
         import socket
-        from runward.agent import gatebarrier, nodeproof
+        from runward.agent.supervise import gatebarrier
+        from runward.agent import nodeproof
         self.mn, self.json, self.gb = mn, json, gatebarrier
         self.s = socket.create_connection(("127.0.0.1", mn["coord_port"]), timeout=5)
         self.f = self.s.makefile("rb")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runward.agent import gatebarrier
+from runward.agent.supervise import gatebarrier
 
 
 def _mn(rank: int, port: int, nnodes: int = 2) -> dict:

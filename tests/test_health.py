@@ -1,4 +1,4 @@
-"""runward.health: what a person sees of the health op's answer (fixture logs, real scans)."""
+"""runward.views.health: what a person sees of the health op's answer (fixture logs, real scans)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from runward import health  # noqa: E402
+from runward.views import health  # noqa: E402
 from runward.agent import logmetrics as lm  # noqa: E402  (the parser, as the agent runs it)
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -120,8 +120,8 @@ def test_plot_without_matplotlib_names_the_install(tmp_path, monkeypatch):
 def test_health_imports_the_parser_in_one_place():
     """The parser lives in runward.agent.logmetrics (shipped to targets); health.py imports
     it once."""
-    src = (ROOT / "src" / "runward" / "health.py").read_text()
-    assert src.count("from .agent import logmetrics as _lm") == 1
+    src = (ROOT / "src" / "runward" / "views" / "health.py").read_text()
+    assert src.count("from ..agent import logmetrics as _lm") == 1
 
 
 JOB_OOM = ("import sys, time; print('step 1 loss 2.0', flush=True); time.sleep(0.3); "

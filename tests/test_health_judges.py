@@ -12,7 +12,7 @@ from runward.agent.idle import IdleJudge
 from runward.agent.logmetrics.alerts import alert
 from runward.agent.ops.baseline import BaselineJudge
 from runward.agent.ops.window import Judge
-from runward.agent.stall import StallJudge
+from runward.agent.health.stall import StallJudge
 
 JUDGES = (Judge, StallJudge, BaselineJudge, IdleJudge)
 

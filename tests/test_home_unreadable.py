@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-_SPAWNED = ("import sys; from runward import inprocess, cli; inprocess.wanted = lambda *a, **k: False; "
+_SPAWNED = ("import sys; from runward.transport import inprocess; from runward import cli; inprocess.wanted = lambda *a, **k: False; "
             "sys.exit(cli.main(sys.argv[1:]))")
 
 

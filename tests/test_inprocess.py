@@ -1,5 +1,5 @@
 """The CLI's local status is answered by the agent's code in the CLI's own process
-(inprocess.py, issue 27's start-up goal): no second Python starts, and the document is the
+(transport/inprocess.py, issue 27's start-up goal): no second Python starts, and the document is the
 one a spawned agent gives."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from runward import inprocess, transport
+from runward.transport import inprocess, agentcall as transport
 from runward.targets import parse_target
 
 
@@ -64,7 +64,7 @@ def test_in_process_and_spawned_agents_give_the_same_document(cli, monkeypatch):
     cli.json("stop", "inproc-same")
 
 
-_SPAWNED = ("import sys; from runward import inprocess, cli; inprocess.wanted = lambda *a, **k: False; "
+_SPAWNED = ("import sys; from runward.transport import inprocess; from runward import cli; inprocess.wanted = lambda *a, **k: False; "
             "sys.exit(cli.main(sys.argv[1:]))")
 
 
@@ -140,10 +140,10 @@ def test_a_module_of_the_agent_missing_is_a_bug_on_both_routes(tmp_path):
     import shutil
     import subprocess
     from pathlib import Path
-    src = Path(inprocess.__file__).resolve().parent.parent
+    src = Path(inprocess.__file__).resolve().parent.parent.parent
     copy = tmp_path / "src"
     shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "runward" / "agent" / "stall.py").unlink()  # status imports it for a live run's stall
+    (copy / "runward" / "agent" / "health" / "stall.py").unlink()  # status imports it for a live run's stall
     home = tmp_path / "home"
     env = dict(os.environ, PYTHONPATH=str(copy), RUNWARD_HOME=str(home))
     env.pop("RUNWARD_CONFIG", None)

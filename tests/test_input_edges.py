@@ -66,7 +66,7 @@ def test_the_library_refuses_it_too(lib):
 
 # 3. `watch --drop nan` and `--straggler-ratio nan` (and inf, and a drop outside (0, 1]) were taken,
 #    and judged nothing (a comparison with nan is always False). Both are declared options now
-#    (options.py: kinds fraction and ratio), refused as the seconds options are: exit 2 naming the flag.
+#    (spec/options.py: kinds fraction and ratio), refused as the seconds options are: exit 2 naming the flag.
 @pytest.mark.parametrize("words, flag", [
     (["watch", "x", "--drop", "nan"], "--drop"), (["watch", "x", "--drop", "inf"], "--drop"),
     (["watch", "x", "--drop", "-0.5"], "--drop"), (["watch", "x", "--drop", "0"], "--drop"),

@@ -24,10 +24,10 @@ SRC = ROOT / "src"
 PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
 # stackgroup: pure grouping of stack captures, so a multi-node merge says it as one node does
-AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.runspec", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.stackgroup")
+AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.runspec", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.health.stackgroup")
 # one module may run the agent's entry itself: the CLI's local read-only calls (issue 27's
-# start-up goal; inprocess.py's docstring says why that is safe and where it is not used)
-AGENT_ENTRY_ALLOWED = {"runward.inprocess": "runward.agent.main"}
+# start-up goal; transport/inprocess.py's docstring says why that is safe and where it is not used)
+AGENT_ENTRY_ALLOWED = {"runward.transport.inprocess": "runward.agent.main"}
 
 
 def _modules() -> dict[str, Path]:
@@ -174,8 +174,8 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_module_walk_sees_every_kind_of_import():
     names = {d for d, _ in _imported_names("runward.operations.status", MODULES["runward.operations.status"])}
     assert "runward.api" in names            # `from .. import api`, inside status()
-    assert "runward.render.render_status" in names  # `from ..render import render_status`
-    assert _module_of("runward.render.render_status") == "runward.render"
+    assert "runward.views.render.render_status" in names  # `from ..render import render_status`
+    assert _module_of("runward.views.render.render_status") == "runward.views.render"
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
     graph = _graph()
@@ -241,23 +241,23 @@ def test_top_level_help_loads_no_verb_and_nothing_heavy():
     assert "runward.cli" in imported  # the check can see runward's imports at all
     verbs = sorted(m for m in imported if m == "runward.verbs" or m.startswith("runward.verbs."))
     assert verbs == [], verbs
-    heavy = sorted(m for m in imported if m in ("json", "runward.transport") or _node(m) == AGENT)
+    heavy = sorted(m for m in imported if m in ("json", "runward.transport.agentcall") or _node(m) == AGENT)
     assert heavy == [], heavy
 
 
 def test_a_named_runs_status_imports_no_secrets(tmp_path):
-    """Every status and stop of a named run loads runward.multinode (is it a multi-node
+    """Every status and stop of a named run loads runward.multinode.nodes (is it a multi-node
     run?); the run id's `secrets` (base64, hmac, hashlib: about half of that module's
     import) is for a multi-node start alone."""
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "runward", "status", "nosuchrun", "--json"],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path,
                        env=dict(os.environ, PYTHONPATH=str(SRC), RUNWARD_HOME=str(tmp_path / "home")))
     imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-    assert "runward.multinode" in imported, p.stderr[-2000:]  # the check sees the path it guards
+    assert "runward.multinode.nodes" in imported, p.stderr[-2000:]  # the check sees the path it guards
     assert "secrets" not in imported and "hmac" not in imported
-    # options.py's declarations are read by status's parser: a NamedTuple there cost typing's
+    # spec/options.py's declarations are read by status's parser: a NamedTuple there cost typing's
     # import (~2 ms, a tenth of bench/startup.py's margin); dataclasses likewise (Options)
-    assert "runward.options" in imported and "typing" not in imported and "dataclasses" not in imported
+    assert "runward.spec.options" in imported and "typing" not in imported and "dataclasses" not in imported
 
 
 def _module_in_agent(dotted: str) -> str | None:
@@ -290,7 +290,7 @@ MAX_MODULE_LINES = 600  # as the agent's own (tests/test_agent_package.py)
 
 def test_no_module_over_600_lines_anywhere():
     """A module past 600 lines holds more than one concern: split it by concern (say which in
-    its docstring) and re-export what callers import, as transport.py and api.py were."""
+    its docstring) and re-export what callers import, as transport/agentcall.py and api.py were."""
     too_long = [f"{path.relative_to(ROOT)}: {n} lines" for path in MODULES.values()
                 if (n := path.read_text().count("\n")) > MAX_MODULE_LINES]
     assert not too_long, "\n".join(too_long)
@@ -323,8 +323,8 @@ def test_the_library_calls_a_moved_verb_directly():
 
 def test_nothing_outside_the_cli_parses_argv():
     """issue 27: the Python API and the MCP tools build typed options; argparse is the CLI's
-    (cli.py, verbs/) and the declarations' (options.py makes each flag's argparse type)."""
-    allowed = ("runward.cli", "runward.options")
+    (cli.py, verbs/) and the declarations' (spec/options.py makes each flag's argparse type)."""
+    allowed = ("runward.cli", "runward.spec.options")
     bad = [f"{path.relative_to(ROOT)}" for name, path in MODULES.items()
            if not name.startswith(allowed + ("runward.verbs",)) and _node(name) != AGENT
            and any(w in path.read_text() for w in ("import argparse", "parse_args(", "ArgumentParser("))]

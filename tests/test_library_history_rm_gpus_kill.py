@@ -97,7 +97,7 @@ def test_library_kill_checks_its_signal_with_the_clis_hint(cli, lib):
     """The CLI's --signal refuses an unknown signal as it reads it, with signals.HINT; the
     API, without argv, is refused by the operation, with the same fix (it was argparse's
     "see `runward kill --help`")."""
-    from runward.signals import HINT
+    from runward.spec.signals import HINT
     res = lib.kill("rw-no-such-pattern", signal="SIGFOO")
     assert res.exit_code == 2 and res.error["type"] == "BadInput" and res.error["hint"] == HINT, res.to_json()
     assert cli.json("kill", "rw-no-such-pattern", "--signal", "SIGFOO")[1]["error"]["hint"] == HINT

@@ -33,7 +33,7 @@ def test_start_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
 
 def test_library_start_checks_its_options_as_the_flags_are_checked(cli, lib):
     """Without argv, nothing parses the values: the operation checks the declared options
-    itself (options.py), exit 2 before anything is started."""
+    itself (spec/options.py), exit 2 before anything is started."""
     res = lib.start("g-any", ["true"], settle=-1.0)
     assert res.exit_code == 2 and res.error["type"] == "BadInput" and "invalid settle" in res.error["message"], \
         res.to_json()

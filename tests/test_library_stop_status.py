@@ -26,7 +26,7 @@ def test_library_stop_of_no_such_run_is_the_clis_error_document(cli, tmp_path, l
                                       ({"grace": float("nan")}, "invalid grace nan")])
 def test_library_stop_checks_its_options_as_the_flags_are_checked(cli, lib, kw, says):
     """Without argv, nothing parses the values: the operation checks the declared options
-    itself (options.py), exit 2 before anything is looked up."""
+    itself (spec/options.py), exit 2 before anything is looked up."""
     res = lib.stop("g-any", **kw)
     assert res.exit_code == 2 and res.error["type"] == "BadInput" and says in res.error["message"], res.to_json()
 

@@ -198,7 +198,8 @@ def test_docs_agents_snippets_register_runward_mcp():
         assert srv["command"].endswith("runward") and srv["args"][0] == "mcp"
     toml = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
     import tomllib
-    from runward import config, mcpserver
+    from runward.spec import config
+    from runward.mcp import server as mcpserver
     cfg = config._validate("runward.toml", {**tomllib.loads(toml), "targets": {"gpu1": {"on": "ssh://gpu1"}}})
     pol = mcpserver.policy_from(cfg)
     assert "exec" not in pol.verbs and "deploy" in pol.verbs and pol.targets == ("ssh://gpu1", "ssh://gpu2/pct:200")

@@ -380,7 +380,7 @@ def test_a_task_in_a_container_over_ssh_is_answered_after_a_kill(env):
 
 
 def test_task_ids_name_verb_run_attempt_and_target():
-    from runward import mcptasks
+    from runward.mcp import tasks as mcptasks
     t = mcptasks.Tid("start", "train.v2", 3, "ssh://root@gpu1:2222/pct:200", 1796400000.5, 2.5, "step (\\d+)#x")
     assert str(t).startswith("start:train.v2:3@ssh://root@gpu1:2222/pct:200#")
     assert mcptasks.decode(str(t)) == t

@@ -15,7 +15,7 @@ import pytest
 
 import testbed
 from conftest import EXAMPLE, alive, marked, wait_for
-from runward import multinode
+from runward.multinode import nodes as multinode
 
 FAST = {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_WORKERS": "1", "TRAIN_ESCAPEE": "0"}
 
@@ -111,7 +111,7 @@ def test_a_start_whose_request_waits_reaches_a_far_side_that_lost_its_cache(cli,
     and every node runs."""
     import pwd
     from pathlib import Path
-    from runward import transport
+    from runward.transport import agentcall as transport
     _config(tmp_path, ["rw1", "rw2"], mn)
     rc, doc = cli.json("start", mn)  # the far sides run this agent: known, cached
     assert rc == 0, doc
@@ -233,7 +233,7 @@ def test_on_node_failure_continue_leaves_the_others_running(cli, tmp_path, mn):
 # yet: its first connect is refused). It says "ended" on stdout once it was told the job ended.
 EARLY_END = r"""
 import sys, threading
-from runward.agent import peers
+from runward.agent.supervise import peers
 link = peers.Link(None, 1, {"rank": 1, "nnodes": 2, "coord_port": int(sys.argv[1]),
                             "master_addr": "127.0.0.1", "id": "early"})
 threading.Thread(target=link.run, daemon=True).start()

@@ -32,7 +32,7 @@ def _cut_ssh_config(tmp_path, tb) -> str:
     return str(p)
 
 
-# The link's windows these tests wait out, shortened through the nodes' agents (peers.py): a
+# The link's windows these tests wait out, shortened through the nodes' agents (supervise/peers.py): a
 # keepalive verdict 2 + 1 x 3 = 3-5 s after the cut (not 15-25 s), a rejoin window of 12 s
 # (not 30 s). The sequence of events each test asserts is the same at either scale.
 KEEP_IDLE_S, KEEP_INTVL_S, KEEP_CNT, REJOIN_S = 2, 1, 3, 12

@@ -1,4 +1,4 @@
-"""Each declared option (src/runward/options.py, issue 27) agrees on every side: the CLI's
+"""Each declared option (src/runward/spec/options.py, issue 27) agrees on every side: the CLI's
 flag (argparse, every verb), the Python API's keyword (library.py's signatures), the MCP
 tool's parameter (its JSON Schema, from the server the CLI's `runward mcp` builds) and
 runward.toml's [runs.NAME] key (a verb reading that run's table refuses a wrong value with
@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from runward import cli, config, library, options
+from runward import cli, library
+from runward.spec import config, options
 from runward.errors import BadInput
 
 # the same flag name with another meaning: said here, with why, so no other can slip by
@@ -81,7 +82,7 @@ def test_every_verb_flag_of_a_declared_option_is_the_declaration():
 CLI_BAD = {"fraction": ["nan", "inf", "-0.5", "0", "1.5", "x"], "ratio": ["nan", "inf", "-inf", "1", "-3", "x"],
            "seconds": ["soon", "-1", "inf", "nan"], "count": ["2.5", "-1", "x"], "regex": ["(", ""],
            "signal": ["SIGFOO", "0", ""], "text": ["", "  "], "int": ["2.5", "x"], "float": ["x", ""]}
-# a word's meaning is its module's to parse (supervision.py, inputs.py, stallopts.py), for the flag and
+# a word's meaning is its module's to parse (spec/supervision.py, spec/inputs.py, spec/stallopts.py), for the flag and
 # runward.toml alike; a choice is argparse's to check (choices=): neither has a conversion that refuses
 CHECKED_ELSEWHERE = ("flag", "word", "choice")
 
@@ -105,7 +106,7 @@ def _library_verbs():
 
 
 # A library keyword that is not a declared option, each with why. A new keyword must be
-# declared (options.py) or land here with its reason: the test below fails on it otherwise.
+# declared (spec/options.py) or land here with its reason: the test below fails on it otherwise.
 NOT_AN_OPTION = {  # the verb's arguments, not its options (positionals on the CLI)
     "name", "command", "command_line", "pattern", "files", "a", "b", "output", "on", "config", "metric", "x",
     "attempts",  # plot: the CLI's and the API's only (no MCP tool: it writes a file here), checked by the operation
@@ -119,7 +120,7 @@ OWN_SHAPE = {  # the same option, shaped for each side: no one declaration can s
                            "(both declared: deploy, no_deploy)",
     ("watch", "min"): "a mapping METRIC: V on the API and MCP; repeated METRIC=V words on the CLI",
     ("watch", "max"): "a mapping METRIC: V on the API and MCP; repeated METRIC=V words on the CLI",
-    ("watch", "stall"): "seconds on the API and MCP; --stall-after DURATION (5m) on the CLI (stallopts.py)",
+    ("watch", "stall"): "seconds on the API and MCP; --stall-after DURATION (5m) on the CLI (spec/stallopts.py)",
     ("kill", "confirm"): "the API's and MCP's name for --yes (declared: yes; a dry run unless given)",
     ("lint", "interactive"): "lint_command's, declared (interactive): listed for the name lint_command",
 }
@@ -127,7 +128,7 @@ OWN_SHAPE = {  # the same option, shaped for each side: no one declaration can s
 
 def test_every_library_keyword_is_a_declared_option_or_said_why_not():
     """issue 27: each option declared once. Every keyword of every verb of `import runward`
-    is a declaration of options.py (whose flag, type and MCP schema the tests here hold to
+    is a declaration of spec/options.py (whose flag, type and MCP schema the tests here hold to
     it), or one of the verb's arguments, or shaped per side, with the reason."""
     missing = []
     for fn, sig in _library_verbs():
@@ -159,7 +160,7 @@ def test_every_library_keyword_of_a_declared_option_has_its_type():
 
 def test_every_mcp_parameter_of_a_declared_option_is_the_declaration():
     pytest.importorskip("mcp", reason="the MCP extra (runward[mcp]) is not installed")
-    from runward import mcpserver
+    from runward.mcp import server as mcpserver
     server = mcpserver.build(None, mcpserver.Policy(frozenset(), None, False, "test"))
     found = 0
     for tool in asyncio.run(server.list_tools()):
@@ -195,7 +196,7 @@ def test_runward_toml_takes_each_declared_key_and_refuses_a_wrong_value(tmp_path
         import json
         v = json.dumps(value) if not (isinstance(value, float) and value in (float("inf"),)) else "inf"
         v = {True: "true", False: "false"}.get(value, v) if isinstance(value, bool) else v
-        also = 'log_max = "2G"\n' if name == "log_keep" else ""  # log_keep alone: refused (config.py)
+        also = 'log_max = "2G"\n' if name == "log_keep" else ""  # log_keep alone: refused (spec/config.py)
         p.write_text(f'[runs.r]\ncommand = ["true"]\n{also}{name} = {v}\n')
     write(GOOD[opt.kind])
     assert config.load(p).runs["r"][name] == GOOD[opt.kind]
@@ -289,10 +290,10 @@ def test_every_declared_library_keyword_is_its_verbs_flag_with_the_same_default(
 
 
 # An MCP tool's parameter that is neither a declared option nor a library keyword shaped per
-# side: none today. A new one lands in options.py, or here with why.
+# side: none today. A new one lands in spec/options.py, or here with why.
 def test_every_mcp_parameter_is_a_declared_option_or_said_why_not_and_its_librarys():
     pytest.importorskip("mcp", reason="the MCP extra (runward[mcp]) is not installed")
-    from runward import mcpserver
+    from runward.mcp import server as mcpserver
     server = mcpserver.build(None, mcpserver.Policy(frozenset(), None, False, "test"))
     sigs = {_verb_of(fn): sig for fn, sig in _library_verbs()}
     missing, checked = [], 0
@@ -325,7 +326,7 @@ def _bad_api_calls(runward=None):
         "start_gpus_int": lambda: runward.start("o7-bad-gpus2", ["true"], gpus=3),
         "restart_deploy": lambda: runward.restart("o7-bad-deploy", deploy="yes"),
         "kill_confirm": lambda: runward.kill("o7-nothing-matches-this", confirm="yes"),
-        # shaped keywords (apivalues.py): a string was read as its characters, else Python's error escaped
+        # shaped keywords (spec/apivalues.py): a string was read as its characters, else Python's error escaped
         "start_command_text": lambda: runward.start("o7-bad-argv", "true"),
         "start_env_text": lambda: runward.start("o7-bad-env", ["true"], env="LR=1"),
         "restart_env_list": lambda: runward.restart("o7-bad-env2", env=["LR=1"]),
@@ -365,14 +366,14 @@ SELECTORS = {"--on", "--config", "--json", "--all", "--help"}
 @pytest.mark.parametrize("verb", ["start", "restart"])
 def test_every_flag_of_start_and_restart_is_declared(verb):
     """issue 40: one declaration per run option. Each flag start and restart show is a
-    declaration of options.py (its meaning there, or another said in ANOTHER_MEANING), so
+    declaration of spec/options.py (its meaning there, or another said in ANOTHER_MEANING), so
     runward.toml's keys, the MCP tools and the library read the same table."""
     import argparse
     parser = {v: p for v, _, p in cli.verb_parsers()}[verb]
     by_flag = _declared_by_flag()
     loose = [a.option_strings[-1] for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS
              and not set(a.option_strings) & (SELECTORS | set(by_flag))]
-    assert not loose, f"runward {verb}'s flags declared nowhere (options.py): {loose}"
+    assert not loose, f"runward {verb}'s flags declared nowhere (spec/options.py): {loose}"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, o in options.OPTS.items() if o.toml))

@@ -19,7 +19,7 @@ def _session(kind: str):
 
 
 def test_oracle_an_env_i_escapee_of_a_job_that_ended_without_cgroups_is_still_the_runs():
-    """Issue 25 item 3 (shim.py's _wait_adopted taken out): an ordinary user's run (no cgroup),
+    """Issue 25 item 3 (supervise/shim.py's _wait_adopted taken out): an ordinary user's run (no cgroup),
     its job leaves an `env -i` escapee in a session of its own and exits by itself. Put back,
     status said exited while the escapee lived (invariant 1), and stop would call it stopped."""
     state = _session("user")

@@ -1,5 +1,5 @@
 """Issue 25, item 1: a multi-node run's coordinator cannot be switched off, nor its members
-stopped or fooled, from the network (agent/peers.py; docs/multinode.md, "Trust").
+stopped or fooled, from the network (agent/supervise/peers.py; docs/multinode.md, "Trust").
 
 Real shims started by the real agent on this machine, one home per node, talking over
 127.0.0.1; real sockets for the flood, the silent connection and the fake coordinators."""
@@ -21,7 +21,8 @@ import uuid
 import pytest
 
 from conftest import alive, marked, wait_for
-from runward import multinode, transport
+from runward.multinode import nodes as multinode
+from runward.transport import agentcall as transport
 from runward.agent import boot
 
 SECRET = uuid.uuid4().hex

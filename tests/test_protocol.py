@@ -1,7 +1,8 @@
 """The agent protocol: versions, the bootstrap's imports, the agent sent only while the far side may lack it."""
 
-from runward import transport
-from runward.agent import boot, main as agent_main, secrets, store, terminate, wire
+from runward.transport import agentcall as transport
+from runward.agent import boot, main as agent_main, secrets, store, wire
+from runward.agent.proc import terminate
 
 
 def test_request_of_another_version_is_refused(cli):
@@ -141,8 +142,8 @@ def test_a_status_call_imports_neither_re_nor_json_nor_enum(tmp_path):
                 if line.startswith("import time:")}
     assert "marshal" in imported  # the check can see imports at all
     assert not imported & {"re", "json", "enum", "signal", "zlib"}, sorted(imported)
-    assert "runward_agent.ops.state" in imported  # the package's own modules are seen too
-    assert "runward_agent.ops.lifecycle" not in imported  # a status needs nothing of start/stop
+    assert "runward_agent.ops.status" in imported  # the package's own modules are seen too
+    assert "runward_agent.ops.start" not in imported  # a status needs nothing of start/stop
     assert not [m for m in imported if "logmetrics" in m], sorted(imported)  # nor the log parser
 
 
@@ -180,13 +181,13 @@ def test_a_start_and_a_stop_import_none_of_what_only_slurm_nodes_and_json_indent
     for held in (rec["shim"]["pid"], pid):
         fds = os.listdir(f"/proc/{held}/fd")
         assert fds and leaked not in [os.readlink(f"/proc/{held}/fd/{fd}") for fd in fds], held
-    assert "runward_agent.shim" in imports(err) and not imports(err) & {"subprocess", "locale", "socket", "selectors"}
+    assert "runward_agent.supervise.shim" in imports(err) and not imports(err) & {"subprocess", "locale", "socket", "selectors"}
     res, err = call({"v": boot.PROTOCOL, "op": "stop", "name": "imp"}, "-X", "importtime")
     assert res["verified_dead"] and [f["pid"] for f in res["processes"]] == [pid], res
     assert not os.path.exists(f"/proc/{pid}")  # reaped by its shim: gone, not a zombie
     imported = imports(err)
     assert "runward_agent.ops.stop" in imported  # the check sees the stop's own modules
-    start_only = {"runward_agent." + m for m in ("ops.lifecycle", "shim", "peers", "logfiles")}
+    start_only = {"runward_agent." + m for m in ("ops.start", "shim", "peers", "logfiles")}
     assert not imported & start_only, sorted(imported & start_only)
     heavy = {"re", "json", "enum", "signal", "zlib", "subprocess", "socket", "threading", "selectors", "locale"}
     assert not imported & heavy, sorted(imported & heavy)

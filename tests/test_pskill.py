@@ -197,10 +197,10 @@ def test_kill_over_ssh_from_a_remote_shell_whose_command_line_has_the_pattern(tm
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the agent's table is the Linux signal module")
 def test_the_clis_signal_rule_is_the_agents():
-    """runward.signals (checked before anything is stopped) and agent/terminate.parse_signal
+    """runward.spec.signals (checked before anything is stopped) and agent/proc/terminate.parse_signal
     (what the target takes) accept the same values."""
-    from runward import signals
-    from runward.agent.terminate import SIGNALS, parse_signal
+    from runward.spec import signals
+    from runward.agent.proc.terminate import SIGNALS, parse_signal
     from runward.agent.wire import AgentFailure
     values = [n[3:] for n in SIGNALS] + [n.lower() for n in SIGNALS] + ["0", "1", "64", "65", "RTMIN+3", "FOO", " term "]
     for v in values:

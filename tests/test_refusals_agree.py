@@ -91,7 +91,7 @@ def test_bad_values_on_a_running_run_same_refusal_cli_and_lib_nothing_touched(cl
         assert (res.exit_code, rc) == (2, 2), (res.to_json(), doc)
         got = res.to_json()
         # the same document but the message's words (argparse's "argument --grace: ..." against
-        # the declared check's "invalid grace ...": left alone, options.py is being edited)
+        # the declared check's "invalid grace ...": left alone, spec/options.py is being edited)
         assert got.keys() == doc.keys(), f"the CLI's and the library's documents differ in keys: {got} / {doc}"
         for k in ("type", "exit_code", "hint"):
             assert got["error"].get(k) == doc["error"].get(k), (k, got, doc)

@@ -1,4 +1,4 @@
-"""The relay (runward/relay.py): an ssh host's resident agent kept one round trip away by a
+"""The relay (runward/transport/relay.py): an ssh host's resident agent kept one round trip away by a
 local process that keeps the connections of earlier calls open. Real sshd hosts of the
 testbed, real processes and sockets; what is true is read from /proc and the far home, never
 from the relay's own word."""
@@ -19,7 +19,7 @@ import pytest
 
 import testbed
 from conftest import CLI, alive, wait_for
-from runward import transport
+from runward.transport import agentcall as transport
 from runward.targets import parse_target
 from test_follow_leak import _children
 from test_resident import _ppid, _records, far  # noqa: F401  (far: the fixture)
@@ -37,7 +37,7 @@ def _relays(listen: str | None = None) -> list[int]:
             cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(c.endswith(b"/runward/" + RELAY) for c in cmd) and (listen is None or listen.encode() in cmd):
+        if any(c.endswith(b"/runward/transport/" + RELAY) for c in cmd) and (listen is None or listen.encode() in cmd):
             out.append(int(d))
     return out
 
@@ -236,7 +236,7 @@ def test_it_serves_its_own_uid_only(far):
 
 
 def test_the_relay_module_is_stdlib_only():
-    """It runs as `python -I -S relay.py`: nothing of runward's on its path."""
+    """It runs as `python -I -S transport/relay.py`: nothing of runward's on its path."""
     path = Path(transport.__file__).parent / "relay.py"
     src = path.read_text()
     assert "from ." not in src and "import runward" not in src and "from runward" not in src

@@ -1,4 +1,4 @@
-"""The relay (runward/relay.py), reviewed hostile: what it must not take from the process that
+"""The relay (runward/transport/relay.py), reviewed hostile: what it must not take from the process that
 starts it, and the CLI's side of starting it from many threads at once. Real processes; what
 is true is read from /proc, never from runward's own word."""
 
@@ -12,7 +12,7 @@ import socket
 import threading
 
 from conftest import alive, wait_for
-from runward import residentroute, transport
+from runward.transport import residentroute, agentcall as transport
 from runward.targets import parse_target
 from test_resident import far  # noqa: F401  (the fixture)
 

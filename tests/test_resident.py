@@ -22,7 +22,7 @@ import pytest
 
 import testbed
 from conftest import CLI, alive, wait_for
-from runward import transport
+from runward.transport import agentcall as transport
 from runward.agent import boot, resident
 from runward.targets import parse_target
 

@@ -3,7 +3,7 @@
 Each test sets up real ssh testbed nodes (rw1.., each with its own nvidia-smi stand-in, as in
 tests/test_restart_gate_nodes.py), makes a node's GPU held by a real process, and then reads
 ground truth -- /proc, the attempt records under each node's home, the job's log -- against
-what runward says. Each finding's test failed on eb6f73b and passes since the barrier was rebuilt (agent/gatebarrier.py)."""
+what runward says. Each finding's test failed on eb6f73b and passes since the barrier was rebuilt (agent/supervise/gatebarrier.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`stacks`: the Python stacks of a run's processes, read by py-spy, grouped by frame and named
-by rank (agent/stacks.py, docs/diagnosis.md). Real processes, real py-spy, real torchrun."""
+by rank (agent/health/stacks.py, docs/diagnosis.md). Real processes, real py-spy, real torchrun."""
 
 import json
 import os
@@ -18,7 +18,7 @@ needs_spy = pytest.mark.skipif(not os.path.exists(SPY), reason="py-spy is not in
 
 CAPTURE = """\
 import json, os, sys
-from runward.agent import stacks
+from runward.agent.health import stacks
 from runward.agent.store import Home, RunStore
 store = RunStore(Home(), sys.argv[1])
 rec = store.latest()

@@ -1,4 +1,4 @@
-"""Stall and straggler (agent/stall.py, docs/diagnosis.md "Stalls and stragglers"): real jobs,
+"""Stall and straggler (agent/health/stall.py, docs/diagnosis.md "Stalls and stragglers"): real jobs,
 real torchrun (gloo, CPU), judged by status, watch and the shim's health actions."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_torchrun_rank_sleeping_while_the_other_waits_in_all_reduce_is_a_stall_n
     else:
         assert "local rank 1 stopped first (its last step 7, the others reached 8)" in a["detail"], a
     assert st["stall"]["stall_after"] == 5 and st["stall"]["stall_after_from"] == "set", st["stall"]
-    stacks = a["stacks"]  # taken once for the episode (agent/stacks.py), kept beside the records
+    stacks = a["stacks"]  # taken once for the episode (agent/health/stacks.py), kept beside the records
     assert os.path.exists(stacks["path"]), stacks
     if stacks["ok"]:  # py-spy on this machine: rank 0 waits in the collective
         assert "rank 0 in all_reduce" in stacks["summary"], stacks
@@ -300,8 +300,8 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
 def test_the_status_text_states_the_rule_that_gave_stall_after():
     """status said "stall_after 271.674s (derived: max(10 x median step 0.5s, 120s))": the
     number came from 3 x the time between the log's writes, which the text did not name."""
-    from runward.agent.stall import stall_after, stall_rule
-    from runward.stallview import stall_line
+    from runward.agent.health.stall import stall_after, stall_rule
+    from runward.views.stallview import stall_line
     st = {"iv": [0.5, 0.5], "li": [0.5], "wi": [90.558], "step": 100, "step_t": 5.0}
     after, src, med = stall_after({}, st, 0.0)
     rule = stall_rule({}, st, 0.0)
@@ -396,7 +396,7 @@ def test_mcp_status_and_watch_tools_say_the_stall(cli):
 
 def test_before_two_reads_saw_the_step_advance_its_time_is_bounded_from_the_attempts_start():
     """A 72 s step must not look stalled at 120 s because no two reads saw it advance yet."""
-    from runward.agent.stall import stall_after
+    from runward.agent.health.stall import stall_after
     st = {"iv": [], "step": 105, "step_t": 1000.0 + 360, "min_step": 100}  # resumed at 100: 5 steps in 6 min
     assert stall_after({}, st, 1000.0) == (720.0, "derived", 72.0)
     assert stall_after({}, dict(st, iv=[50.0, 70.0, 60.0]), 1000.0) == (600.0, "derived", 60.0)  # two reads: theirs
@@ -471,7 +471,7 @@ def test_each_ranks_step_from_a_big_rank_prefixed_log_is_the_last_it_printed(cli
     import json
     import re
     from pathlib import Path
-    from runward.agent import linesteps, stall
+    from runward.agent.health import linesteps, stall
     job = ("import sys\n"
            "w = sys.stdout.write\n"
            "for step in range(12000):\n"
@@ -520,7 +520,7 @@ def test_a_step_printed_every_100_iterations_is_not_a_stall_between_two_prints(t
     derived stall_after was 10 x the per-iteration time (20 s), floored at 120 s: a false
     `stall` 130 s after each print, before the next one is even due. A real log file, the
     agent's own store; time is the log's mtime, as the agent reads it."""
-    from runward.agent import stall
+    from runward.agent.health import stall
     from runward.agent.store import Home, RunStore
     home = Home(str(tmp_path / "home"))
     store = RunStore(home, "mega")
@@ -552,7 +552,7 @@ def test_a_block_buffered_log_is_not_a_stall_between_two_flushes(tmp_path):
     gains 100 lines every 200 s. A watch reading every 10 s sees the step advance by 100 at
     each flush; 130 s after one the run was called stalled (stall_after 120 s derived from
     2 s a step), though the next flush was 70 s away and the job healthy."""
-    from runward.agent import stall
+    from runward.agent.health import stall
     from runward.agent.store import Home, RunStore
     home = Home(str(tmp_path / "home"))
     store = RunStore(home, "buf")

@@ -1,4 +1,4 @@
-"""A stall and a failure across two ssh hosts of the testbed (agent/stall.py per node, runward/crossnode.py
+"""A stall and a failure across two ssh hosts of the testbed (agent/health/stall.py per node, runward/multinode/verdict.py
 across them): a 2-node torchrun job (gloo, CPU) whose rank 1, alone on node 1, sleeps in its
 loop while rank 0 on node 0 waits for it in all_reduce."""
 

@@ -200,7 +200,7 @@ def test_the_wait_for_the_targets_word_survives_a_gone_terminal_and_a_second_ctr
     and the second waits on for the target's word. A real child stands for the far side."""
     import errno
     import sys as _sys
-    from runward import exchange
+    from runward.transport import exchange
 
     class Gone:
         def __init__(self, exc):

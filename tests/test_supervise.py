@@ -430,7 +430,7 @@ def test_restarts_go_on_with_the_cli_killed_and_the_ssh_connection_gone(tmp_path
 
 
 def test_the_policy_decides_by_exit_code_signal_and_window():
-    from runward.agent.supervise import DEFAULTS, backoff_delay, decide
+    from runward.agent.supervise.policy import DEFAULTS, backoff_delay, decide
     pol = dict(DEFAULTS, restart="on-failure", max_restarts=2, restart_window=60.0,
                no_restart_exit_codes=[3], restart_exit_codes=[1, 137])
     now = 1000.0

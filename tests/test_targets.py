@@ -78,7 +78,7 @@ def tb():
 
 
 def _roundtrip(target: str, tb, args: list[str]) -> list[str]:
-    from runward import transport
+    from runward.transport import agentcall as transport
     t = parse_target(target)
     env = testbed.env(tb)
     env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
@@ -213,7 +213,7 @@ def test_an_alias_the_host_refuses_fails_beside_an_open_master_of_that_host(tmp_
     c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
     rc, doc = c.json("status", "--on", "ssh://rw1")
     assert rc == 0, doc
-    from runward import transport
+    from runward.transport import agentcall as transport
     monkeypatch.setenv("RUNWARD_HOME", str(c.home))
     socks = [p for p in os.listdir(transport.control_dir()) if not p.startswith("r-")]
     assert socks, "rw1's master is open"  # the check sees a master at all
@@ -262,8 +262,8 @@ def test_agent_killed_by_signal_is_named(rcli):
 
 
 def test_reply_that_is_not_json_shows_its_first_bytes(rcli, tmp_path):
-    from runward import transport
-    from runward.transport import RawResult, diagnose
+    from runward.transport import agentcall as transport
+    from runward.transport.agentcall import RawResult, diagnose
     raw = RawResult(["ssh"], 0, [b"Welcome to gpu1! motd here\n"], "", 0.1)
     e = diagnose(parse_target("ssh://gpu1"), raw)
     assert e.kind == "AgentError" and "Welcome to gpu1" in e.message and ".bashrc" in e.hint
@@ -475,7 +475,7 @@ def test_every_hop_module_is_registered_and_round_trips():
         wrapped = t.hops[1].wrap(inner)
         assert wrapped[-len(inner):] == inner and name in wrapped[:-len(inner)], wrapped
         assert mod.check(name) is None
-        # how its failures read: diagnosis.py asks the hop, and holds no hop's words itself
+        # how its failures read: transport/diagnosis.py asks the hop, and holds no hop's words itself
         for attr in ("TOOL", "SAYS", "LINE", "ABSENT", "STOPPED", "CHECK"):
             assert isinstance(getattr(mod, attr, None), str) and getattr(mod, attr), (kind, attr)
         assert name in mod.CHECK.format(name=name), kind

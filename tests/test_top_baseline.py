@@ -68,7 +68,7 @@ def test_top_compares_with_the_rules_attempt_n_not_the_best(cli, two_attempts):
     (cli.cwd / "runward.toml").write_text(
         f'[runs.{name}]\ncommand = ["python3", "train.py"]\n'
         f'[runs.{name}.health]\ntok_s = {{ min_ratio = 0.9, baseline = "attempt:2" }}\n')
-    probe = ("import json, sys\nfrom runward.verbs import top\nfrom runward.config import load as load_config\n"
+    probe = ("import json, sys\nfrom runward.verbs import top\nfrom runward.spec.config import load as load_config\n"
              "from runward.targets import parse_target\n"
              "cfg = load_config()\nwhich = top.baseline_rules(cfg)\n"
              "part = top.collect_target(parse_target('local'), which)\n"

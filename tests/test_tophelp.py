@@ -1,5 +1,5 @@
 """`runward --help`, `-h`, `--version` and a bare `runward` are said without argparse
-(tophelp.py, issue 27's start-up goal): the text must be argparse's own at every width, and
+(views/tophelp.py, issue 27's start-up goal): the text must be argparse's own at every width, and
 argparse must really be left out."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runward import cli, tophelp
+from runward import cli
+from runward.views import tophelp
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 

@@ -14,19 +14,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from . import transport
+from .transport import agentcall as transport
 from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 from .errors import BadInput, NotVerified, RunwardError
-from .options import OPTS, refuse
+from .spec.options import OPTS, refuse
 from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
 # so the verbs, the tests and users call api.X as before.
-from .fanout import FANOUT, fan_out, fan_out_runs, join, parallel  # noqa: F401
+from .multinode.fanout import FANOUT, fan_out, fan_out_runs, join, parallel  # noqa: F401
 from .gpumap import _held, _name_holders, gpus  # noqa: F401
-from .inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
+from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)
-from .restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
+from .spec.restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
                           changes, check_start, code_changes)
 
 
@@ -51,15 +51,15 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     the attempt --replace stops (default: that attempt's own); log_max (bytes) rotates the log
     by size, keeping log_keep files (default 3; docs/protocol.md, "Log rotation"). on_event
     gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
-    multinode: this node's part of a multi-node run (multinode.py), kept in its record.
+    multinode: this node's part of a multi-node run (multinode/nodes.py), kept in its record.
     late(request): completes the request just before it is sent (transport.call's late).
-    gate: restart's GPU gate (restartgate.py): the job waits on the target until they are released.
+    gate: restart's GPU gate (multinode/restartgate.py): the job waits on the target until they are released.
     snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's).
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
     refuse(OPTS["settle"], settle)
-    from .inputs import refuse_undecodable
+    from .spec.inputs import refuse_undecodable
     refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env, log=log, ready=ready)
     req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": dict(env or {}),
            "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
@@ -71,11 +71,11 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req.update(log_max=log_max, log_keep=log_keep)
     if multinode is not None:
         req["multinode"] = multinode
-    if supervise:  # the policy the shim keeps (runward/supervision.py, agent/supervise.py)
+    if supervise:  # the policy the shim keeps (runward/spec/supervision.py, agent/supervise/policy.py)
         req["supervise"] = supervise
     if gate:
         req["gate"] = gate
-    if stall:  # {"after", "ratio"}: stall_after and straggler_ratio (agent/stall.py)
+    if stall:  # {"after", "ratio"}: stall_after and straggler_ratio (agent/health/stall.py)
         req["stall"] = stall
     if snapshots:
         req["snapshots"] = snapshots
@@ -96,7 +96,7 @@ def _agent_itself_killed(target: Target, e: RunwardError) -> bool:
     """The call failed because its agent was killed (not its link or client): a local agent
     ended by a signal, or the far wrapper's 'the agent was killed by signal N'."""
     import re
-    from .diagnosis import _KILLED_PAT
+    from .transport.diagnosis import _KILLED_PAT
     rc = e.details.get("exit_status")
     return bool(re.search(_KILLED_PAT, str(e.details.get("stderr_tail") or ""))
                 or (target.is_local and isinstance(rc, int) and rc < 0))
@@ -190,11 +190,11 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     began, when given, gets each step's name as it begins ("stop", "stop:begun" once the
     target's agent took the stop, "deploy", "start"): what a Ctrl-C interrupted.
     Every process verified dead but the GPUs still held after gpu_timeout: the new attempt
-    waits on the target and starts by itself once they are released (restartgate.py); the
+    waits on the target and starts by itself once they are released (multinode/restartgate.py); the
     result then says blocked, raised as NotVerified (exit 5)."""
     steps: list[dict] = []
     began = [] if began is None else began
-    from .inputs import refuse_undecodable
+    from .spec.inputs import refuse_undecodable
     refuse_undecodable(cwd=(overrides or {}).get("cwd"))  # named as its flag, before the spec request carries it
     try:
         last = spec(target, name, [(overrides or {}).get("cwd"), (definition or {}).get("cwd")])
@@ -222,7 +222,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
                                                      lock_timeout=lock_timeout, gpu_timeout=gpu_timeout, gpu_gate=True,
                                                      checkpoint=checkpoint, on_begun=lambda: began.append("stop:begun"))})
     except NotVerified as e:
-        from . import restartgate
+        from .multinode import restartgate
         gate = restartgate.from_stop(e)
         if gate is None:
             e.details["failed_step"] = "stop"
@@ -253,7 +253,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         changed["code"] = code["changed"]
     steps.append({"step": "start", "result": res})
     if res.get("state") == "blocked":
-        from . import restartgate
+        from .multinode import restartgate
         raise restartgate.blocked(name, {"name": name, "steps": steps, "attempt": res.get("attempt"),
                                          "state": "blocked", "blocked": res.get("blocked"),
                                          "last_attempt": last.get("attempt"), "changed": changed, "code": code})
@@ -303,7 +303,7 @@ def ping(target: Target) -> dict:
 
 def exec_(target: Target, *, argv: list[str] | None = None, sh: str | None = None, cwd: str | None = None,
           env: dict | None = None, timeout: float | None = None) -> dict:
-    from .inputs import refuse_undecodable
+    from .spec.inputs import refuse_undecodable
     refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env)
     return transport.call(target, {"op": "exec", "argv": argv, "sh": sh, "cwd": cwd, "env": env or {},
                                    "timeout": timeout})
@@ -428,7 +428,7 @@ def stacks(targets: Target | list[Target], name: str, *, native: bool = False, t
     and named by rank, kept with the attempt on each node (docs/diagnosis.md). `ok` False with
     `error`/`hint` when none could be read (py-spy missing, ptrace denied). bring: a target
     without py-spy gets this machine's (same architecture), pushed and hash-checked."""
-    from . import stacksview
+    from .views import stacksview
     if timeout <= 0:
         raise BadInput(f"invalid --timeout {timeout}", "give seconds > 0")
     return stacksview.capture(targets if isinstance(targets, list) else [targets], name,

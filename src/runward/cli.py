@@ -2,7 +2,7 @@
 the command line, dispatch to that verb's module (verbs/), and errors mapped to exit codes.
 
 Kept light: only os and sys are imported at first. `runward --help`, `--version` and a bare
-`runward` are answered from the verb table without argparse (tophelp.py); anything else
+`runward` are answered from the verb table without argparse (views/tophelp.py); anything else
 imports argparse (cliparser.py) and only the named verb's module, so every call starts fast
 (check: python -X importtime -m runward --help). The layout is described in
 docs/architecture.md.
@@ -14,8 +14,8 @@ import importlib
 import os
 import sys
 
-from . import tophelp
-from .tophelp import EXIT_CODES  # noqa: F401  (cli.EXIT_CODES, as before)
+from .views import tophelp
+from .views.tophelp import EXIT_CODES  # noqa: F401  (cli.EXIT_CODES, as before)
 
 TYPE_CHECKING = False  # typing itself imports re: the help would pay for it
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def _main(argv: list[str]) -> int:
         return 2
     from .errors import RunwardError
     from .verbs._common import Out
-    from .inprocess import ON
+    from .transport.inprocess import ON
     ON[:] = [True]  # this process is the CLI's: a local read-only call may be answered here
     out = Out(getattr(args, "json", False))
     if args.cmd != "mcp":  # the MCP server's client ends it as it likes
@@ -203,7 +203,7 @@ def _terminal_signals_as_ctrl_c() -> None:
 
 def _answered_without_argparse(argv: list[str]) -> bool:
     """`runward --help`, `-h`, `--version` and a bare `runward`, as argparse says them, with
-    none of its import (tophelp.py): help and version leave as argparse's exit does
+    none of its import (views/tophelp.py): help and version leave as argparse's exit does
     (SystemExit 0, the output left to the interpreter's flush); a bare `runward` is True
     (its help printed, exit 2). False, and nothing printed, for any other command line, or
     where the help's layout is argparse's to make (tophelp.text)."""
@@ -242,10 +242,10 @@ def _bad_arguments(e: BadArguments, verb: str | None, json_mode: bool) -> int:
         hint = (f"put the command after --: runward {verb} {'NAME ' if verb == 'start' else ''}"
                 "[OPTIONS] -- COMMAND [ARG]...")
     elif "unknown signal" in e.message:  # --stop-signal's check (verbs/_common.signal_arg)
-        from .signals import HINT
+        from .spec.signals import HINT
         hint = HINT
-    elif e.message.startswith("argument --"):  # a declared option's check (options.py)
-        from .options import hint_for
+    elif e.message.startswith("argument --"):  # a declared option's check (spec/options.py)
+        from .spec.options import hint_for
         hint = hint_for(e.message)
     if json_mode:
         import json
@@ -313,11 +313,11 @@ def _fail(out, args: argparse.Namespace, e) -> int:
             out.doc({"ok": False, "command": args.cmd, "error": e.to_dict(), "result": e.result})
         except OutputLost as lost:
             lost.verdict = e.exit_code
-            from .render import render_error
+            from .views.render import render_error
             print(render_error(args.cmd, e), file=sys.stderr)  # the error itself is not lost
             return _output_lost(args.cmd, lost)
     else:
-        from .render import render_error
+        from .views.render import render_error
         print(render_error(args.cmd, e), file=sys.stderr)
     return e.exit_code
 

@@ -1,12 +1,12 @@
 """cli.py's argparse pieces: its formatter, its parser class (errors raised, not printed),
 --on's action. Apart from cli.py so that `runward --help`, `--version` and a bare `runward`
-(tophelp.py) never import argparse; cli.py imports this module for everything else."""
+(views/tophelp.py) never import argparse; cli.py imports this module for everything else."""
 
 from __future__ import annotations
 
 import argparse
 
-from . import tophelp
+from .views import tophelp
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

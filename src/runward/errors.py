@@ -49,7 +49,7 @@ class ExitedEarly(OperationFailed):
 
 class NotStarted(RunwardError):
     """A multi-node start's request to one node was never sent: another node was not
-    reachable, so nothing ran anywhere (multinode.py)."""
+    reachable, so nothing ran anywhere (multinode/nodes.py)."""
     kind = "NotStarted"
 
 
@@ -124,7 +124,7 @@ AGENT_INTERNAL_TYPES = ("AgentMissing",)
 # Types that a verb's document says without an exception to carry them, with their exit codes.
 DOCUMENT_TYPES = {
     "Alert": (EXIT_FAILED,),       # watch: a health alert (verbs/watch.py)
-    "Refused": (EXIT_BAD_INPUT,),  # the MCP server's policy refused a tool call (mcpserver.py)
+    "Refused": (EXIT_BAD_INPUT,),  # the MCP server's policy refused a tool call (mcp/server.py)
     # a multi-node verb that failed on a node: the worst node's code (multinode.outcome)
     "NodesFailed": (EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED),
 }

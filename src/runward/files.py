@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from . import transport
+from .transport import agentcall as transport
 from .errors import BadInput, RunwardError
 from .targets import Target
 

@@ -5,7 +5,7 @@ GPUs still held."""
 
 from __future__ import annotations
 
-from . import transport
+from .transport import agentcall as transport
 from .errors import BadInput, RunwardError
 from .targets import Target
 

@@ -8,7 +8,7 @@ document the CLI's `--json` prints, as a typed result.
 
 Each function builds its verb's typed options and calls the operation (operations/<verb>.py)
 in this process: no argv, nothing captured, no JSON round trip. The CLI, this API and the MCP
-server (mcpserver.py) call the same operations and answer with one document, so a change to
+server (mcp/server.py) call the same operations and answer with one document, so a change to
 a verb reaches all three.
 Failures are results too (`ok` false, `error` with its type, hop and hint, `exit_code` as the
 CLI's); `check()` raises them as `runward.Failed`. docs/api.md documents it.
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .apivalues import attempt_list, env_values, file_specs, gpu_indices, strings
+from .spec.apivalues import attempt_list, env_values, file_specs, gpu_indices, strings
 from .errors import EXIT_OK, RunwardError
 
 
@@ -398,7 +398,7 @@ def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Res
     from .operations import check  # the subpackage itself: never through runward's own namespace
     from .operations.common import suggest_for
     try:
-        check(opts)  # the declared options' values, as the CLI's flags are checked (options.py)
+        check(opts)  # the declared options' values, as the CLI's flags are checked (spec/options.py)
         outcome = run()
     except RunwardError as e:
         suggest_for(opts, e)
@@ -425,5 +425,5 @@ def _plain(obj):
 
 
 def _config(path: str | None):
-    from .config import load  # the submodule itself: not through the package's lazy __getattr__
+    from .spec.config import load  # the submodule itself: not through the package's lazy __getattr__
     return load(path)

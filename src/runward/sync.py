@@ -18,7 +18,7 @@ import stat
 import sys
 import time
 
-from . import transport
+from .transport import agentcall as transport
 from .errors import BadInput, OperationFailed, RunwardError
 from .ignore import Matcher
 from .targets import Target

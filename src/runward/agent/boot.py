@@ -4,7 +4,7 @@ sides print about a GPU that is still held. Stdlib only and cheap to import: the
 this module on every call, and it imports nothing at module level.
 
 The blob: every *.py of this package, sorted by relative path, as
-"relname\\0source\\0relname\\0source..." (relname like "procfs.py", "ops/lifecycle.py"),
+"relname\\0source\\0relname\\0source..." (relname like "proc/procfs.py", "ops/start.py"),
 zlib-compressed; its name is the sha256 of the uncompressed bytes. The far side compiles each
 source once, caches the code objects (each one marshalled) by that name, and runs __main__.py,
 which imports the package as the top-level package "runward_agent" from them (no file on disk).

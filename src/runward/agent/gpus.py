@@ -7,9 +7,9 @@ bounded by its timeout, and ends with an answer, never a hang."""
 import time
 
 from .boot import held_message
-from .procfs import (HOME_MARKER, MARKER, boot_id, in_host_pidns, marker_run, pid_namespace, protected, read_proc,
+from .proc.procfs import (HOME_MARKER, MARKER, boot_id, in_host_pidns, marker_run, pid_namespace, protected, read_proc,
                      scan)
-from .runs import attempt_state, members
+from .proc.runs import attempt_state, members
 from .store import RunStore
 from .wire import AgentFailure, bad_input
 

@@ -2,7 +2,7 @@
 live run under `below` % utilization for `for_s` seconds, read from nvidia-smi once a poll.
 An unreadable utilization is not idle, and is said (idle_unjudged in the attempt's record).
 
-A judge as every health judge is (ops/window.py's Judge, stall.py's StallJudge,
+A judge as every health judge is (ops/window.py's Judge, health/stall.py's StallJudge,
 ops/baseline.py's BaselineJudge): poll(att, alive, now) -> the alerts (logmetrics.alerts.alert)."""
 
 import time

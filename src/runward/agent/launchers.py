@@ -2,7 +2,7 @@
 once, at start, and the attempt record keeps it: a request to an engine's target carries
 that engine's entry under the launcher's name (the CLI's targets/NAME.py adds it), and the
 attempt record written by that launcher keeps an entry of the same name. Every other attempt
-is the shim's fork (ops/lifecycle.py), the default launcher.
+is the shim's fork (ops/start.py), the default launcher.
 
 A launcher NAME is two modules of this package (docs/architecture.md, "a new engine"):
 - NAME.py, light (health, prune and history ask it on every call): alive(att) -> bool;

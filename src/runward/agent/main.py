@@ -14,13 +14,13 @@ from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_ca
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its event (wire.send_bytes)
 OPS = {
-    "start": ("ops.lifecycle", "start", PLAIN),
+    "start": ("ops.start", "start", PLAIN),
     "stop": ("ops.stop", "stop", PLAIN),
     "checkpoint": ("ops.stop", "checkpoint", PLAIN),  # a multi-node stop's first half (every node)
-    "status": ("ops.state", "status", PLAIN),
-    "spec": ("ops.state", "spec", PLAIN),
-    "ping": ("ops.state", "ping", PLAIN),
-    "logs": ("ops.state", "logs", STREAM),
+    "status": ("ops.status", "status", PLAIN),
+    "spec": ("ops.status", "spec", PLAIN),
+    "ping": ("ops.status", "ping", PLAIN),
+    "logs": ("ops.status", "logs", STREAM),
     "exec": ("ops.execute", "execute", PLAIN),
     "push": ("ops.sync", "push", IO),
     "manifest": ("ops.sync", "manifest", PLAIN),
@@ -37,7 +37,7 @@ OPS = {
     "doctor": ("ops.doctor", "doctor", PLAIN),
     "stacks": ("ops.stacks", "stacks", PLAIN),
     "free_ports": ("ops.nodes", "free_ports", PLAIN),
-    "history": ("ops.ledger", "history", PLAIN),
+    "history": ("ops.history", "history", PLAIN),
     "compare": ("ops.compare", "compare", PLAIN),
     "overlay": ("ops.overlay", "overlay", PLAIN),  # plot --attempts
 }
@@ -154,7 +154,7 @@ def serve(stdin, stdout, only=None):
 
 def _ours(name):
     """Whether module NAME is of this package: runward_agent as shipped, runward.agent in the
-    source tree (the CLI's in-process status, inprocess.py), where a missing one is a bug too."""
+    source tree (the CLI's in-process status, transport/inprocess.py), where a missing one is a bug too."""
     pkg = __name__.rpartition(".")[0]
     return bool(pkg) and (name == pkg or name.startswith(pkg + "."))
 
@@ -215,7 +215,7 @@ def preload(ops):
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == boot.SHIM_ARG:
-        from . import shim
+        from .supervise import shim
         params = json_loads(sys.stdin.buffer.readline().decode())
         try:
             shim.main(params["home"], params["name"], params["attempt"], params["env"], params.get("notify"))

@@ -1,6 +1,6 @@
 """How a link to node 0 begins: the one secret-proved handshake of a multi-node run, spoken by
-the peers link (peers.py: a node's failure stops the others) and by the GPU gate of a
-restart (gatebarrier.py). Each side proves it knows the run's secret (the record's
+the peers link (supervise/peers.py: a node's failure stops the others) and by the GPU gate of a
+restart (supervise/gatebarrier.py). Each side proves it knows the run's secret (the record's
 multinode.secret, never shown) before the other heeds it: HMAC-SHA256 over both sides'
 nonces, a different text each way, and a different text for each use (a Realm), so that a
 proof of one is never one of the other. JSON lines:

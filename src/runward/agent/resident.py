@@ -20,7 +20,7 @@ import sys
 import time
 
 from . import boot
-from .terminate import signal
+from .proc.terminate import signal
 from .wire import AgentFailure, json_dumps, reply
 
 OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
@@ -276,7 +276,7 @@ def serve_connection(conn, serve, idle=600.0, still=lambda: True):
     our own uid is served (the 0700 directories already keep others out, but not root, and
     a request run here runs as us), and only the read-only verbs (OPS).
 
-    A head of "<length> <sha256> keep" (the CLI's relay, relay.py) asks for the connection
+    A head of "<length> <sha256> keep" (the CLI's relay, transport/relay.py) asks for the connection
     to be kept: after the reply, the next request is read from it, for up to `idle` seconds;
     each such request is answered with an empty line first, as soon as it is read.
     Each request of a kept connection runs in a child forked for it, so one leaves nothing

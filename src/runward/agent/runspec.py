@@ -1,7 +1,7 @@
 """A run's spec as both sides say it: the keys of a start request that the attempt's record
 keeps (its "spec", which restart starts from), and the defaults the agent applies where a
-request or a record leaves a value out. The CLI side reads it too (options.py's help, api.start's
-keywords, restartspec.py's keys). Stdlib only and nothing imported: the CLI's `--help` path loads it."""
+request or a record leaves a value out. The CLI side reads it too (spec/options.py's help, api.start's
+keywords, spec/restartspec.py's keys). Stdlib only and nothing imported: the CLI's `--help` path loads it."""
 
 SPEC_KEYS = ("argv", "sh", "cwd", "env", "env_from", "env_overrides", "log", "settle", "ready", "ready_timeout",
              "gpus", "wait_gpus_free", "stop_signal", "grace", "files", "hash_files", "log_max", "log_keep",

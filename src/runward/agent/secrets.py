@@ -136,7 +136,7 @@ def redact_env(env):
 
 def shown_multinode(part):
     """A multi-node run's part of a record as it may be shown or sent back: the secret its
-    nodes prove themselves with (agent/peers.py) stays on the target."""
+    nodes prove themselves with (agent/supervise/peers.py) stays on the target."""
     if isinstance(part, dict) and part.get("secret"):
         return dict(part, secret=REDACTED)
     return part

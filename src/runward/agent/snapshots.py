@@ -5,7 +5,7 @@ At each start, every file whose sha256 the attempt records (the script, --hash-f
 text (UTF-8, no NUL) and small is copied to <run dir>/snapshots/<sha256>: by content, so an
 unchanged file costs nothing more per attempt. Bounded: FILE_MAX per file, ATTEMPT_MAX per
 attempt, the files of the last KEEP_ATTEMPTS attempts (older ones' text removed as the next
-start writes its own); runward.toml's snapshots = {...} (runward/snapbounds.py) sets them
+start writes its own); runward.toml's snapshots = {...} (runward/spec/snapbounds.py) sets them
 per run, and the attempt's record says the bounds it was kept under; rm and prune remove it
 with the run's directory. A file that holds a secret runward knows of (the value of a
 secret-named env entry, the password of a URL in any env value or in a notify entry) is

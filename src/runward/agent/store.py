@@ -201,7 +201,7 @@ class RunStore(object):
     def request_cancel(self, by="stop"):
         """BY: who asks, said by the start it cancels ("stop", "restart": a restart's stop step,
         "health:ACTION")."""
-        from .procfs import read_proc
+        from .proc.procfs import read_proc
         me = read_proc(os.getpid())
         write_json(self.cancel_path(), {"pid": os.getpid(), "start": me.start if me else None, "by": by})
 
@@ -213,7 +213,7 @@ class RunStore(object):
 
     def check_cancel(self):
         """Raise Cancelled when a living stop asked this run's start to give up."""
-        from .procfs import read_proc
+        from .proc.procfs import read_proc
         try:
             req = read_json(self.cancel_path())
         except AgentFailure:
@@ -257,7 +257,7 @@ class RunStore(object):
         return self._live_note("stopping")
 
     def _live_note(self, key):
-        from .procfs import read_proc
+        from .proc.procfs import read_proc
         h = self.holder()
         w = h.get(key)
         if not isinstance(w, dict) or not isinstance(h.get("pid"), int):
@@ -332,7 +332,7 @@ def _write_holder(fd, verb, **extra):
     """Name the holder in the lock file, through the lock's own descriptor (a rename would
     make a new file nobody holds the lock on). extra: what the holder is doing, for status
     (a start's gpu_wait: RunStore.note_gpu_wait)."""
-    from .procfs import read_proc
+    from .proc.procfs import read_proc
     me = read_proc(os.getpid())
     data = json_dumps(dict({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
                             "since": time.time()}, **extra)).encode()
@@ -420,7 +420,7 @@ def write_atomic(path, data, mode=0o600, sync=True):
     """temp file, all bytes written, fsync, rename, fsync of the directory: a reader sees the
     old or the new file, never half of one, and after a crash the rename is on disk. On any
     failure the temp file goes and the old file stays whole. sync=False leaves both fsyncs to
-    the caller (sync_file), who has something faster to do first (supervise.py: a restart)."""
+    the caller (sync_file), who has something faster to do first (supervise/policy.py: a restart)."""
     if isinstance(data, str):
         data = data.encode()
     d = os.path.dirname(path) or "."

@@ -153,7 +153,7 @@ def outlive_caller():
     an event the caller is no longer there to read is dropped instead of ending the op. The
     op's end goes to the run's record for `status` to show."""
     try:
-        import _signal as sig  # signal.py's enums cost every stop ~5 ms (terminate.py)
+        import _signal as sig  # signal.py's enums cost every stop ~5 ms (proc/terminate.py)
     except ImportError:
         import signal as sig
     for s in (sig.SIGINT, sig.SIGHUP, sig.SIGPIPE):

@@ -50,7 +50,7 @@ def takes(verb: str):
     class does not type itself (env and gpus are typed as the verb parses their words), a
     switch off by default, any other None (not given: the run's, or runward.toml's)."""
     def declare(cls):
-        from .. import options
+        from ..spec import options
         own = cls.__dict__.get("__annotations__", {})
         for name in options.TAKES[verb]:
             if name not in own:
@@ -107,9 +107,9 @@ def failed(command: str, e) -> Outcome:
 
 
 def check(opts) -> None:
-    """A typed options object's declared options (options.py), checked as argparse checks the
+    """A typed options object's declared options (spec/options.py), checked as argparse checks the
     flags: the Python API and the MCP tools call operations directly, without argv."""
-    from .. import options
+    from ..spec import options
     from ..errors import BadInput
     by_dest = {o.dest: o for o in options.OPTS.values() if o.dest}
     fields = opts.fields()

@@ -21,7 +21,7 @@ def load_config(opts):
     """runward.toml, and its [ssh] config in force for every ssh call this verb makes (unless
     RUNWARD_SSH_CONFIG already names one): `status --all` and `top` reach targets without
     target_of, and used to ignore it."""
-    from .. import config
+    from ..spec import config
     cfg = config.load(getattr(opts, "config", None))
     ssh_settings(cfg, whole=True)
     return cfg

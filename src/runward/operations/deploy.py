@@ -1,5 +1,5 @@
 """deploy: a run's files (runward.toml) pushed where it runs, every node of a multi-node run
-(multideploy.py)."""
+(multinode/deploy.py)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
     if not run_cfg or not run_cfg.get("files"):
         raise BadInput(f"run {opts.name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{opts.name}]")
-    from .. import multinode
+    from ..multinode import nodes as multinode
     nodes = multinode.nodes_of(opts, cfg, opts.name)
     if nodes:  # a run over several nodes: its files on every node, each checked there
-        from .. import multideploy
+        from ..multinode import deploy as multideploy
         res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **_sync(opts))
         outcome = multinode.outcome("deploy", res, code)
         outcome.text = lambda: multideploy.render_deploy(res)

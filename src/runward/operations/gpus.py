@@ -3,7 +3,7 @@ given (--on repeated), or on every named target of runward.toml (--all)."""
 
 from __future__ import annotations
 
-from ..render import mib
+from ..views.render import mib
 from . import Outcome, Targeted, single
 from .common import load_config, on_all, target_of
 

@@ -1,6 +1,6 @@
 """history: one line per attempt -- started, ran for, state/exit, steps reached, the main
 throughput (median after warm-up), the last loss, and what changed against the attempt
-before (docs/history.md); over every node of a multi-node run, merged (multihistory.py)."""
+before (docs/history.md); over every node of a multi-node run, merged (multinode/history.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 from . import Outcome, Targeted, single
 from .common import load_config, target_of
-from ..render import engine_view
+from ..views.render import engine_view
 
 
 class HistoryOptions(Targeted):
@@ -18,11 +18,12 @@ class HistoryOptions(Targeted):
 
 
 def history(opts: HistoryOptions) -> Outcome:
-    from .. import api, multinode
+    from .. import api
+    from ..multinode import nodes as multinode
     cfg = load_config(opts)
     nodes = multinode.nodes_of(opts, cfg, opts.name)
-    if nodes:  # every node's history, merged: per node where they differ (multihistory.py)
-        from .. import multihistory
+    if nodes:  # every node's history, merged: per node where they differ (multinode/history.py)
+        from ..multinode import history as multihistory
         res, code = multihistory.history(nodes, opts.name)
         outcome = multinode.outcome("history", res, code)
         outcome.text = lambda: render_nodes(res)
@@ -40,7 +41,7 @@ def render(res: dict) -> str:
 
 
 def render_nodes(res: dict) -> str:
-    """A multi-node history (multihistory.py): node 0's line, then each node that differs."""
+    """A multi-node history (multinode/history.py): node 0's line, then each node that differs."""
     out = []
     for r in res.get("attempts") or []:
         out.append(line(r) + f"  [node {r.get('rank', 0)}" + ("" if r.get("nodes") else ", every node the same") + "]")

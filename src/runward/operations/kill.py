@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..render import render_procs
+from ..views.render import render_procs
 from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
 class KillOptions(Targeted):
     """What `runward kill` takes (verbs/kill.py's flags). Not check()ed: its --grace and
-    --signal are its own flags, not options.py's (the CLI checks --signal as it reads it;
+    --signal are its own flags, not spec/options.py's (the CLI checks --signal as it reads it;
     kill() checks it for the callers without argv)."""
     pattern: str | None = None
     signal: str = "TERM"
@@ -21,7 +21,7 @@ class KillOptions(Targeted):
 
 def kill(opts: KillOptions) -> Outcome:
     from .. import api
-    from ..signals import HINT, known
+    from ..spec.signals import HINT, known
     if not known(opts.signal):  # the CLI's --signal refuses it as it is read; the API's is checked here
         from ..errors import BadInput
         raise BadInput(f"invalid signal {opts.signal!r}", HINT)

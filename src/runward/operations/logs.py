@@ -27,7 +27,8 @@ class LogsOptions(Targeted):
 def logs(opts: LogsOptions, on_line=None) -> Outcome:
     """ON_LINE(event) gets a follow's events as they come: {"line": ...} or {"switch": PATH}
     (the log rotated or a restart began a new one); the document holds every line either way."""
-    from .. import api, multinode
+    from .. import api
+    from ..multinode import nodes as multinode
     _check(opts)
     cfg = load_config(opts)
     since = api.parse_duration(opts.since, "--since") if opts.since is not None else None
@@ -62,6 +63,6 @@ def logs(opts: LogsOptions, on_line=None) -> Outcome:
 def _check(opts) -> None:
     """--node, as argparse checks it, for a caller without argv: the declared options (-n,
     --offset, --attempt, --for, --grep, --since) are checked before any operation is called
-    (options.py; library._operate)."""
+    (spec/options.py; library._operate)."""
     if opts.node is not None and (isinstance(opts.node, bool) or not isinstance(opts.node, int)):
         raise BadInput(f"invalid --node {opts.node!r}: not a whole number", "give --node a whole number")

@@ -30,7 +30,7 @@ def plot(opts: PlotOptions) -> Outcome:
     if opts.attempts is not None:
         return _overlay(api, opts, target)
     res = api.health(target, opts.name, api.health_rules({"health": cfg.runs.value(opts.name, "health")}), points=True)
-    from .. import health as _health
+    from ..views import health as _health
     try:
         path = _health.plot(res["series"], res["all_alerts"], opts.metric or None, opts.output, x=opts.x)
     except ImportError as e:
@@ -43,8 +43,8 @@ def plot(opts: PlotOptions) -> Outcome:
 
 
 def _overlay(api, opts, target) -> Outcome:
-    """plot --attempts: the attempts' points (one round trip), drawn by runward.overlay."""
-    from .. import overlay
+    """plot --attempts: the attempts' points (one round trip), drawn by runward.views.overlay."""
+    from ..views import overlay
     if opts.x != "step" or opts.metric:
         raise BadInput("plot --attempts draws throughput and loss over steps only",
                        "leave out --x time / --metric with --attempts")

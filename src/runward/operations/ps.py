@@ -14,7 +14,7 @@ class PsOptions(Targeted):
 
 def ps(opts: PsOptions) -> Outcome:
     from .. import api
-    from ..render import PROCS_HEADER, render_procs
+    from ..views.render import PROCS_HEADER, render_procs
     cfg = load_config(opts)
     target = target_of(opts, cfg)
     res = api.ps(target, opts.pattern)

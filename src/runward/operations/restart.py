@@ -6,7 +6,7 @@ input is checked before anything is stopped (tests/test_restart_refusals.py)."""
 from __future__ import annotations
 
 from ..errors import BadInput, Interrupted
-from ..options import AS_IS, TAKES
+from ..spec.options import AS_IS, TAKES
 from . import Checkpointed, Outcome, Targeted, check, single, takes
 from .common import config_dir, load_config, on_runs, target_of
 from .stop import checkpoint_of
@@ -37,7 +37,7 @@ def restart(opts: RestartOptions, progress: bool = False) -> Outcome:
     if not opts.name:
         raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
     if cfg.runs.placement(opts.name).get("nodes") and not opts.on:  # one --on: that node alone (refused)
-        from .. import multideploy, multinode
+        from ..multinode import deploy as multideploy, nodes as multinode
         res, code = _restart_nodes(opts, cfg, opts.name)
         return multinode.outcome("restart", res, code, multideploy.render_restart(res))
     target = target_of(opts, cfg, opts.name)
@@ -155,7 +155,8 @@ def _drift_message(name: str, drift: list[dict]) -> str:
 def _restart_nodes(opts, cfg, name) -> tuple[dict, int]:
     """A run with nodes in runward.toml: every node, all or nothing (multideploy.restart), with
     runward.toml's definition and the command line's options over it; inputs read first."""
-    from .. import api, multideploy
+    from .. import api
+    from ..multinode import deploy as multideploy
     from .start import refuse_node_restarts, start_kwargs_from_config
     run_cfg = cfg.runs[name]
     if opts.keep_env:
@@ -194,7 +195,7 @@ def _check_nodes(name, nodes, specs, base) -> None:
     one-node restart's check, local files that differ from what any node has deployed would
     restart the old code there (refused, exit 2)."""
     from .. import files as _files
-    from .. import multinode
+    from ..multinode import nodes as multinode
     from ..errors import RunwardError
     asked = multinode._each(nodes, lambda _, t: multinode.api.spec(t, name))
     for node, r in zip(nodes, asked):
@@ -220,9 +221,9 @@ def _check_nodes(name, nodes, specs, base) -> None:
 
 
 def _render(res: dict) -> str:
-    from ..render import render_start, render_stop
+    from ..views.render import render_start, render_stop
     if "nnodes" in res:
-        from ..multideploy import render_restart
+        from ..multinode.deploy import render_restart
         return render_restart(res)
     return "\n".join([render_stop(res["steps"][0]["result"]),
                       *(["deployed: " + (", ".join(f["remote"] for f in s["result"].get("files", []))

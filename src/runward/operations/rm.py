@@ -7,7 +7,7 @@ from .common import load_config, target_of
 
 
 class RmOptions(Targeted):
-    """What `runward rm` takes (verbs/rm.py's flags; options.py declares lock_timeout)."""
+    """What `runward rm` takes (verbs/rm.py's flags; spec/options.py declares lock_timeout)."""
     name: str | None = None
     logs: bool = False
     lock_timeout: float | None = None

@@ -18,7 +18,8 @@ class StacksOptions(Targeted):
 
 
 def stacks(opts: StacksOptions) -> Outcome:
-    from .. import api, stacksview
+    from .. import api
+    from ..views import stacksview
     cfg = load_config(opts)
     targets = _nodes(opts, cfg)
     bring = opts.bring_py_spy or cfg.stacks_bring
@@ -26,7 +27,7 @@ def stacks(opts: StacksOptions) -> Outcome:
     if len(targets) == 1 and res.get("node") is not None:
         # one node of a multi-node run (--on names it): every node, found as status finds
         # them, from that node's record
-        from .. import multinode
+        from ..multinode import nodes as multinode
         found = api.status(targets[0], [opts.name]).get("runs") or [None]
         nodes = multinode.nodes_from_record(found[0])
         if nodes:
@@ -37,7 +38,7 @@ def stacks(opts: StacksOptions) -> Outcome:
 
 def _nodes(opts, cfg) -> list:
     """--on given more than once, else runward.toml's [runs.NAME] nodes, else the one target."""
-    from .. import multinode
+    from ..multinode import nodes as multinode
     if not opts.nodes and opts.on:  # the Python API gives `on` alone, as one --on
         opts.nodes = [opts.on]
     return multinode.nodes_of(opts, cfg, opts.name) or [target_of(opts, cfg, opts.name)]

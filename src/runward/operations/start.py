@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ..errors import BadInput
-from ..options import AS_IS
+from ..spec.options import AS_IS
 from . import Outcome, Targeted, check, single, takes
 from .common import did_you_mean, gpu_list, load_config, on_runs, target_of
 
@@ -39,12 +39,12 @@ def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
     if "gpus" in run:
         kw["gpus"] = gpu_list(run["gpus"])
     if "snapshots" in run:  # the bounds of the text kept for compare (docs/history.md)
-        from ..snapbounds import parse
+        from ..spec.snapbounds import parse
         kw["snapshots"] = parse(run["snapshots"], name)
     if run.get("wait_gpus_free"):   # true, or {timeout = S, max_used_mib = MiB}
         w = run["wait_gpus_free"]
         kw["wait_gpus_free"] = {"timeout": 300.0, "max_used_mib": 1024.0, **(w if isinstance(w, dict) else {})}
-    from ..supervision import policy
+    from ..spec.supervision import policy
     if policy(run):
         kw["supervise"] = policy(run)
     if run.get("files"):
@@ -54,7 +54,7 @@ def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
 
 
 def start(opts: StartOptions) -> Outcome:
-    from ..render import render_start
+    from ..views.render import render_start
     check(opts)
     cfg = load_config(opts)
     if opts.all:
@@ -63,7 +63,7 @@ def start(opts: StartOptions) -> Outcome:
         return on_runs(opts, cfg, "start", lambda name, t: _start(opts, cfg, name, t), _render_any)
     if not opts.name:
         raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
-    from .. import multinode
+    from ..multinode import nodes as multinode
     nodes = multinode.nodes_of(opts, cfg, opts.name)
     if nodes:
         return _start_nodes(opts, cfg, nodes)
@@ -77,14 +77,14 @@ def start(opts: StartOptions) -> Outcome:
 
 
 def _render_any(res: dict) -> str:
-    from .. import multinode
-    from ..render import render_start
+    from ..multinode import nodes as multinode
+    from ..views.render import render_start
     return multinode.render(res, "start") if "nnodes" in res else render_start(res)
 
 
 def _start_nodes(opts, cfg, nodes) -> Outcome:
-    """A run over several nodes, all or nothing (multinode.py, docs/multinode.md)."""
-    from .. import multinode
+    """A run over several nodes, all or nothing (multinode/nodes.py, docs/multinode.md)."""
+    from ..multinode import nodes as multinode
     run_cfg = cfg.runs.get(opts.name, {})
     pick = lambda flag, key, default: flag if flag is not None else run_cfg.get(key, default)  # noqa: E731
     if opts.on_node_failure is None and run_cfg.get("on_node_failure") not in (None, *multinode.POLICIES):
@@ -103,7 +103,7 @@ def _start(opts, cfg, name, target, on_event=None) -> dict:
     nodes, under --all: over its nodes, all or nothing)."""
     from .. import api
     if opts.all and cfg.runs.placement(name).get("nodes"):
-        from .. import multinode
+        from ..multinode import nodes as multinode
         from ..errors import OperationFailed
         run_cfg = cfg.runs[name]
         kw = _kw(opts, cfg, name)
@@ -183,16 +183,16 @@ def _kw(opts, cfg, name, local: bool = False) -> dict:
     kw["replace"] = opts.replace
     kw["replace_grace"] = opts.replace_grace
     kw["lock_timeout"] = opts.lock_timeout
-    from ..supervision import policy
+    from ..spec.supervision import policy
     sup = policy(cfg.runs.get(name), opts)
     if sup:
         kw["supervise"] = sup
-    from ..inputs import refuse_idle_without_gpus
+    from ..spec.inputs import refuse_idle_without_gpus
     refuse_idle_without_gpus(name, kw)
-    from ..stallopts import options
+    from ..spec.stallopts import options
     stall = options(cfg.runs.get(name), opts, name)
     if stall:
-        kw["stall"] = stall  # stall_after, straggler_ratio: kept in the attempt (agent/stall.py)
+        kw["stall"] = stall  # stall_after, straggler_ratio: kept in the attempt (agent/health/stall.py)
     if not kw.get("argv") and kw.get("sh") is None:
         close = did_you_mean(name, cfg) if name not in cfg.runs else None
         raise BadInput(f"no command for run {name!r}", (f"{close} Or: " if close else "")

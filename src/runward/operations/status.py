@@ -17,8 +17,9 @@ class StatusOptions(Targeted):
 
 
 def status(opts: StatusOptions) -> Outcome:
-    from .. import api, multinode
-    from ..render import render_status
+    from .. import api
+    from ..multinode import nodes as multinode
+    from ..views.render import render_status
     cfg = load_config(opts)
     since = api.parse_duration(opts.since, "--since")
     if opts.all:

@@ -9,7 +9,7 @@ from .common import load_config, on_runs, target_of
 
 
 class StopOptions(Targeted, Checkpointed):
-    """What `runward stop` takes (verbs/stop.py's flags; options.py declares the spec ones)."""
+    """What `runward stop` takes (verbs/stop.py's flags; spec/options.py declares the spec ones)."""
     name: str | None = None
     all: bool = False
     grace: float | None = None
@@ -19,14 +19,14 @@ class StopOptions(Targeted, Checkpointed):
 
 
 def stop(opts: StopOptions) -> Outcome:
-    from ..render import render_stop
+    from ..views.render import render_stop
     check(opts)
     cfg = load_config(opts)
     if opts.all:
         return on_runs(opts, cfg, "stop", lambda name, t: _stop_any(opts, cfg, name, t), _render_any)
     if not opts.name:
         raise BadInput("no run named", "runward stop NAME, or --all for every run in runward.toml")
-    from .. import multinode
+    from ..multinode import nodes as multinode
     nodes = multinode.nodes_of(opts, cfg, opts.name)
     if nodes is None:
         target = target_of(opts, cfg, opts.name)
@@ -102,8 +102,8 @@ def interrupted(target, name: str, began: bool, on) -> Outcome:
 
 
 def _render_any(res: dict) -> str:
-    from .. import multinode
-    from ..render import render_stop
+    from ..multinode import nodes as multinode
+    from ..views.render import render_stop
     return multinode.render(res, "stop") if "nnodes" in res else render_stop(res)
 
 
@@ -112,7 +112,7 @@ def _stop_any(opts, cfg, name, target):
     there (no record, so nothing runward started): stopped, verified, not a failure. A run
     with nodes: every node (a node never started counts the same way)."""
     if cfg.runs.placement(name).get("nodes"):
-        from .. import multinode
+        from ..multinode import nodes as multinode
         from ..errors import OperationFailed
         res, code = multinode.stop([cfg.target(t) for t in cfg.runs.placement(name)["nodes"]], name, grace=opts.grace,
                                    signal=opts.stop_signal, gpu_timeout=opts.gpu_release_timeout,

@@ -26,7 +26,8 @@ class WatchOptions(Targeted):
 
 
 def watch(opts: WatchOptions, on_points=None) -> Outcome:
-    from .. import api, multinode
+    from .. import api
+    from ..multinode import nodes as multinode
     _check(opts)
     cfg = load_config(opts)
     target, nodes = multinode.pick_node(opts, cfg, opts.name, opts.node, opts.all_nodes)
@@ -42,7 +43,7 @@ def watch(opts: WatchOptions, on_points=None) -> Outcome:
     acted += _unsupervised(opts.name, res)
     if res["healthy"]:
         return single("watch", target, res, lambda: _healthy(opts.name, res) + _unjudged(res) + acted)
-    from ..health import format_alert
+    from ..views.health import format_alert
     text = "\n".join(f"ALERT {format_alert(a)}" for a in res["alerts"])
     if res.get("ended"):
         text += f"\n{opts.name}: the job is not running"
@@ -56,7 +57,7 @@ def _limits(given, flag: str) -> dict:
     """{METRIC: V} from the flag's words, or from the API's mapping: its items read as the words
     `METRIC=V` would be (so a value the flag takes, the mapping takes, and a bad one is the same
     BadInput naming the flag)."""
-    from ..inputs import parse_limits
+    from ..spec.inputs import parse_limits
     if hasattr(given, "items"):
         given = [f"{k}={v}" for k, v in given.items()]
     return parse_limits(given, flag)
@@ -82,7 +83,7 @@ def _healthy(name: str, res: dict) -> str:
 
 def _stall(opts, cfg) -> dict:
     """stall_after and straggler_ratio, runward.toml's checked, the flags over them."""
-    from ..stallopts import options
+    from ..spec.stallopts import options
     o = options({"health": cfg.runs.value(opts.name, "health")}, opts, opts.name)
     return {"stall": o.get("after"), "ratio": o.get("ratio")}
 
@@ -96,10 +97,10 @@ def _unjudged(res: dict) -> str:
 
 def _check(opts) -> None:
     """What argparse checks of the flags, for a caller without argv (the Python API, MCP):
-    --for, --drop and --straggler-ratio are declared options (options.py; --for is checked by
+    --for, --drop and --straggler-ratio are declared options (spec/options.py; --for is checked by
     operations.check, --drop and --straggler-ratio here, by the same problem())."""
-    from .. import options
-    for key in ("drop", "straggler_ratio"):  # declared options (options.py): the flag's own check
+    from ..spec import options
+    for key in ("drop", "straggler_ratio"):  # declared options (spec/options.py): the flag's own check
         opt, v = options.OPTS[key], getattr(opts, key)
         bad = v is not None and options.problem(opt, v)
         if bad:

@@ -3,13 +3,13 @@
 lxc-attach keeps the caller's environment by default: the operator's variables (a token, their
 PATH, a HOME that does not exist in the container) would reach the agent and the job.
 --clear-env gives the container's own (PATH, container=lxc); the agent fills in the login's
-HOME, USER, LOGNAME and SHELL from the container's passwd (agent/ops/lifecycle.build_env), as
+HOME, USER, LOGNAME and SHELL from the container's passwd (agent/ops/start.build_env), as
 `docker exec` gives a job the container's environment."""
 
 KIND = "lxc"
 TOOL = "lxc-attach"  # run one level out: on the host, or in the container before it
 
-# How this hop's failures read (diagnosis.py asks each hop): the first words of its tool's
+# How this hop's failures read (transport/diagnosis.py asks each hop): the first words of its tool's
 # own lines (SAYS names the hop, LINE tells them from ssh's), the container absent and the
 # container stopped (case ignored), and what a person runs to check and start it.
 SAYS = r"lxc-"

@@ -8,7 +8,7 @@ the container's own, never the operator's."""
 KIND = "pct"
 TOOL = "pct"  # run one level out: on the host, or in the container before it
 
-# How this hop's failures read (diagnosis.py asks each hop): the first words of its tool's
+# How this hop's failures read (transport/diagnosis.py asks each hop): the first words of its tool's
 # own lines, lxc-attach's underneath it too (SAYS names the hop, LINE tells them from ssh's),
 # the container absent and the container stopped (case ignored), and what a person runs to
 # check and start it.

@@ -3,7 +3,7 @@
 KIND = "podman"
 TOOL = "podman"  # run one level out: on the host, or in the container before it
 
-# How this hop's failures read (diagnosis.py asks each hop): the first words of its tool's
+# How this hop's failures read (transport/diagnosis.py asks each hop): the first words of its tool's
 # own lines (SAYS names the hop, LINE tells them from ssh's), the container absent and the
 # container stopped (case ignored), and what a person runs to check and start it.
 SAYS = r"Error|podman"

@@ -12,7 +12,7 @@ KIND = "ssh"
 HOST_PAT = r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$"
 
 
-# How ssh's failures read (diagnosis.py asks the hop on an exit 255): a pattern of its stderr,
+# How ssh's failures read (transport/diagnosis.py asks the hop on an exit 255): a pattern of its stderr,
 # what it means, what to do. The first that matches says it.
 FAILURES = [
     # OpenSSH's mux client when the master ends before the session opened, then its own
@@ -166,8 +166,8 @@ def _mentions_alive(cfg: str | None) -> bool:
 
 def _proxy(hop) -> str:
     """The proxy (ProxyJump / ProxyCommand) ssh resolves hop to now, "" for none or where ssh
-    cannot say (sshresolve.py keeps the answer while the config files stay as they are)."""
-    from ..sshresolve import resolved
+    cannot say (transport/sshresolve.py keeps the answer while the config files stay as they are)."""
+    from ..transport.sshresolve import resolved
     said = resolved(hop) or ""
     return said.partition(" ")[2]
 

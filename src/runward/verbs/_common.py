@@ -81,9 +81,9 @@ def old_spelling(p, flag: str, dest: str, **kw) -> None:
 def signal_arg(text: str) -> str:
     """A signal flag that is not the declared --stop-signal (its old spelling --signal,
     --checkpoint-signal, kill's --signal): checked as the flag is read by the declared
-    option's own conversion (options.py: signals.known, the target's own rule), so a bad one
+    option's own conversion (spec/options.py: signals.known, the target's own rule), so a bad one
     is exit 2 before any run is looked up or touched."""
-    from .. import options
+    from ..spec import options
     return options.converter("stop_signal")(text)
 
 

@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..health import format_alert, sparkline
-from ..render import _num, mib
+from ..views.health import format_alert, sparkline
+from ..views.render import _num, mib
 
 SPARK = 16
 STATE_STYLE = {"running": "green", "exited": "dim", "stray": "red", "lost": "red", "orphaned": "yellow",

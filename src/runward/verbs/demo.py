@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import RunwardError
-from ..render import render_start, render_status, render_stop
+from ..views.render import render_start, render_status, render_stop
 from ..targets import Target
 
 RUN = "demo-train"
@@ -104,7 +104,7 @@ def _lifecycle(story: Story, target: Target, job: Path, workdir: str, env: dict)
                  processes=tree.get("processes"))
 
     story.step("health: metrics read from the log where it lives, then `watch` through a window")
-    from ..health import sparkline
+    from ..views.health import sparkline
     h = api.health(target, RUN)
     out.say(f"metrics: {h['metrics']}  {h['throughput_metric']}: {sparkline(h['throughput_series'])}")
     out.say(f"$ runward watch {RUN} --for 2 --min tok_s=10000")
@@ -122,7 +122,7 @@ def _lifecycle(story: Story, target: Target, job: Path, workdir: str, env: dict)
     story.record("restart", stop_res["verified_dead"] and res["attempt"] == 2, attempt=res["attempt"])
     out.say(f"$ runward watch {RUN} --for 30")
     w = api.watch(target, RUN, for_s=30.0)
-    from ..health import format_alert
+    from ..views.health import format_alert
     out.say("ALERT " + format_alert(w["alert"]) if not w["healthy"] else "no alert (unexpected)")
     story.record("nan caught by watch", not w["healthy"] and w["alert"]["kind"] == "nan")
 

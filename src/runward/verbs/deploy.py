@@ -1,5 +1,5 @@
 """runward deploy NAME: push the run's files (runward.toml) to where it runs (every node of a
-multi-node run: multideploy.py)."""
+multi-node run: multinode/deploy.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ operations/exec.py; passing the command's output on to this terminal is the CLI'
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 import sys
 
@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
 
 def run(args, out) -> int:
     from ..operations.exec import ExecOptions, exec as exec_op
-    from ..inputs import parse_env
+    from ..spec.inputs import parse_env
     outcome = exec_op(ExecOptions.from_args(args, env=parse_env(args.env)))
     try:
         out.doc(outcome.document)

@@ -3,7 +3,7 @@ and its rendering: operations/kill.py."""
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 from ._common import old_spelling, show
 

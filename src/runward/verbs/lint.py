@@ -3,7 +3,7 @@ work and its rendering: operations/lint.py; `-` (read the command from stdin) is
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 import sys
 

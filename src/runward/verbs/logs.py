@@ -3,7 +3,7 @@ operations/logs.py; here the flags, and a follow's lines printed as they come.""
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 import sys
 

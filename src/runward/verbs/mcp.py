@@ -23,7 +23,7 @@ def run(args, out) -> int:
         raise BadInput("runward mcp speaks MCP on stdout; it has no --json",
                        "register it with an MCP client (docs/agents.md)")
     cfg = load_config(args)
-    from .. import mcpserver
+    from ..mcp import server as mcpserver
     policy = mcpserver.policy_from(cfg, args.allow, args.targets)
     mcpserver.serve(getattr(args, "config", None), policy)
     return 0

@@ -3,7 +3,7 @@ removed. The work and its rendering: operations/prune.py."""
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 from ._common import show
 

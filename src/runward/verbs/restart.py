@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 from ._common import old_spelling, show, signal_arg
 
 
@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     """The flags' words made values here, at the edge: --env as NAME -> value, `K=` typed (not
     read from a file) as None, which unsets K; --deploy / --no-deploy / neither as True / False / None."""
-    from ..inputs import read_env
+    from ..spec.inputs import read_env
     from ..operations.restart import RestartOptions, restart
     env, env_from = read_env(args.env, args.env_file)
     env = {k: None if v == "" and k not in env_from else v for k, v in env.items()}

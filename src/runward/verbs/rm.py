@@ -3,7 +3,7 @@ lives). The work and its rendering: operations/rm.py."""
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 from ._common import show
 
 

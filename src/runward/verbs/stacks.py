@@ -5,7 +5,7 @@ none could be (py-spy missing, ptrace denied: the hint says what to do), 3 unrea
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 from ._common import show
 

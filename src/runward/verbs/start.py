@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 from ._common import old_spelling, show
 
 
@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 def run(args, out) -> int:
     """The flags' words made values here, at the edge: --env K=V|NAME and --env-file PATH as
     NAME -> value (with where each untyped one came from), --gpus 0,1 as indices."""
-    from ..inputs import read_env
+    from ..spec.inputs import read_env
     from ..operations.common import gpu_list
     from ..operations.start import StartOptions, start
     env, env_from = read_env(args.env, args.env_file)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 from ._common import show
 

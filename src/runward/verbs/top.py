@@ -156,7 +156,7 @@ class Top:
             self.refresh_now.clear()
 
     def _remember(self, parts: list[dict]) -> None:
-        from ..health import as_number
+        from ..views.health import as_number
         for part in parts:
             for r in part["runs"]:
                 h = r.get("health") or {}
@@ -181,7 +181,7 @@ class Top:
 
     def _stop(self, key: tuple[str, str]) -> None:
         from .. import api
-        from ..render import render_stop
+        from ..views.render import render_stop
         try:
             res = api.stop(self._target(key[0]), key[1])
             text = render_stop(res).splitlines()[0]

@@ -3,7 +3,7 @@ work: operations/watch.py; here the flags, and the points printed as they come o
 
 from __future__ import annotations
 
-from .. import options
+from ..spec import options
 
 from ._common import show, write_out
 
@@ -18,7 +18,7 @@ def add_arguments(p) -> None:
     options.add(p, "for_s", "watch", default=60.0)
     p.add_argument("--min", action="append", metavar="METRIC=V", help="alert below this floor, e.g. tok_s=14500")
     p.add_argument("--max", action="append", metavar="METRIC=V", help="alert above this ceiling")
-    from ..stallopts import add_arguments as stall_arguments
+    from ..spec.stallopts import add_arguments as stall_arguments
     stall_arguments(p)
     from ._common import old_spelling
     old_spelling(p, "--stall", "stall_after")  # its seconds are stall_after's (docs/diagnosis.md)

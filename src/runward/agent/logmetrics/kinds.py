@@ -2,20 +2,20 @@
 action may answer it, how the root cause of a failed attempt ranks it, how a plot marks it.
 
 Both sides read this table: the agent (this package's events and tracebacks, the health op,
-a watch's window, attribution) and the CLI (health.py's lines and plot, supervision.py's
+a watch's window, attribution) and the CLI (health.py's lines and plot, spec/supervision.py's
 actions), which imports the log parser already (tests/test_layout.py's AGENT_ALLOWED). A new
 log event is its pattern (a named group of patterns.py's EVENT_RE) and its row here.
 """
 
 FACT = "fact"  # the attempt's own: found by the incremental scan, kept in health.json
 RULE = "rule"  # a watch's own rules over its window: never stored (ops/window.py)
-OWN = "own"  # judged by its own judge at each poll (stall.py's straggler, ops/baseline.py)
+OWN = "own"  # judged by its own judge at each poll (health/stall.py's straggler, ops/baseline.py)
 
 
 class Kind(object):
     """One alert kind's row.
 
-    root: how a line of this kind ranks as a failed attempt's root cause (attribution.py), as
+    root: how a line of this kind ranks as a failed attempt's root cause (health/attribution.py), as
     (rank, the attribution's kind, what it says; {line} the line's text): rank 0 even where
     the line reads as a cascade (an OOM that mentions a timeout is still an OOM), 1 before
     the line's Xid, torchrun exit or exception, 2 after them; None: never a root cause.
@@ -28,7 +28,7 @@ class Kind(object):
                  quotes_line=False, root=None, names_traceback=False):
         self.name, self.label, self.judged, self.color = name, label, judged, color
         self.detail = detail  # a log event's words, before its line's
-        self.actionable = actionable  # [health] actions may name it (supervision.py)
+        self.actionable = actionable  # [health] actions may name it (spec/supervision.py)
         self.alias = alias  # its short name in [health] actions
         self.quotes_line = quotes_line  # its one-line alert quotes the log line (a metric's value)
         self.root, self.names_traceback = root, names_traceback

@@ -10,7 +10,7 @@ import time
 from ..logmetrics import is_inverse
 from ..logmetrics.alerts import alert
 from .compare import side_by_side, si
-from .ledger import facts
+from .history import facts
 
 EVERY_S = 2.0  # the attempt's section is parsed again at most this often during a watch
 

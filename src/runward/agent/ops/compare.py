@@ -7,7 +7,7 @@ from ..logmetrics.rules import median
 from ..logselect import _attempt
 from ..snapshots import text_of
 from ..store import RunStore
-from .ledger import changes, facts
+from .history import changes, facts
 
 DIFF_LINES = 400  # lines of one file's unified diff sent back at most
 MIN_POINTS = 3  # fewer throughput points than this on either side: no number, "too few points"

@@ -4,8 +4,9 @@ import os
 import sys
 import time
 
-from .. import cgroups, resident
-from ..procfs import boot_id, in_container
+from ..proc import cgroups
+from .. import resident
+from ..proc.procfs import boot_id, in_container
 from ..store import write_atomic
 from ..wire import AgentFailure
 

@@ -3,9 +3,9 @@
 import os
 import time
 
-from ..terminate import signal, signal_name
+from ..proc.terminate import signal, signal_name
 from ..wire import bad_input
-from .lifecycle import build_env, shell_argv
+from .start import build_env, shell_argv
 
 SHELL_NAMES = ("bash", "sh", "dash", "zsh")
 

@@ -2,7 +2,7 @@
 
 import os
 
-from ..procfs import in_container
+from ..proc.procfs import in_container
 from ..store import sha256_file
 from ..wire import AgentFailure
 

@@ -10,7 +10,7 @@ Two kinds of alert, kept apart:
 - a watch's own rules (floors, ceilings, drops: runward.toml's and the flags'): judged
   by a second scan (Judge) held in memory for that call only, over the watch's window: from its
   start, or a look-back since_s. Never stored, so never replayed by a later call.
-- stall and straggler (stall.py): judged at each poll of a live job from stall.json's shared
+- stall and straggler (health/stall.py): judged at each poll of a live job from stall.json's shared
   state (the step's progress is a fact of the run, not of the watch's window).
 """
 
@@ -20,7 +20,7 @@ import time
 from .. import launchers, logmetrics
 from ..logmetrics.kinds import FACT_KINDS
 from ..logmetrics.alerts import alert
-from ..procfs import live
+from ..proc.procfs import live
 from ..sidelock import side_lock
 from ..store import RunStore, read_json, write_atomic, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
@@ -125,7 +125,7 @@ STEP_NAMES = ("step", "global_step", "iteration", "iter", "num_updates", "train_
 
 
 def _furthest(saved, points):
-    """The furthest step the attempt's log showed (a supervised run's progress: progress.py);
+    """The furthest step the attempt's log showed (a supervised run's progress: supervise/progress.py);
     the last value is not it: an eval line or a resumed count may go back."""
     best = saved.get("max_step")
     for p in points:
@@ -243,7 +243,7 @@ def _judges(store, att, saved, rules, start, since_s):
     window's rules (floors, ceilings, drop, log silence), stall and straggler, and, where the
     rules have one, the baseline's."""
     from .window import Judge
-    from ..stall import StallJudge
+    from ..health.stall import StallJudge
     out = [Judge(att, saved, rules, start, since_s), StallJudge(store, rules)]
     if rules.get("baseline"):
         from .baseline import BaselineJudge
@@ -258,7 +258,7 @@ def _reply(store, att, saved, alerts, facts, judge, watched_s):
                 "alive": saved["alive"], "window": judge.window()})
     rec = store.attempt(att["attempt"]) or {}
     acts = rec.get("actions")
-    if acts:  # what the shim's health actions did (health_actions.py), with their evidence
+    if acts:  # what the shim's health actions did (supervise/health_actions.py), with their evidence
         out["actions"] = acts
     if rec.get("idle_unjudged") and saved["alive"]:  # the shim's idle rule could not be judged
         out["idle_unjudged"] = rec["idle_unjudged"]

@@ -5,7 +5,7 @@ target, only the points travel."""
 from ..logselect import _attempt
 from ..store import RunStore
 from ..wire import bad_input
-from .ledger import facts
+from .history import facts
 
 MAX_ATTEMPTS = 12  # lines on one figure at most: more is unreadable
 

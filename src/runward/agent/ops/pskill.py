@@ -5,8 +5,8 @@ lines carry the pattern (the `pkill -f` self-match)."""
 import os
 
 from ..boot import BOOTSTRAP_HEAD
-from ..procfs import CLK_TCK, MARKER, boot_id, boot_time, descendants, owner_uid, protected, scan
-from ..terminate import parse_signal, signal_name, terminate
+from ..proc.procfs import CLK_TCK, MARKER, boot_id, boot_time, descendants, owner_uid, protected, scan
+from ..proc.terminate import parse_signal, signal_name, terminate
 from ..wire import bad_input, event, outlive_caller
 
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox", "sshd", "su", "sudo", "runuser"))

@@ -10,10 +10,11 @@ hold its older lines and go wherever the log goes; a log another run writes to i
 import os
 import time
 
-from .. import cgroups, launchers
-from ..procfs import boot_id, protected, scan
-from ..runs import attempt_state, blind_spot, members
-from ..supervise import in_backoff
+from ..proc import cgroups
+from .. import launchers
+from ..proc.procfs import boot_id, protected, scan
+from ..proc.runs import attempt_state, blind_spot, members
+from ..supervise.policy import in_backoff
 from ..store import RunStore, fsync_dir, remove_file
 from ..wire import AgentFailure, bad_input
 
@@ -118,7 +119,7 @@ def _live(store, att, procs):
     if in_backoff(att):
         state = "restarting"  # its shim starts the next attempt soon: `stop` it first
     if state == "starting" and att.get("gate"):  # restart's waiter on the GPUs: status says blocked
-        from .. import gatewait
+        from ..supervise import gatewait
         state = gatewait.status({}, att, state)
     found = members(store.name, att, procs, protected(procs))  # whatever the state: lost too
     if state not in LIVE_STATES + ("restarting", "blocked") and not found:

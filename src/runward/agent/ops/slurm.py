@@ -12,13 +12,13 @@ import time
 from .. import logfiles, slurm
 from ..boot import PROTOCOL
 from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..procfs import HOME_MARKER, MARKER, boot_id, protected, scan
-from ..runs import log_info
+from ..proc.procfs import HOME_MARKER, MARKER, boot_id, protected, scan
+from ..proc.runs import log_info
 from ..secrets import mask_url_passwords, redact_env
 from ..store import RunStore, open_log, remove_file, write_all, write_json
-from ..terminate import parse_signal, signal_name, terminate
+from ..proc.terminate import parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input, event
-from .lifecycle import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
+from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
 
 POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
 KILL_WAIT_S = 90.0   # after the plain scancel: Slurm's KillWait (30 s here) and its cleanup
@@ -96,7 +96,7 @@ def start(req, home):
 
 
 def _refuse_supervision(sup):
-    """A policy is kept by the shim (supervise.py), and a Slurm job has none: Slurm runs the
+    """A policy is kept by the shim (supervise/policy.py), and a Slurm job has none: Slurm runs the
     batch script with nobody of runward's waiting on it. A policy saved here would never be
     kept (no restart, no health action, no notification), so it is refused, naming it."""
     sup = {k: v for k, v in (sup or {}).items() if (k, v) != ("restart", "never")}

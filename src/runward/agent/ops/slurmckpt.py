@@ -10,7 +10,7 @@ srun (nodes > 1, or srun = true) the batch step is srun and each task is a step'
 forwards USR1 to its tasks: a second signal, a second checkpoint."""
 
 from .. import slurm
-from ..terminate import signal_name
+from ..proc.terminate import signal_name
 from ..wire import AgentFailure, event
 from . import stopckpt
 

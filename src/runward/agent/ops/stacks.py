@@ -1,7 +1,7 @@
-"""The `stacks` op: the Python stacks of a run's processes on this target (agent/stacks.py),
+"""The `stacks` op: the Python stacks of a run's processes on this target (agent/health/stacks.py),
 kept beside the run's records and answered."""
 
-from .. import stacks as cap
+from ..health import stacks as cap
 from ..store import RunStore
 from ..wire import AgentFailure
 

@@ -1,4 +1,4 @@
-"""stop: a run's end on this target. Stop means verified dead (terminate.py): the run lock,
+"""stop: a run's end on this target. Stop means verified dead (proc/terminate.py): the run lock,
 stop_requested in the record before any signal, every member of the run signalled once and
 waited for, KILL after the grace, a scan that finds no member, the shim's record of the end.
 A module of its own: a stop imports none of what a start needs (the shim, the log files, the
@@ -7,13 +7,15 @@ peers' link), and a multi-node stop pays its imports once per node."""
 import os
 import time
 
-from .. import cgroups, faults, gpus, supervise
+from ..proc import cgroups
+from .. import faults, gpus
+from ..supervise import policy as supervise
 from ..runspec import GRACE_S, STOP_SIGNAL
-from ..procfs import boot_id, live, protected, scan
-from ..runs import attempt_state, blind_spot, members, own_procs
+from ..proc.procfs import boot_id, live, protected, scan
+from ..proc.runs import attempt_state, blind_spot, members, own_procs
 from ..secrets import shown_multinode
 from ..store import RunStore
-from ..terminate import SIGNALS, PidWatch, parse_signal, signal_name, terminate
+from ..proc.terminate import SIGNALS, PidWatch, parse_signal, signal_name, terminate
 from ..wire import event, outlive_caller
 
 
@@ -37,7 +39,7 @@ def stop(req, home):
             from . import stopckpt
             stopckpt.check(req["checkpoint"], att)
         mark_stop_requested(store, att, procs, req.get("by"))
-        from .. import gatewait
+        from ..supervise import gatewait
         if gatewait.pending(att):  # restart's attempt blocked on the GPUs: it never ran; cancelled
             res = gatewait.stop_result(store, att, gatewait.cancel(store, att))
             # restart's stop: the next attempt must pass the gate too, or a second restart
@@ -124,7 +126,7 @@ def mark_stop_requested(store, att, procs, by=None):
     then reports its job's end as stopped by us, not as an early exit, and a supervising
     shim does not restart it. Read and written under the record lock: the shim writes the
     same record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
-    health action's (supervise.py), which never overrides a stop already asked for."""
+    health action's (supervise/policy.py), which never overrides a stop already asked for."""
     if not att or attempt_state(att, procs, boot_id()) not in ("running", "starting", "orphaned"):
         return
 

@@ -1,15 +1,15 @@
 """stop --checkpoint (docs/supervision.md, "Checkpoint before stop"): before the stop, the
 job gets the checkpoint signal (USR1 by default), and the stop waits until its log shows the
 wait_for line, or until a newer complete checkpoint exists (the run's checkpoint glob,
-progress.py), at most timeout seconds; then it stops as usual. Each step is said in the
+supervise/progress.py), at most timeout seconds; then it stops as usual. Each step is said in the
 stop's result ("checkpoint"). Imported only by a stop that asks for it: a plain stop imports
 no regex."""
 
 import os
 import time
 
-from ..procfs import live, read_proc
-from ..terminate import SIGNALS, parse_signal, signal_name
+from ..proc.procfs import live, read_proc
+from ..proc.terminate import SIGNALS, parse_signal, signal_name
 from ..wire import AgentFailure, bad_input, event
 
 POLL_S = 0.1
@@ -64,7 +64,7 @@ def before_stop(store, att, spec):
 
 def _resume(pid):
     """SIGCONT after the checkpoint signal to a job paused (SIGSTOP, Ctrl-Z: state T), as
-    the stop does (terminate.py): a paused job takes its handler only once resumed."""
+    the stop does (proc/terminate.py): a paused job takes its handler only once resumed."""
     q = read_proc(pid)
     if q is None or q.state != "T":
         return False
@@ -104,7 +104,7 @@ def wait_saved(out, rx, tracker, before, log, offset, alive, timeout):
 def tracker_of(store, att, pol):
     if not pol.get("checkpoint"):
         return None
-    from ..progress import Tracker
+    from ..supervise.progress import Tracker
     return Tracker(store, pol, att, {})
 
 

@@ -14,7 +14,7 @@ import stat
 import time
 
 from ..hashcache import HashCache, sha256_fd
-from ..procfs import in_container
+from ..proc.procfs import in_container
 from ..safepath import DIR_FLAGS, DirCache, open_root, same_dir
 from ..store import RunStore, read_json, write_all, write_json
 from ..wire import AgentFailure, bad_input
@@ -245,8 +245,8 @@ def _inside(fd, path):
 def _live_logs(home):
     """(run, log path) of every run here whose latest attempt may still have a process: its
     shim or job alive, or lost on this boot (its children may live on)."""
-    from ..procfs import alive_in
-    from ..runs import attempt_state, own_procs, this_boot
+    from ..proc.procfs import alive_in
+    from ..proc.runs import attempt_state, own_procs, this_boot
     for name in home.run_names():
         att = RunStore(home, name).latest()
         if not att or not att.get("log"):

@@ -1,0 +1,1 @@
+"""`runward mcp`: the MCP server, its tools, its tasks and its argument checks (extra runward[mcp])."""

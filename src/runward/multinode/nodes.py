@@ -1,0 +1,485 @@
+"""A run over several nodes (docs/multinode.md): one ordinary run of the same name on each
+node, any target each, started all or nothing, stopped everywhere, watched by the targets.
+
+Each node's start request carries its part ("multinode": run id, rank, nnodes, the node
+list, master address and ports, on_node_failure), which the target keeps in the attempt
+record: `status NAME --on ANY-NODE` finds the others from it, and the nodes' shims watch
+each other through it (agent/supervise/peers.py). The job gets the rank environment, and the
+placeholders {node_rank} {nnodes} {master_addr} {master_port} in its argv words are
+expanded per node (never through a shell)."""
+
+from __future__ import annotations
+
+from .. import api
+from ..transport import agentcall as transport
+from ..errors import EXIT_FAILED, EXIT_OK, BadInput, NotStarted, RunNotFound, RunwardError
+from ..spec.options import OPTS
+from ..targets import Target, parse_target
+
+PLACEHOLDERS = ("node_rank", "nnodes", "master_addr", "master_port")
+POLICIES = OPTS["on_node_failure"].choices  # stop, continue
+# failures of a node's start after which nothing of this start runs there: refused before
+# anything was launched (bad input), because a run of that name was already alive there,
+# which is not ours to stop, or its request never sent (errors.NotStarted)
+_NOT_LAUNCHED = ("BadInput", "AlreadyRunning", "NotStarted")
+
+
+def nodes_of(args, cfg, name: str | None) -> list[Target] | None:
+    """The nodes of NAME: --on given more than once, else runward.toml's [runs.NAME] nodes
+    (unless one --on names a single target); None for a run on one target."""
+    from ..operations.common import ssh_settings
+    ssh_settings(cfg)  # as operations/common.target_of
+    given = list(getattr(args, "nodes", None) or [])
+    if len(given) > 1:
+        return [cfg.target(t) for t in given]
+    run = cfg.runs.placement(name or "")
+    if run.get("nodes") and not given:
+        return [cfg.target(t) for t in run["nodes"]]
+    return None
+
+
+def nodes_from_record(found: dict | None) -> list[Target] | None:
+    """The nodes a node's record names (its status or stop result's "multinode")."""
+    mn = (found or {}).get("multinode") or {}
+    if int(mn.get("nnodes") or 1) < 2:
+        return None
+    return [parse_target(t["on"], label=t.get("label"), home=t.get("home"), python=t.get("python"))
+            if isinstance(t, dict) else parse_target(t) for t in mn.get("nodes") or []]
+
+
+def _node_ref(t: Target) -> dict:
+    """A node as its record keeps it: enough for any node to reach the others as we do."""
+    return {k: v for k, v in (("on", str(t)), ("label", t.label), ("home", t.home), ("python", t.python)) if v}
+
+
+def _check_nodes(nodes: list[Target]) -> None:
+    seen = set()
+    for t in nodes:
+        if (str(t), t.home) in seen:
+            raise BadInput(f"node {t} is given twice", "each node of a run once: one run per target per name")
+        seen.add((str(t), t.home))
+
+
+def _each(nodes: list[Target], fn) -> list[dict]:
+    """fn(rank, node) on every node in parallel: {"ok", "result" | "error"} per rank, in order."""
+    return api.fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda i, t: fn(int(i), t))
+
+
+def expand(argv: list[str] | None, values: dict) -> list[str] | None:
+    """{node_rank} {nnodes} {master_addr} {master_port} in argv words; other braces stay."""
+    if argv is None:
+        return None
+    out = []
+    for word in argv:
+        for k in PLACEHOLDERS:
+            word = word.replace("{" + k + "}", str(values[k]))
+        out.append(word)
+    return out
+
+
+def rank_env(rank: int, nnodes: int, addr: str, port: int, ips: list[str], nproc: int | None) -> dict:
+    env = {"NODE_RANK": str(rank), "NNODES": str(nnodes), "MASTER_ADDR": addr, "MASTER_PORT": str(port),
+           "RUNWARD_NODE_IPS": ",".join(ips), "RUNWARD_NODE_RANK": str(rank)}
+    if nproc:
+        env["WORLD_SIZE"] = str(nnodes * int(nproc))
+        env["NPROC_PER_NODE"] = str(nproc)
+    return env
+
+
+def _probe(nodes: list[Target]) -> list[dict]:
+    """Every node at once: reachable, its address as we reach it; node 0 also picks two free
+    ports (the master's and the coordinator's) in its own network namespace."""
+    return _each(nodes, lambda i, t: transport.call(t, {"op": "free_ports", "count": 2 if i == 0 else 0}))
+
+
+def _address(t: Target, probe: dict) -> str:
+    """A node's address as the others reach it: where our ssh landed (SSH_CONNECTION),
+    else the ssh hop's host, else this machine's loopback (a local or container target)."""
+    if probe.get("address"):
+        return probe["address"]
+    ssh = next((h for h in t.hops if h.kind == "ssh"), None)
+    return ssh.name if ssh is not None else "127.0.0.1"
+
+
+def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None = None,
+          nproc_per_node: int | None = None, on_node_failure: str = "stop", on_event=None,
+          gates: list[dict] | None = None) -> tuple[dict, int]:
+    """Start NAME on every node in parallel, all or nothing: (result, exit code).
+
+    gates (restart, restartgate.node_gates): one per node; each node's attempt then waits on
+    its target until every node's GPUs are released (agent/supervise/gatebarrier.py), and the result
+    says blocked (exit 5).
+
+    Each node's start is under way (its ssh session, its agent loaded) while every node is
+    probed: its request, which needs the probe's addresses and ports, is sent once the probe
+    is done (transport.call's late), and never when a node was not reachable."""
+    import threading
+    _check_nodes(nodes)
+    if on_node_failure not in POLICIES:
+        raise BadInput(f"invalid on_node_failure {on_node_failure!r}", "use stop or continue")
+    n = len(nodes)
+    probed, plan = threading.Event(), {}
+
+    def one(rank: int, t: Target) -> dict:
+        def late(req: dict) -> None:
+            probed.wait()
+            if not plan:
+                raise NotStarted(f"node {rank}: not sent, since not every node was reachable")
+            addr, port = plan["addr"], plan["ports"][0]
+            values = {"node_rank": rank, "nnodes": n, "master_addr": addr, "master_port": port}
+            req["argv"] = expand(kw.get("argv"), values)
+            req["env"] = {**req["env"], **rank_env(rank, n, addr, port, plan["ips"], nproc_per_node),
+                          "RUNWARD_MULTINODE_ID": plan["id"]}
+            req["multinode"] = dict(plan["part"], rank=rank)
+        return api.start(t, name, on_event=on_event, late=late, gate=gates[rank] if gates else None, **kw)
+
+    results: list[dict] = []
+    starts = threading.Thread(target=lambda: results.extend(_each(nodes, one)), daemon=True)
+    starts.start()
+    try:
+        probes = _probe(nodes)
+        if all(p["ok"] for p in probes):
+            ports = probes[0]["result"]["ports"]
+            ips = [_address(t, p["result"]) for t, p in zip(nodes, probes)]
+            import secrets  # here, not at the top: every status and stop of a named run imports this module
+            run_id = secrets.token_hex(6)
+            addr = master_addr or ips[0]
+            plan.update(id=run_id, addr=addr, ports=ports, ips=ips, part={
+                "id": run_id, "secret": secrets.token_hex(16), "nnodes": n, "nodes": [_node_ref(t) for t in nodes], "master_addr": addr,
+                "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure})
+    finally:
+        probed.set()
+        interrupted = api.join([starts])  # every start to its end (a request sent or not): then roll back
+    res = {"name": name, "nnodes": n, "state": "not started",
+           "nodes": [{"rank": i, "target": t.display(), **_outcome(p)} for i, (t, p) in enumerate(zip(nodes, probes))]}
+    if not plan:
+        res["message"] = "not every node was reachable: nothing was started"
+        return res, EXIT_FAILED
+    res.update(run_id=plan["id"], master_addr=plan["addr"], master_port=plan["ports"][0],
+               coord_port=plan["ports"][1], on_node_failure=on_node_failure)
+    if interrupted:
+        results = [{"ok": False, "error": {"type": "Interrupted", "message": "interrupted", "exit_code": 130}}
+                   for _ in nodes]
+    res["nodes"] = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
+    if all(r["ok"] for r in results) and gates:
+        return _blocked(res)
+    if all(r["ok"] for r in results):
+        res.update(state="running", verified=["every_node_alive_after_settle"])
+        return res, EXIT_OK
+    _roll_back(nodes, name, res)
+    return res, EXIT_FAILED if res["rolled_back_verified"] else 5
+
+
+def _blocked(res: dict) -> tuple[dict, int]:
+    """Every node's attempt waits on its target for the GPUs (a restart's gate): exit 5,
+    nothing verified alive yet; each node starts by itself once every node's are released."""
+    held = [r for r in res["nodes"] if (r["result"].get("blocked") or {}).get("holders")]
+    why = "; ".join((r["result"].get("blocked") or {}).get("why") or "" for r in held) or \
+        ((res["nodes"][0]["result"].get("blocked") or {}).get("why") or "GPUs not released")
+    res.update(state="blocked", message=f"{res['name']}: blocked: {why}; every node starts by itself once every "
+               f"node's GPUs are released; `runward stop {res['name']}` cancels")
+    return res, 5
+
+
+def _outcome(r: dict) -> dict:
+    return {"ok": True, "result": r["result"]} if r["ok"] else {"ok": False, "error": r["error"],
+                                                                  **({"result": r["result"]} if r.get("result") else {})}
+
+
+def _roll_back(nodes: list[Target], name: str, res: dict) -> None:
+    """A node failed to start: stop (verified) every node where this start may have
+    launched something: all but those refused before launching."""
+    todo = [(i, t) for i, t in enumerate(nodes)
+            if res["nodes"][i]["ok"] or res["nodes"][i]["error"]["type"] not in _NOT_LAUNCHED]
+    stops = _each([t for _, t in todo], lambda _, t: _stop_node(t, name))
+    for (i, _), s in zip(todo, stops):
+        res["nodes"][i]["rollback"] = s["result"] if s["ok"] else {"error": s["error"], "verified_dead": False}
+    failed = [f"node {i} ({r['target']}): {r['error']['message']}" for i, r in enumerate(res["nodes"]) if not r["ok"]]
+    if not todo:  # every node refused before launching anything: nothing to roll back
+        res.update(state="not started", rolled_back_verified=True,
+                   message="start refused on " + "; ".join(failed) + "; nothing was started or stopped")
+        return
+    res["state"] = "rolled back"
+    res["message"] = "start failed on " + "; ".join(failed) + "; every node that started was stopped"
+    res["rolled_back_verified"] = all((r.get("rollback") or {}).get("verified_dead", True) for r in res["nodes"])
+    if not res["rolled_back_verified"]:
+        res["message"] = res["message"].replace("was stopped", "was asked to stop, and not every stop was verified")
+
+
+def _not_reached(name: str, cut: list[dict]) -> str:
+    """What a stop that could not reach some nodes leaves: their jobs, still running."""
+    which = ", ".join(f"node {r['rank']} ({r['target']})" for r in cut)
+    return (f"{which} not reached: its job was not stopped by this stop and may still run. It stops itself once "
+            f"it hears of node 0's stop, or, with on_node_failure = \"stop\", once it finds node 0's coordinator "
+            f"gone (its link silent about 45 to 55 s, or refused once the link is back: peers.REJOIN_S); "
+            f"`runward status {name}` shows it, `runward stop {name}` again verifies its end")
+
+
+def _given(r):
+    """A node `stop --on ONE-NODE` already stopped: its result, or its error (not verified)
+    raised again so the fan-out makes its row as it would have."""
+    if isinstance(r, BaseException):
+        raise r
+    return r
+
+
+def _stop_node(t: Target, name: str, **kw) -> dict:
+    try:
+        return api.stop(t, name, **kw)
+    except RunNotFound:
+        return {"name": name, "verified_dead": True, "already_stopped": True, "never_started": True,
+                "processes": [], "verified": ["no_record_on_target"]}
+
+
+def _worst(rows: list[dict]) -> int:
+    from ..operations.common import all_runs_code
+    return all_runs_code(rows)
+
+
+def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: dict | None = None,
+         **kw) -> tuple[dict, int]:
+    """Every node at once, each verified dead: (result with each node's fate, exit code).
+    checkpoint: first every node's checkpoint signal and wait (multinode/checkpoint.py), then the stop.
+    done: {rank: result} of nodes this stop already stopped (`stop --on ONE-NODE`): their
+    verified result is the row; a second stop there would answer for something else (a
+    blocked attempt's cancelled node would wait for GPUs it never held, 67 s, exit 5)."""
+    ckpt = None
+    if checkpoint is not None:
+        from . import checkpoint as multickpt
+        ckpt = multickpt.before_stop(nodes, name, checkpoint, kw.get("lock_timeout"))
+    done = done or {}
+    results = _each(nodes, lambda i, t: _given(done[i]) if i in done else _stop_node(t, name, **kw))
+    rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
+    ok = all(r["ok"] for r in rows)
+    res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}
+    cut = [r for r in rows if not r["ok"] and r["error"].get("type") == "Unreachable"]
+    if cut:
+        res["note"] = _not_reached(name, cut)
+    if ckpt is not None:
+        res["checkpoint"] = ckpt
+    if ok:
+        res["verified"] = ["every_node_dead"]
+    return res, _worst(rows)
+
+
+def status(nodes: list[Target], name: str) -> tuple[dict, int]:
+    """One status per node and the aggregate: running only when every node runs."""
+    results = _each(nodes, lambda _, t: api.status(t, [name]))
+    rows = []
+    for i, (t, r) in enumerate(zip(nodes, results)):
+        row = {"rank": i, "target": t.display(), "ok": r["ok"]}
+        if r["ok"]:
+            row["run"] = (r["result"].get("runs") or [{}])[0]
+            row["state"] = row["run"].get("state")  # the node's own state, as top and its status say it
+            if row["state"] == "exited" and _failed_exit(row["run"]):
+                row["failed"] = True  # the node's job failed by itself: the run's aggregate is "failed"
+        else:
+            row["error"] = r["error"]
+            row["state"] = "not here" if r["error"]["type"] == "RunNotFound" else "unreachable"
+        rows.append(row)
+    states = ["failed" if r.get("failed") else r["state"] for r in rows]
+    res = {"name": name, "nnodes": len(nodes), "state": aggregate(states), "nodes": rows}
+    from .verdict import stall_verdict, verdict
+    v = verdict(rows)  # one root cause across the nodes (docs/diagnosis.md)
+    if v is not None:
+        res["attribution"] = v
+    s = stall_verdict(rows)  # which node stopped first
+    if s is not None:
+        res["stall"] = s
+    ids = {((r.get("run") or {}).get("multinode") or {}).get("id") for r in rows if r["ok"]}
+    if len(ids - {None}) > 1:
+        res["note"] = "the nodes' records name different multi-node starts (run ids): not one run"
+    if all(r["error"]["type"] == "RunNotFound" for r in rows if not r["ok"]) and not any(r["ok"] for r in rows):
+        return res, 4
+    unreachable = [r for r in rows if not r["ok"] and r["error"]["type"] != "RunNotFound"]
+    return res, (unreachable[0]["error"].get("exit_code", 3) if unreachable else EXIT_OK)
+
+
+def _failed_exit(run: dict) -> bool:
+    """A node's job that ended by itself with a failure (not stopped by `stop` or its peers)."""
+    ex = run.get("exit") or {}
+    return not run.get("stop_requested") and (ex.get("signal") is not None or ex.get("code") not in (0, None))
+
+
+def aggregate(states: list[str]) -> str:
+    """running only when every node runs; failed if any node failed; else the one state
+    they share, or "partial" (some run, some do not)."""
+    if all(s == "running" for s in states):
+        return "running"
+    if any(s == "failed" for s in states):
+        return "failed"
+    if len(set(states)) == 1:
+        return states[0]
+    return "partial" if "running" in states else "stopped" if all(s in ("exited", "stopped") for s in states) \
+        else "mixed"
+
+
+def discover(target: Target, name: str) -> list[Target] | None:
+    """The nodes of NAME as the record on TARGET names them (one status call), or None."""
+    try:
+        st = api.status(target, [name])
+    except RunwardError:
+        return None
+    return nodes_from_record((st.get("runs") or [{}])[0])
+
+
+# --- rendering
+
+def _stopped_by_cli(res: dict) -> bool:
+    """A node's job ended by `runward stop`: this stop's own result (it signalled the job), or
+    a record that says a stop from the CLI asked for the end (status, later)."""
+    if res.get("already_stopped") is False and "verified_dead" in res:
+        return True
+    return ((res.get("stopped") or {}).get("by") == "cli" or (res.get("stop_requested") or {}).get("by") == "cli") \
+        and not res.get("peer_stop")
+
+
+def _node_line(r: dict) -> str:
+    head = f"  node {r['rank']} {r['target']}: "
+    if not r["ok"]:
+        e = r["error"]
+        return head + f"{e['type']}: {e['message']}"
+    res = r.get("result") or r.get("run") or {}
+    if "ports" in res:  # the probe's answer: this node was reached, and nothing started here
+        return head + "reachable, nothing started"
+    if "start_cancelled" in (res.get("verified") or ()):  # a restart's attempt blocked on the GPUs
+        return head + f"cancelled the blocked start of attempt {res.get('attempt')} (it never ran)"
+    bits = [r.get("state") or res.get("state") or ("alive" if res.get("alive_after_settle") else "")]
+    if bits[0] in ("exited", "stopped") and not r.get("failed") and _stopped_by_cli(res):
+        bits[0] = "stopped by runward stop"  # its exit code is the job's answer to the stop signal
+    if bits[0] == "blocked" and (res.get("blocked") or {}).get("why"):
+        bits[0] += f" ({res['blocked']['why']})"
+    if res.get("pid"):
+        bits.append(f"pid {res['pid']}")
+    if res.get("attempt"):
+        bits.append(f"attempt {res['attempt']}")
+    if res.get("exit"):
+        from ..views.render import describe_exit  # an unknown exit (an orphan's stop) said as unknown
+        bits.append(describe_exit(res["exit"]) + (" (failed by itself)" if r.get("failed") else ""))
+    if (res.get("peer_stop") or {}).get("whole"):  # node 0's `runward stop`, heard over the link
+        bits.append(f"stopped by its shim: {res['peer_stop'].get('why')}")
+    elif res.get("peer_stop"):
+        bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")
+    if res.get("coordinator_lost"):
+        bits.append(f"coordinator lost ({res['coordinator_lost'].get('why')}): the nodes no longer watch each other")
+    if "verified_dead" in res:
+        bits.append("verified dead" if res["verified_dead"] else "NOT verified dead")
+    return head + ", ".join(b for b in bits if b)
+
+
+def render(res: dict, verb: str) -> str:
+    lines = [f"{res['name']}: {res.get('state') or ('stopped on every node' if res.get('verified_dead') else verb)}"
+             f" over {res['nnodes']} nodes"
+             + (f" (run id {res['run_id']}, master {res['master_addr']}:{res['master_port']})" if res.get("run_id") else "")]
+    if res.get("checkpoint"):  # said first: it came before the stop (multinode/checkpoint.py)
+        from .checkpoint import lines as checkpoint_lines
+        lines += checkpoint_lines(res["checkpoint"])
+    from ..views.health import format_alert
+    for r in res["nodes"]:
+        lines.append(_node_line(r))
+        for a in ((r.get("run") or {}).get("health") or {}).get("alerts") or ():
+            if a.get("kind") in ("stall", "straggler"):  # a live node's own (agent/health/stall.py names the node)
+                lines.append("    alert: " + format_alert(a))
+        rb = r.get("rollback")
+        if rb:
+            lines.append("    stopped again: " + ("verified dead" if rb.get("verified_dead") else
+                                                 f"NOT verified: {(rb.get('error') or {}).get('message', '')}"))
+    for k in ("attribution", "stall"):
+        if res.get(k):
+            lines.append("  " + res[k]["summary"])
+    if res.get("message"):
+        lines.append(res["message"])
+    if res.get("note"):
+        lines.append("note: " + res["note"])
+    return "\n".join(lines)
+
+
+def outcome(verb: str, res: dict, code: int, text: str | None = None):
+    """A verb's answer over the nodes, as the operations layer returns it."""
+    from ..operations import Outcome
+    doc = {"ok": code == EXIT_OK, "command": verb, "target": ",".join(r["target"] for r in res["nodes"]),
+           "result": res}
+    if code != EXIT_OK:
+        doc["error"] = {"type": "NodesFailed", "message": res.get("message") or f"{verb} failed on a node",
+                        "exit_code": code}
+    return Outcome(verb, code, doc, lambda: render(res, verb) if text is None else text)
+
+
+# --- logs and watch over nodes
+
+def pick_node(args, cfg, name: str, node: int | None, all_nodes: bool) -> tuple[Target | None, list[Target] | None]:
+    """(the one target to read, None) or (None, every node) for logs/watch: node R (default
+    0) of a multi-node run, whose nodes come from --on, runward.toml or the record of the
+    one --on target; a run on one target is read where it is."""
+    from ..operations.common import target_of
+    nodes = nodes_of(args, cfg, name)
+    if nodes is None and (node is not None or all_nodes):
+        nodes = discover(target_of(args, cfg, name), name)
+        if nodes is None:
+            raise BadInput(f"{name} is not a multi-node run there: --node and --all-nodes need one",
+                           f"name its nodes: --on NODE0 --on NODE1 ..., or nodes = [...] in [runs.{name}]")
+    if nodes is None:
+        return target_of(args, cfg, name), None
+    if all_nodes:
+        return None, nodes
+    r = 0 if node is None else node
+    if not 0 <= r < len(nodes):
+        raise BadInput(f"invalid --node {r}: {name} has nodes 0..{len(nodes) - 1}", "give a rank in that range")
+    return nodes[r], None
+
+
+def logs_all(nodes: list[Target], name: str, *, follow: bool = False, on_line=None, **kw):
+    """Every node's log, each line as `[rank R] LINE`, as an Outcome; with follow, as they
+    come, from all nodes at once (one follow per node, in parallel), each also handed to
+    ON_LINE({"line": ...}) as it comes (the CLI prints it then)."""
+    import threading
+    lock = threading.Lock()
+    got: list[str] = []
+
+    def say(rank: int, line: str) -> None:
+        with lock:
+            got.append(f"[rank {rank}] {line}")
+            if follow and on_line is not None:
+                on_line({"line": got[-1]})
+
+    def one(rank: int, t: Target) -> dict:
+        if follow:
+            return api.logs(t, name, follow=True, on_line=lambda ev: "line" in ev and say(rank, ev["line"]), **kw)
+        res = api.logs(t, name, **kw)
+        for ln in res.get("lines") or []:
+            say(rank, ln)
+        return res
+
+    results = _each(nodes, one)
+    failed = [r for r in results if not r["ok"]]
+    notes = "\n".join(f"runward logs: node {i} ({nodes[i]}): {r['error']['message']}"
+                      for i, r in enumerate(results) if not r["ok"])
+    code = max((r["error"].get("exit_code", 1) for r in failed), default=EXIT_OK)
+    from ..operations import Outcome
+    return Outcome("logs", code, {"ok": code == EXIT_OK, "command": "logs", "target": ",".join(str(t) for t in nodes),
+                                  "result": {"name": name, "lines": got,
+                                             "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}},
+                   None if follow else (lambda: "\n".join(got)), notes=notes or None)
+
+
+def watch_all(nodes: list[Target], name: str, **kw):
+    """Every node's health through the same window, in parallel, as an Outcome: healthy only
+    if every node is; an alert names its node (the lines on stderr then)."""
+    results = _each(nodes, lambda _, t: api.watch(t, name, **kw))
+    lines, code = [], EXIT_OK
+    for i, r in enumerate(results):
+        if not r["ok"]:
+            lines.append(f"node {i} ({nodes[i]}): {r['error']['message']}")
+            code = max(code, r["error"].get("exit_code", 1))
+        elif not r["result"].get("healthy"):
+            a = r["result"].get("alert") or {}
+            lines.append(f"ALERT node {i} ({nodes[i]}): {a.get('detail') or a.get('kind')}")
+            code = max(code, 1)
+        else:
+            lines.append(f"node {i} ({nodes[i]}): healthy for {r['result'].get('watched_s', 0):.0f}s")
+    from ..operations import Outcome
+    text = "\n".join(lines)
+    return Outcome("watch", code, {"ok": code == EXIT_OK, "command": "watch", "target": ",".join(str(t) for t in nodes),
+                                   "result": {"name": name, "healthy": code == EXIT_OK,
+                                              "nodes": [dict(r, rank=i) for i, r in enumerate(results)]}},
+                   (lambda: text) if code == EXIT_OK else None, notes=None if code == EXIT_OK else text)

@@ -1,0 +1,158 @@
+"""restart's spec (api.py's split, by concern): the last attempt's spec merged with the
+overrides and runward.toml's definition, what changed (shown without secrets), and the checks
+of the merged start made before anything is stopped (README: a restart that cannot finish
+never stops)."""
+
+from __future__ import annotations
+
+from ..agent.runspec import SPEC_KEYS
+from ..agent.secrets import holds_masked_password, redact_value
+from ..errors import BadInput, OperationFailed, RunwardError
+from .inputs import resolve_env_from
+from .options import OPTS, refuse
+
+
+def _after_stop(e: RunwardError) -> RunwardError:
+    """A restart's exit 2 says bad input found before anything was stopped (README: the old
+    attempt untouched); once the stop is done, a bad input met later (a local file that
+    turned unreadable after the checks) is a failed step, exit 1, as a full disk is."""
+    if not isinstance(e, BadInput):
+        return e
+    return OperationFailed(e.message, e.hint, hop=e.hop, details=e.details, result=e.result)
+
+
+def check_start(name: str, kw: dict) -> None:
+    """What the target's start refuses of a request's own values (agent/ops/start.py's
+    _plan, logfiles.rotation), checked here: a restart must refuse them before it stops the
+    old attempt, not after. What only the target knows (cwd, the command's path) stays its."""
+    where = f"(runward.toml's [runs.{name}] or restart's flags)"
+    from .inputs import refuse_undecodable  # before the old attempt is stopped, not after
+    refuse_undecodable(argv=kw.get("argv"), sh=kw.get("sh"), cwd=kw.get("cwd"), env=kw.get("env"),
+                       log=kw.get("log"), ready=kw.get("ready"))
+    sh = kw.get("sh")
+    if (sh is None and not kw.get("argv")) or (sh is not None and not str(sh).strip()):
+        raise BadInput(f"{name}: no command for the new attempt {where}",
+                       f"give [runs.{name}] command = [...] or sh = \"...\"")
+    for key, opt in OPTS.items():  # the declared check of each value the request carries as it is
+        if opt.toml is True and kw.get(key) is not None:
+            refuse(opt, kw[key], f"{name} {where}: ", toml=True)
+    from .inputs import refuse_idle_without_gpus
+    refuse_idle_without_gpus(name, kw)
+    for key, ok, want in (("log_max", lambda v: v >= 1024, "a size of at least 1K"),
+                          ("log_keep", lambda v: 1 <= v <= 100, "between 1 and 100 rotated files")):
+        v = kw.get(key)
+        if v is not None and kw.get("log_max") is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or not ok(v)):
+            raise BadInput(f"{name}: invalid {key} {v!r} {where}", f"give {want}")
+
+
+def _check_notify_kept(name: str, kw: dict) -> None:
+    """A notify URL's password is kept in no record (the spec shows it as ***): a restart
+    from the last spec cannot send it, so it refuses before it stops anything."""
+    masked = [t for t in (kw.get("supervise") or {}).get("notify") or [] if holds_masked_password(t)]
+    if masked:
+        raise BadInput(f"restart {name}: the password of notify {masked[0]} is kept in no record, "
+                       "so the last attempt's spec cannot send it (nothing was stopped)",
+                       f"put the run and its notify in runward.toml (restart takes them from there), "
+                       f"or `runward stop {name}` and start it again with --notify")
+
+
+def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,
+                    keep_env: bool = False) -> dict:
+    """The start's keyword arguments for a restart: runward.toml's definition when given, else
+    the last spec; the overrides over it. Values the target never stored (env_from: --env
+    NAME, --env-file) are read again where the start took them from, for a run of
+    runward.toml too (they are where its secrets come from); an entry given now wins, one
+    typed as NAME=VALUE is no longer read from elsewhere, and one given as None is unset.
+    The spec shows secret values as [secret] (a URL's password as ***): reuse_env makes the
+    target use the values it kept instead of those characters."""
+    over = dict(overrides or {})
+    over_env = over.pop("env", None) or {}
+    over_from = over.pop("env_from", None) or {}
+    unset = {k for k, v in over_env.items() if v is None}
+    over_env = {k: v for k, v in over_env.items() if v is not None}
+    last_env = dict(last_spec.get("env") or {})
+    typed = set(last_spec.get("env_overrides") or ())
+    if definition is None:
+        kw = {k: v for k, v in last_spec.items() if v is not None}
+        base_env = last_env
+    else:
+        kw = {k: v for k, v in definition.items() if v is not None}
+        if kw.get("cwd") is None and last_spec.get("cwd"):  # runward.toml says none: the last attempt's
+            kw["cwd"] = last_spec["cwd"]
+        base_env = dict(definition.get("env") or {})
+        if not keep_env:
+            typed = set()
+        elif "env_overrides" not in last_spec:  # an older record: what runward.toml does not say
+            typed = {k for k, v in last_env.items() if base_env.get(k) != v}
+        base_env.update({k: last_env[k] for k in typed if k in last_env})
+    env_from = {k: src for k, src in {**(last_spec.get("env_from") or {}), **over_from}.items()
+                if (k in over_from or k not in over_env) and k not in unset}
+    again = resolve_env_from({k: src for k, src in env_from.items() if k not in over_env})
+    kw["env"] = {k: v for k, v in {**base_env, **again, **over_env}.items() if k not in unset}
+    kw["env_from"] = env_from
+    kw["env_overrides"] = sorted((typed | {k for k in over_env if k not in over_from}) & set(kw["env"]))
+    kw["reuse_env"] = True
+    kw.update({k: v for k, v in over.items() if v is not None})
+    kw.pop("name", None)
+    return kw
+
+
+def changes(last_spec: dict, kw: dict) -> dict:
+    """What a restart changes against the last attempt's spec: env (added, removed, changed;
+    values as they may be shown, so a secret's change is not seen), command, cwd, files."""
+    out: dict = {}
+    old_cmd, new_cmd = _command_text(last_spec), _command_text(kw)
+    if old_cmd != new_cmd:
+        out["command"] = {"from": old_cmd, "to": new_cmd}
+    if (last_spec.get("cwd") or None) != (kw.get("cwd") or None):
+        out["cwd"] = {"from": last_spec.get("cwd"), "to": kw.get("cwd")}
+    old_files, new_files = list(last_spec.get("files") or []), list(kw.get("files") or [])
+    if old_files != new_files:
+        out["files"] = {"added": [f for f in new_files if f not in old_files],
+                        "removed": [f for f in old_files if f not in new_files]}
+    old_env, new_env = _shown_env(last_spec), _shown_env(kw)
+    env = {"added": {k: v for k, v in new_env.items() if k not in old_env},
+           "removed": sorted(k for k in old_env if k not in new_env),
+           "changed": {k: {"from": old_env[k], "to": v} for k, v in new_env.items()
+                       if k in old_env and old_env[k] != v}}
+    env = {k: v for k, v in env.items() if v}
+    if env:
+        out["env"] = env
+    return out
+
+
+def code_changes(old: dict | None, new: dict | None) -> dict:
+    """The files hashed by the last attempt and the new one (the script it runs, the run's
+    files) compared by sha256: "changed" {path: {"from", "to"}} (None: no file there, or not
+    hashed by that attempt), "unchanged" [path], and "unknown" [path]: a file without a sha256
+    at either attempt (missing or unreadable there: a directory, no permission), which no hash
+    says is the same; all empty when neither attempt hashed one."""
+    old, new = old or {}, new or {}
+    paths = sorted(set(old) | set(new))
+    return {"changed": {p: {"from": old.get(p), "to": new.get(p)} for p in paths if old.get(p) != new.get(p)},
+            "unchanged": [p for p in paths if old.get(p) == new.get(p) and old.get(p)],
+            "unknown": [p for p in paths if not old.get(p) and not new.get(p)]}
+
+
+def _command_text(kw: dict) -> str | None:
+    if kw.get("sh") is not None:
+        return kw["sh"]
+    import shlex
+    return shlex.join(kw["argv"]) if kw.get("argv") else None
+
+
+def _shown_env(kw: dict) -> dict:
+    """An env as it may be shown: a secret's value redacted; an env_from entry by its source
+    (its value is read again at each start, and never seen here to compare)."""
+    env_from = kw.get("env_from") or {}
+    shown = {k: redact_value(k, str(v)) for k, v in (kw.get("env") or {}).items() if k not in env_from}
+    shown.update({k: f"(from {src})" for k, src in env_from.items()})
+    return shown
+
+
+def _start_kwargs(kw: dict) -> dict:
+    # what the last attempt kept (less its node's part and stall options, said again by this start's
+    # runward.toml), and what a restart's start says of its own
+    allowed = {*SPEC_KEYS, "reuse_env", "lock_timeout", "snapshots"} - {"multinode", "stall"}
+    return {k: v for k, v in kw.items() if k in allowed}

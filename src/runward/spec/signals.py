@@ -1,0 +1,19 @@
+"""Which signal names a target takes: the rule of agent/proc/terminate.parse_signal (a number 1-64,
+or a Linux signal's name, with or without SIG, any case), checked on this side so a bad one is
+refused before anything is looked up or stopped. The table is Linux's (signal(7)): a target is
+Linux whatever the CLI runs on, so the CLI's own `signal` module (macOS names) is not it."""
+
+from __future__ import annotations
+
+LINUX_SIGNALS = frozenset(
+    "HUP INT QUIT ILL TRAP ABRT IOT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CLD CONT "
+    "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO POLL PWR SYS RTMIN RTMAX".split())
+
+HINT = "use a name such as TERM, INT, KILL, USR1, or a number from 1 to 64"
+
+
+def known(sig) -> bool:
+    s = str(sig).strip().upper()
+    if s.isdigit():
+        return 0 < int(s) < 65
+    return s.removeprefix("SIG") in LINUX_SIGNALS
