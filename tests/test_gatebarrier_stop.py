@@ -150,14 +150,15 @@ class Member:
         import json
         import socket
         from runward.agent.supervise import gatebarrier
+        from runward.agent import nodeproof
         self.mn, self.json, self.gb = mn, json, gatebarrier
         self.s = socket.create_connection(("127.0.0.1", mn["coord_port"]), timeout=5)
         self.f = self.s.makefile("rb")
         nm = os.urandom(16).hex()
         self.send({"gate": mn["rank"], "id": mn["id"], "nonce": nm})
         w = self.read()
-        assert w["proof"] == gatebarrier._mac(mn, "gate-coordinator", mn["rank"], nm, w["nonce"]), w
-        self.send({"proof": gatebarrier._mac(mn, "gate-member", mn["rank"], nm, w["nonce"])})
+        assert w["proof"] == nodeproof.mac(nodeproof.GATE, mn, "coordinator", mn["rank"], nm, w["nonce"]), w
+        self.send({"proof": nodeproof.mac(nodeproof.GATE, mn, "member", mn["rank"], nm, w["nonce"])})
 
     def send(self, msg):
         self.s.sendall((self.json.dumps(msg) + "\n").encode())

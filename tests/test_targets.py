@@ -475,6 +475,10 @@ def test_every_hop_module_is_registered_and_round_trips():
         wrapped = t.hops[1].wrap(inner)
         assert wrapped[-len(inner):] == inner and name in wrapped[:-len(inner)], wrapped
         assert mod.check(name) is None
+        # how its failures read: transport/diagnosis.py asks the hop, and holds no hop's words itself
+        for attr in ("TOOL", "SAYS", "LINE", "ABSENT", "STOPPED", "CHECK"):
+            assert isinstance(getattr(mod, attr, None), str) and getattr(mod, attr), (kind, attr)
+        assert name in mod.CHECK.format(name=name), kind
 
 
 def test_a_slurm_target_is_built_by_its_own_module():

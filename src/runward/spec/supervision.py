@@ -122,8 +122,6 @@ def _codes(v, k: str) -> list[int]:
     return codes
 
 
-ACTION_KINDS = ("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "stall", "straggler", "below_min",
-                "above_max", "drop", "idle", "below_baseline")
 ACTIONS = ("notify", "stop", "restart")  # one of them, maybe after "stacks," (take the stacks first)
 
 
@@ -137,9 +135,10 @@ def health_policy(h: dict) -> dict | None:
     acts = acts or {}
     if not isinstance(acts, dict):
         raise BadInput(f"invalid [health] actions {acts!r}: not a table", 'actions = { nan = "stop" }')
+    # the kinds are the log parser's table, and its package compiles its patterns: only a policy pays
+    from ..agent.logmetrics.kinds import ACTION_ALIASES, ACTION_KINDS
     from .inputs import health_rules
-    alias = {"min": "below_min", "max": "above_max", "oom": "cuda_oom", "baseline": "below_baseline"}
-    actions = {alias.get(k, k): v for k, v in dict(acts).items()}
+    actions = {ACTION_ALIASES.get(k, k): v for k, v in dict(acts).items()}
     bad = [k for k in actions if k not in ACTION_KINDS] + [f"{k}={v}" for k, v in actions.items()
                                                            if not _action_ok(v)]
     if bad:

@@ -7,6 +7,16 @@ HOME, USER, LOGNAME and SHELL from the container's passwd (agent/ops/start.build
 `docker exec` gives a job the container's environment."""
 
 KIND = "lxc"
+TOOL = "lxc-attach"  # run one level out: on the host, or in the container before it
+
+# How this hop's failures read (transport/diagnosis.py asks each hop): the first words of its tool's
+# own lines (SAYS names the hop, LINE tells them from ssh's), the container absent and the
+# container stopped (case ignored), and what a person runs to check and start it.
+SAYS = r"lxc-"
+LINE = r"lxc-\w+: "
+ABSENT = r"does not exist"
+STOPPED = r"Failed to get init pid|not running"
+CHECK = "lxc-info -n {name}; lxc-start -n {name}"
 
 
 def check(name: str) -> str | None:

@@ -6,6 +6,17 @@ argv starts with `env -i` and the environment `lxc-attach --clear-env` gives (ta
 the container's own, never the operator's."""
 
 KIND = "pct"
+TOOL = "pct"  # run one level out: on the host, or in the container before it
+
+# How this hop's failures read (transport/diagnosis.py asks each hop): the first words of its tool's
+# own lines, lxc-attach's underneath it too (SAYS names the hop, LINE tells them from ssh's),
+# the container absent and the container stopped (case ignored), and what a person runs to
+# check and start it.
+SAYS = r"pct|lxc-"
+LINE = r"lxc-\w+: "
+ABSENT = r"Configuration file '.*' does not exist|does not exist"
+STOPPED = r"Failed to get init pid|not running"
+CHECK = "pct status {name}; pct start {name}"
 # lxc-attach --clear-env's own: container=lxc and lxc's default PATH
 CLEAN_ENV = ("container=lxc", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 

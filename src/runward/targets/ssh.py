@@ -12,6 +12,39 @@ KIND = "ssh"
 HOST_PAT = r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$"
 
 
+# How ssh's failures read (transport/diagnosis.py asks the hop on an exit 255): a pattern of its stderr,
+# what it means, what to do. The first that matches says it.
+FAILURES = [
+    # OpenSSH's mux client when the master ends before the session opened, then its own
+    # direct connect (capped to a keepalive interval, _fallback_connect) got no answer either
+    (r"read from master failed(?s:.*)(?:timed out|No route to host|Network is unreachable)",
+     "the ssh link stopped answering: the control connection ended under the call (its keepalive "
+     "went unanswered) and a new connection got no answer: link down or host frozen",
+     "check the network to the host; the next call tries a full connect again "
+     "(RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)"),
+    (r"Could not resolve hostname", "host name could not be resolved",
+     "check the host name, or add it to ~/.ssh/config"),
+    (r"Connection refused", "connection refused: nothing listens for ssh there",
+     "check the port and that sshd runs on the host"),
+    (r"Connection timed out|Operation timed out|timed out during banner exchange|Connection timed out during",
+     "connect timeout: the host did not answer",
+     "check the address, a VPN or firewall; raise RUNWARD_CONNECT_TIMEOUT for slow links"),
+    (r"No route to host|Network is unreachable", "no route to the host", "check the address and the network"),
+    (r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|No \S+ host key is known",
+     "host key verification failed", "verify the host's key and add it to known_hosts (ssh once by hand)"),
+    (r"Permission denied", "authentication refused (Permission denied)",
+     "check the user, the key (ssh-add -l) and authorized_keys on the host"),
+    (r"Connection closed by|Connection reset|kex_exchange_identification|Broken pipe",
+     "the connection was closed by the remote side", "check sshd's logs on the host; retry"),
+]
+
+# how ssh's own lines begin (its client, its mux client, its link): an exit 255 with only
+# these, or none, is ssh's to say
+LINE = (r"\s*(?:ssh: |ssh_|client_loop|Connection to \S+ closed|Shared connection to|mux_client|muxclient|"
+        r"Control ?[Ss]ocket|kex_|Warning: Permanently|Timeout, server|Received disconnect|Disconnected from|"
+        r"Load key|Bad owner|channel \d+:|packet_write|Read from remote host)")
+
+
 def parse(hostpart: str) -> tuple[str, str | None, int | None] | None:
     """(host, user, port) of `[user@]host[:port]`, or None where it is not one."""
     m = re.match(HOST_PAT, hostpart)

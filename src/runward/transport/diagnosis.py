@@ -10,7 +10,7 @@ import re
 from ..errors import AgentError, HopFailed, RunwardError, Unreachable
 from .exchange import _exchange
 from .sshconf import ssh_base
-from ..targets import Hop, Target
+from ..targets import CONTAINER_HOPS, Hop, Target, ssh
 
 
 # patterns are compiled on first use (re caches them): most calls never diagnose
@@ -25,37 +25,9 @@ class RawResult:
         self.stderr, self.duration_s = stderr, duration_s
 
 
-_SSH_FAILURES = [
-    # OpenSSH's mux client when the master ends before the session opened, then its own
-    # direct connect (capped to a keepalive interval, targets/ssh.py) got no answer either
-    (r"read from master failed(?s:.*)(?:timed out|No route to host|Network is unreachable)",
-     "the ssh link stopped answering: the control connection ended under the call (its keepalive "
-     "went unanswered) and a new connection got no answer: link down or host frozen",
-     "check the network to the host; the next call tries a full connect again "
-     "(RUNWARD_SSH_ALIVE_TIMEOUT / [ssh] alive_timeout set the wait)"),
-    (r"Could not resolve hostname", "host name could not be resolved",
-     "check the host name, or add it to ~/.ssh/config"),
-    (r"Connection refused", "connection refused: nothing listens for ssh there",
-     "check the port and that sshd runs on the host"),
-    (r"Connection timed out|Operation timed out|timed out during banner exchange|Connection timed out during",
-     "connect timeout: the host did not answer",
-     "check the address, a VPN or firewall; raise RUNWARD_CONNECT_TIMEOUT for slow links"),
-    (r"No route to host|Network is unreachable", "no route to the host", "check the address and the network"),
-    (r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|No \S+ host key is known",
-     "host key verification failed", "verify the host's key and add it to known_hosts (ssh once by hand)"),
-    (r"Permission denied", "authentication refused (Permission denied)",
-     "check the user, the key (ssh-add -l) and authorized_keys on the host"),
-    (r"Connection closed by|Connection reset|kex_exchange_identification|Broken pipe",
-     "the connection was closed by the remote side", "check sshd's logs on the host; retry"),
-]
-
-
-_CONTAINER_ABSENT = (
-    r"(?i)No such container|no such container|does not exist|Configuration file '.*' does not exist|"
-    r"unknown container|not found: container")
-_CONTAINER_STOPPED = (
-    r"(?i)is not running|not running|container state improper|Failed to get init pid|"
-    r"cannot exec in a stopped|is paused")
+# every container hop's own words, each pattern its module's (targets/pct.py, docker.py, ...)
+_CONTAINER_ABSENT = "(?i)" + "|".join(m.ABSENT for m in CONTAINER_HOPS.values())
+_CONTAINER_STOPPED = "(?i)" + "|".join(m.STOPPED for m in CONTAINER_HOPS.values())
 _PYTHON_MISSING = (
     r"(?i)python3?: (command )?not found|python3?: No such file|executable file [`'\"]?python3?[`'\"]? not found|"
     r"exec: \"?python3\"?: executable file not found|Failed to exec \"?python3|"
@@ -63,22 +35,16 @@ _PYTHON_MISSING = (
 
 
 # each container hop's own tool, run one level out (on the host, or in the container before it)
-_TOOLS = {"pct": "pct", "docker": "docker", "podman": "podman", "lxc": "lxc-attach"}
-_TOOL_WORDS = "pct|docker|podman|lxc-attach"
+_TOOL_WORDS = "|".join(m.TOOL for m in CONTAINER_HOPS.values())
 _TOOL_MISSING = (  # the shells', runc's, crun's, lxc-attach's and env's ways to say it
     r"(?:^|[\s:\"'`])(%(t)s)[\"'`]?: (?:line \d+: )?(?:command )?not found|"
     r"exec: \"?(%(t)s)\"?: executable file not found|executable file [`'\"](%(t)s)[`'\"] not found|"
     r"Failed to exec \"(%(t)s)\"|(?:^|[\s'\"])(%(t)s)['\"]?: No such file or directory" % {"t": _TOOL_WORDS})
 HOP_TIMEOUT_S = 10.0  # a container hop's bound (RUNWARD_HOP_TIMEOUT): docs/targets.md, "Bounds"
-# what a container tool itself prints: lxc-attach's "lxc-attach: NAME: file.c: ...", podman's
-# and docker's "Error: ..." / "Error response from daemon: ...", runc's and crun's
-_TOOL_LINE = r"(?m)^\s*(?:lxc-\w+: |Error[: ]|Error response from daemon|OCI runtime|crun: |runc: )"
-
-# how ssh's own lines begin (its client, its mux client, its link): an exit 255 with only
-# these, or none, is ssh's to say
-_SSH_LINE = (r"\s*(?:ssh: |ssh_|client_loop|Connection to \S+ closed|Shared connection to|mux_client|muxclient|"
-             r"Control ?[Ss]ocket|kex_|Warning: Permanently|Timeout, server|Received disconnect|Disconnected from|"
-             r"Load key|Bad owner|channel \d+:|packet_write|Read from remote host)")
+# what a container tool itself prints (each hop's LINE: lxc-attach's "lxc-attach: NAME:
+# file.c: ...", podman's and docker's "Error: ..." / "Error response from daemon: ...", runc's
+# and crun's); ssh's own lines are targets/ssh.py's LINE
+_TOOL_LINE = r"(?m)^\s*(?:%s)" % "|".join(dict.fromkeys(m.LINE for m in CONTAINER_HOPS.values()))
 
 
 def diagnose(target: Target, raw: RawResult) -> RunwardError:
@@ -100,7 +66,7 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
         # a container tool's own lines ("lxc-attach: ... Connection refused - Failed to get
         # init pid") are never ssh's: under ssh its exit 255 reads the same as ssh's own
         said = "\n".join(ln for ln in err.splitlines() if not re.match(_TOOL_LINE, ln)) if containers else err
-        for pat, what, hint in _SSH_FAILURES:
+        for pat, what, hint in ssh.FAILURES:
             if re.search(pat, said):
                 return Unreachable(f"{ssh_hop}: {what}", hint, hop=str(ssh_hop), details=details)
     if containers and rc != 0 and _hop_said(err, rc, ssh_hop):
@@ -185,7 +151,7 @@ def _hop_said(err: str, rc: int, ssh_hop: Hop | None) -> bool:
         return False
     return bool(re.search(_CONTAINER_ABSENT, err) or re.search(_CONTAINER_STOPPED, err)
                 or re.search(_TOOL_LINE, err) or (ssh_hop is not None and rc == 255 and any(
-                    ln.strip() and not re.match(_SSH_LINE, ln) for ln in err.splitlines())))
+                    ln.strip() and not re.match(ssh.LINE, ln) for ln in err.splitlines())))
 
 
 def hop_timeout() -> float:
@@ -362,7 +328,8 @@ class _Probing:
 
 def _wedged(target: Target, i: int, bound: float) -> RunwardError:
     """Hop i did not answer within the bound: a `true` through it did not either."""
-    hop, tool = target.hops[i], _TOOLS[target.hops[i].kind]
+    hop = target.hops[i]
+    tool = CONTAINER_HOPS[hop.kind].TOOL
     return HopFailed(f"{hop}: `{tool}` did not answer within {bound:g}s (a `true` through it did not either): "
                      "the call was ended here",
                      f"check {tool} on {_where(target, i)} (a hung `{tool} exec`, a frozen container); "
@@ -386,7 +353,7 @@ def _hop_at_fault(target: Target, err: str, rc: int, details: dict) -> RunwardEr
             "hops": str(Target(target.hops[:i + 1])), "exit_status": prc,
             "stderr_tail": "\n".join(perr.splitlines()[-5:])}))
     hop = _hop_named(target, err)
-    tool = _TOOLS[hop.kind]
+    tool = CONTAINER_HOPS[hop.kind].TOOL
     line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "no message")
     return HopFailed(f"{hop}: `{tool}` failed (exit {rc}): {line}; `true` through the same hops answers now: "
                      f"a transient failure of {tool}, not the container's state",
@@ -418,7 +385,7 @@ def _first_failing(target: Target):
 def _hop_failed(target: Target, i: int, rc: int, err: str, details: dict) -> RunwardError:
     """Hop i's own failure (its probe's exit status and stderr)."""
     hop = target.hops[i]
-    tool = _TOOLS[hop.kind]
+    tool = CONTAINER_HOPS[hop.kind].TOOL
     where = _where(target, i)
     if rc is None:
         return _wedged(target, i, hop_timeout())
@@ -454,13 +421,9 @@ def _hop_named(target: Target, err: str) -> Hop:
         if re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(hop.name), err):
             return hop
     for hop in reversed(containers):
-        if re.search(r"(?m)^\s*(?:%s)" % _TOOL_SAYS[hop.kind], err):
+        if re.search(r"(?m)^\s*(?:%s)" % CONTAINER_HOPS[hop.kind].SAYS, err):
             return hop
     return containers[-1]
-
-
-# how each hop's tool begins its own lines (pct's are lxc-attach's, underneath it)
-_TOOL_SAYS = {"pct": "pct|lxc-", "lxc": "lxc-", "podman": "Error|podman", "docker": "Error|docker"}
 
 
 def _container_stopped(target: Target) -> RunwardError | None:
@@ -491,12 +454,8 @@ def _container_stopped(target: Target) -> RunwardError | None:
 
 
 def _container_hint(hop: Hop, what: str) -> str:
-    cmds = {"docker": f"docker ps -a | grep {hop.name}; docker start {hop.name}",
-            "podman": f"podman ps -a | grep {hop.name}; podman start {hop.name}",
-            "lxc": f"lxc-info -n {hop.name}; lxc-start -n {hop.name}",
-            "pct": f"pct status {hop.name}; pct start {hop.name}"}
     return ("check the container name/id and that it is running: " if what == "absent"
-            else "start it first: ") + cmds.get(hop.kind, "")
+            else "start it first: ") + CONTAINER_HOPS[hop.kind].CHECK.format(name=hop.name)
 
 
 def _signame(num: int) -> str:

@@ -12,6 +12,7 @@ import time
 from typing import Iterable, Sequence
 
 from ..agent import logmetrics as _lm  # the one import of the parser
+from ..agent.logmetrics.kinds import KINDS, color, label
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 BAD = "!"  # a NaN or an infinity in a sparkline
@@ -20,11 +21,6 @@ STEP_NAMES = ("step", "global_step", "iteration", "iter", "num_updates", "train_
 LR_NAMES = ("lr", "learning_rate")
 GRAD_NAMES = ("grad_norm", "gnorm")
 
-KIND_LABEL = {
-    "nan": "NaN", "inf": "Inf", "cuda_oom": "CUDA OOM", "traceback": "traceback",
-    "oom_killed": "OOM-killed?", "nccl": "NCCL", "stall": "stall", "straggler": "straggler", "below_min": "below floor",
-    "above_max": "above ceiling", "drop": "throughput drop", "exited": "exited",
-}
 
 
 def as_number(v) -> float | None:
@@ -90,14 +86,13 @@ def format_alert(alert: dict) -> str:
     `12:04:31 NaN: loss is NaN (line 3010: iter 3010: loss nan, time 1019.95ms)`
     """
     kind = alert.get("kind", "?")
-    label = KIND_LABEL.get(kind, kind)
     detail = " ".join(str(alert.get("detail") or "").split())
-    parts = ["%s %s: %s" % (_clock(alert.get("t")), label, detail)]
+    parts = ["%s %s: %s" % (_clock(alert.get("t")), label(kind), detail)]
     line_no, line = alert.get("line_no"), alert.get("line")
     where = []
     if line_no is not None:
         where.append("line %d" % line_no)
-    if line and kind in ("nan", "inf", "below_min", "above_max", "drop"):
+    if line and kind in KINDS and KINDS[kind].quotes_line:
         text = " ".join(line.split())
         where.append(text if len(text) <= 80 else text[:77] + "...")
     if alert.get("repeats"):
@@ -231,9 +226,6 @@ def plot(points: Sequence[dict], alerts: Sequence[dict], metrics: Sequence[str] 
         raise ValueError("no metric to plot: the log has no metric lines yet")
     fig, axes = plt.subplots(len(names), 1, sharex=True, squeeze=False,
                              figsize=(9, 2.2 * len(names) + 0.6))
-    colors = {"nan": "red", "inf": "red", "cuda_oom": "purple", "oom_killed": "purple",
-              "traceback": "black", "nccl": "brown", "stall": "gray", "drop": "orange",
-              "below_min": "orange", "above_max": "orange", "exited": "black"}
     if x == "time":
         import datetime
         conv = datetime.datetime.fromtimestamp
@@ -254,7 +246,7 @@ def plot(points: Sequence[dict], alerts: Sequence[dict], metrics: Sequence[str] 
             ax_x = _alert_x(a, points, x)
             if ax_x is None:
                 continue
-            ax.axvline(conv(ax_x), color=colors.get(a.get("kind"), "black"), ls="--", lw=1)
+            ax.axvline(conv(ax_x), color=color(a.get("kind")), ls="--", lw=1)
     top = axes[0, 0]
     seen = set()
     for a in alerts:
@@ -263,9 +255,9 @@ def plot(points: Sequence[dict], alerts: Sequence[dict], metrics: Sequence[str] 
         if ax_x is None or kind in seen:
             continue
         seen.add(kind)
-        top.annotate(KIND_LABEL.get(kind, kind), xy=(conv(ax_x), 1.0),
+        top.annotate(label(kind), xy=(conv(ax_x), 1.0),
                      xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
-                     fontsize=8, color=colors.get(kind, "black"))
+                     fontsize=8, color=color(kind))
     axes[-1, 0].set_xlabel("time" if x == "time" else (step_metric(points) or "log line"))
     fig.tight_layout()
     fig.savefig(out_path)

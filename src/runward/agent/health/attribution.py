@@ -19,6 +19,7 @@ import re
 import time
 
 from ..logmetrics.clock import Clock
+from ..logmetrics.kinds import KINDS
 from ..logmetrics.patterns import EVENT_RE
 from ..store import read_json, write_json
 
@@ -62,14 +63,22 @@ CASCADE = (
 )
 
 
+def _event_root(body):
+    """How the event BODY holds ranks as a root cause: (rank, kind, what) (logmetrics/kinds.py), or
+    None where it holds none or one that never is."""
+    m = EVENT_RE.search(body.encode("utf-8", "replace"))
+    return KINDS[m.lastgroup].root if m else None
+
+
+def _said(root, body):
+    return root[1], root[2].format(line=body.strip()[:120])
+
+
 def _root_kind(body):
     """(kind, what) of a line that may be a failure of its own rank, or None."""
-    m = EVENT_RE.search(body.encode("utf-8", "replace"))
-    kind = m.lastgroup if m else None
-    if kind == "cuda_oom":
-        return "cuda_oom", "CUDA out of memory"
-    if kind == "oom_killed":
-        return "killed", "killed by SIGKILL (most often the OOM killer)"
+    root = _event_root(body)
+    if root and root[0] <= 1:
+        return _said(root, body)
     x = XID_RE.search(body)
     if x:
         return "xid", "GPU Xid %s" % x.group(1)
@@ -82,8 +91,8 @@ def _root_kind(body):
     if e:
         msg = (e.group(2) or "").strip()
         return "exception", ("%s: %s" % (e.group(1), msg[:120])).rstrip(": ")
-    if kind == "nccl":
-        return "nccl", "NCCL error: " + body.strip()[:120]
+    if root:
+        return _said(root, body)
     return None
 
 
@@ -91,9 +100,9 @@ def classify(body):
     """(kind, what, cascade) of a failure signal in BODY (a line without its rank prefix)."""
     for what, rx in CASCADE:
         if rx.search(body):
-            k = _root_kind(body)
-            if k and k[0] == "cuda_oom":  # an OOM that mentions a timeout is still an OOM
-                return k + (False,)
+            root = _event_root(body)
+            if root and root[0] == 0:  # an OOM that mentions a timeout is still an OOM
+                return _said(root, body) + (False,)
             return "cascade", what, True
     k = _root_kind(body)
     return None if k is None else k + (False,)

@@ -499,12 +499,18 @@ def check(store, att, cfg=None, now=None, capture=True, lock_wait=None):
     return out
 
 
-def watch_alerts(store, att, rules, alive):
+class StallJudge(object):
     """A watch's or the shim's stall and straggler alerts: RULES' stall_after and
-    straggler_ratio over the attempt's own; none for a job that is not alive."""
-    if not alive or not att.get("log"):
-        return []
-    return check(store, att, {"after": rules.get("stall_after"), "ratio": rules.get("straggler_ratio")})["alerts"]
+    straggler_ratio over the attempt's own (the judge interface: ops/window.py's Judge)."""
+
+    def __init__(self, store, rules):
+        self.store, self.cfg = store, {"after": rules.get("stall_after"), "ratio": rules.get("straggler_ratio")}
+
+    def poll(self, att, alive, now):
+        """None for a job that is not alive; the state lives in stall.json, not here."""
+        if not alive or not att.get("log"):
+            return []
+        return check(self.store, att, self.cfg, now)["alerts"]
 
 
 def _episode(store, st, att, since, now, capture):

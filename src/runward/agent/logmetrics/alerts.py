@@ -4,14 +4,6 @@ import math
 
 LINE_MAX = 500  # characters of a line kept in an alert
 
-EVENT_DETAIL = {
-    "cuda_oom": "CUDA out of memory",
-    "nccl": "NCCL error or collective timeout",
-    "oom_killed": "killed by SIGKILL, most often the kernel OOM killer (the agent checks dmesg)",
-    "traceback": "Python traceback",
-}
-
-
 def cut(line):
     return line if len(line) <= LINE_MAX else line[: LINE_MAX - 3] + "..."
 

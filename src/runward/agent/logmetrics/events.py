@@ -1,6 +1,7 @@
 """Event lines (CUDA OOM, NCCL, the OOM killer, tracebacks) to alerts, one per burst."""
 
-from .alerts import EVENT_DETAIL, alert
+from .alerts import alert
+from .kinds import EVENT_DETAIL
 from .tracebacks import Tracebacks
 
 

@@ -10,7 +10,8 @@ span calls.
 
 import re
 
-from .alerts import EVENT_DETAIL, cut
+from .alerts import cut
+from .kinds import EVENT_DETAIL, TRACEBACK_KINDS
 
 TB_HEAD = "Traceback (most recent call last):"
 TB_CHAIN = ("During handling of the above exception", "The above exception was the direct")
@@ -90,7 +91,7 @@ class Tracebacks(object):
             else:
                 # The exception line: "ValueError: ...", "torch.OutOfMemoryError: CUDA ...".
                 tb["final"], tb["final_no"] = cut(body.strip()), n
-                if kind in ("cuda_oom", "nccl") and tb["kind"] is None:
+                if kind in TRACEBACK_KINDS and tb["kind"] is None:
                     tb["kind"] = kind
                 taken = True
         return taken
@@ -119,7 +120,7 @@ class Tracebacks(object):
                       traceback_line_no=tb["line_no"])
             return
         kind = tb["kind"] or "traceback"
-        what = "Python traceback" if kind == "traceback" else EVENT_DETAIL[kind]
+        what = EVENT_DETAIL[kind]
         detail = "%s: %s (traceback from line %d)" % (what, final, tb["line_no"])
         self.emit(kind, tb["final_no"], tb["t"], final, detail=detail,
                   traceback_line_no=tb["line_no"])

@@ -40,8 +40,9 @@ class BaselineJudge(object):
                 best = (med, n, f["series"])
         return (best[1], best[2]) if best else (None, "no other attempt printed %s past its warm-up" % metric)
 
-    def poll(self, now):
-        """The below_baseline alerts of the attempt as its log stands now."""
+    def poll(self, att, alive, now):
+        """The below_baseline alerts of the attempt ATT as its log stands now (the judge
+        interface: ops/window.py's Judge); judged whether the job is alive or not."""
         if time.monotonic() < self.next_t:
             return []
         self.next_t = time.monotonic() + EVERY_S
@@ -51,7 +52,7 @@ class BaselineJudge(object):
             if n is None:
                 self.last[m] = {"baseline": None, "why": base}
                 continue
-            cur = facts(self.store, self.store.attempt(self.att["attempt"]) or self.att, "", True, m)["series"]
+            cur = facts(self.store, self.store.attempt(att["attempt"]) or att, "", True, m)["series"]
             seen = side_by_side(base, cur)
             got = self.last[m] = {"baseline": n, "min_ratio": float(r["min_ratio"]), "steps": seen["steps"],
                                   "verdict": seen["verdict"]}

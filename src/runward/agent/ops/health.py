@@ -18,13 +18,13 @@ import os
 import time
 
 from .. import launchers, logmetrics
+from ..logmetrics.kinds import FACT_KINDS
 from ..logmetrics.alerts import alert
 from ..proc.procfs import live
 from ..sidelock import side_lock
 from ..store import RunStore, read_json, write_atomic, write_json
 from ..wire import AgentFailure, caller_gone, json_dumps
 
-FACT_KINDS = frozenset(("nan", "inf", "cuda_oom", "traceback", "nccl", "oom_killed", "exited", "idle"))
 POINTS = 2000
 ALERTS = 200
 MARKS = 64  # (time, offset, lines) marks: where the log had been read to, and when
@@ -203,22 +203,21 @@ def watch(req, home, emit):
     """Follow health for for_s seconds: return at the first alert (a fact not reported to a
     watch yet, or one of this call's rules), or healthy at the end. The log is polled every
     0.5 s (no inotify in the stdlib); each poll reads only new bytes."""
-    from .window import Judge
-    from ..health import stall
     store, att = _latest(req, home)
     window = float(req.get("for_s") or 60.0)
     rules = req.get("rules") or {}
     t0, start = time.monotonic(), time.time()
     saved, _, new_points = scan(store, att, rules.get("metrics"))
-    judge = Judge(att, saved, rules, start, req.get("since_s"))
-    bjudge = _baseline_judge(store, att, rules)
+    judges = _judges(store, att, saved, rules, start, req.get("since_s"))
     facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
     while True:
         if new_points:
             emit({"points": new_points[-20:]})
-        alerts = facts + judge.poll(att["log"], saved["alive"], time.time())
-        alerts += stall.watch_alerts(store, att, rules, saved["alive"]) if not alerts else []
-        alerts += bjudge.poll(time.time()) if bjudge and not alerts else []
+        # the window's rules read what the log gained at every poll; the other judges are
+        # asked only while nothing was found
+        alerts = facts + judges[0].poll(att, saved["alive"], time.time())
+        for judge in judges[1:]:
+            alerts += judge.poll(att, saved["alive"], time.time()) if not alerts else []
         ended = not saved["alive"]
         if alerts or ended or time.monotonic() - t0 >= window:
             break
@@ -228,23 +227,28 @@ def watch(req, home, emit):
         if latest.get("attempt") != att.get("attempt"):  # restarted meanwhile: judge the new one
             att = latest
             saved, _, new_points = scan(store, att, rules.get("metrics"))
-            judge = Judge(att, saved, rules, time.time(), None)
-            bjudge = _baseline_judge(store, att, rules)
+            judges = _judges(store, att, saved, rules, time.time(), None)
             facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
             continue
         att = latest
         saved, facts, new_points = scan(store, att, rules.get("metrics"))
-    out = _reply(store, att, saved, alerts, facts, judge, round(time.monotonic() - t0, 2))
-    if bjudge:
-        out["baseline"] = bjudge.last  # what the baseline rules saw last (docs/history.md)
+    out = _reply(store, att, saved, alerts, facts, judges[0], round(time.monotonic() - t0, 2))
+    if rules.get("baseline"):
+        out["baseline"] = judges[-1].last  # what the baseline rules saw last (docs/history.md)
     return out
 
 
-def _baseline_judge(store, att, rules):
-    if not rules.get("baseline"):
-        return None
-    from .baseline import BaselineJudge
-    return BaselineJudge(store, att, rules["baseline"])
+def _judges(store, att, saved, rules, start, since_s):
+    """A watch's judges, each asked the same way (poll(att, alive, now) -> alerts): its
+    window's rules (floors, ceilings, drop, log silence), stall and straggler, and, where the
+    rules have one, the baseline's."""
+    from .window import Judge
+    from ..health.stall import StallJudge
+    out = [Judge(att, saved, rules, start, since_s), StallJudge(store, rules)]
+    if rules.get("baseline"):
+        from .baseline import BaselineJudge
+        out.append(BaselineJudge(store, att, rules["baseline"]))
+    return out
 
 
 def _reply(store, att, saved, alerts, facts, judge, watched_s):

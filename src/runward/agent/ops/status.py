@@ -119,7 +119,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
         from ..supervise import policy as supervise
         supervise.status_fields(out, att)
         if att.get("idle_unjudged") and out["state"] == "running":
-            out["idle_unjudged"] = att["idle_unjudged"]  # health_actions.HealthKeeper._unjudged
+            out["idle_unjudged"] = att["idle_unjudged"]  # idle.IdleJudge._unjudged
     if with_drift:
         _details(out, store, att, state, since)
     return out

@@ -7,8 +7,8 @@ most LOOKBACK_BYTES back; lines stamped before the look-back are passed over."""
 import os
 
 from .. import logmetrics
+from ..logmetrics.kinds import RULE_KINDS  # what a watch's own rules say
 
-RULE_KINDS = frozenset(("below_min", "above_max", "drop", "stall"))  # what a watch's own rules say
 LOOKBACK_BYTES = 32 << 20  # at most this much of the log is read again for a look-back
 
 DEFAULTS = {"drop_fraction": 0.5, "drop_points": 3, "early_points": 10, "max_points": 0,
@@ -49,10 +49,11 @@ class Judge(object):
             return offset, lines
         return skip_to(att["log"], offset, lines, size - LOOKBACK_BYTES)
 
-    def poll(self, log, alive, now):
-        """The rule alerts of what the log gained since the last poll."""
+    def poll(self, att, alive, now):
+        """The rule alerts of what the attempt's log gained since the last poll (the judge
+        interface every health judge has: health/stall.py's, ops/baseline.py's, idle.py's)."""
         rules = dict(self.rules, alive=alive)
-        res = logmetrics.scan(log, self.state, rules, now)
+        res = logmetrics.scan(att["log"], self.state, rules, now)
         self.state = res["state"]
         return [a for a in res["alerts"] if a["kind"] in RULE_KINDS]
 

@@ -4,14 +4,12 @@ job started alone would sit in its rendezvous, time out there, and fail the run;
 node would then start later into nothing.
 
 Each node's shim waits here for the whole block. Node 0's shim listens on the run's
-coordinator port (peers.listen: the one the job's peers link takes over once the jobs run);
-every other node's shim connects to it at once, and both prove they know the run's secret,
-as supervise/peers.py does, with other words in the MAC (a proof here is never one there):
+coordinator port (nodeproof.listen: the one the job's peers link takes over once the jobs
+run); every other node's shim connects to it at once, and both prove they know the run's
+secret: nodeproof.py's handshake, as supervise/peers.py speaks it, in realm GATE ({"gate": RANK, ...},
+other words in the MAC: a proof here is never one there). Then, as JSON lines:
 
-    member -> node 0   {"gate": RANK, "id": RUN_ID, "nonce": NM}
-    node 0 -> member   {"welcome": RANK, "nonce": NC, "proof": MAC("gate-coordinator", ...)}
-    member -> node 0   {"proof": MAC("gate-member", ...)}
-    then member -> node 0   {"free": BOOL}  (its own GPUs, read every OWN_S; said every BEAT_S)
+    member -> node 0   {"free": BOOL}  (its own GPUs, read every OWN_S; said every BEAT_S)
                             {"cancelled": WHY}  (`runward stop` cancelled it)
          node 0 -> member   {"wait": [RANKS]}  (who is not free yet; every BEAT_S)
                             {"ready": TOKEN}  (deciding: answered {"ready": TOKEN, "free": BOOL})
@@ -33,7 +31,8 @@ for (note). There is no timeout: a blocked run waits until released or stopped, 
 import os
 import time
 
-from .peers import HELLO_LINE, HELLO_S, LINE, MAX_PENDING, _hmac, _parse, _same, listen
+from ..nodeproof import GATE, HELLO_LINE, HELLO_S, LINE, MAX_PENDING, answer, hello, listen, proved, welcome
+from ..nodeproof import parse as _parse
 from ..wire import json_dumps
 
 POLL_S = 0.5   # the stop's mark read at least this often
@@ -68,11 +67,6 @@ def wait(mn, own, on_poll, note):
         raise
     finally:
         side.close()
-
-
-def _mac(mn, role, rank, nm, nc):
-    key = (mn.get("secret") or mn.get("id") or "").encode()
-    return _hmac(key, ("runward-gate %s %s %s %s %s" % (role, mn.get("id"), rank, nm, nc)).encode())
 
 
 def _send(sock, msg):
@@ -209,7 +203,7 @@ class _Coordinator(_Side):
             msg = _parse(line)
             if "nc" not in st:
                 chunk = self._welcome(c, st, msg)
-            elif _same(msg.get("proof"), _mac(self.mn, "gate-member", st["rank"], st["nm"], st["nc"])):
+            elif proved(GATE, self.mn, st, msg):
                 del self.pending[c]
                 old = self.members.pop(st["rank"], None)  # a member that connected again
                 if old is not None:
@@ -223,13 +217,11 @@ class _Coordinator(_Side):
             self._close(c)
 
     def _welcome(self, c, st, msg):
-        nm = msg.get("nonce")
-        if msg.get("id") != self.mn.get("id") or type(msg.get("gate")) is not int \
-                or msg["gate"] not in range(1, self.nnodes) or not isinstance(nm, str) or not 16 <= len(nm) <= 128:
+        got = welcome(GATE, self.mn, msg)
+        if got is None:
             return b""
-        st.update(rank=msg["gate"], nm=nm, nc=os.urandom(16).hex())
-        proof = _mac(self.mn, "gate-coordinator", st["rank"], nm, st["nc"])
-        return b"x" if _send(c, {"welcome": st["rank"], "nonce": st["nc"], "proof": proof}) else b""
+        st.update(got[0])
+        return b"x" if _send(c, got[1]) else b""
 
     def _heed(self, rank, c):
         """A proved member's lines: its GPUs free or not, or its cancel; EOF: it is gone."""
@@ -352,13 +344,11 @@ class _Member(_Side):
         except OSError as e:
             self.waiting = "GPUs released here; waiting for node 0's coordinator at %s:%s: %s" % (self.addr + (e,))
             return False
-        nm = os.urandom(16).hex()
+        said, nm = hello(GATE, self.mn, self.rank)
         hello_until = time.monotonic() + HELLO_S if until is None else min(until, time.monotonic() + HELLO_S)
-        buf = _line(sock, b"", hello_until, on_poll or self.on_poll) \
-            if _send(sock, {"gate": self.rank, "id": self.mn.get("id"), "nonce": nm}) else None
-        msg = _parse(buf.split(b"\n", 1)[0]) if buf is not None else {}
-        if buf is None or not _same(msg.get("proof"), _mac(self.mn, "gate-coordinator", self.rank, nm, msg.get("nonce"))) \
-                or not _send(sock, {"proof": _mac(self.mn, "gate-member", self.rank, nm, msg.get("nonce"))}):
+        buf = _line(sock, b"", hello_until, on_poll or self.on_poll) if _send(sock, said) else None
+        proof = answer(GATE, self.mn, self.rank, nm, _parse(buf.split(b"\n", 1)[0])) if buf is not None else None
+        if proof is None or not _send(sock, proof):
             sock.close()
             self.waiting = ("GPUs released here; waiting for node 0's coordinator at %s:%s: the listener there did "
                             "not prove it knows the run's secret" % self.addr)

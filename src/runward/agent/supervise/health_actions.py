@@ -21,6 +21,10 @@ DEFAULT_INTERVAL = 5.0
 ACTIONS = ("notify", "stop", "restart")
 
 
+def _fact_key(a):
+    return a.get("kind"), a.get("line_no"), a.get("t")
+
+
 def action_ok(v):
     """notify, stop or restart, maybe after "stacks," (the stacks are taken first)."""
     if not isinstance(v, str):
@@ -47,117 +51,57 @@ class HealthKeeper(object):
         self.actions = dict(cfg.get("actions") or {})
         self.interval = float(cfg.get("interval") or DEFAULT_INTERVAL)
         self.notify = notify
-        self.judge = None
+        self.judges = None  # [(judge, the key it says an alert once by, or None)], at the first tick
         self.acted = False  # one stop or restart per attempt: the first alert that asks wins
-        self.judged = set()  # the facts judged already, by (kind, line number, time)
+        self.judged = set()  # the alerts judged already, by their key
         self.idle = cfg.get("idle")  # {"below": %, "for_s": s}: every GPU of the run under it that long
-        self.idle_since = None
-        self.idle_said = False  # once per idle spell: busy again, and it may be said again
-        self.unjudged_why = None  # why the idle rule could not be judged at the last tick
-        self.bjudge = None  # the baseline rules' judge (ops/baseline.py), built at the first tick
-        self.below = set()  # the metrics already said below their baseline this attempt
 
     def tick(self, n):
         from ..ops import health
-        from ..ops.window import Judge
         att = self.store.attempt(n)
         if not att or att.get("exit"):
             return
         from .. import faults
         faults.point("health:tick")
         saved, _, _ = health.scan(self.store, att, self.rules.get("metrics"))
-        if self.judge is None:
-            self.judge = Judge(att, saved, self.rules, time.time(), None)
+        if self.judges is None:
+            self.judges = self._judges(att, saved)
         # Every stored fact not judged yet, not only this scan's new ones: a status or top
         # that scanned first has stored the NaN line's fact, and its scan's "new" list was
         # the only place this tick would have seen it (the action then never fired).
-        facts = []
-        for a in saved.get("alerts") or []:
-            key = (a.get("kind"), a.get("line_no"), a.get("t"))
-            if a.get("kind") != "exited" and key not in self.judged:
-                self.judged.add(key)
-                facts.append(a)
-        alerts = (facts + self.judge.poll(att["log"], True, time.time()) + self._idle(att) + self._stalls(att)
-                  + self._baseline(att))
+        alerts = [a for a in saved.get("alerts") or [] if a.get("kind") != "exited" and self._first(_fact_key(a))]
+        for judge, key in self.judges:
+            alerts += [a for a in judge.poll(att, True, time.time()) if key is None or self._first(key(a))]
         for a in alerts:
             if a["kind"] == "exited":
                 continue  # the job's end is the supervisor's own event (notify "exited")
             self._act(n, a, saved.get("last") or {})
 
-    def _stalls(self, att):
-        """stall and straggler (health/stall.py), each acted on once per episode: a stall until the
-        step moves again, a straggler per rank and basis while it lasts."""
-        from ..health import stall
-        out = []
-        for a in stall.watch_alerts(self.store, att, self.rules, True):
-            key = (a["kind"], a.get("since"), a.get("rank"), a.get("basis"))
-            if key not in self.judged:
-                self.judged.add(key)
-                out.append(a)
-        return out
-
-    def _baseline(self, att):
-        """below_baseline alerts, once per metric: the judge says it again at every poll
-        while the attempt stays slow, and one action (or notification) is what was asked."""
-        if not self.rules.get("baseline"):
-            return []
-        if self.bjudge is None:
+    def _judges(self, att, saved):
+        """The rules' judges, each polled every tick (one interface: poll(att, alive, now)),
+        with the key each one's alert is acted on once by: a window rule's the scan says once;
+        the idle alert once per spell (and kept as a fact: its key the fact's); a stall until
+        the step moves again, a straggler per rank and basis while it lasts; a metric below
+        its baseline once (the judge says it again at every poll while it stays slow)."""
+        from ..ops.window import Judge
+        from ..health.stall import StallJudge
+        out = [(Judge(att, saved, self.rules, time.time(), None), None)]
+        if self.idle:
+            from ..idle import IdleJudge
+            out.append((IdleJudge(self.store, self.idle), _fact_key))
+        out.append((StallJudge(self.store, self.rules), lambda a: (a["kind"], a.get("since"), a.get("rank"),
+                                                                    a.get("basis"))))
+        if self.rules.get("baseline"):
             from ..ops.baseline import BaselineJudge
-            self.bjudge = BaselineJudge(self.store, att, self.rules["baseline"])
-        out = [a for a in self.bjudge.poll(time.time()) if a.get("metric") not in self.below]
-        self.below.update(a.get("metric") for a in out)
+            out.append((BaselineJudge(self.store, att, self.rules["baseline"]), lambda a: (a["kind"], a.get("metric"))))
         return out
 
-    def _idle(self, att):
-        """The idle alert: every GPU of the live run under gpu_util_below for the window,
-        read from nvidia-smi once a tick. An unreadable utilization is not idle."""
-        if not self.idle or not att.get("gpus"):
-            return []
-        from .. import gpus
-        from ..logmetrics.alerts import alert
-        try:
-            snap = gpus.snapshot()
-        except Exception as e:  # the driver's failure is not the run's idleness
-            snap = {"gpus": [], "note": "nvidia-smi failed: %s" % (str(e)[:200] or type(e).__name__)}
-        util = {g["index"]: g.get("utilization_pct") for g in snap.get("gpus") or ()}
-        mine = [util.get(i) for i in att["gpus"]]
-        now = time.time()
-        unread = [i for i, u in zip(att["gpus"], mine) if not isinstance(u, (int, float))]
-        self._unjudged(att, "GPU %s: no utilization read (%s)" % (",".join(map(str, unread)), snap.get(
-            "note") or "not listed by nvidia-smi, or [N/A]") if unread else None)
-        if not all(isinstance(u, (int, float)) and u < self.idle["below"] for u in mine):
-            self.idle_since, self.idle_said = None, False
-            return []
-        if self.idle_since is None:
-            self.idle_since = now
-        if self.idle_said or now - self.idle_since < self.idle["for_s"]:
-            return []
-        self.idle_said = True
-        a = alert("idle", now, "every GPU of the run (%s) under %g%% utilization for %.0fs: %s" % (
-            ",".join(map(str, att["gpus"])), self.idle["below"], now - self.idle_since,
-            ", ".join("GPU %s %s%%" % (i, u) for i, u in zip(att["gpus"], mine))),
-            metric="gpu_util_pct", value=max(mine), since=self.idle_since)
-        from ..ops.health import add_fact
-        self.judged.add((a["kind"], a.get("line_no"), a.get("t")))  # judged here, not again as a stored fact
-        add_fact(self.store, att, a)
-        return [a]
-
-    def _unjudged(self, att, why):
-        """The idle rule could not be judged (no nvidia-smi, its failure, a GPU it does not
-        list): kept in the attempt's record as idle_unjudged {"since", "why"} (and removed once
-        read again), so status and watch say it: an unread utilization never fires, and a rule
-        that never fires passed every watch. Written on a change only, not at every tick."""
-        if why == self.unjudged_why:
-            return
-        self.unjudged_why = why
-        rec = {"since": time.time(), "why": why} if why else None
-
-        def mark(a):
-            if rec:
-                a["idle_unjudged"] = rec
-            else:
-                a.pop("idle_unjudged", None)
-        self.store.update_attempt(att["attempt"], mark)
+    def _first(self, key):
+        """Whether an alert of KEY is judged for the first time (then remembered)."""
+        if key in self.judged:
+            return False
+        self.judged.add(key)
+        return True
 
     def _act(self, n, a, last):
         # "stacks,restart": the stacks first (while the hung processes still live), then the rest

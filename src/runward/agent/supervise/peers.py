@@ -4,14 +4,11 @@
 Node 0's shim runs a small coordinator: a TCP listener on the coordinator port the CLI chose
 on node 0 (ops/nodes.py:free_ports), bound to MASTER_ADDR where that is node 0's own address.
 Every other node's shim connects to it (MASTER_ADDR, that port), and each side proves it
-knows the run's secret (the record's multinode.secret, never shown) before the other heeds
-it: HMAC-SHA256 over both sides' nonces, a different text each way. Messages are JSON lines:
+knows the run's secret before the other heeds it: nodeproof.py's handshake (realm PEERS:
+{"hello": RANK, ...}). Then, as JSON lines:
 
-    member -> coordinator   {"hello": RANK, "id": RUN_ID, "nonce": NM}
-    coordinator -> member   {"welcome": RANK, "nonce": NC, "proof": MAC("coordinator", RANK, NM, NC)}
-    member -> coordinator   {"proof": MAC("member", RANK, NM, NC)}
-    then member -> coordinator   {"ended": RANK, "failed": BOOL, "exit": {...}}
-         coordinator -> member   {"stop": {"rank": R, "why": TEXT}}   {"ended": 0, "failed": false}
+    member -> coordinator   {"ended": RANK, "failed": BOOL, "exit": {...}}
+    coordinator -> member   {"stop": {"rank": R, "why": TEXT}}   {"ended": 0, "failed": false}
 
 A connection that has not proved itself within HELLO_S is closed, as is one whose line
 before that runs past HELLO_LINE; at most MAX_PENDING wait at once (the oldest makes room
@@ -31,23 +28,20 @@ its job is stopped too. "continue" only records what happened. An end asked for 
 (stop_requested in the record) is never a failure: a user's stop of all nodes does not cascade.
 """
 
-import errno
 import os
 import time
 
+from ..nodeproof import HELLO_LINE, HELLO_S, LINE, MAX_PENDING, PEERS, answer, hello, listen, proved, welcome
+from ..nodeproof import parse as _parse
 from ..runspec import GRACE_S, STOP_SIGNAL
 from ..proc.procfs import protected, scan
 from ..proc.runs import members
 from ..proc.terminate import parse_signal, terminate
-from ..wire import json_dumps, json_loads
+from ..wire import json_dumps
 
 CONNECT_S = 120.0   # how long a member tries to reach the coordinator, and it waits for hellos
 RETRY_S = 0.5
 TELL_S = 5.0        # how long a member's shim waits, its job ended, for its link to say so
-HELLO_S = 5.0       # a connection not proved by then is closed (either side)
-MAX_PENDING = 64    # connections not proved yet, at once: the oldest is closed to make room
-HELLO_LINE = 1024   # the longest line before a connection proved itself
-LINE = 65536        # the longest line after
 # a member's link to the coordinator is idle while all is well: TCP keepalive probes it, so
 # that a node 0 gone silently (its host cut off, its closing words lost in a partition) is
 # seen within KEEP_IDLE_S + KEEP_INTVL_S * KEEP_CNT (15-25 s after the cut, by the probes'
@@ -147,11 +141,6 @@ class Link:
                 return False
             att["coordinator_lost"] = {"why": why, "at": time.time()}
         self.store.update_attempt(self.n, mark)
-
-    def mac(self, role, rank, nm, nc):
-        """The proof that ROLE knows the run's secret, bound to this hello's two nonces."""
-        key = (self.mn.get("secret") or self.mn.get("id") or "").encode()
-        return _hmac(key, ("runward-peers %s %s %s %s %s" % (role, self.mn.get("id"), rank, nm, nc)).encode())
 
     def job_ended(self, msg):
         self.job_over.set()
@@ -331,7 +320,7 @@ class Link:
             msg = _parse(line)
             if "nc" not in p:
                 chunk = self._answer_hello(c, p, msg)
-            elif _same(msg.get("proof"), self.mac("member", p["rank"], p["nm"], p["nc"])):
+            elif proved(PEERS, self.mn, p, msg):
                 if p["rank"] in self.conns:  # the member rejoins: its old link broke unseen here (no failure)
                     self._drop(self.conns.pop(p["rank"]))
                 del self.pending[c]
@@ -348,13 +337,11 @@ class Link:
 
     def _answer_hello(self, c, p, msg):
         """b"" (close it) unless MSG is this run's hello from a member rank, then answered."""
-        nm = msg.get("nonce")
-        if msg.get("id") != self.mn.get("id") or type(msg.get("hello")) is not int \
-                or msg["hello"] not in range(1, self.nnodes) or not isinstance(nm, str) or not 16 <= len(nm) <= 128:
+        got = welcome(PEERS, self.mn, msg)
+        if got is None:
             return b""
-        p.update(rank=msg["hello"], nm=nm, nc=os.urandom(16).hex())
-        reply = {"welcome": p["rank"], "nonce": p["nc"], "proof": self.mac("coordinator", p["rank"], nm, p["nc"])}
-        data = (json_dumps(reply) + "\n").encode()
+        p.update(got[0])
+        data = (json_dumps(got[1]) + "\n").encode()
         try:
             return b"x" if c.send(data) == len(data) else b""
         except OSError:
@@ -494,9 +481,9 @@ class Link:
 
     def _handshake(self, sock):
         """None once the listener proved it knows the secret (and we sent our proof), else why not."""
-        nm = os.urandom(16).hex()
+        said, nm = hello(PEERS, self.mn, self.rank)
         where = "%s:%s" % sock.getpeername()[:2]
-        if not self.send(sock, {"hello": self.rank, "id": self.mn.get("id"), "nonce": nm}):
+        if not self.send(sock, said):
             return "node 0's coordinator at %s closed the connection at our hello" % where
         buf, until = b"", time.monotonic() + HELLO_S
         while b"\n" not in buf:
@@ -512,10 +499,10 @@ class Link:
                 return "node 0's coordinator at %s closed the connection at our hello" % where
             buf += chunk
         line, self.rest = buf.split(b"\n", 1)
-        msg = _parse(line)
-        if not _same(msg.get("proof"), self.mac("coordinator", self.rank, nm, msg.get("nonce"))):
+        proof = answer(PEERS, self.mn, self.rank, nm, _parse(line))
+        if proof is None:
             return "the listener at %s did not prove it knows the run's secret: not heeded" % where
-        self.send(sock, {"proof": self.mac("member", self.rank, nm, msg.get("nonce"))})
+        self.send(sock, proof)
         return None
 
 
@@ -526,56 +513,6 @@ def keepalive(sock):
     for opt, v in (("TCP_KEEPIDLE", KEEP_IDLE_S), ("TCP_KEEPINTVL", KEEP_INTVL_S), ("TCP_KEEPCNT", KEEP_CNT)):
         if hasattr(socket, opt):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), v)
-
-
-def listen(mn):
-    """The listener, on MASTER_ADDR (the address the members use) where it is one of
-    ours, else on every address: a stranger cannot take the members' address:port
-    from under us, nor we be reached through addresses nobody uses."""
-    import socket
-    port = int(mn["coord_port"])
-    for host in [h for h in (mn.get("master_addr"), "") if h is not None]:
-        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            srv.bind((host, port))
-        except OSError as e:
-            srv.close()
-            if host and (isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL):
-                continue  # not an address of this node (NAT, a name): every address then
-            raise OSError("the coordinator could not listen on %s:%s: %s" % (host or "*", port, e))
-        srv.listen(64)
-        srv.setblocking(False)
-        return srv
-
-
-def _hmac(key, msg):
-    """HMAC-SHA256 (RFC 2104), hex; hashlib only (python3-minimal's hmac is not relied on)."""
-    import hashlib
-    if len(key) > 64:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(64, b"\0")
-    inner = hashlib.sha256(bytes(b ^ 0x36 for b in key) + msg).digest()
-    return hashlib.sha256(bytes(b ^ 0x5c for b in key) + inner).hexdigest()
-
-
-def _same(given, want):
-    """given == want in a time that does not depend on where they differ."""
-    if not isinstance(given, str) or len(given) != len(want):
-        return False
-    diff = 0
-    for x, y in zip(given.encode("utf-8", "replace"), want.encode()):
-        diff |= x ^ y
-    return diff == 0
-
-
-def _parse(line):
-    """One message, or {} for a line that is not a JSON object (ignored)."""
-    try:
-        msg = json_loads(line.decode("utf-8", "replace"))
-    except Exception:  # json's ValueError, or the minimal codec's own
-        return {}
-    return msg if isinstance(msg, dict) else {}
 
 
 def _describe(ex):
