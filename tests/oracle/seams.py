@@ -121,13 +121,21 @@ class SeamRules:
     @rule()
     def repoint(self):
         """The machine behind the alias is replaced: the alias now names the other host (the
-        session's ssh_config rewritten in place). The invariant that follows reads status
-        through the alias: the new host's runs, never the old one's (check_answer)."""
+        session's ssh_config rewritten in place). A run of the old host is unknown there
+        (`status NAME`, `logs NAME`: exit 4); the invariant that follows reads status through
+        the alias: the new host's runs, never the old one's (check_answer)."""
         s = self.session
         self.acted("repoint")
         s.alias_host = HOSTS[1 - HOSTS.index(s.alias_host)]
         s.targets["alias"] = s.alias_targets[s.alias_host]
         s.write_ssh_config()
+        for m in [m for m in self.runs.values() if hidden(s, m) and m.state != "removed"][:1]:
+            for args in (("status", m.name), ("logs", m.name, "-n", "5")):   # no such run on the host named now
+                rc, doc = self.cli(*args, kind=m.kind)
+                if rc != 4:
+                    raise self.violation("alias %s: %s through the alias (now %s), a run of %s: exit %d, expected 4 "
+                                         "(no such run there): %s" % (m.name, " ".join(args), s.alias_host, m.host,
+                                                                      rc, str(doc)[:400]))
 
     @precondition(lambda self: "alias" in self.KINDS and any(
         hidden(self.session, m) and m.state != "removed" for m in self.runs.values()))
