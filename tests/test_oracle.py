@@ -16,7 +16,7 @@ PER_EXAMPLE = 20
 
 
 # target kinds walked together in one session share its ~20 rules (docs/testing.md)
-GROUPS = ["local,user", "ssh,link,mn", "podman,podown", "pct,mnct"]
+GROUPS = ["local,user", "ssh,link,mn", "podman,podown", "pct,mnct", "alias,pctw"]
 
 
 @pytest.mark.parametrize("kinds", GROUPS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import truth
+from . import seams, truth
 from .model import ENDED, LIVE
 from .world import NODES
 
@@ -184,9 +184,11 @@ def check_all(session, models: dict, status_of) -> list[str]:
             by_target.setdefault(tname, []).append((m, tok))
     for tname, ms in by_target.items():
         t = session.targets[tname]
+        ms = [(m, tok) for m, tok in ms if not seams.hidden(session, m)]   # checked unlisted: check_answer
         procs = truth.scan()
         before = {tok: truth.tree(tok, t.pidns, procs) for m, tok in ms}
         docs = status_of(tname)
+        out += seams.check_answer(session, tname, docs, models)
         procs = truth.scan()
         after = {tok: truth.tree(tok, t.pidns, procs) for m, tok in ms}
         for m, tok in ms:

@@ -11,14 +11,14 @@ import sys
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from . import checks, link, more, truth, world
+from . import checks, link, more, seams, truth, world
 from .model import KNOWN_HOLES, LIVE, MAX_RUNS, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
 PICK = st.integers(0, 1 << 16)
 SUPERVISED_ESCAPEES = os.environ.get("ORACLE_SUPERVISED_ESCAPEES", "1") != "0"  # =0 leaves them out
-NO_CGROUP_KINDS = ("podman", "pct", "user")   # runward makes no cgroup there (doctor: cgroups: no)
+NO_CGROUP_KINDS = ("podman", "pct", "pctw", "user")   # runward makes no cgroup there (doctor: cgroups: no)
 
 
 SEEN: list = []  # every violation and harness failure, as it happened (soak.py prints the first)
@@ -62,11 +62,11 @@ class OracleBase(RuleBasedStateMachine):
         return hole in KNOWN_HOLES and not self.HOLES
 
     def pick(self, i: int, ok) -> RunModel | None:
-        c = [m for m in self.runs.values() if ok(m)]
+        c = [m for m in self.runs.values() if ok(m) and not seams.hidden(self.session, m)]
         return c[i % len(c)] if c else None
 
     def any(self, ok) -> bool:
-        return any(ok(m) for m in self.runs.values())
+        return any(ok(m) and not seams.hidden(self.session, m) for m in self.runs.values())
 
     def acted(self, what: str, m: RunModel | None = None):
         STATS["steps"] += 1
@@ -89,7 +89,9 @@ class OracleBase(RuleBasedStateMachine):
             raise Violation("%s: exit %d, expected %s: %s" % (what, rc, want, str(doc)[:600]))
 
     def target(self, m: RunModel):
-        """The run's target; a multi-node run's node 0."""
+        """The run's target; a multi-node run's node 0; an alias run's host, named now or not."""
+        if m.kind == "alias":
+            return self.session.alias_targets[m.host]
         return self.session.targets[checks.views(m)[0][0]]
 
     def nodes(self, m: RunModel):
@@ -176,9 +178,10 @@ class OracleRules(OracleBase):
         self.n += 1
         name = "orc%s-%d" % (self.session.id[:6], self.n)
         m = RunModel(name, kind, "ORCTOK-%s-%d" % (self.session.id, self.n), sh=sh, supervised=supervised,
-                     restarts_left=1 if supervised else 0, health=health)
+                     restarts_left=1 if supervised else 0, health=health,
+                     host=self.session.alias_host if kind == "alias" else "")
         t = self.target(m)
-        job = "%s/%s/job.py" % (t.app, name)
+        job = "%s/%s/job.py" % (t.spec_app or t.app, name)
         spec = ['[runs.%s]' % name, 'files = ["%s/job.py:%s"]' % (name, job), 'settle = 0.5']
         if kind in world.NODES:
             spec += ['nodes = [%s]' % ", ".join('"%s"' % n[0] for n in world.NODES[kind]),
@@ -395,6 +398,9 @@ class OracleRules(OracleBase):
             m = self.runs.get(r["name"])
             if m is None:
                 continue
+            if seams.hidden(self.session, m):
+                raise Violation("prune --on alias (now %s) removed %s, a run of %s" % (
+                    self.session.alias_host, m.name, m.host))
             if m.live or m.escapees:
                 raise Violation("prune removed %s, which the model calls %s (%d escapees)" % (m.name, m.state, m.escapees))
             m.state = "removed"
@@ -423,4 +429,5 @@ class OracleRules(OracleBase):
 
 def make(kinds, holes: bool = False):
     """The machine class for these target kinds (each must be usable here: world.why_not)."""
-    return type("Oracle_" + "_".join(kinds), (more.MoreRules, link.LinkRules, link.ContainerRules, OracleRules), {"KINDS": tuple(kinds), "HOLES": holes})
+    rules = (more.MoreRules, link.LinkRules, link.ContainerRules, seams.SeamRules, OracleRules)
+    return type("Oracle_" + "_".join(kinds), rules, {"KINDS": tuple(kinds), "HOLES": holes})

@@ -42,6 +42,7 @@ class RunModel:
     deployed_version: int = 0
     running_version: int = 0
     log_removed: bool = False
+    host: str = ""            # the alias kind's: the host the alias named when it started (seams.py)
     paused: int = 0           # the job's python (its pid in the target) stopped by SIGSTOP from outside
 
     @property

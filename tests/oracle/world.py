@@ -16,7 +16,7 @@ from pathlib import Path
 
 import testbed
 
-from . import truth
+from . import seams, truth
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOB = Path(__file__).resolve().parent / "job.py"
@@ -32,6 +32,8 @@ KINDS = {
     "pct": ("ssh://rw1/pct:200", "pct"),
     "mn": (None, "ssh"),           # one run over two ssh hosts (rw1, rw2): nodes mn0, mn1
     "mnct": (None, "pct"),         # one run over two filesystems: podman (mnct0) and LXC (mnct1)
+    "alias": ("ssh://rworacle-alias", "ssh"),   # an alias the walker re-points between rw1 and rw2 (seams.py)
+    "pctw": ("pct:200", "pct"),    # pct through the session's own stand-in, which the walker wedges (seams.py)
 }
 # a multi-node kind's nodes: (target name in runward.toml, its `on`, the container kind or None)
 NODES = {
@@ -48,6 +50,7 @@ class Target:
     app: str      # where the jobs' code is deployed, in the target's filesystem
     root: str     # the target's filesystem root, as a path on this machine
     pidns: str    # the target's pid namespace (readlink /proc/PID/ns/pid)
+    spec_app: str = ""   # app as runward.toml names it, where not app itself (relative to the far home)
 
     def host_path(self, path: str) -> str:
         return os.path.join(self.root, path.lstrip("/"))
@@ -119,6 +122,10 @@ class Session:
             os.chown(self.user_base, self.uid, self.gid)
             os.chmod(self.dir, 0o755)   # runward.toml and the local code: readable by that user
             os.chmod(self.work, 0o755)
+        self.alias_host = "rw1"   # where the alias kind's alias names now (seams.repoint flips it)
+        self.alias_targets: dict = {}
+        if "alias" in kinds:
+            self.alias_targets = seams.alias_targets(self)
         self.container = None
         if "podown" in kinds:   # made from the testbed's image as rwpod is, removed at the end
             self.container = "rworacle-%s" % self.id
@@ -140,9 +147,11 @@ class Session:
         if "link" in kinds:   # the link kind: rw1's sshd through a relay this session may cut
             from . import link
             self.relay = link.Relay((self.tb["addresses"]["rw1"], 22))
-            cfg = self.dir / "ssh_config"
-            cfg.write_text(link.ssh_config(self.tb, self.relay.port))
-            self.env["RUNWARD_SSH_CONFIG"] = str(cfg)
+        if "link" in kinds or "alias" in kinds:
+            self.write_ssh_config()
+            self.env["RUNWARD_SSH_CONFIG"] = str(self.dir / "ssh_config")
+        if "pctw" in kinds:   # its stand-in first on PATH: pct, or a hung one while wedged
+            self.env["PATH"] = "%s:%s" % (seams.wedgeable_pct(self), self.env["PATH"])
 
     def _target(self, kind: str) -> Target:
         on = KINDS[kind][0]
@@ -152,6 +161,8 @@ class Session:
             return Target(kind, on, b + "/home", b + "/app", "/", os.readlink("/proc/self/ns/pid"))
         if kind == "local":
             return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
+        if kind == "alias":
+            return self.alias_targets[self.alias_host]
         if kind == "podown":
             t = Target(kind, "podman:" + self.container, far + "/far", far + "/app", "", "")
             self.refresh(t)
@@ -175,6 +186,15 @@ class Session:
         return Target(kind, on, "%s/far-%s" % (far, name), far + "/app-" + kind, "/proc/%d/root" % init,
                       os.readlink("/proc/%d/ns/pid" % init))
 
+    def write_ssh_config(self):
+        """The testbed's ssh_config, then the session's own hosts: the link kind's relay and the
+        alias kind's alias as it names now (rewritten in place, as a person edits it)."""
+        from . import link
+        text = link.ssh_config(self.tb, self.relay.port) if self.relay else "Include %s\n" % self.tb["ssh_config"]
+        with open(self.dir / "ssh_config", "r+" if (self.dir / "ssh_config").exists() else "w") as f:
+            f.write(text + (seams.alias_config(self.tb, self.alias_host) if self.alias_targets else ""))
+            f.truncate()
+
     def podman(self, *args: str, check: bool = True) -> str:
         p = subprocess.run(["podman", *args], env=testbed.env(self.tb), capture_output=True, text=True, timeout=120)
         if check and p.returncode != 0:
@@ -191,7 +211,9 @@ class Session:
         parts = []
         for k, t in self.targets.items():
             parts.append('[targets.%s]\non = "%s"\n' % (k, t.on))
-            if k not in ("local", "user"):
+            if k == "alias":   # its home is the HOME its python wrapper gives on the host it runs on
+                parts.append('python = "%s"\n' % seams.ALIAS_PYTHON.format(id=self.id))
+            elif k not in ("local", "user"):
                 parts.append('home = "%s"\npython = "/usr/bin/python3"\n' % t.home)
         parts.extend(self.runs_toml.values())
         (self.work / "runward.toml").write_text("\n".join(parts))
@@ -230,7 +252,7 @@ class Session:
         """Kill what the session's jobs left (by token, pid and start time), remove its files."""
         # the shims first: a shim that outlives its job records the end, and its run lock
         # would make the run directory again after the rmtree below
-        homes = [t.home + "/runs/" for t in self.targets.values()]
+        homes = [t.home + "/runs/" for t in [*self.targets.values(), *self.alias_targets.values()]]
         truth.kill_procs([p for p in truth.scan(("runward-shim",), ("runward-shim",))
                           if any(fd.startswith(h) for fd in p.fds for h in homes)])
         truth.kill_tokens(tokens)
