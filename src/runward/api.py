@@ -15,9 +15,9 @@ import os
 from collections.abc import Callable
 
 from .transport import agentcall as transport
-from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+from .agent.runspec import DEFAULTS
 from .errors import BadInput, NotVerified, RunwardError
-from .spec.options import OPTS, refuse
+from .spec.options import OPTS, START_REQUEST, refuse
 from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
@@ -32,19 +32,18 @@ from .spec.restartspec import (_after_stop, _check_notify_kept, _restart_kwargs,
 
 
 def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str | None = None,
-          cwd: str | None = None, env: dict | None = None, log: str | None = None,
-          settle: float = SETTLE_S, ready: str | None = None, ready_timeout: float = READY_TIMEOUT_S,
-          replace: bool = False, gpus: list[int] | None = None, stop_signal: str = STOP_SIGNAL,
-          grace: float = GRACE_S, files: list[str] | None = None,
+          env: dict | None = None, gpus: list[int] | None = None, files: list[str] | None = None,
           hash_files: list[str] | None = None, wait_gpus_free: dict | None = None,
-          reuse_env: bool = False, env_from: dict | None = None, lock_timeout: float | None = None,
-          replace_grace: float | None = None, env_overrides: list[str] | None = None,
+          reuse_env: bool = False, env_from: dict | None = None, env_overrides: list[str] | None = None,
           on_event: Callable[[dict], None] | None = None, log_max: int | None = None,
           log_keep: int | None = None, multinode: dict | None = None,
           supervise: dict | None = None, late: Callable[[dict], None] | None = None,
           gate: dict | None = None, stall: dict | None = None, snapshots: dict | None = None,
-          reply_hashes: bool = False) -> dict:
-    """Start NAME, verified alive after settle seconds. env_from names the env entries whose
+          reply_hashes: bool = False, **declared) -> dict:
+    """Start NAME, verified alive after its settle period. declared: the options of
+    options.START_REQUEST by their declared names (cwd, log, the settle, ready, grace and
+    stop signal, replace, ...), each sent as given, else as its default (runspec.DEFAULTS; a
+    switch: off; any other: None). env_from names the env entries whose
     values must not be stored on the target (taken from the CLI's environment or an env
     file: see read_env); env_overrides names the entries typed as --env K=V (recorded, so
     that `restart --keep-env` knows them from runward.toml's); replace_grace is the grace for
@@ -56,17 +55,21 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     gate: restart's GPU gate (multinode/restartgate.py): the job waits on the target until they are released.
     snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's).
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
+    unknown = sorted(set(declared) - set(START_REQUEST))
+    if unknown:
+        raise TypeError(f"start() got an unexpected keyword argument {unknown[0]!r}")
     if not argv and sh is None:
         raise BadInput("no command given", f"runward start {name} -- COMMAND [ARG]..., or --sh 'COMMAND LINE'")
-    refuse(OPTS["settle"], settle)
+    req = {"op": "start", "name": name, "argv": argv, "sh": sh, "env": dict(env or {}), "gpus": gpus,
+           "files": files or [], "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
+           "reuse_env": reuse_env, "env_from": dict(env_from or {}), "env_overrides": sorted(env_overrides or [])}
+    for key in START_REQUEST:
+        opt, value = OPTS[key], declared.get(key)
+        if value is not None and opt.kind == "seconds":  # the agent's clock arithmetic takes no other
+            refuse(opt, value)
+        req[key] = value if value is not None else DEFAULTS.get(key, False if opt.kind == "flag" else None)
     from .spec.inputs import refuse_undecodable
-    refuse_undecodable(argv=argv, sh=sh, cwd=cwd, env=env, log=log, ready=ready)
-    req = {"op": "start", "name": name, "argv": argv, "sh": sh, "cwd": cwd, "env": dict(env or {}),
-           "log": log, "settle": settle, "ready": ready, "ready_timeout": ready_timeout, "replace": replace,
-           "gpus": gpus, "stop_signal": stop_signal, "grace": grace, "files": files or [],
-           "hash_files": hash_files or [], "wait_gpus_free": wait_gpus_free,
-           "reuse_env": reuse_env, "env_from": dict(env_from or {}), "lock_timeout": lock_timeout,
-           "replace_grace": replace_grace, "env_overrides": sorted(env_overrides or [])}
+    refuse_undecodable(argv=argv, sh=sh, cwd=req["cwd"], env=env, log=req["log"], ready=req["ready"])
     if log_max is not None:  # absent otherwise: an agent of before rotation reads the same request
         req.update(log_max=log_max, log_keep=log_keep)
     if multinode is not None:

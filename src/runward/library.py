@@ -138,6 +138,14 @@ def _shaped(verb: str, kind: Callable[..., Result]):
     return wrap
 
 
+def _declared(verb: str, keywords: dict) -> dict:
+    """VERB's keywords (its locals()) that are options spec/options.py declares for it, as
+    given: a declared keyword in a verb's signature reaches its options without a second line
+    naming it (those shaped for their side, env and gpus, are then shaped over these)."""
+    from .spec.options import TAKES
+    return {k: v for k, v in keywords.items() if k in TAKES[verb]}
+
+
 @_shaped("start", StartResult)
 def start(name: str, command: Sequence[str] | None = None, *, on: Target | str | None = None, sh: str | None = None,
           env: Mapping[str, str] | None = None, cwd: str | None = None, log: str | None = None,
@@ -149,11 +157,9 @@ def start(name: str, command: Sequence[str] | None = None, *, on: Target | str |
     are free, else refuse (GpusBusy, naming the holders)."""
     from .operations import start as op
     on, config = _where(on, config)
-    opts = op.StartOptions(name=name, on=on, config=config, sh=sh, env=env_values(env), cwd=cwd, log=log,
-                           command=strings(command, "command", '["python3", "train.py"]') or None,
-                           settle=settle, ready=ready, replace=replace, gpus=gpu_indices(gpus),
-                           stop_signal=stop_signal,
-                           grace=grace, wait_gpus_free=wait_gpus_free)
+    opts = op.StartOptions(name=name, on=on, config=config, **{
+        **_declared("start", locals()), "env": env_values(env),
+        "command": strings(command, "command", '["python3", "train.py"]') or None, "gpus": gpu_indices(gpus)})
     return _operate("start", opts, lambda: op.start(opts), StartResult)
 
 
@@ -178,8 +184,8 @@ def restart(name: str, *, on: Target | str | None = None, env: Mapping[str, str 
     from .operations import restart as op
     on, config = _where(on, config)
     # deploy as it is: anything but True/False/None is refused by check() (options' deploy), BadInput
-    opts = op.RestartOptions(name=name, on=on, config=config, env=env_values(env, unset_ok=True),
-                             settle=settle, ready=ready, grace=grace, deploy=deploy)
+    opts = op.RestartOptions(name=name, on=on, config=config, deploy=deploy,
+                             **{**_declared("restart", locals()), "env": env_values(env, unset_ok=True)})
     return _operate("restart", opts, lambda: op.restart(opts), RestartResult)
 
 

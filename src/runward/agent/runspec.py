@@ -11,3 +11,6 @@ SETTLE_S = 3.0          # alive this long counts as started
 GRACE_S = 30.0          # seconds after the stop signal before KILL: ML jobs need time to checkpoint
 READY_TIMEOUT_S = 600.0  # with ready: how long to wait for the ready line
 STOP_SIGNAL = "TERM"    # what a stop sends first (INT is torchrun's orderly stop)
+
+# each default by the option's name, for the CLI side's request (api.start) and the agent's reader alike
+DEFAULTS = {"settle": SETTLE_S, "grace": GRACE_S, "ready_timeout": READY_TIMEOUT_S, "stop_signal": STOP_SIGNAL}

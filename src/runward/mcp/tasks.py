@@ -330,17 +330,17 @@ def judge(t: Tid, run: dict, doc: dict, ready_seen: bool | None = None) -> tuple
 
 
 def _judge_start(t: Tid, run: dict, alive: bool, up: float, ready_seen: bool | None) -> tuple[str, str, bool]:
-    settle = t.expect_s or 0
+    expect = t.expect_s or 0  # the settle period the start was asked for
     stop_at = (run.get("stop_requested") or {}).get("at")
-    if stop_at is not None and stop_at - (run.get("started_at") or stop_at) < settle:
+    if stop_at is not None and stop_at - (run.get("started_at") or stop_at) < expect:
         return "cancelled", f"attempt {t.attempt} was stopped during its settle period", False
     if not alive:
-        early = (run.get("duration_s") or 0) < settle
+        early = (run.get("duration_s") or 0) < expect
         return "completed", f"attempt {t.attempt} " + ("exited during its settle period" if early else
                                                        "was alive after its settle period, and has ended since") \
             + f": {run.get('state')}", early
-    if up < settle:
-        return "working", f"start {t.name}: settling, {up:.0f}s of {settle:g}s", False
+    if up < expect:
+        return "working", f"start {t.name}: settling, {up:.0f}s of {expect:g}s", False
     if ready_seen is False:
         if up < READY_TIMEOUT_S:
             return "working", f"start {t.name}: alive, waiting for a line matching {t.ready!r}", False

@@ -21,6 +21,16 @@ class StartOptions(Targeted):
     env: dict | None = None       # NAME -> value, --env and --env-file's over runward.toml's
     env_from: dict | None = None  # NAME -> where its value was read ("environment", "file:PATH"): never stored
     gpus: list | None = None
+    log_max: int | None = None    # bytes, as the verb reads --log-max SIZE
+    # the restart policy's durations, in seconds, as the verb reads them (spec/supervision.py
+    # checks them again with runward.toml's)
+    restart_window: float | None = None
+    min_uptime: float | None = None
+    gpu_release_timeout: float | None = None
+
+
+# StartOptions' fields that a verb gives as seconds where its flag says a duration
+DURATIONS = ("restart_window", "min_uptime", "gpu_release_timeout")
 
 
 def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
@@ -301,8 +311,7 @@ def _over_config(opts, kw: dict) -> dict:
         if v is not None:
             kw[opt] = v
     if opts.log_max is not None:
-        from ..api import parse_size
-        kw["log_max"] = parse_size(opts.log_max)
+        kw["log_max"] = opts.log_max
     if kw.get("log_keep") is not None and not kw.get("log_max"):
         raise BadInput("--log-keep without --log-max", "rotation is by size: give --log-max SIZE too")
     if opts.gpus is not None:

@@ -223,6 +223,11 @@ TAKES = {
 # keywords, the agent's spec keys); master_addr and nproc_per_node are a multi-node run's, per node.
 AS_IS = tuple(n for n, o in OPTS.items() if o.toml is True and n not in ("master_addr", "nproc_per_node"))
 
+# The declared options a start request carries under their own names, each as given or as its
+# default (api.start's keywords, the agent's request keys): runward.toml's as-is ones (less
+# log_keep, sent only with log_max) and the command line's own for a replace and the run's lock.
+START_REQUEST = (*(n for n in AS_IS if n != "log_keep"), "replace", "replace_grace", "lock_timeout")
+
 _EXAMPLE = {"fraction": "0.5", "ratio": "3", "seconds": "120", "count": "3", "regex": '"^step 1 "', "signal": '"INT"', "text": '"..."'}
 
 

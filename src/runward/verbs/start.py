@@ -18,9 +18,13 @@ def add_arguments(p) -> None:
 
 def run(args, out) -> int:
     """The flags' words made values here, at the edge: --env K=V|NAME and --env-file PATH as
-    NAME -> value (with where each untyped one came from), --gpus 0,1 as indices."""
-    from ..spec.inputs import read_env
+    NAME -> value (with where each untyped one came from), --gpus 0,1 as indices, --log-max
+    SIZE as bytes, the restart policy's durations (1h, 10s) as seconds."""
+    from ..spec.inputs import parse_duration, parse_size, read_env
     from ..operations.common import gpu_list
-    from ..operations.start import StartOptions, start
+    from ..operations.start import DURATIONS, StartOptions, start
     env, env_from = read_env(args.env, args.env_file)
-    return show(out, start(StartOptions.from_args(args, env=env, env_from=env_from, gpus=gpu_list(args.gpus))))
+    log_max = None if args.log_max is None else parse_size(args.log_max)
+    durations = {k: parse_duration(getattr(args, k), k) for k in DURATIONS}
+    return show(out, start(StartOptions.from_args(args, env=env, env_from=env_from, gpus=gpu_list(args.gpus),
+                                                  log_max=log_max, **durations)))
