@@ -509,3 +509,22 @@ def test_a_task_says_what_happened_to_its_run(env):
         assert not (env["dir"] / "home" / "runs" / ghost).exists()
         assert _job_procs(cmd.encode())
     anyio.run(main)
+
+
+def test_a_start_without_settle_is_judged_against_the_settle_runward_toml_gives_it(env):
+    """A run runward.toml defines with settle = 5, started through MCP without a settle: the
+    task's handle carried no settle, so a server process that did not create the task judged
+    an exit at 1 s against 0 s, "alive after its settle period, and has ended since"."""
+    a = _name(env, "t")
+    (env["dir"] / "runward.toml").write_text(
+        f'[runs.{a}]\ncommand = ["sh", "-c", "sleep 1; exit 3"]\nsettle = 5\n')
+
+    async def main():
+        async with _client(env, ClientTasks()) as c:
+            created = await c.session.call_tool("start", {"name": a}, allow_claimed=True)
+            _kill_servers()
+        async with _client(env, ClientTasks()) as c:
+            got, _ = await poll(c.session, created.task_id)
+        assert got.status == "completed" and got.result["isError"], got
+        assert "exited during its settle period" in got.status_message, got
+    anyio.run(main)

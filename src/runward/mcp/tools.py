@@ -13,7 +13,10 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from .. import library
+from ..agent.runspec import DEFAULTS
+from ..errors import RunwardError
 from ..spec import options
+from ..spec.config import load
 
 TOOLS = ("start", "stop", "restart", "status", "logs", "watch", "push", "deploy", "gpus", "ps", "kill", "exec",
          "lint", "doctor", "targets", "history", "compare", "stacks")
@@ -46,6 +49,21 @@ Ready = _declared("ready")
 Grace = _declared("grace")
 
 
+def _asked(name: str, key: str, given):
+    """What a start waits for, as the start will take it: the call's KEY, else runward.toml's
+    [runs.NAME] KEY, else the agent's default. A task's handle carries it, so a server process
+    that did not create the task judges the start against the settle it was given (a run
+    defined with settle = 60 and started without one is not "alive after its settle" at 0 s)."""
+    if given is not None:
+        return given
+    try:
+        runs = load(_SRV.config).runs
+        found = runs.value(name, key) if name in runs else None
+    except RunwardError:  # the start itself says what is wrong with runward.toml
+        found = None
+    return found if found is not None else DEFAULTS.get(key)
+
+
 async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, Field(
         description="the job's argv, e.g. [\"python3\", \"train.py\"] (omit for a run runward.toml defines)")] = None,
         on: On = None, env: Env = None,
@@ -58,7 +76,8 @@ async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, F
     """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines). By default only a run runward.toml defines, as defined: a command, sh, env or cwd of the caller's own is exec, allowed only where exec is (then sh is linted first)."""
     return await _SRV.call(ctx, "start", lambda: library.start(
         name, command, on=on, env=env, sh=sh, cwd=cwd, settle=settle, ready=ready, replace=replace, gpus=gpus,
-        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=settle, ready=ready,
+        wait_gpus_free=wait_gpus_free, config=_SRV.config), on=on, name=name, expect_s=_asked(name, "settle", settle),
+        ready=_asked(name, "ready", ready),
         args={"command": command, "sh": sh, "env": env, "cwd": cwd})
 
 
