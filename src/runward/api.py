@@ -22,7 +22,6 @@ from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
 # so the verbs, the tests and users call api.X as before.
-from .multinode.fanout import FANOUT, fan_out, fan_out_runs, join, parallel  # noqa: F401
 from .gpumap import _held, _name_holders, gpus  # noqa: F401
 from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)

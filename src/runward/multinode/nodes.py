@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import api
 from ..transport import agentcall as transport
+from ..transport.fanout import fan_out_runs, join, worst_code
 from ..errors import EXIT_FAILED, EXIT_OK, BadInput, NotStarted, RunNotFound, RunwardError
 from ..spec.options import OPTS
 from ..targets import Target, parse_target
@@ -62,7 +63,7 @@ def _check_nodes(nodes: list[Target]) -> None:
 
 def each_node(nodes: list[Target], fn) -> list[dict]:
     """fn(rank, node) on every node in parallel: {"ok", "result" | "error"} per rank, in order."""
-    return api.fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda i, t: fn(int(i), t))
+    return fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda i, t: fn(int(i), t))
 
 
 def expand(argv: list[str] | None, values: dict) -> list[str] | None:
@@ -149,7 +150,7 @@ def start(nodes: list[Target], name: str, kw: dict, *, master_addr: str | None =
                 "master_port": ports[0], "coord_port": ports[1], "on_node_failure": on_node_failure})
     finally:
         probed.set()
-        interrupted = api.join([starts])  # every start to its end (a request sent or not): then roll back
+        interrupted = join([starts])  # every start to its end (a request sent or not): then roll back
     res = {"name": name, "nnodes": n, "state": "not started",
            "nodes": [{"rank": i, "target": t.display(), **_outcome(p)} for i, (t, p) in enumerate(zip(nodes, probes))]}
     if not plan:
@@ -229,11 +230,6 @@ def _stop_node(t: Target, name: str, **kw) -> dict:
     except RunNotFound:
         return {"name": name, "verified_dead": True, "already_stopped": True, "never_started": True,
                 "processes": [], "verified": ["no_record_on_target"]}
-
-
-def worst_code(rows: list[dict]) -> int:
-    from ..operations.common import all_runs_code
-    return all_runs_code(rows)
 
 
 def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: dict | None = None,

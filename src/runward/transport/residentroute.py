@@ -53,7 +53,7 @@ def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
     forward's two round trips."""
     if not sys.executable:
         return  # an embedding interpreter: nothing to run it with
-    with _SPAWNED_LOCK:  # calls to several hosts at once, each in a thread (multinode/fanout.py)
+    with _SPAWNED_LOCK:  # calls to several hosts at once, each in a thread (transport/fanout.py)
         for pid in list(_SPAWNED):
             try:
                 if not os.waitpid(pid, os.WNOHANG)[0]:
