@@ -17,6 +17,7 @@ from collections.abc import Callable
 from .transport import agentcall as transport
 from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 from .errors import BadInput, NotVerified, RunwardError
+from .spec import restartgate
 from .spec.options import OPTS, refuse
 from .targets import Target
 
@@ -52,7 +53,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
     multinode: this node's part of a multi-node run (multinode/nodes.py), kept in its record.
     late(request): completes the request just before it is sent (transport.call's late).
-    gate: restart's GPU gate (multinode/restartgate.py): the job waits on the target until they are released.
+    gate: restart's GPU gate (spec/restartgate.py): the job waits on the target until they are released.
     snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's).
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     if not argv and sh is None:
@@ -189,7 +190,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     began, when given, gets each step's name as it begins ("stop", "stop:begun" once the
     target's agent took the stop, "deploy", "start"): what a Ctrl-C interrupted.
     Every process verified dead but the GPUs still held after gpu_timeout: the new attempt
-    waits on the target and starts by itself once they are released (multinode/restartgate.py); the
+    waits on the target and starts by itself once they are released (spec/restartgate.py); the
     result then says blocked, raised as NotVerified (exit 5)."""
     steps: list[dict] = []
     began = [] if began is None else began
@@ -221,7 +222,6 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
                                                      lock_timeout=lock_timeout, gpu_timeout=gpu_timeout, gpu_gate=True,
                                                      checkpoint=checkpoint, on_begun=lambda: began.append("stop:begun"))})
     except NotVerified as e:
-        from .multinode import restartgate
         gate = restartgate.from_stop(e)
         if gate is None:
             e.details["failed_step"] = "stop"
@@ -252,7 +252,6 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         changed["code"] = code["changed"]
     steps.append({"step": "start", "result": res})
     if res.get("state") == "blocked":
-        from .multinode import restartgate
         raise restartgate.blocked(name, {"name": name, "steps": steps, "attempt": res.get("attempt"),
                                          "state": "blocked", "blocked": res.get("blocked"),
                                          "last_attempt": last.get("attempt"), "changed": changed, "code": code})

@@ -7,8 +7,9 @@ node (verified), then start every node (multinode.start: all or nothing, rolled 
 from __future__ import annotations
 
 from .. import api, files
-from . import nodes as multinode, restartgate
+from . import nodes as multinode
 from ..errors import EXIT_OK
+from ..spec import restartgate
 from ..targets import Target
 from ..transport.fanout import fan_out_runs, worst_code
 
