@@ -125,7 +125,7 @@ AGENT_INTERNAL_TYPES = ("AgentMissing",)
 DOCUMENT_TYPES = {
     "Alert": (EXIT_FAILED,),       # watch: a health alert (verbs/watch.py)
     "Refused": (EXIT_BAD_INPUT,),  # the MCP server's policy refused a tool call (mcp/server.py)
-    # a multi-node verb that failed on a node: the worst node's code (multinode.outcome)
+    # a multi-node verb that failed on a node: the worst node's code (operations/nodes.outcome)
     "NodesFailed": (EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED),
 }
 

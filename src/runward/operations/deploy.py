@@ -29,12 +29,12 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
     if not run_cfg or not run_cfg.get("files"):
         raise BadInput(f"run {opts.name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{opts.name}]")
-    from ..multinode import nodes as multinode
-    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    from . import nodes as on_nodes
+    nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes:  # a run over several nodes: its files on every node, each checked there
         from ..multinode import deploy as multideploy
         res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **_sync(opts))
-        outcome = multinode.outcome("deploy", res, code)
+        outcome = on_nodes.outcome("deploy", res, code)
         outcome.text = lambda: multideploy.render_deploy(res)
         return outcome
     res = _files.push(target, run_cfg["files"], run=opts.name, progress=progress, base=config_dir(cfg),
