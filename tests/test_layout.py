@@ -222,8 +222,6 @@ NEVER_IMPORTS = {
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
 }
 STILL_UPWARD = {  # (importer, imported module): names imported; multinode returns data next
-    ("runward.transport.agentcall", "runward.spec.inputs"): 3,  # a reply's bytes said as text
-    ("runward.spec.inputs", "runward.transport.sshconf"): 1,  # HIDDEN_ENV: names never sent
     ("runward.multinode.nodes", "runward.views.render"): 1,
     ("runward.multinode.nodes", "runward.views.health"): 1,
     ("runward.multinode.checkpoint", "runward.views.render"): 1,

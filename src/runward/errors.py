@@ -154,3 +154,27 @@ def from_agent(err: dict, hop: str | None = None) -> RunwardError:
     e = cls(err.get("message", "agent error"), err.get("hint"), hop=hop, details=details, result=result)
     e.kind = err.get("type", cls.kind) if err.get("type") in AGENT_TYPES else cls.kind
     return e
+
+
+# A value that is not UTF-8 text (a byte of argv or the environment that did not decode) is
+# bad input where it is given (spec/inputs.py) and where a request would carry it
+# (transport/agentcall.py): both say it with these.
+UTF8_HINT = ("runward carries a run's command, env, cwd and paths to the target as UTF-8 text (JSON) "
+             "and keeps them in its records: write that byte inside the command instead, e.g. "
+             "--sh \"printf '\\377'\" (octal), or use a UTF-8 name")
+
+
+def shown_bytes(text: str) -> str:
+    """A string read from argv or the environment, shown as its bytes were: a byte that is not
+    UTF-8 (Python's surrogateescape, '\\udcff') as \\xff."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_text(value: str) -> bool:
+    """Whether a string is UTF-8 text: no byte that argv or the environment could not decode
+    (os.fsdecode's lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..agent import boot as _boot
-from ..errors import BadInput, from_agent
+from ..errors import UTF8_HINT, BadInput, from_agent, is_text, shown_bytes
 from ..cache import cache_path, read_cache, write_cache
 from ..targets import Target
 
@@ -27,7 +27,7 @@ from .diagnosis import HopWatch, RawResult, diagnose
 from .exchange import HEARTBEAT_S, Spawned, _agent_missing, _exchange  # noqa: F401  (Spawned: for callers)
 from .residentroute import (_far_key, _far_lines, _far_remember, _Resident, _RESIDENT_OPS,  # noqa: F401
                             _resident_on, _single_ssh)
-from .sshconf import HIDDEN_ENV, alive_timeout, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401
+from ..targets.sshconf import HIDDEN_ENV, alive_timeout, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401
 
 _AGENT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent")
 _SHA: str | None = None
@@ -114,7 +114,6 @@ def _refuse_undecodable(value, where: str = "") -> None:
     would fail writing it into its records (a traceback, exit 3). The verbs name their own
     arguments first (inputs.refuse_undecodable); this names the request's field."""
     if isinstance(value, str):
-        from ..spec.inputs import UTF8_HINT, is_text, shown_bytes
         if not is_text(value):
             raise BadInput(f"{where.lstrip('.') or 'a value'} '{shown_bytes(value)}' is not UTF-8 text", UTF8_HINT)
     elif isinstance(value, dict):

@@ -9,7 +9,7 @@ import re
 
 from ..errors import AgentError, HopFailed, RunwardError, Unreachable
 from .exchange import _exchange
-from .sshconf import ssh_base
+from ..targets.sshconf import ssh_base
 from ..targets import Hop, Target
 
 
@@ -160,7 +160,7 @@ def link_stopped(hop: Hop, details: dict | None = None) -> Unreachable | None:
     control master that carried it is gone too, it ended on its keepalive, the link silent.
     Said as status says it, Unreachable; None where the master still answers (or none can be
     asked)."""
-    from .sshconf import ssh_alive_options
+    from ..targets.sshconf import ssh_alive_options
     try:
         rc = _exchange(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
     except (RunwardError, OSError):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..errors import HopFailed
-from .sshconf import child_environ
+from ..targets.sshconf import child_environ
 
 
 DECIDE_S = 10.0  # how long an interrupted start waits for the far side's decision
@@ -358,7 +358,7 @@ class Spawned:
 # ssh's ControlPersist master is the call's own ssh, forked into the background by daemon(3)
 # with nochdir: it would keep the caller's directory busy for as long as it lives (`umount`:
 # "target is busy"). posix_spawn cannot change directory, so ssh is started from / by a
-# shell that execs it (the same pid); its argv names no relative path (sshconf.ssh_base).
+# shell that execs it (the same pid); its argv names no relative path (targets/sshconf.ssh_base).
 _FROM_ROOT = 'cd / && exec "$0" "$@"'
 
 

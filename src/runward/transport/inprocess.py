@@ -28,7 +28,7 @@ def wanted(target, req: dict, payload, late, timeout=None) -> bool:
     its call's event sink in module globals, and its lock wait arms SIGALRM, which only the
     main thread may. Not for an engine's target (its status asks the engine: left as it was), nor
     with a home of the target's own, nor when a value of ours is kept out of our children's
-    environment (sshconf.HIDDEN_ENV): a spawned agent would not see it. Not with a timeout
+    environment (targets/sshconf.HIDDEN_ENV): a spawned agent would not see it. Not with a timeout
     (an interrupted start's look at its run: 5 s at most): a spawned agent is killed when it
     is up, this process cannot cut its own read short (a status waits up to 15 s for
     nvidia-smi, a /proc read of a stuck process for ever)."""
@@ -39,7 +39,7 @@ def wanted(target, req: dict, payload, late, timeout=None) -> bool:
     threading = sys.modules.get("threading")
     if threading is not None and threading.current_thread() is not threading.main_thread():
         return False
-    from .sshconf import HIDDEN_ENV
+    from ..targets.sshconf import HIDDEN_ENV
     return not req.get("home") and not HIDDEN_ENV
 
 

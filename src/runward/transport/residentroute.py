@@ -13,7 +13,7 @@ import sys
 from ..cache import cache_path, make_private_dir, read_cache, write_cache
 from ..errors import HopFailed, RunwardError
 from .exchange import _agent_missing, _exchange, _Replies
-from .sshconf import control_dir, ssh_base
+from ..targets.sshconf import control_dir, ssh_base
 from .sshresolve import resolved
 from ..targets import Target
 
