@@ -23,7 +23,7 @@ from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
 # so the verbs, the tests and users call api.X as before.
-from .gpumap import _held, _name_holders, gpus  # noqa: F401
+from .gpumap import gpus, held_line, name_holders  # noqa: F401  (gpus: api.gpus)
 from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)
 from .spec.restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
@@ -86,8 +86,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     except RunwardError as e:
         res = e.result or {}
         if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):
-            if _name_holders(target, res["gpus"], res.get("pidns"), res.get("home_id")):
-                res["gpus_held"] = [_held(g, "holds") for g in res["gpus"] if not g.get("free")]
+            if name_holders(target, res["gpus"], res.get("pidns"), res.get("home_id")):
+                res["gpus_held"] = [held_line(g, "holds") for g in res["gpus"] if not g.get("free")]
                 e.message = f"GPUs not free after {res.get('timeout_s', 0):g}s: " + "; ".join(res["gpus_held"])
         raise
 
@@ -96,9 +96,9 @@ def _agent_itself_killed(target: Target, e: RunwardError) -> bool:
     """The call failed because its agent was killed (not its link or client): a local agent
     ended by a signal, or the far wrapper's 'the agent was killed by signal N'."""
     import re
-    from .transport.diagnosis import _KILLED_PAT
+    from .transport.diagnosis import KILLED_PAT
     rc = e.details.get("exit_status")
-    return bool(re.search(_KILLED_PAT, str(e.details.get("stderr_tail") or ""))
+    return bool(re.search(KILLED_PAT, str(e.details.get("stderr_tail") or ""))
                 or (target.is_local and isinstance(rc, int) and rc < 0))
 
 
@@ -151,9 +151,9 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
                           result=res)
     rel = res.get("gpu_release") or {}
     if rel.get("checked") and not rel.get("verified"):
-        if rel.get("gpus") and not rel.get("pids_are_local", True) and _name_holders(
+        if rel.get("gpus") and not rel.get("pids_are_local", True) and name_holders(
                 target, rel["gpus"], rel.get("pidns"), rel.get("home_id")):
-            res["gpus_held"] = [_held(g) for g in rel["gpus"] if not g.get("released")]
+            res["gpus_held"] = [held_line(g) for g in rel["gpus"] if not g.get("released")]
         held = "; ".join(res.get("gpus_held") or [rel.get("message", "GPU release not verified")])
         raise NotVerified(f"{name}: every process is dead, but {held}"
                           + (f" after {rel['timeout_s']:g}s" if rel.get("timeout_s") is not None else ""),

@@ -6,10 +6,10 @@ from __future__ import annotations
 from ..errors import BadInput
 from . import Outcome, single
 from .common import config_dir, did_you_mean, load_config, target_of
-from .push import _sync, _SyncOptions
+from .push import sync_kwargs, SyncOptions
 
 
-class DeployOptions(_SyncOptions):
+class DeployOptions(SyncOptions):
     """What `runward deploy` takes (verbs/deploy.py's flags)."""
     name: str | None = None
 
@@ -33,10 +33,10 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
     nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes:  # a run over several nodes: its files on every node, each checked there
         from ..multinode import deploy as multideploy
-        res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **_sync(opts))
+        res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **sync_kwargs(opts))
         outcome = on_nodes.outcome("deploy", res, code)
         outcome.text = lambda: multideploy.render_deploy(res)
         return outcome
     res = _files.push(target, run_cfg["files"], run=opts.name, progress=progress, base=config_dir(cfg),
-                      **_sync(opts))
+                      **sync_kwargs(opts))
     return single("deploy", target, res, lambda: describe(res, target, "deployed"))

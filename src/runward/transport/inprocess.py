@@ -6,7 +6,7 @@ long-lived MCP server keep one agent process per call, isolated), the target `lo
 ops that only read (status). A local agent is this same interpreter (sys.executable) on
 this same machine, user, RUNWARD_HOME and environment, so it sees what a spawned one would
 see; it answers through the same serve() and the same reply lines, read by the same
-_Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
+Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
 What a spawned agent would have done apart from that and what would be lost here: nothing a
 status does (no signal, no fork, no exit, no child left: the py-spy it runs on a stall's first
 sight is waited for; it writes only its runs' side state), and the CLI ends right after.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 
-from .exchange import _Replies
+from .exchange import Replies
 
 OPS = frozenset(("status",))  # read-only, one reply, nothing left running
 ON = []  # [True] once cli.main has said this process is the CLI's
@@ -44,10 +44,10 @@ def wanted(target, req: dict, payload, late, timeout=None) -> bool:
 
 
 class _Lines(io.RawIOBase):
-    """The agent's stdout: each complete line handed to _Replies as it is written, so a
+    """The agent's stdout: each complete line handed to Replies as it is written, so a
     notice (a lock waited on) is said while the call waits, as from a spawned agent."""
 
-    def __init__(self, got: _Replies):
+    def __init__(self, got: Replies):
         self.got, self.buf = got, b""
 
     def writable(self) -> bool:
@@ -73,6 +73,6 @@ def call(req: dict, on_event) -> dict | None:
         make_private_dir(local_home())
     except OSError:
         pass  # not ours alone: the op itself says so, as it would to a spawned agent
-    got = _Replies(on_event)
+    got = Replies(on_event)
     agent_main.serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))
     return got.reply
