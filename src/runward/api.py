@@ -26,8 +26,8 @@ from .targets import Target
 from .gpumap import gpus, held_line, name_holders  # noqa: F401  (gpus: api.gpus)
 from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)
-from .spec.restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
-                          changes, check_start, code_changes)
+from .spec.restartspec import (after_stop, changes, check_notify_kept, check_start, code_changes,  # noqa: F401
+                               restart_kwargs, start_kwargs)
 
 
 
@@ -206,12 +206,12 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
                        f"runward stop {name}, then runward start {name} (every node: docs/multinode.md)")
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
-    kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
+    kw = restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
     check_start(name, kw)
     if kw.get("cwd") and kw["cwd"] in (last.get("cwd_missing") or ()):  # the start would refuse it, after the stop
         raise BadInput(f"{name}: working directory does not exist on the target: {kw['cwd']} (nothing was stopped)",
                        "create it, or pass an existing --cwd")
-    _check_notify_kept(name, kw)
+    check_notify_kept(name, kw)
     noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
@@ -239,14 +239,14 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         except RunwardError as e:
             e.details["failed_step"] = "deploy"
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
-            raise _after_stop(e) from None
+            raise after_stop(e) from None
     began.append("start")
     try:
-        res = start(target, name, gate=gate, reply_hashes=True, **_start_kwargs(kw))
+        res = start(target, name, gate=gate, reply_hashes=True, **start_kwargs(kw))
     except RunwardError as e:
         e.details["failed_step"] = "start"
         e.message = f"restart failed at step 'start': {e.message} (the old attempt was stopped)"
-        raise _after_stop(e) from None
+        raise after_stop(e) from None
     code = code_changes(last.get("hashes"), res.pop("hashes", None))
     if code["changed"]:
         changed["code"] = code["changed"]
