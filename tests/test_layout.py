@@ -221,7 +221,7 @@ NEVER_IMPORTS = {
     "runward.multinode": ("runward.operations", "runward.views"),
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
 }
-STILL_UPWARD = {  # (importer, imported module): names imported; multinode returns data next
+STILL_UPWARD = {  # (importer, imported module): names imported; multinode's text, views' helpers
     ("runward.multinode.nodes", "runward.views.render"): 1,
     ("runward.multinode.nodes", "runward.views.health"): 1,
     ("runward.multinode.checkpoint", "runward.views.render"): 1,
