@@ -17,7 +17,6 @@ from collections.abc import Callable
 from .transport import agentcall as transport
 from .agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 from .errors import BadInput, NotVerified, RunwardError
-from .spec import restartgate
 from .spec.options import OPTS, refuse
 from .targets import Target
 
@@ -222,6 +221,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
                                                      lock_timeout=lock_timeout, gpu_timeout=gpu_timeout, gpu_gate=True,
                                                      checkpoint=checkpoint, on_begun=lambda: began.append("stop:begun"))})
     except NotVerified as e:
+        from .spec import restartgate  # here: status, which imports api, never needs it
         gate = restartgate.from_stop(e)
         if gate is None:
             e.details["failed_step"] = "stop"
@@ -252,6 +252,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         changed["code"] = code["changed"]
     steps.append({"step": "start", "result": res})
     if res.get("state") == "blocked":
+        from .spec import restartgate
         raise restartgate.blocked(name, {"name": name, "steps": steps, "attempt": res.get("attempt"),
                                          "state": "blocked", "blocked": res.get("blocked"),
                                          "last_attempt": last.get("attempt"), "changed": changed, "code": code})
