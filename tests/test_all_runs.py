@@ -11,7 +11,7 @@ import pytest
 
 import testbed
 from conftest import alive
-from runward.operations.common import all_runs_code
+from runward.transport.fanout import worst_code
 
 
 def _config(cli, tmp_path, far_home: str, extra: str = "") -> None:
@@ -91,7 +91,7 @@ def test_all_needs_runs_and_takes_no_name_target_or_command(cli, tmp_path):
     ([], 0), ([4, 2], 2), ([1, 2, 4], 1), ([1, 3], 3), ([3, 5, 1], 5), ([4], 4)])
 def test_the_worst_code_rule(codes, worst):
     results = [{"ok": True}] + [{"ok": False, "error": {"exit_code": c}} for c in codes]
-    assert all_runs_code(results) == worst
+    assert worst_code(results) == worst
 
 
 def test_status_all_and_a_project_status_honour_runward_toml_ssh_config(cli, tmp_path):

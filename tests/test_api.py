@@ -156,12 +156,12 @@ def test_a_wrong_mcp_section_is_bad_config(cli):
 
 
 def test_parallel_keeps_order_bounds_threads_and_raises_after_all_ended():
-    """api.parallel (fan-out over hosts and runs): results in the order given, at most LIMIT
+    """transport.fanout.parallel (fan-out over hosts and runs): results in the order given, at most LIMIT
     at once, and an item's failure raised only once every other item ran to its end."""
     import threading
     import time
 
-    from runward.api import parallel
+    from runward.transport.fanout import parallel
     live, most, lock, ended = [0], [0], threading.Lock(), []
 
     def fn(x):

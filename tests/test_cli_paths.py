@@ -17,7 +17,7 @@ from runward.errors import HopFailed
 
 
 def _run(argv, stdin=b"", timeout=None):
-    return transport._exchange(argv, stdin, None, None, timeout)
+    return transport.run_call(argv, stdin, None, None, timeout)
 
 
 def test_the_child_inherits_no_descriptor_but_0_1_2():

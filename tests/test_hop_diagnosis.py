@@ -220,7 +220,7 @@ def test_a_probe_under_way_ends_with_the_call_that_asked_it(tcli, tmp_path):
 def _master_port(home: Path, monkeypatch) -> int:
     """The local TCP port of this CLI home's ssh control master (its own connection)."""
     monkeypatch.setenv("RUNWARD_HOME", str(home))
-    from runward.transport.sshconf import control_dir
+    from runward.targets.sshconf import control_dir
     d = control_dir()
     pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _cmd(int(p)).startswith(f"ssh: {d}/"))
     inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")

@@ -221,11 +221,7 @@ NEVER_IMPORTS = {
     "runward.multinode": ("runward.operations", "runward.views"),
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
 }
-STILL_UPWARD = {  # (importer, imported module): names imported; multinode returns data next
-    ("runward.transport.agentcall", "runward.spec.inputs"): 3,  # a reply's bytes said as text
-    ("runward.spec.inputs", "runward.transport.sshconf"): 1,  # HIDDEN_ENV: names never sent
-    ("runward.multinode.nodes", "runward.operations"): 3,  # Outcome: the nodes' answers
-    ("runward.multinode.nodes", "runward.operations.common"): 3,
+STILL_UPWARD = {  # (importer, imported module): names imported; multinode's text, views' helpers
     ("runward.multinode.nodes", "runward.views.render"): 1,
     ("runward.multinode.nodes", "runward.views.health"): 1,
     ("runward.multinode.checkpoint", "runward.views.render"): 1,

@@ -205,12 +205,12 @@ def spy(monkeypatch, tmp_path):
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))  # the cli fixture's home
     monkeypatch.setattr(transport, "_SOURCE", None)
     heads = []
-    real = transport._exchange
+    real = transport.run_call
 
     def exchange(argv, head, *a, **kw):
         heads.append(head.split(b"\n", 1)[0].split()[0])  # the source length sent
         return real(argv, head, *a, **kw)
-    monkeypatch.setattr(transport, "_exchange", exchange)
+    monkeypatch.setattr(transport, "run_call", exchange)
     return heads
 
 

@@ -153,7 +153,7 @@ def test_a_relay_that_has_stopped_is_not_waited_for(tmp_path):
         os.kill(pid, signal.SIGSTOP)
         wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "Tt",
                  what="the relay to stop")
-        r = residentroute._Resident(parse_target("ssh://rw1"), {"op": "status"}, None, "sha key", ["@sha key\tx"])
+        r = residentroute.Resident(parse_target("ssh://rw1"), {"op": "status"}, None, "sha key", ["@sha key\tx"])
         r.forward = str(forward)  # a file, not a socket: the forward leads nowhere (as a master gone)
         got = []
         t = threading.Thread(target=lambda: got.append(r.call("sha", b'{"v": 1, "op": "status"}\n', None, None)),

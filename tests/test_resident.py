@@ -30,7 +30,7 @@ RESIDENT = boot.RESIDENT_ARG.encode()
 
 
 def test_the_cli_sends_the_agents_read_only_verbs_only():
-    assert transport._RESIDENT_OPS == resident.OPS
+    assert transport.RESIDENT_OPS == resident.OPS
     assert not {"start", "stop", "kill", "exec", "push", "doctor", "watch"} & resident.OPS
 
 
@@ -46,10 +46,10 @@ def test_the_cli_sends_the_agents_read_only_verbs_only():
 ])
 def test_which_calls_may_go_to_a_resident(on, req, payload, wanted, monkeypatch, tmp_path):
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
-    r = transport._Resident(parse_target(on), req, payload, "sha key", [])
+    r = transport.Resident(parse_target(on), req, payload, "sha key", [])
     assert r.wanted is wanted
     monkeypatch.setenv("RUNWARD_RESIDENT", "0")
-    assert not transport._Resident(parse_target(on), req, payload, "sha key", []).wanted
+    assert not transport.Resident(parse_target(on), req, payload, "sha key", []).wanted
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def far(tmp_path, monkeypatch):
             return transport.call(target, dict(req), **kw)
 
         def entry(self):
-            return f"{transport.agent_sha()} {transport._far_key(target)}"
+            return f"{transport.agent_sha()} {transport.far_key(target)}"
 
         def listening(self):
             """The resident's socket once it accepts connections (a stale one refuses)."""
@@ -96,7 +96,7 @@ def far(tmp_path, monkeypatch):
 
 def _records(entry: str) -> list[str]:
     """The states cache/far-agents records for a far side's resident, oldest first."""
-    return [ln.split("\t")[1] for ln in transport._far_lines() if ln.startswith("@" + entry + "\t")]
+    return [ln.split("\t")[1] for ln in transport.far_lines() if ln.startswith("@" + entry + "\t")]
 
 
 def _lock_holder(cache: Path) -> int | None:
@@ -230,7 +230,7 @@ def test_a_forward_that_never_answers_is_given_up(far):
     Two such tries and the far side is left alone (for this agent version)."""
     far.call({"op": "status"})  # the ordinary way: the source is cached there
     entry = far.entry()
-    transport._far_remember(f"@{entry}\tdeadbeef0000", entry.split()[0], transport._far_lines())
+    transport.far_remember(f"@{entry}\tdeadbeef0000", entry.split()[0], transport.far_lines())
     path = Path(transport.control_dir()) / "r-deadbeef0000"
     path.unlink(missing_ok=True)
     srv = socket.socket(socket.AF_UNIX)
@@ -252,7 +252,7 @@ def test_a_forward_that_never_answers_is_given_up(far):
             res = far.call({"op": "status"})
             assert transport.LAST_ROUTE == "exec" and res["runs"] == []
             assert len(accepted) == want
-        assert [ln for ln in transport._far_lines() if ln.startswith("@" + entry)][-2:] == [
+        assert [ln for ln in transport.far_lines() if ln.startswith("@" + entry)][-2:] == [
             f"@{entry}\t!", f"@{entry}\t!"]
     finally:
         srv.close()
@@ -263,7 +263,7 @@ def test_a_host_that_refuses_unix_socket_forwarding_is_given_up(far):
     answers; the forward is tried twice, then never again for this agent version."""
     testbed.require("nofwd")
     target = parse_target("ssh://rw-nofwd", home=far.home, python="/usr/bin/python3")
-    entry = f"{transport.agent_sha()} {transport._far_key(target)}"
+    entry = f"{transport.agent_sha()} {transport.far_key(target)}"
     routes, records = [], []
     for _ in range(5):
         res = transport.call(target, {"op": "status"})
@@ -275,7 +275,7 @@ def test_a_host_that_refuses_unix_socket_forwarding_is_given_up(far):
     assert records[0] and records[0][0].isalnum()     # the forward, set up after the first call
     assert records[1][1:] == ["!"] and records[2][1:] == ["!", "!"]
     assert records[4] == records[2]                    # no third try
-    assert transport._Resident(target, {"op": "status"}, None, entry, transport._far_lines()).wanted is False
+    assert transport.Resident(target, {"op": "status"}, None, entry, transport.far_lines()).wanted is False
 
 
 def test_it_refuses_another_agent_version(far):
@@ -310,9 +310,9 @@ def test_a_forward_record_is_only_ever_a_name_we_made(monkeypatch, tmp_path):
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path))
     t = parse_target("ssh://rw1")
     for bad in ("../../tmp/x", "a/b", ""):
-        r = transport._Resident(t, {"op": "status"}, None, "sha key", [f"@sha key\t{bad}"])
+        r = transport.Resident(t, {"op": "status"}, None, "sha key", [f"@sha key\t{bad}"])
         assert r.wanted and r.forward is None
-    r = transport._Resident(t, {"op": "status"}, None, "sha key", ["@sha key\tab12"])
+    r = transport.Resident(t, {"op": "status"}, None, "sha key", ["@sha key\tab12"])
     assert r.forward == os.path.join(transport.control_dir(), "r-ab12")
 
 

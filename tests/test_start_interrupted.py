@@ -217,7 +217,7 @@ def test_the_wait_for_the_targets_word_survives_a_gone_terminal_and_a_second_ctr
                       (KeyboardInterrupt(), {"gave_up": True})):
         proc = exchange.Spawned(["sh", "-c", f"sleep 0.3; echo '{line}'; exec sleep 30"])
         seen: list[dict] = []
-        got = exchange._Replies(lambda ev: seen.append(ev) if "started" in ev else None)
+        got = exchange.Replies(lambda ev: seen.append(ev) if "started" in ev else None)
         monkeypatch.setattr(_sys, "stderr", Gone(exc))
         try:
             assert exchange._await_decision(proc, got, seen) == want

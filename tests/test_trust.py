@@ -443,7 +443,7 @@ def test_restart_with_a_typed_value_stops_reading_it_from_elsewhere(monkeypatch)
     monkeypatch.setenv("RW_STILL_HERE", "from-env")
     spec = {"env": {"LR": "0.1", "HF_TOKEN": "[secret]"}, "env_from": {"RW_GONE_NOW": "environment",
                                                                       "RW_STILL_HERE": "environment"}}
-    kw = api._restart_kwargs(spec, {"env": {"RW_GONE_NOW": "typed"}, "env_from": {}, "settle": None})
+    kw = api.restart_kwargs(spec, {"env": {"RW_GONE_NOW": "typed"}, "env_from": {}, "settle": None})
     assert kw["env"] == {"LR": "0.1", "HF_TOKEN": "[secret]", "RW_GONE_NOW": "typed", "RW_STILL_HERE": "from-env"}
     assert kw["env_from"] == {"RW_STILL_HERE": "environment"} and kw["reuse_env"] is True
 

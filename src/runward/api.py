@@ -22,12 +22,11 @@ from .targets import Target
 
 # Split by concern (each module's docstring says its own); every public name is still api's,
 # so the verbs, the tests and users call api.X as before.
-from .multinode.fanout import FANOUT, fan_out, fan_out_runs, join, parallel  # noqa: F401
-from .gpumap import _held, _name_holders, gpus  # noqa: F401
+from .gpumap import gpus, held_line, name_holders  # noqa: F401  (gpus: api.gpus)
 from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)
-from .spec.restartspec import (_after_stop, _check_notify_kept, _restart_kwargs, _start_kwargs,  # noqa: F401
-                          changes, check_start, code_changes)
+from .spec.restartspec import (after_stop, changes, check_notify_kept, check_start, code_changes,  # noqa: F401
+                               restart_kwargs, start_kwargs)
 
 
 
@@ -52,7 +51,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     gets {"started": {"attempt", "pid"}} once the job is launched, before its settle period.
     multinode: this node's part of a multi-node run (multinode/nodes.py), kept in its record.
     late(request): completes the request just before it is sent (transport.call's late).
-    gate: restart's GPU gate (multinode/restartgate.py): the job waits on the target until they are released.
+    gate: restart's GPU gate (spec/restartgate.py): the job waits on the target until they are released.
     snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's).
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     unknown = sorted(set(declared) - set(START_REQUEST))
@@ -89,8 +88,8 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     except RunwardError as e:
         res = e.result or {}
         if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):
-            if _name_holders(target, res["gpus"], res.get("pidns"), res.get("home_id")):
-                res["gpus_held"] = [_held(g, "holds") for g in res["gpus"] if not g.get("free")]
+            if name_holders(target, res["gpus"], res.get("pidns"), res.get("home_id")):
+                res["gpus_held"] = [held_line(g, "holds") for g in res["gpus"] if not g.get("free")]
                 e.message = f"GPUs not free after {res.get('timeout_s', 0):g}s: " + "; ".join(res["gpus_held"])
         raise
 
@@ -99,9 +98,9 @@ def _agent_itself_killed(target: Target, e: RunwardError) -> bool:
     """The call failed because its agent was killed (not its link or client): a local agent
     ended by a signal, or the far wrapper's 'the agent was killed by signal N'."""
     import re
-    from .transport.diagnosis import _KILLED_PAT
+    from .transport.diagnosis import KILLED_PAT
     rc = e.details.get("exit_status")
-    return bool(re.search(_KILLED_PAT, str(e.details.get("stderr_tail") or ""))
+    return bool(re.search(KILLED_PAT, str(e.details.get("stderr_tail") or ""))
                 or (target.is_local and isinstance(rc, int) and rc < 0))
 
 
@@ -154,9 +153,9 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
                           result=res)
     rel = res.get("gpu_release") or {}
     if rel.get("checked") and not rel.get("verified"):
-        if rel.get("gpus") and not rel.get("pids_are_local", True) and _name_holders(
+        if rel.get("gpus") and not rel.get("pids_are_local", True) and name_holders(
                 target, rel["gpus"], rel.get("pidns"), rel.get("home_id")):
-            res["gpus_held"] = [_held(g) for g in rel["gpus"] if not g.get("released")]
+            res["gpus_held"] = [held_line(g) for g in rel["gpus"] if not g.get("released")]
         held = "; ".join(res.get("gpus_held") or [rel.get("message", "GPU release not verified")])
         raise NotVerified(f"{name}: every process is dead, but {held}"
                           + (f" after {rel['timeout_s']:g}s" if rel.get("timeout_s") is not None else ""),
@@ -193,7 +192,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
     began, when given, gets each step's name as it begins ("stop", "stop:begun" once the
     target's agent took the stop, "deploy", "start"): what a Ctrl-C interrupted.
     Every process verified dead but the GPUs still held after gpu_timeout: the new attempt
-    waits on the target and starts by itself once they are released (multinode/restartgate.py); the
+    waits on the target and starts by itself once they are released (spec/restartgate.py); the
     result then says blocked, raised as NotVerified (exit 5)."""
     steps: list[dict] = []
     began = [] if began is None else began
@@ -209,12 +208,12 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
                        f"runward stop {name}, then runward start {name} (every node: docs/multinode.md)")
     # the start's arguments before anything is stopped: an env_from value that cannot be
     # read again is bad input, and must leave the run running
-    kw = _restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
+    kw = restart_kwargs(last.get("spec") or {}, overrides, definition=definition, keep_env=keep_env)
     check_start(name, kw)
     if kw.get("cwd") and kw["cwd"] in (last.get("cwd_missing") or ()):  # the start would refuse it, after the stop
         raise BadInput(f"{name}: working directory does not exist on the target: {kw['cwd']} (nothing was stopped)",
                        "create it, or pass an existing --cwd")
-    _check_notify_kept(name, kw)
+    check_notify_kept(name, kw)
     noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)
     kw["lock_timeout"] = lock_timeout
@@ -225,7 +224,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
                                                      lock_timeout=lock_timeout, gpu_timeout=gpu_timeout, gpu_gate=True,
                                                      checkpoint=checkpoint, on_begun=lambda: began.append("stop:begun"))})
     except NotVerified as e:
-        from .multinode import restartgate
+        from .spec import restartgate  # here: status, which imports api, never needs it
         gate = restartgate.from_stop(e)
         if gate is None:
             e.details["failed_step"] = "stop"
@@ -243,20 +242,20 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         except RunwardError as e:
             e.details["failed_step"] = "deploy"
             e.message = f"restart stopped at step 'deploy': {e.message} (the run is stopped)"
-            raise _after_stop(e) from None
+            raise after_stop(e) from None
     began.append("start")
     try:
-        res = start(target, name, gate=gate, reply_hashes=True, **_start_kwargs(kw))
+        res = start(target, name, gate=gate, reply_hashes=True, **start_kwargs(kw))
     except RunwardError as e:
         e.details["failed_step"] = "start"
         e.message = f"restart failed at step 'start': {e.message} (the old attempt was stopped)"
-        raise _after_stop(e) from None
+        raise after_stop(e) from None
     code = code_changes(last.get("hashes"), res.pop("hashes", None))
     if code["changed"]:
         changed["code"] = code["changed"]
     steps.append({"step": "start", "result": res})
     if res.get("state") == "blocked":
-        from .multinode import restartgate
+        from .spec import restartgate
         raise restartgate.blocked(name, {"name": name, "steps": steps, "attempt": res.get("attempt"),
                                          "state": "blocked", "blocked": res.get("blocked"),
                                          "last_attempt": last.get("attempt"), "changed": changed, "code": code})

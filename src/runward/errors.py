@@ -125,7 +125,7 @@ AGENT_INTERNAL_TYPES = ("AgentMissing",)
 DOCUMENT_TYPES = {
     "Alert": (EXIT_FAILED,),       # watch: a health alert (verbs/watch.py)
     "Refused": (EXIT_BAD_INPUT,),  # the MCP server's policy refused a tool call (mcp/server.py)
-    # a multi-node verb that failed on a node: the worst node's code (multinode.outcome)
+    # a multi-node verb that failed on a node: the worst node's code (operations/nodes.outcome)
     "NodesFailed": (EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED),
 }
 
@@ -154,3 +154,27 @@ def from_agent(err: dict, hop: str | None = None) -> RunwardError:
     e = cls(err.get("message", "agent error"), err.get("hint"), hop=hop, details=details, result=result)
     e.kind = err.get("type", cls.kind) if err.get("type") in AGENT_TYPES else cls.kind
     return e
+
+
+# A value that is not UTF-8 text (a byte of argv or the environment that did not decode) is
+# bad input where it is given (spec/inputs.py) and where a request would carry it
+# (transport/agentcall.py): both say it with these.
+UTF8_HINT = ("runward carries a run's command, env, cwd and paths to the target as UTF-8 text (JSON) "
+             "and keeps them in its records: write that byte inside the command instead, e.g. "
+             "--sh \"printf '\\377'\" (octal), or use a UTF-8 name")
+
+
+def shown_bytes(text: str) -> str:
+    """A string read from argv or the environment, shown as its bytes were: a byte that is not
+    UTF-8 (Python's surrogateescape, '\\udcff') as \\xff."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_text(value: str) -> bool:
+    """Whether a string is UTF-8 text: no byte that argv or the environment could not decode
+    (os.fsdecode's lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

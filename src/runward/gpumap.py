@@ -10,7 +10,7 @@ from .errors import BadInput, RunwardError
 from .targets import Target
 
 
-def _held(g: dict, verb: str = "still holds") -> str:
+def held_line(g: dict, verb: str = "still holds") -> str:
     from .agent import boot  # the message the agent prints too, shared on purpose
     return boot.held_message(g, verb)
 
@@ -79,7 +79,7 @@ def _map_host_pids(target: Target, procs: list[dict], pidns: str | None, home_id
                      + (f" (its run marker: {i['run']}.{i['attempt']})" if i.get("run") else ""))
 
 
-def _name_holders(target: Target, states: list[dict], pidns: str | None, home_id: str | None) -> bool:
+def name_holders(target: Target, states: list[dict], pidns: str | None, home_id: str | None) -> bool:
     """Best effort: name the holders of a GPU through the host (stop/start answers inside a
     container). False when there is no host hop or it could not be read."""
     if not target.hops or target.host_prefix().hops == target.hops:

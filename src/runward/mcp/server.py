@@ -27,6 +27,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from .. import library
+from ..spec.config import load as load_config
 from . import args as mcpargs, tasks as mcptasks, tools as mcptools
 from ..errors import EXIT_BAD_INPUT, RunwardError
 from .tools import TOOLS
@@ -168,13 +169,13 @@ class Server:
         self.policy = policy
         # start/stop/watch as MCP tasks, for clients that ask; a task id passes the policy as a call would
         self.tasks = mcptasks.Tasks(config, lambda verb, on, name: refusal(
-            verb, on, name, {}, policy, library._config(config)))
+            verb, on, name, {}, policy, load_config(config)))
 
     async def call(self, ctx: Context, verb: str, fn: Callable[[], library.Result], *, on: str | None = None,
                    name: str | None = None, args: dict | None = None, expect_s: float | None = None,
                    ready: str | None = None) -> CallToolResult:
         try:
-            cfg = library._config(self.config)
+            cfg = load_config(self.config)
             doc = refusal(verb, on, name, args or {}, self.policy, cfg)
         except RunwardError as e:
             doc = {"ok": False, "command": verb, "error": e.to_dict()}

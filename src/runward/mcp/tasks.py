@@ -35,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 
 from .. import library
+from ..spec.config import load as load_config
 from ..agent.runspec import READY_TIMEOUT_S  # start --ready-timeout's default: the MCP tool takes no other
 from ..errors import RunwardError
 
@@ -140,7 +141,7 @@ class Tasks(Extension):
         box = _BOX.get()
         if box is None or verb not in VERBS or name is None:
             return None
-        target = str(library._config(self.config).target(on, name))
+        target = str(load_config(self.config).target(on, name))
         before = await anyio.to_thread.run_sync(lambda: _attempt_now(name, target, self.config))
         if verb != "start" and before is None:
             return None

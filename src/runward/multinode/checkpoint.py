@@ -7,15 +7,15 @@ collective save (every rank writes its shard, then a barrier) would then hang or
 from __future__ import annotations
 
 from ..transport import agentcall as transport
+from ..transport.fanout import fan_out_runs
 from ..errors import BadInput
 
 
 def before_stop(nodes, name: str, checkpoint: dict, lock_timeout: float | None) -> list[dict]:
     """Each node's checkpoint step, in rank order. Refused on every node (bad input: nothing
     to wait for, a bad regex), nothing was signalled: BadInput, and nothing is stopped."""
-    from .. import api
     req = {"op": "checkpoint", "name": name, "checkpoint": checkpoint, "lock_timeout": lock_timeout}
-    got = api.fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda _, t: transport.call(t, dict(req)))
+    got = fan_out_runs([(str(i), t) for i, t in enumerate(nodes)], lambda _, t: transport.call(t, dict(req)))
     rows = []
     for i, (t, r) in enumerate(zip(nodes, got)):
         row = {"rank": i, "target": t.display(), "ok": r["ok"]}

@@ -7,15 +7,17 @@ node (verified), then start every node (multinode.start: all or nothing, rolled 
 from __future__ import annotations
 
 from .. import api, files
-from . import nodes as multinode, restartgate
+from . import nodes as multinode
 from ..errors import EXIT_OK
+from ..spec import restartgate
 from ..targets import Target
+from ..transport.fanout import fan_out_runs, worst_code
 
 
 def deploy(nodes: list[Target], name: str, specs: list[str], *, base: str | None = None, **opts) -> tuple[dict, int]:
     """specs pushed to every node in parallel, each verified there: (result, exit code). A
     node's failure is its own row; the exit code is the worst node's."""
-    results = api.fan_out_runs([(str(i), t) for i, t in enumerate(nodes)],
+    results = fan_out_runs([(str(i), t) for i, t in enumerate(nodes)],
                                lambda _, t: files.push(t, specs, run=name, base=base, progress=False, **opts))
     rows = [{"rank": i, "target": t.display(), **_outcome(r)} for i, (t, r) in enumerate(zip(nodes, results))]
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "dry_run": bool(opts.get("dry_run"))}
@@ -25,7 +27,7 @@ def deploy(nodes: list[Target], name: str, specs: list[str], *, base: str | None
             f"node {r['rank']} ({r['target']}): {r['error']['message']}" for r in failed)
     else:
         res["verified"] = ["sha256_on_every_node"]
-    return res, multinode.worst_code(rows)
+    return res, worst_code(rows)
 
 
 def _outcome(r: dict) -> dict:

@@ -6,15 +6,9 @@ from __future__ import annotations
 
 import os
 
-from ..errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED, EXIT_OK, EXIT_UNREACHABLE,
-                      BadInput)
+from ..errors import EXIT_OK, BadInput
+from ..transport.fanout import fan_out, fan_out_runs, worst_code
 from . import Outcome
-
-# `start/stop/restart --all`: the exit code is that of the worst run, worst first: done but
-# not verified (something may be half done: a survivor, GPUs held, alive but not ready),
-# unreachable (that run's state is unknown), failed (verified), refused as bad input
-# (nothing done), no such run (nothing there). docs/cli.md, "Several runs at once".
-ALL_RUNS_WORST_FIRST = (EXIT_NOT_VERIFIED, EXIT_UNREACHABLE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_SUCH_RUN)
 
 
 def load_config(opts):
@@ -131,20 +125,10 @@ def suggest_for(opts, e) -> None:
         e.details["did_you_mean"] = hint
 
 
-def all_runs_code(results: list[dict]) -> int:
-    """The exit code of several runs' results: 0 when every one was verified, else the
-    worst failure's code (ALL_RUNS_WORST_FIRST)."""
-    codes = {r["error"].get("exit_code", EXIT_FAILED) for r in results if not r["ok"]}
-    if not codes:
-        return EXIT_OK
-    return next((c for c in ALL_RUNS_WORST_FIRST if c in codes), max(codes))
-
-
 def on_runs(opts, cfg, command: str, one, render) -> Outcome:
     """`COMMAND --all`: one(name, target) for every run of runward.toml, each on its own
-    target, in parallel (api.fan_out_runs); one section per run, or one JSON document
-    {"runs": [{"name", "target", "ok", "result" | "error"}]}; exit code: all_runs_code."""
-    from .. import api
+    target, in parallel (fan_out_runs); one section per run, or one JSON document
+    {"runs": [{"name", "target", "ok", "result" | "error"}]}; exit code: worst_code."""
     if getattr(opts, "name", None):
         raise BadInput(f"both a run name ({opts.name}) and --all were given", "give one of them")
     if getattr(opts, "on", None):
@@ -153,12 +137,12 @@ def on_runs(opts, cfg, command: str, one, render) -> Outcome:
         raise BadInput("--all: no [runs] in runward.toml" + ("" if cfg.path else " (no runward.toml found)"),
                        "define runs in runward.toml, or name one run")
     runs = [(name, target_of(opts, cfg, name)) for name in cfg.runs]
-    results = api.fan_out_runs(runs, one)
+    results = fan_out_runs(runs, one)
     for r in results:
         nodes = cfg.runs.placement(r["name"]).get("nodes")
         if nodes:  # a multi-node run is where its nodes are, not local
             r["target"] = ",".join(cfg.target(t).display() for t in nodes)
-    code = all_runs_code(results)
+    code = worst_code(results)
     return Outcome(command, code, {"ok": code == EXIT_OK, "command": command, "runs": results}, lambda: "\n".join(
         f"== {r['name']} on {r['target']}\n" + _indent(render(r["result"]) if r["ok"] else _failure(r))
         for r in results))
@@ -178,11 +162,10 @@ def on_all(cfg, command: str, op, render, *, failed, exit_code, targets=None) ->
     """`COMMAND --all`: op on every named target of runward.toml (or on targets) at once, one
     section each; a target's failure is labelled failed(error); the exit code is
     exit_code(the failed results, all results)."""
-    from .. import api
     targets = cfg.named_targets() if targets is None else targets
     if not targets:
         raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
-    results = api.fan_out(targets, op)
+    results = fan_out(targets, op)
     failures = [r for r in results if not r["ok"]]
     code = exit_code(failures, results) if failures else EXIT_OK
     return Outcome(command, code, {"ok": code == EXIT_OK, "command": command, "targets": results}, lambda: "\n".join(

@@ -6,10 +6,10 @@ from __future__ import annotations
 from ..errors import BadInput
 from . import Outcome, single
 from .common import config_dir, did_you_mean, load_config, target_of
-from .push import _sync, _SyncOptions
+from .push import sync_kwargs, SyncOptions
 
 
-class DeployOptions(_SyncOptions):
+class DeployOptions(SyncOptions):
     """What `runward deploy` takes (verbs/deploy.py's flags)."""
     name: str | None = None
 
@@ -29,14 +29,14 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
     if not run_cfg or not run_cfg.get("files"):
         raise BadInput(f"run {opts.name!r} has no files in runward.toml",
                        f"add files = [\"LOCAL:REMOTE\"] to [runs.{opts.name}]")
-    from ..multinode import nodes as multinode
-    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    from . import nodes as on_nodes
+    nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes:  # a run over several nodes: its files on every node, each checked there
         from ..multinode import deploy as multideploy
-        res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **_sync(opts))
-        outcome = multinode.outcome("deploy", res, code)
+        res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **sync_kwargs(opts))
+        outcome = on_nodes.outcome("deploy", res, code)
         outcome.text = lambda: multideploy.render_deploy(res)
         return outcome
     res = _files.push(target, run_cfg["files"], run=opts.name, progress=progress, base=config_dir(cfg),
-                      **_sync(opts))
+                      **sync_kwargs(opts))
     return single("deploy", target, res, lambda: describe(res, target, "deployed"))

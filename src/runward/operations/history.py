@@ -19,13 +19,13 @@ class HistoryOptions(Targeted):
 
 def history(opts: HistoryOptions) -> Outcome:
     from .. import api
-    from ..multinode import nodes as multinode
+    from . import nodes as on_nodes
     cfg = load_config(opts)
-    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes:  # every node's history, merged: per node where they differ (multinode/history.py)
         from ..multinode import history as multihistory
         res, code = multihistory.history(nodes, opts.name)
-        outcome = multinode.outcome("history", res, code)
+        outcome = on_nodes.outcome("history", res, code)
         outcome.text = lambda: render_nodes(res)
         return outcome
     target = target_of(opts, cfg, opts.name)

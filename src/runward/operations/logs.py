@@ -28,7 +28,7 @@ def logs(opts: LogsOptions, on_line=None) -> Outcome:
     """ON_LINE(event) gets a follow's events as they come: {"line": ...} or {"switch": PATH}
     (the log rotated or a restart began a new one); the document holds every line either way."""
     from .. import api
-    from ..multinode import nodes as multinode
+    from . import nodes as on_nodes
     _check(opts)
     cfg = load_config(opts)
     since = api.parse_duration(opts.since, "--since") if opts.since is not None else None
@@ -37,11 +37,11 @@ def logs(opts: LogsOptions, on_line=None) -> Outcome:
         if opts.follow or any(v is not None for v in pick.values()):
             raise BadInput("--offset with -f, --attempt, --since or --grep", "--offset reads on from a previous call alone")
         pick["offset"] = opts.offset
-    target, nodes = multinode.pick_node(opts, cfg, opts.name, opts.node, opts.all_nodes)
+    target, nodes = on_nodes.pick_node(opts, cfg, opts.name, opts.node, opts.all_nodes)
     if nodes and opts.offset is not None:
         raise BadInput("--offset with --all-nodes", "page one node's log: --node R --offset BYTES")
     if nodes:
-        return multinode.logs_all(nodes, opts.name, lines=opts.n, follow=opts.follow, for_s=opts.for_s,
+        return on_nodes.logs_all(nodes, opts.name, lines=opts.n, follow=opts.follow, for_s=opts.for_s,
                                   on_line=on_line, **pick)
     if opts.follow:
         got: list[str] = []

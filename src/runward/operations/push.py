@@ -7,7 +7,7 @@ from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
 
-class _SyncOptions(Targeted):
+class SyncOptions(Targeted):
     """The flags push and deploy share (verbs/_syncflags.py)."""
     delete: bool = False
     exclude: list = []
@@ -15,12 +15,12 @@ class _SyncOptions(Targeted):
     dry_run: bool = False
 
 
-class PushOptions(_SyncOptions):
+class PushOptions(SyncOptions):
     """What `runward push` takes (verbs/push.py's flags)."""
     specs: list = []
 
 
-def _sync(opts: _SyncOptions) -> dict:
+def sync_kwargs(opts: SyncOptions) -> dict:
     return {"delete": opts.delete, "excludes": opts.exclude, "dry_run": opts.dry_run,
             "gitignore": not opts.no_ignore_files}
 
@@ -31,5 +31,5 @@ def push(opts: PushOptions, progress: bool = False) -> Outcome:
     from ..sync import describe
     cfg = load_config(opts)
     target = target_of(opts, cfg)
-    res = _files.push(target, opts.specs, progress=progress, **_sync(opts))
+    res = _files.push(target, opts.specs, progress=progress, **sync_kwargs(opts))
     return single("push", target, res, lambda: describe(res, target, "pushed"))

@@ -37,9 +37,10 @@ def restart(opts: RestartOptions, progress: bool = False) -> Outcome:
     if not opts.name:
         raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
     if cfg.runs.placement(opts.name).get("nodes") and not opts.on:  # one --on: that node alone (refused)
-        from ..multinode import deploy as multideploy, nodes as multinode
+        from ..multinode import deploy as multideploy
+        from . import nodes as on_nodes
         res, code = _restart_nodes(opts, cfg, opts.name)
-        return multinode.outcome("restart", res, code, multideploy.render_restart(res))
+        return on_nodes.outcome("restart", res, code, multideploy.render_restart(res))
     target = target_of(opts, cfg, opts.name)
     began: list[str] = []
     try:
@@ -195,9 +196,10 @@ def _check_nodes(name, nodes, specs, base) -> None:
     one-node restart's check, local files that differ from what any node has deployed would
     restart the old code there (refused, exit 2)."""
     from .. import files as _files
+    from .. import api
     from ..multinode import nodes as multinode
     from ..errors import RunwardError
-    asked = multinode.each_node(nodes, lambda _, t: multinode.api.spec(t, name))
+    asked = multinode.each_node(nodes, lambda _, t: api.spec(t, name))
     for node, r in zip(nodes, asked):
         if not r["ok"] and r["error"]["type"] != "RunNotFound":
             from .. import errors

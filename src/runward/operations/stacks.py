@@ -38,7 +38,7 @@ def stacks(opts: StacksOptions) -> Outcome:
 
 def _nodes(opts, cfg) -> list:
     """--on given more than once, else runward.toml's [runs.NAME] nodes, else the one target."""
-    from ..multinode import nodes as multinode
+    from . import nodes as on_nodes
     if not opts.nodes and opts.on:  # the Python API gives `on` alone, as one --on
         opts.nodes = [opts.on]
-    return multinode.nodes_of(opts, cfg, opts.name) or [target_of(opts, cfg, opts.name)]
+    return on_nodes.nodes_of(opts, cfg, opts.name) or [target_of(opts, cfg, opts.name)]

@@ -73,8 +73,8 @@ def start(opts: StartOptions) -> Outcome:
         return on_runs(opts, cfg, "start", lambda name, t: _start(opts, cfg, name, t), _render_any)
     if not opts.name:
         raise BadInput("no run named", "runward start NAME -- COMMAND..., or --all for every run in runward.toml")
-    from ..multinode import nodes as multinode
-    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    from . import nodes as on_nodes
+    nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes:
         return _start_nodes(opts, cfg, nodes)
     target = target_of(opts, cfg, opts.name)
@@ -95,6 +95,7 @@ def _render_any(res: dict) -> str:
 def _start_nodes(opts, cfg, nodes) -> Outcome:
     """A run over several nodes, all or nothing (multinode/nodes.py, docs/multinode.md)."""
     from ..multinode import nodes as multinode
+    from . import nodes as on_nodes
     run_cfg = cfg.runs.get(opts.name, {})
     pick = lambda flag, key, default: flag if flag is not None else run_cfg.get(key, default)  # noqa: E731
     if opts.on_node_failure is None and run_cfg.get("on_node_failure") not in (None, *multinode.POLICIES):
@@ -105,7 +106,7 @@ def _start_nodes(opts, cfg, nodes) -> Outcome:
                                 master_addr=pick(opts.master_addr, "master_addr", None),
                                 nproc_per_node=pick(opts.nproc_per_node, "nproc_per_node", None),
                                 on_node_failure=pick(opts.on_node_failure, "on_node_failure", "stop"))
-    return multinode.outcome("start", res, code)
+    return on_nodes.outcome("start", res, code)
 
 
 def _start(opts, cfg, name, target, on_event=None) -> dict:

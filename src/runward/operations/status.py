@@ -32,14 +32,17 @@ def status(opts: StatusOptions) -> Outcome:
         if targets and targets != [target_of(opts, cfg)]:
             return on_all(cfg, "status", lambda t: api.status(t), lambda r: render_status(r["result"], r["target"]),
                           failed=_failed, exit_code=_all_code, targets=targets)
-    nodes = multinode.nodes_of(opts, cfg, opts.name) if opts.name else None
-    if nodes:
-        return multinode.outcome("status", *multinode.status(nodes, opts.name))
+    if opts.name:  # here, not at the top: a plain `status` (the start-up budget) imports none of it
+        from . import nodes as on_nodes
+        nodes = on_nodes.nodes_of(opts, cfg, opts.name)
+        if nodes:
+            return on_nodes.outcome("status", *multinode.status(nodes, opts.name))
     target = target_of(opts, cfg, opts.name)
     res = api.status(target, [opts.name] if opts.name else None, since)
     nodes = multinode.nodes_from_record(res["runs"][0]) if opts.name and res.get("runs") else None
     if nodes:  # one node of a multi-node run: every node, and the aggregate
-        return multinode.outcome("status", *multinode.status(nodes, opts.name))
+        from . import nodes as on_nodes
+        return on_nodes.outcome("status", *multinode.status(nodes, opts.name))
     files = cfg.runs.value(opts.name, "files") if opts.name else None
     if files and res.get("runs"):
         from .. import files as _files

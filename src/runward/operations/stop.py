@@ -27,7 +27,8 @@ def stop(opts: StopOptions) -> Outcome:
     if not opts.name:
         raise BadInput("no run named", "runward stop NAME, or --all for every run in runward.toml")
     from ..multinode import nodes as multinode
-    nodes = multinode.nodes_of(opts, cfg, opts.name)
+    from . import nodes as on_nodes
+    nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes is None:
         target = target_of(opts, cfg, opts.name)
         began: list[bool] = []
@@ -52,7 +53,7 @@ def stop(opts: StopOptions) -> Outcome:
     res, code = multinode.stop(nodes, opts.name, grace=opts.grace, signal=opts.stop_signal,
                                gpu_timeout=opts.gpu_release_timeout, lock_timeout=opts.lock_timeout,
                                checkpoint=checkpoint_of(opts, cfg, opts.name), done=done)
-    return multinode.outcome("stop", res, code)
+    return on_nodes.outcome("stop", res, code)
 
 
 def _done_rank(res: dict, nodes: list, error=None) -> dict | None:

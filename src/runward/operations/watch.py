@@ -27,15 +27,15 @@ class WatchOptions(Targeted):
 
 def watch(opts: WatchOptions, on_points=None) -> Outcome:
     from .. import api
-    from ..multinode import nodes as multinode
+    from . import nodes as on_nodes
     _check(opts)
     cfg = load_config(opts)
-    target, nodes = multinode.pick_node(opts, cfg, opts.name, opts.node, opts.all_nodes)
+    target, nodes = on_nodes.pick_node(opts, cfg, opts.name, opts.node, opts.all_nodes)
     rules = api.health_rules({"health": cfg.runs.value(opts.name, "health")}, mins=_limits(opts.min, "--min"),
                              maxs=_limits(opts.max, "--max"), drop=opts.drop, **_stall(opts, cfg))
     since = api.parse_duration(opts.since, "--since")
     if nodes:
-        return multinode.watch_all(nodes, opts.name, for_s=opts.for_s, rules=rules, since_s=since)
+        return on_nodes.watch_all(nodes, opts.name, for_s=opts.for_s, rules=rules, since_s=since)
     res = api.watch(target, opts.name, for_s=opts.for_s, rules=rules, on_points=on_points, since_s=since)
     acted = "".join(f"\nhealth action: {a.get('action')} on {a.get('kind')}"
                     + (f" (line {a['line_no']}: {a.get('line')})" if a.get("line_no") else "")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 
 from ..agent.secrets import redact_value
-from ..errors import BadInput
+from ..errors import UTF8_HINT, BadInput, is_text, shown_bytes
 from .options import duration
-from ..transport.sshconf import HIDDEN_ENV
+from ..targets.sshconf import HIDDEN_ENV
 
 
 def parse_env(items: list[str] | None) -> dict:
@@ -228,27 +228,6 @@ def parse_duration(text: str | None, flag: str) -> float | None:
     if v is None:
         raise BadInput(f"invalid {flag} {text!r}", f"write a duration like {flag} 7d, 12h, 10m, 90s or 1h30m")
     return v
-
-
-UTF8_HINT = ("runward carries a run's command, env, cwd and paths to the target as UTF-8 text (JSON) "
-             "and keeps them in its records: write that byte inside the command instead, e.g. "
-             "--sh \"printf '\\377'\" (octal), or use a UTF-8 name")
-
-
-def shown_bytes(text: str) -> str:
-    """A string read from argv or the environment, shown as its bytes were: a byte that is not
-    UTF-8 (Python's surrogateescape, '\\udcff') as \\xff."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def is_text(value: str) -> bool:
-    """Whether a string is UTF-8 text: no byte that argv or the environment could not decode
-    (os.fsdecode's lone surrogates)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def refuse_undecodable(**fields) -> None:

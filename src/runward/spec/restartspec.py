@@ -12,7 +12,7 @@ from .inputs import resolve_env_from
 from .options import OPTS, refuse
 
 
-def _after_stop(e: RunwardError) -> RunwardError:
+def after_stop(e: RunwardError) -> RunwardError:
     """A restart's exit 2 says bad input found before anything was stopped (docs/runs.md: the old
     attempt untouched); once the stop is done, a bad input met later (a local file that
     turned unreadable after the checks) is a failed step, exit 1, as a full disk is."""
@@ -46,7 +46,7 @@ def check_start(name: str, kw: dict) -> None:
             raise BadInput(f"{name}: invalid {key} {v!r} {where}", f"give {want}")
 
 
-def _check_notify_kept(name: str, kw: dict) -> None:
+def check_notify_kept(name: str, kw: dict) -> None:
     """A notify URL's password is kept in no record (the spec shows it as ***): a restart
     from the last spec cannot send it, so it refuses before it stops anything."""
     masked = [t for t in (kw.get("supervise") or {}).get("notify") or [] if holds_masked_password(t)]
@@ -57,7 +57,7 @@ def _check_notify_kept(name: str, kw: dict) -> None:
                        f"or `runward stop {name}` and start it again with --notify")
 
 
-def _restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,
+def restart_kwargs(last_spec: dict, overrides: dict | None, *, definition: dict | None = None,
                     keep_env: bool = False) -> dict:
     """The start's keyword arguments for a restart: runward.toml's definition when given, else
     the last spec; the overrides over it. Values the target never stored (env_from: --env
@@ -151,7 +151,7 @@ def _shown_env(kw: dict) -> dict:
     return shown
 
 
-def _start_kwargs(kw: dict) -> dict:
+def start_kwargs(kw: dict) -> dict:
     # what the last attempt kept (less its node's part and stall options, said again by this start's
     # runward.toml), and what a restart's start says of its own
     allowed = {*SPEC_KEYS, "reuse_env", "lock_timeout", "snapshots"} - {"multinode", "stall"}

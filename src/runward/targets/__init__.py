@@ -17,7 +17,7 @@ import re
 
 from ..errors import BadInput
 from . import slurm, ssh
-from .model import CONTAINER_HOPS, CONTAINER_KINDS, Hop, Target, _CNAME_PAT
+from .model import CONTAINER_HOPS, CONTAINER_KINDS, Hop, Target, CNAME_PAT
 from .ssh import quote_argv  # re-exported: transport and the tests quote with it
 
 # The schemes that hand a run to an engine (docs/architecture.md, "a new engine"): NAME -> its
@@ -75,7 +75,7 @@ def parse_target(text: str, *, label: str | None = None, home: str | None = None
         if not sep or kind not in CONTAINER_KINDS:
             raise BadInput(f"invalid hop {part!r} in target {text!r}",
                            f"a container hop is one of {', '.join(k + ':NAME' for k in CONTAINER_KINDS)}")
-        if not re.match(_CNAME_PAT, name):
+        if not re.match(CNAME_PAT, name):
             raise BadInput(f"invalid container name {name!r} in target {text!r}",
                            "container names are letters, digits, '_', '.', '-'")
         wrong = CONTAINER_HOPS[kind].check(name)

@@ -11,7 +11,7 @@ from . import docker, lxc, pct, podman, ssh
 # The container hops, by the kind written in a target (`KIND:NAME`).
 CONTAINER_HOPS = {m.KIND: m for m in (pct, docker, podman, lxc)}
 CONTAINER_KINDS = tuple(CONTAINER_HOPS)
-_CNAME_PAT = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+CNAME_PAT = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
 class Hop:

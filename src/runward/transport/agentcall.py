@@ -17,17 +17,17 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..agent import boot as _boot
-from ..errors import BadInput, from_agent
+from ..errors import UTF8_HINT, BadInput, from_agent, is_text, shown_bytes
 from ..cache import cache_path, read_cache, write_cache
 from ..targets import Target
 
 # Split by concern (each module's docstring says its own); the names callers and tests use
 # are still importable from here, so they need not know where each went.
 from .diagnosis import HopWatch, RawResult, diagnose
-from .exchange import HEARTBEAT_S, Spawned, _agent_missing, _exchange  # noqa: F401  (Spawned: for callers)
-from .residentroute import (_far_key, _far_lines, _far_remember, _Resident, _RESIDENT_OPS,  # noqa: F401
-                            _resident_on, _single_ssh)
-from .sshconf import HIDDEN_ENV, alive_timeout, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401
+from .exchange import HEARTBEAT_S, Spawned, agent_missing, run_call  # noqa: F401  (Spawned: for callers)
+from .residentroute import (RESIDENT_OPS, Resident, far_key, far_lines, far_remember,  # noqa: F401
+                            resident_on, single_ssh)
+from ..targets.sshconf import HIDDEN_ENV, alive_timeout, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401
 
 _AGENT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent")
 _SHA: str | None = None
@@ -114,7 +114,6 @@ def _refuse_undecodable(value, where: str = "") -> None:
     would fail writing it into its records (a traceback, exit 3). The verbs name their own
     arguments first (inputs.refuse_undecodable); this names the request's field."""
     if isinstance(value, str):
-        from ..spec.inputs import UTF8_HINT, is_text, shown_bytes
         if not is_text(value):
             raise BadInput(f"{where.lstrip('.') or 'a value'} '{shown_bytes(value)}' is not UTF-8 text", UTF8_HINT)
     elif isinstance(value, dict):
@@ -139,7 +138,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     reply is AgentMissing, nothing has run, and the call is made again with the source.
 
     A read-only call to an ssh host goes first to the host's resident agent, if there is a
-    way to it (_Resident); where that gives no reply it is made the ordinary way.
+    way to it (Resident); where that gives no reply it is made the ordinary way.
 
     on_data takes the binary an op sends back (pull): after an event line {"data": N}, the
     next N bytes of stdout, handed on in pieces of at most 1 MiB as they arrive. A handler
@@ -167,10 +166,10 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
                 return reply["result"]
             raise from_agent(reply.get("error") or {}, hop="local")
     sha = agent_sha()
-    known = _far_lines()
-    far = _far_key(target)
+    known = far_lines()
+    far = far_key(target)
     entry = f"{sha} {far}" if far is not None else None  # None: nothing kept is used, nor kept
-    resident = _Resident(target, req, payload, entry, known)
+    resident = Resident(target, req, payload, entry, known)
     if resident.forward:
         reply = resident.call(sha, json.dumps(req).encode() + b"\n", on_event, timeout)
         if reply is not None:
@@ -186,7 +185,7 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
     if held:
         req["stdin_held"] = True
         # a dropped link closes nothing on the far side: the follower ends once the
-        # heartbeat _exchange sends on stdin has been silent for the alive timeout
+        # heartbeat run_call sends on stdin has been silent for the alive timeout
         req["heartbeat"] = {"every": HEARTBEAT_S, "silent": max(3.0, alive_timeout())}
     body = None if late is not None else json.dumps(req).encode() + b"\n"
 
@@ -203,17 +202,17 @@ def call(target: Target, request: dict, *, payload: Iterable[bytes] | None = Non
         head = b"%d %s\n" % (len(agent), sha.encode()) + agent
         t0 = time.monotonic()
         watch = HopWatch.of(target)
-        rc, garbage, reply, stderr = _exchange(argv, head + (body or b""), payload, on_event, timeout, on_data,
+        rc, garbage, reply, stderr = run_call(argv, head + (body or b""), payload, on_event, timeout, on_data,
                                                held, completed if body is None else None, req["op"] in _OUTLIVE,
                                                _launched if req["op"] == "start" else None, watch)
-        if not send_src and _agent_missing(reply):
+        if not send_src and agent_missing(reply):
             send_src = True
             continue
         break
     raw = RawResult(argv, rc, garbage, stderr, time.monotonic() - t0)
     if reply is not None:
         if send_src and entry is not None and entry not in known and not reply.get("uncached"):
-            _far_remember(entry, sha, known)
+            far_remember(entry, sha, known)
         if resident.wanted and isinstance(reply.get("resident"), dict):
             resident.found(reply["resident"])
         if reply.get("ok"):
@@ -229,12 +228,12 @@ def resident_route(target: Target) -> str | None:
     of the control master is recorded), "not yet" (the next read-only call starts or finds
     it), "relay" (and a relay keeps a connection through it), "given up" (two failed tries in a row with this agent version), "off"
     (RUNWARD_RESIDENT=0); None where there is none (not a single ssh hop)."""
-    if not _single_ssh(target):
+    if not single_ssh(target):
         return None
-    if not _resident_on():
+    if not resident_on():
         return "off"
-    far = _far_key(target)
-    r = _Resident(target, {"op": "status"}, None, f"{agent_sha()} {far}" if far is not None else None, _far_lines())
+    far = far_key(target)
+    r = Resident(target, {"op": "status"}, None, f"{agent_sha()} {far}" if far is not None else None, far_lines())
     if r.forward:
         return "relay" if r.relay_listens() else "forward"
     return "given up" if not r.wanted else "not yet"

@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 
 from ..errors import AgentError, HopFailed, RunwardError, Unreachable
-from .exchange import _exchange
-from .sshconf import ssh_base
+from .exchange import run_call
+from ..targets.sshconf import ssh_base
 from ..targets import CONTAINER_HOPS, Hop, Target, ssh
 
 
 # patterns are compiled on first use (re caches them): most calls never diagnose
-_KILLED_PAT = r"runward: the agent was killed by signal (\d+)"
+KILLED_PAT = r"runward: the agent was killed by signal (\d+)"
 
 
 class RawResult:
@@ -52,7 +52,7 @@ def diagnose(target: Target, raw: RawResult) -> RunwardError:
     last = "\n".join(err.splitlines()[-5:])
     details = {"exit_status": rc, "stderr_tail": last, "argv0": raw.argv[0]}
     ssh_hop = next((h for h in target.hops if h.kind == "ssh"), None)
-    killed = re.search(_KILLED_PAT, err)
+    killed = re.search(KILLED_PAT, err)
     if (killed or rc < 0 or 128 < rc < 192) and (stopped := _container_stopped(target)):
         return stopped  # a container stopped under the call kills what runs in it: say that
     if killed:
@@ -126,9 +126,9 @@ def link_stopped(hop: Hop, details: dict | None = None) -> Unreachable | None:
     control master that carried it is gone too, it ended on its keepalive, the link silent.
     Said as status says it, Unreachable; None where the master still answers (or none can be
     asked)."""
-    from .sshconf import ssh_alive_options
+    from ..targets.sshconf import ssh_alive_options
     try:
-        rc = _exchange(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
+        rc = run_call(hop.ssh_argv(ssh_base(), ["-O", "check"]), b"", None, None, 10)[0]
     except (RunwardError, OSError):
         return None
     if rc == 0:
@@ -201,7 +201,7 @@ def end_far(target: Target, tag: tuple[int, int] | None) -> None:
     if ssh_at is None:
         return
     try:
-        _exchange(Target(target.hops[:ssh_at + 1]).wrap(["/bin/sh", "-c", _END_FAR], ssh_base()),
+        run_call(Target(target.hops[:ssh_at + 1]).wrap(["/bin/sh", "-c", _END_FAR], ssh_base()),
                   b"%d %d\n" % tag, None, None, hop_timeout())
     except (RunwardError, OSError):
         pass
@@ -217,7 +217,7 @@ def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | No
     bound = bound or hop_timeout()
     t0 = time.monotonic()
     try:
-        probe = _exchange(Target(tuple(hops)).wrap(["true"], ssh_base(), tagged=True), b"", None, None, bound,
+        probe = run_call(Target(tuple(hops)).wrap(["true"], ssh_base(), tagged=True), b"", None, None, bound,
                           watch=watch or _Probing(Target(tuple(hops))))
     except (RunwardError, OSError):
         return None
@@ -291,7 +291,7 @@ class HopWatch:
 
 class _Probing:
     """A probe's process, known to the HopWatch that asked for it (the watch interface of
-    _exchange: start, cancel, await_tag, end_far) so that the watch's cancel ends it; and,
+    run_call: start, cancel, await_tag, end_far) so that the watch's cancel ends it; and,
     given up, ended on the ssh host too."""
 
     def __init__(self, target: Target):
@@ -433,7 +433,7 @@ def _container_stopped(target: Target) -> RunwardError | None:
     if not any(h.kind != "ssh" for h in target.hops):
         return None
     try:
-        probe = _exchange(target.wrap(["true"], ssh_base(), tagged=True), b"", None, None, hop_timeout(),
+        probe = run_call(target.wrap(["true"], ssh_base(), tagged=True), b"", None, None, hop_timeout(),
                           watch=_Probing(target))
     except (RunwardError, OSError):
         return None

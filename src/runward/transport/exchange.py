@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..errors import HopFailed
-from .sshconf import child_environ
+from ..targets.sshconf import child_environ
 
 
 DECIDE_S = 10.0  # how long an interrupted start waits for the far side's decision
 
 
-def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False,
+def run_call(argv, head, payload, on_event, timeout, on_data=None, held=False, late_body=None, outlive=False,
               decide=None, watch=None):
     """decide (a start's): a predicate of events; on Ctrl-C the call waits, DECIDE_S at most,
     for an event it holds (the launch), the reply or the far side's end, and the
@@ -40,7 +40,7 @@ def _exchange(argv, head, payload, on_event, timeout, on_data=None, held=False, 
         raise HopFailed(f"cannot run {argv[0]!r} on this machine: {e.strerror}",
                         f"install {argv[0]} or put it on PATH", hop="local")
     writer = timer = None
-    got = _Replies(on_event, on_data)
+    got = Replies(on_event, on_data)
     left = False
     try:  # until the reading below: a Ctrl-C or an error here ends the child too
         if watch is not None:
@@ -143,7 +143,7 @@ def _tag_of(line: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
+def _await_decision(proc: "Spawned", got: "Replies", seen: list[dict]) -> dict:
     """Ctrl-C came while a start's far side had not said whether it launched the job: the far
     agent goes on without us (its own session; an ssh session's command gets no hangup), so
     what the target does is read, not guessed. Lines are read on for DECIDE_S at most, until
@@ -191,7 +191,7 @@ def _await_decision(proc: "Spawned", got: "_Replies", seen: list[dict]) -> dict:
     return {"lost": rc} if rc == 255 or rc < 0 else {"ended": True}
 
 
-class _Replies:
+class Replies:
     """What an agent writes, line by line: its events handed on as they come, its one reply
     kept, and the first lines that are not its JSON (the diagnosis shows them)."""
 
@@ -235,7 +235,7 @@ class _Replies:
             self.reply = msg
 
 
-def _agent_missing(reply: dict | None) -> bool:
+def agent_missing(reply: dict | None) -> bool:
     """The far side does not have this agent version (it ran nothing)."""
     return (reply is not None and not reply.get("ok")
             and (reply.get("error") or {}).get("type") == "AgentMissing")
@@ -358,7 +358,7 @@ class Spawned:
 # ssh's ControlPersist master is the call's own ssh, forked into the background by daemon(3)
 # with nochdir: it would keep the caller's directory busy for as long as it lives (`umount`:
 # "target is busy"). posix_spawn cannot change directory, so ssh is started from / by a
-# shell that execs it (the same pid); its argv names no relative path (sshconf.ssh_base).
+# shell that execs it (the same pid); its argv names no relative path (targets/sshconf.ssh_base).
 _FROM_ROOT = 'cd / && exec "$0" "$@"'
 
 

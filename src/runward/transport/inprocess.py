@@ -6,7 +6,7 @@ long-lived MCP server keep one agent process per call, isolated), the target `lo
 ops that only read (status). A local agent is this same interpreter (sys.executable) on
 this same machine, user, RUNWARD_HOME and environment, so it sees what a spawned one would
 see; it answers through the same serve() and the same reply lines, read by the same
-_Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
+Replies, so the document is the same (tests/test_inprocess.py, tests/test_golden_json.py).
 What a spawned agent would have done apart from that and what would be lost here: nothing a
 status does (no signal, no fork, no exit, no child left: the py-spy it runs on a stall's first
 sight is waited for; it writes only its runs' side state), and the CLI ends right after.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 
-from .exchange import _Replies
+from .exchange import Replies
 
 OPS = frozenset(("status",))  # read-only, one reply, nothing left running
 ON = []  # [True] once cli.main has said this process is the CLI's
@@ -28,7 +28,7 @@ def wanted(target, req: dict, payload, late, timeout=None) -> bool:
     its call's event sink in module globals, and its lock wait arms SIGALRM, which only the
     main thread may. Not for an engine's target (its status asks the engine: left as it was), nor
     with a home of the target's own, nor when a value of ours is kept out of our children's
-    environment (sshconf.HIDDEN_ENV): a spawned agent would not see it. Not with a timeout
+    environment (targets/sshconf.HIDDEN_ENV): a spawned agent would not see it. Not with a timeout
     (an interrupted start's look at its run: 5 s at most): a spawned agent is killed when it
     is up, this process cannot cut its own read short (a status waits up to 15 s for
     nvidia-smi, a /proc read of a stuck process for ever)."""
@@ -39,15 +39,15 @@ def wanted(target, req: dict, payload, late, timeout=None) -> bool:
     threading = sys.modules.get("threading")
     if threading is not None and threading.current_thread() is not threading.main_thread():
         return False
-    from .sshconf import HIDDEN_ENV
+    from ..targets.sshconf import HIDDEN_ENV
     return not req.get("home") and not HIDDEN_ENV
 
 
 class _Lines(io.RawIOBase):
-    """The agent's stdout: each complete line handed to _Replies as it is written, so a
+    """The agent's stdout: each complete line handed to Replies as it is written, so a
     notice (a lock waited on) is said while the call waits, as from a spawned agent."""
 
-    def __init__(self, got: _Replies):
+    def __init__(self, got: Replies):
         self.got, self.buf = got, b""
 
     def writable(self) -> bool:
@@ -73,6 +73,6 @@ def call(req: dict, on_event) -> dict | None:
         make_private_dir(local_home())
     except OSError:
         pass  # not ours alone: the op itself says so, as it would to a spawned agent
-    got = _Replies(on_event)
+    got = Replies(on_event)
     agent_main.serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))
     return got.reply

@@ -12,28 +12,28 @@ import sys
 
 from ..cache import cache_path, make_private_dir, read_cache, write_cache
 from ..errors import HopFailed, RunwardError
-from .exchange import _agent_missing, _exchange, _Replies
-from .sshconf import control_dir, ssh_base
+from .exchange import agent_missing, run_call, Replies
+from ..targets.sshconf import control_dir, ssh_base
 from .sshresolve import resolved
 from ..targets import Target
 
 
 # Operations that only read: on an ssh target they may be served by the far side's resident
 # agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
-_RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
+RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
                            "manifest"))
 
 
 _RESIDENT_FAILS_MAX = 2  # failed tries in a row before a far side is no longer tried
 
 
-def _single_ssh(target: Target) -> bool:
+def single_ssh(target: Target) -> bool:
     """A target whose resident is reachable: an ssh host itself (in a container behind it,
     the resident's socket would be out of sshd's reach)."""
     return len(target.hops) == 1 and target.hops[0].kind == "ssh"
 
 
-def _resident_on() -> bool:
+def resident_on() -> bool:
     return os.environ.get("RUNWARD_RESIDENT", "1") != "0"
 
 
@@ -53,7 +53,7 @@ def _start_relay(listen: str, forward: str, idle: float, conn) -> None:
     forward's two round trips."""
     if not sys.executable:
         return  # an embedding interpreter: nothing to run it with
-    with _SPAWNED_LOCK:  # calls to several hosts at once, each in a thread (multinode/fanout.py)
+    with _SPAWNED_LOCK:  # calls to several hosts at once, each in a thread (transport/fanout.py)
         for pid in list(_SPAWNED):
             try:
                 if not os.waitpid(pid, os.WNOHANG)[0]:
@@ -99,7 +99,7 @@ def _stopped_peer(s) -> bool:
         return False
 
 
-class _Resident:
+class Resident:
     """The way to the far side's resident agent, for one call.
 
     Its state lives in cache/far-agents beside the agent's own lines, keyed by the same
@@ -118,8 +118,8 @@ class _Resident:
         self.stale: str | None = None
         self.fails = 0
         self.way = ""  # "relay" or "forward": how the last reply came
-        self.wanted = (entry is not None and payload is None and req["op"] in _RESIDENT_OPS and not req.get("follow")
-                       and _single_ssh(target) and _resident_on())
+        self.wanted = (entry is not None and payload is None and req["op"] in RESIDENT_OPS and not req.get("follow")
+                       and single_ssh(target) and resident_on())
         if not self.wanted:
             return
         self.idle = float(os.environ.get("RUNWARD_RESIDENT_IDLE") or 600)
@@ -146,7 +146,7 @@ class _Resident:
         relay = _relay_of(self.forward)
         if _relay_on():
             got = self._talk(relay, b"0 %s\n" % sha.encode() + line, on_event, timeout, relay=True)
-            if got is not None and got.reply is not None and not _agent_missing(got.reply):
+            if got is not None and got.reply is not None and not agent_missing(got.reply):
                 if self.fails:
                     self._works_again()
                 self.way = "relay"
@@ -160,7 +160,7 @@ class _Resident:
             self.stale, self.forward = self.forward, None
             return None
         # AgentMissing: a resident of another agent version there, not ours to use
-        reply = None if _agent_missing(got.reply) else got.reply
+        reply = None if agent_missing(got.reply) else got.reply
         if reply is None:
             if got.events:
                 raise self._stopped_mid_reply()
@@ -197,7 +197,7 @@ class _Resident:
                          "retry; with RUNWARD_RESIDENT=0 calls bypass it", hop=str(hop))
 
     def _talk(self, path: str, data: bytes, on_event, timeout, hand_to: str | None = None,
-              relay: bool = False) -> _Replies | None:
+              relay: bool = False) -> Replies | None:
         """Send data on a connection to the unix socket at path and read what comes until
         the reply; None where it does not connect (relay: or where the relay is stopped).
         hand_to: the relay's path, to hand the connection to once it has given a whole reply
@@ -212,7 +212,7 @@ class _Resident:
             if relay and _stopped_peer(s):
                 return None
             s.settimeout(timeout)
-            got, buf = _Replies(on_event), b""
+            got, buf = Replies(on_event), b""
             try:
                 s.sendall(data)
                 while got.reply is None and (chunk := s.recv(1 << 16)):
@@ -258,7 +258,7 @@ class _Resident:
         local = os.path.join(control_dir(), "r-" + name)
         argv = self.target.hops[0].ssh_argv(ssh_base(), ["-O", "forward", "-L", f"{local}:{remote}"])
         try:
-            rc = _exchange(argv, b"", None, None, None)[0]
+            rc = run_call(argv, b"", None, None, None)[0]
         except (RunwardError, OSError):
             return
         if rc == 0:
@@ -274,11 +274,11 @@ class _Resident:
                         pass
 
     def _record(self, state: str) -> None:
-        _far_remember(f"@{self.entry}\t{state}", self.entry.split(" ", 1)[0], self.known)
+        far_remember(f"@{self.entry}\t{state}", self.entry.split(" ", 1)[0], self.known)
         self.known.append(f"@{self.entry}\t{state}")
 
 
-def _far_key(target: Target) -> str | None:
+def far_key(target: Target) -> str | None:
     """Which far side a target reaches, as far as the agent's cache goes: the hop chain, the
     python it runs (a cache file per interpreter version), the home, and what each ssh hop
     resolves to now (transport/sshresolve.py): a re-pointed alias, or one another project's ssh config
@@ -291,13 +291,13 @@ def _far_key(target: Target) -> str | None:
     return json.dumps([str(target), py, target.home or "", *ends])
 
 
-def _far_lines() -> list[str]:
+def far_lines() -> list[str]:
     """cache/far-agents: one "<agent sha256> <far key>" line per far side known to have
     that agent cached."""
     return (read_cache(cache_path("far-agents")) or b"").decode("utf-8", "replace").splitlines()
 
 
-def _far_remember(entry: str, sha: str, known: list[str]) -> None:
+def far_remember(entry: str, sha: str, known: list[str]) -> None:
     """Add entry to cache/far-agents (known: its lines as read before the call): one small
     O_APPEND write, never torn; past 64 KiB the file is rewritten with the lines of this
     agent version only."""

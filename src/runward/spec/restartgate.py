@@ -1,8 +1,10 @@
-"""restart's GPU gate, the CLI's half (docs/supervision.md, "restart: blocked"). The verb's
-stop verified the old attempt dead but its GPUs still hold memory after gpu_release_timeout:
-rather than exit with nothing started (the user left to poll nvidia-smi) or start anyway
-(an OOM at once), the new attempt is handed to a waiter on the target (agent/supervise/gatewait.py),
-which starts it by itself once the GPUs are released."""
+"""restart's GPU gate, the CLI's half (docs/supervision.md, "restart: blocked"): what a
+restart's start carries, read from its stop's result (here, below api.py and multinode/,
+which both restart). The verb's stop verified the old attempt dead but its GPUs still hold
+memory after gpu_release_timeout: rather than exit with nothing started (the user left to
+poll nvidia-smi) or start anyway (an OOM at once), the new attempt is handed to a waiter on
+the target (agent/supervise/gatewait.py), which starts it by itself once the GPUs are
+released."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""How this machine runs ssh and every child the CLI starts (transport/agentcall.py's split, by concern):
-the ssh client's base argv (batch mode, multiplexed through a 0700 control directory of our
-own), its keepalive bound, and the environment children get (secrets sent in a request are
-kept out of it)."""
+"""How this machine runs ssh and every child the CLI starts: the ssh client's base argv
+(batch mode, multiplexed through a 0700 control directory of our own), its keepalive bound,
+and the environment children get (secrets sent in a request are kept out of it). Beside the
+ssh hop, which reads these options per destination (ssh.py); below transport/, which runs
+them, and spec/, whose `--env NAME` names the secrets kept out."""
 
 from __future__ import annotations
 

@@ -1,16 +1,34 @@
-"""Many targets or runs at once (api.py's split, by concern): a bounded pool of threads that
-keeps the order of its items, turns each one's RunwardError into that item's error, and is
-joined so that Ctrl-C waits for every call to end (what each did is then known)."""
+"""Many targets or runs at once: a bounded pool of threads that keeps the order of its items,
+turns each one's RunwardError into that item's error, and is joined so that Ctrl-C waits for
+every call to end (what each did is then known); and the one exit code of such rows.
+Below api.py, multinode/ and operations/, which all fan out."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import RunwardError
+from ..errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_SUCH_RUN, EXIT_NOT_VERIFIED, EXIT_OK, EXIT_UNREACHABLE,
+                      RunwardError)
 from ..targets import Target
 
 
 FANOUT = 16  # hosts queried at once by --all
+
+# `start/stop/restart --all` (and a multi-node run's nodes): the exit code is that of the
+# worst row, worst first: done but not verified (something may be half done: a survivor,
+# GPUs held, alive but not ready), unreachable (that run's state is unknown), failed
+# (verified), refused as bad input (nothing done), no such run (nothing there). docs/cli.md,
+# "Several runs at once".
+ALL_RUNS_WORST_FIRST = (EXIT_NOT_VERIFIED, EXIT_UNREACHABLE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_SUCH_RUN)
+
+
+def worst_code(results: list[dict]) -> int:
+    """The exit code of several runs' (or nodes') rows: 0 when every one was verified, else
+    the worst failure's code (ALL_RUNS_WORST_FIRST)."""
+    codes = {r["error"].get("exit_code", EXIT_FAILED) for r in results if not r["ok"]}
+    if not codes:
+        return EXIT_OK
+    return next((c for c in ALL_RUNS_WORST_FIRST if c in codes), max(codes))
 
 
 def fan_out(targets: list[Target], fn: Callable[[Target], dict], limit: int = FANOUT) -> list[dict]:
