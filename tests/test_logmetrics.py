@@ -909,6 +909,40 @@ def test_drop_state_carries_across_scans(tmp_path):
     assert kinds(scan(log, r2["state"], early_points=4)) == [("drop", 7)]
 
 
+def test_drop_median_only_learns_the_median_and_changes_nothing_else(tmp_path):
+    # The attempt's own scan (ops/health.py) runs the drop rule for its early median alone:
+    # once it is known the values are no longer checked for drops, and every other answer
+    # (points, NaN alerts after the median, events, the median itself) is the full rule's.
+    log = tmp_path / "train.log"
+    lines = []
+    for i in range(40):
+        tok = 14000 + i if i < 20 else 5000
+        loss = "nan" if i in (25, 26) else "%.2f" % (3 - i * 0.01)
+        lines.append("step %d loss %s tok/s %d iter_ms %d\n" % (i, loss, tok, 300 + i))
+        if i == 30:
+            lines.append("RuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    log.write_text("".join(lines))
+    for extra in ({}, {"drop_metrics": ["tok_s", "iter_ms"]}):
+        full = scan(log, early_points=5, **extra)
+        only = scan(log, early_points=5, drop_median_only=True, **extra)
+        assert ("drop", 23) in kinds(full)
+        assert kinds(only) == [k for k in kinds(full) if k[0] != "drop"]
+        assert ("nan", 26) in kinds(only) and ("cuda_oom", 32) in kinds(only)
+        assert only["points"] == full["points"] and only["units"] == full["units"]
+        assert {k: v["med"] for k, v in only["state"]["tracked"].items()} == \
+            {k: v["med"] for k, v in full["state"]["tracked"].items()}
+        assert only["state"]["tracked"]["tok_s"]["med"] == 14002
+    # Across calls: a median learnt in one call is kept; the next call checks nothing more.
+    r1 = scan(log, early_points=5, drop_median_only=True, max_bytes=120)
+    state = r1["state"]
+    while True:
+        r = scan(log, state, early_points=5, drop_median_only=True, max_bytes=120)
+        state = r["state"]
+        if not r["more"]:
+            break
+    assert state["tracked"]["tok_s"]["med"] == 14002
+
+
 def test_event_bursts_coalesce_until_training_goes_on(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("NCCL WARN a\nNCCL WARN b\nstep 1 loss 2.0\nNCCL WARN c\n")

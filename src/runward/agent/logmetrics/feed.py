@@ -53,8 +53,7 @@ class Feed(object):
         get, append = self.templates.get, self.points.append
         rules, quiet = self.rules, self.events.quiet  # quiet: cleared, never replaced
         violating, tracked, frac = rules.violating, rules.tracked, rules.drop_fraction
-        tbs, user, digits = self.events.tracebacks.open, self.user, DIGITS
-        kept = 0
+        tbs, user, digits, kept = self.events.tracebacks.open, self.user, DIGITS, 0
         for n, seg in enumerate(lines, self.lines + 1):
             if tbs and self._pending(n, seg):
                 continue  # a line of a traceback in progress
@@ -94,6 +93,8 @@ class Feed(object):
                                     and v >= frac * tr["med"]):
                                 continue
                         rules.check(n, seg, tpl.ts, name, v, role)
+                    if rules.dirty:  # a median the drop rule ran for is known (rules.py)
+                        self._refresh_roles()
                     continue
             # Every value finite, none to check (Template.fast): the line is matched only if
             # it is among the points kept, which most of a long scan is not.
@@ -103,8 +104,7 @@ class Feed(object):
                 end_nan_runs(violating, tpl.losses)  # a finite loss ends a run of NaN
             if quiet and tpl.progress:
                 quiet.clear()
-        self.npoints += kept
-        self._count(lines)
+        self._count(lines, kept)
 
     def _known(self, n, seg, key, tpl):
         """The feed loop's rarer start: a skeleton not seen yet, or one whose lines were
@@ -124,9 +124,10 @@ class Feed(object):
                 return None
         return tpl
 
-    def _count(self, lines):
-        """After feed(): the line count, the last line, the tail."""
+    def _count(self, lines, kept):
+        """After feed(): the line and point counts, the last line, the tail."""
         self.lines += len(lines)
+        self.npoints += kept
         last = lines[-1].rstrip(b"\r").rsplit(b"\r", 1)[-1] if lines else b""
         if last:  # the last line with text (a CRLF split by a read leaves an empty one)
             self.last_line = decode(last)
@@ -240,6 +241,7 @@ class Feed(object):
             self.events.quiet.clear()
         for g, name, role, conv, lo, hi in tpl.checks:
             self.rules.check(n, seg, tpl.ts, name, conv(m.group(g)), role)
+        self._refresh_roles()
 
     def _slow(self, n, seg):
         """Metrics of one segment without a template (and with the user's regexes)."""

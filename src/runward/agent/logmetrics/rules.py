@@ -35,6 +35,10 @@ class Rules(object):
         dm = rules.get("drop_metrics")
         self.drop_metrics = None if dm is None else set(rule_name(k) for k in dm)
         self.tracked = state.get("tracked") or {}  # name -> {"early", "med", "low", "hit"}
+        # The attempt's own scan (ops/health.py) runs the drop rule for its early median
+        # alone: once a metric's median is known its values are no longer checked, so its
+        # lines take the feed's lazy path (matched only if kept) and "low"/"hit" stay as they are.
+        self.median_only = bool(rules.get("drop_median_only"))
         self.violating = dict(state.get("violating") or {})  # "min:tok_s" -> points back OK
         self.names = set(state.get("names") or ())
         self.main_tp = throughput_metric(self.names)
@@ -66,10 +70,15 @@ class Rules(object):
                 "throughput" in self.mins or "throughput" in self.maxs)):
             role |= R_BOUND
         if self.drop_fraction and (is_main if self.drop_metrics is None else (
-                name in self.drop_metrics or (is_main and "throughput" in self.drop_metrics))):
+                name in self.drop_metrics or (is_main and "throughput" in self.drop_metrics))) \
+                and not (self.median_only and self._median_known(name)):
             role |= R_DROP
         self.roles[name] = role
         return role
+
+    def _median_known(self, name):
+        tr = self.tracked.get(name)
+        return tr is not None and tr["med"] is not None
 
     def arm(self, tpl):
         """Set what the hot loop checks on lines of template TPL (see Template)."""
@@ -193,6 +202,9 @@ class Rules(object):
             if len(tr["early"]) >= self.early_points:
                 tr["med"] = median(tr["early"])
                 tr["early"] = []
+                if self.median_only:  # nothing more to learn from NAME: every role again
+                    self.roles = {}
+                    self.dirty = True
             return
         if x < self.drop_fraction * tr["med"]:
             tr["low"] += 1

@@ -35,8 +35,10 @@ VERSION = 2  # health.json: facts only (1 also kept every call's rule alerts)
 
 def fact_rules(att, metrics=None):
     """The rules of the attempt's own scan: events and NaN only. The drop rule runs for its
-    early median alone (a watch's drop rule compares with it); its alerts are not facts."""
-    out = {"drop_fraction": 0.5, "max_bytes": FULL_BYTES, "max_points": POINTS, "skim": True}
+    early median alone (a watch's drop rule compares with it), and only until it is known;
+    its alerts are not facts."""
+    out = {"drop_fraction": 0.5, "drop_median_only": True, "max_bytes": FULL_BYTES,
+           "max_points": POINTS, "skim": True}
     if metrics:
         out["metrics"] = metrics  # runward.toml's named regexes: what metrics are, not rules
     job = att.get("job")

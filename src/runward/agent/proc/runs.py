@@ -236,10 +236,13 @@ def drift(att, home=None):
     """Files whose bytes on disk differ from those the attempt started with: hashed through
     the home's hash cache (the one push and its manifest use), so that the status of an
     unchanged tree reads no file, only their inodes."""
+    hashes = (att or {}).get("hashes")
+    if not hashes:  # nothing to compare: neither the cache nor hashlib (OpenSSL, ~7 ms) is loaded
+        return []
     from ..hashcache import HashCache
     cache = HashCache(home)
     changed = []
-    for path, h in sorted((att or {}).get("hashes", {}).items()):
+    for path, h in sorted(hashes.items()):
         now = cache.sha256_path(path)
         if now != h:
             changed.append({"path": path, "started_with": h, "on_disk": now})
