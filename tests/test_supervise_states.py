@@ -118,7 +118,10 @@ def test_reading_status_never_switches_a_health_action_off(sup, tmp_path, action
         stop.set()
         for th in readers:
             th.join(30)
-    assert len(fast) >= 5 and slow and all(rc == 0 for _, rc in fast + slow), (fast, slow)
+    # the reads raced the NaN: one ended after it was in the log (a count of reads is the load's,
+    # not the race's: at load 9 a status takes ~1 s)
+    assert fast and slow and all(rc == 0 for _, rc in fast + slow), (fast, slow)
+    assert any(t >= seen for t, _ in fast), (seen, fast)
     assert (acts[0]["kind"], acts[0]["action"]) == ("nan", action), acts
     assert acts[0]["at"] - seen <= interval + 2.0, acts[0]["at"] - seen
     if action == "stop":
