@@ -309,6 +309,7 @@ def _validate(p: str, data: dict) -> Config:
         from .options import problems_of_run  # each declared key's value (spec/options.py), as the flags are
         bad = _durations(f"{p}: [runs.{name}]", r)
         bad.update(problems_of_run(f"{p}: [runs.{name}]", r))
+        bad.update(_api_shapes(f"{p}: [runs.{name}]", r))
         if "health" in r and "health" not in bad:  # each rule by its flag's check (spec/inputs.py)
             from .supervision import check_health_table
             why = check_health_table(r["health"], f"{p}: [runs.{name}]", name)
@@ -321,6 +322,35 @@ def _validate(p: str, data: dict) -> Config:
             cfg.runs.bad[name] = bad
         cfg.runs[name] = r
     return cfg
+
+
+def _api_shapes(where: str, r: dict) -> dict:
+    """A run's gpus and env by the library's check (spec/apivalues.py), as runward.start(gpus=,
+    env=) refuses them: {key: (message, hint)}. The start reads gpus = [true] or [1.5] as GPU
+    1 (int()) and hands env's values to the job as Python writes them (A=True, A=[1]), so each
+    is refused here, naming the entry. gpus = "0,1" and gpus = 1 are the flag's words, read
+    (and checked) by its parser as the table is started."""
+    from .apivalues import env_values, gpu_indices
+    out = {}
+    g = r.get("gpus")
+    for i in g if isinstance(g, list) else [g] if isinstance(g, (bool, float)) else []:
+        try:
+            gpu_indices([i])
+        except BadInput:
+            out["gpus"] = (f"{where} gpus = {g!r}: {i!r} is not a GPU index (an int >= 0)",
+                           'give a list of GPU indices, e.g. gpus = [0, 1] or gpus = "0,1"')
+            break
+    env = r.get("env")
+    for k, v in (env.items() if isinstance(env, dict) else ()):
+        try:
+            env_values({k: v})
+        except BadInput:
+            out["env"] = ((f"{where} env {k} = {v!r}: " + ("holds a NUL" if isinstance(v, str) else "not a string"),
+                           f'write each value as a string without NUL, e.g. env = {{ {k} = "1" }}')
+                          if isinstance(k, str) and k and "=" not in k and "\0" not in k else
+                          (f"{where} env name {k!r}: not a name without '=' or NUL", 'env = { KEY = "value" }'))
+            break
+    return out
 
 
 def _nearest(bad, known) -> str:
