@@ -42,7 +42,7 @@ class BaselineJudge(object):
 
     def poll(self, att, alive, now):
         """The below_baseline alerts of the attempt ATT as its log stands now (the judge
-        interface: ops/window.py's Judge); judged whether the job is alive or not."""
+        interface: health/window.py's Judge); judged whether the job is alive or not."""
         if time.monotonic() < self.next_t:
             return []
         self.next_t = time.monotonic() + EVERY_S
