@@ -10,7 +10,7 @@ import time
 
 from runward.agent.health.idle import IdleJudge
 from runward.agent.logmetrics.alerts import alert
-from runward.agent.ops.baseline import BaselineJudge
+from runward.agent.health.baseline import BaselineJudge
 from runward.agent.health.window import Judge
 from runward.agent.health.stall import StallJudge
 

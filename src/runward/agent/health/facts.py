@@ -20,7 +20,6 @@ import time
 
 from .. import launchers, logmetrics
 from ..logmetrics.kinds import FACT_KINDS
-from ..logmetrics.alerts import alert
 from ..proc.procfs import live
 from ..sidelock import side_lock
 from ..store import read_json, write_atomic, write_json

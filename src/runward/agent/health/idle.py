@@ -3,7 +3,7 @@ live run under `below` % utilization for `for_s` seconds, read from nvidia-smi o
 An unreadable utilization is not idle, and is said (idle_unjudged in the attempt's record).
 
 A judge as every health judge is (health/window.py's Judge, health/stall.py's StallJudge,
-ops/baseline.py's BaselineJudge): poll(att, alive, now) -> the alerts (logmetrics.alerts.alert)."""
+health/baseline.py's BaselineJudge): poll(att, alive, now) -> the alerts (logmetrics.alerts.alert)."""
 
 import time
 

@@ -76,7 +76,7 @@ def _judges(store, att, saved, rules, start, since_s):
     from ..health.stall import StallJudge
     out = [Judge(att, saved, rules, start, since_s), StallJudge(store, rules)]
     if rules.get("baseline"):
-        from .baseline import BaselineJudge
+        from ..health.baseline import BaselineJudge
         out.append(BaselineJudge(store, att, rules["baseline"]))
     return out
 

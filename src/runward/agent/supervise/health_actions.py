@@ -92,7 +92,7 @@ class HealthKeeper(object):
         out.append((StallJudge(self.store, self.rules), lambda a: (a["kind"], a.get("since"), a.get("rank"),
                                                                     a.get("basis"))))
         if self.rules.get("baseline"):
-            from ..ops.baseline import BaselineJudge
+            from ..health.baseline import BaselineJudge
             out.append((BaselineJudge(self.store, att, self.rules["baseline"]), lambda a: (a["kind"], a.get("metric"))))
         return out
 
