@@ -8,9 +8,9 @@ Two kinds of alert, kept apart:
   beyond FULL_BYTES from its end is skimmed (logmetrics/skim.py), so the first read finds
   every fact anywhere in it. status shows them (since_s skips old ones); a watch reports each
   fact once (then marks it "watched").
-- a watch's own rules (floors, ceilings, drops: runward.toml's and the flags'): judged
-  by a second scan (Judge) held in memory for that call only, over the watch's window: from its
-  start, or a look-back since_s. Never stored, so never replayed by a later call.
+- a watch's own rules (floors, ceilings, drops: runward.toml's and the flags'): judged by a
+  second scan (health/window.py's Judge) held in memory for that call only, over the watch's
+  window: from its start, or a look-back since_s. Never stored, so never replayed by a later call.
 - stall and straggler (health/stall.py): judged at each poll of a live job from stall.json's shared
   state (the step's progress is a fact of the run, not of the watch's window).
 """
