@@ -12,7 +12,7 @@ lines, chatter without numbers) into a temporary directory, then times, best of 
 Prints lines/s and MB/s for both and the ratio. Nothing leaves the temporary directory.
 
 --status-gib N times instead the first `status` of an N GiB log: the agent's own scan of the
-attempt's facts (ops/health.fact_rules: the newest FULL_BYTES parsed line by line, the rest
+attempt's facts (health/facts.fact_rules: the newest FULL_BYTES parsed line by line, the rest
 skimmed for events and NaN), with a CUDA OOM written 100 MB from the end, which it must find.
 """
 import argparse
@@ -148,7 +148,7 @@ def write_big(path, size, oom_back):
 
 
 def status_bench(args):
-    from runward.agent.ops import health as _health
+    from runward.agent.health import facts as _health
     tmp = tempfile.mkdtemp(prefix="runward-parse-bench-")
     try:
         path = os.path.join(tmp, "train.log")

@@ -14,7 +14,7 @@ from conftest import CLI, ROOT
 
 from runward.views import health
 from runward.agent.logmetrics import kinds as alertkinds
-from runward.agent.ops import health as health_op, window
+from runward.agent.health import facts as health_op, window
 
 # a kind the tree does not have: ENOSPC, as Python says it
 LINE = "OSError: [Errno 28] No space left on device: '/ckpt/step_400.pt'"

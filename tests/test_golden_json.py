@@ -155,7 +155,7 @@ def stepped(cli, name: str, n: int = 3):
 
 def restarted(cli, name: str):
     """After a restart: until the second attempt's throughput warm-up (a tenth of its points,
-    agent/ops/history.py WARMUP_FRACTION) ends past the first attempt's last step, so that the two
+    agent/health/attempts.py WARMUP_FRACTION) ends past the first attempt's last step, so that the two
     share no comparable step and compare's verdict is "too few points" however far the first got."""
     log = (cli.home / "runs" / name / "log").read_text()
     steps = [int(s) for s in re.findall(r"^step (\d+) ", log, re.M)]  # the log runs on across attempts

@@ -8,10 +8,10 @@ from __future__ import annotations
 import inspect
 import time
 
-from runward.agent.idle import IdleJudge
+from runward.agent.health.idle import IdleJudge
 from runward.agent.logmetrics.alerts import alert
-from runward.agent.ops.baseline import BaselineJudge
-from runward.agent.ops.window import Judge
+from runward.agent.health.baseline import BaselineJudge
+from runward.agent.health.window import Judge
 from runward.agent.health.stall import StallJudge
 
 JUDGES = (Judge, StallJudge, BaselineJudge, IdleJudge)

@@ -226,7 +226,7 @@ def test_status_json_has_every_metric_and_names_the_main_ones(cli):
 def test_status_and_watch_agree_on_a_big_log(cli):
     """An OOM and a NaN far back in a big log (beyond what one call parses line by line) are
     found by the first status, and a watch reports the same alerts with the same evidence."""
-    from runward.agent.ops import health as ops_health
+    from runward.agent.health import facts as ops_health
     src = cli.cwd / "big.src"
     events_log(src, blocks=14, block_lines=300)
     oom_text = src.read_text()

@@ -220,6 +220,12 @@ NEVER_IMPORTS = {
     "runward.transport": ("runward.operations", "runward.spec"),
     "runward.multinode": ("runward.operations", "runward.views"),
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
+    # the agent's side, bottom up: proc, health (the judges), supervise (the shim), ops (the verbs)
+    "runward.agent.logmetrics": ("runward.agent.proc", "runward.agent.health", "runward.agent.supervise",
+                                 "runward.agent.ops"),
+    "runward.agent.proc": ("runward.agent.health", "runward.agent.supervise", "runward.agent.ops"),
+    "runward.agent.health": ("runward.agent.supervise", "runward.agent.ops"),
+    "runward.agent.supervise": ("runward.agent.ops",),
 }
 STILL_UPWARD = {  # (importer, imported module): names imported; multinode's text, views' helpers
     ("runward.multinode.nodes", "runward.views.render"): 1,

@@ -1,6 +1,6 @@
 """[runs.NAME.health]'s baseline rules, read and checked here before any request:
 `tok_s = { min_ratio = 0.95, baseline = "best" }` (or baseline = "attempt:6"). The agent
-judges them during a watch (agent/ops/baseline.py; docs/history.md)."""
+judges them during a watch (agent/health/baseline.py; docs/history.md)."""
 
 from __future__ import annotations
 

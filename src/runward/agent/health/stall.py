@@ -501,7 +501,7 @@ def check(store, att, cfg=None, now=None, capture=True, lock_wait=None):
 
 class StallJudge(object):
     """A watch's or the shim's stall and straggler alerts: RULES' stall_after and
-    straggler_ratio over the attempt's own (the judge interface: ops/window.py's Judge)."""
+    straggler_ratio over the attempt's own (the judge interface: health/window.py's Judge)."""
 
     def __init__(self, store, rules):
         self.store, self.cfg = store, {"after": rules.get("stall_after"), "ratio": rules.get("straggler_ratio")}

@@ -8,8 +8,8 @@ log event is its pattern (a named group of patterns.py's EVENT_RE) and its row h
 """
 
 FACT = "fact"  # the attempt's own: found by the incremental scan, kept in health.json
-RULE = "rule"  # a watch's own rules over its window: never stored (ops/window.py)
-OWN = "own"  # judged by its own judge at each poll (health/stall.py's straggler, ops/baseline.py)
+RULE = "rule"  # a watch's own rules over its window: never stored (health/window.py)
+OWN = "own"  # judged by its own judge at each poll (health/stall.py's straggler, health/baseline.py)
 
 
 class Kind(object):

@@ -8,19 +8,11 @@ said to have changed without either value leaving the target (secrets.redact_val
 
 import time
 
-from .. import launchers
-from ..logmetrics import is_loss, parse_line, throughput_metric
-from ..logmetrics.rules import median
-from ..logselect import forwards, section
+from ..health.attempts import command, facts
 from ..proc.procfs import boot_id, scan
 from ..proc.runs import attempt_state
-from ..secrets import mask_url_passwords, redact_value
+from ..secrets import redact_value
 from ..store import RunStore
-
-SECTION_MAX = 16 << 20  # bytes of one attempt's log parsed at most: a reply stays quick
-WARMUP_FRACTION = 0.1  # the first tenth of an attempt's throughput points is warm-up...
-WARMUP_MIN = 2  # ... and at least this many (compilation, autotuning, data loader start)
-
 
 def history(req, home):
     """{"name", "attempts": [facts of each attempt, oldest first]}."""
@@ -36,93 +28,6 @@ def history(req, home):
         rows.append(row)
         prev = att
     return {"name": store.name, "attempts": rows, "time": time.time()}
-
-
-def facts(store, att, state, series, metric=None):
-    """One attempt's facts; series: its points too, [step, throughput, loss] (compare);
-    metric: the throughput to read (a baseline rule's), else the main one."""
-    ex = att.get("exit") or {}
-    started, ended = att.get("started_at"), ex.get("at")
-    row = {"attempt": att.get("attempt"), "state": state, "started_at": started, "exit": att.get("exit"),
-           "ran_s": round((ended or time.time()) - started, 1) if started and (ended or state == "running") else None,
-           "command": command(att), "cwd": att.get("cwd"), "files": short_hashes(att.get("hashes"))}
-    if att.get("error"):
-        row["error"] = att["error"]
-    extra(row, att)
-    row.update(metrics(store, att, series, metric))
-    return row
-
-
-def extra(row, att):
-    """What only some attempts have: a supervised restart's cause (the shim started it, with
-    the files as they were on disk then), an engine's job (its launcher's row), a node's rank."""
-    r = att.get("restart")
-    if r:
-        row["restart"] = {"of": r.get("of"), "number": r.get("number"), "reason": r.get("reason"),
-                          "delay_s": r.get("delay_s"), "by": "shim"}
-    launcher = launchers.named(att)
-    if launcher is not None:
-        row[launcher] = launchers.queries(launcher).history_row(att)
-    mn = att.get("multinode")
-    if mn:
-        row["node"] = {"rank": mn.get("rank"), "nnodes": mn.get("nnodes")}
-
-
-def command(att):
-    """The attempt's command as shown: a URL's password in it as *** (secrets.mask_url_passwords)."""
-    return mask_url_passwords(att["sh"] if att.get("sh") is not None else " ".join(att.get("argv") or []))
-
-
-def short_hashes(hashes):
-    return {p: (h or "")[:8] or None for p, h in sorted((hashes or {}).items())}
-
-
-def metrics(store, att, series, metric=None):
-    """steps reached, the main throughput (its name, median after warm-up, the points it
-    had), the last loss; "log_partial" when the section was longer than SECTION_MAX."""
-    if not att.get("log"):
-        return {"steps": None, "throughput": None, "loss": None}
-    lo, hi = section(store, att)
-    pts, names = [], set()
-    partial = hi - lo > SECTION_MAX
-    for line in forwards(att["log"], lo, min(hi, lo + SECTION_MAX)):
-        if not any(c.isdigit() for c in line):
-            continue
-        m = parse_line(line)
-        if m:
-            pts.append(m)
-            names.update(m)
-    return summarize(pts, names, partial, series, metric)
-
-
-def summarize(pts, names, partial, series, metric=None):
-    tp = metric or throughput_metric(n for n in names if not n.startswith("lr"))
-    loss = next((n for n in ("loss", "train_loss", "lm_loss") if n in names), None) or next(
-        (n for n in sorted(names) if is_loss(n)), None)
-    step_name = next((n for n in ("step", "global_step", "iter", "iteration", "num_updates") if n in names), None)
-    steps = [p[step_name] for p in pts if step_name in p] if step_name else []
-    tps = [p[tp] for p in pts if tp in p and p[tp] == p[tp]] if tp else []
-    losses = [p[loss] for p in pts if loss in p] if loss else []
-    warm = max(WARMUP_MIN, int(len(tps) * WARMUP_FRACTION))
-    out = {"steps": int(max(steps)) if steps else None,
-           "throughput": {"metric": tp, "median": median(tps[warm:]), "points": len(tps) - warm,
-                          "warmup_points": warm} if len(tps) > warm else
-           ({"metric": tp, "median": None, "points": 0, "warmup_points": len(tps)} if tp else None),
-           "loss": {"metric": loss, "last": _num(losses[-1])} if losses else None}
-    if partial:
-        out["log_partial"] = SECTION_MAX
-    if series:
-        out["series"] = {"step": step_name, "throughput": tp, "loss": loss, "warmup_points": warm,
-                         "points": [[p.get(step_name), p.get(tp), _num(p.get(loss))] for p in pts
-                                    if step_name in p and (tp in p or loss in p)]}
-    return out
-
-
-def _num(v):
-    """A number as JSON can carry it: NaN and inf as strings."""
-    if v is None or v == v and v not in (float("inf"), float("-inf")):
-        return v
-    return str(v)
 
 
 def changes(prev, att):

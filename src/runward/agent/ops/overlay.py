@@ -2,10 +2,10 @@
 for `runward plot NAME --attempts 5,6,7`. Read here, one round trip: the logs stay on the
 target, only the points travel."""
 
+from ..health.attempts import facts
 from ..logselect import attempt_of
 from ..store import RunStore
 from ..wire import bad_input
-from .history import facts
 
 MAX_ATTEMPTS = 12  # lines on one figure at most: more is unreadable
 

@@ -7,8 +7,8 @@ ping) is status.py's."""
 import os
 import time
 
-from ..proc import cgroups
-from .. import faults, gpus, logfiles, snapshots
+from .. import logfiles, snapshots
+from ..proc import cgroups, faults, gpus
 from ..supervise import shim, policy as supervise
 from ..boot import PROTOCOL
 from ..runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL

@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from ..proc import cgroups
-from .. import gpus, launchers, logfiles
+from .. import launchers, logfiles
+from ..proc import cgroups, gpus
 from ..proc.procfs import alive_in, boot_id, protected, scan, uptime
 from ..proc.runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import mask_url_passwords, redact_env, shown_multinode
@@ -220,7 +220,7 @@ def _details(out, store, att, state, since=None):
     if dep:
         out["deployed"] = dep
     if att.get("log") and state != "lost":
-        from . import health
+        from ..health import facts as health
         try:
             saved, _, _ = health.scan(store, att, lock_wait=SIDE_WAIT_S)
             out["health"] = health.summary(saved, since=since)

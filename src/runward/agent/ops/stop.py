@@ -7,8 +7,7 @@ peers' link), and a multi-node stop pays its imports once per node."""
 import os
 import time
 
-from ..proc import cgroups
-from .. import faults, gpus
+from ..proc import cgroups, faults, gpus
 from ..supervise import policy as supervise
 from ..runspec import GRACE_S, STOP_SIGNAL
 from ..proc.procfs import boot_id, live, protected, scan

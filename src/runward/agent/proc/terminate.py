@@ -13,7 +13,7 @@ try:
 except ImportError:
     import signal
 
-from .. import faults
+from . import faults
 from .procfs import look_up, read_proc
 from ..wire import bad_input
 

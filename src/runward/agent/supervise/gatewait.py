@@ -11,7 +11,7 @@ one waits in the shim of the attempt to come, as no shim of the stopped attempt 
 
 import time
 
-from .. import gpus
+from ..proc import gpus
 from ..proc.procfs import live
 
 BLOCKED_POLL_S = 3600.0  # one long poll after another, each ended by a stop's mark

@@ -11,7 +11,7 @@ the shim (supervise.WAKE), checked at each poll."""
 
 import time
 
-from .. import gpus
+from ..proc import gpus
 from ..runspec import GRACE_S, STOP_SIGNAL
 from ..proc.procfs import protected, scan
 from ..proc.runs import members

@@ -1,6 +1,6 @@
 """Health actions, judged by the shim while the job lives, with nobody connected: every
-interval, the attempt's facts (ops/health.py: NaN, OOM, traceback, NCCL, ...) and the rules
-`watch` knows (ops/window.py: floors, ceilings, drop; health/stall.py: stall, straggler). An
+interval, the attempt's facts (health/facts.py: NaN, OOM, traceback, NCCL, ...) and the rules
+`watch` knows (health/window.py: floors, ceilings, drop; health/stall.py: stall, straggler). An
 alert whose kind names an action in [runs.NAME.health] actions gets it: notify (the default),
 stop (the verified stop the CLI's stop is, run as a child of the shim: the agent's own stop
 op, so stop's rules and checks are the same), or restart (that stop, marked as a health
@@ -57,11 +57,11 @@ class HealthKeeper(object):
         self.idle = cfg.get("idle")  # {"below": %, "for_s": s}: every GPU of the run under it that long
 
     def tick(self, n):
-        from ..ops import health
+        from ..health import facts as health
         att = self.store.attempt(n)
         if not att or att.get("exit"):
             return
-        from .. import faults
+        from ..proc import faults
         faults.point("health:tick")
         saved, _, _ = health.scan(self.store, att, self.rules.get("metrics"))
         if self.judges is None:
@@ -83,16 +83,16 @@ class HealthKeeper(object):
         the idle alert once per spell (and kept as a fact: its key the fact's); a stall until
         the step moves again, a straggler per rank and basis while it lasts; a metric below
         its baseline once (the judge says it again at every poll while it stays slow)."""
-        from ..ops.window import Judge
+        from ..health.window import Judge
         from ..health.stall import StallJudge
         out = [(Judge(att, saved, self.rules, time.time(), None), None)]
         if self.idle:
-            from ..idle import IdleJudge
+            from ..health.idle import IdleJudge
             out.append((IdleJudge(self.store, self.idle), _fact_key))
         out.append((StallJudge(self.store, self.rules), lambda a: (a["kind"], a.get("since"), a.get("rank"),
                                                                     a.get("basis"))))
         if self.rules.get("baseline"):
-            from ..ops.baseline import BaselineJudge
+            from ..health.baseline import BaselineJudge
             out.append((BaselineJudge(self.store, att, self.rules["baseline"]), lambda a: (a["kind"], a.get("metric"))))
         return out
 

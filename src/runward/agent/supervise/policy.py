@@ -12,8 +12,8 @@ and stops it, verified (docs/supervision.md says all of it for users)."""
 import os
 import time
 
-from ..proc import cgroups
-from .. import faults, snapshots
+from .. import snapshots
+from ..proc import cgroups, faults
 from ..proc.procfs import MARKER, close_all_but, live
 from ..secrets import holds_masked_password, mask_url_passwords
 from ..store import file_hashes, open_log, sync_file, write_all, write_json

@@ -66,9 +66,9 @@ def sh_quote(s):
 
 
 def furthest_step(store, att):
-    """The furthest step the attempt's part of the log shows (ops/health's scan, which
+    """The furthest step the attempt's part of the log shows (health/facts.py's scan, which
     status and watch share: one incremental read), or None."""
-    from ..ops import health
+    from ..health import facts as health
     try:
         saved = health.scan(store, att)[0]
     except (OSError, ValueError):

@@ -9,9 +9,8 @@ import sys
 import time
 
 from .. import boot, logfiles
-from ..proc import cgroups
+from ..proc import cgroups, faults
 from . import peers, policy as supervise
-from .. import faults
 from ..proc.procfs import read_proc
 from ..store import Home, RunStore, open_log, write_all, write_json
 from ..proc.terminate import reap_ended, signal

@@ -2,13 +2,13 @@
 live run under `below` % utilization for `for_s` seconds, read from nvidia-smi once a poll.
 An unreadable utilization is not idle, and is said (idle_unjudged in the attempt's record).
 
-A judge as every health judge is (ops/window.py's Judge, health/stall.py's StallJudge,
-ops/baseline.py's BaselineJudge): poll(att, alive, now) -> the alerts (logmetrics.alerts.alert)."""
+A judge as every health judge is (health/window.py's Judge, health/stall.py's StallJudge,
+health/baseline.py's BaselineJudge): poll(att, alive, now) -> the alerts (logmetrics.alerts.alert)."""
 
 import time
 
-from . import gpus
-from .logmetrics.alerts import alert
+from ..logmetrics.alerts import alert
+from ..proc import gpus
 
 
 class IdleJudge(object):
@@ -20,7 +20,7 @@ class IdleJudge(object):
         self.unjudged_why = None  # why the rule could not be judged at the last poll
 
     def poll(self, att, alive, now):
-        """The idle alert, once per spell, also kept as a fact of the attempt (ops/health)."""
+        """The idle alert, once per spell, also kept as a fact of the attempt (health/facts.py)."""
         if not alive or not att.get("gpus"):
             return []
         try:
@@ -44,7 +44,7 @@ class IdleJudge(object):
             ",".join(map(str, att["gpus"])), self.idle["below"], now - self.since,
             ", ".join("GPU %s %s%%" % (i, u) for i, u in zip(att["gpus"], mine))),
             metric="gpu_util_pct", value=max(mine), since=self.since)
-        from .ops.health import add_fact
+        from .facts import add_fact
         add_fact(self.store, att, a)
         return [a]
 

@@ -1,7 +1,7 @@
 """Baselines in health rules: `tok_s = { min_ratio = 0.95, baseline = "best" }` in
 [runs.NAME.health] (or baseline = "attempt:6"): a watch alerts (below_baseline) when this
 attempt's median of the metric, at the steps both it and the baseline attempt reached past
-their warm-up, is below min_ratio of the baseline's (compare.side_by_side; too few points
+their warm-up, is below min_ratio of the baseline's (attempts.side_by_side; too few points
 judges nothing). "best": the other attempt with the highest median of the metric (the lowest,
 for a time per step)."""
 
@@ -9,8 +9,7 @@ import time
 
 from ..logmetrics import is_inverse
 from ..logmetrics.alerts import alert
-from .compare import side_by_side, si
-from .history import facts
+from .attempts import facts, side_by_side, si
 
 EVERY_S = 2.0  # the attempt's section is parsed again at most this often during a watch
 
@@ -42,7 +41,7 @@ class BaselineJudge(object):
 
     def poll(self, att, alive, now):
         """The below_baseline alerts of the attempt ATT as its log stands now (the judge
-        interface: ops/window.py's Judge); judged whether the job is alive or not."""
+        interface: health/window.py's Judge); judged whether the job is alive or not."""
         if time.monotonic() < self.next_t:
             return []
         self.next_t = time.monotonic() + EVERY_S

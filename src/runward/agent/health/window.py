@@ -51,7 +51,7 @@ class Judge(object):
 
     def poll(self, att, alive, now):
         """The rule alerts of what the attempt's log gained since the last poll (the judge
-        interface every health judge has: health/stall.py's, ops/baseline.py's, idle.py's)."""
+        interface every health judge has: health/stall.py's, health/baseline.py's, health/idle.py's)."""
         rules = dict(self.rules, alive=alive)
         res = logmetrics.scan(att["log"], self.state, rules, now)
         self.state = res["state"]
