@@ -15,7 +15,9 @@ import pytest
 from conftest import fresh_name, marked, nothing_started
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
-CASES = [{"gpus": [True]}, {"gpus": [1.0]}, {"gpus": ["0"]}, {"settle": "0.5"}]
+# and a list or dict given as its JSON text, which the SDK parses before validating
+CASES = [{"gpus": [True]}, {"gpus": [1.0]}, {"gpus": ["0"]}, {"settle": "0.5"}, {"gpus": "[1]"},
+         {"env": '{"A": "1"}'}]
 
 
 def test_mcp_start_refuses_what_the_library_refuses_and_starts_nothing(cli, lib):
