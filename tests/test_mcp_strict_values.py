@@ -15,7 +15,9 @@ import pytest
 from conftest import fresh_name, marked, nothing_started
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
-CASES = [{"gpus": [True]}, {"gpus": [1.0]}, {"gpus": ["0"]}, {"settle": "0.5"}]
+# and a list or dict given as its JSON text, which the SDK parses before validating
+CASES = [{"gpus": [True]}, {"gpus": [1.0]}, {"gpus": ["0"]}, {"settle": "0.5"}, {"gpus": "[1]"},
+         {"env": '{"A": "1"}'}]
 
 
 def test_mcp_start_refuses_what_the_library_refuses_and_starts_nothing(cli, lib):
@@ -44,3 +46,50 @@ def test_mcp_start_refuses_what_the_library_refuses_and_starts_nothing(cli, lib)
     assert not bad and not started, f"the MCP start took what the library refuses: {bad}; started {started}"
     for name in names:
         nothing_started(cli, name)
+
+
+# switches given as words, and numbers of the wrong kind elsewhere: each refused by the library as
+# BadInput before it acts; lax, the SDK made "yes" true (a kill with confirm "yes" signals what matches)
+SWITCHES = [("start", {"replace": "yes"}), ("restart", {"deploy": "yes"}), ("kill", {"confirm": "yes"}),
+            ("logs", {"lines": 1.0})]
+
+
+def test_mcp_switches_and_whole_numbers_are_refused_as_the_library_refuses_them(cli, lib):
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    from test_mcp import _session
+    (cli.cwd / "runward.toml").write_text('[mcp]\nallow = ["start", "restart", "kill", "logs", "exec", "status"]\n')
+    name = fresh_name("mcw")
+    # a process the kill's pattern matches: a kill taking "yes" as true would signal it
+    victim = ["python3", "-c", "import time; time.sleep(600)", name]
+    import subprocess
+    p = subprocess.Popen(victim)
+    lib_calls = {"start": lambda kw: lib.start(name, SLEEP, settle=0.3, **kw),
+                 "restart": lambda kw: lib.restart(name, **kw),
+                 "kill": lambda kw: lib.kill(name, **kw),
+                 "logs": lambda kw: lib.logs(name, **kw)}
+    got = {}
+    try:
+        for tool, kw in SWITCHES:
+            res = lib_calls[tool](kw)
+            assert res.exit_code == 2 and res.to_json()["error"]["type"] == "BadInput", (tool, kw, res.to_json())
+
+        async def main():
+            async with _session(cli.env, cli.cwd) as s:
+                for tool, kw in SWITCHES:
+                    args = {"pattern": name} if tool == "kill" else {"name": name}
+                    if tool == "start":
+                        args.update(command=SLEEP, settle=0.3)
+                    with anyio.fail_after(60):
+                        res = await s.call_tool(tool, {**args, **kw})
+                    got[(tool, json.dumps(kw))] = (res.is_error, json.loads(res.content[0].text))
+
+        anyio.run(main)
+        bad = {k: v[1].get("error") or v[1].get("result") for k, v in got.items()
+               if not (v[0] and (v[1].get("error") or {}).get("type") == "BadInput")}
+        assert not bad, f"the MCP door took what the library refuses: {bad}"
+        assert p.poll() is None, "a kill given confirm='yes' signalled the matching process"
+        nothing_started(cli, name)
+    finally:
+        p.kill()
+        p.wait()

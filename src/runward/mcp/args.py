@@ -4,7 +4,11 @@ The SDK's MCPServer ignored an argument its tool does not declare (start with gr
 stop_signal="INT" started the job with the default grace and TERM, and said ok), and answered a
 value its schema refuses (settle=-1, gpus=["x"], env={"A": 1}) with plain text, "Error executing
 tool ...": no document, no exit_code. Both are the run's document here: BadInput, exit_code 2,
-nothing started, the server still answering."""
+nothing started, the server still answering.
+
+A string where the schema names no string (gpus "[1]", env '{"A": "1"}') is refused here too:
+the SDK reads such a string as JSON before validating (for clients that send lists as text), so
+gpus "[1]" started on GPU 1 where `import runward` refuses gpus="[1]"."""
 
 from __future__ import annotations
 
@@ -32,15 +36,26 @@ def _said(e: ValidationError) -> str:
                                            err.get("input"), err.get("msg")) for err in e.errors())
 
 
+def _types(prop: dict) -> set:
+    """The JSON types a property's schema names (empty where it names none)."""
+    return {t for t in [prop.get("type"), *(a.get("type") for a in prop.get("anyOf") or ())] if isinstance(t, str)}
+
+
 class CheckedServer(MCPServer):
     async def call_tool(self, name, arguments, context=None):
         tool = self._tool_manager.get_tool(name)
         if tool is not None:
-            known = set((tool.parameters or {}).get("properties") or {})
+            props = (tool.parameters or {}).get("properties") or {}
+            known = set(props)
             extra = sorted(set(arguments or {}) - known)
             if extra:
                 return bad_input(name, f"tool {name} takes no argument {', '.join(map(repr, extra))}",
                                  f"its arguments: {', '.join(sorted(known))}")
+            for key, value in (arguments or {}).items():
+                types = _types(props.get(key) or {})
+                if isinstance(value, str) and types and "string" not in types:
+                    return bad_input(name, f"invalid {key} {value!r}: a string, where the tool takes "
+                                           f"{' or '.join(sorted(types - {'null'}))}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as e:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, StrictFloat, StrictInt
 
 from .. import library
 from ..agent.runspec import DEFAULTS
@@ -29,7 +29,11 @@ Name = Annotated[str, Field(description="the run's name (letters, digits, . _ -)
 Env = Annotated[dict[str, str] | None, Field(description="environment entries for the job, NAME: VALUE")]
 
 
-# each kind's JSON type, as the MCP tool's schema says it (a switch is off unless given; any other not given: None)
+# each kind's JSON type, as the MCP tool's schema says it (a switch is off unless given; any other not given: None).
+# Every number and switch is validated strict (Field(strict=True), StrictInt/StrictFloat inside a list or
+# dict): the SDK's lax mode made True, 1.0 and "0" GPU indices, "0.5" a settle and "yes" a switch, values
+# `import runward` refuses; strict takes what the schema names (an int where a number is) and refuses the
+# rest as BadInput (mcp/args.py), the schema itself unchanged.
 _TYPES = {"seconds": float | None, "fraction": float | None, "ratio": float | None, "float": float | None,
           "count": int | None, "int": int | None, "flag": bool}
 
@@ -40,7 +44,8 @@ def _declared(name: str, verb: str | None = None):
     opt = options.OPTS[name]
     tp = _TYPES.get(opt.kind, str | None)  # regex, signal, text, choice, word: a string
     extra = {"ge": 0, "le": options.MAX_SECONDS} if opt.kind == "seconds" else {"ge": opt.least} if opt.kind == "count" else {}
-    return Annotated[tp, Field(description=options.help(name, verb), **extra)]
+    return Annotated[tp, Field(description=options.help(name, verb), strict=True,
+                               **extra)]
 
 
 Cwd = _declared("cwd")
@@ -70,7 +75,7 @@ async def start(ctx: Context, name: Name, command: Annotated[list[str] | None, F
         sh: _declared("sh") = None,
         cwd: Cwd = None, settle: Settle = None, ready: Ready = None,
         replace: _declared("replace") = False,
-        gpus: Annotated[list[int] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
+        gpus: Annotated[list[StrictInt] | None, Field(description="GPU indices: sets CUDA_VISIBLE_DEVICES")] = None,
         wait_gpus_free: _declared("wait_gpus_free") = False,
         ) -> CallToolResult:
     """Start a run; verified alive after its settle period (an early exit comes back with its exit code and last log lines). By default only a run runward.toml defines, as defined: a command, sh, env or cwd of the caller's own is exec, allowed only where exec is (then sh is linted first)."""
@@ -97,7 +102,7 @@ async def restart(ctx: Context, name: Name, on: On = None,
                       description="true: push the run's files (runward.toml) between the stop and the start; "
                                   "false: restart on the files the target has; unset: runward.toml's "
                                   "deploy_on_restart, else refused (nothing stopped) when the local files "
-                                  "differ from what was deployed")] = None,
+                                  "differ from what was deployed", strict=True)] = None,
                   ) -> CallToolResult:
     """Restart a run: verified stop, optional deploy, verified start with the last attempt's spec (env overrides over it); a failed step ends the chain and says which. Every input is checked before the stop; a run whose local files differ from the deployed ones is not restarted on the old code unless deploy is false."""
     return await _SRV.call(ctx, "restart", lambda: library.restart(
@@ -122,11 +127,11 @@ async def logs(ctx: Context, name: Name, on: On = None,
 
 async def watch(ctx: Context, name: Name, on: On = None,
                 for_s: Annotated[float, Field(description="the window in seconds (bounded: at most 600)", gt=0,
-                                              le=600)] = 30.0,
-                min: Annotated[dict[str, float] | None, Field(
+                                              le=600, strict=True)] = 30.0,
+                min: Annotated[dict[str, StrictFloat] | None, Field(
                     description="alert below these floors, e.g. {\"tok_s\": 14500}")] = None,
-                max: Annotated[dict[str, float] | None, Field(description="alert above these ceilings")] = None,
-                stall: Annotated[float | None, Field(description="stall_after in seconds: alert `stall` when the step has not advanced this long (before the first step: log silence with the process tree using no CPU and no I/O)", gt=0)] = None,
+                max: Annotated[dict[str, StrictFloat] | None, Field(description="alert above these ceilings")] = None,
+                stall: Annotated[float | None, Field(description="stall_after in seconds: alert `stall` when the step has not advanced this long (before the first step: log silence with the process tree using no CPU and no I/O)", gt=0, strict=True)] = None,
                 ) -> CallToolResult:
     """Watch a run's health through a bounded window; returns the verdict: healthy, or the first alert (NaN loss, CUDA OOM, throughput under a floor or dropping, a stall (the step stopped advancing), a straggler rank, the job ended)."""
     return await _SRV.call(ctx, "watch", lambda: library.watch(name, on=on, for_s=for_s, min=min, max=max,
@@ -183,7 +188,7 @@ async def ps(ctx: Context, pattern: Annotated[str, Field(description="extended r
 async def kill(ctx: Context, pattern: Annotated[str, Field(description="extended regex against the full command line")],
                on: On = None, confirm: Annotated[bool, Field(
                    description="false (default): a dry run listing what would be signalled; true: signal them, "
-                               "verified dead")] = False,
+                               "verified dead", strict=True)] = False,
                tree: _declared("tree") = False,
                ) -> CallToolResult:
     """Safe pkill -f: shows what matches (never itself or its ancestors); signals them only with confirm: true, then verifies they are dead. Prefer stop for a run."""
@@ -222,7 +227,8 @@ async def history(ctx: Context, name: Name, on: On = None) -> CallToolResult:
     return await _SRV.call(ctx, "history", lambda: library.history(name, on=on, config=_SRV.config), on=on, name=name)
 
 
-Attempt = Annotated[int | None, Field(description="an attempt number (give both a and b, or neither: the last two)", ge=1)]
+Attempt = Annotated[int | None, Field(description="an attempt number (give both a and b, or neither: the last two)", ge=1,
+                                              strict=True)]
 
 
 async def compare(ctx: Context, name: Name, a: Attempt = None, b: Attempt = None, on: On = None) -> CallToolResult:
