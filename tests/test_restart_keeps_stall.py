@@ -34,3 +34,25 @@ def test_restart_keeps_the_stall_options_the_run_was_started_with(cli):
         assert (stall["stall_after"], stall["straggler_ratio"]) == (600.0, 4.0), stall
     finally:
         cli.run("stop", name, "--grace", "2")
+
+
+def test_restart_of_a_run_in_runward_toml_takes_its_health_stall_options_as_they_are_now(cli):
+    """runward.toml's definition replaces the last spec (docs/runs.md), its [health] stall
+    options with the rest: the new attempt judges by the table as it reads now."""
+    name = fresh_name("rkt")
+    toml = cli.cwd / "runward.toml"
+    head = getattr(cli, "toml_head", "") + f'[runs.{name}]\ncommand = {json.dumps(SLEEP)}\nsettle = 0.3\n'
+    toml.write_text(head + f'[runs.{name}.health]\nstall_after = "5m"\nstraggler_ratio = 4\n')
+    rc, doc = cli.json("start", name)
+    assert rc == 0, doc
+    try:
+        toml.write_text(head + f'[runs.{name}.health]\nstall_after = "7m"\n')
+        rc, doc = cli.json("restart", name, "--no-deploy")
+        assert rc == 0, doc
+        attempts = cli.home / "runs" / name / "attempts"
+        assert json.loads((attempts / "1.json").read_text())["stall"] == {"after": 300.0, "ratio": 4.0}
+        assert json.loads((attempts / "2.json").read_text())["stall"] == {"after": 420.0}
+        stall = cli.status(name)["stall"]
+        assert stall["stall_after"] == 420.0, stall
+    finally:
+        cli.run("stop", name, "--grace", "2")
