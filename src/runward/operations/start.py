@@ -57,6 +57,10 @@ def start_kwargs_from_config(run: dict, name: str = "NAME") -> dict:
     from ..spec.supervision import policy
     if policy(run):
         kw["supervise"] = policy(run)
+    from ..spec.stallopts import from_config
+    stall = from_config(dict(run.get("health") or {}), name)
+    if stall:  # [health] stall_after, straggler_ratio: a restart's definition says them as start does
+        kw["stall"] = stall
     if run.get("files"):
         kw["hash_files"] = [f.split(":", 1)[1] for f in run["files"] if ":" in f]
         kw["files"] = list(run["files"])

@@ -152,7 +152,8 @@ def _shown_env(kw: dict) -> dict:
 
 
 def start_kwargs(kw: dict) -> dict:
-    # what the last attempt kept (less its node's part and stall options, said again by this start's
-    # runward.toml), and what a restart's start says of its own
-    allowed = {*SPEC_KEYS, "reuse_env", "lock_timeout", "snapshots"} - {"multinode", "stall"}
+    # what the last attempt kept, less its node's part (a node restarted alone is refused), and
+    # what a restart's start says of its own; its stall options are the last attempt's, or
+    # runward.toml's [runs.NAME.health] where the definition replaces the spec
+    allowed = {*SPEC_KEYS, "reuse_env", "lock_timeout", "snapshots"} - {"multinode"}
     return {k: v for k, v in kw.items() if k in allowed}
