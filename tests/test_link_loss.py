@@ -78,7 +78,7 @@ def silent(tmp_path):
     c.ssh_config = cfg
     c.write_config = lambda extra="": cfg.write_text(
         f"Host rwsilent\n  HostName 127.0.0.1\n  Port {relay.port}\n  HostKeyAlias rw1\n  User root\n"
-        f"  IdentityFile {tb['client_key']}\n{extra}\nInclude {tb['ssh_config']}\n")
+        f"  IdentityFile {tb['client_key']}\n{extra}\nMatch all\nInclude {tb['ssh_config']}\n")
     c.write_config()
     c.env = dict(testbed.env(tb, c.env), RUNWARD_SSH_CONFIG=str(cfg))
     c.env.pop("RUNWARD_SSH_ALIVE_TIMEOUT", None)
@@ -231,5 +231,6 @@ def test_logs_f_ends_its_follower_in_the_container_while_the_link_is_down(silent
         out, err = p.communicate(timeout=60)
         assert p.returncode == 3 and "stopped answering" in err and "255" not in err, (p.returncode, err)
         assert took < 12, took  # the alive timeout, 5 s, and a margin
-    finally:  # through rw1: the silent link is dead
-        c.run("stop", name, "--on", "ssh://rw1/pct:200", timeout=60)
+    finally:  # through rw1 (the testbed's hosts follow `Match all`): the silent link is dead
+        r = c.run("stop", name, "--on", "ssh://rw1/pct:200", timeout=60)
+        assert r.returncode == 0, r.stderr
