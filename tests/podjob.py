@@ -30,6 +30,7 @@ def pod(tmp_path):
     c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
     c.dir = f"/tmp/rw-rt-{uuid.uuid4().hex[:8]}"  # in the container's own /tmp
     c.container = tb["podman"]
+    c.tb = tb
     c.toml_head = f'[targets.h1pod]\non = "ssh://rw1/podman:{tb["podman"]}"\nhome = "{c.dir}/home"\n\n'
     yield c
     subprocess.run(["podman", "exec", "-i", c.container, "rm", "-rf", c.dir], env=c.env, capture_output=True)

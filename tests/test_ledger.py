@@ -9,14 +9,13 @@ from __future__ import annotations
 import hashlib
 import re
 import statistics
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-import testbed
 from conftest import CLI, EXAMPLE, env_flags, exited_attempt, wait_for
+from podjob import pod  # noqa: F401 (the fixture)
 
 SECRET = "hf_" + uuid.uuid4().hex  # a secret's value: never in any output
 FAST = ["TRAIN_STEP_SECONDS=0.05", "TRAIN_STEPS=40", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
@@ -139,19 +138,6 @@ def test_history_of_an_unknown_run_is_exit_4(cli):
 
 # --------------------------------------------------------------------------- a container behind ssh
 
-@pytest.fixture
-def pod(tmp_path):
-    tb = testbed.require("podman")
-    c = CLI(tmp_path / "home", tmp_path / "work")
-    (tmp_path / "work").mkdir()
-    c.env = testbed.env(tb, c.env)
-    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
-    c.dir = f"/tmp/rw-lg-{uuid.uuid4().hex[:8]}"  # in the container's own /tmp
-    c.container = tb["podman"]
-    yield c
-    subprocess.run(["podman", "exec", "-i", c.container, "rm", "-rf", c.dir], env=c.env, capture_output=True)
-
-
 def test_history_over_ssh_into_a_container_after_a_deploy(pod):
     name = f"lp{uuid.uuid4().hex[:6]}"
     dest = f"{pod.dir}/code"
@@ -159,8 +145,7 @@ def test_history_over_ssh_into_a_container_after_a_deploy(pod):
     (pod.cwd / "train.py").write_bytes(old)
     env = ", ".join(f'{k} = "{v}"' for k, v in (kv.split("=") for kv in FAST + ["TRAIN_TOKS=14500"]))
     (pod.cwd / "runward.toml").write_text(
-        f'[targets.h1pod]\non = "ssh://rw1/podman:{pod.container}"\nhome = "{pod.dir}/home"\n\n'
-        f'[runs.{name}]\non = "h1pod"\ncommand = ["python3", "{dest}/train.py"]\ncwd = "{dest}"\n'
+        pod.toml_head + f'[runs.{name}]\non = "h1pod"\ncommand = ["python3", "{dest}/train.py"]\ncwd = "{dest}"\n'
         f'files = ["train.py:{dest}/train.py"]\nsettle = 0.3\nenv = {{ {env} }}\n')
     try:
         rc, doc = pod.json("deploy", name)

@@ -12,10 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
-import testbed
-from conftest import CLI
+from podjob import pod  # noqa: F401 (the fixture)
 
 
 def _sha(path: Path) -> str:
@@ -117,19 +114,6 @@ def test_pull_of_a_file_changing_meanwhile_replaces_nothing(cli, tmp_path):
 # --------------------------------------------------------------------------- a container behind ssh
 
 POD = "ssh://rw1/podman:rwpod"
-
-
-@pytest.fixture
-def pod(tmp_path):
-    tb = testbed.require("podman")
-    c = CLI(tmp_path / "home", tmp_path / "work")
-    (tmp_path / "work").mkdir()
-    c.env = testbed.env(tb, c.env)
-    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
-    c.dir = f"/tmp/rw-pull-{uuid.uuid4().hex[:8]}"  # in the container's own /tmp
-    c.tb = tb
-    yield c
-    subprocess.run(["podman", "exec", "-i", tb["podman"], "rm", "-rf", c.dir], env=c.env, capture_output=True)
 
 
 def _in_pod(pod, script: str, timeout: float = 120) -> str:
