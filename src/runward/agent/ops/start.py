@@ -500,8 +500,10 @@ def _children_run_on(store, n, job, ex, res, until):
     the run's, but no job of theirs is watched: its exit would never be recorded)."""
     left = _left_behind(store, n, job)
     # under a restart policy the shim ends what an attempt left before it makes the next, whose
-    # launcher backgrounds again: a moment with none alive is not the end, the settle's end is
-    policy = bool(left) and (store.attempt(n) or {}).get("supervise")
+    # launcher backgrounds again: a moment with none alive (the shim may have ended this
+    # attempt's before this first look) is not the end, the settle's end is
+    pol = (store.attempt(n) or {}).get("supervise")
+    policy = bool(pol) and supervise.decide(pol, ex or {}, None, [], time.time())[0]
     while (left or policy) and time.monotonic() < until:
         time.sleep(min(0.1, max(0.0, until - time.monotonic())))
         left = _left_behind(store, n, job)
