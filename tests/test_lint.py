@@ -118,7 +118,8 @@ SHAPES = [
           id="for-loop-over-pgrep-echo"),
     shape("ssh h \"kill \\$(pgrep -f train.py); echo\"", ("self-kill", E),
           id="remote-kill-pgrep-escaped-dollar"),
-    shape("killall -r 'ba.h'", ("self-kill", E), id="killall-r-matches-shell-name"),
+    shape("killall -r 'ba.h'", ("self-kill", E), ("kill-by-name", W),
+          id="killall-r-matches-shell-name"),
     shape("pkill -9 bash", ("self-kill", E), id="pkill-by-name-bash"),
     shape("timeout 10 pkill -9 -f train.py", ("self-kill", E), assume_shell=False,
           id="timeout-cannot-catch-kill"),
@@ -165,7 +166,21 @@ SHAPES = [
     shape("pkill -f 'epoch[[:digit:]]+'", id="posix-class"),
     shape("pkill -f 'train\\.py'", id="escaped-dot-text-does-not-match-itself"),
     shape("pkill -A -f train.py", id="pkill-ignore-ancestors"),
-    shape("killall -r train", id="killall-r-matches-names-not-command-lines"),
+    shape("killall -r train", ("kill-by-name", W),
+          id="killall-r-matches-names-not-command-lines"),
+    # broad kills: every process the caller may signal, or every process of a name
+    shape("kill -9 -1", ("kill-everything", E), id="kill-9-minus-1"),
+    shape("kill -- -1", ("kill-everything", E), id="kill-dashdash-minus-1"),
+    shape("kill -s KILL -1", ("kill-everything", E), id="kill-s-kill-minus-1"),
+    shape("kill -1 -1", ("kill-everything", E), id="kill-hup-minus-1"),
+    shape("ssh root@host \"pct exec 200 -- kill -9 -1\"", ("kill-everything", E),
+          id="kill-minus-1-in-container"),
+    shape("sudo killall5 -9", ("kill-everything", E), id="killall5"),
+    shape("killall python3", ("kill-by-name", W), id="killall-by-name"),
+    shape("kill -1", id="kill-1-is-a-signal-without-pid"),
+    shape("kill -0 -1", id="kill-0-minus-1-is-a-check"),
+    shape("kill -9 -1234", id="kill-process-group-is-not-everything"),
+    shape("killall -0 python3", id="killall-0-is-a-check"),
     shape("timeout 10 pkill -f train.py", assume_shell=False, id="timeout-relays-term"),
     shape("docker exec trainer pkill -f train.py", id="docker-exec-argv-no-shell"),
     shape("pct exec 200 -- pkill -f train.py", id="pct-exec-argv-no-shell"),
@@ -308,6 +323,16 @@ def test_format_findings_on_a_long_nested_line_keeps_carets_aligned():
     line, carets = text.splitlines()[1:3]
     begin = carets.index("^")
     assert line[begin:begin + len("pkill -9 -f /root/run.sh")] == "pkill -9 -f /root/run.sh"
+
+
+def test_broad_kills_name_the_danger_and_the_runward_fix():
+    f = only("ssh root@host \"pct exec 200 -- kill -9 -1\"", "kill-everything")
+    assert "every process the caller may signal inside pct exec 200 on root@host" in f.message
+    assert "runward stop NAME" in f.fix and "--on ssh://root@host/pct:200" in f.fix
+    f = only("killall5", "kill-everything")
+    assert "outside its own session" in f.message and "sshd" in f.why
+    f = only("killall python3", "kill-by-name")
+    assert "every process named 'python3'" in f.message and "runward kill" in f.fix
 
 
 def test_format_no_findings():

@@ -37,6 +37,8 @@ RULES = {
     "host-path-in-container": "warning",
     "parse-error": "warning",
     "ssh-word-split": "error",
+    "kill-everything": "error",
+    "kill-by-name": "warning",
     "unverified-nohup": "info",
     "sleep-as-verification": "info",
 }

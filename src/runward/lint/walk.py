@@ -10,7 +10,7 @@ from .lexer import ParseError, Source, Word
 from .parse import CATCHES_SIGNALS, Command, Pipeline, Script, argv_of, basename, parse, unwrap
 from .processes import EXEC_SHELLS, Ctx, Proc
 from .report import SEVERITY_RANK, Finding
-from .rules import filesystem, parsing, selfmatch, verification
+from .rules import broadkill, filesystem, parsing, selfmatch, verification
 from .scan import Scan
 
 MAX_DEPTH = 24
@@ -116,6 +116,8 @@ class Linter:
         name = basename(words[0].value)
         if id(command) not in handled and name in ("pkill", "killall"):
             selfmatch.kill_command(self.scan, words, command, ctx)
+        if name in ("kill", "killall", "killall5"):
+            broadkill.check(self.scan, words, command, ctx)
         if name == "cd":
             filesystem.record_cd(self.scan, words, ctx)
         filesystem.record_copy(self.scan, words, ctx)
