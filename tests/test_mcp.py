@@ -294,3 +294,40 @@ def test_start_and_restart_run_an_agents_own_command_or_env_only_where_exec_is_a
         for name in ("r", "y"):
             subprocess.run([sys.executable, "-m", "runward", "stop", name, "--grace", "1"], cwd=tmp_path, env=env,
                            capture_output=True, timeout=60)
+
+
+def test_an_allow_list_of_only_the_extras_adds_them_to_the_defaults(tmp_path):
+    """`[mcp] allow = ["exec", "kill"]` (or `--allow exec,kill`) asks for exec and kill besides what
+    agents may do anyway: status still answers, as the CLI's; a list naming a default tool is the
+    whole set (status and logs only: start refused), and `allow = []` allows nothing."""
+    from runward.mcp import server as mcpserver
+    from runward.spec import config
+    cfg = lambda allow: config._validate("runward.toml", {"mcp": {"allow": allow}})  # noqa: E731
+    defaults = mcpserver.policy_from(config._validate("runward.toml", {})).verbs
+    extra = mcpserver.policy_from(cfg(["exec", "kill"]))
+    assert extra.verbs == defaults | {"exec", "kill"} and not extra.push_anywhere
+    assert mcpserver.policy_from(cfg(["push"])).verbs == defaults and mcpserver.policy_from(cfg(["push"])).push_anywhere
+    assert mcpserver.policy_from(cfg(["status", "logs"])).verbs == {"status", "logs"}
+    assert mcpserver.policy_from(cfg([])).verbs == frozenset()
+    flag = mcpserver.policy_from(cfg([]), allow="exec,kill")  # --allow is read as the file's key is
+    assert (flag.verbs, flag.push_anywhere) == (extra.verbs, extra.push_anywhere)
+
+    (tmp_path / "runward.toml").write_text('[mcp]\nallow = ["exec", "kill"]\n')
+    env = dict(os.environ, RUNWARD_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT / "src"))
+    env.pop("RUNWARD_CONFIG", None)
+    cli = subprocess.run([sys.executable, "-m", "runward", "status", "--on", "local", "--json"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=60)
+
+    async def main():
+        for args in ((), ("--allow", "exec,kill")):
+            async with _session(env, tmp_path, args) as s:
+                err, doc = await _call(s, "status", {"on": "local"})
+                assert not err and _shape(doc) == _shape(json.loads(cli.stdout)), doc
+                err, doc = await _call(s, "exec", {"command": ["true"], "on": "local"})
+                assert not err, doc
+                err, doc = await _call(s, "kill", {"pattern": "no-such-process-rw", "on": "local"})
+                assert not err, doc
+        async with _session(env, tmp_path, ["--allow", "status,logs"]) as s:
+            err, doc = await _call(s, "start", {"name": "r"})
+            assert err and doc["error"]["type"] == "Refused" and doc["error"]["details"]["config_key"] == "mcp.allow", doc
+    anyio.run(main)
