@@ -275,3 +275,30 @@ def test_ctrl_c_over_ssh_ends_the_hop_command_on_the_host(tcli, monkeypatch):
         now = _hop_commands(port)
         return not [pid for pid, start in hop.items() if now.get(pid) == start]
     wait_for(ended, timeout=15, what="the hop command on the host to end")
+
+
+@pytest.mark.parametrize("target,hop,said,ground", [
+    # lxc-attach says "Failed to get init pid" of a missing container as of a stopped one
+    ("lxc:no-such-ctr", "lxc:no-such-ctr", "container not found", ["lxc-info", "-n", "no-such-ctr"]),
+    ("ssh://rw1/lxc:no-such-ctr", "lxc:no-such-ctr", "container not found", ["lxc-info", "-n", "no-such-ctr"]),
+    ("lxc:rwlxc-stopped", "lxc:rwlxc-stopped", "container is not running", ["lxc-info", "-n", "rwlxc-stopped"]),
+    ("ssh://rw1/pct:999", "pct:999", "container not found", None),  # the testbed's pct has no 999
+    ("podman:no-such-ctr", "podman:no-such-ctr", "container not found",
+     ["podman", "container", "exists", "no-such-ctr"]),
+    ("docker:no-such-ctr", "docker:no-such-ctr", "container not found",
+     ["podman", "container", "exists", "no-such-ctr"]),
+])
+def test_a_missing_container_is_not_found_and_a_stopped_one_not_running(tcli, tb, target, hop, said, ground):
+    testbed.require("lxc_stopped")
+    # ground truth: the container tool itself says it is absent (or stopped)
+    if said == "container is not running":
+        assert "STOPPED" in subprocess.run(ground, env=tcli.env, capture_output=True, text=True).stdout
+    elif ground is not None:
+        assert subprocess.run(ground, env=tcli.env, capture_output=True).returncode != 0
+    else:
+        assert tb["pct_missing_id"] == "999" and "999" not in tb["pct_ids"]
+    rc, doc = tcli.json("status", "--on", target)
+    assert rc == 3, doc
+    err = doc["error"]
+    assert err["hop"] == hop and err["message"] == f"{hop}: {said}", err
+    assert ("start it first" in err["hint"]) == (said == "container is not running"), err

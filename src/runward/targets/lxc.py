@@ -14,9 +14,13 @@ TOOL = "lxc-attach"  # run one level out: on the host, or in the container befor
 # container stopped (case ignored), and what a person runs to check and start it.
 SAYS = r"lxc-"
 LINE = r"lxc-\w+: "
-ABSENT = r"does not exist"
+ABSENT = r"does not exist|doesn't exist"
 STOPPED = r"Failed to get init pid|not running"
 CHECK = "lxc-info -n {name}; lxc-start -n {name}"
+# lxc-attach says "Failed to get init pid" for a container that is stopped and for one that
+# does not exist alike (lxc 5/6): where its words say stopped, lxc-info, run where lxc-attach
+# runs, tells them apart ("NAME doesn't exist", exit 1; a stopped one answers its state).
+EXISTS = ["lxc-info", "-n", "{name}"]
 
 
 def check(name: str) -> str | None:

@@ -207,8 +207,8 @@ def end_far(target: Target, tag: tuple[int, int] | None) -> None:
         pass
 
 
-def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | None:
-    """One `true` through these hops (only on a failure's path, or a call's that has not
+def _probe(hops, bound: float | None = None, watch=None, argv=("true",)) -> tuple[int, str] | None:
+    """One `true` (or argv) through these hops (only on a failure's path, or a call's that has not
     answered within the hop bound): (exit status, stderr), the status None when it did not
     answer within the bound (its process group killed then); None when it could not be run
     at all. watch: the HopWatch that asks, told of the probe's process (it ends the probe
@@ -217,7 +217,7 @@ def _probe(hops, bound: float | None = None, watch=None) -> tuple[int, str] | No
     bound = bound or hop_timeout()
     t0 = time.monotonic()
     try:
-        probe = run_call(Target(tuple(hops)).wrap(["true"], ssh_base(), tagged=True), b"", None, None, bound,
+        probe = run_call(Target(tuple(hops)).wrap(list(argv), ssh_base(), tagged=True), b"", None, None, bound,
                           watch=watch or _Probing(Target(tuple(hops))))
     except (RunwardError, OSError):
         return None
@@ -394,10 +394,11 @@ def _hop_failed(target: Target, i: int, rc: int, err: str, details: dict) -> Run
         return HopFailed(f"{hop}: `{tool}` not found on {where}",
                          f"install {tool} on {where}, or correct the target: {hop} runs `{tool}` there",
                          hop=str(hop), details=dict(details, missing_tool=tool))
-    if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
+    state = _container_state(target, i, err)
+    if state == "absent":
         return HopFailed(f"{hop}: container not found", _container_hint(hop, "absent"), hop=str(hop),
                          details=details)
-    if re.search(_CONTAINER_STOPPED, err):
+    if state == "stopped":
         return HopFailed(f"{hop}: container is not running", _container_hint(hop, "stopped"), hop=str(hop),
                          details=details)
     line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "no message")
@@ -444,13 +445,32 @@ def _container_stopped(target: Target) -> RunwardError | None:
     hop = target.hops[found[0]] if isinstance(found, tuple) else next(h for h in target.hops if h.kind != "ssh")
     if isinstance(found, tuple):
         err = found[2]  # the failing hop's own words
-    if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
+    state = _container_state(target, target.hops.index(hop), err)
+    if state == "absent":
         return HopFailed(f"{hop}: the container was removed while the call ran (what ran in it was killed with it)",
                          _container_hint(hop, "absent"), hop=str(hop), details={"stderr_tail": err[-500:]})
-    if re.search(_CONTAINER_STOPPED, err):
+    if state == "stopped":
         return HopFailed(f"{hop}: the container stopped while the call ran (what ran in it was killed with it)",
                          _container_hint(hop, "stopped"), hop=str(hop), details={"stderr_tail": err[-500:]})
     return None
+
+
+def _container_state(target: Target, i: int, err: str) -> str | None:
+    """"absent", "stopped" or None (neither), from hop i's tool's own words; where those say
+    stopped and the hop's tool says so of a missing container too (lxc-attach), its EXISTS
+    command, run one level out, decides."""
+    if re.search(_CONTAINER_ABSENT, err) and not re.search(_PYTHON_MISSING, err):
+        return "absent"
+    if not re.search(_CONTAINER_STOPPED, err):
+        return None
+    hop = target.hops[i]
+    module = CONTAINER_HOPS[hop.kind]
+    exists = getattr(module, "EXISTS", None)
+    if exists:
+        got = _probe(target.hops[:i], argv=[w.format(name=hop.name) for w in exists])
+        if got is not None and got[0] not in (0, None) and re.search("(?i)" + module.ABSENT, got[1]):
+            return "absent"
+    return "stopped"
 
 
 def _container_hint(hop: Hop, what: str) -> str:
