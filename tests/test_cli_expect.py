@@ -79,7 +79,8 @@ def test_a_run_started_by_flags_alone_keeps_its_spec_and_can_unset(cli, tmp_path
     rc, doc = cli.json("restart", "fl", "--settle", "0.2", "--cwd", str(tmp_path), "--ready-timeout", "5")
     assert rc == 0, doc
     assert environ(doc["result"]["pid"])["TRAIN_NAN_AT"] == "5"
-    assert doc["result"]["spec_from"] == "last attempt" and set(doc["result"]["changed"]) == {"cwd"}
+    assert doc["result"]["spec_from"] == "last attempt" and set(doc["result"]["changed"]) == {"cwd", "options"}
+    assert doc["result"]["changed"]["options"] == {"ready_timeout": {"from": 600.0, "to": 5.0}}
     assert os.readlink(f"/proc/{doc['result']['pid']}/cwd") == str(tmp_path)
     rc, doc = cli.json("restart", "fl", "--settle", "0.2", "--env", "TRAIN_NAN_AT=")
     assert rc == 0, doc

@@ -205,3 +205,34 @@ def test_a_file_without_a_sha256_at_either_attempt_is_not_known_never_the_same(c
         assert "same sha256" not in p.stdout and f"code: not known (no sha256 at either attempt" in p.stdout, p.stdout
     finally:
         cli.run("stop", name)
+
+
+def test_restart_names_every_option_runward_toml_changed(cli):
+    """settle, grace and [health] stall_after edited in runward.toml are changes as much as the
+    command is: restart names each (JSON and text), from the value the last attempt ran with to
+    the one the new attempt runs with (ground truth: the new attempt's record on disk), and
+    says unchanged when nothing was edited, a notify URL's password neither shown nor a change."""
+    import json as jsonlib
+    name = f"rco{uuid.uuid4().hex[:6]}"
+    toml = ('[runs.{n}]\ncommand = ["sleep", "300"]\nsettle = {settle}\ngrace = {grace}\n'
+            'notify = ["https://u:S3CRET@hook.example/x"]\n'
+            '[runs.{n}.health]\nstall_after = "{stall}"\nactions = {{ nan = "stop" }}\n')
+    (cli.cwd / "runward.toml").write_text(toml.format(n=name, settle=0.3, grace=5, stall="5m"))
+    assert cli.json("start", name)[0] == 0
+    rc, doc = cli.json("restart", name)
+    assert rc == 0 and doc["result"]["changed"] == {}, doc
+    (cli.cwd / "runward.toml").write_text(toml.format(n=name, settle=0.4, grace='"7s"', stall="6m"))
+    p = cli.run("restart", name)
+    assert p.returncode == 0, p.stderr
+    record = jsonlib.loads((cli.home / "runs" / name / "attempts" / "3.json").read_text())
+    assert (record["settle"], record["grace"], record["stall"]["after"]) == (0.4, 7.0, 360.0), record
+    assert "changed since attempt 2:" in p.stdout and "  settle: 0.3 -> 0.4" in p.stdout, p.stdout
+    assert "  grace: 5 -> 7.0" in p.stdout and "stall.after: 300.0 -> 360.0" in p.stdout, p.stdout
+    assert "S3CRET" not in p.stdout, p.stdout
+    (cli.cwd / "runward.toml").write_text(toml.format(n=name, settle=0.4, grace='"7s"', stall="4m"))
+    rc, doc = cli.json("restart", name)
+    assert rc == 0, doc
+    assert doc["result"]["changed"] == {"options": {
+        "stall.after": {"from": 360.0, "to": 240.0},
+        "supervise.health.rules.stall_after": {"from": 360.0, "to": 240.0}}}, doc["result"]["changed"]
+    cli.json("stop", name, "--grace", "2")

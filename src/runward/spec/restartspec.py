@@ -5,11 +5,17 @@ it cannot restart)."""
 
 from __future__ import annotations
 
-from ..agent.runspec import SPEC_KEYS
-from ..agent.secrets import holds_masked_password, redact_value
+from ..agent.runspec import DEFAULTS, SPEC_KEYS
+from ..agent.secrets import holds_masked_password, mask_url_passwords, redact_value
 from ..errors import BadInput, OperationFailed, RunwardError
 from .inputs import resolve_env_from
 from .options import OPTS, refuse
+
+# the spec's keys compared as values by changes(): every one a restart takes from runward.toml
+# ([runs.NAME] settle, grace, ready, gpus, log...; its [health] as supervise and stall), less those
+# said in a form of their own (command, cwd, files, env) and what follows from another (hash_files)
+OPTION_KEYS = tuple(k for k in SPEC_KEYS if k not in (
+    "argv", "sh", "cwd", "env", "env_from", "env_overrides", "files", "hash_files", "multinode"))
 
 
 def after_stop(e: RunwardError) -> RunwardError:
@@ -119,6 +125,34 @@ def changes(last_spec: dict, kw: dict) -> dict:
     env = {k: v for k, v in env.items() if v}
     if env:
         out["env"] = env
+    old_opts, new_opts = _options(last_spec), _options(kw)
+    options = {k: {"from": old_opts.get(k), "to": new_opts.get(k)} for k in sorted(set(old_opts) | set(new_opts))
+               if old_opts.get(k) != new_opts.get(k)}
+    if options:
+        out["options"] = options
+    return out
+
+
+def _options(kw: dict) -> dict:
+    """The spec's other options as flat dotted keys (`settle`, `stall.after`,
+    `supervise.health.rules.stall_after`): an option left out is its default, an empty value
+    none, and a notify URL's password masked, as records keep it (so it neither shows nor
+    reads as a change)."""
+    out: dict = {}
+
+    def put(key, v):
+        if isinstance(v, dict):
+            for k, sub in v.items():
+                put(f"{key}.{k}", sub)
+        elif v is not None and v != [] and v != "":
+            out[key] = v
+
+    for key in OPTION_KEYS:
+        v = kw.get(key)
+        v = DEFAULTS.get(key) if v is None else v
+        if key == "supervise" and v and v.get("notify"):
+            v = dict(v, notify=[mask_url_passwords(t) for t in v["notify"]])
+        put(key, v)
     return out
 
 
