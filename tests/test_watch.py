@@ -138,3 +138,60 @@ def test_watch_over_ssh(tmp_path):
     finally:
         for pid in marked("w."):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_watch_reports_a_fact_a_concurrent_status_stored_between_its_polls(cli, tmp_path):
+    """Two readers of one run: a `watch` and a `status`. A NaN written while the watch waits
+    between polls, and read first by the status (which stores it in the run's facts), is
+    still the watch's alert: a fact is the run's, whichever reader scanned the log first.
+    The watch is held between polls by SIGSTOP (its CLI and agent, one process group), so the
+    status reads first every time; the log and health.json on disk are the ground truth."""
+    import subprocess
+    import time
+    trigger = tmp_path / "nan-now"
+    job = (f'echo "step 1 loss 2.5"; while [ ! -e {trigger} ]; do sleep 0.05; done; '
+           'echo "step 2 loss nan"; exec sleep 300')
+    rc, doc = cli.json("start", "cw", "--settle", "0.3", "--sh", job)
+    assert rc == 0, doc
+    health = cli.home / "runs" / "cw" / "health.json"
+    assert not health.exists()  # nobody has scanned the log yet: the watch's first scan will
+    w = subprocess.Popen(cli.argv("watch", "cw", "--for", "8", "--json"), cwd=cli.cwd, env=cli.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: health.exists() and '"max_step": 1' in health.read_text(), what="the watch's first scan")
+        held = _tree(w.pid)  # the CLI and its agent (a process group of its own)
+        for pid in held:
+            os.kill(pid, signal.SIGSTOP)  # between its polls
+        trigger.touch()
+        log = cli.home / "runs" / "cw" / "log"
+        wait_for(lambda: "loss nan" in log.read_text(), what="the NaN line in the log")
+        st = cli.status("cw")  # the other reader: it scans the NaN first and stores it
+        assert [a["kind"] for a in st["health"]["alerts"]] == ["nan"], st["health"]
+        assert '"kind": "nan"' in health.read_text().replace('"kind":"nan"', '"kind": "nan"')
+        t0 = time.monotonic()
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
+        out, err = w.communicate(timeout=60)
+    finally:
+        if w.poll() is None:
+            for pid in _tree(w.pid):
+                os.kill(pid, signal.SIGCONT)
+            w.kill()
+    assert w.returncode == 1, (out, err)
+    assert json.loads(out)["result"]["alert"]["kind"] == "nan", out
+    assert time.monotonic() - t0 < 5, "the watch ran out its window instead of reporting the stored fact"
+    cli.json("stop", "cw", "--grace", "2")
+
+
+def _tree(root: int) -> list[int]:
+    """root and its descendants, from /proc (each task's children)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    return out

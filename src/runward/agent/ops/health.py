@@ -61,7 +61,10 @@ def watch(req, home, emit):
             facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
             continue
         att = latest
-        saved, facts, new_points = scan(store, att, rules.get("metrics"))
+        # every fact not yet watched, not only those this scan found: another reader (a
+        # status, the shim's idle check) may have scanned the new lines, or added one, first
+        saved, _, new_points = scan(store, att, rules.get("metrics"))
+        facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
     out = _reply(store, att, saved, alerts, facts, judges[0], round(time.monotonic() - t0, 2))
     if rules.get("baseline"):
         out["baseline"] = judges[-1].last  # what the baseline rules saw last (docs/history.md)
