@@ -6,6 +6,7 @@ node. The hosts share this machine's files, so each node gets a home of its own.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -364,3 +365,40 @@ def test_a_health_action_that_stops_or_restarts_a_multi_node_run_is_refused(cli,
     assert "notify" in doc["error"]["hint"], doc
     assert not marked(mn + "."), "nothing may have started"
     assert not (tmp_path / "node0" / "runs" / mn).exists() and not (tmp_path / "node1" / "runs" / mn).exists()
+
+
+def test_node_1s_stop_line_reads_the_same_whichever_way_the_stop_reached_it_first(cli, tmp_path, mn):
+    """A stop signals every node at once, and node 0's end goes to node 1 over the nodes' link
+    as a stop of the whole run: node 1's shim may end its job before the CLI's call for node 1
+    arrives. Forced here (node 1's agent starts 8 s late once the stop begins: a slow hop), and
+    left to timing in a second run: node 1's line is the same words both times. Ground truth:
+    node 1's record (its shim's peer_stop, or the CLI's stop) and its job gone from /proc."""
+    slow = tmp_path / "slow-now"
+    _config(tmp_path, ["rw1", "rw2"], mn)
+    py = tmp_path / "py-slow"
+    py.write_text(f'#!/bin/sh\n[ -e {slow} ] && sleep 8\nexec python3 "$@"\n')
+    py.chmod(0o755)
+    toml = tmp_path / "work" / "runward.toml"
+    text = toml.read_text().replace(f'home = "{tmp_path}/node1"\n', f'home = "{tmp_path}/node1"\npython = "{py}"\n')
+    toml.write_text(text)
+    lines = {}
+    for how in ("the whole-run word first", "either first"):
+        rc, doc = cli.json("start", mn)
+        assert rc == 0, doc
+        attempt = doc["result"]["nodes"][1]["result"]["attempt"]
+        wait_for(lambda: "allreduce step 2" in _log(tmp_path, 1, mn), 60, "rank 1's all-reduce")
+        if how == "the whole-run word first":
+            slow.touch()
+        try:
+            p = cli.run("stop", mn, "--grace", "5")
+        finally:
+            slow.unlink(missing_ok=True)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert not marked(f"{mn}.{attempt}"), "every node's job is gone (by /proc)"
+        rec = json.loads((tmp_path / "node1" / "runs" / mn / "attempts" / f"{attempt}.json").read_text())
+        if how == "the whole-run word first":
+            assert (rec.get("peer_stop") or {}).get("whole"), rec  # node 1's shim ended it, as forced
+        lines[how] = [ln.replace(f"attempt {attempt}", "attempt N") for ln in p.stdout.splitlines()[1:]]
+    want = ["  node 0 n0 (ssh://rw1): stopped by runward stop, attempt N, verified dead",
+            "  node 1 n1 (ssh://rw2): stopped by runward stop, attempt N, verified dead"]
+    assert lines == {"the whole-run word first": want, "either first": want}, lines

@@ -232,6 +232,7 @@ def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: d
     done = done or {}
     results = each_node(nodes, lambda i, t: _given(done[i]) if i in done else _stop_node(t, name, **kw))
     rows = [{"rank": i, **_outcome(r), "target": t.display()} for i, (t, r) in enumerate(zip(nodes, results))]
+    _ended_by_this_stop(rows)
     ok = all(r["ok"] for r in rows)
     res = {"name": name, "nnodes": len(nodes), "nodes": rows, "verified_dead": ok}
     cut = [r for r in rows if not r["ok"] and r["error"].get("type") == "Unreachable"]
@@ -242,6 +243,22 @@ def stop(nodes: list[Target], name: str, checkpoint: dict | None = None, done: d
     if ok:
         res["verified"] = ["every_node_dead"]
     return res, worst_code(rows)
+
+
+def _ended_by_this_stop(rows: list[dict]) -> None:
+    """This stop signals every node at once, and node 0's end by it goes to the other nodes
+    over their link as a stop of the whole run: a node's shim may end its job before this
+    stop's own call reaches it (a slower hop, a loaded host). Which came first is timing;
+    either way this stop ended the job, so the row says so alike ("ended_by": "whole_run_stop").
+    Only where this stop itself ended node 0's job: a whole-run word from an earlier stop
+    would have ended node 0 too."""
+    first = rows[0].get("result") or {} if rows and rows[0]["ok"] else {}
+    if first.get("already_stopped") is not False:
+        return
+    for r in rows[1:]:
+        res = r.get("result") or {}
+        if r["ok"] and res.get("already_stopped") and (res.get("peer_stop") or {}).get("whole"):
+            res["ended_by"] = "whole_run_stop"
 
 
 def status(nodes: list[Target], name: str) -> tuple[dict, int]:
@@ -310,7 +327,7 @@ def discover(target: Target, name: str) -> list[Target] | None:
 def _stopped_by_cli(res: dict) -> bool:
     """A node's job ended by `runward stop`: this stop's own result (it signalled the job), or
     a record that says a stop from the CLI asked for the end (status, later)."""
-    if res.get("already_stopped") is False and "verified_dead" in res:
+    if (res.get("already_stopped") is False or res.get("ended_by") == "whole_run_stop") and "verified_dead" in res:
         return True
     return ((res.get("stopped") or {}).get("by") == "cli" or (res.get("stop_requested") or {}).get("by") == "cli") \
         and not res.get("peer_stop")
@@ -338,7 +355,9 @@ def _node_line(r: dict) -> str:
     if res.get("exit"):
         from ..views.render import describe_exit  # an unknown exit (an orphan's stop) said as unknown
         bits.append(describe_exit(res["exit"]) + (" (failed by itself)" if r.get("failed") else ""))
-    if (res.get("peer_stop") or {}).get("whole"):  # node 0's `runward stop`, heard over the link
+    if res.get("ended_by") == "whole_run_stop":  # this stop's, whichever way it came first
+        pass
+    elif (res.get("peer_stop") or {}).get("whole"):  # node 0's `runward stop`, heard over the link
         bits.append(f"stopped by its shim: {res['peer_stop'].get('why')}")
     elif res.get("peer_stop"):
         bits.append(f"stopped because node {res['peer_stop'].get('by_node')} failed")

@@ -202,6 +202,8 @@ def _already_stopped(store, att, procs, res, gpu_timeout, by):
         att, procs = store.latest(), scan()
     res.update({"already_stopped": True, "verified_dead": True, "processes": [],
                 "state": attempt_state(att, procs, boot_id())})
+    if (att or {}).get("peer_stop"):  # a node's shim ended it on its peers' word: what, and why
+        res["peer_stop"] = att["peer_stop"]
     res["verified"] = ["no_process_of_run_alive"]
     # what a shim killed before its job ended could not remove: the run's empty cgroups
     cgroups.remove(cgroups.run_paths((att or {}).get("cgroups")))
