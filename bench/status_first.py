@@ -13,7 +13,7 @@ and `grep -c step LOG` on the same log. Prints the best of each and the ratio (g
 Everything lives in the temporary directory (RUNWARD_HOME too); each run is stopped.
 
 The CLI runs from this checkout's src/, as the environment has it: where
-PYTHONDONTWRITEBYTECODE is set (this machine) every call compiles the ~85 modules a status
+PYTHONDONTWRITEBYTECODE is set (this machine) every call compiles the ~80 modules a status
 imports (~0.1 s of CPU). `pip install` writes the .pyc files whatever that variable says
 (python -m compileall at install): --pyc runs the CLI from a copy of src/ compiled so, what
 an installed runward costs. The output says which."""
