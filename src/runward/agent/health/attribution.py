@@ -22,14 +22,12 @@ from ..logmetrics.clock import Clock
 from ..logmetrics.kinds import KINDS
 from ..logmetrics.patterns import EVENT_RE
 from ..store import read_json, write_json
+from .linesteps import RANK_PREFIX_RE
 
 READ_BYTES = 4 << 20  # the tail of the attempt's log read: failures are at its end
 MAX_SIGNALS = 24  # signals kept in the answer (the first ones)
 VERSION = 1  # attribution.json's format
 
-# A line's rank prefix: `[rank3]:` (torch.distributed's stderr prefix), `[default3]:` (torchrun
-# --tee/--redirects: the role name and the *local* rank), each maybe repeated by nesting.
-RANK_PREFIX_RE = re.compile(r"^\[(rank|[A-Za-z_][A-Za-z_]*?)(\d+)\]:\s?")
 # A rank named inside the message: c10d's `[Rank 3]`, `[PG 0 (default_pg) Rank 3]`.
 RANK_IN_RE = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
 # glog headers (c10d's C++ and torchrun's own logging): `E1204 16:02:45.204000 26045 file:N]`,

@@ -6,6 +6,11 @@ import re
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "train_step")
 _DIGIT_RUN = re.compile(r"[0-9]+")
+# A line's rank prefix: `[rank3]:` (torch.distributed's stderr prefix), `[default3]:` (torchrun
+# --tee/--redirects: the role name and the *local* rank), each maybe repeated by nesting.
+# Kept here, where stall.py reads a running run's ranks on each status, rather than in
+# attribution.py (which uses it too): importing that module compiles its regexes (2 ms).
+RANK_PREFIX_RE = re.compile(r"^\[(rank|[A-Za-z_][A-Za-z_]*?)(\d+)\]:\s?")
 
 # A line's shape (its text with every digit made 0) -> how its step is read: None (lines of
 # that shape show no step), SLOW (parse_line each time), or (K, type): the step is the K-th

@@ -17,7 +17,7 @@
   steps at once every few minutes and is healthy between two flushes. A step time is
   observed between two reads that both saw the step advance: (time between them) / (steps
   between them), so one read of a long log makes no false estimate.
-- **straggler**: a rank (its `[rankN]:`/`[defaultN]:` lines, health/attribution.py's prefixes) whose
+- **straggler**: a rank (its `[rankN]:`/`[defaultN]:` lines, linesteps.RANK_PREFIX_RE) whose
   step stopped advancing for stall_after while another rank's went on; a rank whose processes
   (env RANK=N) used no CPU over stall_after while another rank's kept a core busy; a rank
   whose step time is straggler_ratio (default 3) times the other ranks' median.
@@ -30,7 +30,7 @@ share it; each call reads only what the log gained. Stdlib only.
 import os
 import time
 
-from .linesteps import line_facts
+from .linesteps import RANK_PREFIX_RE, line_facts
 from ..proc.procfs import CLK_TCK, scan as scan_procs
 from ..sidelock import side_lock
 from .stackranks import COLLECTIVES, by_stacks as _by_stacks, name as _name, stack_ranks  # noqa: F401
@@ -62,18 +62,12 @@ def _load(store, att):
     return st
 
 
-_RANK_PREFIX = []  # attribution.RANK_PREFIX_RE, imported on the first prefixed line
-
-
 def _rank_of(line):
     """(rank key, the line after its prefixes): "rank 3" for torch's `[rank3]:`, "local rank 3"
     for torchrun's `[default3]:`; the innermost prefix wins, as in health/attribution.py."""
     if not line.startswith("["):
         return None, line  # no prefix: most lines of a one-process log
-    if not _RANK_PREFIX:
-        from .attribution import RANK_PREFIX_RE  # once: a read calls this for every line
-        _RANK_PREFIX.append(RANK_PREFIX_RE)
-    match = _RANK_PREFIX[0].match
+    match = RANK_PREFIX_RE.match
     key = None
     while True:
         m = match(line)

@@ -6,7 +6,7 @@ import sys
 import time
 
 from .. import launchers, logfiles
-from ..proc import cgroups, gpus
+from ..proc import cgroups
 from ..proc.procfs import alive_in, boot_id, protected, scan, uptime
 from ..proc.runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
 from ..secrets import mask_url_passwords, redact_env, shown_multinode
@@ -105,6 +105,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
             out["tree"]["uptime_s"] = round(max(0.0, min(out["tree"]["uptime_s"], time.time() - att["started_at"])), 1)
         out["tree"]["pids"] = sorted(found)
     if att.get("gpus") and state in ("running", "orphaned"):
+        from ..proc import gpus  # a run given GPUs only: the status of any other skips its import
         out.update(gpus.usage(att, found))
     _pauses(out, att, found, procs, state)
     if state == "exited" and found:
