@@ -17,11 +17,8 @@ API_TIMEOUT = 10.0
 STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "exited", "FAILED": "exited",
           "STOPPED": "stopped"}
 ACTIVE = frozenset(("PENDING", "RUNNING"))
-# the head-side processes of a job that carry its runtime_env (and so the marker) but are
-# Ray's, not the job's: the JobSupervisor actor's worker, and the shell it starts beside the
-# driver to KILL the driver's process group should the supervisor die
-RAY_WORKER = "ray::"
-RAY_WATCHDOG = "while kill -s 0 "
+# Ray's JobSupervisor actor's worker: the parent of the entrypoint's shell, the job's driver
+RAY_WORKER = b"ray::"
 
 
 def call(dashboard, method, path, body=None, timeout=API_TIMEOUT):
@@ -124,38 +121,35 @@ def _signame(n):
 
 
 def processes(att, procs=None):
-    """{"job": [pid], "ray": [pid]}: this host's live processes carrying the attempt's marker
-    (its runtime_env), the job's own and Ray's (its JobSupervisor worker and watchdog)."""
+    """This host's live processes carrying the attempt's marker, pids sorted: the driver and
+    its descendants (the entrypoint exports the marker: Ray's own JobSupervisor worker and the
+    watchdog it starts beside the driver do not carry it), setsid and double-fork escapees too."""
     procs = procs if procs is not None else scan()
     prot = protected(procs)
-    marked = [p for p in procs.values() if not p.dead and p.pid not in prot and p.env(MARKER) == att.get("marker")
-              and p.env(HOME_MARKER) in (None, att.get("home_id"))]
-    watchdogs = set(p.pid for p in marked if " ".join(p.cmdline()).startswith("/bin/sh -c " + RAY_WATCHDOG))
-    out = {"job": [], "ray": []}
-    for p in marked:  # the watchdog's own children (its `sleep 1`) are Ray's too
-        ours = not (p.pid in watchdogs or p.ppid in watchdogs or " ".join(p.cmdline()).startswith(RAY_WORKER))
-        out["job" if ours else "ray"].append(p.pid)
-    return out
+    return sorted(p.pid for p in procs.values() if not p.dead and p.pid not in prot
+                  and p.env(MARKER) == att.get("marker") and p.env(HOME_MARKER) in (None, att.get("home_id")))
 
 
 def driver(att, procs):
     """The job's driver here: the marked process whose parent is Ray's JobSupervisor worker
     (the entrypoint's shell, which execs the command), or None."""
-    found = processes(att, procs)
-    sup = set(p for p in found["ray"] if " ".join(procs[p].cmdline()).startswith(RAY_WORKER))
-    return next((p for p in sorted(found["job"]) if procs[p].ppid in sup), None)
+    for pid in processes(att, procs):
+        parent = procs.get(procs[pid].ppid)
+        if parent is not None and parent.cmdline_raw().startswith(RAY_WORKER):
+            return pid
+    return None
 
 
 def alive(att):
     """Whether the attempt's job is alive (health's and watch's `alive`): its processes here
     by the marker, whatever Ray says (a head that restarted forgets the job, its driver lives)."""
-    return bool(processes(att)["job"])
+    return bool(processes(att))
 
 
 def live(store, att):
     """What lives of the attempt for prune's refusal, None when nothing does: the job's
     processes here, or a job Ray lists as active (a Ray that cannot be asked raises)."""
-    pids = processes(att)["job"]
+    pids = processes(att)
     info = None if pids else job(att["ray"]["dashboard"], att["ray"]["submission_id"])
     if not pids and (info is None or info.get("status") not in ACTIVE):
         return None

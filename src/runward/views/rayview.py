@@ -8,7 +8,8 @@ ENGINE = "ray"  # the key of its results and rows: targets/ray.py's NAME
 
 def _exit(ex: dict | None) -> str:
     ex = ex or {}
-    out = f"driver_exit_code {ex.get('exit_code', '?')}" + (f" (killed by {ex['signal']})" if ex.get("signal") else "")
+    out = (f"driver_exit_code {ex['exit_code']}" if ex.get("exit_code") is not None else "no driver_exit_code") + (
+        f" (killed by {ex['signal']})" if ex.get("signal") else "")
     return out + (f", stopped by {ex['stopped_by']}" if ex.get("stopped_by") else "")
 
 
@@ -62,5 +63,6 @@ def status_line(r: dict) -> list[str]:
 def history_where(r: dict) -> str:
     """history's word on the attempt's job: its id, and its end as Ray said it."""
     s = r["ray"]
-    return (f"ray job {s.get('submission_id')}" + (f" {s['state']} driver_exit_code {s.get('exit_code')}"
-                                                   if s.get("state") else ""))
+    return (f"ray job {s.get('submission_id')}" + (f" {s['state']}" if s.get("state") else "")
+            + (f" driver_exit_code {s['exit_code']}" if s.get("exit_code") is not None else "")
+            + (f", stopped by {s['stopped_by']}" if s.get("stopped_by") else ""))

@@ -25,24 +25,26 @@ from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
 RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIME_S (3 s), then KILLs
-RAY_LEAVE_S = 5.0     # after the job's end: Ray's JobSupervisor worker (it carries the marker) leaves
 ESCAPED_GRACE_S = 2.0
 
 
 # --- start
 
-def entrypoint(plan):
+def entrypoint(plan, marker, home_id):
     """The job's entrypoint, a shell line Ray runs with /bin/sh -c: it enters the run's
-    directory and execs the command (so the driver is the command, and its exit status
-    Ray's driver_exit_code), appending its output to runward's log of the attempt."""
+    directory, sets the marker and execs the command (so the driver is the command, and its
+    exit status Ray's driver_exit_code), appending its output to runward's log of the attempt.
+    The marker is set here, not in runtime_env's env_vars, which Ray also gives its own
+    JobSupervisor worker: only the job's processes carry it."""
     import shlex
-    return "cd %s && exec %s >> %s 2>&1" % (shlex.quote(plan["cwd"]), " ".join(shlex.quote(a) for a in plan["argv"]),
-                                           shlex.quote(plan["log"]))
+    return "cd %s && %s=%s %s=%s exec %s >> %s 2>&1" % (
+        shlex.quote(plan["cwd"]), MARKER, shlex.quote(marker), HOME_MARKER, shlex.quote(home_id),
+        " ".join(shlex.quote(a) for a in plan["argv"]), shlex.quote(plan["log"]))
 
 
-def job_body(req, plan, spec, sid, env_vars):
-    body = {"entrypoint": entrypoint(plan), "submission_id": sid, "runtime_env": {"env_vars": env_vars},
-            "metadata": {"runward_run": env_vars[MARKER]}}
+def job_body(req, plan, spec, sid, marker, home_id):
+    body = {"entrypoint": entrypoint(plan, marker, home_id), "submission_id": sid,
+            "runtime_env": {"env_vars": dict(req.get("env") or {})}, "metadata": {"runward_run": marker}}
     if req.get("gpus"):  # how many: Ray picks which, and sets CUDA_VISIBLE_DEVICES for the driver
         body["entrypoint_num_gpus"] = len(req["gpus"])
     if spec.get("resources"):
@@ -77,7 +79,7 @@ def start(req, home):
 
 def _alive(att):
     """Whether a recorded attempt lives: its processes here, or Ray lists its job active."""
-    if ray.processes(att)["job"]:
+    if ray.processes(att):
         return True
     if (att.get("exit") or {}).get("state"):
         return False
@@ -95,7 +97,6 @@ def _submit(store, req, home, plan, spec, version):
     run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
     n = max([run.get("attempt", 0)] + store.attempts()) + 1
     marker = "%s.%d" % (store.name, n)
-    env_vars = dict(req.get("env") or {}, **{MARKER: marker, HOME_MARKER: home.id})
     # Ray refuses a submission id it has seen: one per attempt, and per home and boot
     sid = "runward-%s-%d-%s" % (store.name, n, os.urandom(4).hex())
     header = ("=== runward: %s attempt %d submitted %s: %s ===\n" % (
@@ -105,7 +106,7 @@ def _submit(store, req, home, plan, spec, version):
     size = os.fstat(lfd).st_size
     try:
         write_all(lfd, header, plan["log"])
-        ray.submit(spec["dashboard"], job_body(req, plan, spec, sid, env_vars))
+        ray.submit(spec["dashboard"], job_body(req, plan, spec, sid, marker, home.id))
     except BaseException:
         os.ftruncate(lfd, size)  # only our header was written after size: the job never ran
         os.close(lfd)
@@ -163,7 +164,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
     res.update({"state": "running", "ray_state": info["status"], "pid": drv["pid"], "driver": drv,
                 "node_id": drv["node_id"], "waited_s": round(time.monotonic() - t0, 3),
                 "alive_after_settle": True, "verified": ["ray_running", "driver_alive_after_settle"],
-                "node_pids": ray.processes(att)["job"], "first_lines": logfiles.first_lines(plan["log"], log_from, 10)})
+                "node_pids": ray.processes(att), "first_lines": logfiles.first_lines(plan["log"], log_from, 10)})
     if ready.re is not None:
         res["ready"] = ready.line is not None
         if ready.line is None:
@@ -254,24 +255,23 @@ def stop(req, home):
         store.unlock(fd)
 
 
-def _members(att, kinds=("job",)):
+def _members(att):
     procs = scan()
-    found = ray.processes(att, procs)
-    return {p: procs[p] for k in kinds for p in found[k]}
+    return {p: procs[p] for p in ray.processes(att, procs)}
 
 
 def _stop_job(store, att, sig, grace):
     """Ray's stop (POST /api/jobs/ID/stop), and runward's own at once: the stop signal to
     every process of the job here (by the marker: setsid and double-fork escapees too), KILL
-    after the grace; then Ray's end awaited and every marked process, Ray's JobSupervisor
-    worker included, verified gone from this host."""
+    after the grace; then Ray's end awaited and every marked process
+    verified gone from this host."""
     sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
     sig = signal_name(parse_signal(sig))
     res = {"name": store.name, "attempt": att.get("attempt"), "submission_id": sid, "signal": sig,
            "grace_s": grace, "ray": att["ray"]}
     t0 = time.monotonic()
     info = ray.job(dash, sid)  # a dashboard that does not answer: nothing is sent
-    members = _members(att, ("job", "ray"))
+    members = _members(att)
     active = info is not None and info["status"] in ray.ACTIVE
     res["already_stopped"] = not members and not active
     fates = []
@@ -279,9 +279,8 @@ def _stop_job(store, att, sig, grace):
         store.update_attempt(att["attempt"], lambda now: now.update(stop_requested=time.time()))
         att["stop_requested"] = time.time()
         res["ray_stop_sent"] = ray.stop(dash, sid) if active else False
-        job = _members(att)
-        if job:
-            fates = terminate(job, scan(), parse_signal(sig), grace, find_more=lambda: _members(att))
+        if members:  # the snapshot from before Ray's stop: each one's fate is said, also the driver's
+            fates = terminate(members, scan(), parse_signal(sig), grace, find_more=lambda: _members(att))
         info = _await_end(dash, sid) if active else info
     if info is None and not (att.get("exit") or {}).get("state"):
         info = {"status": "STOPPED" if not res["already_stopped"] else "UNKNOWN",
@@ -313,17 +312,11 @@ def _await_end(dash, sid):
 
 
 def _leave_check(att, sig):
-    """After the job's end, Ray's own marked processes (its JobSupervisor worker, the driver's
-    watchdog) leave as Ray cleans up; whatever still carries the marker after RAY_LEAVE_S is
-    ended by runward (the stop signal, then KILL) and named."""
-    deadline = time.monotonic() + RAY_LEAVE_S
-    while True:
-        left = _members(att, ("job", "ray"))
-        if not left:
-            return {"verified_dead": True, "processes": [], "survivors": []}
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(POLL_S)
+    """The last look: a process of the run forked during the stop, or one Ray's end left,
+    is ended by runward (the stop signal, then KILL) and named."""
+    left = _members(att)
+    if not left:
+        return {"verified_dead": True, "processes": [], "survivors": []}
     fates = terminate(left, scan(), parse_signal(sig), ESCAPED_GRACE_S)
     survivors = [f for f in fates if f["fate"] == "survived"]
     return {"verified_dead": not survivors, "processes": fates, "survivors": survivors, "outlived_ray": sorted(left)}
@@ -365,7 +358,7 @@ def status_of(store, att, with_details=True):
                                              "alive here; its exit status is unknown" % r["submission_id"]})
     else:
         out["state"] = ray.STATES.get(info["status"], "lost")
-    out["node_pids"] = found["job"]
-    if found["job"] and not driver_alive:
-        out["survivors"] = found["job"]
+    out["node_pids"] = found
+    if found and not driver_alive:
+        out["survivors"] = found
     return out
