@@ -67,6 +67,15 @@ def ray_job(tb: dict, sid: str) -> dict | None:
     return json.loads(out)
 
 
+def second_node(tb: dict) -> str:
+    """The node id of the cluster's node that is not the head (the one with fake_gpu)."""
+    code = ("import json, sys, urllib.request\n"
+            "doc = json.load(urllib.request.urlopen(sys.argv[1] + '/nodes?view=summary', timeout=10))\n"
+            "print([n['raylet']['nodeId'] for n in doc['data']['summary'] if not n['raylet'].get('isHeadNode')][0])")
+    return subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, tb["dashboard"]],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def ray_cli(tb: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", "netns", "exec", tb["netns"], tb["ray"], "job", *args, "--address", tb["dashboard"]],
                           capture_output=True, text=True, timeout=timeout, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
@@ -132,8 +141,11 @@ def test_a_missing_program_is_exited_early_with_rays_exit_code(rcli, tb):
 
 
 def test_rays_stop_behind_runwards_back_is_said_with_its_survivor(rcli, tb):
-    rc, doc = rcli.json("start", "r3", "--on", "ray://local", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    # placed by the target's entrypoint resources on the second node (the only one with fake_gpu)
+    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
+    rc, doc = rcli.json("start", "r3", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
     assert rc == 0, doc
+    assert doc["result"]["driver"]["node_id"] == second_node(tb) == ray_job(tb, doc["result"]["submission_id"])["driver_node_id"]
     left = escapee("r3.1")
     assert ray_cli(tb, "stop", doc["result"]["submission_id"]).returncode == 0
     wait_for(lambda: ray_job(tb, doc["result"]["submission_id"])["status"] == "STOPPED", timeout=20, what="STOPPED")

@@ -159,6 +159,8 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
         if running_since is not None and ready.re is not None and now - running_since >= ready_timeout:
             break
         if running_since is None and now - t0 >= plan["settle"] + PENDING_S:
+            if info["status"] == "RUNNING":  # placed where this agent cannot see
+                return _elsewhere(store, att, info, res)
             return _unplaced(store, att, info, res)
         time.sleep(POLL_S)
     res.update({"state": "running", "ray_state": info["status"], "pid": drv["pid"], "driver": drv,
@@ -210,6 +212,18 @@ def _ended_early(store, att, info, res):
     raise AgentFailure("ExitedEarly", "%s: Ray job %s ended during the settle period: %s, driver_exit_code %s" % (
         store.name, att["ray"]["submission_id"], info["status"], ex.get("exit_code", "?")),
         "see the last log lines; `runward logs %s`" % store.name, result=res)
+
+
+def _elsewhere(store, att, info, res):
+    """Ray says RUNNING, but no driver of the job is on this host: it runs on another node,
+    whose /proc only an agent there could read. Left running, said as not verified (exit 5)."""
+    res.update({"state": "running", "ray_state": info["status"], "node_id": info.get("driver_node_id"),
+                "alive_after_settle": None, "verified": ["ray_running"]})
+    raise AgentFailure("NotVerified", "%s: Ray says job %s is RUNNING on node %s, but its driver is not on this "
+                       "host: its process is not verified" % (store.name, att["ray"]["submission_id"],
+                                                              str(info.get("driver_node_id"))[:12]),
+                       "`runward status %s` follows it through Ray; verifying another node needs an agent there "
+                       "(docs/ray.md, Nodes)" % store.name, result=res)
 
 
 def _unplaced(store, att, info, res):
