@@ -89,6 +89,23 @@ def escapee(marker: str) -> int:
     return wait_for(find, timeout=20, what="the escaped child")
 
 
+def test_the_ray_target_reads_its_head_and_options():
+    """Without a cluster: the scheme's grammar, its runward.toml options, and what they refuse."""
+    from runward.errors import BadInput
+    from runward.targets import parse_target, ray
+    t = parse_target("ray://alice@head1:2222", label="c", engine_options={"resources": {"fake_gpu": 1}})
+    assert (str(t), t.hops[0].kind, t.hops[0].name, t.hops[0].user, t.hops[0].port) == (
+        "ray://alice@head1:2222", "ssh", "head1", "alice", 2222)
+    assert t.engine_spec == {"dashboard": ray.DASHBOARD, "resources": {"fake_gpu": 1}}
+    assert parse_target("ray://local").hops == () and str(parse_target("ray://local")) == "ray://local"
+    for bad, opts, word in (("ray://", None, "invalid Ray target"), ("ray://h/x", None, "invalid Ray target"),
+                            ("ray://h", {"dashboard": "8265"}, "invalid dashboard"),
+                            ("ray://h", {"resources": {"GPU": 0}}, "invalid resources"),
+                            ("ray://h", {"resources": {"GPU": True}}, "invalid resources")):
+        with pytest.raises(BadInput, match=word):
+            parse_target(bad, label="c", engine_options=opts)
+
+
 def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_leaves_one(rcli, tb):
     rc, doc = rcli.json("start", "r1", "--on", "ray://local", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
     assert rc == 0, doc
@@ -163,3 +180,16 @@ def test_an_unreachable_dashboard_is_exit_3_naming_it(rcli, tb):
     assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
     assert "http://127.0.0.1:9" in doc["error"]["message"] and "dashboard" in doc["error"]["message"]
     assert not (rcli.home / "runs" / "r4").exists(), "nothing was started"
+
+
+def test_through_ssh_to_a_host_with_no_ray_head_is_exit_3_naming_the_dashboard(cli, tmp_path):
+    """ray://HOST: the agent runs on HOST through the ssh hop and asks the dashboard there;
+    rw1 (the ssh testbed) runs no Ray, so nothing answers on its 127.0.0.1:8265."""
+    import testbed
+    tb = testbed.require("ssh")
+    cli.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
+    (cli.cwd / "runward.toml").write_text(f'[targets.head]\non = "ray://rw1"\nhome = "{tmp_path}/far"\n')
+    rc, doc = cli.json("start", "r5", "--on", "head", "--", "sleep", "30")
+    assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
+    assert "http://127.0.0.1:8265" in doc["error"]["message"] and "rw1" in doc["error"]["hop"], doc["error"]
+    assert not (tmp_path / "far" / "runs" / "r5").exists(), "nothing was started"
