@@ -193,3 +193,27 @@ def test_through_ssh_to_a_host_with_no_ray_head_is_exit_3_naming_the_dashboard(c
     assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
     assert "http://127.0.0.1:8265" in doc["error"]["message"] and "rw1" in doc["error"]["hop"], doc["error"]
     assert not (tmp_path / "far" / "runs" / "r5").exists(), "nothing was started"
+
+
+def test_after_a_head_restart_the_run_is_still_known_and_its_survivor_stopped(rcli, tb):
+    """The head crashes and starts again (scripts/ray-testbed restart-head): Ray's job list is
+    empty, the driver ended with the head; runward still has the run's record, log and
+    history, says what lives (the escaped child), and its stop ends it, verified."""
+    rc, doc = rcli.json("start", "r6", "--on", "ray://local", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    assert rc == 0, doc
+    sid, drv = doc["result"]["submission_id"], doc["result"]["driver"]
+    left = escapee("r6.1")
+    p = subprocess.run(["scripts/ray-testbed", "restart-head"], cwd=os.path.dirname(os.path.dirname(__file__)),
+                       env=dict(os.environ, RUNWARD_RAY_BIN=tb["ray"]), capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert ray_job(tb, sid) is None, "Ray forgot the job"
+    assert not alive(drv["pid"], drv["start"]), "the driver ended with the head"
+    st = rcli.status("r6")
+    assert st["state"] == "lost" and "no longer knows" in st["note"] and st["survivors"] == [left], st
+    rc, doc = rcli.json("logs", "r6", "-n", "5")
+    assert "hello" in doc["result"]["lines"], doc
+    rc, doc = rcli.json("history", "r6")
+    assert rc == 0 and sid in json.dumps(doc["result"]), doc
+    rc, doc = rcli.json("stop", "r6")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert marked("r6.1") == {} and not alive(left)
