@@ -217,3 +217,11 @@ def test_after_a_head_restart_the_run_is_still_known_and_its_survivor_stopped(rc
     rc, doc = rcli.json("stop", "r6")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert marked("r6.1") == {} and not alive(left)
+
+
+def test_a_supervision_policy_is_refused_naming_it_before_anything_is_asked(cli):
+    """No shim keeps a policy for a Ray job: refused before the dashboard is even asked (none
+    answers here), and nothing is recorded."""
+    rc, doc = cli.json("start", "r7", "--on", "ray://local", "--restart", "on-failure", "--", "sleep", "30")
+    assert rc == 2 and "--restart" in doc["error"]["message"] and "Ray run" in doc["error"]["message"], doc
+    assert not (cli.home / "runs" / "r7").exists()

@@ -19,7 +19,6 @@ from ..secrets import mask_url_passwords, redact_env
 from ..store import RunStore, open_log, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input, event
-from .slurm import _refuse_supervision
 from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
 
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
@@ -52,9 +51,23 @@ def job_body(req, plan, spec, sid, marker, home_id):
     return body
 
 
+def refuse_supervision(sup):
+    """A policy is kept by the shim (supervise/policy.py), and a Ray job has none: Ray's
+    JobSupervisor runs the entrypoint with nobody of runward's waiting on it. A policy saved
+    here would never be kept, so it is refused, naming it."""
+    sup = {k: v for k, v in (sup or {}).items() if (k, v) != ("restart", "never")}
+    if not sup:
+        return
+    said = ["--" + k.replace("_", "-") for k in sorted(sup) if k != "health"]
+    said += ["[health] " + k for k in sorted((sup.get("health") or {})) if k in ("actions", "idle")]
+    raise bad_input("a supervision policy on a Ray run: %s; nothing here would keep it (a Ray job has no runward "
+                    "shim to restart it, act on its health or notify)" % ", ".join(said),
+                    "start without it (`runward watch` and `status` still read the job's health and state)")
+
+
 def start(req, home):
     spec = req["ray"]
-    _refuse_supervision(req.get("supervise"))
+    refuse_supervision(req.get("supervise"))
     if req.get("wait_gpus_free"):
         raise bad_input("--wait-gpus-free reads this host's GPUs; on Ray the cluster places the job",
                         "leave it out: --gpus N asks Ray for N GPUs")
