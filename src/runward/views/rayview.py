@@ -53,6 +53,11 @@ def status_line(r: dict) -> list[str]:
     elif r.get("pid") and r.get("state") == "running":
         head += f"  driver pid {r['pid']}"
     lines = [head]
+    drv = (r.get("ray") or {}).get("driver") or {}
+    if r.get("exit") and drv.get("node_id"):
+        lines.append(f"  driver pid {drv.get('pid')} on node {str(drv['node_id'])[:12]}")
+    if (r.get("exit") or {}).get("message") and r["exit"].get("state") == "FAILED":
+        lines.append(f"  Ray: {r['exit']['message'].splitlines()[0][:160]}")
     if r.get("survivors"):
         lines.append(f"  still alive here, outliving the driver: pids {', '.join(map(str, r['survivors']))}")
     if r.get("note"):

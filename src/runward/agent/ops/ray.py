@@ -380,6 +380,11 @@ def status_of(store, att, with_details=True):
             out["note"] = "Ray says %s, but its driver (pid %d) is alive here" % (info["status"], drv["pid"])
     elif ex.get("state"):
         out.update({"state": ray.STATES.get(ex["state"], "lost"), "exit": ex, "stopped_by": ex.get("stopped_by")})
+    elif info is not None and info["status"] in ray.ACTIVE and drv.get("pid"):
+        # the driver was seen here at start and is gone, while Ray has not noticed yet (its
+        # node died: Ray says FAILED some seconds later): the process is the fact
+        out.update({"state": "lost", "note": "Ray still says %s, but the driver (pid %d, node %s) is no longer "
+                                             "alive" % (info["status"], drv["pid"], str(drv.get("node_id"))[:12])})
     elif info is None:
         out.update({"state": "lost", "note": "Ray no longer knows job %s (its head restarted?) and its driver is not "
                                              "alive here; its exit status is unknown" % r["submission_id"]})
