@@ -166,6 +166,8 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
                 drv = {"pid": d, "start": procs[d].start, "node_id": info.get("driver_node_id")}
                 running_since = now
                 _record_driver(store, att, drv)
+            elif d is None:  # gone while Ray still says RUNNING: not settled; Ray's word on its end follows
+                running_since = None
         ready.read()
         if running_since is not None and now - running_since >= plan["settle"] and ready.done():
             break
