@@ -64,7 +64,7 @@ def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
     p.add_argument("--config", metavar="PATH", help="runward.toml to use (default: found in . or a parent)")
     if on:
         p.add_argument("--on", metavar="TARGET", action=OnAction,
-                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, slurm://LOGIN/PARTITION, "
+                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, slurm://LOGIN/PARTITION, ray://HEAD, "
                             "or a name from runward.toml"
                             "; start/stop/status/logs/watch/gpus/deploy: repeat it for a run over several nodes")
         p.set_defaults(nodes=[])

@@ -16,7 +16,7 @@ subprocess, which would cost every default stop ~30 ms of CPU for nothing)."""
 from .store import RunStore
 from .wire import AgentFailure
 
-LAUNCHERS = ("slurm",)  # each a NAME as above; the fork is every other attempt
+LAUNCHERS = ("slurm", "ray")  # each a NAME as above; the fork is every other attempt
 
 
 def named(d):

@@ -16,13 +16,13 @@ from __future__ import annotations
 import re
 
 from ..errors import BadInput
-from . import slurm, ssh
+from . import ray, slurm, ssh
 from .model import CONTAINER_HOPS, CONTAINER_KINDS, Hop, Target, CNAME_PAT
 from .ssh import quote_argv  # re-exported: transport and the tests quote with it
 
 # The schemes that hand a run to an engine (docs/architecture.md, "a new engine"): NAME -> its
 # module, which parses the scheme, renders it, and adds its entry to every request.
-ENGINES = {m.NAME: m for m in (slurm,)}
+ENGINES = {m.NAME: m for m in (slurm, ray)}
 ENGINE_OPTION_KEYS = tuple(k for m in ENGINES.values() for k in m.OPTION_KEYS)  # runward.toml [targets.X] keys
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
-from . import slurmview
+from . import rayview, slurmview
 
 # The engines' views (docs/architecture.md, "a new engine"): each module's ENGINE is the key of
 # the results and history rows it renders.
-ENGINE_VIEWS = {v.ENGINE: v for v in (slurmview,)}
+ENGINE_VIEWS = {v.ENGINE: v for v in (slurmview, rayview)}
 
 
 def ago(seconds: float | None) -> str:

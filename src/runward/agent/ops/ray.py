@@ -1,0 +1,398 @@
+"""start, stop and status of a run that Ray runs (a `ray://` target): this agent runs on the
+head, submits a Ray job through the dashboard's Jobs API, and checks its processes in /proc.
+
+The run keeps the same records as any run (~/.runward/runs/NAME/), so logs, watch and health
+work on its log: the entrypoint appends the command's output to the attempt's log itself
+(`>> LOG 2>&1`), so the log outlives the head's memory of the job. The attempt record adds
+{"ray": {"submission_id", "dashboard", "resources", "num_gpus", "driver", ...}} and, once
+ended, its exit as Ray said it. docs/ray.md has the state table and what is verified."""
+
+import os
+import time
+
+from .. import logfiles, ray
+from ..boot import PROTOCOL
+from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
+from ..proc.procfs import HOME_MARKER, MARKER, boot_id, scan
+from ..proc.runs import log_info
+from ..secrets import mask_url_passwords, redact_env
+from ..store import RunStore, open_log, write_all, write_json
+from ..proc.terminate import parse_signal, signal_name, terminate
+from ..wire import AgentFailure, bad_input, event
+from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
+
+POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
+PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
+RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIME_S (3 s), then KILLs
+ESCAPED_GRACE_S = 2.0
+
+
+# --- start
+
+def entrypoint(plan, marker, home_id):
+    """The job's entrypoint, a shell line Ray runs with /bin/sh -c: it enters the run's
+    directory, sets the marker and execs the command (so the driver is the command, and its
+    exit status Ray's driver_exit_code), appending its output to runward's log of the attempt.
+    The marker is set here, not in runtime_env's env_vars, which Ray also gives its own
+    JobSupervisor worker: only the job's processes carry it."""
+    import shlex
+    return "cd %s && %s=%s %s=%s exec %s >> %s 2>&1" % (
+        shlex.quote(plan["cwd"]), MARKER, shlex.quote(marker), HOME_MARKER, shlex.quote(home_id),
+        " ".join(shlex.quote(a) for a in plan["argv"]), shlex.quote(plan["log"]))
+
+
+def job_body(req, plan, spec, sid, marker, home_id):
+    body = {"entrypoint": entrypoint(plan, marker, home_id), "submission_id": sid,
+            "runtime_env": {"env_vars": dict(req.get("env") or {})}, "metadata": {"runward_run": marker}}
+    if req.get("gpus"):  # how many: Ray picks which, and sets CUDA_VISIBLE_DEVICES for the driver
+        body["entrypoint_num_gpus"] = len(req["gpus"])
+    if spec.get("resources"):
+        body["entrypoint_resources"] = spec["resources"]
+    return body
+
+
+def refuse_supervision(sup):
+    """A policy is kept by the shim (supervise/policy.py), and a Ray job has none: Ray's
+    JobSupervisor runs the entrypoint with nobody of runward's waiting on it. A policy saved
+    here would never be kept, so it is refused, naming it."""
+    sup = {k: v for k, v in (sup or {}).items() if (k, v) != ("restart", "never")}
+    if not sup:
+        return
+    said = ["--" + k.replace("_", "-") for k in sorted(sup) if k != "health"]
+    said += ["[health] " + k for k in sorted((sup.get("health") or {})) if k in ("actions", "idle")]
+    raise bad_input("a supervision policy on a Ray run: %s; nothing here would keep it (a Ray job has no runward "
+                    "shim to restart it, act on its health or notify)" % ", ".join(said),
+                    "start without it (`runward watch` and `status` still read the job's health and state)")
+
+
+def start(req, home):
+    spec = req["ray"]
+    refuse_supervision(req.get("supervise"))
+    if req.get("wait_gpus_free"):
+        raise bad_input("--wait-gpus-free reads this host's GPUs; on Ray the cluster places the job",
+                        "leave it out: --gpus N asks Ray for N GPUs")
+    version = ray.check_api(spec["dashboard"])  # no Jobs API: said before anything is written
+    store = RunStore(home, req.get("name"))
+    plan = _plan(req, home, store)
+    fd = store.lock("start", req.get("lock_timeout"))
+    replaced = None
+    try:
+        prev = store.latest()
+        if prev and prev.get("ray") and _alive(prev):
+            if not req.get("replace"):
+                raise AgentFailure("AlreadyRunning", "run %s is already Ray job %s" % (
+                    store.name, prev["ray"]["submission_id"]), "use `runward restart %s`, or start with --replace" % store.name)
+            replaced = _stop_job(store, prev, req.get("replace_signal") or prev.get("stop_signal", STOP_SIGNAL),
+                                 float(prev.get("grace", GRACE_S)))
+        n, log_from = _submit(store, req, home, plan, spec, version)
+    finally:
+        store.unlock(fd)
+    return _verify_start(store, n, plan, log_from, float(req.get("ready_timeout", READY_TIMEOUT_S)), replaced)
+
+
+def _alive(att):
+    """Whether a recorded attempt lives: its processes here, or Ray lists its job active."""
+    if ray.processes(att):
+        return True
+    if (att.get("exit") or {}).get("state"):
+        return False
+    info = ray.job(att["ray"]["dashboard"], att["ray"]["submission_id"])
+    return info is not None and info["status"] in ray.ACTIVE
+
+
+def _submit(store, req, home, plan, spec, version):
+    """Write the log's header and the records, submit; a refused submission leaves nothing:
+    the log cut back, a run directory made now removed."""
+    fresh = not os.path.isdir(store.dir)
+    for d in (store.dir, os.path.join(store.dir, "attempts")):
+        if not os.path.isdir(d):
+            os.makedirs(d, 0o700)
+    run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
+    n = max([run.get("attempt", 0)] + store.attempts()) + 1
+    marker = "%s.%d" % (store.name, n)
+    # Ray refuses a submission id it has seen: one per attempt, and per home and boot
+    sid = "runward-%s-%d-%s" % (store.name, n, os.urandom(4).hex())
+    header = ("=== runward: %s attempt %d submitted %s: %s ===\n" % (
+        store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        mask_url_passwords(plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"])))).encode()
+    lfd = open_log(plan["log"])
+    size = os.fstat(lfd).st_size
+    try:
+        write_all(lfd, header, plan["log"])
+        ray.submit(spec["dashboard"], job_body(req, plan, spec, sid, marker, home.id))
+    except BaseException:
+        os.ftruncate(lfd, size)  # only our header was written after size: the job never ran
+        os.close(lfd)
+        if fresh:
+            from ..minimal import rmtree
+            rmtree(store.dir)
+        raise
+    st = os.fstat(lfd)
+    os.close(lfd)
+    att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
+           "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"],
+           "marker": marker, "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
+           "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
+           "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
+           "log_file": [st.st_ino, st.st_dev], "cgroups": [],
+           "ray": {"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
+                   "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()}}
+    write_json(store.attempt_path(n), att)
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
+    write_json(os.path.join(store.dir, "run.json"), run)
+    event({"started": {"attempt": n, "pid": None, "submission_id": sid}})
+    return n, size + len(header)
+
+
+def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
+    """Started = Ray says RUNNING and the driver lives here (pid, start) through the settle
+    (and until the ready line); an end during it is ExitedEarly with Ray's driver_exit_code;
+    a job Ray cannot place (PENDING past the settle and PENDING_S) is stopped and said."""
+    att = store.attempt(n)
+    sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
+    res = {"name": store.name, "attempt": n, "submission_id": sid, "pid": None, "log": plan["log"],
+           "settle_s": plan["settle"], "ray": att["ray"], "env": redact_env(att.get("env")), "replaced": replaced}
+    t0, running_since, drv = time.monotonic(), None, None
+    ready = _ReadyWatch(plan, log_from)
+    while True:
+        info = ray.job(dash, sid) or {"status": "UNKNOWN"}
+        now = time.monotonic()
+        if info["status"] not in ray.ACTIVE:
+            return _ended_early(store, att, info, res)
+        if info["status"] == "RUNNING":
+            procs = scan()
+            d = ray.driver(att, procs)
+            if d is not None and (drv is None or drv["pid"] != d):
+                drv = {"pid": d, "start": procs[d].start, "node_id": info.get("driver_node_id")}
+                running_since = now
+                _record_driver(store, att, drv)
+            elif d is None:  # gone while Ray still says RUNNING: not settled; Ray's word on its end follows
+                running_since = None
+        ready.read()
+        if running_since is not None and now - running_since >= plan["settle"] and ready.done():
+            break
+        if running_since is not None and ready.re is not None and now - running_since >= ready_timeout:
+            break
+        if running_since is None and now - t0 >= plan["settle"] + PENDING_S:
+            if info["status"] == "RUNNING":  # placed where this agent cannot see
+                return _elsewhere(store, att, info, res)
+            return _unplaced(store, att, info, res)
+        time.sleep(POLL_S)
+    res.update({"state": "running", "ray_state": info["status"], "pid": drv["pid"], "driver": drv,
+                "node_id": drv["node_id"], "waited_s": round(time.monotonic() - t0, 3),
+                "alive_after_settle": True, "verified": ["ray_running", "driver_alive_after_settle"],
+                "node_pids": ray.processes(att), "first_lines": logfiles.first_lines(plan["log"], log_from, 10)})
+    if ready.re is not None:
+        res["ready"] = ready.line is not None
+        if ready.line is None:
+            raise AgentFailure("NotVerified", "%s (Ray job %s) runs but printed no line matching --ready within %ss" % (
+                store.name, sid, ready_timeout), "raise --ready-timeout or check the regex", result=res)
+        res["ready_line"] = ready.line
+        res["verified"].append("ready_line")
+    return res
+
+
+class _ReadyWatch(object):
+    """The first log line matching --ready, read as the log grows."""
+
+    def __init__(self, plan, pos):
+        self.re, self.pos, self.pending, self.line, self.log = plan["ready_re"], pos, b"", None, plan["log"]
+
+    def read(self):
+        if self.re is None or self.line is not None:
+            return
+        data, self.pos = logfiles.read_on(self.log, self.pos)
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        self.line = next((s for s in (x.decode("utf-8", "replace") for x in lines) if self.re.search(s)), None)
+
+    def done(self):
+        return self.re is None or self.line is not None
+
+
+def _record_driver(store, att, drv):
+    att["ray"]["driver"] = drv
+    att["started_at"] = att.get("started_at") or time.time()
+    att["pid"] = drv["pid"]
+
+    def keep(now):
+        now["ray"]["driver"], now["started_at"], now["pid"] = drv, att["started_at"], drv["pid"]
+    store.update_attempt(att["attempt"], keep)
+
+
+def _ended_early(store, att, info, res):
+    record_end(store, att, info)
+    ex = att.get("exit") or {}
+    res.update({"alive_after_settle": False, "state": ray.STATES.get(info["status"], "lost"),
+                "ray_state": info["status"], "exit": ex, "last_lines": logfiles.tail(att["log"], LOG_TAIL_LINES)})
+    raise AgentFailure("ExitedEarly", "%s: Ray job %s ended during the settle period: %s, driver_exit_code %s" % (
+        store.name, att["ray"]["submission_id"], info["status"], ex.get("exit_code", "?")),
+        "see the last log lines; `runward logs %s`" % store.name, result=res)
+
+
+def _elsewhere(store, att, info, res):
+    """Ray says RUNNING, but no driver of the job is on this host: it runs on another node,
+    whose /proc only an agent there could read. Left running, said as not verified (exit 5)."""
+    res.update({"state": "running", "ray_state": info["status"], "node_id": info.get("driver_node_id"),
+                "alive_after_settle": None, "verified": ["ray_running"]})
+    raise AgentFailure("NotVerified", "%s: Ray says job %s is RUNNING on node %s, but its driver is not on this "
+                       "host: its process is not verified" % (store.name, att["ray"]["submission_id"],
+                                                              str(info.get("driver_node_id"))[:12]),
+                       "`runward status %s` follows it through Ray; verifying another node needs an agent there "
+                       "(docs/ray.md, Nodes)" % store.name, result=res)
+
+
+def _unplaced(store, att, info, res):
+    """A job Ray keeps PENDING (no node has its resources): stopped, verified, and said."""
+    stopped = _stop_job(store, att, att["stop_signal"], ESCAPED_GRACE_S)
+    res.update({"state": "stopped", "ray_state": info["status"], "stopped": stopped})
+    raise bad_input("Ray could not place %s's job %s: still PENDING after %gs (%s); it was stopped%s" % (
+        store.name, att["ray"]["submission_id"], att["settle"] + PENDING_S, info.get("message") or "no reason given",
+        "" if stopped.get("verified_dead") else ", NOT verified"),
+        "ask for resources the cluster has (`ray status` on the head lists them): the target's resources "
+        "option, --gpus N", result=res)
+
+
+def record_end(store, att, info):
+    """Keep the job's end as Ray said it in the attempt record: the head forgets its jobs
+    when it restarts, and health's exit fact reads it from there. stopped_by: who stopped it."""
+    if (att.get("exit") or {}).get("state") or info is None or info.get("status") in ray.ACTIVE:
+        return
+    ex = ray.exit_fact(info)
+    if att.get("stop_requested"):
+        ex["stopped_by"] = "runward"
+    elif info["status"] == "STOPPED":
+        ex["stopped_by"] = "someone else"  # `ray job stop`, the dashboard, another client
+
+    def keep(now):  # under the record lock: a status and a stop may both get here
+        if (now.get("exit") or {}).get("state"):
+            return False
+        now["exit"] = ex
+    att["exit"] = store.update_attempt(att["attempt"], keep).get("exit", ex)
+
+
+# --- stop
+
+def stop(req, home):
+    store = RunStore.existing(home, req.get("name"))
+    fd = store.lock("stop", req.get("lock_timeout"))
+    try:
+        att = store.latest()
+        sig = req.get("signal") or att.get("stop_signal", STOP_SIGNAL)
+        grace = float(req["grace"]) if req.get("grace") is not None else float(att.get("grace", GRACE_S))
+        return _stop_job(store, att, sig, grace)
+    finally:
+        store.unlock(fd)
+
+
+def _members(att):
+    procs = scan()
+    return {p: procs[p] for p in ray.processes(att, procs)}
+
+
+def _stop_job(store, att, sig, grace):
+    """Ray's stop (POST /api/jobs/ID/stop), and runward's own at once: the stop signal to
+    every process of the job here (by the marker: setsid and double-fork escapees too), KILL
+    after the grace; then Ray's end awaited and every marked process
+    verified gone from this host."""
+    sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
+    sig = signal_name(parse_signal(sig))
+    res = {"name": store.name, "attempt": att.get("attempt"), "submission_id": sid, "signal": sig,
+           "grace_s": grace, "ray": att["ray"]}
+    t0 = time.monotonic()
+    info = ray.job(dash, sid)  # a dashboard that does not answer: nothing is sent
+    members = _members(att)
+    active = info is not None and info["status"] in ray.ACTIVE
+    res["already_stopped"] = not members and not active
+    fates = []
+    if not res["already_stopped"]:
+        store.update_attempt(att["attempt"], lambda now: now.update(stop_requested=time.time()))
+        att["stop_requested"] = time.time()
+        res["ray_stop_sent"] = ray.stop(dash, sid) if active else False
+        if members:  # the snapshot from before Ray's stop: each one's fate is said, also the driver's
+            fates = terminate(members, scan(), parse_signal(sig), grace, find_more=lambda: _members(att))
+        info = _await_end(dash, sid) if active else info
+    if info is None and not (att.get("exit") or {}).get("state"):
+        info = {"status": "STOPPED" if not res["already_stopped"] else "UNKNOWN",
+                "message": "Ray no longer knows the job (its head restarted?)"}
+    record_end(store, att, info)
+    res.update(_leave_check(att, sig))
+    res["processes"] = fates + res["processes"]
+    ex = att.get("exit") or {}
+    res.update({"ray_state": (info or {}).get("status") or ex.get("state"), "exit": ex,
+                "state": ray.STATES.get(ex.get("state"), "lost"), "stop_s": round(time.monotonic() - t0, 3)})
+    res["verified"] = ["ray_job_ended"] * (res["ray_state"] in ray.STATES and res["ray_state"] not in ray.ACTIVE) + \
+        ["no_process_of_run_alive"] * bool(res["verified_dead"])
+    if not res["verified_dead"]:
+        raise AgentFailure("NotVerified", "%s: %d process(es) of Ray job %s survived the stop: %s" % (
+            store.name, len(res["survivors"]), sid, ", ".join(str(s["pid"]) for s in res["survivors"])),
+            "see each one's state (D: stuck in the kernel); `runward ps` names them", result=res)
+    return res
+
+
+def _await_end(dash, sid):
+    """Ray's record once the job is no longer active (None: forgotten), polled; still active
+    after RAY_END_S is returned as it is (the stop is then not verified by Ray)."""
+    deadline = time.monotonic() + RAY_END_S
+    while True:
+        info = ray.job(dash, sid)
+        if info is None or info["status"] not in ray.ACTIVE or time.monotonic() >= deadline:
+            return info
+        time.sleep(POLL_S)
+
+
+def _leave_check(att, sig):
+    """The last look: a process of the run forked during the stop, or one Ray's end left,
+    is ended by runward (the stop signal, then KILL) and named."""
+    left = _members(att)
+    if not left:
+        return {"verified_dead": True, "processes": [], "survivors": []}
+    fates = terminate(left, scan(), parse_signal(sig), ESCAPED_GRACE_S)
+    survivors = [f for f in fates if f["fate"] == "survived"]
+    return {"verified_dead": not survivors, "processes": fates, "survivors": survivors, "outlived_ray": sorted(left)}
+
+
+# --- status (state.status_of hands a Ray attempt here)
+
+def status_of(store, att, with_details=True):
+    r = att["ray"]
+    out = {"name": store.name, "attempt": att.get("attempt"), "argv": att.get("argv"), "cwd": att.get("cwd"),
+           "started_at": att.get("started_at"), "log": log_info(att.get("log")), "ray": r,
+           "submission_id": r["submission_id"], "pid": att.get("pid")}
+    procs = scan()
+    found = ray.processes(att, procs)
+    drv = r.get("driver") or {}
+    driver_alive = drv.get("pid") in procs and procs[drv["pid"]].start == drv.get("start") and not procs[drv["pid"]].dead
+    info, ex = None, att.get("exit") or {}
+    if not ex.get("state"):
+        try:
+            info = ray.job(r["dashboard"], r["submission_id"])
+        except AgentFailure as e:
+            if not driver_alive:  # nothing here says what became of it: unknown, said as such (exit 3)
+                raise
+            out["note"] = "Ray could not be asked (%s); the driver's state is read from /proc" % e.message
+        if not driver_alive and info is not None:
+            record_end(store, att, info)
+            ex = att.get("exit") or {}
+    out["ray_state"] = (info or {}).get("status") or ex.get("state")
+    if driver_alive:
+        out["state"] = "running"
+        if info is None and "note" not in out:
+            out["note"] = "Ray no longer knows job %s (its head restarted?); its driver lives here" % r["submission_id"]
+        elif info is not None and info["status"] != "RUNNING":
+            out["note"] = "Ray says %s, but its driver (pid %d) is alive here" % (info["status"], drv["pid"])
+    elif ex.get("state"):
+        out.update({"state": ray.STATES.get(ex["state"], "lost"), "exit": ex, "stopped_by": ex.get("stopped_by")})
+    elif info is not None and info["status"] in ray.ACTIVE and drv.get("pid"):
+        # the driver was seen here at start and is gone, while Ray has not noticed yet (its
+        # node died: Ray says FAILED some seconds later): the process is the fact
+        out.update({"state": "lost", "note": "Ray still says %s, but the driver (pid %d, node %s) is no longer "
+                                             "alive" % (info["status"], drv["pid"], str(drv.get("node_id"))[:12])})
+    elif info is None:
+        out.update({"state": "lost", "note": "Ray no longer knows job %s (its head restarted?) and its driver is not "
+                                             "alive here; its exit status is unknown" % r["submission_id"]})
+    else:
+        out["state"] = ray.STATES.get(info["status"], "lost")
+    out["node_pids"] = found
+    if found and not driver_alive:
+        out["survivors"] = found
+    return out

@@ -1,0 +1,164 @@
+"""Ray's Jobs REST API on the head (the dashboard), and what /proc says of a Ray job's
+processes here: submit, ask a job's state, stop, and the attempt's marked processes.
+
+Each API call has a timeout; a dashboard that does not answer is Unreachable (exit 3) naming
+it, one that answers with an error is Failed with its words (docs/ray.md). urllib is imported
+inside the calls: health, prune and history import this module on every call (launchers.py)."""
+
+import json
+import time
+
+from .proc.procfs import HOME_MARKER, MARKER, protected, scan
+from .wire import AgentFailure, bad_input
+
+API_TIMEOUT = 10.0
+# Ray's JobStatus -> runward's states. A job that ended by a stop (Ray's or runward's) is
+# "stopped"; FAILED with a driver exit code is the program's own end.
+STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "exited", "FAILED": "exited",
+          "STOPPED": "stopped"}
+ACTIVE = frozenset(("PENDING", "RUNNING"))
+# Ray's JobSupervisor actor's worker: the parent of the entrypoint's shell, the job's driver
+RAY_WORKER = b"ray::"
+
+
+def call(dashboard, method, path, body=None, timeout=API_TIMEOUT):
+    """(HTTP status, body text) of one Jobs API call; an unreachable dashboard raises."""
+    import urllib.error
+    import urllib.request
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(dashboard + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+    except (OSError, ValueError) as e:  # URLError, a refused or timed-out connection, a reset
+        reason = getattr(e, "reason", None) or e
+        raise AgentFailure("Unreachable", "the Ray dashboard at %s did not answer (%s %s): %s" % (
+            dashboard, method, path, reason), "is the Ray head up (`ray status` on the head)? the target's "
+            "dashboard option in runward.toml names the Jobs API's address as seen from the head")
+
+
+def _json(dashboard, method, path, body=None):
+    """The JSON answer of a call that must succeed; an error answer is Failed with Ray's words."""
+    status, text = call(dashboard, method, path, body)
+    if status >= 400:
+        raise AgentFailure("Failed", "the Ray dashboard at %s answered %s %s with HTTP %d: %s" % (
+            dashboard, method, path, status, text.strip()[:300]), "see the dashboard's log on the head "
+            "(session_latest/logs/dashboard.log)")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise AgentFailure("Failed", "the Ray dashboard at %s answered %s %s with no JSON: %r" % (
+            dashboard, method, path, text[:200]))
+
+
+def check_api(dashboard):
+    """Ray's version where the Jobs API answers; a Ray without it is bad input."""
+    status, text = call(dashboard, "GET", "/api/version")
+    if status == 404:
+        raise bad_input("the server at %s has no Jobs API (GET /api/version: 404)" % dashboard,
+                        "runward needs Ray >= 2.0 with the dashboard (pip install 'ray[default]')")
+    if status >= 400:
+        _json(dashboard, "GET", "/api/version")
+    try:
+        return json.loads(text).get("ray_version")
+    except (ValueError, AttributeError):
+        raise bad_input("the server at %s is not a Ray dashboard: %r" % (dashboard, text[:120]),
+                        "the target's dashboard option names the Jobs API's address")
+
+
+def submit(dashboard, body):
+    """POST /api/jobs/: the submission id; a refusal is bad input with Ray's words."""
+    status, text = call(dashboard, "POST", "/api/jobs/", body)
+    if status >= 400:
+        raise bad_input("Ray refused the job: HTTP %d: %s" % (status, text.strip()[:400]),
+                        "fix the target's resources option or the command")
+    return json.loads(text)["submission_id"]
+
+
+def job(dashboard, sid):
+    """GET /api/jobs/ID: Ray's record of the job, or None where Ray does not know it (the job
+    list lives in the head's memory: a head restarted since has forgotten it)."""
+    status, text = call(dashboard, "GET", "/api/jobs/" + sid)
+    if status == 404:
+        return None
+    return _json(dashboard, "GET", "/api/jobs/" + sid) if status >= 400 else json.loads(text)
+
+
+def stop(dashboard, sid):
+    """POST /api/jobs/ID/stop: whether Ray had a job to stop."""
+    status, text = call(dashboard, "POST", "/api/jobs/%s/stop" % sid)
+    if status == 404:
+        return False
+    if status >= 400:
+        _json(dashboard, "POST", "/api/jobs/%s/stop" % sid)
+    return bool(json.loads(text).get("stopped"))
+
+
+def exit_fact(info):
+    """Ray's end of a job as runward's exit fact: its state, driver_exit_code, message."""
+    ex = {"state": info["status"], "at": time.time(), "source": "ray"}
+    code = info.get("driver_exit_code")
+    if isinstance(code, int):
+        ex["exit_code"] = code
+        if code > 128 or code < 0:  # the shell's 128+N, or a negative signal number
+            ex["signal"] = _signame(code - 128 if code > 128 else -code)
+        else:
+            ex["code"] = code
+    if info.get("message"):
+        ex["message"] = info["message"][:300]
+    return ex
+
+
+def _signame(n):
+    import signal
+    try:
+        return signal.Signals(n).name[3:]
+    except ValueError:
+        return str(n)
+
+
+def processes(att, procs=None):
+    """This host's live processes carrying the attempt's marker, pids sorted: the driver and
+    its descendants (the entrypoint exports the marker: Ray's own JobSupervisor worker and the
+    watchdog it starts beside the driver do not carry it), setsid and double-fork escapees too."""
+    procs = procs if procs is not None else scan()
+    prot = protected(procs)
+    return sorted(p.pid for p in procs.values() if not p.dead and p.pid not in prot
+                  and p.env(MARKER) == att.get("marker") and p.env(HOME_MARKER) in (None, att.get("home_id")))
+
+
+def driver(att, procs):
+    """The job's driver here: the marked process whose parent is Ray's JobSupervisor worker
+    (the entrypoint's shell, which execs the command), or None."""
+    for pid in processes(att, procs):
+        parent = procs.get(procs[pid].ppid)
+        if parent is not None and parent.cmdline_raw().startswith(RAY_WORKER):
+            return pid
+    return None
+
+
+def alive(att):
+    """Whether the attempt's job is alive (health's and watch's `alive`): its processes here
+    by the marker, whatever Ray says (a head that restarted forgets the job, its driver lives)."""
+    return bool(processes(att))
+
+
+def live(store, att):
+    """What lives of the attempt for prune's refusal, None when nothing does: the job's
+    processes here, or a job Ray lists as active (a Ray that cannot be asked raises)."""
+    pids = processes(att)
+    info = None if pids else job(att["ray"]["dashboard"], att["ray"]["submission_id"])
+    if not pids and (info is None or info.get("status") not in ACTIVE):
+        return None
+    return {"state": "alive (Ray job %s%s)" % (att["ray"]["submission_id"], ", " + info["status"] if info else ""),
+            "attempt": att.get("attempt"), "pid": pids[0] if pids else None, "pids": pids}
+
+
+def history_row(att):
+    """history's entry for a Ray attempt: its job, and its end as Ray said it."""
+    r, ex = att["ray"], att.get("exit") or {}
+    return {"submission_id": r.get("submission_id"), "node": r.get("node"), "state": ex.get("state"),
+            "exit_code": ex.get("exit_code"), "stopped_by": ex.get("stopped_by")}

@@ -1,0 +1,83 @@
+"""The Ray target: `ray://[user@]head[:sshport]`, or `ray://local` when the CLI runs on the
+head (or in its network namespace, as the test cluster's runs do: docs/testbed.md).
+
+Not a hop that wraps argv: the agent runs on the head (reached by the ssh hop, or here), and
+its ops/ray.py submits the run as a Ray job through the dashboard's Jobs REST API, which
+listens on the head (the common case: not exposed beyond it). runward.toml's [targets.X]
+`dashboard` (the API's URL as seen from the head, default http://127.0.0.1:8265) and
+`resources` (the job's entrypoint resources, e.g. {fake_gpu = 1}, which place its driver)
+go with every request as its "ray" entry: the agent's launcher of that name
+(agent/launchers.py) starts and stops the run. docs/ray.md; the engine seam:
+docs/architecture.md, "a new engine"."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from ..errors import BadInput
+from .model import Hop, Target
+from .ssh import parse as parse_ssh
+
+NAME = "ray"          # the request's and the attempt record's key; the agent's launcher; the view's ENGINE
+LABEL = "Ray"
+SCHEME = "ray://"
+FORM = "ray://HEAD"
+OPTION_KEYS = ("dashboard", "resources")  # runward.toml's [targets.X] keys (docs/ray.md)
+DASHBOARD = "http://127.0.0.1:8265"
+_URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"
+_RES_PAT = r"^[A-Za-z0-9_.:/-]{1,64}$"
+
+
+def parse(text: str, *, label=None, home=None, python=None, options=None) -> Target:
+    """A Target for `ray://HEAD`: an ssh hop to the head (none for local)."""
+    hostpart = text[len(SCHEME):].rstrip("/")
+    fix = "write ray://[user@]head[:sshport], or ray://local on the head"
+    if not hostpart or "/" in hostpart:
+        raise BadInput(f"invalid Ray target {text!r}", fix)
+    hops = ()
+    if hostpart != "local":
+        parsed = parse_ssh(hostpart)
+        if parsed is None:
+            raise BadInput(f"invalid head {hostpart!r} in target {text!r}", fix)
+        host, user, port = parsed
+        if port is not None and not 0 < port < 65536:
+            raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
+        hops = (Hop("ssh", host, user, port),)
+    t = Target(hops, label=label, home=home, python=python)
+    t.engine = sys.modules[__name__]
+    t.engine_spec = check_options(options or {}, label or text)
+    return t
+
+
+def check_options(opts: dict, where: str) -> dict:
+    """dashboard: an http(s) URL with no path; resources: a table of names to positive numbers."""
+    out = {"dashboard": DASHBOARD, "resources": {}}
+    for k, v in opts.items():
+        if k not in OPTION_KEYS:
+            raise BadInput(f"[targets.{where}] unknown Ray option {k!r}", f"options: {', '.join(OPTION_KEYS)}")
+        if k == "dashboard":
+            if not isinstance(v, str) or not re.match(_URL_PAT, v):
+                raise BadInput(f"[targets.{where}] invalid dashboard {v!r}",
+                               'the Jobs API\'s address as seen from the head, e.g. dashboard = "http://127.0.0.1:8265"')
+            out[k] = v.rstrip("/")
+        else:
+            ok = isinstance(v, dict) and all(isinstance(n, str) and re.match(_RES_PAT, n) and not isinstance(c, bool)
+                                             and isinstance(c, (int, float)) and c > 0 for n, c in v.items())
+            if not ok:
+                raise BadInput(f"[targets.{where}] invalid resources {v!r}",
+                               "a table of Ray resource names to amounts, e.g. resources = {fake_gpu = 1}")
+            out[k] = dict(v)
+    return out
+
+
+def render(target: Target) -> str:
+    """ray://HEAD, HEAD `local` when no ssh hop reaches the head."""
+    return SCHEME + (str(target.hops[0])[len("ssh://"):] if target.hops else "local")
+
+
+def request(target, req: dict) -> dict:
+    """Every request to a Ray target carries its dashboard and resources: the agent's start
+    submits with them (its stop and status read the job from the run's records)."""
+    req[NAME] = target.engine_spec
+    return req

@@ -1,0 +1,73 @@
+"""How a Ray run's start, stop, status and history read (render.engine_view hands a result or
+row with a "ray" entry here)."""
+
+from __future__ import annotations
+
+ENGINE = "ray"  # the key of its results and rows: targets/ray.py's NAME
+
+
+def _exit(ex: dict | None) -> str:
+    ex = ex or {}
+    out = (f"driver_exit_code {ex['exit_code']}" if ex.get("exit_code") is not None else "no driver_exit_code") + (
+        f" (killed by {ex['signal']})" if ex.get("signal") else "")
+    return out + (f", stopped by {ex['stopped_by']}" if ex.get("stopped_by") else "")
+
+
+def start(r: dict) -> str:
+    d = r.get("driver") or {}
+    lines = [f"started {r['name']} attempt {r['attempt']}: Ray job {r.get('submission_id')}, {r.get('ray_state')},"
+             f" driver pid {d.get('pid')} alive after {r.get('settle_s', 0):g}s settle"
+             + (f" (node {str(d['node_id'])[:12]})" if d.get("node_id") else "")
+             + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
+    if r.get("replaced"):
+        old = r["replaced"]
+        lines.insert(0, f"stopped attempt {old.get('attempt')} (Ray job {old.get('submission_id')}) first: "
+                        f"{old.get('ray_state')}, verified")
+    if r.get("node_pids"):
+        lines.append(f"  on this node: pids {', '.join(map(str, r['node_pids']))} (by the marker)")
+    lines.append(f"  log: {r['log']}")
+    lines += ["    | " + ln for ln in r.get("first_lines") or []]
+    return "\n".join(lines)
+
+
+def stop(r: dict) -> str:
+    head = f"{r['name']} attempt {r.get('attempt')} (Ray job {r.get('submission_id')})"
+    if r.get("already_stopped"):
+        lines = [f"{head}: already ended: {r.get('ray_state')}, {_exit(r.get('exit'))}"]
+    else:
+        how = "Ray's stop and " if r.get("ray_stop_sent") else ""
+        lines = [f"stopped {head}: {how}{r['signal']} to its processes here; Ray says {r.get('ray_state')}, "
+                 f"{_exit(r.get('exit'))} ({r.get('stop_s', 0):.2f}s)"]
+    if r.get("verified_dead"):
+        lines.append("  no process of the run left on this node (verified by the marker)")
+    for p in r.get("processes") or []:
+        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:60]}")
+    return "\n".join(lines)
+
+
+def status_line(r: dict) -> list[str]:
+    head = f"{r['name']:<16} {r['state']:<9} attempt {r.get('attempt')}  Ray job {r.get('submission_id')}"
+    head += f" {r.get('ray_state') or '?'}"
+    if r.get("exit"):
+        head += f"  {_exit(r['exit'])}"
+    elif r.get("pid") and r.get("state") == "running":
+        head += f"  driver pid {r['pid']}"
+    lines = [head]
+    drv = (r.get("ray") or {}).get("driver") or {}
+    if r.get("exit") and drv.get("node_id"):
+        lines.append(f"  driver pid {drv.get('pid')} on node {str(drv['node_id'])[:12]}")
+    if (r.get("exit") or {}).get("message") and r["exit"].get("state") == "FAILED":
+        lines.append(f"  Ray: {r['exit']['message'].splitlines()[0][:160]}")
+    if r.get("survivors"):
+        lines.append(f"  still alive here, outliving the driver: pids {', '.join(map(str, r['survivors']))}")
+    if r.get("note"):
+        lines.append(f"  note: {r['note']}")
+    return lines
+
+
+def history_where(r: dict) -> str:
+    """history's word on the attempt's job: its id, and its end as Ray said it."""
+    s = r["ray"]
+    return (f"ray job {s.get('submission_id')}" + (f" {s['state']}" if s.get("state") else "")
+            + (f" driver_exit_code {s['exit_code']}" if s.get("exit_code") is not None else "")
+            + (f", stopped by {s['stopped_by']}" if s.get("stopped_by") else ""))

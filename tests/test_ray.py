@@ -1,0 +1,227 @@
+"""ray:// targets against a real Ray cluster (scripts/ray-testbed up: a head and a second
+node of ray[default] 2.60.0 in the loopback-only network namespace rwray). runward runs in
+that namespace too (ray://local on the head, docs/testbed.md). Ground truth comes from /proc
+(the marker) and from Ray's own API, never from runward's answers. Skipped, with the reason,
+when that cluster is not up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import CLI, alive, marked, wait_for
+
+RAY_DIR = os.environ.get("RUNWARD_RAY") or "/tmp/runward-ray"
+# a job whose child escapes Ray's snapshot of the driver's tree: a new session, double forked
+ESCAPING = 'echo hello; setsid sh -c "(exec sleep 901 &)"; exec sleep 300'
+
+
+def ray_testbed() -> dict:
+    """ray.json of scripts/ray-testbed, or a skip that says why there is none."""
+    try:
+        with open(os.path.join(RAY_DIR, "ray.json")) as f:
+            tb = json.load(f)
+    except (OSError, ValueError):
+        pytest.skip(f"no Ray testbed ({RAY_DIR}/ray.json): run `scripts/ray-testbed up` as root")
+    if os.geteuid() != 0:
+        pytest.skip("the Ray testbed lives in a network namespace: run the tests as root")
+    if subprocess.run(["scripts/ray-testbed", "status"], cwd=os.path.dirname(os.path.dirname(__file__)),
+                      capture_output=True).returncode != 0:
+        pytest.skip("the Ray testbed does not answer (`scripts/ray-testbed status`): `scripts/ray-testbed up`")
+    return tb
+
+
+class NetnsCLI(CLI):
+    """runward's CLI run on the head: inside the cluster's network namespace."""
+
+    def __init__(self, base: CLI, netns: str):
+        super().__init__(base.home, base.cwd)
+        self.netns = netns
+
+    def argv(self, *args: str) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, sys.executable, "-m", "runward", *args]
+
+
+@pytest.fixture
+def tb():
+    return ray_testbed()
+
+
+@pytest.fixture
+def rcli(cli, tb):
+    return NetnsCLI(cli, tb["netns"])
+
+
+def ray_job(tb: dict, sid: str) -> dict | None:
+    """Ray's own record of a job (GET /api/jobs/ID, from inside the namespace)."""
+    code = ("import json, sys, urllib.request, urllib.error\n"
+            "try: print(urllib.request.urlopen(sys.argv[1] + '/api/jobs/' + sys.argv[2], timeout=10).read().decode())\n"
+            "except urllib.error.HTTPError: print('null')")
+    out = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, tb["dashboard"], sid],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def second_node(tb: dict) -> str:
+    """The node id of the cluster's node that is not the head (the one with fake_gpu)."""
+    code = ("import json, sys, urllib.request\n"
+            "doc = json.load(urllib.request.urlopen(sys.argv[1] + '/nodes?view=summary', timeout=10))\n"
+            "print([n['raylet']['nodeId'] for n in doc['data']['summary'] if not n['raylet'].get('isHeadNode')][0])")
+    return subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, tb["dashboard"]],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def ray_cli(tb: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", tb["netns"], tb["ray"], "job", *args, "--address", tb["dashboard"]],
+                          capture_output=True, text=True, timeout=timeout, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+
+
+def escapee(marker: str) -> int:
+    """The pid of the double-forked `sleep 901` carrying the marker, once it is there."""
+    def find():
+        procs = marked(marker)
+        return next((p for p in procs if open(f"/proc/{p}/cmdline", "rb").read().startswith(b"sleep\x00901")), None)
+    return wait_for(find, timeout=20, what="the escaped child")
+
+
+def test_the_ray_target_reads_its_head_and_options():
+    """Without a cluster: the scheme's grammar, its runward.toml options, and what they refuse."""
+    from runward.errors import BadInput
+    from runward.targets import parse_target, ray
+    t = parse_target("ray://alice@head1:2222", label="c", engine_options={"resources": {"fake_gpu": 1}})
+    assert (str(t), t.hops[0].kind, t.hops[0].name, t.hops[0].user, t.hops[0].port) == (
+        "ray://alice@head1:2222", "ssh", "head1", "alice", 2222)
+    assert t.engine_spec == {"dashboard": ray.DASHBOARD, "resources": {"fake_gpu": 1}}
+    assert parse_target("ray://local").hops == () and str(parse_target("ray://local")) == "ray://local"
+    for bad, opts, word in (("ray://", None, "invalid Ray target"), ("ray://h/x", None, "invalid Ray target"),
+                            ("ray://h", {"dashboard": "8265"}, "invalid dashboard"),
+                            ("ray://h", {"resources": {"GPU": 0}}, "invalid resources"),
+                            ("ray://h", {"resources": {"GPU": True}}, "invalid resources")):
+        with pytest.raises(BadInput, match=word):
+            parse_target(bad, label="c", engine_options=opts)
+
+
+def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_leaves_one(rcli, tb):
+    rc, doc = rcli.json("start", "r1", "--on", "ray://local", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    assert rc == 0, doc
+    r = doc["result"]
+    info = ray_job(tb, r["submission_id"])
+    assert info["status"] == "RUNNING" and r["ray_state"] == "RUNNING", (info, r)
+    drv = r["driver"]
+    assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("r1.1"), "the driver reported lives, by /proc"
+    ppid = int(open(f"/proc/{drv['pid']}/stat").read().rsplit(")", 1)[1].split()[1])
+    assert open(f"/proc/{ppid}/cmdline", "rb").read().startswith(b"ray::JobSupervisor"), "Ray's driver, not a child"
+    assert open(f"/proc/{drv['pid']}/cmdline", "rb").read() == b"sleep\x00300\x00", "the command (exec'd) itself"
+    assert drv["node_id"] == info["driver_node_id"]
+    gone = escapee("r1.1")
+    rc, doc = rcli.json("status", "r1")
+    st = doc["result"]["runs"][0]
+    assert (rc, st["state"], st["ray_state"], st["pid"]) == (0, "running", "RUNNING", drv["pid"]), st
+    rc, doc = rcli.json("logs", "r1", "-n", "5")
+    assert "hello" in doc["result"]["lines"], doc
+    rc, doc = rcli.json("stop", "r1")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert marked("r1.1") == {}, "no process of the run is left, the escaped child included"
+    assert not alive(gone)
+    assert ray_job(tb, r["submission_id"])["status"] == "STOPPED"
+    assert rcli.status("r1")["exit"]["stopped_by"] == "runward"
+
+    # the same job under Ray's own submit and stop: the escaped child lives on
+    marker = f"rwcmp{uuid.uuid4().hex[:8]}.1"
+    sid = f"rwcmp-{uuid.uuid4().hex[:8]}"
+    p = ray_cli(tb, "submit", "--no-wait", "--submission-id", sid, "--", "env", f"RUNWARD_RUN={marker}",
+                "/bin/sh", "-c", ESCAPING)
+    assert p.returncode == 0, p.stderr
+    left = escapee(marker)
+    try:
+        assert ray_cli(tb, "stop", sid).returncode == 0
+        wait_for(lambda: ray_job(tb, sid)["status"] == "STOPPED", timeout=20, what="Ray's STOPPED")
+        assert alive(left), "Ray's stop leaves the double-forked child"
+    finally:
+        for pid in marked(marker):
+            os.kill(pid, 9)
+
+
+def test_a_missing_program_is_exited_early_with_rays_exit_code(rcli, tb):
+    rc, doc = rcli.json("start", "r2", "--on", "ray://local", "--settle", "2", "--sh",
+                        "echo about to fail; exec /nonexistent/prog")
+    assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
+    r = doc["result"]
+    assert ray_job(tb, r["ray"]["submission_id"])["driver_exit_code"] == 127
+    assert r["exit"]["code"] == 127 and r["ray_state"] == "FAILED", r
+    assert any("/nonexistent/prog" in ln for ln in r["last_lines"]), r["last_lines"]
+
+
+def test_rays_stop_behind_runwards_back_is_said_with_its_survivor(rcli, tb):
+    # placed by the target's entrypoint resources on the second node (the only one with fake_gpu)
+    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
+    rc, doc = rcli.json("start", "r3", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    assert rc == 0, doc
+    assert doc["result"]["driver"]["node_id"] == second_node(tb) == ray_job(tb, doc["result"]["submission_id"])["driver_node_id"]
+    left = escapee("r3.1")
+    assert ray_cli(tb, "stop", doc["result"]["submission_id"]).returncode == 0
+    wait_for(lambda: ray_job(tb, doc["result"]["submission_id"])["status"] == "STOPPED", timeout=20, what="STOPPED")
+    st = rcli.status("r3")
+    assert (st["state"], st["exit"]["stopped_by"]) == ("stopped", "someone else"), st
+    assert alive(left) and st["survivors"] == [left], st
+    rc, doc = rcli.json("stop", "r3")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert marked("r3.1") == {} and not alive(left)
+
+
+def test_an_unreachable_dashboard_is_exit_3_naming_it(rcli, tb):
+    (rcli.cwd / "runward.toml").write_text('[targets.deadray]\non = "ray://local"\ndashboard = "http://127.0.0.1:9"\n')
+    rc, doc = rcli.json("start", "r4", "--on", "deadray", "--", "sleep", "30")
+    assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
+    assert "http://127.0.0.1:9" in doc["error"]["message"] and "dashboard" in doc["error"]["message"]
+    assert not (rcli.home / "runs" / "r4").exists(), "nothing was started"
+
+
+def test_through_ssh_to_a_host_with_no_ray_head_is_exit_3_naming_the_dashboard(cli, tmp_path):
+    """ray://HOST: the agent runs on HOST through the ssh hop and asks the dashboard there;
+    rw1 (the ssh testbed) runs no Ray, so nothing answers on its 127.0.0.1:8265."""
+    import testbed
+    tb = testbed.require("ssh")
+    cli.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
+    (cli.cwd / "runward.toml").write_text(f'[targets.head]\non = "ray://rw1"\nhome = "{tmp_path}/far"\n')
+    rc, doc = cli.json("start", "r5", "--on", "head", "--", "sleep", "30")
+    assert rc == 3 and doc["error"]["type"] == "Unreachable", doc
+    assert "http://127.0.0.1:8265" in doc["error"]["message"] and "rw1" in doc["error"]["hop"], doc["error"]
+    assert not (tmp_path / "far" / "runs" / "r5").exists(), "nothing was started"
+
+
+def test_after_a_head_restart_the_run_is_still_known_and_its_survivor_stopped(rcli, tb):
+    """The head crashes and starts again (scripts/ray-testbed restart-head): Ray's job list is
+    empty, the driver ended with the head; runward still has the run's record, log and
+    history, says what lives (the escaped child), and its stop ends it, verified."""
+    rc, doc = rcli.json("start", "r6", "--on", "ray://local", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    assert rc == 0, doc
+    sid, drv = doc["result"]["submission_id"], doc["result"]["driver"]
+    left = escapee("r6.1")
+    p = subprocess.run(["scripts/ray-testbed", "restart-head"], cwd=os.path.dirname(os.path.dirname(__file__)),
+                       env=dict(os.environ, RUNWARD_RAY_BIN=tb["ray"]), capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert ray_job(tb, sid) is None, "Ray forgot the job"
+    assert not alive(drv["pid"], drv["start"]), "the driver ended with the head"
+    st = rcli.status("r6")
+    assert st["state"] == "lost" and "no longer knows" in st["note"] and st["survivors"] == [left], st
+    rc, doc = rcli.json("logs", "r6", "-n", "5")
+    assert "hello" in doc["result"]["lines"], doc
+    rc, doc = rcli.json("history", "r6")
+    assert rc == 0 and sid in json.dumps(doc["result"]), doc
+    rc, doc = rcli.json("stop", "r6")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert marked("r6.1") == {} and not alive(left)
+
+
+def test_a_supervision_policy_is_refused_naming_it_before_anything_is_asked(cli):
+    """No shim keeps a policy for a Ray job: refused before the dashboard is even asked (none
+    answers here), and nothing is recorded."""
+    rc, doc = cli.json("start", "r7", "--on", "ray://local", "--restart", "on-failure", "--", "sleep", "30")
+    assert rc == 2 and "--restart" in doc["error"]["message"] and "Ray run" in doc["error"]["message"], doc
+    assert not (cli.home / "runs" / "r7").exists()
