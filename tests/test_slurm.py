@@ -182,6 +182,12 @@ def test_a_second_start_is_refused_and_restart_submits_anew(cli, sb):
     first = doc["result"]["job_id"]
     rc, doc = cli.json("start", "sl-re", "--on", on, "--", "/bin/sleep", "300")
     assert rc == 1 and doc["error"]["type"] == "AlreadyRunning" and first in doc["error"]["message"], doc
+    # restart (and start --replace) without the run's --on: the target here is local, whose
+    # launcher is the fork; refused before anything is stopped, the job running on in Slurm
+    for verb in (["restart", "sl-re"], ["start", "sl-re", "--replace", "--", "/bin/sleep", "300"]):
+        rc, doc = cli.json(*verb)
+        assert rc == 2 and "are slurm jobs" in doc["error"]["message"] and "--on" in doc["error"]["hint"], doc
+        assert in_queue(first) and marked("sl-re.1") and not marked("sl-re.2"), "nothing stopped, nothing forked"
     rc, doc = cli.json("restart", "sl-re", "--on", on, "--settle", "0.3")
     assert rc == 0 and doc["result"]["attempt"] == 2, doc
     assert not in_queue(first) and not marked("sl-re.1"), "the first job was stopped, verified, before the second"

@@ -14,7 +14,7 @@ Here, not in the launchers: choosing must not import them (ops/NAME.py may impor
 subprocess, which would cost every default stop ~30 ms of CPU for nothing)."""
 
 from .store import RunStore
-from .wire import AgentFailure
+from .wire import AgentFailure, bad_input
 
 LAUNCHERS = ("slurm", "ray")  # each a NAME as above; the fork is every other attempt
 
@@ -25,13 +25,30 @@ def named(d):
 
 
 def of_request(req, home):
-    """The launcher of this start (the target's) or stop (the run's latest attempt's)."""
-    if req.get("op") == "start":
-        return named(req)
+    """The launcher of this start (the target's) or stop (the run's latest attempt's). A start
+    whose target's launcher is not the one of the run's attempts is refused (refuse_other)."""
     try:
-        return named(RunStore(home, req.get("name")).latest())
+        latest = RunStore(home, req.get("name")).latest()
     except AgentFailure:
-        return None
+        latest = None
+    if req.get("op") != "start":
+        return named(latest)
+    refuse_other(req, latest)
+    return named(req)
+
+
+def refuse_other(req, latest):
+    """A run's attempts keep one launcher: a start (a restart, --replace) on a target whose
+    launcher is not the one of the run's LATEST attempt is refused before anything is stopped
+    or written, so a Ray or Slurm run restarted without its --on never turns into a process
+    forked here (nor a forked run into an engine's job)."""
+    this, last = named(req), named(latest)
+    if latest is not None and this != last:
+        word = lambda n: "%s jobs" % n if n else "processes forked on this host"  # noqa: E731
+        raise bad_input("run %s's attempts are %s; this target's would be %s" % (req.get("name"), word(last),
+                                                                                word(this)),
+                        "give the run's own target (--on as at its first start, or its runward.toml on), or start "
+                        "under another name; `runward rm %s` forgets the old one" % req.get("name"))
 
 
 def queries(name):

@@ -361,6 +361,7 @@ def spec(req, home):
     the target: a start with reuse_env takes them from the attempt record there. env_from's
     values were never here: the CLI reads them again from where the start took them."""
     store = RunStore.existing(home, req.get("name"))
+    launchers.refuse_other(req, store.latest())  # restart's first call: refused before its stop
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
