@@ -214,6 +214,7 @@ def test_after_a_head_restart_the_run_is_still_known_and_its_survivor_stopped(rc
     assert "hello" in doc["result"]["lines"], doc
     rc, doc = rcli.json("history", "r6")
     assert rc == 0 and sid in json.dumps(doc["result"]), doc
+    assert doc["result"]["attempts"][0]["state"] == st["state"], doc  # history says what status says
     rc, doc = rcli.json("stop", "r6")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert marked("r6.1") == {} and not alive(left)

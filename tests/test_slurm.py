@@ -78,6 +78,9 @@ def lifecycle(cli, on: str, name: str) -> None:
     assert p.returncode == 0 and "step 3" in p.stdout, (p.stdout, p.stderr)
     rc, doc = cli.json("watch", name, "--on", on, "--for", "1")
     assert rc == 0 and doc["result"]["alive"] is True, doc
+    # history says the attempt's state as status does (Slurm's, not a shim's that never was)
+    rc, doc = cli.json("history", name, "--on", on)
+    assert rc == 0 and doc["result"]["attempts"][0]["state"] == "running", doc
     rc, doc = cli.json("stop", name, "--on", on, "--grace", "10")
     assert rc == 0, doc
     r = doc["result"]
@@ -87,6 +90,8 @@ def lifecycle(cli, on: str, name: str) -> None:
     assert not marked(f"{name}.1"), "stop verified: nothing of the job is left on the node"
     st = cli.json("status", name, "--on", on)[1]["result"]["runs"][0]
     assert st["slurm_state"] in ("FAILED", "CANCELLED") and st["exit"]["exit_code"] == "0:15", st
+    row = cli.json("history", name, "--on", on)[1]["result"]["attempts"][0]
+    assert row["state"] == st["state"] and row["slurm"]["state"] == st["slurm_state"], (row, st)
 
 
 def test_local_start_status_logs_watch_stop(cli, sb):

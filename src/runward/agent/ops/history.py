@@ -8,11 +8,13 @@ said to have changed without either value leaving the target (secrets.redact_val
 
 import time
 
+from .. import launchers
 from ..health.attempts import command, facts
 from ..proc.procfs import boot_id, scan
 from ..proc.runs import attempt_state
 from ..secrets import redact_value
 from ..store import RunStore
+from ..wire import AgentFailure
 
 def history(req, home):
     """{"name", "attempts": [facts of each attempt, oldest first]}."""
@@ -23,11 +25,23 @@ def history(req, home):
         att = store.attempt(n)
         if not att:
             continue
-        row = facts(store, att, attempt_state(att, procs, bid), False)
+        row = facts(store, att, _state(store, att, procs, bid), False)
         row["changed"] = changes(prev, att) if prev is not None else None
         rows.append(row)
         prev = att
     return {"name": store.name, "attempts": rows, "time": time.time()}
+
+
+def _state(store, att, procs, bid):
+    """The attempt's state as status says it: an engine's job (no shim, no forked job in the
+    record) by its launcher, which asks the engine where the record has no end yet."""
+    launcher = launchers.named(att)
+    if launcher is None:
+        return attempt_state(att, procs, bid)
+    try:
+        return launchers.ops(launcher).status_of(store, att).get("state") or "lost"
+    except AgentFailure as e:  # the engine cannot be asked now: unknown, never a guess
+        return "unknown (%s)" % e.message
 
 
 def changes(prev, att):
