@@ -18,15 +18,18 @@ def shims_of(home: Path) -> list[int]:
     """The shims of this home, and the next attempts' processes they fork in advance
     (zygotes: forks of the shim, found the same way), from /proc."""
     out = []
+    item = b"\0RUNWARD_HOME=" + str(home).encode() + b"\0"   # the whole item, found in one search
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+            if b"runward-shim" not in cmd:
+                continue
+            env = Path(f"/proc/{d}/environ").read_bytes()
         except OSError:
             continue
-        if b"runward-shim" in cmd and b"RUNWARD_HOME=" + str(home).encode() in env and alive(int(d)):
+        if item in b"\0" + env + b"\0" and alive(int(d)):
             out.append(int(d))
     return out
 

@@ -56,6 +56,11 @@ def test_stop_kills_escaped_double_fork_and_term_ignorer(cli):
     rc, doc = cli.json("start", "esc", "--settle", "0.5",
                        *job("TRAIN_ESCAPEE_LINGER=1", "TRAIN_IGNORE_TERM=1", "TRAIN_WORKERS=2"))
     assert rc == 0, doc
+    # the job logs its escapee's pid once the double fork is done: before that its first child
+    # is still in the job's session, and its middle ones come and go (a quick /proc read saw them)
+    log = Path(cli.status("esc")["log"]["path"])
+    wait_for(lambda: "escapee_pid=" in log.read_text() and "escapee_pid=-" not in log.read_text(),
+             what="the job to say its escapee's pid")
     tree = wait_for(lambda: (lambda m: m if len(m) >= 4 else None)(marked("esc.")), what="4 processes of the run")
     # the escapee is in its own session, its parent is not the job: pgrp/sid differ
     sids = {Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[3] for p in tree}

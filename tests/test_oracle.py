@@ -11,7 +11,7 @@ import pytest
 from oracle import machine, soak, world
 
 SEED = 20261204
-EXAMPLES = 6          # the first is hypothesis' simplest (a start or two)
+EXAMPLES = 6          # the first is hypothesis' simplest: twenty steps of nothing_yet, free
 PER_EXAMPLE = 20
 
 

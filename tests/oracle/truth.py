@@ -31,21 +31,27 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+HOST_PIDNS = os.readlink("/proc/self/ns/pid")
+
+
 def _proc(pid: int, with_fds: bool) -> Proc | None:
     stat = _read("/proc/%d/stat" % pid)
-    status = _read("/proc/%d/status" % pid)
     cmd = _read("/proc/%d/cmdline" % pid)
-    if stat is None or status is None or cmd is None:
+    if stat is None or cmd is None:
         return None
     rest = stat[stat.rfind(b")") + 2:].split()
-    nspid = pid
-    for line in status.split(b"\n"):
-        if line.startswith(b"NSpid:"):
-            nspid = int(line.split()[-1])
     try:
         ns = os.readlink("/proc/%d/ns/pid" % pid)
     except OSError:
         return None
+    nspid = pid
+    if ns != HOST_PIDNS:   # a container's process: its own pid there (status, the costliest read, only here)
+        status = _read("/proc/%d/status" % pid)
+        if status is None:
+            return None
+        for line in status.split(b"\n"):
+            if line.startswith(b"NSpid:"):
+                nspid = int(line.split()[-1])
     fds = ()
     if with_fds:
         try:
