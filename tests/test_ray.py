@@ -226,3 +226,85 @@ def test_a_supervision_policy_is_refused_naming_it_before_anything_is_asked(cli)
     rc, doc = cli.json("start", "r7", "--on", "ray://local", "--restart", "on-failure", "--", "sleep", "30")
     assert rc == 2 and "--restart" in doc["error"]["message"] and "Ray run" in doc["error"]["message"], doc
     assert not (cli.home / "runs" / "r7").exists()
+
+
+def _shape(doc):
+    """A document's keys, recursively (list items by their first), values by type: what the
+    MCP server's and the library's documents share with the CLI's, where pids and times differ.
+    An exit's own keys are left out: they say how the job ended (Ray's driver_exit_code is a
+    code or a signal, by whose signal reached the driver first), in any document."""
+    if isinstance(doc, dict):
+        return {k: "dict" if k == "exit" and isinstance(v, dict) else _shape(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_shape(doc[0])] if doc else []
+    return type(doc).__name__
+
+
+def test_mcp_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
+    """The MCP server, run on the head (in the namespace), starts a run runward.toml defines on
+    ray://local, reads its status and stops it; each document has the CLI's shape."""
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    cmd = json.dumps(["/bin/sh", "-c", ESCAPING])
+    (rcli.cwd / "runward.toml").write_text(
+        f'[runs.m1]\non = "ray://local"\ncommand = {cmd}\nsettle = 1\n\n'
+        f'[runs.c1]\non = "ray://local"\ncommand = {cmd}\nsettle = 1\n')
+    cli = {"start": rcli.json("start", "c1")}
+    assert cli["start"][0] == 0, cli
+    cli["status"] = rcli.json("status", "c1")
+    docs = {}
+
+    async def main():
+        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
+                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
+        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
+            async with stdio_client(params, errlog=err) as (r, w):
+                async with ClientSession(r, w) as s:
+                    with anyio.fail_after(120):
+                        await s.initialize()
+                        for verb in ("start", "status", "stop"):
+                            res = await s.call_tool(verb, {"name": "m1"})
+                            docs[verb] = (res.is_error, json.loads(res.content[0].text))
+                            if verb == "status":  # the driver MCP reported lives, by /proc and by Ray
+                                drv = docs["start"][1]["result"]["driver"]
+                                assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("m1.1")
+                                sid = docs["start"][1]["result"]["submission_id"]
+                                assert ray_job(tb, sid)["status"] == "RUNNING"
+    anyio.run(main)
+    cli["stop"] = rcli.json("stop", "c1")
+    for verb in ("start", "status", "stop"):
+        err, doc = docs[verb]
+        assert not err and doc["ok"], (verb, doc)
+        assert _shape(doc) == _shape(cli[verb][1]), verb
+    assert docs["status"][1]["result"]["runs"][0]["state"] == "running"
+    assert docs["stop"][1]["result"]["verified_dead"]
+    assert marked("m1.1") == {} and marked("c1.1") == {}, "the escaped children too"
+    assert ray_job(tb, docs["start"][1]["result"]["submission_id"])["status"] == "STOPPED"
+
+
+def test_the_python_api_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
+    """runward.start/status/stop, each in its own process on the head: the CLI's documents."""
+    code = ("import json, sys, runward\n"
+            "t, verb = runward.Target('ray://local'), sys.argv[1]\n"
+            "res = (runward.start('l1', ['/bin/sh', '-c', sys.argv[2]], on=t, settle=1.0) if verb == 'start'\n"
+            "       else getattr(runward, verb)('l1', on=t))\n"
+            "print(json.dumps(res.to_json()))")
+
+    def api(verb):
+        p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, verb, ESCAPING],
+                           cwd=rcli.cwd, env=rcli.env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+    start = api("start")
+    assert start["ok"], start
+    drv, sid = start["result"]["driver"], start["result"]["submission_id"]
+    assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("l1.1")
+    assert ray_job(tb, sid)["status"] == "RUNNING"
+    status = api("status")
+    assert status["result"]["runs"][0]["state"] == "running" and status["result"]["runs"][0]["pid"] == drv["pid"]
+    assert _shape(status) == _shape(rcli.json("status", "l1")[1])
+    stop = api("stop")
+    assert stop["ok"] and stop["result"]["verified_dead"], stop
+    assert marked("l1.1") == {} and ray_job(tb, sid)["status"] == "STOPPED"
