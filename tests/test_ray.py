@@ -68,10 +68,12 @@ def ray_job(tb: dict, sid: str) -> dict | None:
 
 
 def second_node(tb: dict) -> str:
-    """The node id of the cluster's node that is not the head (the one with fake_gpu)."""
+    """The node id of the cluster's live node that is not the head (the one with fake_gpu):
+    a node that died (a restart of the head or of this node) stays listed, DEAD."""
     code = ("import json, sys, urllib.request\n"
             "doc = json.load(urllib.request.urlopen(sys.argv[1] + '/nodes?view=summary', timeout=10))\n"
-            "print([n['raylet']['nodeId'] for n in doc['data']['summary'] if not n['raylet'].get('isHeadNode')][0])")
+            "print([n['raylet']['nodeId'] for n in doc['data']['summary'] if not n['raylet'].get('isHeadNode')\n"
+            "       and n['raylet']['state'] == 'ALIVE'][0])")
     return subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, tb["dashboard"]],
                           capture_output=True, text=True, check=True).stdout.strip()
 
@@ -308,3 +310,37 @@ def test_the_python_api_starts_reads_and_stops_a_ray_job_with_the_clis_documents
     stop = api("stop")
     assert stop["ok"] and stop["result"]["verified_dead"], stop
     assert marked("l1.1") == {} and ray_job(tb, sid)["status"] == "STOPPED"
+
+
+def test_the_worker_node_killed_mid_run_is_said_naming_the_node(rcli, tb):
+    """The second node's raylet KILLed under a job placed there (a machine lost): status says
+    the driver is gone, naming its node, then Ray's FAILED; the escaped child is named and
+    stopped. The node is started again after (scripts/ray-testbed restart-node2)."""
+    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
+    rc, doc = rcli.json("start", "r8", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    assert rc == 0, doc
+    sid, drv, node = doc["result"]["submission_id"], doc["result"]["driver"], second_node(tb)
+    assert drv["node_id"] == node == ray_job(tb, sid)["driver_node_id"]
+    left = escapee("r8.1")
+    raylet = [int(p) for p in open(os.path.join(tb["dir"], "node2.pids")).read().split()
+              if open(f"/proc/{p}/comm").read().strip() == "raylet"]
+    assert len(raylet) == 1
+    try:
+        os.kill(raylet[0], 9)
+        wait_for(lambda: not alive(drv["pid"], drv["start"]), timeout=30, what="the driver's end with its node")
+        st = rcli.status("r8")
+        assert st["state"] in ("lost", "exited") and node[:12] in json.dumps(st.get("note") or st.get("exit")), st
+        wait_for(lambda: ray_job(tb, sid)["status"] == "FAILED", timeout=60, what="Ray's FAILED")
+        st = rcli.status("r8")
+        assert (st["state"], st["ray_state"]) == ("exited", "FAILED"), st
+        assert (st["exit"]["node_id"], st["exit"]["error_type"], st["exit"].get("stopped_by")) == (
+            node, ray_job(tb, sid)["error_type"], None), st
+        assert node[:12] in st["note"] and "exit status is unknown" in st["note"], st
+        assert alive(left) and st["survivors"] == [left], "the escaped child outlives its node's raylet"
+        rc, doc = rcli.json("stop", "r8")
+        assert rc == 0 and doc["result"]["verified_dead"], doc
+        assert marked("r8.1") == {} and not alive(left)
+    finally:
+        p = subprocess.run(["scripts/ray-testbed", "restart-node2"], cwd=os.path.dirname(os.path.dirname(__file__)),
+                           env=dict(os.environ, RUNWARD_RAY_BIN=tb["ray"]), capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr

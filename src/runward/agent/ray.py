@@ -109,6 +109,12 @@ def exit_fact(info):
             ex["code"] = code
     if info.get("message"):
         ex["message"] = info["message"][:300]
+    # a FAILED with no driver exit code is Ray's own failure (JOB_SUPERVISOR_ACTOR_DIED: the
+    # driver's node died): its type and the node are kept, Ray's long message cut above may not
+    if info.get("error_type"):
+        ex["error_type"] = info["error_type"]
+    if info.get("driver_node_id"):
+        ex["node_id"] = info["driver_node_id"]
     return ex
 
 
