@@ -344,3 +344,44 @@ def test_the_worker_node_killed_mid_run_is_said_naming_the_node(rcli, tb):
         p = subprocess.run(["scripts/ray-testbed", "restart-node2"], cwd=os.path.dirname(os.path.dirname(__file__)),
                            env=dict(os.environ, RUNWARD_RAY_BIN=tb["ray"]), capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
+
+
+# a dashboard that answers Ray's version and then an HTTP error for the Jobs API
+ERRING = """
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        ok = self.path == "/api/version"
+        body = json.dumps({"version": "4", "ray_version": "2.60.0"}).encode() if ok else b"boom: the jobs manager failed"
+        self.send_response(200 if ok else int(sys.argv[2]))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = answer
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("ready", flush=True)
+srv.serve_forever()
+"""
+
+
+@pytest.mark.parametrize("code, rc, kind, word", [(500, 3, "HopFailed", "HTTP 500"),
+                                                  (404, 2, "BadInput", "no Jobs API")])
+def test_a_dashboard_answering_an_error_is_said_naming_its_url_and_nothing_is_recorded(rcli, tb, code, rc, kind, word):
+    port = 20000 + os.getpid() % 10000
+    srv = subprocess.Popen(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", ERRING, str(port), str(code)],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout.readline() == "ready\n"
+        url = f"http://127.0.0.1:{port}"
+        (rcli.cwd / "runward.toml").write_text(f'[targets.erring]\non = "ray://local"\ndashboard = "{url}"\n')
+        got, doc = rcli.json("start", "r9", "--on", "erring", "--", "sleep", "30")
+        assert (got, doc["error"]["type"]) == (rc, kind), doc
+        assert url in doc["error"]["message"] and word in doc["error"]["message"], doc["error"]
+        assert "dashboard" in doc["error"]["hint"], doc["error"]
+        assert not (rcli.home / "runs" / "r9").exists(), "nothing was recorded"
+        assert marked("r9.1") == {}
+    finally:
+        srv.kill()
+        srv.wait()
