@@ -68,10 +68,12 @@ def ray_job(tb: dict, sid: str) -> dict | None:
 
 
 def second_node(tb: dict) -> str:
-    """The node id of the cluster's node that is not the head (the one with fake_gpu)."""
+    """The node id of the cluster's live node that is not the head (the one with fake_gpu):
+    a node that died (a restart of the head or of this node) stays listed, DEAD."""
     code = ("import json, sys, urllib.request\n"
             "doc = json.load(urllib.request.urlopen(sys.argv[1] + '/nodes?view=summary', timeout=10))\n"
-            "print([n['raylet']['nodeId'] for n in doc['data']['summary'] if not n['raylet'].get('isHeadNode')][0])")
+            "print([n['raylet']['nodeId'] for n in doc['data']['summary'] if not n['raylet'].get('isHeadNode')\n"
+            "       and n['raylet']['state'] == 'ALIVE'][0])")
     return subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, tb["dashboard"]],
                           capture_output=True, text=True, check=True).stdout.strip()
 
@@ -226,3 +228,166 @@ def test_a_supervision_policy_is_refused_naming_it_before_anything_is_asked(cli)
     rc, doc = cli.json("start", "r7", "--on", "ray://local", "--restart", "on-failure", "--", "sleep", "30")
     assert rc == 2 and "--restart" in doc["error"]["message"] and "Ray run" in doc["error"]["message"], doc
     assert not (cli.home / "runs" / "r7").exists()
+
+
+def _shape(doc):
+    """A document's keys, recursively (list items by their first), values by type: what the
+    MCP server's and the library's documents share with the CLI's, where pids and times differ.
+    An exit's own keys are left out: they say how the job ended (Ray's driver_exit_code is a
+    code or a signal, by whose signal reached the driver first), in any document."""
+    if isinstance(doc, dict):
+        return {k: "dict" if k == "exit" and isinstance(v, dict) else _shape(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_shape(doc[0])] if doc else []
+    return type(doc).__name__
+
+
+def test_mcp_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
+    """The MCP server, run on the head (in the namespace), starts a run runward.toml defines on
+    ray://local, reads its status and stops it; each document has the CLI's shape."""
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    cmd = json.dumps(["/bin/sh", "-c", ESCAPING])
+    (rcli.cwd / "runward.toml").write_text(
+        f'[runs.m1]\non = "ray://local"\ncommand = {cmd}\nsettle = 1\n\n'
+        f'[runs.c1]\non = "ray://local"\ncommand = {cmd}\nsettle = 1\n')
+    cli = {"start": rcli.json("start", "c1")}
+    assert cli["start"][0] == 0, cli
+    cli["status"] = rcli.json("status", "c1")
+    docs = {}
+
+    async def main():
+        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
+                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
+        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
+            async with stdio_client(params, errlog=err) as (r, w):
+                async with ClientSession(r, w) as s:
+                    with anyio.fail_after(120):
+                        await s.initialize()
+                        for verb in ("start", "status", "stop"):
+                            res = await s.call_tool(verb, {"name": "m1"})
+                            docs[verb] = (res.is_error, json.loads(res.content[0].text))
+                            if verb == "status":  # the driver MCP reported lives, by /proc and by Ray
+                                drv = docs["start"][1]["result"]["driver"]
+                                assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("m1.1")
+                                sid = docs["start"][1]["result"]["submission_id"]
+                                assert ray_job(tb, sid)["status"] == "RUNNING"
+    anyio.run(main)
+    cli["stop"] = rcli.json("stop", "c1")
+    for verb in ("start", "status", "stop"):
+        err, doc = docs[verb]
+        assert not err and doc["ok"], (verb, doc)
+        assert _shape(doc) == _shape(cli[verb][1]), verb
+    assert docs["status"][1]["result"]["runs"][0]["state"] == "running"
+    assert docs["stop"][1]["result"]["verified_dead"]
+    assert marked("m1.1") == {} and marked("c1.1") == {}, "the escaped children too"
+    assert ray_job(tb, docs["start"][1]["result"]["submission_id"])["status"] == "STOPPED"
+
+
+def test_the_python_api_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
+    """runward.start/status/stop, each in its own process on the head: the CLI's documents."""
+    code = ("import json, sys, runward\n"
+            "t, verb = runward.Target('ray://local'), sys.argv[1]\n"
+            "res = (runward.start('l1', ['/bin/sh', '-c', sys.argv[2]], on=t, settle=1.0) if verb == 'start'\n"
+            "       else getattr(runward, verb)('l1', on=t))\n"
+            "print(json.dumps(res.to_json()))")
+
+    def api(verb):
+        p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, verb, ESCAPING],
+                           cwd=rcli.cwd, env=rcli.env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+    start = api("start")
+    assert start["ok"], start
+    drv, sid = start["result"]["driver"], start["result"]["submission_id"]
+    assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("l1.1")
+    assert ray_job(tb, sid)["status"] == "RUNNING"
+    status = api("status")
+    assert status["result"]["runs"][0]["state"] == "running" and status["result"]["runs"][0]["pid"] == drv["pid"]
+    assert _shape(status) == _shape(rcli.json("status", "l1")[1])
+    stop = api("stop")
+    assert stop["ok"] and stop["result"]["verified_dead"], stop
+    assert marked("l1.1") == {} and ray_job(tb, sid)["status"] == "STOPPED"
+
+
+def test_the_worker_node_killed_mid_run_is_said_naming_the_node(rcli, tb):
+    """The second node's raylet KILLed under a job placed there (a machine lost): status says
+    the driver is gone, naming its node, then Ray's FAILED; the escaped child is named and
+    stopped. The node is started again after (scripts/ray-testbed restart-node2)."""
+    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
+    rc, doc = rcli.json("start", "r8", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    assert rc == 0, doc
+    sid, drv, node = doc["result"]["submission_id"], doc["result"]["driver"], second_node(tb)
+    assert drv["node_id"] == node == ray_job(tb, sid)["driver_node_id"]
+    left = escapee("r8.1")
+    raylet = [int(p) for p in open(os.path.join(tb["dir"], "node2.pids")).read().split()
+              if open(f"/proc/{p}/comm").read().strip() == "raylet"]
+    assert len(raylet) == 1
+    again = None  # the node's restart, begun as soon as Ray has said its verdict
+
+    def restart_node2():
+        return subprocess.Popen(["scripts/ray-testbed", "restart-node2"], cwd=os.path.dirname(os.path.dirname(__file__)),
+                                env=dict(os.environ, RUNWARD_RAY_BIN=tb["ray"]), stderr=subprocess.PIPE, text=True)
+    try:
+        os.kill(raylet[0], 9)
+        wait_for(lambda: not alive(drv["pid"], drv["start"]), timeout=30, what="the driver's end with its node")
+        st = rcli.status("r8")
+        assert st["state"] in ("lost", "exited") and node[:12] in json.dumps(st.get("note") or st.get("exit")), st
+        wait_for(lambda: ray_job(tb, sid)["status"] == "FAILED", timeout=60, what="Ray's FAILED")
+        again = restart_node2()
+        st = rcli.status("r8")
+        assert (st["state"], st["ray_state"]) == ("exited", "FAILED"), st
+        assert (st["exit"]["node_id"], st["exit"]["error_type"], st["exit"].get("stopped_by")) == (
+            node, ray_job(tb, sid)["error_type"], None), st
+        assert node[:12] in st["note"] and "exit status is unknown" in st["note"], st
+        assert alive(left) and st["survivors"] == [left], "the escaped child outlives its node's raylet"
+        rc, doc = rcli.json("stop", "r8")
+        assert rc == 0 and doc["result"]["verified_dead"], doc
+        assert marked("r8.1") == {} and not alive(left)
+    finally:
+        again = again or restart_node2()
+        _, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+
+
+# a dashboard that answers Ray's version and then an HTTP error for the Jobs API
+ERRING = """
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        ok = self.path == "/api/version"
+        body = json.dumps({"version": "4", "ray_version": "2.60.0"}).encode() if ok else b"boom: the jobs manager failed"
+        self.send_response(200 if ok else int(sys.argv[2]))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = answer
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("ready", flush=True)
+srv.serve_forever()
+"""
+
+
+@pytest.mark.parametrize("code, rc, kind, word", [(500, 3, "HopFailed", "HTTP 500"),
+                                                  (404, 2, "BadInput", "no Jobs API")])
+def test_a_dashboard_answering_an_error_is_said_naming_its_url_and_nothing_is_recorded(rcli, tb, code, rc, kind, word):
+    port = 20000 + os.getpid() % 10000
+    srv = subprocess.Popen(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", ERRING, str(port), str(code)],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout.readline() == "ready\n"
+        url = f"http://127.0.0.1:{port}"
+        (rcli.cwd / "runward.toml").write_text(f'[targets.erring]\non = "ray://local"\ndashboard = "{url}"\n')
+        got, doc = rcli.json("start", "r9", "--on", "erring", "--", "sleep", "30")
+        assert (got, doc["error"]["type"]) == (rc, kind), doc
+        assert url in doc["error"]["message"] and word in doc["error"]["message"], doc["error"]
+        assert "dashboard" in doc["error"]["hint"], doc["error"]
+        assert not (rcli.home / "runs" / "r9").exists(), "nothing was recorded"
+        assert marked("r9.1") == {}
+    finally:
+        srv.kill()
+        srv.wait()

@@ -2,8 +2,9 @@
 processes here: submit, ask a job's state, stop, and the attempt's marked processes.
 
 Each API call has a timeout; a dashboard that does not answer is Unreachable (exit 3) naming
-it, one that answers with an error is Failed with its words (docs/ray.md). urllib is imported
-inside the calls: health, prune and history import this module on every call (launchers.py)."""
+it, one that answers with a server error HopFailed (exit 3), any other error Failed, each with
+its words (docs/ray.md). urllib is imported inside the calls: health, prune and history
+import this module on every call (launchers.py)."""
 
 import json
 import time
@@ -40,13 +41,21 @@ def call(dashboard, method, path, body=None, timeout=API_TIMEOUT):
             "dashboard option in runward.toml names the Jobs API's address as seen from the head")
 
 
+def _error(dashboard, method, path, status, text):
+    """An error answer as the reply's failure: Failed with Ray's words; a server error (5xx)
+    HopFailed (exit 3): the dashboard answers, its Jobs API does not work."""
+    said = "the Ray dashboard at %s answered %s %s with HTTP %d: %s" % (dashboard, method, path, status, text.strip()[:300])
+    if status >= 500:
+        return AgentFailure("HopFailed", said, "the dashboard is up but its Jobs API failed: see the dashboard's log "
+                            "on the head (session_latest/logs/dashboard.log) and `ray status` there")
+    return AgentFailure("Failed", said, "see the dashboard's log on the head (session_latest/logs/dashboard.log)")
+
+
 def _json(dashboard, method, path, body=None):
-    """The JSON answer of a call that must succeed; an error answer is Failed with Ray's words."""
+    """The JSON answer of a call that must succeed; an error answer raises (_error)."""
     status, text = call(dashboard, method, path, body)
     if status >= 400:
-        raise AgentFailure("Failed", "the Ray dashboard at %s answered %s %s with HTTP %d: %s" % (
-            dashboard, method, path, status, text.strip()[:300]), "see the dashboard's log on the head "
-            "(session_latest/logs/dashboard.log)")
+        raise _error(dashboard, method, path, status, text)
     try:
         return json.loads(text)
     except ValueError:
@@ -61,7 +70,7 @@ def check_api(dashboard):
         raise bad_input("the server at %s has no Jobs API (GET /api/version: 404)" % dashboard,
                         "runward needs Ray >= 2.0 with the dashboard (pip install 'ray[default]')")
     if status >= 400:
-        _json(dashboard, "GET", "/api/version")
+        raise _error(dashboard, "GET", "/api/version", status, text)
     try:
         return json.loads(text).get("ray_version")
     except (ValueError, AttributeError):
@@ -70,10 +79,17 @@ def check_api(dashboard):
 
 
 def submit(dashboard, body):
-    """POST /api/jobs/: the submission id; a refusal is bad input with Ray's words."""
+    """POST /api/jobs/: the submission id; Ray's refusal of the job (4xx) is bad input with
+    its words, a 404 a server with no Jobs API there, a server error HopFailed (_error)."""
     status, text = call(dashboard, "POST", "/api/jobs/", body)
+    if status == 404:
+        raise bad_input("the server at %s has no Jobs API (POST /api/jobs/: 404): %s" % (dashboard, text.strip()[:200]),
+                        "the target's dashboard option names the Ray dashboard's address as seen from the head "
+                        "(e.g. dashboard = \"http://127.0.0.1:8265\")")
+    if status >= 500:  # not asked again: a second POST could submit the job twice
+        raise _error(dashboard, "POST", "/api/jobs/", status, text)
     if status >= 400:
-        raise bad_input("Ray refused the job: HTTP %d: %s" % (status, text.strip()[:400]),
+        raise bad_input("Ray at %s refused the job: HTTP %d: %s" % (dashboard, status, text.strip()[:400]),
                         "fix the target's resources option or the command")
     return json.loads(text)["submission_id"]
 
@@ -84,7 +100,9 @@ def job(dashboard, sid):
     status, text = call(dashboard, "GET", "/api/jobs/" + sid)
     if status == 404:
         return None
-    return _json(dashboard, "GET", "/api/jobs/" + sid) if status >= 400 else json.loads(text)
+    if status >= 400:
+        raise _error(dashboard, "GET", "/api/jobs/" + sid, status, text)
+    return json.loads(text)
 
 
 def stop(dashboard, sid):
@@ -93,7 +111,7 @@ def stop(dashboard, sid):
     if status == 404:
         return False
     if status >= 400:
-        _json(dashboard, "POST", "/api/jobs/%s/stop" % sid)
+        raise _error(dashboard, "POST", "/api/jobs/%s/stop" % sid, status, text)
     return bool(json.loads(text).get("stopped"))
 
 
@@ -109,6 +127,12 @@ def exit_fact(info):
             ex["code"] = code
     if info.get("message"):
         ex["message"] = info["message"][:300]
+    # a FAILED with no driver exit code is Ray's own failure (JOB_SUPERVISOR_ACTOR_DIED: the
+    # driver's node died): its type and the node are kept, Ray's long message cut above may not
+    if info.get("error_type"):
+        ex["error_type"] = info["error_type"]
+    if info.get("driver_node_id"):
+        ex["node_id"] = info["driver_node_id"]
     return ex
 
 

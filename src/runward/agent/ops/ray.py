@@ -382,6 +382,9 @@ def status_of(store, att, with_details=True):
             out["note"] = "Ray says %s, but its driver (pid %d) is alive here" % (info["status"], drv["pid"])
     elif ex.get("state"):
         out.update({"state": ray.STATES.get(ex["state"], "lost"), "exit": ex, "stopped_by": ex.get("stopped_by")})
+        if ex.get("error_type") and "exit_code" not in ex:  # Ray's failure, not the program's end
+            out["note"] = "Ray says %s (%s) on node %s; the driver's exit status is unknown" % (
+                ex["state"], ex["error_type"], str(ex.get("node_id"))[:12])
     elif info is not None and info["status"] in ray.ACTIVE and drv.get("pid"):
         # the driver was seen here at start and is gone, while Ray has not noticed yet (its
         # node died: Ray says FAILED some seconds later): the process is the fact
