@@ -134,7 +134,7 @@ def _live(store, att, procs):
 def _try_lock(store):
     """The run's lock if free now, else None: prune waits for no one."""
     import fcntl
-    from ..store import _write_holder
+    from ..store import write_holder
     store.home.ensure()
     fd = os.open(store.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -142,7 +142,7 @@ def _try_lock(store):
     except BlockingIOError:
         os.close(fd)
         return None
-    _write_holder(fd, "prune")
+    write_holder(fd, "prune")
     return fd
 
 

@@ -18,7 +18,7 @@ from ..secrets import mask_url_passwords, redact_env
 from ..store import RunStore, open_log, remove_file, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name, terminate
 from ..wire import AgentFailure, bad_input, event
-from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
+from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
 
 POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
 KILL_WAIT_S = 90.0   # after the plain scancel: Slurm's KillWait (30 s here) and its cleanup
@@ -73,7 +73,7 @@ def start(req, home):
     _refuse_supervision(req.get("supervise"))
     slurm.command("sbatch")  # no Slurm here: said before anything is written
     store = RunStore(home, req.get("name"))
-    plan = _plan(req, home, store)
+    plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     replaced = None
     try:
@@ -149,7 +149,7 @@ def _submit(store, req, home, plan, spec):
     st = os.fstat(lfd)
     os.close(lfd)
     att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
-           "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"],
+           "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"],
            "marker": env[MARKER], "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
            "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
            "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
@@ -157,7 +157,7 @@ def _submit(store, req, home, plan, spec):
            "slurm": {"job_id": job_id, "partition": spec["partition"], "options": opts, "script": script,
                      "submitted_at": time.time()}}
     write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req))})
     write_json(os.path.join(store.dir, "run.json"), run)
     event({"started": {"attempt": n, "pid": None, "job_id": job_id}})
     return n, size + len(header)

@@ -74,7 +74,7 @@ def shell_argv(sh):
     return ["/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh", "-c", sh]
 
 
-def _plan(req, home, store):
+def plan_of(req, home, store):
     """Everything a start needs, checked before anything is written: argv, cwd, env, the
     ready regex, the stop signal, the executable and the log path."""
     argv = req.get("argv") or []
@@ -136,7 +136,7 @@ def _env_from(req):
     return {k: v for k, v in env_from.items() if k in (req.get("env") or {})}
 
 
-def _stored_env(req):
+def stored_env(req):
     """The env as records keep it: without the env_from entries' values."""
     env_from = req.get("env_from") or {}
     return {k: v for k, v in (req.get("env") or {}).items() if k not in env_from}
@@ -287,7 +287,7 @@ def _write_attempt(store, req, home, plan, made):
     _job_env(plan, req, home, marker)
     att = {
         "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"], "sh": plan["sh"],
-        "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
+        "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
         "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
         "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
         "gpus": req.get("gpus"), "hashes": _attempt_hashes(store, home, _hashed_files(req, plan["argv"], plan["cwd"])),
@@ -322,7 +322,7 @@ def _write_attempt(store, req, home, plan, made):
         write_all(lfd, header, plan["log"])
     finally:
         os.close(lfd)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req),
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req),
                                            supervise=supervise.recorded(req.get("supervise")))})
     write_json(os.path.join(store.dir, "run.json"), run)
     return n, logfiles.end_of(plan["log"])  # where its output begins, as logfiles.read_on follows it
@@ -360,7 +360,7 @@ def _point_to_deploy(e, req, store):
 
 
 def _start(req, home, store):
-    plan = _plan(req, home, store)
+    plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     try:
         replaced = _replace_old(store, req, scan())
