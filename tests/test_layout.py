@@ -228,11 +228,7 @@ NEVER_IMPORTS = {
     "runward.agent.health": ("runward.agent.supervise", "runward.agent.ops"),
     "runward.agent.supervise": ("runward.agent.ops",),
 }
-STILL_UPWARD = {  # (importer, imported module): names imported; multinode's text, views' helpers
-    ("runward.multinode.nodes", "runward.views.render"): 1,
-    ("runward.multinode.nodes", "runward.views.health"): 1,
-    ("runward.multinode.checkpoint", "runward.views.render"): 1,
-}
+STILL_UPWARD: dict[tuple[str, str], int] = {}  # (importer, imported module): names imported; none left
 
 
 def _within(name: str, layer: str) -> bool:
