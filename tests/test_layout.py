@@ -24,7 +24,7 @@ SRC = ROOT / "src"
 PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
 # stackgroup: pure grouping of stack captures, so a multi-node merge says it as one node does
-AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.runspec", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.health.stackgroup")
+AGENT_ALLOWED = ("runward.agent.core.boot", "runward.agent.core.runspec", "runward.agent.logmetrics", "runward.agent.core.secrets", "runward.agent.health.stackgroup")
 # one module may run the agent's entry itself: the CLI's local read-only calls (issue 27's
 # start-up goal; transport/inprocess.py's docstring says why that is safe and where it is not used)
 AGENT_ENTRY_ALLOWED = {"runward.transport.inprocess": "runward.agent.main"}
@@ -221,12 +221,17 @@ NEVER_IMPORTS = {
     "runward.targets": ("runward.transport",),  # what a hop is and resolves to sits below what runs it
     "runward.multinode": ("runward.operations", "runward.views"),
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
-    # the agent's side, bottom up: proc, health (the judges), supervise (the shim), ops (the verbs)
-    "runward.agent.logmetrics": ("runward.agent.proc", "runward.agent.health", "runward.agent.supervise",
-                                 "runward.agent.ops"),
-    "runward.agent.proc": ("runward.agent.health", "runward.agent.supervise", "runward.agent.ops"),
-    "runward.agent.health": ("runward.agent.supervise", "runward.agent.ops"),
-    "runward.agent.supervise": ("runward.agent.ops",),
+    # the agent's side, bottom up: logmetrics, core (the wire, the home, /proc read), proc, health
+    # (the judges), supervise (the shim), ops (the verbs), the entry (main, __main__)
+    "runward.agent.logmetrics": ("runward.agent.core", "runward.agent.proc", "runward.agent.health",
+                                 "runward.agent.supervise", "runward.agent.ops", "runward.agent.main",
+                                 "runward.agent.__main__"),
+    "runward.agent.core": ("runward.agent.proc", "runward.agent.health", "runward.agent.supervise",
+                           "runward.agent.ops", "runward.agent.main", "runward.agent.__main__"),
+    "runward.agent.proc": ("runward.agent.health", "runward.agent.supervise", "runward.agent.ops", "runward.agent.main"),
+    "runward.agent.health": ("runward.agent.supervise", "runward.agent.ops", "runward.agent.main"),
+    "runward.agent.supervise": ("runward.agent.ops", "runward.agent.main"),
+    "runward.agent.ops": ("runward.agent.main",),
 }
 STILL_UPWARD: dict[tuple[str, str], int] = {}  # (importer, imported module): names imported; none left
 

@@ -23,7 +23,7 @@ import pytest
 from conftest import alive, marked, wait_for
 from runward.views import nodesview
 from runward.transport import agentcall as transport
-from runward.agent import boot
+from runward.agent.core import boot
 
 SECRET = uuid.uuid4().hex
 

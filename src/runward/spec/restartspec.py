@@ -5,8 +5,8 @@ it cannot restart)."""
 
 from __future__ import annotations
 
-from ..agent.runspec import DEFAULTS, SPEC_KEYS
-from ..agent.secrets import holds_masked_password, mask_url_passwords, redact_value
+from ..agent.core.runspec import DEFAULTS, SPEC_KEYS
+from ..agent.core.secrets import holds_masked_password, mask_url_passwords, redact_value
 from ..errors import BadInput, OperationFailed, RunwardError
 from .inputs import resolve_env_from
 from .options import OPTS, refuse

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from ..agent import boot as _boot
+from ..agent.core import boot as _boot
 from ..errors import UTF8_HINT, BadInput, from_agent, is_text, shown_bytes
 from ..cache import cache_path, read_cache, write_cache
 from ..targets import Target

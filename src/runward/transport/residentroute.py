@@ -1,7 +1,7 @@
 """The CLI's way to an ssh host's resident agent (transport/agentcall.py's split, by concern): which
 operations may go there, a forward of the control master to its socket, the record of
 tries in cache/far-agents (beside the far sides known to have this agent cached), and
-when to stop trying. agent/resident.py is the far side of it."""
+when to stop trying. agent/core/resident.py is the far side of it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..targets import Target
 
 
 # Operations that only read: on an ssh target they may be served by the far side's resident
-# agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
+# agent (agent/core/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
 RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
                            "manifest"))
 

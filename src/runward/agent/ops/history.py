@@ -9,10 +9,10 @@ said to have changed without either value leaving the target (secrets.redact_val
 import time
 
 from ..health.attempts import command, facts
-from ..proc.procfs import boot_id, scan
+from ..core.procfs import boot_id, scan
 from ..proc.runs import attempt_state
-from ..secrets import redact_value
-from ..store import RunStore
+from ..core.secrets import redact_value
+from ..core.store import RunStore
 
 def history(req, home):
     """{"name", "attempts": [facts of each attempt, oldest first]}."""

@@ -10,15 +10,16 @@ ended, its exit as Ray said it. docs/ray.md has the state table and what is veri
 import os
 import time
 
-from .. import logfiles, ray
-from ..boot import PROTOCOL
-from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..proc.procfs import HOME_MARKER, MARKER, boot_id, scan
+from ..supervise import logfiles
+from ..core import ray
+from ..core.boot import PROTOCOL
+from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
+from ..core.procfs import HOME_MARKER, MARKER, boot_id, scan
 from ..proc.runs import log_info
-from ..secrets import mask_url_passwords, redact_env
-from ..store import RunStore, open_log, write_all, write_json
+from ..core.secrets import mask_url_passwords, redact_env
+from ..core.store import RunStore, open_log, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input, event
+from ..core.wire import AgentFailure, bad_input, event
 from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
 
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
@@ -124,7 +125,7 @@ def _submit(store, req, home, plan, spec, version):
         os.ftruncate(lfd, size)  # only our header was written after size: the job never ran
         os.close(lfd)
         if fresh:
-            from ..minimal import rmtree
+            from ..core.minimal import rmtree
             rmtree(store.dir)
         raise
     st = os.fstat(lfd)

@@ -9,15 +9,16 @@ beside the attempt's record (attempts/N.sbatch). docs/slurm.md has the state tab
 import os
 import time
 
-from .. import logfiles, slurm
-from ..boot import PROTOCOL
-from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..proc.procfs import HOME_MARKER, MARKER, boot_id, protected, scan
+from ..supervise import logfiles
+from ..core import slurm
+from ..core.boot import PROTOCOL
+from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
+from ..core.procfs import HOME_MARKER, MARKER, boot_id, protected, scan
 from ..proc.runs import log_info
-from ..secrets import mask_url_passwords, redact_env
-from ..store import RunStore, open_log, remove_file, write_all, write_json
+from ..core.secrets import mask_url_passwords, redact_env
+from ..core.store import RunStore, open_log, remove_file, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input, event
+from ..core.wire import AgentFailure, bad_input, event
 from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
 
 POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
@@ -143,7 +144,7 @@ def _submit(store, req, home, plan, spec):
         os.close(lfd)
         remove_file(script)
         if fresh:
-            from ..minimal import rmtree
+            from ..core.minimal import rmtree
             rmtree(store.dir)
         raise
     st = os.fstat(lfd)

@@ -7,17 +7,18 @@ ping) is status.py's."""
 import os
 import time
 
-from .. import logfiles, snapshots
+from ..supervise import logfiles
+from ..core import snapshots
 from ..proc import cgroups, faults, gpus
 from ..supervise import shim, policy as supervise
-from ..boot import PROTOCOL
-from ..runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
-from ..proc.procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
+from ..core.boot import PROTOCOL
+from ..core.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
+from ..core.procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..proc.runs import attempt_state, members
-from ..secrets import is_shown_form, mask_url_passwords, redact_env
-from ..store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
+from ..core.secrets import is_shown_form, mask_url_passwords, redact_env
+from ..core.store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name
-from ..wire import AgentFailure, bad_input, event
+from ..core.wire import AgentFailure, bad_input, event
 from .stop import mark_stop_requested, stop_locked
 
 LOG_TAIL_LINES = 20
@@ -238,7 +239,7 @@ def _attempt_hashes(store, home, paths):
     out = file_hashes(paths)
     dirs = [p.rstrip("/") + "/" for p in paths if out.get(p) is None and os.path.isdir(p)]
     if dirs:
-        from ..hashcache import HashCache
+        from ..core.hashcache import HashCache
         cache = HashCache(home)
         for k in sorted(read_json(os.path.join(store.dir, "deployed.json")) or {}):
             if any(k.startswith(d) for d in dirs):
@@ -266,7 +267,7 @@ def _undo_attempt(store, made, fresh):
     created (nothing else was in it)."""
     cgroups.remove(made.get("cgroups"))
     if fresh:
-        from ..minimal import rmtree
+        from ..core.minimal import rmtree
         rmtree(store.dir)
     elif made.get("n") is not None:
         remove_file(store.attempt_path(made["n"]))

@@ -31,9 +31,9 @@ for (note). There is no timeout: a blocked run waits until released or stopped, 
 import os
 import time
 
-from ..nodeproof import GATE, HELLO_LINE, HELLO_S, LINE, MAX_PENDING, answer, hello, listen, proved, welcome
-from ..nodeproof import parse as _parse
-from ..wire import json_dumps
+from ..core.nodeproof import GATE, HELLO_LINE, HELLO_S, LINE, MAX_PENDING, answer, hello, listen, proved, welcome
+from ..core.nodeproof import parse as _parse
+from ..core.wire import json_dumps
 
 POLL_S = 0.5   # the stop's mark read at least this often
 OWN_S = 1.0    # this node's GPUs read this often (one nvidia-smi read)

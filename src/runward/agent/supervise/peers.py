@@ -31,13 +31,13 @@ its job is stopped too. "continue" only records what happened. An end asked for 
 import os
 import time
 
-from ..nodeproof import HELLO_LINE, HELLO_S, LINE, MAX_PENDING, PEERS, answer, hello, listen, proved, welcome
-from ..nodeproof import parse as _parse
-from ..runspec import GRACE_S, STOP_SIGNAL
-from ..proc.procfs import protected, scan
+from ..core.nodeproof import HELLO_LINE, HELLO_S, LINE, MAX_PENDING, PEERS, answer, hello, listen, proved, welcome
+from ..core.nodeproof import parse as _parse
+from ..core.runspec import GRACE_S, STOP_SIGNAL
+from ..core.procfs import protected, scan
 from ..proc.runs import members
 from ..proc.terminate import parse_signal, terminate
-from ..wire import json_dumps
+from ..core.wire import json_dumps
 
 CONNECT_S = 120.0   # how long a member tries to reach the coordinator, and it waits for hellos
 RETRY_S = 0.5

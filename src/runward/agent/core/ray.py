@@ -8,7 +8,7 @@ inside the calls: health, prune and history import this module on every call (la
 import json
 import time
 
-from .proc.procfs import HOME_MARKER, MARKER, protected, scan
+from .procfs import HOME_MARKER, MARKER, protected, scan
 from .wire import AgentFailure, bad_input
 
 API_TIMEOUT = 10.0

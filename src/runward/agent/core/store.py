@@ -201,7 +201,7 @@ class RunStore(object):
     def request_cancel(self, by="stop"):
         """BY: who asks, said by the start it cancels ("stop", "restart": a restart's stop step,
         "health:ACTION")."""
-        from .proc.procfs import read_proc
+        from .procfs import read_proc
         me = read_proc(os.getpid())
         write_json(self.cancel_path(), {"pid": os.getpid(), "start": me.start if me else None, "by": by})
 
@@ -213,7 +213,7 @@ class RunStore(object):
 
     def check_cancel(self):
         """Raise Cancelled when a living stop asked this run's start to give up."""
-        from .proc.procfs import read_proc
+        from .procfs import read_proc
         try:
             req = read_json(self.cancel_path())
         except AgentFailure:
@@ -257,7 +257,7 @@ class RunStore(object):
         return self._live_note("stopping")
 
     def _live_note(self, key):
-        from .proc.procfs import read_proc
+        from .procfs import read_proc
         h = self.holder()
         w = h.get(key)
         if not isinstance(w, dict) or not isinstance(h.get("pid"), int):
@@ -332,7 +332,7 @@ def write_holder(fd, verb, **extra):
     """Name the holder in the lock file, through the lock's own descriptor (a rename would
     make a new file nobody holds the lock on). extra: what the holder is doing, for status
     (a start's gpu_wait: RunStore.note_gpu_wait)."""
-    from .proc.procfs import read_proc
+    from .procfs import read_proc
     me = read_proc(os.getpid())
     data = json_dumps(dict({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
                             "since": time.time()}, **extra)).encode()
