@@ -254,6 +254,24 @@ def test_layers_point_one_way():
         {k: 0 for k in STILL_UPWARD if k not in found}
 
 
+def test_no_module_imports_another_modules_private_names():
+    """A name another module imports is part of its interface, so it is spelled without a
+    leading underscore (issue 40): `from runward.X import _name`, _name not a module, between
+    two modules fails here (scripts/shape also counts `m._name` read off an imported module)."""
+    bad = []
+    for name, path in MODULES.items():
+        for dotted, line in _imported_names(name, path):
+            leaf = dotted.rpartition(".")[2]
+            if dotted in MODULES or not leaf.startswith("_") or leaf.startswith("__"):
+                continue
+            owner = dotted.rpartition(".")[0]
+            while owner and owner not in MODULES:
+                owner = owner.rpartition(".")[0]
+            if owner and owner != name:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {dotted}")
+    assert not bad, "\n".join(bad)
+
+
 def test_the_cache_imports_nothing_of_runward():
     names = _imported_names("runward.cache", MODULES["runward.cache"])
     assert names == [], f"runward/cache.py imports {names}"
