@@ -35,7 +35,7 @@ def test_a_torn_record_is_said_as_such_by_a_spawned_agent_too(cli):
 
 def test_the_agents_codec_refuses_bad_json_with_a_value_error():
     """wire.json_loads in a fresh interpreter (no json imported), as the agent runs."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from runward.agent import wire\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from runward.agent.core import wire\n"
             "assert 'json' not in sys.modules\n"
             "for bad in ('{bad', '[1,', '{\"a\": }', 'nul', '\"x'):\n"
             "    try:\n        wire.json_loads(bad)\n    except ValueError:\n        pass\n"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from runward.transport import agentcall as transport
-from runward.agent import boot
+from runward.agent.core import boot
 
-PKG = Path(boot.__file__).resolve().parent
+PKG = Path(boot.__file__).resolve().parent.parent  # agent/, above core/
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 # (relative path, function name) -> why it may be longer than MAX_FUNCTION_LINES. Empty:
@@ -50,7 +50,7 @@ def test_the_blob_is_every_module_on_disk_and_the_cli_sends_its_sha(tmp_path, mo
     got = _blob_map(z)
     assert got == files
     assert list(got) == sorted(files), "not sorted by relative path"
-    assert {"__init__.py", "__main__.py", "boot.py", "main.py", "ops/__init__.py"} <= set(got)
+    assert {"__init__.py", "__main__.py", "core/boot.py", "main.py", "ops/__init__.py"} <= set(got)
     assert sha == hashlib.sha256(zlib.decompress(z)).hexdigest()
     assert boot.build_blob(str(PKG)) == (z, sha), "not deterministic"
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))
@@ -153,13 +153,14 @@ def test_the_package_imports_itself_relatively_and_only_the_stdlib_besides():
 
 
 def test_boot_and_the_package_import_nothing_at_import_time():
-    """The CLI imports runward.agent.boot on every call: the package's __init__ imports
+    """The CLI imports runward.agent.core.boot on every call: the packages' __init__ import
     nothing, and boot only os (already loaded by the interpreter)."""
-    code = ("import os, sys; before = set(sys.modules); import runward.agent.boot; "
+    code = ("import os, sys; before = set(sys.modules); import runward.agent.core.boot; "
             "print(sorted(m for m in set(sys.modules) - before if not m.startswith('runward')))")
     p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(PKG.parent.parent)), timeout=60)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.replace("'", '"')) == []
-    init = ast.parse((PKG / "__init__.py").read_text())
-    assert all(isinstance(n, ast.Expr) for n in init.body), "agent/__init__.py holds more than a docstring"
+    for init in ("__init__.py", "core/__init__.py"):
+        body = ast.parse((PKG / init).read_text()).body
+        assert all(isinstance(n, ast.Expr) for n in body), f"agent/{init} holds more than a docstring"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_attribution import attr
 
 from runward.multinode.verdict import verdict
-from runward.multinode.nodes import render
+from runward.views.nodesview import render
 
 
 def _row(rank: int, a: dict, **run) -> dict:

@@ -5,7 +5,8 @@ in a request is what the agent chooses the launcher by."""
 import pytest
 
 from runward.views import render
-from runward.agent import launchers
+from runward.agent.core import launchers
+from runward.agent.ops import launcher_ops
 from runward.targets import ENGINE_OPTION_KEYS, ENGINES, engine_options, parse_target
 
 SCHEME_CALLS = ("parse", "render", "request")
@@ -20,7 +21,7 @@ def test_every_engine_has_a_scheme_a_launcher_and_a_view():
         assert scheme.NAME == name and scheme.SCHEME.endswith("://") and scheme.FORM.startswith(scheme.SCHEME)
         assert render.ENGINE_VIEWS[name].ENGINE == name
         for module, calls in ((scheme, SCHEME_CALLS), (launchers.queries(name), LAUNCHER_QUERIES),
-                              (launchers.ops(name), LAUNCHER_OPS), (render.ENGINE_VIEWS[name], VIEW_CALLS)):
+                              (launcher_ops(name), LAUNCHER_OPS), (render.ENGINE_VIEWS[name], VIEW_CALLS)):
             missing = [c for c in calls if not callable(getattr(module, c, None))]
             assert not missing, f"{module.__name__} lacks {missing}"
 

@@ -150,7 +150,7 @@ class Member:
         import json
         import socket
         from runward.agent.supervise import gatebarrier
-        from runward.agent import nodeproof
+        from runward.agent.core import nodeproof
         self.mn, self.json, self.gb = mn, json, gatebarrier
         self.s = socket.create_connection(("127.0.0.1", mn["coord_port"]), timeout=5)
         self.f = self.s.makefile("rb")

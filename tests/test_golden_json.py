@@ -116,7 +116,7 @@ class Norm:
 
 
 def check(name: str, rc: int, doc: dict, cli, tmp_path: Path):
-    # the home's id (agent/store.py Home.id): names its cgroups, so it shows in paths
+    # the home's id (agent/core/store.py Home.id): names its cgroups, so it shows in paths
     home_id = hashlib.sha1(("%d:%s" % (os.getuid(), os.path.abspath(cli.home))).encode()).hexdigest()[:10]
     got = json.dumps({"exit_code": rc, "document": Norm(tmp_path, home_id)(doc)}, indent=1, sort_keys=True) + "\n"
     path = GOLDEN / f"{name}.json"

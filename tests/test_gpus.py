@@ -22,7 +22,7 @@ import pytest
 import fakegpu
 import testbed
 from conftest import CLI, EXAMPLE, alive, marked, wait_for
-from runward.agent import wire
+from runward.agent.core import wire
 from runward.agent.proc import gpus
 
 PY = sys.executable

@@ -281,7 +281,7 @@ def test_pss_beside_rss_for_forked_children(cli):
 def test_pss_unreadable_is_null_not_a_guess():
     """Another user's process (pid 1, read as nobody): its smaps_rollup is unreadable, and the
     sum is null with the reason, never the sum of the rest."""
-    code = ("import json, os; from runward.agent.proc import procfs, runs; "
+    code = ("import json, os; from runward.agent.core import procfs; from runward.agent.proc import runs; "
             "print(json.dumps(runs.tree_pss({1: procfs.read_proc(1), os.getpid(): procfs.read_proc(os.getpid())})))")
     from conftest import world_readable_src
     src = world_readable_src()  # nobody may not read the checkout

@@ -24,7 +24,7 @@ SRC = ROOT / "src"
 PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
 # stackgroup: pure grouping of stack captures, so a multi-node merge says it as one node does
-AGENT_ALLOWED = ("runward.agent.boot", "runward.agent.runspec", "runward.agent.logmetrics", "runward.agent.secrets", "runward.agent.health.stackgroup")
+AGENT_ALLOWED = ("runward.agent.core.boot", "runward.agent.core.runspec", "runward.agent.logmetrics", "runward.agent.core.secrets", "runward.agent.health.stackgroup")
 # one module may run the agent's entry itself: the CLI's local read-only calls (issue 27's
 # start-up goal; transport/inprocess.py's docstring says why that is safe and where it is not used)
 AGENT_ENTRY_ALLOWED = {"runward.transport.inprocess": "runward.agent.main"}
@@ -218,20 +218,22 @@ def test_no_import_cycle_among_runward_modules():
 # off here (the list only shrinks).
 NEVER_IMPORTS = {
     "runward.transport": ("runward.operations", "runward.spec"),
+    "runward.targets": ("runward.transport",),  # what a hop is and resolves to sits below what runs it
     "runward.multinode": ("runward.operations", "runward.views"),
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
-    # the agent's side, bottom up: proc, health (the judges), supervise (the shim), ops (the verbs)
-    "runward.agent.logmetrics": ("runward.agent.proc", "runward.agent.health", "runward.agent.supervise",
-                                 "runward.agent.ops"),
-    "runward.agent.proc": ("runward.agent.health", "runward.agent.supervise", "runward.agent.ops"),
-    "runward.agent.health": ("runward.agent.supervise", "runward.agent.ops"),
-    "runward.agent.supervise": ("runward.agent.ops",),
+    # the agent's side, bottom up: logmetrics, core (the wire, the home, /proc read), proc, health
+    # (the judges), supervise (the shim), ops (the verbs), the entry (main, __main__)
+    "runward.agent.logmetrics": ("runward.agent.core", "runward.agent.proc", "runward.agent.health",
+                                 "runward.agent.supervise", "runward.agent.ops", "runward.agent.main",
+                                 "runward.agent.__main__"),
+    "runward.agent.core": ("runward.agent.proc", "runward.agent.health", "runward.agent.supervise",
+                           "runward.agent.ops", "runward.agent.main", "runward.agent.__main__"),
+    "runward.agent.proc": ("runward.agent.health", "runward.agent.supervise", "runward.agent.ops", "runward.agent.main"),
+    "runward.agent.health": ("runward.agent.supervise", "runward.agent.ops", "runward.agent.main"),
+    "runward.agent.supervise": ("runward.agent.ops", "runward.agent.main"),
+    "runward.agent.ops": ("runward.agent.main",),
 }
-STILL_UPWARD = {  # (importer, imported module): names imported; multinode's text, views' helpers
-    ("runward.multinode.nodes", "runward.views.render"): 1,
-    ("runward.multinode.nodes", "runward.views.health"): 1,
-    ("runward.multinode.checkpoint", "runward.views.render"): 1,
-}
+STILL_UPWARD: dict[tuple[str, str], int] = {}  # (importer, imported module): names imported; none left
 
 
 def _within(name: str, layer: str) -> bool:
@@ -250,6 +252,24 @@ def test_layers_point_one_way():
                     found[(name, target)] = found.get((name, target), 0) + 1
     assert found == STILL_UPWARD, {k: v for k, v in found.items() if STILL_UPWARD.get(k) != v} or \
         {k: 0 for k in STILL_UPWARD if k not in found}
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name another module imports is part of its interface, so it is spelled without a
+    leading underscore (issue 40): `from runward.X import _name`, _name not a module, between
+    two modules fails here (scripts/shape also counts `m._name` read off an imported module)."""
+    bad = []
+    for name, path in MODULES.items():
+        for dotted, line in _imported_names(name, path):
+            leaf = dotted.rpartition(".")[2]
+            if dotted in MODULES or not leaf.startswith("_") or leaf.startswith("__"):
+                continue
+            owner = dotted.rpartition(".")[0]
+            while owner and owner not in MODULES:
+                owner = owner.rpartition(".")[0]
+            if owner and owner != name:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {dotted}")
+    assert not bad, "\n".join(bad)
 
 
 def test_the_cache_imports_nothing_of_runward():

@@ -167,7 +167,7 @@ def test_stop_and_start_from_a_shell_whose_command_line_contains_the_job(cli):
 def test_protected_decides_each_pid_as_the_whole_rule_does(cli):
     # protected() answers per pid when asked (a stop asks about a few); its answers must be
     # the rule's: pid 1, us and our ancestors, kernel threads, every shim; never the job
-    from runward.agent.proc import procfs
+    from runward.agent.core import procfs
     rc, doc = cli.json("start", "prot", "--settle", "0.2", "--", "sleep", "300")
     assert rc == 0, doc
     shim = json.loads((cli.home / "runs" / "prot" / "attempts" / "1.json").read_text())["shim"]["pid"]
@@ -511,7 +511,8 @@ def test_a_cgroup_removed_while_it_is_read_reads_as_empty(monkeypatch):
     """The shim removes a run's cgroup the moment it empties; a stop reading cgroup.procs
     then may have opened the file before the rmdir and read it after: the kernel answers
     ENODEV. Forced here: the open happens, then the rmdir, then the read."""
-    from runward.agent.proc import cgroups, procfs
+    from runward.agent.proc import cgroups
+    from runward.agent.core import procfs
     roots = cgroups.roots()
     if not roots:
         pytest.skip("needs a writable cgroup hierarchy (root)")

@@ -180,7 +180,7 @@ def test_a_rotation_at_every_try_reads_nothing_and_skips_nothing(tmp_path, monke
     handed back (seen in CI: "ValueError: I/O operation on closed file", exit 3), never the
     files of a try the rotation disturbed (seen in CI: `logs -f` jumped from line 1,955 to
     13,417)."""
-    from runward.agent import logfiles
+    from runward.agent.supervise import logfiles
     from runward.agent.logmetrics import reader, scan
     log = tmp_path / "log"
     (tmp_path / "log.1").write_bytes(b"A\n" * 10)
@@ -243,7 +243,7 @@ def test_a_follower_in_a_file_moved_past_a_free_name_reads_it_on(tmp_path):
     above it. Seen in CI: `logs -f` jumped from line 1,955 to 13,417 of a log rotating by
     64k with log_keep 30 (the names were read only up to the free one, the follower's file was
     taken for rotated out of reach, and the newest files were read instead)."""
-    from runward.agent import logfiles
+    from runward.agent.supervise import logfiles
     from runward.agent.logmetrics import reader
     log = _mid_rotation(tmp_path)
     st = (tmp_path / "log.3").stat()
@@ -282,7 +282,7 @@ def test_the_log_is_never_missing_during_a_rotation(tmp_path, monkeypatch):
     """A reader that opens PATH at any moment of a rotation (`logs`, the parser, a user's
     `tail -F`) finds a file there: the full one is linked as PATH.1 and a new one renamed over
     PATH, never PATH renamed away first. Checked at every file-system call the rotation makes."""
-    from runward.agent.logfiles import RotatingLog
+    from runward.agent.supervise.logfiles import RotatingLog
 
     log = tmp_path / "log"
     missing = []
@@ -312,7 +312,7 @@ def test_the_log_is_never_missing_during_a_rotation(tmp_path, monkeypatch):
 
 STORM = r'''
 import sys, time
-from runward.agent.logfiles import RotatingLog
+from runward.agent.supervise.logfiles import RotatingLog
 log = RotatingLog(sys.argv[1], 2048, 100)
 for i in range(int(sys.argv[2])):
     log.write(b"line %06d step %d loss 0.5\n" % (i, i))
@@ -330,7 +330,7 @@ def test_a_follower_and_the_parser_under_a_rotation_storm_read_every_line_once(t
     import subprocess
     import sys
 
-    from runward.agent import logfiles
+    from runward.agent.supervise import logfiles
     from runward.agent.logmetrics import scan
     log = tmp_path / "log"
     log.write_bytes(b"")

@@ -1,4 +1,4 @@
-"""agent/minimal.py's JSON, used where python3-minimal has neither _json nor json, writes and
+"""agent/core/minimal.py's JSON, used where python3-minimal has neither _json nor json, writes and
 reads exactly what json does with the agent's settings (compared with json itself)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runward.agent import minimal, wire
+from runward.agent.core import minimal, wire
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),

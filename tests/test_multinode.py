@@ -144,7 +144,7 @@ def test_unreachable_node_at_start_starts_nothing(cli, tmp_path, mn):
 
 def _plain_agents() -> set[int]:
     """pids of runward agents serving one call (not shims, loggers or residents)."""
-    from runward.agent import boot
+    from runward.agent.core import boot
     out = set()
     for d in os.listdir("/proc"):
         try:

@@ -1,4 +1,4 @@
-"""One secret-proved handshake to node 0 (agent/nodeproof.py), spoken by the peers link and
+"""One secret-proved handshake to node 0 (agent/core/nodeproof.py), spoken by the peers link and
 the restart's GPU gate: each side's proof is the standard library's HMAC of its own text, a
 proof of one realm or role is never one of another, and a hello from outside the run is not
 answered."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from runward.agent import nodeproof
-from runward.agent.nodeproof import GATE, PEERS
+from runward.agent.core import nodeproof
+from runward.agent.core.nodeproof import GATE, PEERS
 
 MN = {"id": "run-7f3a", "secret": "s3cret-of-the-run", "nnodes": 3}
 

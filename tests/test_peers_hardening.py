@@ -21,9 +21,9 @@ import uuid
 import pytest
 
 from conftest import alive, marked, wait_for
-from runward.multinode import nodes as multinode
+from runward.views import nodesview
 from runward.transport import agentcall as transport
-from runward.agent import boot
+from runward.agent.core import boot
 
 SECRET = uuid.uuid4().hex
 
@@ -224,7 +224,7 @@ def test_a_coordinator_that_cannot_listen_is_said_and_stops_the_run_and_the_secr
     assert st["ok"] and SECRET not in json.dumps(st) and SECRET not in json.dumps(reply), st
     node = st["result"]["runs"][0]
     assert node["multinode"]["secret"] == "[secret]" and "could not listen" in node["coordinator_lost"]["why"]
-    line = multinode._node_line({"rank": 0, "target": "local", "ok": True, "run": node})
+    line = nodesview.node_line({"rank": 0, "target": "local", "ok": True, "run": node})
     assert "coordinator lost" in line, line
     stop = _agent(run.home(0), {"op": "stop", "name": run.name})
     assert stop["ok"] and SECRET not in json.dumps(stop), stop

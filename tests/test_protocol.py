@@ -1,7 +1,8 @@
 """The agent protocol: versions, the bootstrap's imports, the agent sent only while the far side may lack it."""
 
 from runward.transport import agentcall as transport
-from runward.agent import boot, main as agent_main, secrets, store, wire
+from runward.agent.core import boot, secrets, store, wire
+from runward.agent import main as agent_main
 from runward.agent.proc import terminate
 
 

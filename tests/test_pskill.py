@@ -201,7 +201,7 @@ def test_the_clis_signal_rule_is_the_agents():
     (what the target takes) accept the same values."""
     from runward.spec import signals
     from runward.agent.proc.terminate import SIGNALS, parse_signal
-    from runward.agent.wire import AgentFailure
+    from runward.agent.core.wire import AgentFailure
     values = [n[3:] for n in SIGNALS] + [n.lower() for n in SIGNALS] + ["0", "1", "64", "65", "RTMIN+3", "FOO", " term "]
     for v in values:
         try:

@@ -1,6 +1,6 @@
 """The resident agent: the read-only verbs over ssh served by an agent kept running on the
 host, reached through the ssh control master's forward of its unix socket
-(runward/agent/resident.py; docs/protocol.md). Real sshd hosts of the testbed, real processes and sockets."""
+(runward/agent/core/resident.py; docs/protocol.md). Real sshd hosts of the testbed, real processes and sockets."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 import testbed
 from conftest import CLI, alive, wait_for
 from runward.transport import agentcall as transport
-from runward.agent import boot, resident
+from runward.agent.core import boot, resident
 from runward.targets import parse_target
 
 RESIDENT = boot.RESIDENT_ARG.encode()
@@ -402,7 +402,7 @@ def user_resident():
     base.mkdir(mode=0o700)
     os.chown(base, pw.pw_uid, pw.pw_gid)
     sock = base / "r.sock"
-    blob, sha = boot.build_blob(str(Path(resident.__file__).parent))
+    blob, sha = boot.build_blob(str(Path(resident.__file__).parent.parent))
     env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": str(base / "home"), "HOME": str(base), "LANG": "C.UTF-8"}
     p = subprocess.Popen([py, "-S", "-c", boot.BOOTSTRAP, boot.RESIDENT_ARG], stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=base,

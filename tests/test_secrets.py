@@ -1,4 +1,4 @@
-"""The secret rule (runward.agent.secrets): which names are secrets, how a URL's password is
+"""The secret rule (runward.agent.core.secrets): which names are secrets, how a URL's password is
 masked, and that what is shown, sent back with reuse_env, means the value the target kept."""
 
 import ast
@@ -7,8 +7,8 @@ import inspect
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from runward.agent import secrets
-from runward.agent.secrets import MASK, REDACTED, is_secret_name, is_shown_form, mask_url_passwords, redact_value
+from runward.agent.core import secrets
+from runward.agent.core.secrets import MASK, REDACTED, is_secret_name, is_shown_form, mask_url_passwords, redact_value
 
 SECRET = ["DB_PASS", "GITHUB_PAT", "NPM_AUTH", "AUTHORIZATION", "SESSION_COOKIE", "AWS_CREDENTIALS", "SSH_PRIVATE",
           "MYSQL_PWD", "HF_TOKEN", "hf_token", "AWS_SECRET_ACCESS_KEY", "db_Password", "OPENAI_APIKEY", "hfToken",

@@ -323,7 +323,7 @@ def test_sacct_is_the_source_where_accounting_exists(sb, tmp_path, monkeypatch):
     """CI has no slurmdbd: a stand-in sacct replays the real one's `-n -P -X -o
     State,ExitCode,Reason,NodeList` line (Slurm 22.05); without accounting the real sacct
     fails ("Slurm accounting storage is disabled") and scontrol is the source."""
-    from runward.agent import slurm
+    from runward.agent.core import slurm
     fake = tmp_path / "sacct"
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     fake.write_text("#!/bin/sh\necho 'CANCELLED by 0|0:15|None|vm'\n")

@@ -19,7 +19,7 @@ import pytest
 import testbed
 from conftest import CLI, wait_for
 from runward.transport import agentcall as transport
-from runward.agent import boot
+from runward.agent.core import boot
 from test_relay import _relays, _through_relay
 from test_resident import _ppid, far  # noqa: F401  (the fixture)
 

@@ -157,8 +157,8 @@ def _ssh_says(cfg: Path, dest: str) -> str:
 def test_the_kept_resolution_follows_every_config_file_ssh_reads(tmp_path, monkeypatch):
     """What ssh -G says is kept (cache/ssh-resolved) while none of the files it read changed:
     the config, an Included file edited in place, a new file matching an Include's glob."""
-    from runward.transport import sshresolve
-    from runward.transport.sshresolve import resolved
+    from runward.targets import sshresolve
+    from runward.targets.sshresolve import resolved
     from runward.targets import parse_target
     monkeypatch.setattr(sshresolve, "RACY_S", 0)  # files written just now are kept (the rule below has its test)
     monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))
@@ -285,7 +285,7 @@ def test_an_edit_in_the_same_second_as_the_last_ask_is_seen(tmp_path, monkeypatc
     import shutil
     import subprocess
     import time
-    from runward.transport.sshresolve import resolved
+    from runward.targets.sshresolve import resolved
     from runward.targets import parse_target
     if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
         pytest.skip("needs root and mkfs.ext4 for a file system of whole-second timestamps")

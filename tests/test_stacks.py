@@ -19,7 +19,7 @@ needs_spy = pytest.mark.skipif(not os.path.exists(SPY), reason="py-spy is not in
 CAPTURE = """\
 import json, os, sys
 from runward.agent.health import stacks
-from runward.agent.store import Home, RunStore
+from runward.agent.core.store import Home, RunStore
 store = RunStore(Home(), sys.argv[1])
 rec = store.latest()
 doc = stacks.capture(rec, timeout=10.0, home_dir=Home().path)

@@ -15,7 +15,7 @@ from test_stacks import SPY, _remote, _stop, needs_spy
 @needs_spy
 def test_a_process_gone_mid_capture_is_said_per_process():
     from runward.agent.health import stacks
-    from runward.agent.proc.procfs import ProcTable, scan
+    from runward.agent.core.procfs import ProcTable, scan
     p = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)\n"])
     try:
         proc = ProcTable(scan())[p.pid]  # a member as capture() found it

@@ -521,7 +521,7 @@ def test_a_step_printed_every_100_iterations_is_not_a_stall_between_two_prints(t
     `stall` 130 s after each print, before the next one is even due. A real log file, the
     agent's own store; time is the log's mtime, as the agent reads it."""
     from runward.agent.health import stall
-    from runward.agent.store import Home, RunStore
+    from runward.agent.core.store import Home, RunStore
     home = Home(str(tmp_path / "home"))
     store = RunStore(home, "mega")
     os.makedirs(store.dir, exist_ok=True)
@@ -553,7 +553,7 @@ def test_a_block_buffered_log_is_not_a_stall_between_two_flushes(tmp_path):
     each flush; 130 s after one the run was called stalled (stall_after 120 s derived from
     2 s a step), though the next flush was 70 s away and the job healthy."""
     from runward.agent.health import stall
-    from runward.agent.store import Home, RunStore
+    from runward.agent.core.store import Home, RunStore
     home = Home(str(tmp_path / "home"))
     store = RunStore(home, "buf")
     os.makedirs(store.dir, exist_ok=True)

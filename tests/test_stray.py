@@ -66,7 +66,8 @@ def test_the_job_session_after_its_leader_died_is_guarded_by_boot_and_start_time
     """runs.job_session on a real session whose leader was killed: its members are the
     job's on this boot; a record of another boot, or a job that started after them, claims
     none (their session number could be another job's)."""
-    from runward.agent.proc import procfs, runs
+    from runward.agent.core import procfs
+    from runward.agent.proc import runs
     leader = subprocess.Popen(["bash", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
     try:
         wait_for(lambda: len([p for p in procfs.scan().values() if p.sid == leader.pid]) == 3,

@@ -464,8 +464,10 @@ def test_every_hop_module_is_registered_and_round_trips():
 
     import runward.targets as targets
     # an engine's scheme (slurm://, ray://: targets.ENGINES) names a host, not a hop that wraps;
-    # model.py holds Hop and Target themselves; sshconf.py the ssh hop's client options
-    mods = {m.name for m in pkgutil.iter_modules(targets.__path__)} - {"ssh", "model", "sshconf"} - set(targets.ENGINES)
+    # model.py holds Hop and Target themselves; sshconf.py the ssh hop's client options,
+    # sshresolve.py what ssh resolves it to, spawn.py the local child a hop chain's command runs in
+    mods = {m.name for m in pkgutil.iter_modules(targets.__path__)} - {"ssh", "model", "sshconf", "sshresolve",
+                                                                       "spawn"} - set(targets.ENGINES)
     assert mods == set(targets.CONTAINER_HOPS), (mods, set(targets.CONTAINER_HOPS))
     inner = ["python3", "-c", "print('a b')", "$HOME"]
     for kind, mod in targets.CONTAINER_HOPS.items():

@@ -14,7 +14,8 @@ from conftest import ROOT, alive
 # limit to a few above what it holds, so pidfd_open fails with EMFILE part way through.
 LOW_FD_STOP = r"""
 import json, os, resource, signal, subprocess, sys, time
-from runward.agent.proc import procfs, terminate
+from runward.agent.core import procfs
+from runward.agent.proc import terminate
 n = int(sys.argv[1])
 tree = subprocess.Popen(["bash", "-c", "for i in $(seq %d); do sleep 300 & done; wait" % n],
                         start_new_session=True)
@@ -68,7 +69,8 @@ def test_out_of_descriptors_the_rest_are_watched_through_proc_and_seen_dead():
 # CPU): the heir is forked while the stop is still busy with its own signal.
 SLOW_STOPPER = r"""
 import json, os, signal, subprocess, sys, time
-from runward.agent.proc import procfs, terminate
+from runward.agent.core import procfs
+from runward.agent.proc import terminate
 HEIR = '''
 import os, signal, sys, time
 def on_term(*_):
@@ -122,7 +124,7 @@ def test_a_marker_behind_a_large_environment_is_found():
     """/proc/PID/environ is read to its end: a process whose run marker sits behind 300 KB
     of other variables (several reads' worth) is still found as the run's."""
     sys.path.insert(0, str(ROOT / "src"))
-    from runward.agent.proc import procfs
+    from runward.agent.core import procfs
     env = {f"FILLER_{i:04d}": "x" * 1000 for i in range(300)}
     env.update(PATH="/usr/bin:/bin", RUNWARD_RUN="bigenv.1", RUNWARD_HOME_ID="h-big")
     p = subprocess.Popen(["sleep", "30"], env=env)

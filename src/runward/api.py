@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 
 from .transport import agentcall as transport
-from .agent.runspec import DEFAULTS
+from .agent.core.runspec import DEFAULTS
 from .errors import BadInput, NotVerified, RunwardError
 from .spec.options import OPTS, START_REQUEST, refuse
 from .targets import Target
@@ -52,7 +52,7 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
     multinode: this node's part of a multi-node run (multinode/nodes.py), kept in its record.
     late(request): completes the request just before it is sent (transport.call's late).
     gate: restart's GPU gate (spec/restartgate.py): the job waits on the target until they are released.
-    snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/snapshots.py's).
+    snapshots: the bounds of the text kept for compare (snapbounds.parse; default agent/core/snapshots.py's).
     reply_hashes: the reply carries the files' sha256 the attempt started with ("hashes": restart's "code")."""
     unknown = sorted(set(declared) - set(START_REQUEST))
     if unknown:

@@ -94,7 +94,7 @@ class Interrupted(RunwardError):
     kind = "Interrupted"
 
 
-# Agent error types (agent/wire.py AgentFailure.type) -> local classes.
+# Agent error types (agent/core/wire.py AgentFailure.type) -> local classes.
 AGENT_TYPES = {
     "BadInput": BadInput,
     "RunNotFound": RunNotFound,

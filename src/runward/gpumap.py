@@ -11,7 +11,7 @@ from .targets import Target
 
 
 def held_line(g: dict, verb: str = "still holds") -> str:
-    from .agent import boot  # the message the agent prints too, shared on purpose
+    from .agent.core import boot  # the message the agent prints too, shared on purpose
     return boot.held_message(g, verb)
 
 

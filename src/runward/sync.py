@@ -98,7 +98,7 @@ def sha256_file(path: str) -> str:
 
 class LocalHashes:
     """sha256 of the local files, cached in runward's local cache as the far side caches its
-    own (agent/hashcache.py): by device, inode, size, mtime and ctime, and only for a file
+    own (agent/core/hashcache.py): by device, inode, size, mtime and ctime, and only for a file
     last changed more than RACY_S before it was read; a redeploy of unchanged weights does
     not read them here either."""
 

@@ -43,7 +43,7 @@ class CodeFinder(object):
 if "MODULES" in globals():
     sys.meta_path.insert(0, CodeFinder(MODULES))  # noqa: F821 (given by the bootstrap)
     __package__ = PACKAGE
-    from . import boot
+    from .core import boot
     boot.SHIPPED.update(source=AGENT_SOURCE, sha=AGENT_SHA, cached=AGENT_CACHED, codes=MODULES)  # noqa: F821
 
 from .main import main  # noqa: E402

@@ -7,9 +7,9 @@ import os
 import sys
 import time
 
-from . import boot, launchers
-from .store import DISK_FULL, Home, disk_full
-from .wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_caller, set_events
+from .core import boot, launchers
+from .core.store import DISK_FULL, Home, disk_full
+from .core.wire import AgentFailure, bad_input, json_loads, reply, send_bytes, set_caller, set_events
 
 PLAIN, STREAM, IO = "plain", "stream", "io"  # fn(req, home), fn(req, home, emit), fn(req, home, emit, stdin)
 OUT = "out"  # fn(req, home, emit, send): send(bytes) writes binary after its event (wire.send_bytes)
@@ -76,7 +76,7 @@ def _run(req, home, stdin, stdout, extra):
     if req.get("op") not in HOMELESS:
         home.check_ours(root_only=True)
     if req.get("resident") is not None:
-        from . import resident
+        from .core import resident
         if resident.wanted(req):
             where = resident.ensure(req, home)
             if where is not None:
@@ -85,7 +85,9 @@ def _run(req, home, stdin, stdout, extra):
     fn, kind = handler(op)
     if op in ("start", "stop"):  # an engine's attempt: its launcher starts and stops it
         name = launchers.of_request(req, home)
-        fn = fn if name is None else getattr(launchers.ops(name), op)
+        if name is not None:
+            from .ops import launcher_ops
+            fn = getattr(launcher_ops(name), op)
     if kind == PLAIN:
         return fn(req, home)
     emit = lambda ev: reply(stdout, {"event": ev})  # noqa: E731
@@ -225,7 +227,7 @@ def main():
         shim.end()
         return 0
     if len(sys.argv) >= 2 and sys.argv[1] == boot.RESIDENT_ARG:
-        from . import resident
+        from .core import resident
         return resident.main(json_loads(sys.stdin.buffer.readline().decode()), serve, preload)
     rc = serve(sys.stdin.buffer, sys.stdout.buffer)
     prune_cache()

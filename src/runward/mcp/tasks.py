@@ -36,7 +36,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, INVALID_PARA
 
 from .. import library
 from ..spec.config import load as load_config
-from ..agent.runspec import READY_TIMEOUT_S  # start --ready-timeout's default: the MCP tool takes no other
+from ..agent.core.runspec import READY_TIMEOUT_S  # start --ready-timeout's default: the MCP tool takes no other
 from ..errors import RunwardError
 
 TASKS = "io.modelcontextprotocol/tasks"

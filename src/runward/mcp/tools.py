@@ -13,7 +13,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field, StrictFloat, StrictInt
 
 from .. import library
-from ..agent.runspec import DEFAULTS
+from ..agent.core.runspec import DEFAULTS
 from ..errors import RunwardError
 from ..spec import options
 from ..spec.config import load

@@ -27,15 +27,3 @@ def before_stop(nodes, name: str, checkpoint: dict, lock_timeout: float | None) 
         raise BadInput(f"{name}: stop --checkpoint refused on node {bad[0]['rank']}: {e.get('message')}; "
                        "nothing was signalled or stopped", e.get("hint") or "")
     return rows
-
-
-def lines(rows: list[dict]) -> list[str]:
-    from ..views.render import checkpoint_line
-    out = []
-    for r in rows:
-        where = f"  node {r['rank']} ({r['target']}) "
-        if r["ok"]:
-            out.append(where + checkpoint_line(r["result"]))
-        else:
-            out.append(where + f"checkpoint: not done ({r['error'].get('message')}): stopping as usual")
-    return out

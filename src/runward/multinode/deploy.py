@@ -6,7 +6,7 @@ node (verified), then start every node (multinode.start: all or nothing, rolled 
 
 from __future__ import annotations
 
-from .. import api, files
+from .. import files
 from . import nodes as multinode
 from ..errors import EXIT_OK
 from ..spec import restartgate
@@ -66,34 +66,3 @@ def restart(nodes: list[Target], name: str, kw: dict, *, specs: list[str] | None
         return res, code
     res["verified"] = [*(["sha256_on_every_node"] if specs else []), "every_node_dead", "every_node_alive_after_settle"]
     return res, EXIT_OK
-
-
-# --- rendering
-
-def render_deploy(res: dict) -> str:
-    from ..sync import describe
-    word = "would deploy" if res.get("dry_run") else "deployed"
-    ok = sum(1 for r in res["nodes"] if r["ok"])
-    lines = [f"{res['name']}: {word} to {ok} of {res['nnodes']} nodes"]
-    for r in res["nodes"]:
-        head = f"  node {r['rank']} {r['target']}: "
-        if not r["ok"]:
-            lines.append(head + f"{r['error']['type']}: {r['error']['message']}")
-            continue
-        lines.append(head + ("sha256 verified on the node" if r["result"].get("verified") else "dry run"))
-        lines += ["    " + ln for ln in describe(r["result"], r["target"], "deployed").splitlines()]
-    if res.get("message"):
-        lines.append(res["message"])
-    return "\n".join(lines)
-
-
-def render_restart(res: dict) -> str:
-    parts = []
-    for s in res["steps"]:
-        if s["step"] == "deploy":
-            parts.append(render_deploy(s["result"]))
-        else:
-            parts.append(multinode.render(s["result"], s["step"]))
-    if res.get("failed_step"):
-        parts.append(res["message"])
-    return "\n".join(parts)

@@ -35,7 +35,8 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
         from ..multinode import deploy as multideploy
         res, code = multideploy.deploy(nodes, opts.name, run_cfg["files"], base=config_dir(cfg), **sync_kwargs(opts))
         outcome = on_nodes.outcome("deploy", res, code)
-        outcome.text = lambda: multideploy.render_deploy(res)
+        from ..views.nodesview import render_deploy
+        outcome.text = lambda: render_deploy(res)
         return outcome
     res = _files.push(target, run_cfg["files"], run=opts.name, progress=progress, base=config_dir(cfg),
                       **sync_kwargs(opts))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .. import api
 from ..errors import EXIT_OK, BadInput
-from ..multinode.nodes import discover, each_node, render
+from ..multinode.nodes import discover, each_node
+from ..views.nodesview import render
 from ..targets import Target
 from . import Outcome
 from .common import ssh_settings, target_of

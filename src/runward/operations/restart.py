@@ -37,10 +37,10 @@ def restart(opts: RestartOptions, progress: bool = False) -> Outcome:
     if not opts.name:
         raise BadInput("no run named", "runward restart NAME, or --all for every run in runward.toml")
     if cfg.runs.placement(opts.name).get("nodes") and not opts.on:  # one --on: that node alone (refused)
-        from ..multinode import deploy as multideploy
+        from ..views.nodesview import render_restart
         from . import nodes as on_nodes
         res, code = _restart_nodes(opts, cfg, opts.name)
-        return on_nodes.outcome("restart", res, code, multideploy.render_restart(res))
+        return on_nodes.outcome("restart", res, code, render_restart(res))
     target = target_of(opts, cfg, opts.name)
     began: list[str] = []
     try:
@@ -225,7 +225,7 @@ def _check_nodes(name, nodes, specs, base) -> None:
 def _render(res: dict) -> str:
     from ..views.render import render_start, render_stop
     if "nnodes" in res:
-        from ..multinode.deploy import render_restart
+        from ..views.nodesview import render_restart
         return render_restart(res)
     return "\n".join([render_stop(res["steps"][0]["result"]),
                       *(["deployed: " + (", ".join(f["remote"] for f in s["result"].get("files", []))

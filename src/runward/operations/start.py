@@ -91,9 +91,9 @@ def start(opts: StartOptions) -> Outcome:
 
 
 def _render_any(res: dict) -> str:
-    from ..multinode import nodes as multinode
+    from ..views import nodesview
     from ..views.render import render_start
-    return multinode.render(res, "start") if "nnodes" in res else render_start(res)
+    return nodesview.render(res, "start") if "nnodes" in res else render_start(res)
 
 
 def _start_nodes(opts, cfg, nodes) -> Outcome:

@@ -103,9 +103,9 @@ def interrupted(target, name: str, began: bool, on) -> Outcome:
 
 
 def _render_any(res: dict) -> str:
-    from ..multinode import nodes as multinode
+    from ..views import nodesview
     from ..views.render import render_stop
-    return multinode.render(res, "stop") if "nnodes" in res else render_stop(res)
+    return nodesview.render(res, "stop") if "nnodes" in res else render_stop(res)
 
 
 def _stop_any(opts, cfg, name, target):

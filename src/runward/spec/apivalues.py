@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..agent.secrets import redact_value
+from ..agent.core.secrets import redact_value
 from ..errors import BadInput
 
 

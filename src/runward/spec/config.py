@@ -233,14 +233,14 @@ def _keep(p: str, raw: bytes, data: dict) -> None:
 
 
 def _holds_secret(data) -> bool:
-    """A secret by agent/secrets.py's rule anywhere in the parse: a key under a secret name
+    """A secret by agent/core/secrets.py's rule anywhere in the parse: a key under a secret name
     in any table (an env entry, [runs.X.env] HF_TOKEN = ...; and the same entry where the
     file is refused or the env misplaced: [[runs.X.env]], env = [{...}], env = { A = {...} },
     a misspelt [runs.X.environment], all kept before the validation refused them), or a URL
     with a password in any string (a notify URL's password is written to no file,
     docs/supervision.md). Such a file is never kept. A harmless key that the rule calls
     secret (a metric tokens_s) only costs that file its cache."""
-    from ..agent.secrets import is_secret_name, mask_url_passwords
+    from ..agent.core.secrets import is_secret_name, mask_url_passwords
     if isinstance(data, str):
         return mask_url_passwords(data) != data
     if isinstance(data, list):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..agent.secrets import redact_value
+from ..agent.core.secrets import redact_value
 from ..errors import UTF8_HINT, BadInput, is_text, shown_bytes
 from .options import duration
 from ..targets.sshconf import HIDDEN_ENV

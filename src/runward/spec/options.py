@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from ..agent.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
+from ..agent.core.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, STOP_SIGNAL
 
 # The most seconds any option takes (~31 years). A larger finite value (--settle 1e30) passed
 # every check and then overflowed the agent's clock arithmetic (OverflowError, AgentError exit

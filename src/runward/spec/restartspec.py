@@ -5,8 +5,8 @@ it cannot restart)."""
 
 from __future__ import annotations
 
-from ..agent.runspec import DEFAULTS, SPEC_KEYS
-from ..agent.secrets import holds_masked_password, mask_url_passwords, redact_value
+from ..agent.core.runspec import DEFAULTS, SPEC_KEYS
+from ..agent.core.secrets import holds_masked_password, mask_url_passwords, redact_value
 from ..errors import BadInput, OperationFailed, RunwardError
 from .inputs import resolve_env_from
 from .options import OPTS, refuse
@@ -29,7 +29,7 @@ def after_stop(e: RunwardError) -> RunwardError:
 
 def check_start(name: str, kw: dict) -> None:
     """What the target's start refuses of a request's own values (agent/ops/start.py's
-    _plan, logfiles.rotation), checked here: a restart must refuse them before it stops the
+    plan_of, logfiles.rotation), checked here: a restart must refuse them before it stops the
     old attempt, not after. What only the target knows (cwd, the command's path) stays its."""
     where = f"(runward.toml's [runs.{name}] or restart's flags)"
     from .inputs import refuse_undecodable  # before the old attempt is stopped, not after

@@ -1,5 +1,5 @@
 """[runs.NAME] snapshots = { file_max = "256K", attempt_max = "2M", keep_attempts = 20 }: the
-bounds of the text runward keeps per attempt for compare's diffs (agent/snapshots.py,
+bounds of the text runward keeps per attempt for compare's diffs (agent/core/snapshots.py,
 docs/history.md), read and checked here before any request: a bad value is exit 2 naming
 its key, never a start that keeps more (or less) than was asked."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..errors import BadInput
 
-DEFAULTS = {"file_max": 256 << 10, "attempt_max": 2 << 20, "keep_attempts": 20}  # as agent/snapshots.py
+DEFAULTS = {"file_max": 256 << 10, "attempt_max": 2 << 20, "keep_attempts": 20}  # as agent/core/snapshots.py
 EXAMPLE = 'snapshots = { file_max = "256K", attempt_max = "2M", keep_attempts = 20 }'
 
 

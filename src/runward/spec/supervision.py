@@ -51,7 +51,7 @@ def _parsed(raw: dict, health: dict | None) -> dict:
         n = raw["notify"]
         out["notify"] = [n] if isinstance(n, str) else list(n)
         if not all(isinstance(t, str) and t.strip() for t in out["notify"]):
-            from ..agent.secrets import mask_url_passwords
+            from ..agent.core.secrets import mask_url_passwords
             raise BadInput(mask_url_passwords(f"invalid notify {n!r}"), 'notify = ["command ARG...", "https://hook"]')
     _progress(raw, out)
     if health:

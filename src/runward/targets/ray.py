@@ -7,7 +7,7 @@ listens on the head (the common case: not exposed beyond it). runward.toml's [ta
 `dashboard` (the API's URL as seen from the head, default http://127.0.0.1:8265) and
 `resources` (the job's entrypoint resources, e.g. {fake_gpu = 1}, which place its driver)
 go with every request as its "ray" entry: the agent's launcher of that name
-(agent/launchers.py) starts and stops the run. docs/ray.md; the engine seam:
+(agent/core/launchers.py) starts and stops the run. docs/ray.md; the engine seam:
 docs/architecture.md, "a new engine"."""
 
 from __future__ import annotations

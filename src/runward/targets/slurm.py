@@ -5,7 +5,7 @@ Not a hop that wraps argv: the agent runs on the login host (reached by the ssh 
 and its ops/slurm.py submits the job there with sbatch. The target carries the partition and
 runward.toml's sbatch options ([targets.X] account, time, gpus, nodes, ntasks_per_node, srun,
 extra), which go with every request as its "slurm" entry: the agent's launcher of that name
-(agent/launchers.py) starts and stops the run. docs/slurm.md; the engine seam:
+(agent/core/launchers.py) starts and stops the run. docs/slurm.md; the engine seam:
 docs/architecture.md, "a new engine"."""
 
 from __future__ import annotations

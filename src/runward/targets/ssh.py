@@ -166,8 +166,8 @@ def _mentions_alive(cfg: str | None) -> bool:
 
 def _proxy(hop) -> str:
     """The proxy (ProxyJump / ProxyCommand) ssh resolves hop to now, "" for none or where ssh
-    cannot say (transport/sshresolve.py keeps the answer while the config files stay as they are)."""
-    from ..transport.sshresolve import resolved
+    cannot say (targets/sshresolve.py keeps the answer while the config files stay as they are)."""
+    from .sshresolve import resolved
     said = resolved(hop) or ""
     return said.partition(" ")[2]
 

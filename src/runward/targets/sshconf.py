@@ -27,7 +27,7 @@ def ssh_base(connect_timeout: float | None = None) -> list[str]:
             "-o", "LogLevel=ERROR"]
     cfg = os.environ.get("RUNWARD_SSH_CONFIG")
     if cfg:
-        base[1:1] = ["-F", os.path.abspath(cfg)]  # ssh runs from / (exchange._from_root)
+        base[1:1] = ["-F", os.path.abspath(cfg)]  # ssh runs from / (spawn.py: _from_root)
     return base
 
 

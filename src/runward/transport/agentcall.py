@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from ..agent import boot as _boot
+from ..agent.core import boot as _boot
 from ..errors import UTF8_HINT, BadInput, from_agent, is_text, shown_bytes
 from ..cache import cache_path, read_cache, write_cache
 from ..targets import Target
@@ -24,7 +24,8 @@ from ..targets import Target
 # Split by concern (each module's docstring says its own); the names callers and tests use
 # are still importable from here, so they need not know where each went.
 from .diagnosis import HopWatch, RawResult, diagnose
-from .exchange import HEARTBEAT_S, Spawned, agent_missing, run_call  # noqa: F401  (Spawned: for callers)
+from .exchange import HEARTBEAT_S, agent_missing, run_call  # noqa: F401
+from ..targets.spawn import Spawned  # noqa: F401  (for callers)
 from .residentroute import (RESIDENT_OPS, Resident, far_key, far_lines, far_remember,  # noqa: F401
                             resident_on, single_ssh)
 from ..targets.sshconf import HIDDEN_ENV, alive_timeout, child_environ, control_dir, ssh_alive_options, ssh_base  # noqa: F401

@@ -185,7 +185,7 @@ def _peer_uid(conn):
 
 def _listen(path):
     """Bound under a temporary name and renamed, so a connect never finds it bound but not
-    yet listening. (socket, inode). The same as agent/resident.py's: this file imports
+    yet listening. (socket, inode). The same as agent/core/resident.py's: this file imports
     nothing of runward's, and the agent travels as its own blob."""
     os.umask(0o077)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -1,7 +1,7 @@
 """The CLI's way to an ssh host's resident agent (transport/agentcall.py's split, by concern): which
 operations may go there, a forward of the control master to its socket, the record of
 tries in cache/far-agents (beside the far sides known to have this agent cached), and
-when to stop trying. agent/resident.py is the far side of it."""
+when to stop trying. agent/core/resident.py is the far side of it."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from ..cache import cache_path, make_private_dir, read_cache, write_cache
 from ..errors import HopFailed, RunwardError
 from .exchange import agent_missing, run_call, Replies
 from ..targets.sshconf import control_dir, ssh_base
-from .sshresolve import resolved
+from ..targets.sshresolve import resolved
 from ..targets import Target
 
 
 # Operations that only read: on an ssh target they may be served by the far side's resident
-# agent (agent/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
+# agent (agent/core/resident.py; docs/protocol.md). Equal to agent.resident.OPS (tested).
 RESIDENT_OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",
                            "manifest"))
 
@@ -281,7 +281,7 @@ class Resident:
 def far_key(target: Target) -> str | None:
     """Which far side a target reaches, as far as the agent's cache goes: the hop chain, the
     python it runs (a cache file per interpreter version), the home, and what each ssh hop
-    resolves to now (transport/sshresolve.py): a re-pointed alias, or one another project's ssh config
+    resolves to now (targets/sshresolve.py): a re-pointed alias, or one another project's ssh config
     sends elsewhere, is another far side, with a route of its own. None where ssh cannot say
     what a hop resolves to: then nothing kept is used."""
     py = sys.executable if target.is_local else (target.python or os.environ.get("RUNWARD_PYTHON") or "python3")

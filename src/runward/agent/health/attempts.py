@@ -4,11 +4,11 @@ logmetrics.parse_line), and two attempts' series side by side at the steps both 
 
 import time
 
-from .. import launchers
+from ..core import launchers
 from ..logmetrics import is_loss, parse_line, throughput_metric
 from ..logmetrics.rules import median
-from ..logselect import forwards, section
-from ..secrets import mask_url_passwords
+from ..core.logselect import forwards, section
+from ..core.secrets import mask_url_passwords
 
 SECTION_MAX = 16 << 20  # bytes of one attempt's log parsed at most: a reply stays quick
 WARMUP_FRACTION = 0.1  # the first tenth of an attempt's throughput points is warm-up...

@@ -21,7 +21,7 @@ import time
 from ..logmetrics.clock import Clock
 from ..logmetrics.kinds import KINDS
 from ..logmetrics.patterns import EVENT_RE
-from ..store import read_json, write_json
+from ..core.store import read_json, write_json
 from .linesteps import RANK_PREFIX_RE
 
 READ_BYTES = 4 << 20  # the tail of the attempt's log read: failures are at its end

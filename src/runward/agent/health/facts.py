@@ -18,12 +18,13 @@ Two kinds of alert, kept apart:
 import os
 import time
 
-from .. import launchers, logmetrics
+from ..core import launchers
+from .. import logmetrics
 from ..logmetrics.kinds import FACT_KINDS
-from ..proc.procfs import live
-from ..sidelock import side_lock
-from ..store import read_json, write_atomic, write_json
-from ..wire import json_dumps
+from ..core.procfs import live
+from ..core.sidelock import side_lock
+from ..core.store import read_json, write_atomic, write_json
+from ..core.wire import json_dumps
 
 POINTS = 2000
 ALERTS = 200

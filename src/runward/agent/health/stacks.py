@@ -19,10 +19,10 @@ import sys
 import threading
 import time
 
-from ..proc.procfs import ProcTable, live, protected, scan
+from ..core.procfs import ProcTable, live, protected, scan
 from ..proc.runs import members
 from .stackgroup import group, meaningful, native_above, summary  # noqa: F401 (meaningful: part of the interface)
-from ..store import write_json
+from ..core.store import write_json
 
 VERSION = 1  # the document's format
 KEEP = 10  # captures kept per run (the newest); older ones are removed by keep()
@@ -43,7 +43,7 @@ def brought(home_dir, want=None):
     """runward's own py-spy under its home (`--bring-py-spy` pushed it), or None: run only
     when its bytes are the ones pushed: WANT (this call's push) or the hash recorded beside it
     when it was checked (rule 10: nothing is executed unchecked)."""
-    from ..store import read_json
+    from ..core.store import read_json
     path = os.path.join(home_dir, "tools", "py-spy")
     try:
         got = sha256_of(path)
@@ -193,7 +193,7 @@ def capture(rec, native=False, timeout=10.0, home_dir=None, want=None):
 
 
 def _run_dir(rec, home):
-    from ..store import Home
+    from ..core.store import Home
     return (home or Home()).run_dir(rec.get("run"))
 
 
@@ -226,5 +226,5 @@ def latest(rec, home=None, attempt=None):
         fs = [f for f in fs if f.startswith("%d-" % int(attempt))]
     if not fs:
         return None
-    from ..store import read_json
+    from ..core.store import read_json
     return read_json(os.path.join(d, max(fs, key=lambda f: [int(x) for x in f[:-5].split("-") if x.isdigit()])))

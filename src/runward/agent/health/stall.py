@@ -31,10 +31,10 @@ import os
 import time
 
 from .linesteps import RANK_PREFIX_RE, line_facts
-from ..proc.procfs import CLK_TCK, scan as scan_procs
-from ..sidelock import side_lock
+from ..core.procfs import CLK_TCK, scan as scan_procs
+from ..core.sidelock import side_lock
 from .stackranks import COLLECTIVES, by_stacks as _by_stacks, name as _name, stack_ranks  # noqa: F401
-from ..store import read_json, write_json
+from ..core.store import read_json, write_json
 
 MIN_AFTER = 120.0  # the derived stall_after's floor
 FACTOR = 10.0  # ... and its multiple of the median step time
@@ -156,7 +156,7 @@ def _sample_cpu(st, att, now):
     job = (att.get("job") or {}).get("pid")
     if not job:
         return
-    from ..proc.procfs import descendants
+    from ..core.procfs import descendants
     procs = scan_procs()
     if int(job) not in procs:
         return
@@ -186,14 +186,14 @@ def _tree_use(procs, job, att=None):
     children's (cutime, cstime), as its rchar/wchar count their I/O: a loader working in
     short-lived children (a shell loop, a pool that replaces its workers) showed ~0% of a
     core while /proc said a core was busy, and was called stalled."""
-    from ..proc.procfs import descendants
+    from ..core.procfs import descendants
     cpu, io, unread = 0.0, 0, 0
     pids = set([job]) | set(descendants([job], procs))
     if att is not None and att.get("run"):
         # every member status counts (runs.members: the marker, the cgroup, what the shim
         # adopted): a loader that daemonized (a ray/dask-style server, double fork) is the
         # shim's child, not the job's, and its busy core read as a still tree, a stall
-        from ..proc.procfs import protected
+        from ..core.procfs import protected
         from ..proc.runs import members
         pids |= set(members(att["run"], att, procs, protected(procs)))
     for pid in sorted(pids):

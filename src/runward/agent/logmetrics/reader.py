@@ -92,7 +92,7 @@ def signature(f, offset):
 
 def rotated(path):
     """The rotated files of the log PATH that exist, oldest first: PATH.N ... PATH.1 (the
-    rotation by size, agent/logfiles.py). A rotation in progress leaves one name free for a
+    rotation by size, agent/supervise/logfiles.py). A rotation in progress leaves one name free for a
     moment (PATH.3 moved on to PATH.4, PATH.2 not yet to PATH.3): the names go on past it."""
     return [p for p, ident in _names(path)[1:] if ident is not None][::-1]
 

@@ -4,9 +4,9 @@ with a one-line verdict. Worked out here, in one round trip: the env values and 
 on the target, only the comparison travels."""
 
 from ..health.attempts import facts, side_by_side
-from ..logselect import attempt_of
-from ..snapshots import text_of
-from ..store import RunStore
+from ..core.logselect import attempt_of
+from ..core.snapshots import text_of
+from ..core.store import RunStore
 from .history import changes
 
 DIFF_LINES = 400  # lines of one file's unified diff sent back at most
@@ -50,7 +50,7 @@ def _pair(store, a, b):
     if a is None and b is None:
         have = store.attempts()
         if len(have) < 2:
-            from ..wire import bad_input
+            from ..core.wire import bad_input
             raise bad_input("run %s has %d attempt%s: nothing to compare" % (
                 store.name, len(have), "" if len(have) == 1 else "s"),
                 "restart it first, or name two attempts: `runward compare %s A B`" % store.name)

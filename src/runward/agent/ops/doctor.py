@@ -5,10 +5,10 @@ import sys
 import time
 
 from ..proc import cgroups
-from .. import resident
-from ..proc.procfs import boot_id, in_container
-from ..store import write_atomic
-from ..wire import AgentFailure
+from ..core import resident
+from ..core.procfs import boot_id, in_container
+from ..core.store import write_atomic
+from ..core.wire import AgentFailure
 
 
 def doctor(req, home):
@@ -104,7 +104,7 @@ def _state_dir(home):
 
 def _nvidia_smi():
     import subprocess
-    from ..minimal import which
+    from ..core.minimal import which
     smi = which("nvidia-smi")
     out = {"path": smi}
     if smi:

@@ -4,7 +4,7 @@ import os
 import time
 
 from ..proc.terminate import signal, signal_name
-from ..wire import bad_input
+from ..core.wire import bad_input
 from .start import build_env, shell_argv
 
 SHELL_NAMES = ("bash", "sh", "dash", "zsh")

@@ -2,9 +2,9 @@
 
 import os
 
-from ..proc.procfs import in_container
-from ..store import sha256_file
-from ..wire import AgentFailure
+from ..core.procfs import in_container
+from ..core.store import sha256_file
+from ..core.wire import AgentFailure
 
 
 def hashes(req, home):

@@ -4,7 +4,7 @@ the CLI needs to map nvidia-smi's host pids to the container's processes."""
 import os
 
 from ..proc import gpus as gpu
-from ..proc.procfs import HOME_MARKER, MARKER, in_container, in_host_pidns, marker_run, pid_namespace, read_proc, read_text
+from ..core.procfs import HOME_MARKER, MARKER, in_container, in_host_pidns, marker_run, pid_namespace, read_proc, read_text
 
 
 def gpus(req, home):

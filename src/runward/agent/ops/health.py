@@ -6,8 +6,8 @@ import time
 
 from ..health.facts import mark_watched, scan, summary
 from ..logmetrics.alerts import alert
-from ..store import RunStore
-from ..wire import AgentFailure, caller_gone
+from ..core.store import RunStore
+from ..core.wire import AgentFailure, caller_gone
 
 
 def _latest(req, home):

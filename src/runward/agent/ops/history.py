@@ -8,13 +8,14 @@ said to have changed without either value leaving the target (secrets.redact_val
 
 import time
 
-from .. import launchers
+from ..core import launchers
 from ..health.attempts import command, facts
-from ..proc.procfs import boot_id, scan
+from ..core.procfs import boot_id, scan
 from ..proc.runs import attempt_state
-from ..secrets import redact_value
-from ..store import RunStore
-from ..wire import AgentFailure
+from ..core.secrets import redact_value
+from ..core.store import RunStore
+from ..core.wire import AgentFailure
+from . import launcher_ops
 
 def history(req, home):
     """{"name", "attempts": [facts of each attempt, oldest first]}."""
@@ -39,7 +40,7 @@ def _state(store, att, procs, bid):
     if launcher is None:
         return attempt_state(att, procs, bid)
     try:
-        return launchers.ops(launcher).status_of(store, att).get("state") or "lost"
+        return launcher_ops(launcher).status_of(store, att).get("state") or "lost"
     except AgentFailure as e:  # the engine cannot be asked now: unknown, never a guess
         return "unknown (%s)" % e.message
 

@@ -13,7 +13,7 @@ def free_ports(req, home):
     to start, and the start is all or nothing."""
     count = int(req.get("count") or 0)
     if not 0 <= count <= 8:
-        from ..wire import bad_input
+        from ..core.wire import bad_input
         raise bad_input("invalid port count %r" % (req.get("count"),), "ask for 0 to 8 ports")
     held = []
     try:

@@ -3,9 +3,9 @@ for `runward plot NAME --attempts 5,6,7`. Read here, one round trip: the logs st
 target, only the points travel."""
 
 from ..health.attempts import facts
-from ..logselect import attempt_of
-from ..store import RunStore
-from ..wire import bad_input
+from ..core.logselect import attempt_of
+from ..core.store import RunStore
+from ..core.wire import bad_input
 
 MAX_ATTEMPTS = 12  # lines on one figure at most: more is unreadable
 

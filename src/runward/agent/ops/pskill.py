@@ -4,10 +4,10 @@ lines carry the pattern (the `pkill -f` self-match)."""
 
 import os
 
-from ..boot import BOOTSTRAP_HEAD
-from ..proc.procfs import CLK_TCK, MARKER, boot_id, boot_time, descendants, owner_uid, protected, scan
+from ..core.boot import BOOTSTRAP_HEAD
+from ..core.procfs import CLK_TCK, MARKER, boot_id, boot_time, descendants, owner_uid, protected, scan
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..wire import bad_input, event, outlive_caller
+from ..core.wire import bad_input, event, outlive_caller
 
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox", "sshd", "su", "sudo", "runuser"))
 POSIX_CLASSES = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "space": r"\s", "upper": "A-Z",

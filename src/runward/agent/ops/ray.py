@@ -10,16 +10,17 @@ ended, its exit as Ray said it. docs/ray.md has the state table and what is veri
 import os
 import time
 
-from .. import logfiles, ray
-from ..boot import PROTOCOL
-from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..proc.procfs import HOME_MARKER, MARKER, boot_id, scan
+from ..supervise import logfiles
+from ..core import ray
+from ..core.boot import PROTOCOL
+from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
+from ..core.procfs import HOME_MARKER, MARKER, boot_id, scan
 from ..proc.runs import log_info
-from ..secrets import mask_url_passwords, redact_env
-from ..store import RunStore, open_log, write_all, write_json
+from ..core.secrets import mask_url_passwords, redact_env
+from ..core.store import RunStore, open_log, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input, event
-from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
+from ..core.wire import AgentFailure, bad_input, event
+from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
 
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
@@ -73,7 +74,7 @@ def start(req, home):
                         "leave it out: --gpus N asks Ray for N GPUs")
     version = ray.check_api(spec["dashboard"])  # no Jobs API: said before anything is written
     store = RunStore(home, req.get("name"))
-    plan = _plan(req, home, store)
+    plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     replaced = None
     try:
@@ -124,13 +125,13 @@ def _submit(store, req, home, plan, spec, version):
         os.ftruncate(lfd, size)  # only our header was written after size: the job never ran
         os.close(lfd)
         if fresh:
-            from ..minimal import rmtree
+            from ..core.minimal import rmtree
             rmtree(store.dir)
         raise
     st = os.fstat(lfd)
     os.close(lfd)
     att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
-           "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"],
+           "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"],
            "marker": marker, "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
            "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
            "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
@@ -138,7 +139,7 @@ def _submit(store, req, home, plan, spec, version):
            "ray": {"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
                    "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()}}
     write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req))})
     write_json(os.path.join(store.dir, "run.json"), run)
     event({"started": {"attempt": n, "pid": None, "submission_id": sid}})
     return n, size + len(header)

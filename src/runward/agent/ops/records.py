@@ -11,12 +11,12 @@ import os
 import time
 
 from ..proc import cgroups
-from .. import launchers
-from ..proc.procfs import boot_id, protected, scan
+from ..core import launchers
+from ..core.procfs import boot_id, protected, scan
 from ..proc.runs import attempt_state, blind_spot, members
 from ..supervise.policy import in_backoff
-from ..store import RunStore, fsync_dir, remove_file
-from ..wire import AgentFailure, bad_input
+from ..core.store import RunStore, fsync_dir, remove_file
+from ..core.wire import AgentFailure, bad_input
 
 LIVE_STATES = ("running", "starting", "orphaned")
 
@@ -134,7 +134,7 @@ def _live(store, att, procs):
 def _try_lock(store):
     """The run's lock if free now, else None: prune waits for no one."""
     import fcntl
-    from ..store import _write_holder
+    from ..core.store import write_holder
     store.home.ensure()
     fd = os.open(store.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -142,7 +142,7 @@ def _try_lock(store):
     except BlockingIOError:
         os.close(fd)
         return None
-    _write_holder(fd, "prune")
+    write_holder(fd, "prune")
     return fd
 
 
@@ -200,7 +200,7 @@ def _dispose(store, log, rotated, with_logs, shared):
     """One log and, where an attempt rotated it, its rotated files (LOG.1 ... LOG.N: the lines
     before the last rotation): moved out of the run's directory together, kept in place
     together, or removed together (with_logs); the reply's entry for it."""
-    from ..logfiles import rotations
+    from ..supervise.logfiles import rotations
     older = rotations(log) if rotated else []
     ent = {"path": log, "exists": os.path.isfile(log) or bool(older)}
     if older:

@@ -9,16 +9,17 @@ beside the attempt's record (attempts/N.sbatch). docs/slurm.md has the state tab
 import os
 import time
 
-from .. import logfiles, slurm
-from ..boot import PROTOCOL
-from ..runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..proc.procfs import HOME_MARKER, MARKER, boot_id, protected, scan
+from ..supervise import logfiles
+from ..core import slurm
+from ..core.boot import PROTOCOL
+from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
+from ..core.procfs import HOME_MARKER, MARKER, boot_id, protected, scan
 from ..proc.runs import log_info
-from ..secrets import mask_url_passwords, redact_env
-from ..store import RunStore, open_log, remove_file, write_all, write_json
+from ..core.secrets import mask_url_passwords, redact_env
+from ..core.store import RunStore, open_log, remove_file, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..wire import AgentFailure, bad_input, event
-from .start import LOG_TAIL_LINES, SPEC_KEYS, _plan, _stored_env
+from ..core.wire import AgentFailure, bad_input, event
+from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
 
 POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
 KILL_WAIT_S = 90.0   # after the plain scancel: Slurm's KillWait (30 s here) and its cleanup
@@ -73,7 +74,7 @@ def start(req, home):
     _refuse_supervision(req.get("supervise"))
     slurm.command("sbatch")  # no Slurm here: said before anything is written
     store = RunStore(home, req.get("name"))
-    plan = _plan(req, home, store)
+    plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     replaced = None
     try:
@@ -143,13 +144,13 @@ def _submit(store, req, home, plan, spec):
         os.close(lfd)
         remove_file(script)
         if fresh:
-            from ..minimal import rmtree
+            from ..core.minimal import rmtree
             rmtree(store.dir)
         raise
     st = os.fstat(lfd)
     os.close(lfd)
     att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
-           "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"],
+           "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"],
            "marker": env[MARKER], "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
            "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
            "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
@@ -157,7 +158,7 @@ def _submit(store, req, home, plan, spec):
            "slurm": {"job_id": job_id, "partition": spec["partition"], "options": opts, "script": script,
                      "submitted_at": time.time()}}
     write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req))})
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req))})
     write_json(os.path.join(store.dir, "run.json"), run)
     event({"started": {"attempt": n, "pid": None, "job_id": job_id}})
     return n, size + len(header)

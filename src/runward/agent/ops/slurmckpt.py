@@ -9,9 +9,9 @@ srun (nodes > 1, or srun = true) the batch step is srun and each task is a step'
 `scancel --signal=SIG` reaches the steps' tasks once each. --full would reach both, and srun
 forwards USR1 to its tasks: a second signal, a second checkpoint."""
 
-from .. import slurm
+from ..core import slurm
 from ..proc.terminate import signal_name
-from ..wire import AgentFailure, event
+from ..core.wire import AgentFailure, event
 from . import stopckpt
 
 

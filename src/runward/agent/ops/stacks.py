@@ -2,8 +2,8 @@
 kept beside the run's records and answered."""
 
 from ..health import stacks as cap
-from ..store import RunStore
-from ..wire import AgentFailure
+from ..core.store import RunStore
+from ..core.wire import AgentFailure
 
 
 def stacks(req, home):

@@ -7,17 +7,18 @@ ping) is status.py's."""
 import os
 import time
 
-from .. import logfiles, snapshots
+from ..supervise import logfiles
+from ..core import snapshots
 from ..proc import cgroups, faults, gpus
 from ..supervise import shim, policy as supervise
-from ..boot import PROTOCOL
-from ..runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
-from ..proc.procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
+from ..core.boot import PROTOCOL
+from ..core.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
+from ..core.procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
 from ..proc.runs import attempt_state, members
-from ..secrets import is_shown_form, mask_url_passwords, redact_env
-from ..store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
+from ..core.secrets import is_shown_form, mask_url_passwords, redact_env
+from ..core.store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name
-from ..wire import AgentFailure, bad_input, event
+from ..core.wire import AgentFailure, bad_input, event
 from .stop import mark_stop_requested, stop_locked
 
 LOG_TAIL_LINES = 20
@@ -74,7 +75,7 @@ def shell_argv(sh):
     return ["/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh", "-c", sh]
 
 
-def _plan(req, home, store):
+def plan_of(req, home, store):
     """Everything a start needs, checked before anything is written: argv, cwd, env, the
     ready regex, the stop signal, the executable and the log path."""
     argv = req.get("argv") or []
@@ -136,7 +137,7 @@ def _env_from(req):
     return {k: v for k, v in env_from.items() if k in (req.get("env") or {})}
 
 
-def _stored_env(req):
+def stored_env(req):
     """The env as records keep it: without the env_from entries' values."""
     env_from = req.get("env_from") or {}
     return {k: v for k, v in (req.get("env") or {}).items() if k not in env_from}
@@ -238,7 +239,7 @@ def _attempt_hashes(store, home, paths):
     out = file_hashes(paths)
     dirs = [p.rstrip("/") + "/" for p in paths if out.get(p) is None and os.path.isdir(p)]
     if dirs:
-        from ..hashcache import HashCache
+        from ..core.hashcache import HashCache
         cache = HashCache(home)
         for k in sorted(read_json(os.path.join(store.dir, "deployed.json")) or {}):
             if any(k.startswith(d) for d in dirs):
@@ -266,7 +267,7 @@ def _undo_attempt(store, made, fresh):
     created (nothing else was in it)."""
     cgroups.remove(made.get("cgroups"))
     if fresh:
-        from ..minimal import rmtree
+        from ..core.minimal import rmtree
         rmtree(store.dir)
     elif made.get("n") is not None:
         remove_file(store.attempt_path(made["n"]))
@@ -287,7 +288,7 @@ def _write_attempt(store, req, home, plan, made):
     _job_env(plan, req, home, marker)
     att = {
         "v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "exe": plan["exe"], "sh": plan["sh"],
-        "cwd": plan["cwd"], "env": _stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
+        "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"], "marker": marker,
         "boot_id": boot_id(), "created_at": time.time(), "started_at": None,
         "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
         "gpus": req.get("gpus"), "hashes": _attempt_hashes(store, home, _hashed_files(req, plan["argv"], plan["cwd"])),
@@ -322,7 +323,7 @@ def _write_attempt(store, req, home, plan, made):
         write_all(lfd, header, plan["log"])
     finally:
         os.close(lfd)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=_stored_env(req),
+    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req),
                                            supervise=supervise.recorded(req.get("supervise")))})
     write_json(os.path.join(store.dir, "run.json"), run)
     return n, logfiles.end_of(plan["log"])  # where its output begins, as logfiles.read_on follows it
@@ -360,7 +361,7 @@ def _point_to_deploy(e, req, store):
 
 
 def _start(req, home, store):
-    plan = _plan(req, home, store)
+    plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     try:
         replaced = _replace_old(store, req, scan())

@@ -5,14 +5,16 @@ import os
 import sys
 import time
 
-from .. import launchers, logfiles
+from ..core import launchers
+from . import launcher_ops
+from ..supervise import logfiles
 from ..proc import cgroups
-from ..proc.procfs import alive_in, boot_id, protected, scan, uptime
+from ..core.procfs import alive_in, boot_id, protected, scan, uptime
 from ..proc.runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
-from ..secrets import mask_url_passwords, redact_env, shown_multinode
-from ..sidelock import SIDE_WAIT_S, SideLocked
-from ..store import RunStore, check_name, read_json
-from ..wire import AgentFailure, caller_gone
+from ..core.secrets import mask_url_passwords, redact_env, shown_multinode
+from ..core.sidelock import SIDE_WAIT_S, SideLocked
+from ..core.store import RunStore, check_name, read_json
+from ..core.wire import AgentFailure, caller_gone
 
 
 # --- status
@@ -72,7 +74,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     att = store.latest()
     launcher = launchers.named(att)
     if launcher is not None:  # an engine's job: its launcher says what it is
-        out = launchers.ops(launcher).status_of(store, att)
+        out = launcher_ops(launcher).status_of(store, att)
         if with_drift and out["state"] != "lost":
             _details(out, store, att, out["state"], since)
         return out
@@ -290,7 +292,7 @@ def logs(req, home, emit):
     log = att.get("log")
     picked = None
     if req.get("attempt") is not None or req.get("since_s") is not None or req.get("grep"):
-        from ..logselect import pick  # --attempt, --since, --grep: only the selected lines travel
+        from ..core.logselect import pick  # --attempt, --since, --grep: only the selected lines travel
         picked = pick(store, att, req)
         lines, emit = picked.pop("lines"), picked.pop("emit")(emit)
     elif req.get("offset") is not None and not req.get("follow"):

@@ -9,13 +9,13 @@ import time
 
 from ..proc import cgroups, faults, gpus
 from ..supervise import policy as supervise
-from ..runspec import GRACE_S, STOP_SIGNAL
-from ..proc.procfs import boot_id, live, protected, scan
+from ..core.runspec import GRACE_S, STOP_SIGNAL
+from ..core.procfs import boot_id, live, protected, scan
 from ..proc.runs import attempt_state, blind_spot, members, own_procs
-from ..secrets import shown_multinode
-from ..store import RunStore
+from ..core.secrets import shown_multinode
+from ..core.store import RunStore
 from ..proc.terminate import SIGNALS, PidWatch, parse_signal, signal_name, terminate
-from ..wire import event, outlive_caller
+from ..core.wire import event, outlive_caller
 
 
 def stop(req, home):

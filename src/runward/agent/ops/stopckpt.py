@@ -8,9 +8,9 @@ no regex."""
 import os
 import time
 
-from ..proc.procfs import live, read_proc
+from ..core.procfs import live, read_proc
 from ..proc.terminate import SIGNALS, parse_signal, signal_name
-from ..wire import AgentFailure, bad_input, event
+from ..core.wire import AgentFailure, bad_input, event
 
 POLL_S = 0.1
 

@@ -13,11 +13,11 @@ import os
 import stat
 import time
 
-from ..hashcache import HashCache, sha256_fd
-from ..proc.procfs import in_container
-from ..safepath import DIR_FLAGS, DirCache, open_root, same_dir
-from ..store import RunStore, read_json, write_all, write_json
-from ..wire import AgentFailure, bad_input
+from ..core.hashcache import HashCache, sha256_fd
+from ..core.procfs import in_container
+from ..proc.safepath import DIR_FLAGS, DirCache, open_root, same_dir
+from ..core.store import RunStore, read_json, write_all, write_json
+from ..core.wire import AgentFailure, bad_input
 
 TEMP_MARK = ".runward-"
 
@@ -245,7 +245,7 @@ def _inside(fd, path):
 def _live_logs(home):
     """(run, log path) of every run here whose latest attempt may still have a process: its
     shim or job alive, or lost on this boot (its children may live on)."""
-    from ..proc.procfs import alive_in
+    from ..core.procfs import alive_in
     from ..proc.runs import attempt_state, own_procs, this_boot
     for name in home.run_names():
         att = RunStore(home, name).latest()

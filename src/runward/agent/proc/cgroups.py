@@ -3,7 +3,7 @@ leave. A run gets runward/<home id>-<name>.<attempt> in each writable hierarchy.
 
 import os
 
-from .procfs import read_text
+from ..core.procfs import read_text
 
 
 def roots():

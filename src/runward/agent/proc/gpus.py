@@ -6,12 +6,12 @@ bounded by its timeout, and ends with an answer, never a hang."""
 
 import time
 
-from ..boot import held_message
-from .procfs import (HOME_MARKER, MARKER, boot_id, in_host_pidns, marker_run, pid_namespace, protected, read_proc,
+from ..core.boot import held_message
+from ..core.procfs import (HOME_MARKER, MARKER, boot_id, in_host_pidns, marker_run, pid_namespace, protected, read_proc,
                      scan)
 from .runs import attempt_state, members
-from ..store import RunStore
-from ..wire import AgentFailure, bad_input
+from ..core.store import RunStore
+from ..core.wire import AgentFailure, bad_input
 
 GPU_QUERY = "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu"
 APP_QUERY = "--query-compute-apps=gpu_uuid,pid,used_memory"
@@ -53,7 +53,7 @@ def queries(arg_lists, timeout=TIMEOUT):
     apps) cost one call's wall time, not two. nvidia-smi takes tens of ms (more without
     persistence mode), and the GPU gate reads one snapshot before every restart."""
     import subprocess
-    from ..minimal import which  # shutil's, where python3-minimal lacks shutil
+    from ..core.minimal import which  # shutil's, where python3-minimal lacks shutil
     exe = which("nvidia-smi")
     if exe is None:
         return [(None, None, "", "")] * len(arg_lists)

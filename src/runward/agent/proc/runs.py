@@ -4,8 +4,8 @@ an attempt, its tree's size, and the files that changed since it started."""
 import os
 
 from . import cgroups
-from .procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, boot_time, descendants, pss, read_proc
-from ..store import tail_lines
+from ..core.procfs import CLK_TCK, ProcTable, age, alive_in, boot_id, boot_time, descendants, pss, read_proc
+from ..core.store import tail_lines
 
 
 def members(name, att, procs, prot):
@@ -239,7 +239,7 @@ def drift(att, home=None):
     hashes = (att or {}).get("hashes")
     if not hashes:  # nothing to compare: neither the cache nor hashlib (OpenSSL, ~7 ms) is loaded
         return []
-    from ..hashcache import HashCache
+    from ..core.hashcache import HashCache
     cache = HashCache(home)
     changed = []
     for path, h in sorted(hashes.items()):

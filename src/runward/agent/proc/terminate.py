@@ -14,8 +14,8 @@ except ImportError:
     import signal
 
 from . import faults
-from .procfs import look_up, read_proc
-from ..wire import bad_input
+from ..core.procfs import look_up, read_proc
+from ..core.wire import bad_input
 
 SIGNALS = {name: getattr(signal, name) for name in dir(signal)
            if name.startswith("SIG") and not name.startswith("SIG_") and isinstance(getattr(signal, name), int)}

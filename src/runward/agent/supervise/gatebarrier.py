@@ -31,9 +31,9 @@ for (note). There is no timeout: a blocked run waits until released or stopped, 
 import os
 import time
 
-from ..nodeproof import GATE, HELLO_LINE, HELLO_S, LINE, MAX_PENDING, answer, hello, listen, proved, welcome
-from ..nodeproof import parse as _parse
-from ..wire import json_dumps
+from ..core.nodeproof import (CLOSE, GATE, HELLO_LINE, HELLO_S, LINE, MAX_PENDING, PROVED, answer, handshake, hello,
+                              listen, send_line)
+from ..core.nodeproof import parse as _parse
 
 POLL_S = 0.5   # the stop's mark read at least this often
 OWN_S = 1.0    # this node's GPUs read this often (one nvidia-smi read)
@@ -67,15 +67,6 @@ def wait(mn, own, on_poll, note):
         raise
     finally:
         side.close()
-
-
-def _send(sock, msg):
-    try:
-        sock.settimeout(5.0)
-        sock.sendall((json_dumps(msg) + "\n").encode())
-        return True
-    except OSError:
-        return False
 
 
 def _node(mn, rank):
@@ -139,7 +130,7 @@ class _Coordinator(_Side):
             self.free, self.held = self.own()  # a fresh read at the decision, and every member's
             if self.free and self._confirmed():
                 for r, m in self.members.items():
-                    _send(m["sock"], {"go": r})
+                    send_line(m["sock"], {"go": r})
                 return
 
     def _dispatch(self, timeout):
@@ -157,7 +148,7 @@ class _Coordinator(_Side):
         self.token = os.urandom(8).hex()
         for m in self.members.values():
             m["ready"] = False
-            _send(m["sock"], {"ready": self.token})
+            send_line(m["sock"], {"ready": self.token})
         deadline = time.monotonic() + CONFIRM_S
         while time.monotonic() < deadline:
             self.on_poll()
@@ -196,32 +187,17 @@ class _Coordinator(_Side):
     def _handshake(self, c):
         """A hello (answered with our proof), then the member's proof; anything else closes it."""
         st = self.pending[c]
-        chunk = _recv(c)
-        st["buf"] += chunk
-        while chunk and b"\n" in st["buf"]:
-            line, st["buf"] = st["buf"].split(b"\n", 1)
-            msg = _parse(line)
-            if "nc" not in st:
-                chunk = self._welcome(c, st, msg)
-            elif proved(GATE, self.mn, st, msg):
-                del self.pending[c]
-                old = self.members.pop(st["rank"], None)  # a member that connected again
-                if old is not None:
-                    self._close(old["sock"])
-                m = self.members[st["rank"]] = {"sock": c, "free": False, "heard": time.monotonic(), "buf": st["buf"]}
-                self.sel.modify(c, self.sel.get_key(c).events, st["rank"])
-                return self._lines(st["rank"], m)  # what came with its proof
-            else:
-                chunk = b""
-        if not chunk or len(st["buf"]) > HELLO_LINE:
-            self._close(c)
-
-    def _welcome(self, c, st, msg):
-        got = welcome(GATE, self.mn, msg)
-        if got is None:
-            return b""
-        st.update(got[0])
-        return b"x" if _send(c, got[1]) else b""
+        said = handshake(GATE, self.mn, st, _recv(c), lambda msg: send_line(c, msg))
+        if said == CLOSE:
+            return self._close(c)
+        if said == PROVED:
+            del self.pending[c]
+            old = self.members.pop(st["rank"], None)  # a member that connected again
+            if old is not None:
+                self._close(old["sock"])
+            m = self.members[st["rank"]] = {"sock": c, "free": False, "heard": time.monotonic(), "buf": st["buf"]}
+            self.sel.modify(c, self.sel.get_key(c).events, st["rank"])
+            return self._lines(st["rank"], m)  # what came with its proof
 
     def _heed(self, rank, c):
         """A proved member's lines: its GPUs free or not, or its cancel; EOF: it is gone."""
@@ -263,7 +239,7 @@ class _Coordinator(_Side):
             return
         self.next_beat = now + BEAT_S
         for m in list(self.members.values()):
-            _send(m["sock"], {"wait": missing})
+            send_line(m["sock"], {"wait": missing})
 
     def cancelled(self, reason):
         """Every member told; one not connected now (before it joined, or between two
@@ -275,7 +251,7 @@ class _Coordinator(_Side):
             for r, m in list(self.members.items()):
                 if r not in told:
                     told.add(r)
-                    _send(m["sock"], {"cancel": why})
+                    send_line(m["sock"], {"cancel": why})
             if self.srv is None or len(told) >= self.nnodes - 1 or time.monotonic() > deadline:
                 return
             try:
@@ -346,9 +322,9 @@ class _Member(_Side):
             return False
         said, nm = hello(GATE, self.mn, self.rank)
         hello_until = time.monotonic() + HELLO_S if until is None else min(until, time.monotonic() + HELLO_S)
-        buf = _line(sock, b"", hello_until, on_poll or self.on_poll) if _send(sock, said) else None
+        buf = _line(sock, b"", hello_until, on_poll or self.on_poll) if send_line(sock, said) else None
         proof = answer(GATE, self.mn, self.rank, nm, _parse(buf.split(b"\n", 1)[0])) if buf is not None else None
-        if proof is None or not _send(sock, proof):
+        if proof is None or not send_line(sock, proof):
             sock.close()
             self.waiting = ("GPUs released here; waiting for node 0's coordinator at %s:%s: the listener there did "
                             "not prove it knows the run's secret" % self.addr)
@@ -358,7 +334,7 @@ class _Member(_Side):
 
     def _say(self):
         self.said, self.next_beat = self.free, time.monotonic() + BEAT_S
-        return _send(self.sock, {"free": self.free})
+        return send_line(self.sock, {"free": self.free})
 
     def _listen(self):
         """True on node 0's go; its wait list noted; its cancel raised; EOF: connect again."""
@@ -384,7 +360,7 @@ class _Member(_Side):
             if isinstance(msg.get("ready"), str):  # node 0 decides: our GPUs, read now
                 self.free, self.held = self.own()
                 self.next_own = time.monotonic() + OWN_S
-                if not _send(self.sock, {"ready": msg["ready"], "free": self.free}):
+                if not send_line(self.sock, {"ready": msg["ready"], "free": self.free}):
                     self._drop()
                     return False
             if "cancel" in msg:
@@ -409,7 +385,7 @@ class _Member(_Side):
             if not self._join(lambda: None, deadline):
                 time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         if self.sock is not None:
-            _send(self.sock, {"cancelled": self.rank})
+            send_line(self.sock, {"cancelled": self.rank})
 
     def close(self):
         self._drop()

@@ -12,7 +12,7 @@ one waits in the shim of the attempt to come, as no shim of the stopped attempt 
 import time
 
 from ..proc import gpus
-from ..proc.procfs import live
+from ..core.procfs import live
 
 BLOCKED_POLL_S = 3600.0  # one long poll after another, each ended by a stop's mark
 CANCEL_WAIT_S = 10.0     # a stop waits this long for the waiting shim to see its mark (polls: 0.5 s)
@@ -147,7 +147,7 @@ def _lock(store, on_poll):
     """The run lock, asked for in short waits with the stop's mark read between them: a stop
     holds that lock while it waits for this shim to end (cancel), so one long wait here made
     that stop wait out CANCEL_WAIT_S and answer `blocked` though the attempt was cancelled."""
-    from ..wire import AgentFailure
+    from ..core.wire import AgentFailure
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         on_poll()
@@ -189,7 +189,7 @@ def stop_result(store, att, ended):
            "verified_dead": True, "restart_cancelled": ended, "state": "failed" if ended else "blocked",
            "verified": ["no_process_of_run_alive"] + (["start_cancelled"] if ended else [])}
     if att.get("multinode"):  # the CLI stops the other nodes too, not trusting the gate's tell
-        from ..secrets import shown_multinode
+        from ..core.secrets import shown_multinode
         res["multinode"] = shown_multinode(att["multinode"])
     if not ended:
         res["message"] = "the blocked attempt's shim (pid %s) did not end within %gs" % (

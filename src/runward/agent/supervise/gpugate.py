@@ -12,8 +12,8 @@ the shim (supervise.WAKE), checked at each poll."""
 import time
 
 from ..proc import gpus
-from ..runspec import GRACE_S, STOP_SIGNAL
-from ..proc.procfs import protected, scan
+from ..core.runspec import GRACE_S, STOP_SIGNAL
+from ..core.procfs import protected, scan
 from ..proc.runs import members
 from ..proc.terminate import parse_signal, reap_ended, signal, terminate
 

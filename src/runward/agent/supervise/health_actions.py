@@ -12,8 +12,8 @@ import os
 import sys
 import time
 
-from .. import boot
-from ..wire import json_dumps
+from ..core import boot
+from ..core.wire import json_dumps
 
 DEFAULT_INTERVAL = 5.0
 

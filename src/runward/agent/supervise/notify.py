@@ -27,7 +27,7 @@ TRIES = 3
 
 
 def send(targets, event):
-    from ..wire import json_dumps
+    from ..core.wire import json_dumps
     body = (json_dumps(event) + "\n").encode()
     for t in targets:
         fn = _post if t.startswith(("http://", "https://")) else _command
@@ -39,7 +39,7 @@ def _guarded(fn, target, body, what):
     try:
         fn(target, body)
     except Exception as e:  # a hook's failure is logged, never the shim's end
-        from ..secrets import mask_url_passwords
+        from ..core.secrets import mask_url_passwords
         _log(mask_url_passwords("notify %s to %s failed: %s: %s" % (what, target, type(e).__name__, e)))
 
 

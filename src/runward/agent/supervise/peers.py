@@ -31,13 +31,14 @@ its job is stopped too. "continue" only records what happened. An end asked for 
 import os
 import time
 
-from ..nodeproof import HELLO_LINE, HELLO_S, LINE, MAX_PENDING, PEERS, answer, hello, listen, proved, welcome
-from ..nodeproof import parse as _parse
-from ..runspec import GRACE_S, STOP_SIGNAL
-from ..proc.procfs import protected, scan
+from ..core.nodeproof import (CLOSE, HELLO_LINE, HELLO_S, LINE, MAX_PENDING, PEERS, PROVED, answer, handshake, hello,
+                              listen, send_line)
+from ..core.nodeproof import parse as _parse
+from ..core.runspec import GRACE_S, STOP_SIGNAL
+from ..core.procfs import protected, scan
 from ..proc.runs import members
 from ..proc.terminate import parse_signal, terminate
-from ..wire import json_dumps
+from ..core.wire import json_dumps
 
 CONNECT_S = 120.0   # how long a member tries to reach the coordinator, and it waits for hellos
 RETRY_S = 0.5
@@ -163,14 +164,7 @@ class Link:
         os.write(self.wake_w, b"x")
 
     def send(self, sock, msg):
-        if sock is None:
-            return False
-        try:
-            sock.settimeout(5.0)
-            sock.sendall((json_dumps(msg) + "\n").encode())
-            return True
-        except OSError:
-            return False
+        return sock is not None and send_line(sock, msg)
 
     def node_failed(self, rank, why):
         """Node RANK failed: record it; with policy "stop", tell everyone and stop our job."""
@@ -308,44 +302,25 @@ class Link:
 
     def _read_pending(self, c, said_end):
         """A connection not proved yet: its hello (answered with our proof), then its proof;
-        anything else, or too long a line, closes it unheeded."""
+        anything else, or too long a line, closes it unheeded (nodeproof.handshake)."""
         p = self.pending[c]
         try:
             chunk = c.recv(4096)
         except OSError:
             chunk = b""
-        p["buf"] += chunk
-        while chunk and b"\n" in p["buf"]:
-            line, p["buf"] = p["buf"].split(b"\n", 1)
-            msg = _parse(line)
-            if "nc" not in p:
-                chunk = self._answer_hello(c, p, msg)
-            elif proved(PEERS, self.mn, p, msg):
-                if p["rank"] in self.conns:  # the member rejoins: its old link broke unseen here (no failure)
-                    self._drop(self.conns.pop(p["rank"]))
-                del self.pending[c]
-                self.conns[p["rank"]], self.bufs[c] = c, p["buf"]
-                c.setblocking(True)
-                self.sel.modify(c, self.sel.get_key(c).events, "member")
-                for m in self.stops:  # what it may have missed while its link was down
-                    self.send(c, m)
-                return self._member_lines(c, p["rank"], said_end)
-            else:
-                chunk = b""
-        if not chunk or len(p["buf"]) > HELLO_LINE:
-            self._drop(c)
-
-    def _answer_hello(self, c, p, msg):
-        """b"" (close it) unless MSG is this run's hello from a member rank, then answered."""
-        got = welcome(PEERS, self.mn, msg)
-        if got is None:
-            return b""
-        p.update(got[0])
-        data = (json_dumps(got[1]) + "\n").encode()
-        try:
-            return b"x" if c.send(data) == len(data) else b""
-        except OSError:
-            return b""
+        said = handshake(PEERS, self.mn, p, chunk, lambda msg: _sent_whole(c, msg))
+        if said == CLOSE:
+            return self._drop(c)
+        if said == PROVED:
+            if p["rank"] in self.conns:  # the member rejoins: its old link broke unseen here (no failure)
+                self._drop(self.conns.pop(p["rank"]))
+            del self.pending[c]
+            self.conns[p["rank"]], self.bufs[c] = c, p["buf"]
+            c.setblocking(True)
+            self.sel.modify(c, self.sel.get_key(c).events, "member")
+            for m in self.stops:  # what it may have missed while its link was down
+                self.send(c, m)
+            return self._member_lines(c, p["rank"], said_end)
 
     def _read_member(self, s, said_end):
         try:
@@ -513,6 +488,16 @@ def keepalive(sock):
     for opt, v in (("TCP_KEEPIDLE", KEEP_IDLE_S), ("TCP_KEEPINTVL", KEEP_INTVL_S), ("TCP_KEEPCNT", KEEP_CNT)):
         if hasattr(socket, opt):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), v)
+
+
+def _sent_whole(c, msg):
+    """MSG sent on the non-blocking C in one send, whole (a welcome: a few hundred bytes), or
+    False: the connection is closed unheeded then."""
+    data = (json_dumps(msg) + "\n").encode()
+    try:
+        return c.send(data) == len(data)
+    except OSError:
+        return False
 
 
 def _describe(ex):

@@ -12,13 +12,13 @@ and stops it, verified (docs/supervision.md says all of it for users)."""
 import os
 import time
 
-from .. import snapshots
+from ..core import snapshots
 from ..proc import cgroups, faults
-from ..proc.procfs import MARKER, close_all_but, live
-from ..secrets import holds_masked_password, mask_url_passwords
-from ..store import file_hashes, open_log, sync_file, write_all, write_json
+from ..core.procfs import MARKER, close_all_but, live
+from ..core.secrets import holds_masked_password, mask_url_passwords
+from ..core.store import file_hashes, open_log, sync_file, write_all, write_json
 from ..proc.terminate import signal, signal_name  # _signal's plain ints: signal.py's enums cost every stop ~5 ms
-from ..wire import bad_input, json_dumps, json_loads
+from ..core.wire import bad_input, json_dumps, json_loads
 
 MODES = ("never", "on-failure", "always")
 DEFAULTS = {"restart": "never", "max_restarts": 5, "restart_window": 0.0, "backoff": [1.0, 60.0],

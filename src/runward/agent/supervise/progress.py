@@ -14,7 +14,7 @@ every other run's restart pays nothing for it (bench/supervise.py)."""
 import os
 import time
 
-from ..wire import bad_input
+from ..core.wire import bad_input
 
 PLACEHOLDER = "{last_checkpoint}"
 KEYS = ("checkpoint", "checkpoint_marker", "checkpoint_saved", "max_no_progress", "resume_default")

@@ -8,13 +8,14 @@ import os
 import sys
 import time
 
-from .. import boot, logfiles
+from ..core import boot
+from . import logfiles
 from ..proc import cgroups, faults
 from . import peers, policy as supervise
-from ..proc.procfs import read_proc
-from ..store import Home, RunStore, open_log, write_all, write_json
+from ..core.procfs import read_proc
+from ..core.store import Home, RunStore, open_log, write_all, write_json
 from ..proc.terminate import reap_ended, signal
-from ..wire import AgentFailure, json_dumps, json_loads
+from ..core.wire import AgentFailure, json_dumps, json_loads
 
 _QUIET = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
 
@@ -173,7 +174,7 @@ def _wait_adopted(store):
     after. The shim's own helpers stay in its session and are not waited for here.
     While it holds any, its last attempt's record says so (`lingering`): a shim SIGKILLed
     then drops them to pid 1, and runs.blind_spot must say that it cannot see them."""
-    from ..proc.procfs import scan
+    from ..core.procfs import scan
     me, sid = os.getpid(), os.getsid(0)
     opened = False
     while True:
@@ -199,7 +200,7 @@ def _wait_adopted(store):
 def _adopted_now():
     """Whether the shim is the parent of an orphan of the job's tree now (runs.adopted's
     rule, seen from the shim: a live child out of its session, not a shim's own helper)."""
-    from ..proc.procfs import protected, scan
+    from ..core.procfs import protected, scan
     procs = scan()
     prot = protected(procs)
     me, sid = os.getpid(), os.getsid(0)

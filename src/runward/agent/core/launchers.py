@@ -4,12 +4,12 @@ that engine's entry under the launcher's name (the CLI's targets/NAME.py adds it
 attempt record written by that launcher keeps an entry of the same name. Every other attempt
 is the shim's fork (ops/start.py), the default launcher.
 
-A launcher NAME is two modules of this package (docs/architecture.md, "a new engine"):
-- NAME.py, light (health, prune and history ask it on every call): alive(att) -> bool;
+A launcher NAME is two modules of the agent (docs/architecture.md, "a new engine"):
+- core/NAME.py, light (health, prune and history ask it on every call): alive(att) -> bool;
   live(store, att) -> None or what lives (prune's refusal; raises where the engine cannot
   be asked); history_row(att) -> the history row's entry for NAME, or None.
 - ops/NAME.py: start(req, home) and stop(req, home), the ops themselves; status_of(store,
-  att) -> the attempt's status.
+  att) -> the attempt's status (ops.launcher_ops imports it: ops/ sits above this package).
 Here, not in the launchers: choosing must not import them (ops/NAME.py may import
 subprocess, which would cost every default stop ~30 ms of CPU for nothing)."""
 
@@ -52,10 +52,5 @@ def refuse_other(req, latest):
 
 
 def queries(name):
-    """The launcher's light module (NAME.py)."""
+    """The launcher's light module (core/NAME.py)."""
     return __import__(name, globals(), None, ["alive"], 1)
-
-
-def ops(name):
-    """The launcher's ops module (ops/NAME.py)."""
-    return __import__("ops." + name, globals(), None, ["start"], 1)

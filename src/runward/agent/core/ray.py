@@ -9,7 +9,7 @@ import this module on every call (launchers.py)."""
 import json
 import time
 
-from .proc.procfs import HOME_MARKER, MARKER, protected, scan
+from .procfs import HOME_MARKER, MARKER, protected, scan
 from .wire import AgentFailure, bad_input
 
 API_TIMEOUT = 10.0

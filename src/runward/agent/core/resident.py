@@ -19,8 +19,12 @@ import os
 import sys
 import time
 
+try:
+    import _signal as signal  # signal.py's enums cost ~9 ms at import (proc/terminate.py)
+except ImportError:
+    import signal
+
 from . import boot
-from .proc.terminate import signal
 from .wire import AgentFailure, json_dumps, reply
 
 OPS = frozenset(("status", "gpus", "ps", "spec", "health", "hash", "ping", "logs", "nspid", "free_ports",

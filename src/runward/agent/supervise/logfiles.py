@@ -15,8 +15,8 @@ loses no line either: the shim waits for it before it exits, and stop waits for 
 import os
 import sys
 
-from .store import open_log, tail_lines, write_all
-from .wire import bad_input
+from ..core.store import open_log, tail_lines, write_all
+from ..core.wire import bad_input
 
 PIPE_BYTES = 1 << 20  # the pipe's capacity: the job blocks only when the logger is this far behind
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.8's fcntl does not name
@@ -216,7 +216,7 @@ def tail(path, n):
     lines = tail_lines(path, n)
     if len(lines) >= n:
         return lines
-    from .logmetrics.reader import rotated  # the parser's package: only when it is needed
+    from ..logmetrics.reader import rotated  # the parser's package: only when it is needed
     seen = {_stat_ident(path)}  # mid-rotation PATH and PATH.1 are one file for a moment
     for older in reversed(rotated(path)):  # newest first
         if len(lines) >= n:
@@ -270,7 +270,7 @@ def read_on(path, pos):
                 return _read_fd(fd, pos[2], st)
         finally:
             os.close(fd)
-    from .logmetrics.reader import chain
+    from ..logmetrics.reader import chain
     files = chain(path, _At(pos), from_oldest=True)
     try:
         offset = 0

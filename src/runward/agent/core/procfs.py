@@ -3,7 +3,7 @@ from field 22 of /proc/PID/stat: a pid alone is never signalled, pids are reused
 
 import os
 
-from ..boot import BOOTSTRAP_HEAD, SHIM_ARG
+from .boot import BOOTSTRAP_HEAD, SHIM_ARG
 
 # The job's environment carries MARKER=<run name>.<attempt>: descendants inherit it, so
 # children that escaped with setsid or a double fork are still found.

@@ -53,7 +53,7 @@ def resolved(hop) -> str | None:
 
 
 def _ask(cfg: str, hop, depth: int = 0) -> str | None:
-    from .exchange import Spawned
+    from .spawn import Spawned
     dest = f"{hop.user}@{hop.name}" if hop.user else hop.name
     argv = ["ssh", "-G", *(["-F", cfg] if cfg else []), *(["-p", str(hop.port)] if hop.port else []), "--", dest]
     try:

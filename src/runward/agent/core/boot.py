@@ -4,7 +4,7 @@ sides print about a GPU that is still held. Stdlib only and cheap to import: the
 this module on every call, and it imports nothing at module level.
 
 The blob: every *.py of this package, sorted by relative path, as
-"relname\\0source\\0relname\\0source..." (relname like "proc/procfs.py", "ops/start.py"),
+"relname\\0source\\0relname\\0source..." (relname like "core/procfs.py", "ops/start.py"),
 zlib-compressed; its name is the sha256 of the uncompressed bytes. The far side compiles each
 source once, caches the code objects (each one marshalled) by that name, and runs __main__.py,
 which imports the package as the top-level package "runward_agent" from them (no file on disk).
@@ -105,11 +105,11 @@ def sources(pkg_dir):
 
 def blob():
     """(compressed blob or b"", sha256) of the agent that is running: as the bootstrap got
-    it when shipped (b"" when the call sent the hash alone), else built from this directory."""
+    it when shipped (b"" when the call sent the hash alone), else built from the agent's directory."""
     if SHIPPED.get("sha"):
         return SHIPPED.get("source") or b"", SHIPPED["sha"]
     if not _OWN:
-        _OWN[:] = build_blob(os.path.dirname(os.path.abspath(__file__)))
+        _OWN[:] = build_blob(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # agent/, above core/
     return _OWN[0], _OWN[1]
 
 

@@ -18,12 +18,13 @@ listener on node 0 is listen()'s, on the run's coordinator port.
 import errno
 import os
 
-from .wire import json_loads
+from .wire import json_dumps, json_loads
 
 HELLO_S = 5.0       # a connection not proved by then is closed (either side)
 MAX_PENDING = 64    # connections not proved yet, at once: the oldest is closed to make room
 HELLO_LINE = 1024   # the longest line before a connection proved itself
 LINE = 65536        # the longest line after
+PROVED, WAITING, CLOSE = "proved", "waiting", "close"  # handshake()'s answers
 
 
 class Realm(object):
@@ -68,6 +69,28 @@ def proved(realm, mn, st, msg):
     return same(msg.get("proof"), mac(realm, mn, "member", st["rank"], st["nm"], st["nc"]))
 
 
+def handshake(realm, mn, st, chunk, send):
+    """Node 0's side of a connection not proved yet: CHUNK, its next bytes (b"" at EOF), fed
+    to its state ST ({"buf": b""} to begin). Its hello is answered with our proof (send(msg)
+    -> whether it went), then its proof is checked. PROVED: ST's rank says who (ST["buf"]
+    holds what came after the proof); WAITING for more; CLOSE, unheeded: EOF, a line that is
+    neither, a welcome that could not be sent, or a line past HELLO_LINE."""
+    st["buf"] += chunk
+    while chunk and b"\n" in st["buf"]:
+        line, st["buf"] = st["buf"].split(b"\n", 1)
+        msg = parse(line)
+        if "nc" not in st:
+            got = welcome(realm, mn, msg)
+            if got is not None:
+                st.update(got[0])
+            chunk = b"x" if got is not None and send(got[1]) else b""
+        elif proved(realm, mn, st, msg):
+            return PROVED
+        else:
+            chunk = b""
+    return CLOSE if not chunk or len(st["buf"]) > HELLO_LINE else WAITING
+
+
 def answer(realm, mn, rank, nm, msg):
     """The member's proof for node 0's welcome MSG to our hello (nonce NM), or None where
     the welcome does not prove that node 0 knows the secret (not heeded then)."""
@@ -95,6 +118,17 @@ def listen(mn):
         srv.listen(64)
         srv.setblocking(False)
         return srv
+
+
+def send_line(sock, msg):
+    """MSG as one JSON line on SOCK, whole, waiting 5 s at most; False where it could not go
+    (the link is gone: each side says what that means)."""
+    try:
+        sock.settimeout(5.0)
+        sock.sendall((json_dumps(msg) + "\n").encode())
+        return True
+    except OSError:
+        return False
 
 
 def parse(line):

@@ -150,7 +150,7 @@ class RunStore(object):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 self._wait_lock(fd, timeout, on_wait)
-            _write_holder(fd, verb)
+            write_holder(fd, verb)
         except BaseException:
             os.close(fd)
             raise
@@ -201,7 +201,7 @@ class RunStore(object):
     def request_cancel(self, by="stop"):
         """BY: who asks, said by the start it cancels ("stop", "restart": a restart's stop step,
         "health:ACTION")."""
-        from .proc.procfs import read_proc
+        from .procfs import read_proc
         me = read_proc(os.getpid())
         write_json(self.cancel_path(), {"pid": os.getpid(), "start": me.start if me else None, "by": by})
 
@@ -213,7 +213,7 @@ class RunStore(object):
 
     def check_cancel(self):
         """Raise Cancelled when a living stop asked this run's start to give up."""
-        from .proc.procfs import read_proc
+        from .procfs import read_proc
         try:
             req = read_json(self.cancel_path())
         except AgentFailure:
@@ -232,7 +232,7 @@ class RunStore(object):
         """A start holding the lock waits for its GPUs before attempt N exists (lifecycle.start):
         said in the lock's holder name, so that status shows the wait and which attempt it
         will make (an MCP task names that attempt from the start)."""
-        _write_holder(fd, "start", gpu_wait={"attempt": self.next_attempt(), "gpus": list(gpus),
+        write_holder(fd, "start", gpu_wait={"attempt": self.next_attempt(), "gpus": list(gpus),
                                              "timeout_s": timeout, "since": time.time()})
 
     def gpu_wait(self):
@@ -249,7 +249,7 @@ class RunStore(object):
         held = read_holder(fd).get("since")  # the lock's own since stays: "locked by stop ... since"
         doing = {} if signal is None else {"stopping": {"attempt": attempt, "signal": signal, "grace_s": grace,
                                                         "since": time.time()}}
-        _write_holder(fd, "stop", **doing, **({"since": held} if held else {}))
+        write_holder(fd, "stop", **doing, **({"since": held} if held else {}))
 
     def stopping(self):
         """The stop under way ({"attempt", "signal", "grace_s", "since", "pid"}), or None: no
@@ -257,7 +257,7 @@ class RunStore(object):
         return self._live_note("stopping")
 
     def _live_note(self, key):
-        from .proc.procfs import read_proc
+        from .procfs import read_proc
         h = self.holder()
         w = h.get(key)
         if not isinstance(w, dict) or not isinstance(h.get("pid"), int):
@@ -328,11 +328,11 @@ def _cancelled(name, by, pid):
 
 # --- the run lock's holder and a bounded wait for it
 
-def _write_holder(fd, verb, **extra):
+def write_holder(fd, verb, **extra):
     """Name the holder in the lock file, through the lock's own descriptor (a rename would
     make a new file nobody holds the lock on). extra: what the holder is doing, for status
     (a start's gpu_wait: RunStore.note_gpu_wait)."""
-    from .proc.procfs import read_proc
+    from .procfs import read_proc
     me = read_proc(os.getpid())
     data = json_dumps(dict({"verb": verb, "pid": os.getpid(), "start": me.start if me else None,
                             "since": time.time()}, **extra)).encode()

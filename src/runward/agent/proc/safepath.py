@@ -12,7 +12,7 @@ import errno
 import os
 import stat
 
-from .wire import AgentFailure
+from ..core.wire import AgentFailure
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup (ELOOP)

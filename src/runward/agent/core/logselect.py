@@ -188,7 +188,7 @@ def forwards(path, lo, hi):
 def _since(path, parts, cutoff, match, keep):
     """Lines of the sections `parts` whose time is cutoff or later. (lines, truncated,
     since_by): "timestamps", "attempt_start" (no selected line had one) or "both"."""
-    from .logmetrics.clock import Clock
+    from ..logmetrics.clock import Clock
     clock = Clock(time.time())
     got = collections.deque(maxlen=keep or None)
     count, by = 0, set()
