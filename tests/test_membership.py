@@ -135,12 +135,12 @@ def test_the_shim_adopted_escapee_is_a_member_as_root_with_a_cgroup(cli):
         kill_all(procs_with(f"sleep\0{token}\0".encode()))
 
 
-MEMBER_USER = "rwmember"  # not test_trust's user: its teardown's `pkill -u` must never hit ours
+MEMBER_USER = "rwmember"  # not test_stop_signals' user: its teardown's `pkill -u` must never hit ours
 
 
 @pytest.fixture
 def ordinary(tmp_path):
-    """A CLI runner as an ordinary user: no cgroup of its own (as tests/test_trust.py's
+    """A CLI runner as an ordinary user: no cgroup of its own (as tests/test_stop_signals.py's
     nonroot, with a user of its own)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create and switch to an ordinary user")
