@@ -4,7 +4,7 @@ SEP-2663; docs/agents.md, "Long waits as tasks").
 Why: clients drop a tools/call that stays silent for 30 s to 30 min, and a start's settle, a
 stop's grace or a watch window can last longer. A client that declares the extension on its
 request gets a task handle at once and polls tasks/get; any other client gets the plain call
-with progress notifications (mcpserver._with_progress), as before.
+with progress notifications (mcpserver._with_progress).
 
 A task's id names the verb, the run, the attempt and the target ("start:NAME:3@ssh://gpu1#...",
 the part after '#' the creation time, the wait's length, and w=1 for a start handed out while it
