@@ -293,7 +293,7 @@ def _ready_seen(t: Tid, config: str | None) -> bool:
 
 def judge(t: Tid, run: dict, doc: dict, ready_seen: bool | None = None) -> tuple[str, str, bool]:
     """(task status, message, is_error) from the run's status now: how a server process that
-    did not create the task answers (docs/agents.md has the table)."""
+    did not create the task answers (docs/agents.md lists them by verb)."""
     if (run.get("attempt") or 0) > t.attempt:
         return "completed", f"attempt {t.attempt} of {t.name} was followed by attempt {run['attempt']}; " \
                             "`history` says how it ended", False
