@@ -11,19 +11,8 @@ import time
 import pytest
 
 from conftest import marked, wait_for
-from test_attribution import _torchrun
-
-HANG_JOB = """\
-import time, torch, torch.distributed as dist
-dist.init_process_group("gloo")
-rank, t = dist.get_rank(), torch.ones(4)
-for step in range(100000):
-    if rank == 1 and step == 8:
-        time.sleep(3600)  # rank 1 stops in its loop; rank 0 waits for it in all_reduce
-    print("step %d loss 1.0" % step, flush=True)
-    dist.all_reduce(t)
-    time.sleep(0.2)
-"""
+from helpers_attribution import _torchrun
+from helpers_stall import HANG_JOB
 
 SLOW_JOB = """\
 import os, time

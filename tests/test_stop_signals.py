@@ -179,7 +179,6 @@ def test_session_member_that_cleared_its_env_outlives_the_leader(nonroot):
     assert not [q for q in stray if alive(q)], stray
 
 
-
 def test_replace_uses_the_old_attempts_grace(cli, tmp_path):
     """The old job needs its own (long) grace to checkpoint; --replace must not cut it short
     with the new request's default."""
