@@ -364,7 +364,7 @@ def test_a_rank_that_stops_while_the_other_computes_on_is_a_straggler_by_its_log
 def test_mcp_status_and_watch_tools_say_the_stall(cli):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
-    from test_mcp import _call, _session
+    from helpers_mcp import _call, _session
     name = f"mcpq{os.getpid()}"
     rc, doc = cli.json("start", name, "--stall-after", "1", "--settle", "0.2", "--", "python3", "-c",
                        "import time; print('step 1', flush=True); time.sleep(3600)")

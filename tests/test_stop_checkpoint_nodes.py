@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import EXAMPLE
-from test_slurm import sb  # noqa: F401  (the Slurm testbed fixture)
+from helpers_slurm import sb  # noqa: F401  (the Slurm testbed fixture)
 
 PY = sys.executable
 CKPT_ENV = ["--env", "TRAIN_STEP_SECONDS=0.05", "--env", "TRAIN_WORKERS=0", "--env", "TRAIN_ESCAPEE=0",
