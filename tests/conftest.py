@@ -207,6 +207,15 @@ def exited_attempt(cli: CLI, name: str, attempt: int) -> dict:
     return wait_for(done, timeout=60, what=f"attempt {attempt} of {name} to exit")
 
 
+def attempt_record(cli: CLI, name: str, n: int = 1) -> dict:
+    """Attempt N's record of NAME as the shim wrote it, or {} while it is missing or half-read."""
+    p = cli.home / "runs" / name / "attempts" / f"{n}.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

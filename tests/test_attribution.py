@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,15 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from conftest import wait_for  # noqa: E402
-from runward.agent.health.attribution import attribute_log  # noqa: E402
-
-LOGS = ROOT / "tests" / "fixtures" / "logs"
-
-
-def attr(name: str) -> dict:
-    res = attribute_log(str(LOGS / name))
-    json.dumps(res, allow_nan=False)  # the agent sends it as JSON
-    return res
+from helpers_attribution import OOM_JOB, _torchrun, attr  # noqa: E402
 
 
 def test_gloo_job_whose_rank_1_ran_out_of_memory_names_rank_1_and_rank_0_as_cascade():
@@ -71,24 +62,6 @@ def test_plain_traceback_of_a_single_process_job():
     res = attr("cuda_oom.log")
     assert res["root"]["kind"] == "cuda_oom" and res["root"]["rank"] is None and res["effects"] == []
     assert res["summary"] == "root cause: CUDA out of memory"
-
-
-def _torchrun() -> str | None:
-    here = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    return here if os.path.exists(here) else os.environ.get("RUNWARD_TEST_TORCHRUN") or shutil.which("torchrun")
-
-
-OOM_JOB = """\
-import time, torch, torch.distributed as dist
-dist.init_process_group("gloo")
-rank, t = dist.get_rank(), torch.ones(4)
-for step in range(10000):
-    if rank == 1 and step == 5:
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (a stand-in, on CPU)")
-    dist.all_reduce(t)
-    print("step %d loss 1.0" % step, flush=True)
-    time.sleep(0.1)
-"""
 
 
 def test_real_torchrun_job_status_names_the_oom_rank_and_rank_0_as_cascade(cli, tmp_path):

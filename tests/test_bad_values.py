@@ -71,7 +71,7 @@ def test_api_on_and_name_of_the_wrong_type_are_bad_input_results(lib):
 def test_mcp_huge_seconds_and_nul_are_bad_input_and_nothing_started(cli):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
-    from test_mcp import _session
+    from helpers_mcp import _session
     name = fresh_name("rvCm")
     cases = [("start", {"name": name, "command": SLEEP, "settle": 1e30}),
              ("start", {"name": name, "command": [*SLEEP, "a\0b"], "settle": 0.2}),

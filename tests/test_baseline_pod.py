@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from conftest import EXAMPLE, env_flags, exited_attempt
-from test_ledger import FAST, _attempt_lines, _printed_tok_s, _steps_past, _watch, pod  # noqa: F401
+from helpers_ledger import FAST, _attempt_lines, _printed_tok_s, _steps_past, _watch
+from podjob import pod  # noqa: F401  (the fixture)
 
 
 def test_a_baseline_rule_over_ssh_into_a_container_fires_only_on_the_slower_attempt(pod):  # noqa: F811

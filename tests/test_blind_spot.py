@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from conftest import alive, wait_for
-from test_membership import kill_all, ordinary, procs_with, record, stat_fields  # noqa: F401 (a fixture)
+from helpers_membership import kill_all, ordinary, procs_with, record, stat_fields  # noqa: F401 (a fixture)
 
 
 # --- the lingering shim killed: what it held goes to pid 1, and nothing says so ---------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_targets import _kill_marked, rcli, tb  # noqa: F401 - fixtures
+from helpers_targets import _kill_marked, rcli, tb  # noqa: F401 - fixtures
 
 JOB = ("import signal,sys,time\n"
        "n=[0]\n"

@@ -17,10 +17,8 @@ import pytest
 
 import testbed
 from conftest import CLI
+from helpers_container import IMAGE, OPTS
 
-IMAGE = "localhost/runward-testbed:bookworm"
-OPTS = ["--network", "none", "--ulimit", "nofile=1024:4096", "--ulimit", "nproc=4096:4096",
-        "--label", "runward-testbed=1"]  # scripts/testbed's RUN_OPTS, minus --init
 STDLIB_PACKAGES = ["python3", "python3.11", "libpython3-stdlib", "libpython3.11-stdlib"]
 
 

@@ -3,7 +3,7 @@ attributions of real logs (tests/fixtures/logs, sources in test_attribution.py).
 
 from __future__ import annotations
 
-from test_attribution import attr
+from helpers_attribution import attr
 
 from runward.multinode.verdict import verdict
 from runward.views.nodesview import render

@@ -11,7 +11,7 @@ import json
 import os
 
 from conftest import alive
-from test_membership import ordinary, record  # noqa: F401 (a fixture)
+from helpers_membership import ordinary, record  # noqa: F401 (a fixture)
 
 
 def test_a_file_edited_on_the_target_inside_a_pushed_directory_is_drift(cli, tmp_path):

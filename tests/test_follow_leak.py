@@ -20,6 +20,7 @@ import pytest
 
 import testbed
 from conftest import CLI, marked, read_stat, wait_for
+from helpers_follow import _children
 
 BOOTSTRAP_WORDS = b"import sys,os,marshal"
 
@@ -62,13 +63,6 @@ def _agents_in(pidns: str) -> dict[int, int]:
         if BOOTSTRAP_WORDS in cmd and b"runward-shim" not in cmd and st and st[0] not in ("Z", "X"):
             out[int(d)] = st[1]
     return out
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 @pytest.mark.parametrize("how", ["sigint", "kill-hop-child", "kill-cli"])

@@ -13,7 +13,7 @@ import os
 import time
 
 from conftest import alive, wait_for
-from test_restart_gate_nodes import _config
+from helpers_restart_gate import _config
 from gatenodes import env, happens, in_rw2, record, restart_blocked, shim_alive, start_run  # noqa: F401 (env: the fixture)
 
 
@@ -120,7 +120,7 @@ def test_stop_on_a_member_whose_own_stop_is_not_verified_still_cancels_node_0(cl
 #    as tests/test_gatebarrier_tell.py runs it (orderings the testbed cannot force)
 
 def _gate():
-    from test_gatebarrier_tell import Side, _ended, _mn, _port
+    from helpers_gatebarrier import Side, _ended, _mn, _port
     return Side, _ended, _mn, _port
 
 

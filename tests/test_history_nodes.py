@@ -9,7 +9,7 @@ import json
 import re
 
 from conftest import wait_for
-from test_multinode import _config, _log, mn  # noqa: F401  (the fixture: ssh testbed, a name)
+from helpers_multinode import _config, _log, mn  # noqa: F401  (the fixture: ssh testbed, a name)
 
 
 def test_history_of_two_nodes_says_where_the_nodes_differ(cli, tmp_path, mn):  # noqa: F811

@@ -8,7 +8,7 @@ import json
 import subprocess
 import uuid
 
-from test_slurm import sb  # noqa: F401  (the fixture: an empty queue, the partition)
+from helpers_slurm import sb  # noqa: F401  (the fixture: an empty queue, the partition)
 
 
 def test_history_says_each_slurm_attempts_job_state_and_exit(cli, sb):  # noqa: F811

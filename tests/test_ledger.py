@@ -7,32 +7,21 @@ into a container (testbed)."""
 from __future__ import annotations
 
 import hashlib
-import re
 import statistics
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import CLI, EXAMPLE, env_flags, exited_attempt, wait_for
+from conftest import CLI, EXAMPLE, env_flags, exited_attempt
 from podjob import pod  # noqa: F401 (the fixture)
+from helpers_ledger import FAST, _attempt_lines, _printed_tok_s, _steps_past, _watch
 
 SECRET = "hf_" + uuid.uuid4().hex  # a secret's value: never in any output
-FAST = ["TRAIN_STEP_SECONDS=0.05", "TRAIN_STEPS=40", "TRAIN_WORKERS=0", "TRAIN_ESCAPEE=0"]
 
 
 def sha8(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:8]
-
-
-def _printed_tok_s(log_lines: list[str]) -> list[float]:
-    return [float(m.group(1)) for ln in log_lines for m in [re.search(r"tok/s ([0-9.]+)", ln)] if m]
-
-
-def _attempt_lines(cli: CLI, name: str, n: int) -> list[str]:
-    rc, doc = cli.json("logs", name, "--attempt", str(n))
-    assert rc == 0, doc
-    return doc["result"]["lines"]
 
 
 def _check_history(cli: CLI, name: str, old: bytes, new: bytes, path_end: str) -> None:
@@ -203,17 +192,6 @@ def test_compare_never_keeps_a_secret_and_rm_removes_what_it_kept(cli):
 
 
 # --------------------------------------------------------------------------- baselines in health rules
-
-def _watch(cli: CLI, name: str, for_s: str) -> tuple[int, dict]:
-    return cli.json("watch", name, "--for", for_s, timeout=120)
-
-
-def _steps_past(cli: CLI, name: str, attempt: int, step: int) -> None:
-    def there():
-        lines = _attempt_lines(cli, name, attempt)
-        return any(re.match(rf"step {step} ", ln) for ln in lines)
-    wait_for(there, timeout=60, what=f"attempt {attempt} of {name} to reach step {step}")
-
 
 def test_a_baseline_rule_fires_on_a_slower_attempt_and_not_on_an_equal_one(cli):
     name = f"lb{uuid.uuid4().hex[:6]}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_golden_json import check
+from helpers_golden import check
 
 
 def _pid1_is_the_machines(doc: dict) -> dict:
@@ -106,7 +106,7 @@ def _py_spy() -> None:
 
 
 def test_library_stacks_is_the_clis_stacks_document(cli, tmp_path, lib, no_verb):
-    from test_golden_json import start
+    from helpers_golden import start
     _py_spy()
     start(cli, "g-stacks")
     no_verb("stacks")
@@ -117,7 +117,7 @@ def test_library_stacks_is_the_clis_stacks_document(cli, tmp_path, lib, no_verb)
 
 def test_stacks_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
     from runward.operations.stacks import StacksOptions, stacks
-    from test_golden_json import start
+    from helpers_golden import start
     _py_spy()
     start(cli, "g-stacks")
     out = stacks(StacksOptions(name="g-stacks"))

@@ -5,7 +5,7 @@ whose document is the CLI's --json document, held to the very golden the CLI is
 
 from __future__ import annotations
 
-from test_golden_json import _deploy_config, check
+from helpers_golden import _deploy_config, check
 
 
 def test_library_push_is_the_clis_push_document(cli, tmp_path, lib):

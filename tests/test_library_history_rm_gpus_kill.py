@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import marked, wait_for
-from test_golden_json import JOB, check, restarted, start, stepped
+from helpers_golden import JOB, check, restarted, start, stepped
 
 
 def _cli_text(cli, *args: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import wait_for
-from test_golden_json import check, start, stepped
+from helpers_golden import check, start, stepped
 
 
 def test_library_logs_is_the_clis_logs_document(cli, tmp_path, lib, no_verb):

@@ -4,7 +4,7 @@ document, held to the very golden the CLI's is (tests/golden/), for the same run
 
 from __future__ import annotations
 
-from test_golden_json import check, job
+from helpers_golden import check, job
 
 ENV = {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_SEED": "0"}  # test_golden_json's ENV, as the library takes it
 
@@ -41,7 +41,7 @@ def test_library_start_checks_its_options_as_the_flags_are_checked(cli, lib):
 
 
 def test_library_restart_is_the_clis_restart_document(cli, tmp_path, lib):
-    from test_golden_json import start as cli_start
+    from helpers_golden import start as cli_start
     cli_start(cli, "g-restart")
     res = lib.restart("g-restart")
     assert res.ok, res.to_json()
@@ -50,7 +50,7 @@ def test_library_restart_is_the_clis_restart_document(cli, tmp_path, lib):
 
 def test_restart_operation_answers_the_clis_document_and_text(cli, tmp_path, lib):
     from runward.operations.restart import RestartOptions, restart
-    from test_golden_json import start as cli_start
+    from helpers_golden import start as cli_start
     cli_start(cli, "g-restart")
     out = restart(RestartOptions(name="g-restart"))
     assert out.code == 0 and "spec from" in out.render(), out.document

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_golden_json import check, start
+from helpers_golden import check, start
 
 
 def test_library_stop_is_the_clis_stop_document(cli, tmp_path, lib):
@@ -32,7 +32,7 @@ def test_library_stop_checks_its_options_as_the_flags_are_checked(cli, lib, kw, 
 
 
 def test_library_status_is_the_clis_status_document(cli, tmp_path, lib):
-    from test_golden_json import stepped
+    from helpers_golden import stepped
     start(cli, "g-status")
     stepped(cli, "g-status")
     res = lib.status("g-status")

@@ -23,7 +23,7 @@ CASES = [{"gpus": [True]}, {"gpus": [1.0]}, {"gpus": ["0"]}, {"settle": "0.5"}, 
 def test_mcp_start_refuses_what_the_library_refuses_and_starts_nothing(cli, lib):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
-    from test_mcp import _session
+    from helpers_mcp import _session
     # a person allows exec here, so a start with its own command passes the allow check
     (cli.cwd / "runward.toml").write_text('[mcp]\nallow = ["start", "stop", "exec", "status"]\n')
     names = [fresh_name("mcs") for _ in CASES]
@@ -57,7 +57,7 @@ SWITCHES = [("start", {"replace": "yes"}), ("restart", {"deploy": "yes"}), ("kil
 def test_mcp_switches_and_whole_numbers_are_refused_as_the_library_refuses_them(cli, lib):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
-    from test_mcp import _session
+    from helpers_mcp import _session
     (cli.cwd / "runward.toml").write_text('[mcp]\nallow = ["start", "restart", "kill", "logs", "exec", "status"]\n')
     name = fresh_name("mcw")
     # a process the kill's pattern matches: a kill taking "yes" as true would signal it

@@ -10,46 +10,13 @@ import json
 import os
 import re
 import signal
-import uuid
 
 import pytest
 
 import testbed
 from conftest import EXAMPLE, alive, marked, wait_for
 from runward.multinode import nodes as multinode
-
-FAST = {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_WORKERS": "1", "TRAIN_ESCAPEE": "0"}
-
-
-def _config(tmp_path, hosts: list[str], name: str, extra: str = "") -> None:
-    lines = []
-    for i, h in enumerate(hosts):
-        lines += [f"[targets.n{i}]", f'on = "ssh://{h}"', f'home = "{tmp_path}/node{i}"', ""]
-    env = ", ".join(f'{k} = "{v}"' for k, v in FAST.items())
-    lines += [f"[runs.{name}]", "nodes = [" + ", ".join(f'"n{i}"' for i in range(len(hosts))) + "]",
-              f'command = ["python3", "{EXAMPLE}", "--rank={{node_rank}}", "--of={{nnodes}}"]',
-              f"env = {{ {env} }}", "settle = 0.5", extra]
-    (tmp_path / "work" / "runward.toml").write_text("\n".join(lines) + "\n")
-
-
-@pytest.fixture
-def mn(cli, tmp_path):
-    tb = testbed.require("ssh")
-    cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])
-    name = "mn" + uuid.uuid4().hex[:6]
-    yield name
-    cli.run("stop", name, "--grace", "2")
-    for pid, start in marked(name + ".").items():  # whatever a failed assertion left, by pid + start
-        if alive(pid, start):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _rows(doc: dict) -> list[dict]:
-    return doc["result"]["nodes"]
-
-
-def _log(tmp_path, rank: int, name: str) -> str:
-    return (tmp_path / f"node{rank}" / "runs" / name / "log").read_text()
+from helpers_multinode import _config, _log, _rows, _torchrun, mn  # noqa: F401  (mn: fixture)
 
 
 def test_two_nodes_talk_status_logs_and_stop_everywhere(cli, tmp_path, mn):
@@ -298,14 +265,6 @@ def test_placeholders_expand_in_argv_words_only():
 def test_on_twice_is_refused_by_a_one_target_verb(cli):
     rc, doc = cli.json("restart", "x", "--on", "local", "--on", "ssh://rw1")
     assert rc == 2 and "acts on one target" in doc["error"]["message"], doc
-
-
-def _torchrun() -> str | None:
-    """torchrun beside this interpreter (CI installs torch==2.13.0, the extra `torch`), else None."""
-    import shutil
-    import sys
-    here = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    return here if os.path.exists(here) else os.environ.get("RUNWARD_TEST_TORCHRUN") or shutil.which("torchrun")
 
 
 def test_torchrun_gloo_over_two_hosts(cli, tmp_path, mn):

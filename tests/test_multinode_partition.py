@@ -12,7 +12,7 @@ import time
 
 import testbed
 from conftest import marked, wait_for
-from test_multinode import _config, _rows, mn  # noqa: F401 (mn: the fixture)
+from helpers_multinode import _config, _rows, mn  # noqa: F401 (mn: the fixture)
 
 NS = ["nsenter", "--net=/run/netns/runward-rw2"]
 

@@ -17,9 +17,9 @@ import pytest
 import fakegpu
 from conftest import CLI, EXAMPLE, alive, wait_for
 from supervised import rec, records, shim_gone, sup  # noqa: F401 (sup: the fixture)
+from helpers_progress import FAST, _events
 
 PY = sys.executable
-FAST = ["--env", "TRAIN_STEP_SECONDS=0.02", "--env", "TRAIN_WORKERS=0", "--env", "TRAIN_ESCAPEE=0"]
 
 
 def start(c: CLI, name: str, *args: str) -> tuple[int, dict]:
@@ -169,10 +169,6 @@ def test_gpu_gate_blocks_while_another_process_holds_the_gpu_then_starts_by_itse
     finally:
         holder.kill()
         holder.wait()
-
-
-def _events(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
 
 
 def test_gpu_gate_ends_the_old_attempts_leftover_and_waits_for_its_memory(gsup):

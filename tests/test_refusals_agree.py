@@ -149,7 +149,7 @@ MCP_BAD = [("start", {"settle": -1}), ("start", {"grace": "abc"}), ("start", {"g
 def test_mcp_bad_values_are_error_results_with_exit_code_2_and_the_server_answers_after(cli):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
-    from test_mcp import _session
+    from helpers_mcp import _session
     name = fresh_name("rv7p")
     got = {}
 

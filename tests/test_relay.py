@@ -20,47 +20,9 @@ import pytest
 import testbed
 from conftest import CLI, alive, wait_for
 from runward.transport import agentcall as transport
-from runward.targets import parse_target
-from test_follow_leak import _children
-from test_resident import _ppid, _records, far  # noqa: F401  (far: the fixture)
-
-RELAY = b"relay.py"
-
-
-def _relays(listen: str | None = None) -> list[int]:
-    """pids of the local relays (of the one listening at listen)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(c.endswith(b"/runward/transport/" + RELAY) for c in cmd) and (listen is None or listen.encode() in cmd):
-            out.append(int(d))
-    return out
-
-
-def _paths(far) -> tuple[str, str]:
-    name = _records(far.entry())[-1]
-    d = transport.control_dir()
-    return os.path.join(d, "r-" + name), os.path.join(d, "p-" + name)
-
-
-def _through_relay(far) -> str:
-    """Calls until one goes through the relay (the first starts the resident, the second
-    starts the relay with its connection); the relay's listening path."""
-    far.call({"op": "status"})
-    assert transport.LAST_ROUTE == "exec"
-    wait_for(far.listening, what="the resident's socket")
-    far.call({"op": "status"})
-    assert (transport.LAST_ROUTE, transport.LAST_WAY) == ("resident", "forward")
-    listen = _paths(far)[1]
-    wait_for(lambda: _relays(listen) and os.path.exists(listen), what="the relay to listen")
-    far.call({"op": "status"})
-    assert (transport.LAST_ROUTE, transport.LAST_WAY) == ("resident", "relay")
-    return listen
+from helpers_follow import _children
+from helpers_resident import _ppid, far  # noqa: F401  (far: the fixture)
+from helpers_relay import _end_master, _paths, _relays, _through_relay
 
 
 def test_a_call_through_the_relay_is_answered_now_by_a_child_forked_for_it(far, tmp_path):
@@ -142,19 +104,6 @@ def test_a_killed_resident_takes_its_kept_connections_along(far):
     wait_for(lambda: far.call({"op": "status"}) is not None and transport.LAST_WAY == "relay",
              what="the relay to reach the new resident")
     assert _children(new)
-
-
-def _end_master(far) -> str:
-    """A relay at work, then its control master told to exit, and a call after it (the
-    ordinary way, a new master and forward); the old relay's listening path, once it exited."""
-    listen = _through_relay(far)
-    pid = _relays(listen)[0]
-    rw1 = parse_target("ssh://rw1").hops[0]
-    subprocess.run(rw1.ssh_argv(transport.ssh_base(), ["-O", "exit"]), capture_output=True, check=True)
-    far.call({"op": "status"})  # a new master: the ordinary way, a new forward after it
-    assert transport.LAST_ROUTE == "exec"
-    wait_for(lambda: not alive(pid), what="the old master's relay to exit")
-    return listen
 
 
 def test_the_relay_ends_with_its_control_master(far):

@@ -14,7 +14,7 @@ import threading
 from conftest import alive, wait_for
 from runward.transport import residentroute, agentcall as transport
 from runward.targets import parse_target
-from test_resident import far  # noqa: F401  (the fixture)
+from helpers_resident import far  # noqa: F401  (the fixture)
 
 
 def _fds(pid: int) -> dict[int, str]:
@@ -170,7 +170,7 @@ def test_a_resident_that_ended_idle_is_no_failure(far, monkeypatch):
     relay, for good (this agent version): every warm call paid the ordinary way again. A
     resident that ended on its own is told (no socket left behind) from one killed (its
     socket stays), and only the second counts."""
-    from test_resident import _records
+    from helpers_resident import _records
     monkeypatch.setenv("RUNWARD_RESIDENT_IDLE", "2")
     far.call({"op": "status"})
     assert transport.LAST_ROUTE == "exec"
@@ -187,7 +187,7 @@ def test_a_resident_that_ended_idle_is_no_failure(far, monkeypatch):
 def test_a_killed_resident_still_counts_as_a_failure(far):
     """(The rule above keeps its reason: a resident killed each time, its socket left behind,
     is given up after two tries in a row.)"""
-    from test_resident import _records
+    from helpers_resident import _records
     far.call({"op": "status"})
     for _ in range(2):
         pid = wait_for(far.resident, what="the resident")
@@ -205,7 +205,7 @@ def test_a_master_gone_leaves_no_relay_files_behind(far):
     """Every control master that exits (ControlPersist, a link down) ends a forward and its
     relay; the next call sets up a new one. The old relay's lock file stayed in the control
     directory for good (one more file for every master gone)."""
-    from test_relay import _end_master
+    from helpers_relay import _end_master
     listen = _end_master(far)
     left = sorted(n for n in os.listdir(os.path.dirname(listen)) if n.startswith(os.path.basename(listen)))
     assert left == [], left
@@ -217,7 +217,8 @@ def test_a_stopped_far_child_of_a_kept_connection_is_passed_by(far):
     without end (the forward's fresh child per connection never had this). The far child
     now says it took a request (an empty line) before it runs it; a kept connection silent
     for the relay's ACK_S is let go and the call asked on another."""
-    from test_relay import _children, _through_relay
+    from helpers_follow import _children
+    from helpers_relay import _through_relay
     _through_relay(far)
     kept = _children(far.resident())
     assert kept

@@ -130,7 +130,7 @@ def test_a_multi_node_restart_checks_each_nodes_copy_of_files_never_deployed(tmp
     the first attempt's pid still running on the node left behind)."""
     import testbed
     from conftest import CLI
-    from test_container_init import IMAGE, OPTS
+    from helpers_container import IMAGE, OPTS
     tb = testbed.require("podman")
     (tmp_path / "work").mkdir()
     c = CLI(tmp_path / "home", tmp_path / "work")

@@ -15,7 +15,7 @@ import pytest
 import fakegpu
 from conftest import EXAMPLE, alive, marked, wait_for
 from supervised import end_shims, rec, records, shim_gone
-from test_progress import FAST, _events
+from helpers_progress import FAST, _events
 
 PY = sys.executable
 

@@ -19,7 +19,7 @@ import fakegpu
 from conftest import alive, wait_for
 from gatenodes import (Holders, both_run, env, free, happens, in_rw2, record, restart_blocked,  # noqa: F401 (env: the fixture)
                        shim_alive, start_run)
-from test_restart_gate_nodes import _config
+from helpers_restart_gate import _config
 
 
 def test_node0_held_instead_of_node1_blocks_then_all_start(cli, tmp_path, env):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from conftest import fresh_name
-from test_multinode import _config, mn  # noqa: F401  (mn: the fixture)
+from helpers_multinode import _config, mn  # noqa: F401  (mn: the fixture)
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
 

@@ -152,7 +152,7 @@ def test_the_python_api_and_the_mcp_tool_offer_the_same_choice(cli, tmp_path, mo
     assert not alive(*job) and sha((dest / "job.py").read_bytes()) != sha((cli.cwd / "job.py").read_bytes())
     job = only(marked(f"{name}.2"))
     pytest.importorskip("mcp", reason="the MCP half needs the MCP SDK: pip install -e '.[mcp]'")
-    from test_mcp import _call, _session
+    from helpers_mcp import _call, _session
     import anyio
 
     async def main():
@@ -201,7 +201,7 @@ def test_a_multi_node_restart_with_a_node_down_stops_no_node(tmp_path):
     import uuid
     import testbed
     from conftest import CLI, alive
-    from test_container_init import IMAGE, OPTS
+    from helpers_container import IMAGE, OPTS
     tb = testbed.require("podman")
     (tmp_path / "work").mkdir()
     c = CLI(tmp_path / "home", tmp_path / "work")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import testbed
 from conftest import wait_for
-from test_slurm import in_queue, sb  # noqa: F401 (sb: the Slurm testbed fixture)
+from helpers_slurm import in_queue, sb  # noqa: F401 (sb: the Slurm testbed fixture)
 
 # 60 numbered lines of ~100 bytes through a 1K log_max: the log rotates about six times
 LINES = 60

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import testbed
 from conftest import marked, wait_for
-from test_slurm import in_queue, sb, slurm_testbed  # noqa: F401 (sb: the Slurm testbed fixture)
+from helpers_slurm import in_queue, sb, slurm_testbed  # noqa: F401 (sb: the Slurm testbed fixture)
 
 
 def _squeue(job_id: str) -> str:

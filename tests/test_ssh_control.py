@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -20,23 +19,9 @@ import testbed
 from conftest import CLI, wait_for
 from runward.transport import agentcall as transport
 from runward.agent.core import boot
-from test_relay import _relays, _through_relay
-from test_resident import _ppid, far  # noqa: F401  (the fixture)
-
-
-def _masters(control: str) -> list[int]:
-    """pids of the ssh ControlPersist masters whose socket is in control (their process title
-    is "ssh: <ControlPath> [mux]")."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmd.startswith(b"ssh: " + control.encode() + b"/") and b"[mux]" in cmd:
-                out.append(int(d))
-    return out
+from helpers_relay import _relays, _through_relay
+from helpers_resident import _ppid, far  # noqa: F401  (the fixture)
+from helpers_ssh_control import _end_masters, _masters
 
 
 def _in_dir(path: Path) -> list[tuple[int, str]]:
@@ -55,14 +40,6 @@ def _in_dir(path: Path) -> list[tuple[int, str]]:
         if cwd == root or cwd.startswith(root + "/"):
             out.append((int(d), cmd))
     return out
-
-
-def _end_masters(control: str) -> None:
-    for pid in _masters(control):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture

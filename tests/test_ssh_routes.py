@@ -22,7 +22,7 @@ import pytest
 import testbed
 from conftest import CLI, wait_for
 from runward.transport import agentcall as transport
-from test_ssh_control import _end_masters
+from helpers_ssh_control import _end_masters
 
 
 def _netns(pid_or_path) -> int:
@@ -97,7 +97,7 @@ def box(tmp_path, monkeypatch):
 
 
 def _lock_holder(cache: Path) -> int | None:
-    from test_resident import _lock_holder as holder
+    from helpers_resident import _lock_holder as holder
     return holder(cache)
 
 

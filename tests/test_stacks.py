@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
+from helpers_stacks import BLOCKED, _remote, _start, _stop, needs_spy
 
 ROOT = Path(__file__).resolve().parents[1]
-SPY = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-needs_spy = pytest.mark.skipif(not os.path.exists(SPY), reason="py-spy is not installed (pip install -e '.[stacks]')")
 
 CAPTURE = """\
 import json, os, sys
@@ -35,22 +34,6 @@ def capture(cli, name, python=sys.executable, path=None) -> dict:
     p = subprocess.run([python, "-c", CAPTURE, name], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
-
-
-BLOCKED = """\
-import time
-def wait_for_the_lock_forever():
-    print("ready", flush=True)
-    while True:
-        time.sleep(0.5)
-wait_for_the_lock_forever()
-"""
-
-
-def _start(cli, tmp_path, name, *argv):
-    rc, doc = cli.json("start", name, "--settle", "0.2", "--ready", "ready", "--", *argv, timeout=120)
-    assert rc == 0, doc
-    return doc
 
 
 @needs_spy
@@ -154,30 +137,6 @@ def test_the_stacks_verb_names_the_frame_and_keeps_the_capture(cli, tmp_path):
         cli.run("stop", name, "--grace", "2")
     p = cli.run("stacks", f"nosuch{os.getpid()}")
     assert p.returncode == 4, (p.returncode, p.stdout, p.stderr)
-
-
-BLOCKED_C = ("import time\ndef wait_for_the_lock_forever():\n    print('ready', flush=True)\n"
-             "    while True:\n        time.sleep(0.5)\nwait_for_the_lock_forever()\n")
-
-
-def _remote(cli, tmp_path, feature, on, tag):
-    """A run of BLOCKED_C on ON, as target `t` whose runward home is this test's own (so a
-    py-spy brought there is this test's, found missing first)."""
-    import testbed
-    tb = testbed.require(feature)
-    cli.env.update(testbed.env(tb, cli.env), RUNWARD_SSH_CONFIG=tb["ssh_config"])
-    name = f"stk{tag}{os.getpid()}"
-    home = f"/tmp/rwstk-{tag}-{os.getpid()}"
-    (cli.cwd / "runward.toml").write_text(f'[targets.t]\non = "{on}"\nhome = "{home}"\n')
-    rc, doc = cli.json("start", name, "--on", "t", "--settle", "0.2", "--ready", "ready", "--",
-                       "python3", "-c", BLOCKED_C, timeout=120)
-    assert rc == 0, doc
-    return name
-
-
-def _stop(cli, name, on):
-    cli.run("stop", name, "--on", "t", "--grace", "2")
-    cli.run("exec", "--on", "t", "--", "rm", "-rf", f"/tmp/rwstk-{name[3:6]}-{os.getpid()}")
 
 
 @needs_spy

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from test_stacks import SPY, _remote, _stop, needs_spy
+from helpers_stacks import SPY, _remote, _stop, needs_spy
 
 
 @needs_spy

@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from conftest import ROOT
-from test_stacks import BLOCKED, needs_spy
+from helpers_stacks import BLOCKED, needs_spy
 
 pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
 import anyio  # noqa: E402  (installed with mcp)
 
-from test_mcp import _call, _session  # noqa: E402
+from helpers_mcp import _call, _session  # noqa: E402
 
 
 @needs_spy
@@ -57,7 +57,7 @@ def test_an_agent_brings_py_spy_through_the_stacks_tool(cli, tmp_path):
     import shutil
 
     from runward.views.stacksview import local_py_spy
-    from test_stacks import _remote, _stop
+    from helpers_stacks import _remote, _stop
     name = _remote(cli, tmp_path, "ssh", "ssh://rw1", "mcp")
     dest = f"/tmp/rwstk-mcp-{os.getpid()}/tools/py-spy"
     try:

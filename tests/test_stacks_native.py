@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from test_stacks import BLOCKED, _start, needs_spy
+from helpers_stacks import BLOCKED, _start, needs_spy
 
 
 @needs_spy

@@ -14,7 +14,7 @@ import pytest
 
 import testbed
 from conftest import alive, marked
-from test_stacks import needs_spy
+from helpers_stacks import needs_spy
 
 # RANK in the process's own environment (what stacks reads from /proc/PID/environ): the job
 # re-executes itself with it, as torchrun's workers are started with theirs

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_stacks import SPY, needs_spy
+from helpers_stacks import SPY, needs_spy
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534

@@ -11,19 +11,8 @@ import time
 import pytest
 
 from conftest import marked, wait_for
-from test_attribution import _torchrun
-
-HANG_JOB = """\
-import time, torch, torch.distributed as dist
-dist.init_process_group("gloo")
-rank, t = dist.get_rank(), torch.ones(4)
-for step in range(100000):
-    if rank == 1 and step == 8:
-        time.sleep(3600)  # rank 1 stops in its loop; rank 0 waits for it in all_reduce
-    print("step %d loss 1.0" % step, flush=True)
-    dist.all_reduce(t)
-    time.sleep(0.2)
-"""
+from helpers_attribution import _torchrun
+from helpers_stall import HANG_JOB
 
 SLOW_JOB = """\
 import os, time
@@ -375,7 +364,7 @@ def test_a_rank_that_stops_while_the_other_computes_on_is_a_straggler_by_its_log
 def test_mcp_status_and_watch_tools_say_the_stall(cli):
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import anyio
-    from test_mcp import _call, _session
+    from helpers_mcp import _call, _session
     name = f"mcpq{os.getpid()}"
     rc, doc = cli.json("start", name, "--stall-after", "1", "--settle", "0.2", "--", "python3", "-c",
                        "import time; print('step 1', flush=True); time.sleep(3600)")

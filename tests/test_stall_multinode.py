@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import wait_for
-from test_multinode import _config, _torchrun, mn  # noqa: F401  (mn: the fixture)
-from test_stall import HANG_JOB
+from helpers_multinode import _config, _torchrun, mn  # noqa: F401  (mn: the fixture)
+from helpers_stall import HANG_JOB
 
 
 def test_two_node_stall_names_the_node_whose_rank_stopped_first(cli, tmp_path, mn):  # noqa: F811
@@ -47,7 +47,7 @@ def test_two_node_stall_names_the_node_whose_rank_stopped_first(cli, tmp_path, m
 def test_two_node_oom_on_node_1_is_the_root_and_node_0_its_cascade(cli, tmp_path, mn):  # noqa: F811
     """The real 2-node failure: rank 1 (node 1) raises a CUDA-OOM-like error, rank 0 (node 0)
     then fails in the collective; multi-node status names one root across nodes."""
-    from test_attribution import OOM_JOB
+    from helpers_attribution import OOM_JOB
     torchrun = _torchrun()
     if torchrun is None:
         pytest.skip("torch is not installed (pip install -e '.[torch]')")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import EXAMPLE
-from test_slurm import sb  # noqa: F401  (the Slurm testbed fixture)
+from helpers_slurm import sb  # noqa: F401  (the Slurm testbed fixture)
 
 PY = sys.executable
 CKPT_ENV = ["--env", "TRAIN_STEP_SECONDS=0.05", "--env", "TRAIN_WORKERS=0", "--env", "TRAIN_ESCAPEE=0",
@@ -51,10 +51,10 @@ def test_slurm_srun_stop_checkpoint_signals_the_steps_tasks_once(cli, sb):  # no
 def test_multinode_stop_checkpoint_signals_every_node_then_stops_them_all(cli, tmp_path, monkeypatch):
     import uuid
 
-    import test_multinode
+    import helpers_multinode
     import testbed
-    from test_multinode import _config, _rows
-    monkeypatch.setattr(test_multinode, "FAST", {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_WORKERS": "0", "TRAIN_ESCAPEE": "0",
+    from helpers_multinode import _config, _rows
+    monkeypatch.setattr(helpers_multinode, "FAST", {"TRAIN_STEP_SECONDS": "0.1", "TRAIN_WORKERS": "0", "TRAIN_ESCAPEE": "0",
                                                  "TRAIN_CKPT_SIGNAL": "USR1", "TRAIN_CHECKPOINT_SECONDS": "1.0"})
     tb = testbed.require("ssh")
     cli.env.update(RUNWARD_SSH_CONFIG=tb["ssh_config"])

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import alive, gate, read_stat, wait_for
-from test_membership import kill_all, procs_with, record, stat_fields
+from helpers_membership import kill_all, procs_with, record, stat_fields
 
 def leaves_a_child(cli) -> str:
     """A job that leaves a sleep behind and exits once the test touches cli.cwd/go (past the

@@ -12,7 +12,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, EXAMPLE, alive, gate, marked, wait_for
+from conftest import CLI, alive, gate, marked, wait_for
 from supervised import end_shims, rec, records, shim_gone, shims_of, sup  # noqa: F401 (sup: the fixture)
+from helpers_supervise import PY, _example
 
-PY = sys.executable
 # attempt n of the run, from the marker RUNWARD_RUN=<run>.<attempt>
 N = 'n=${RUNWARD_RUN##*.}; '
 
@@ -219,11 +218,6 @@ def test_stop_racing_the_jobs_own_failing_exit_loses_nothing_and_starts_nothing(
     assert len(r) == 1, "the stop was answered, and then the run restarted"
     assert r[0]["exit"]["code"] == 3 and r[0]["stop_requested"]["by"] == "cli", r[0]
     assert sup.status("r0")["state"] == "exited" and not marked("r0.")
-
-
-def _example(name: str, extra: str) -> str:
-    return (f'[runs.{name}]\ncommand = ["{PY}", "{EXAMPLE}"]\nsettle = 0\n'
-            f'env = {{ TRAIN_STEP_SECONDS = "0.05", TRAIN_CHECKPOINT_SECONDS = "0.05" }}\n{extra}')
 
 
 def test_nan_stops_the_run_within_one_parse_interval(sup, tmp_path):

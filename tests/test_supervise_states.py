@@ -18,7 +18,7 @@ import pytest
 
 from conftest import alive, marked, wait_for
 from supervised import rec, records, shim_gone, sup  # noqa: F401  (sup: the fixture)
-from test_supervise import PY, _example
+from helpers_supervise import PY, _example
 
 
 def _status_all(c) -> dict:

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import testbed
-from conftest import CLI, EXAMPLE, alive, marked, wait_for
-from runward.targets import Target, parse_target, quote_argv
+from conftest import CLI, alive, marked, wait_for
+from runward.targets import parse_target
 from runward.errors import BadInput
+from helpers_targets import _kill_marked, rcli, tb  # noqa: F401  (rcli, tb: fixtures)
 
 # --------------------------------------------------------------------------- grammar (no testbed)
 
@@ -72,11 +73,6 @@ argvs = st.lists(st.one_of(words, st.sampled_from(["", "'", '"', "$HOME", "`id`"
                                                     "$(echo hi)", "*", "~", "-c", "--"])), max_size=6)
 
 
-@pytest.fixture(scope="module")
-def tb():
-    return testbed.require("ssh")
-
-
 def _roundtrip(target: str, tb, args: list[str]) -> list[str]:
     from runward.transport import agentcall as transport
     t = parse_target(target)
@@ -100,32 +96,6 @@ def _roundtrip(target: str, tb, args: list[str]) -> list[str]:
 @given(args=argvs)
 def test_argv_survives_every_hop_byte_for_byte(tb, target, args):
     assert _roundtrip(target, tb, args) == args
-
-
-@pytest.fixture
-def rcli(tmp_path, tb):
-    """A CLI whose runward.toml names every testbed target, each with its own state dir."""
-    c = CLI(tmp_path / "home", tmp_path / "work")
-    (tmp_path / "work").mkdir(exist_ok=True)
-    c.env = testbed.env(tb, c.env)
-    c.env["RUNWARD_SSH_CONFIG"] = tb["ssh_config"]
-    tag = uuid.uuid4().hex[:8]
-    c.remote_home = f"/tmp/rw-test-{tag}"
-    toml = []
-    for name, on in {"h1": "ssh://rw1", "h1pod": "ssh://rw1/podman:rwpod", "h1pct": "ssh://rw1/pct:200",
-                     "pod": "podman:rwpod", "h1lxc": "ssh://rw1/lxc:rwlxc", "h1docker": "ssh://rw1/docker:rwpod",
-                     **{f"n{i}": f"ssh://rw{i}" for i in range(1, 9)}}.items():
-        toml.append(f'[targets.{name}]\non = "{on}"\nhome = "{c.remote_home}/{name}"\n')
-    (tmp_path / "work" / "runward.toml").write_text("\n".join(toml))
-    yield c
-    for d in Path("/tmp").glob(f"rw-test-{tag}*"):
-        subprocess.run(["rm", "-rf", str(d)])
-
-
-def _kill_marked(prefix: str) -> None:
-    for pid, start in marked(prefix).items():
-        if alive(pid, start):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("on", ["h1", "h1pod", "h1pct", "h1docker", "pod"])

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from conftest import EXAMPLE, wait_for
-from test_top import PY, Terminal, needs_rich, needs_tmux
+from helpers_top import PY, Terminal, needs_rich, needs_tmux
 
 
 @pytest.fixture

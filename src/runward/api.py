@@ -20,8 +20,8 @@ from .errors import BadInput, NotVerified, RunwardError
 from .spec.options import OPTS, START_REQUEST, refuse
 from .targets import Target
 
-# Split by concern (each module's docstring says its own); every public name is still api's,
-# so the verbs, the tests and users call api.X as before.
+# Split by concern (each module's docstring says its own); every public name is also api's,
+# so the verbs, the tests and users call api.X wherever X lives.
 from .gpumap import gpus, held_line, name_holders  # noqa: F401  (gpus: api.gpus)
 from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)

@@ -15,7 +15,7 @@ def local_home() -> str:
 
 def make_private_dir(path: str) -> None:
     """path and each missing directory above it made 0700 (os.makedirs gives the parents it
-    makes 0777 & ~umask: ~/.runward came out 0755), and the home narrowed to 0700 when it is
+    makes 0777 & ~umask: ~/.runward would be 0755), and the home narrowed to 0700 when it is
     ours and only readable by others; one writable by others is refused where it is used.
     Nothing is made in a home that is not this user's (home_not_ours): PermissionError."""
     path = os.path.abspath(path)

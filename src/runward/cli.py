@@ -15,7 +15,7 @@ import os
 import sys
 
 from .views import tophelp
-from .views.tophelp import EXIT_CODES  # noqa: F401  (cli.EXIT_CODES, as before)
+from .views.tophelp import EXIT_CODES  # noqa: F401  (cli.EXIT_CODES, where callers read it)
 
 TYPE_CHECKING = False  # typing itself imports re: the help would pay for it
 if TYPE_CHECKING:
@@ -187,9 +187,9 @@ def _main(argv: list[str]) -> int:
 
 def _terminal_signals_as_ctrl_c() -> None:
     """SIGTERM (`timeout`, a process manager) and SIGHUP (the terminal closed) are taken as a
-    Ctrl-C: by default they ended the CLI at once and silently, while the target went on (a
-    start over ssh launched its job, and nothing, not even --json's document, said so). Now the
-    verb says what the interruption left, as for Ctrl-C (exit 130); a second one stops its
+    Ctrl-C: by default they end the CLI at once and silently, while the target goes on (a
+    start over ssh has launched its job, and nothing, not even --json's document, says so); so
+    the verb says what the interruption left, as for Ctrl-C (exit 130); a second one stops its
     waiting as a second Ctrl-C does. A signal set to be ignored (nohup) stays ignored."""
     import signal
 
@@ -224,7 +224,7 @@ def _answered_without_argparse(argv: list[str]) -> bool:
 def _say(text: str) -> None:
     """Print as argparse prints its help (ArgumentParser._print_message): to stderr where
     there is no stdout (fd 1 closed: sys.stdout is None), and an error writing it dropped (a
-    closed reader ends `runward --help` with 0 and no word, as before)."""
+    closed reader ends `runward --help` with 0 and no word, as argparse's own print)."""
     try:
         (sys.stdout or sys.stderr).write(text)
     except (AttributeError, OSError):

@@ -42,7 +42,7 @@ class OperationFailed(RunwardError):
 
 class ExitedEarly(OperationFailed):
     """start's job exited (or was gone) during the settle period: its exit code and last log
-    lines are in result. A subclass, so `except OperationFailed` catches it as it always did;
+    lines are in result. A subclass, so `except OperationFailed` catches it as any failed step;
     a --json document and runward.Result.error say "ExitedEarly"."""
     kind = "ExitedEarly"
 

@@ -399,7 +399,7 @@ def _where(on, config) -> tuple:
 
 
 def _operate(verb: str, opts, run: Callable, kind: Callable[..., Result]) -> Result:
-    """An operation called directly (issue 27: no argv, nothing captured): its Outcome, or
+    """An operation called directly (no argv, nothing captured): its Outcome, or
     its error as the CLI's error document (cli._fail), as a typed Result."""
     from .operations import check  # the subpackage itself: never through runward's own namespace
     from .operations.common import suggest_for

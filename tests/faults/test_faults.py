@@ -4,7 +4,7 @@
 README.md, "Faults", has the table of what each fault leaves. The agent and the shim are
 SIGKILLed at named steps by RUNWARD_FAULT=STEP (agent/proc/faults.py: one getenv per step, unset
 in normal use); the ssh connection is cut by a relay this test owns; the container is stopped
-with podman; the disk is filled on a tmpfs home (tests/test_trust.py); a reboot is a record
+with podman; the disk is filled on a tmpfs home (tests/test_disk_full.py); a reboot is a record
 from another boot id.
 """
 

@@ -1,14 +1,14 @@
-"""The MCP server's arguments checked as the CLI checks its flags (review s7).
+"""The MCP server's arguments checked as the CLI checks its flags.
 
-The SDK's MCPServer ignored an argument its tool does not declare (start with grace=600 or
-stop_signal="INT" started the job with the default grace and TERM, and said ok), and answered a
-value its schema refuses (settle=-1, gpus=["x"], env={"A": 1}) with plain text, "Error executing
+The SDK's MCPServer ignores an argument its tool does not declare (start with grace=600 or
+stop_signal="INT" would start the job with the default grace and TERM, and say ok), and answers
+a value its schema refuses (settle=-1, gpus=["x"], env={"A": 1}) with plain text, "Error executing
 tool ...": no document, no exit_code. Both are the run's document here: BadInput, exit_code 2,
 nothing started, the server still answering.
 
 A string where the schema names no string (gpus "[1]", env '{"A": "1"}') is refused here too:
 the SDK reads such a string as JSON before validating (for clients that send lists as text), so
-gpus "[1]" started on GPU 1 where `import runward` refuses gpus="[1]"."""
+gpus "[1]" would start on GPU 1 where `import runward` refuses gpus="[1]"."""
 
 from __future__ import annotations
 

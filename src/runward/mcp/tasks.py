@@ -4,7 +4,7 @@ SEP-2663; docs/agents.md, "Long waits as tasks").
 Why: clients drop a tools/call that stays silent for 30 s to 30 min, and a start's settle, a
 stop's grace or a watch window can last longer. A client that declares the extension on its
 request gets a task handle at once and polls tasks/get; any other client gets the plain call
-with progress notifications (mcpserver._with_progress), as before.
+with progress notifications (mcpserver._with_progress).
 
 A task's id names the verb, the run, the attempt and the target ("start:NAME:3@ssh://gpu1#...",
 the part after '#' the creation time, the wait's length, and w=1 for a start handed out while it
@@ -293,7 +293,7 @@ def _ready_seen(t: Tid, config: str | None) -> bool:
 
 def judge(t: Tid, run: dict, doc: dict, ready_seen: bool | None = None) -> tuple[str, str, bool]:
     """(task status, message, is_error) from the run's status now: how a server process that
-    did not create the task answers (docs/agents.md has the table)."""
+    did not create the task answers (docs/agents.md lists them by verb)."""
     if (run.get("attempt") or 0) > t.attempt:
         return "completed", f"attempt {t.attempt} of {t.name} was followed by attempt {run['attempt']}; " \
                             "`history` says how it ended", False

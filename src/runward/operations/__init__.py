@@ -1,4 +1,4 @@
-"""The operations layer (issue 27; docs/architecture.md, "The operations layer"): one typed
+"""The operations layer (docs/architecture.md, "The operations layer"): one typed
 function per verb, with a typed options object, answering an Outcome, for the CLI
 (verbs/<verb>.py parses, calls, renders), the Python API (library.py) and the MCP tools
 alike. No argv is parsed here and nothing is printed: the Outcome holds the document the
@@ -113,8 +113,8 @@ def check(opts) -> None:
     from ..errors import BadInput
     by_dest = {o.dest: o for o in options.OPTS.values() if o.dest}
     fields = opts.fields()
-    # a target and a run name are strings (the CLI's always are): on=["local"] was a TypeError
-    # out of the API, on=5 "empty target", deploy(name=None) a TypeError
+    # a target and a run name are strings (the CLI's always are): unchecked, on=["local"] is a
+    # TypeError out of the API, on=5 "empty target", deploy(name=None) a TypeError
     for name, what in (("on", "a target string or runward.Target"), ("name", "a run name (a string)")):
         value = getattr(opts, name, None) if name in fields else None
         if value is not None and not isinstance(value, str):

@@ -13,8 +13,8 @@ from . import Outcome
 
 def load_config(opts):
     """runward.toml, and its [ssh] config in force for every ssh call this verb makes (unless
-    RUNWARD_SSH_CONFIG already names one): `status --all` and `top` reach targets without
-    target_of, and used to ignore it."""
+    RUNWARD_SSH_CONFIG already names one): here, since `status --all` and `top` reach targets
+    without target_of."""
     from ..spec import config
     cfg = config.load(getattr(opts, "config", None))
     ssh_settings(cfg, whole=True)
@@ -22,9 +22,9 @@ def load_config(opts):
 
 
 # What a runward.toml's [ssh] put in the environment (variable -> value), told apart from
-# what the user set: in one process (`runward mcp`, `import runward`) the first config's
-# [ssh] config stayed in force for every later call, another project's or the same file
-# edited, since a value already there was taken for the user's own.
+# what the user set: in one process (`runward mcp`, `import runward`) a value already there
+# would be taken for the user's own, and the first config's [ssh] config would stay in force
+# for every later call, another project's or the same file edited.
 _FROM_CONFIG: dict[str, str] = {}
 
 

@@ -19,8 +19,8 @@ class CompareOptions(Targeted):
 
 def compare(opts: CompareOptions) -> Outcome:
     from .. import api
-    for key in ("a", "b"):  # as logs' --attempt and the MCP tool's schema (ge=1): the API gave 1.5 (compared
-        v = getattr(opts, key)  # attempt 1 unasked), True (1), 0 and -1 (RunNotFound where MCP said BadInput)
+    for key in ("a", "b"):  # as logs' --attempt and the MCP tool's schema (ge=1): else the API takes 1.5 (compares
+        v = getattr(opts, key)  # attempt 1 unasked), True (1), 0 and -1 (RunNotFound where MCP says BadInput)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise BadInput(f"invalid attempt {key.upper()} {v!r}: not an attempt number (a whole number >= 1)",
                            f"name two attempts, e.g. `runward compare {opts.name} 3 5` (the API: a=3, b=5)")

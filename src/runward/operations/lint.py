@@ -18,7 +18,7 @@ class LintOptions(Options):
 def lint(opts: LintOptions) -> Outcome:
     from .. import lint as _lint
     text = opts.command_line
-    if not isinstance(text, str):  # a list was linted as nothing: "no findings", a false all-clear
+    if not isinstance(text, str):  # a list would lint as nothing: "no findings", a false all-clear
         from ..errors import BadInput
         raise BadInput(f"invalid command_line {text!r}: not a string",
                        "give the shell command line as one string, e.g. \"pkill -f train\"")

@@ -1,6 +1,6 @@
 """The Python API's own value shapes (gpus, env, an argv, files, metric names, attempt numbers),
-checked as they are given (a string is never read as its characters: command="python3" was the
-argv ["p", "y", ...], metric="loss" four metrics).
+checked as they are given (a string is never read as its characters: command="python3" would be
+the argv ["p", "y", ...], metric="loss" four metrics).
 
 gpus=[0, 1] and env={"K": "V"} reach the operations as they are, a list of ints and a dict (the
 CLI's verbs make the same of --gpus 0,1 and --env K=V). Each is checked here, not guessed:
@@ -64,7 +64,7 @@ def strings(value, keyword: str, example: str) -> list | None:
         return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         nul = [v for v in value if "\0" in v]
-        if nul:  # no argv word or path holds one: the OS refused it only after the run's record was written
+        if nul:  # no argv word or path holds one: the OS refuses it only after the run's record is written
             raise BadInput(f"{keyword}: {nul[0]!r} contains a NUL character", f"give a list without NUL, e.g. "
                            f"{keyword}={example}")
         return list(value)

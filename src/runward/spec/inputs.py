@@ -173,8 +173,8 @@ def parse_limits(items: list[str] | None, flag: str) -> dict:
 def limit_number(v) -> float:
     """A --min/--max value, or one of [health] min/max: a finite number, or its text with
     `,` or `_` between digits (14,500); ValueError otherwise (14.5K, true). A floor of nan
-    never alerted (healthy), one of inf always; a string reached the shim's health check
-    as it was written, and its comparison killed the shim."""
+    would never alert (healthy), one of inf always; a string would reach the shim's health
+    check as written, and its comparison would kill the shim."""
     import math
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise ValueError(v)
@@ -186,7 +186,7 @@ def limit_number(v) -> float:
 
 def _named_regexes(metrics):
     """[health] metrics = { NAME = "REGEX" }: the log parser compiles each on the target, in
-    every scan the shim makes too; a bad one there was a traceback (re.error), the shim's end."""
+    every scan the shim makes too; a bad one there is a traceback (re.error), the shim's end."""
     if metrics is None:
         return None
     hint = 'metrics = { lr = "lr=([0-9.e-]+)" } (a name, then a Python regex whose group 1 is the value)'

@@ -1,4 +1,4 @@
-"""Options declared once (issue 27): a run's spec options that the CLI's flags, runward.toml's
+"""Options declared once: a run's spec options that the CLI's flags, runward.toml's
 [runs.NAME] keys, the Python API's keywords and the MCP tools' parameters all take. Each is
 declared here (its name, kind, help, flag, metavar, whether runward.toml takes it), and
 argparse (`add`), runward.toml's check (`problems_of_run`, raised by config.Runs) and the MCP tools' descriptions (`help`)

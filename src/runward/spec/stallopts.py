@@ -1,7 +1,7 @@
 """stall_after and straggler_ratio (docs/diagnosis.md, "Stalls and stragglers"): the start and
-watch flags and [runs.NAME.health]'s keys, read and checked before any request. The old
+watch flags and [runs.NAME.health]'s keys, read and checked before any request. The older
 spellings (`stall = 300`, `watch --stall`) are read as stall_after: the same number of seconds,
-now judged on the step (log silence only where the log shows no steps)."""
+judged on the step (log silence only where the log shows no steps)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def from_config(health: dict, name: str = "NAME") -> dict:
 
 def _ratio(v, what: str) -> float:
     """runward.toml's and the API's straggler_ratio, by the declared option's check (spec/options.py):
-    nan (`v <= 1` is False for it) and inf were taken; they judged no rank a straggler."""
+    nan (`v <= 1` is False for it) and inf pass a plain `v <= 1` and judge no rank a straggler."""
     from .options import OPTS, problem
     bad = problem(OPTS["straggler_ratio"], v)
     if bad:

@@ -16,7 +16,7 @@ MODES = OPTS["restart"].choices  # never, on-failure, always
 
 def policy(run_cfg: dict | None, args=None) -> dict | None:
     """The "supervise" table of a start: runward.toml's, then the flags; None when neither
-    asks for supervision (a run then behaves as it always did)."""
+    asks for supervision (the shim then waits for the job and records its end, nothing more)."""
     cfg = dict(run_cfg or {})
     raw = {k: cfg[k] for k in KEYS if k in cfg}
     if args is not None:
@@ -180,8 +180,8 @@ HEALTH_KEYS = ("min", "max", "stall_after", "stall", "straggler_ratio", "drop_fr
 
 def _unknown_health_keys(h: dict, table: str) -> tuple[str, str] | None:
     """A key the health table does not know: a value that is not a table (`stall_afer = 300`
-    was ignored, and stall_after was derived as if unset), or a table named like a known key
-    and no baseline rule (`actons = { nan = "stop" }` was read as a baseline rule of a metric
+    would be ignored, and stall_after derived as if unset), or a table named like a known key
+    and no baseline rule (`actons = { nan = "stop" }` would read as a baseline rule of a metric
     "actons"). Another table is a baseline rule, tok_s = { min_ratio = 0.95 } (spec/baselines.py
     checks it)."""
     import difflib
@@ -197,8 +197,8 @@ def _unknown_health_keys(h: dict, table: str) -> tuple[str, str] | None:
 
 
 def _interval(v) -> float:
-    """[health] interval: the shim judges the rules this often; 0 made its wait block on the
-    job alone, and no rule was ever judged."""
+    """[health] interval: the shim judges the rules this often; 0 would make its wait block on
+    the job alone, and no rule would ever be judged."""
     from .inputs import parse_duration
     s = parse_duration(str(v), "[health] interval")
     if isinstance(v, bool) or not s > 0:

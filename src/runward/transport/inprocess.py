@@ -1,5 +1,5 @@
-"""A local read-only call answered by the agent's code in this process (issue 27's start-up
-goal: `runward status --json` within 3x `python3 -c pass`), instead of a second Python.
+"""A local read-only call answered by the agent's code in this process (the start-up budget:
+`runward status --json` within 3x `python3 -c pass`, bench/startup.py), not a second Python.
 
 Only where that is safe: the CLI's own process (cli.main turns it on; the Python API and the
 long-lived MCP server keep one agent process per call, isolated), the target `local`, and

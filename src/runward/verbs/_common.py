@@ -55,7 +55,7 @@ class Out:
     def doc(self, obj: dict) -> None:
         """The command's one JSON document, written whole: a Ctrl-C while a slow reader keeps
         the write blocked is held until the last byte is out (it then ends the command, which
-        writes nothing more: a second document glued onto a torn first was what it left)."""
+        writes nothing more: else a second document would be glued onto a torn first)."""
         if not self.json or self.written or sys.stdout is None:
             return  # None: fd 1 closed at start; nothing said, as print() says nothing then
         import json

@@ -31,7 +31,7 @@ def check_name(name):
 
 def make_private_dirs(path):
     """path and each missing directory above it, made 0700: os.makedirs gives the parents
-    it makes 0777 & ~umask, and ~/.runward came out 0755 that way."""
+    it makes 0777 & ~umask, and ~/.runward would come out 0755 that way."""
     missing = []
     while not os.path.isdir(path):
         missing.append(path)
@@ -310,7 +310,7 @@ class RunStore(object):
 def _cancelled(name, by, pid):
     """The Cancelled a start waiting for GPUs answers, saying who cancelled it and what that
     one goes on to do: a restart's stop step (the restart then starts the run itself, from its
-    last attempt's spec or runward.toml, not from this start's command) was said to be "a stop"."""
+    last attempt's spec or runward.toml, not from this start's command) is said as such, not as "a stop"."""
     if by == "restart":
         return AgentFailure(
             "Cancelled", "start of %s cancelled while waiting for GPUs: `runward restart %s` took the run over "

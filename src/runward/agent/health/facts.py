@@ -70,7 +70,7 @@ def _load(path, att):
         # a new attempt: its part of the (appended) log starts after its header
         return {"attempt": att.get("attempt"), "v": VERSION, "points": [], "alerts": [],
                 "lm": _start_of(att), "last": {}, "marks": []}
-    if saved.get("v") != VERSION:  # written before facts and rules were kept apart
+    if saved.get("v") != VERSION:  # an older record, facts and rules in one list
         saved["alerts"] = [a for a in saved.get("alerts") or [] if a.get("kind") in FACT_KINDS]
         lm = saved.get("lm") or {}
         lm["violating"] = {k: v for k, v in (lm.get("violating") or {}).items()
@@ -167,7 +167,7 @@ def summary(saved, series_len=60, since=None):
     the throughput's series, and the attempt's facts (those of the last SINCE seconds)."""
     points = saved.get("points") or []
     last = dict(saved.get("last") or {})
-    if not last:  # a record from before "last" was kept
+    if not last:  # an older record, without "last"
         for p in points:
             last.update(p.get("metrics", {}))
     names = list(last)

@@ -55,8 +55,8 @@ def by_stacks(stacks, st, node):
     waiting = [r for r in ranks if r["collective"]]
     said = lambda rs: ", ".join("%s in %s" % (name(key(r), node), r["where"]) for r in rs)  # noqa: E731
     if not cause and unread:
-        # "every rank waits in a collective" was said of the ranks read alone, while the one
-        # not read (a rank that exec'd a native tool, or py-spy's failure on it) was the cause
+        # "every rank waits in a collective" would be said of the ranks read alone, while the
+        # one not read (a rank that exec'd a native tool, or py-spy's failure on it) is the cause
         suspects = sorted(set(key(r) for r in unread))
         return suspects, "; by the stacks, %s waits in a collective, and %s's stack was not read (%s): %s" % (
             said(waiting), ", ".join(name(k, node) for k in suspects),

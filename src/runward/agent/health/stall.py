@@ -184,8 +184,8 @@ def _tree_use(procs, job, att=None):
     (rchar/wchar count page-cache reads too, read_bytes an mmapped file's reads from storage)
     or computes; one hung before its first step does neither. A member's CPU counts its reaped
     children's (cutime, cstime), as its rchar/wchar count their I/O: a loader working in
-    short-lived children (a shell loop, a pool that replaces its workers) showed ~0% of a
-    core while /proc said a core was busy, and was called stalled."""
+    short-lived children (a shell loop, a pool that replaces its workers) would otherwise show
+    ~0% of a core while /proc says a core is busy, and be called stalled."""
     from ..core.procfs import descendants
     cpu, io, unread = 0.0, 0, 0
     pids = set([job]) | set(descendants([job], procs))

@@ -12,9 +12,9 @@ class Clock(object):
     def __init__(self, now):
         self.now = now
         # The time a line without a timestamp is stamped with: when its file was last
-        # written (scan.py sets it per file read), not when this scan read it. A CUDA OOM
-        # line read 5 s after the job's exit was stamped after that exit, the cause after
-        # its effect.
+        # written (scan.py sets it per file read), not when this scan read it: else a CUDA
+        # OOM line read 5 s after the job's exit would be stamped after that exit, the cause
+        # after its effect.
         self.written = now
         self.year = time.localtime(now).tm_year
         self.hours = {}

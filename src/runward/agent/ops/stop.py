@@ -121,7 +121,7 @@ def _stop_store(home, name):
 
 
 def mark_stop_requested(store, att, procs, by=None):
-    """Before any signal: a start still in its settle period (it no longer holds the lock)
+    """Before any signal: a start still in its settle period (it has let the lock go)
     then reports its job's end as stopped by us, not as an early exit, and a supervising
     shim does not restart it. Read and written under the record lock: the shim writes the
     same record when the job ends. BY: "cli" (a stop from the CLI, always the last word), or a
@@ -211,7 +211,7 @@ def _already_stopped(store, att, procs, res, gpu_timeout, by):
 
 
 def _let_shim_record(store, att, fates, by=None):
-    """Wait (10 s at most: on a loaded machine, seen in CI, 2 s was too short) for the shim
+    """Wait (10 s at most: on a loaded machine, as CI's, 2 s is too short) for the shim
     to record the exit before we answer, so a `status` right after is true. An orphan's shim is gone and will record nothing: then stop, which
     saw the job to its end, records it (under the run lock the caller holds), so the attempt
     reads "exited", not "lost". A health action's stop (BY "health:...") is the shim's own

@@ -20,7 +20,7 @@ def members(name, att, procs, prot):
             found[pid] = procs[pid]
     hid = att.get("home_id") if att else None
     for pid, phid in procs.markers().get(name, ()):
-        # a record or a process from before home ids were kept matches on the name alone
+        # a record or a process without a home id (an older runward's) matches on the name alone
         if pid not in prot and (hid is None or phid is None or phid == hid):
             found[pid] = procs[pid]
     for pid in cgroups.pids(cgroups.run_paths(att.get("cgroups")) if att else ()):

@@ -35,7 +35,7 @@ def action_ok(v):
 
 def check_limits(rules, bad_input):
     """The rules' min and max, tables of finite numbers, else bad_input(...) raised: each
-    tick compares them with floats, and a string there killed the shim."""
+    tick compares them with floats, and a string there would kill the shim."""
     for key in ("min", "max"):
         lim = rules.get(key) or {}
         if not isinstance(lim, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -67,8 +67,8 @@ class HealthKeeper(object):
         if self.judges is None:
             self.judges = self._judges(att, saved)
         # Every stored fact not judged yet, not only this scan's new ones: a status or top
-        # that scanned first has stored the NaN line's fact, and its scan's "new" list was
-        # the only place this tick would have seen it (the action then never fired).
+        # that scanned first has stored the NaN line's fact, so it is in no "new" list of
+        # this tick's scan (judging only those, the action would never fire).
         alerts = [a for a in saved.get("alerts") or [] if a.get("kind") != "exited" and self._first(_fact_key(a))]
         for judge, key in self.judges:
             alerts += [a for a in judge.poll(att, True, time.time()) if key is None or self._first(key(a))]

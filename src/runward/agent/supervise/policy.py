@@ -31,7 +31,7 @@ HEALTH_RESTART = "health:restart"  # stop_requested["by"] of a health action's s
 
 def check_policy(p):
     """The request's "supervise" table, checked and completed with the defaults; None when
-    the run is not supervised (no table): then the shim does exactly what it always did."""
+    the run is not supervised (no table): then the shim waits for the job and records its end."""
     if not p:
         return None
     if not isinstance(p, dict):
@@ -228,7 +228,7 @@ def _blocked(att):
 
 class Supervisor(object):
     """Kept by the shim for the run's life. A run without a policy gets one attempt and a
-    plain wait, as before supervision existed."""
+    plain wait."""
 
     def __init__(self, store, att, env, exec_job=None, devnull=None, notify=None):
         self.store = store

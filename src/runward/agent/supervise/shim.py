@@ -385,7 +385,7 @@ def _become_subreaper():
     """Orphans of the job (a double fork's middle, the children of a killed shell) come to
     the shim instead of pid 1, and its wait (supervise.wait_exit) reaps them: in a container run without --init,
     pid 1 (`sleep infinity`) never does, and each would stay a zombie for the container's
-    life. prctl needs ctypes, which python3-minimal lacks: there they go to pid 1 as before."""
+    life. prctl needs ctypes, which python3-minimal lacks: there they go to pid 1."""
     try:
         import ctypes
         ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (prctl(2))

@@ -159,7 +159,7 @@ def evaluate(scan: Scan, query: Query, ctx: Ctx, *, signal: int | None, span, te
         killed = [p for p in matched if p.state == "alive" and harmed(p, signal)]
         spared = [p for p in matched if p.state in ("exec-lone", "exec-last")
                   and harmed(p, signal)]
-        # The issue-31 call: a kill that only the *assumed* wrapper (level 0) dies of, while
+        # A kill that only the *assumed* wrapper (level 0) dies of, while
         # the shell you wrote execs it, is not an error: bash -c / -lc is gone by the time
         # pkill looks. The wrapper's truth is kept as a warning of its own.
         wrapper_only = spared and all(p.role == "agent" for p in killed)
