@@ -143,7 +143,7 @@ _FROM_ROOT = 'cd / && exec "$0" "$@"'
 
 def _from_root(argv: list[str]) -> list[str]:
     """argv run from / where it is ssh and we are elsewhere; unchanged where ssh is not on
-    PATH (the spawn's FileNotFoundError says so, as before)."""
+    PATH (the spawn's FileNotFoundError then says so)."""
     if argv[0] != "ssh":
         return argv
     try:
