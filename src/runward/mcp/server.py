@@ -10,9 +10,7 @@ What an agent may do is a policy (docs/agents.md): runward.toml's [mcp] `allow` 
 `targets`, or `runward mcp --allow` / `--targets`. By default every verb but exec and kill (a
 start's own command, sh, env or cwd, and a restart's env, are exec: EXEC_ARGS),
 and push only the pairs runward.toml's runs deploy (`files = ["LOCAL:REMOTE"]`, on the run's
-own target, that LOCAL onto that REMOTE). An allow list of only exec, kill and push adds them to
-those defaults; one naming any other tool is the whole list. A refused call is an error result
-naming the key that would allow it.
+own target, that LOCAL onto that REMOTE). A refused call is an error result naming the key that would allow it.
 
 Imported only by verbs/mcp.py's run: the SDK (pydantic, anyio, ...) is never loaded by any
 other verb, nor by `runward --help`.
@@ -35,7 +33,6 @@ from ..errors import EXIT_BAD_INPUT, RunwardError
 from .tools import TOOLS
 
 NOT_BY_DEFAULT = ("exec", "kill")  # and push beyond the runs' own files (Policy.push_anywhere)
-EXTRAS = frozenset(NOT_BY_DEFAULT + ("push",))  # an allow list of only these adds them to the defaults
 # a verb's arguments that run a command of the caller's choosing, or change how one runs (a
 # start's own command, shell line, env, cwd; a restart's env: LD_PRELOAD on a legitimate run):
 # exec, whichever tool asks (design rule 16); without them a start runs what runward.toml defines
@@ -66,9 +63,8 @@ def policy_from(cfg, allow: str | None = None, targets: str | None = None) -> Po
     section = getattr(cfg, "mcp", None) or {}
     given = _words(allow) if allow is not None else section.get("allow")
     where = "--allow" if allow is not None else "runward.toml [mcp] allow"
-    defaults = frozenset(TOOLS) - set(NOT_BY_DEFAULT)
     if given is None:
-        verbs, anywhere = defaults, False
+        verbs, anywhere = frozenset(TOOLS) - set(NOT_BY_DEFAULT), False
     else:
         given = [given] if isinstance(given, str) else list(given)
         verbs = frozenset(TOOLS) if "all" in given else frozenset(given)
@@ -77,11 +73,6 @@ def policy_from(cfg, allow: str | None = None, targets: str | None = None) -> Po
             from ..errors import BadInput
             raise BadInput(f"{where}: unknown tool(s) {', '.join(unknown)}", f"tools: all, {', '.join(TOOLS)}")
         anywhere = "push" in verbs
-        if verbs and verbs <= EXTRAS:
-            # `allow = ["exec"]` asks for exec besides what agents may do anyway, not for exec
-            # alone: a list of only the extras adds them; naming any default tool makes the
-            # list the whole set (how a person narrows agents to, say, status and logs)
-            verbs = defaults | verbs
     tg = _words(targets) if targets is not None else section.get("targets")
     tg = tuple(str(cfg.target(t)) for t in ([tg] if isinstance(tg, str) else tg)) if tg is not None else None
     return Policy(verbs, tg, anywhere, "--allow" if allow is not None else "runward.toml [mcp]")

@@ -11,8 +11,7 @@ from ._common import load_config, require_extra
 
 def add_arguments(p) -> None:
     p.add_argument("--allow", metavar="TOOLS",
-                   help="comma list of the tools agents may call, or `all`; a list of only exec, kill, push adds them "
-                        "to the defaults (default: runward.toml's [mcp] allow, "
+                   help="comma list of the tools agents may call, or `all` (default: runward.toml's [mcp] allow, "
                         "else every tool but exec and kill, push only onto the runs' files)")
     p.add_argument("--targets", metavar="TARGETS",
                    help="comma list of the targets agents may use (default: runward.toml's [mcp] targets, else any)")
