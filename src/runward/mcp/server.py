@@ -84,7 +84,9 @@ def _words(text: str) -> list[str]:
 
 def refusal(verb: str, on: str | None, name: str | None, args: dict, policy: Policy, cfg) -> dict | None:
     """The error document of a call the policy refuses, or None."""
-    how = ("runward mcp --allow" if policy.source == "--allow" else "runward.toml: [mcp] allow = [...]")
+    # an allow list is the whole set of tools allowed, never an addition to the defaults
+    how = ("runward mcp --allow" if policy.source == "--allow" else "runward.toml: [mcp] allow = [...]") + (
+        ", the whole list of tools allowed (\"all\": every one)")
     if verb not in policy.verbs:
         return _refused(verb, f"the {verb} tool is not allowed to agents here"
                         + (" (exec and kill are off by default)" if verb in NOT_BY_DEFAULT else ""),
