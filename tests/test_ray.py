@@ -103,7 +103,8 @@ def test_the_ray_target_reads_its_head_and_options():
     for bad, opts, word in (("ray://", None, "invalid Ray target"), ("ray://h/x", None, "invalid Ray target"),
                             ("ray://h", {"dashboard": "8265"}, "invalid dashboard"),
                             ("ray://h", {"resources": {"GPU": 0}}, "invalid resources"),
-                            ("ray://h", {"resources": {"GPU": True}}, "invalid resources")):
+                            ("ray://h", {"resources": {"GPU": True}}, "invalid resources"),
+                            ("ray://h", {"resources": {"CPU": 1}}, "no CPU, GPU or memory")):
         with pytest.raises(BadInput, match=word):
             parse_target(bad, label="c", engine_options=opts)
 
@@ -174,6 +175,23 @@ def test_rays_stop_behind_runwards_back_is_said_with_its_survivor(rcli, tb):
     rc, doc = rcli.json("stop", "r3")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert marked("r3.1") == {} and not alive(left)
+
+
+def test_a_job_ray_cannot_place_is_called_stopped_only_when_ray_ended_it(rcli, tb):
+    """Resources no node has: the start gives up after the settle (and PENDING_S), stops the
+    job, and says it stopped only when Ray's own record says it ended: Ray's stop leaves a job
+    it has not placed PENDING, to run when the resources appear. Ground truth: Ray's API."""
+    (rcli.cwd / "runward.toml").write_text('[targets.big]\non = "ray://local"\nresources = {fake_gpu = 5}\n')
+    rc, doc = rcli.json("start", "r10", "--on", "big", "--settle", "0.5", "--", "sleep", "1000")
+    assert rc == 2 and "could not place" in doc["error"]["message"], doc
+    ray_says = ray_job(tb, doc["result"]["submission_id"])["status"]
+    if ray_says in ("PENDING", "RUNNING"):
+        assert "NOT verified" in doc["error"]["message"] and ray_says in doc["error"]["message"], (ray_says, doc)
+        rc, doc = rcli.json("stop", "r10")
+        assert rc == 5 and doc["error"]["type"] == "NotVerified" and ray_says in doc["error"]["message"], doc
+    else:
+        assert "it was stopped (verified)" in doc["error"]["message"], (ray_says, doc)
+    assert marked("r10.") == {}
 
 
 def test_an_unreachable_dashboard_is_exit_3_naming_it(rcli, tb):

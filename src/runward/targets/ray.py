@@ -67,6 +67,12 @@ def check_options(opts: dict, where: str) -> dict:
             if not ok:
                 raise BadInput(f"[targets.{where}] invalid resources {v!r}",
                                "a table of Ray resource names to amounts, e.g. resources = {fake_gpu = 1}")
+            reserved = sorted(set(v) & {"CPU", "GPU", "memory"})
+            if reserved:  # Ray takes the submission, then fails the job for them: refused before anything runs
+                raise BadInput(f"[targets.{where}] resources names {', '.join(reserved)}: Ray takes no "
+                               "CPU, GPU or memory among a job's entrypoint resources",
+                               "--gpus N asks Ray for N GPUs; leave CPU and memory out (custom resources, "
+                               "e.g. {fake_gpu = 1}, place the driver)")
             out[k] = dict(v)
     return out
 

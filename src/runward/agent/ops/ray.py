@@ -244,11 +244,15 @@ def _elsewhere(store, att, info, res):
 
 def _unplaced(store, att, info, res):
     """A job Ray keeps PENDING (no node has its resources): stopped, verified, and said."""
-    stopped = _stop_job(store, att, att["stop_signal"], ESCAPED_GRACE_S)
-    res.update({"state": "stopped", "ray_state": info["status"], "stopped": stopped})
-    raise bad_input("Ray could not place %s's job %s: still PENDING after %gs (%s); it was stopped%s" % (
+    try:
+        stopped, left = _stop_job(store, att, att["stop_signal"], ESCAPED_GRACE_S), None
+    except AgentFailure as e:  # survivors, or a job Ray's stop leaves PENDING: said, never "stopped"
+        stopped, left = e.details.get("result") or {}, e.message
+    res.update({"state": "stopped" if left is None else "stop_not_verified", "ray_state": info["status"],
+                "stopped": stopped})
+    raise bad_input("Ray could not place %s's job %s: still PENDING after %gs (%s); %s" % (
         store.name, att["ray"]["submission_id"], att["settle"] + PENDING_S, info.get("message") or "no reason given",
-        "" if stopped.get("verified_dead") else ", NOT verified"),
+        "it was stopped (verified)" if left is None else "its stop is NOT verified: " + left),
         "ask for resources the cluster has (`ray status` on the head lists them): the target's resources "
         "option, --gpus N", result=res)
 
@@ -327,6 +331,12 @@ def _stop_job(store, att, sig, grace):
         raise AgentFailure("NotVerified", "%s: %d process(es) of Ray job %s survived the stop: %s" % (
             store.name, len(res["survivors"]), sid, ", ".join(str(s["pid"]) for s in res["survivors"])),
             "see each one's state (D: stuck in the kernel); `runward ps` names them", result=res)
+    if res["ray_state"] in ray.ACTIVE:  # no process here, but Ray keeps the job: it may yet run
+        raise AgentFailure("NotVerified", "%s: Ray still says %s for job %s %gs after its stop (Ray's stop does not "
+                           "end a job it has not placed yet): it may start when the cluster can place it" % (
+                               store.name, res["ray_state"], sid, RAY_END_S),
+                           "`runward stop %s` again ends it once it runs; or free the resources it waits for and "
+                           "stop it then; `runward status %s` follows it" % (store.name, store.name), result=res)
     return res
 
 
