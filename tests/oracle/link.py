@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 
-
 class Relay:
     def __init__(self, upstream: tuple[str, int]):
         self.upstream = upstream
