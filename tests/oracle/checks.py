@@ -166,6 +166,29 @@ def runward_leftovers(session, models: dict) -> list[str]:
     return out
 
 
+def records(target, name: str) -> dict:
+    """The run's records on a target, as a refused or failed verb must leave them (issue 39,
+    "Bad input": no file written, no record touched): {path under runs/NAME: sha256}; its
+    logs, which the job and its shim write on, by their presence alone."""
+    base = target.host_path("%s/runs/%s" % (target.home, name))
+    out = {}
+    for d, _, files in os.walk(base):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), base)
+            if rel.endswith(".lock"):   # a lock, not a record: its holder line is rewritten by each verb
+                continue
+            data = None if rel == "log" or rel.endswith(".shim.log") else truth._read(os.path.join(d, f))
+            out[rel] = "a log" if data is None else truth.hashlib.sha256(data).hexdigest()
+    return out
+
+
+def records_changed(before: dict, after: dict) -> list[str]:
+    """What differs between two records() of one run: files made, gone, rewritten."""
+    return (["%s made" % k for k in sorted(after.keys() - before.keys())]
+            + ["%s gone" % k for k in sorted(before.keys() - after.keys())]
+            + ["%s rewritten" % k for k in sorted(before.keys() & after.keys()) if before[k] != after[k]])
+
+
 def removed_logs(target, name: str) -> list[str]:
     d = target.host_path("%s/removed" % target.home)
     try:

@@ -82,12 +82,32 @@ class OracleBase(RuleBasedStateMachine):
         if TRACE:
             print("[oracle] step %s %s" % (what, m.name if m else ""), file=sys.stderr, flush=True)
 
-    def cli(self, *args, kind: str = "") -> tuple[int, dict]:
+    def cli(self, *args, kind: str = "", timeout: float = 180) -> tuple[int, dict]:
         STATS["verbs"] += 1
-        rc, doc = self.session.cli(*args, kind=kind)
+        rc, doc = self.session.cli(*args, kind=kind, timeout=timeout)
         if TRACE:
             print("[oracle] runward %s -> %d" % (" ".join(args), rc), file=sys.stderr, flush=True)
         return rc, doc
+
+    def kept(self, ms) -> tuple[dict, list]:
+        """What a refused or failed verb must leave as it was (issue 39, "Bad input": no run
+        stopped, no file written, no record touched): checks.records of these runs on each of
+        their nodes, {(name, node's on): records}, and their live processes."""
+        recs = {(m.name, t.on): checks.records(t, m.name) for m in ms for t, _ in self.nodes(m)}
+        return recs, [p for m in ms for t, tok in self.nodes(m) for p in truth.tree(tok, t.pidns).values()]
+
+    def as_they_were(self, what: str, kept: tuple[dict, list]):
+        """The verb (refused, or failed) changed no record of the runs kept() holds, and every
+        process of theirs alive then lives on."""
+        before, procs = kept
+        after, _ = self.kept([self.runs[name] for name in dict.fromkeys(n for n, _ in before)])
+        said = ["the records of %s on %s: %s" % (name, on, ", ".join(diff)) for (name, on), was in before.items()
+                for diff in [checks.records_changed(was, after.get((name, on), {}))] if diff]
+        gone = [p.cmdline[:60] for p in procs if not truth.alive(p)]
+        if gone:
+            said.append("what runs: %s died" % gone)
+        if said:
+            raise Violation("%s changed %s" % (what, "; ".join(said)))
 
     @staticmethod
     def violation(msg: str) -> Violation:
@@ -289,9 +309,12 @@ class OracleRules(OracleBase):
         if m is None:
             return
         self.acted("restart", m)
+        before = self.kept([m])
         rc, doc = self.cli("restart", m.name, *(["--deploy"] if deploy else []), kind=m.kind)
         if not deploy and m.local_version != m.deployed_version:
-            self.expect("restart %s after a local edit, without --deploy" % m.name, rc, doc, (2,))
+            what = "restart %s after a local edit, without --deploy" % m.name
+            self.expect(what, rc, doc, (2,))
+            self.as_they_were(what + " (refused)", before)
             return
         self.expect("restart %s" % m.name, rc, doc, (0,))
         if deploy:
@@ -393,9 +416,11 @@ class OracleRules(OracleBase):
         if m is None:
             return
         self.acted("rm", m)
+        before = self.kept([m])
         rc, doc = self.cli("rm", m.name, *(["--logs"] if logs else []), kind=m.kind)
         if m.live or m.escapees:
             self.expect("rm %s (%s)" % (m.name, m.state), rc, doc, (1,))
+            self.as_they_were("rm %s (%s, refused)" % (m.name, m.state), before)
             return
         self.expect("rm %s" % m.name, rc, doc, (0,))
         m.state, m.log_removed = "removed", logs
