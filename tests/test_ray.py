@@ -248,6 +248,20 @@ def test_a_supervision_policy_is_refused_naming_it_before_anything_is_asked(cli)
     assert not (cli.home / "runs" / "r7").exists()
 
 
+def test_an_env_value_passed_by_name_is_refused_where_ray_would_show_it(cli):
+    """--env NAME promises its value is never stored on the target; Ray keeps runtime_env in
+    its job record for every dashboard reader: refused before anything is asked, nothing
+    recorded, the value nowhere in the answer."""
+    cli.env["RW_SECRET"] = "hunter2-zz9"
+    for how in (["--env", "RW_SECRET"], ["--env-file", str(cli.cwd / "s.env")]):
+        (cli.cwd / "s.env").write_text("RW_SECRET=hunter2-zz9\n")
+        p = cli.run("start", "r11", "--on", "ray://local", "--json", *how, "--", "sleep", "30")
+        doc = json.loads(p.stdout)
+        assert p.returncode == 2 and "RW_SECRET" in doc["error"]["message"] and "job record" in doc["error"]["message"], doc
+        assert "hunter2" not in p.stdout + p.stderr
+        assert not (cli.home / "runs" / "r11").exists()
+
+
 def _shape(doc):
     """A document's keys, recursively (list items by their first), values by type: what the
     MCP server's and the library's documents share with the CLI's, where pids and times differ.

@@ -72,6 +72,12 @@ def start(req, home):
     if req.get("wait_gpus_free"):
         raise bad_input("--wait-gpus-free reads this host's GPUs; on Ray the cluster places the job",
                         "leave it out: --gpus N asks Ray for N GPUs")
+    hidden = sorted(k for k in req.get("env_from") or {} if k in (req.get("env") or {}))
+    if hidden:  # Ray keeps runtime_env in its job record: the promise of --env NAME cannot hold there
+        raise bad_input("--env %s: a value passed by name (or --env-file) is never stored on the target, and Ray "
+                        "keeps a job's environment in its job record, shown to every reader of its dashboard"
+                        % ", ".join(hidden), "give it as --env NAME=VALUE where Ray may show it, or have the job "
+                        "read it from a file on the nodes")
     version = ray.check_api(spec["dashboard"])  # no Jobs API: said before anything is written
     store = RunStore(home, req.get("name"))
     plan = plan_of(req, home, store)
