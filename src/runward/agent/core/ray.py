@@ -125,6 +125,8 @@ def exit_fact(info):
             ex["signal"] = _signame(code - 128 if code > 128 else -code)
         else:
             ex["code"] = code
+    else:  # the alerts say what is known of the end, not that nobody saw it
+        ex["note"] = "Ray says %s, with no driver exit code" % info["status"]
     if info.get("message"):
         ex["message"] = info["message"][:300]
     # a FAILED with no driver exit code is Ray's own failure (JOB_SUPERVISOR_ACTOR_DIED: the
