@@ -176,6 +176,25 @@ SHAPES = [
     shape("ssh root@host \"pct exec 200 -- kill -9 -1\"", ("kill-everything", E),
           id="kill-minus-1-in-container"),
     shape("sudo killall5 -9", ("kill-everything", E), id="killall5"),
+    # bash's kill reads the pid as a decimal: leading zeros still name pid -1
+    shape("kill -9 -01", ("kill-everything", E), id="kill-9-minus-01"),
+    shape("kill -9 -001", ("kill-everything", E), id="kill-9-minus-001"),
+    shape("kill -9 -- -01", ("kill-everything", E), id="kill-dashdash-minus-01"),
+    shape("kill -01 -01", ("kill-everything", E), id="kill-hup-as-01-minus-01"),
+    shape("kill -0 -01", id="kill-0-minus-01-is-a-check"),
+    shape("kill -l", id="kill-l-lists-signals"),
+    # every process of a user: as root, everything
+    shape("killall -u root", ("kill-everything", E), id="killall-u-root"),
+    shape("killall -9 -u alice", ("kill-everything", E), id="killall-9-u-user"),
+    shape("killall --user=root", ("kill-everything", E), id="killall-user-equals"),
+    shape("pkill -u root", ("kill-everything", E), id="pkill-u-root"),
+    shape("pkill -9 -u root", ("kill-everything", E), id="pkill-9-u-root"),
+    shape("pkill -U 0", ("kill-everything", E), id="pkill-real-uid-0"),
+    shape("killall -u root python3", ("kill-by-name", W), id="killall-u-with-name-is-by-name"),
+    shape("pkill -u root python", id="pkill-u-with-name-is-narrowed"),
+    shape("pkill -u root -P 1", id="pkill-u-with-parent-is-narrowed"),
+    shape("pkill -0 -u root", id="pkill-0-u-root-is-a-check"),
+    shape("killall -0 -u root", id="killall-0-u-root-is-a-check"),
     shape("killall python3", ("kill-by-name", W), id="killall-by-name"),
     shape("kill -1", id="kill-1-is-a-signal-without-pid"),
     shape("kill -0 -1", id="kill-0-minus-1-is-a-check"),
@@ -331,6 +350,9 @@ def test_broad_kills_name_the_danger_and_the_runward_fix():
     assert "runward stop NAME" in f.fix and "--on ssh://root@host/pct:200" in f.fix
     f = only("killall5", "kill-everything")
     assert "outside its own session" in f.message and "sshd" in f.why
+    f = only("pkill -9 -u root", "kill-everything")
+    assert "every process of user root on this machine" in f.message
+    assert "runward stop NAME" in f.fix
     f = only("killall python3", "kill-by-name")
     assert "every process named 'python3'" in f.message and "runward kill" in f.fix
 

@@ -116,7 +116,7 @@ class Linter:
         name = basename(words[0].value)
         if id(command) not in handled and name in ("pkill", "killall"):
             selfmatch.kill_command(self.scan, words, command, ctx)
-        if name in ("kill", "killall", "killall5"):
+        if name in ("kill", "killall", "killall5", "pkill"):
             broadkill.check(self.scan, words, command, ctx)
         if name == "cd":
             filesystem.record_cd(self.scan, words, ctx)

@@ -1,15 +1,16 @@
 """Broad kills: a signal to every process the caller may signal, or to every process of a name.
 
-kill-everything: `kill -9 -1` (pid -1, kill(2)) and `killall5` (SysV init's shutdown tool).
+kill-everything: `kill -9 -1` (pid -1, kill(2)) and `killall5` (SysV init's shutdown tool),
+and `killall -u USER` / `pkill -u USER` with nothing else selecting (every process of USER).
 kill-by-name: `killall NAME` (psmisc), every process so named, whoever's run it belongs to.
 """
 
 from __future__ import annotations
 
 from ..lexer import Word
-from ..parse import Command, basename
-from ..processes import HARMLESS_SIGNALS, Ctx, kill_signal, signal_number
-from ..queries import killall_query
+from ..parse import Command, basename, getopt_permuted
+from ..processes import HARMLESS_SIGNALS, Ctx, kill_signal, signal_number, take_signal_spec
+from ..queries import KILLALL_WITH_ARG, PGREP_WITH_ARG, killall_query, pgrep_query
 from ..report import command_text
 from ..scan import Scan
 
@@ -20,7 +21,9 @@ WHY_EVERYTHING = (
     "sessions in it, the shell running this line, every run and the agents watching them. As "
     "a user it is everything that user runs: the login session and the ssh connection this "
     "line came over, tmux, editors, and every other run. The connection drops, nothing after "
-    "it runs, and no output says what happened (docs/lint.md, `kill-everything`).")
+    "it runs, and no output says what happened. `killall -u USER` and `pkill -u USER` with no "
+    "name signal every process of USER: as root, everything but the kernel's threads "
+    "(docs/lint.md, `kill-everything`).")
 WHY_BY_NAME = (
     "killall signals every process whose name is NAME, not the one job you mean: `killall "
     "python3` also ends every other run, notebook, data loader and tool written in Python that "
@@ -39,6 +42,38 @@ def fix_for(ctx: Ctx) -> str:
 
 def where(ctx: Ctx) -> str:
     return ctx.where or "on this machine"
+
+
+# pkill/pgrep options that narrow the selection below "every process of the user"
+PGREP_NARROWING = {"-g", "--pgroup", "-G", "--group", "-P", "--parent", "-s", "--session",
+                   "-t", "--terminal", "-F", "--pidfile", "-r", "--runstates", "-O", "--older",
+                   "--ns", "--cgroup", "--env", "-n", "--newest", "-o", "--oldest", "-v",
+                   "--inverse"}
+PGREP_USER = {"-u", "--euid", "-U", "--uid"}
+KILLALL_NARROWING = {"-o", "--older-than", "-y", "--younger-than", "-n", "--ns", "-Z",
+                     "--context"}
+
+
+def is_pid_minus_1(v: str) -> bool:
+    """bash's kill reads the pid as a decimal number, whitespace and leading zeros allowed:
+    `-01`, `-001` and ' -1' are all pid -1 (`bash -c 'kill -0 -01'` exits 0)."""
+    v = v.strip()
+    return v.startswith("-") and len(v) > 1 and v[1:].isdigit() and int(v[1:]) == 1
+
+
+def user_wide(words: list[Word]) -> str | None:
+    """The user(s) `killall -u U` / `pkill -u U` signals every process of, or None where a
+    name, pattern or other option narrows the selection."""
+    tool = basename(words[0].value)
+    _, args = take_signal_spec(words[1:])
+    with_arg, narrowing, users = ((KILLALL_WITH_ARG, KILLALL_NARROWING, {"-u", "--user"})
+                                  if tool == "killall" else
+                                  (PGREP_WITH_ARG, PGREP_NARROWING, PGREP_USER))
+    opts, operands = getopt_permuted(args, with_arg)
+    named = [v for f, v in opts if f in users and v]
+    if operands or not named or any(f in narrowing for f, _ in opts):
+        return None
+    return ",".join(named)
 
 
 def kill_all_pid(args: list[Word]) -> bool:
@@ -60,7 +95,7 @@ def kill_all_pid(args: list[Word]) -> bool:
             signal_seen = True
         else:
             options_done = True
-            if v == "-1":
+            if is_pid_minus_1(v):
                 return True
     return False
 
@@ -82,6 +117,13 @@ def check(scan: Scan, words: list[Word], command: Command, ctx: Ctx) -> None:
             return
         message = (f"`{text}` signals every process outside its own session {where(ctx)}, "
                    f"not one job")
+        scan.add("kill-everything", command.span(), message, WHY_EVERYTHING, fix_for(ctx))
+    elif name in ("killall", "pkill") and (user := user_wide(words)) is not None:
+        signal = (killall_query if name == "killall" else pgrep_query)(words)[1]
+        if signal in HARMLESS_SIGNALS:
+            return
+        message = (f"`{text}` signals every process of user {user} {where(ctx)} "
+                   f"(as root, everything), not one job")
         scan.add("kill-everything", command.span(), message, WHY_EVERYTHING, fix_for(ctx))
     elif name == "killall":
         query, signal = killall_query(words)
