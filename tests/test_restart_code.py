@@ -236,3 +236,26 @@ def test_restart_names_every_option_runward_toml_changed(cli):
         "stall.after": {"from": 360.0, "to": 240.0},
         "supervise.health.rules.stall_after": {"from": 360.0, "to": 240.0}}}, doc["result"]["changed"]
     cli.json("stop", name, "--grace", "2")
+
+
+def test_a_stop_signal_said_another_way_is_no_change(cli):
+    """TERM, SIGTERM and 15 are one signal: a runward.toml that says it another way restarts
+    "unchanged"; another signal is a change (ground truth: each attempt's record on disk)."""
+    import json as jsonlib
+    name = f"rcs{uuid.uuid4().hex[:6]}"
+    toml = '[runs.{n}]\ncommand = ["sleep", "300"]\nsettle = 0.3\nstop_signal = "{sig}"\n'
+    (cli.cwd / "runward.toml").write_text(toml.format(n=name, sig="TERM"))
+    assert cli.json("start", name)[0] == 0
+    try:
+        for n, sig in ((2, "SIGTERM"), (3, "15"), (4, "term")):
+            (cli.cwd / "runward.toml").write_text(toml.format(n=name, sig=sig))
+            rc, doc = cli.json("restart", name)
+            assert rc == 0 and doc["result"]["changed"] == {}, (sig, doc)
+            record = jsonlib.loads((cli.home / "runs" / name / "attempts" / f"{n}.json").read_text())
+            assert record["stop_signal"] == "SIGTERM", record
+        (cli.cwd / "runward.toml").write_text(toml.format(n=name, sig="INT"))
+        rc, doc = cli.json("restart", name)
+        assert rc == 0 and doc["result"]["changed"] == {
+            "options": {"stop_signal": {"from": "term", "to": "INT"}}}, doc["result"]["changed"]
+    finally:
+        cli.json("stop", name, "--grace", "2")

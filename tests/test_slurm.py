@@ -293,3 +293,29 @@ def test_sacct_is_the_source_where_accounting_exists(sb, tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
     assert slurm.from_sacct("999999") is None
     assert slurm.job_state("999999") is None, "scontrol does not know it either: no source, never a guess"
+
+
+def test_restart_names_the_targets_slurm_options_edited_since_the_last_attempt(cli, sb):
+    """[targets.X]'s Slurm options are the job's as much as its command: edited between
+    attempts, restart names each from the one the last job was submitted with (ground truth:
+    the new attempt's record, which sbatch was given); unedited, unchanged."""
+    import json as jsonlib
+    body = ('[targets.sl]\non = "slurm://local/{p}"\n{opt}'
+            '[runs.sl-eng]\non = "sl"\ncommand = ["/bin/sleep", "300"]\nsettle = 0.3\n')
+    toml(cli, body.format(p=sb["partition"], opt=""))
+    assert cli.json("start", "sl-eng")[0] == 0
+    try:
+        rc, doc = cli.json("restart", "sl-eng")
+        assert rc == 0 and doc["result"]["changed"] == {}, doc
+        toml(cli, body.format(p=sb["partition"], opt='time = "0:10:00"\n'))
+        p = cli.run("restart", "sl-eng")
+        assert p.returncode == 0, p.stderr
+        assert "  slurm.options: {} -> {'time': '0:10:00'}" in p.stdout, p.stdout
+        record = jsonlib.loads((cli.home / "runs" / "sl-eng" / "attempts" / "3.json").read_text())
+        assert record["slurm"]["options"] == {"time": "0:10:00"}, record
+        toml(cli, body.format(p=sb["partition"], opt='time = "0:20:00"\n'))
+        rc, doc = cli.json("restart", "sl-eng")
+        assert rc == 0 and doc["result"]["changed"] == {"engine": {"slurm.options": {
+            "from": {"time": "0:10:00"}, "to": {"time": "0:20:00"}}}}, doc["result"]["changed"]
+    finally:
+        assert cli.json("stop", "sl-eng")[0] == 0

@@ -264,7 +264,8 @@ def render_changes(res: dict) -> str:
         lines.append("  files: " + ", ".join([f"+{f}" for f in ch["files"]["added"]]
                                              + [f"-{f}" for f in ch["files"]["removed"]]))
     shown = lambda v: "(default)" if v is None else str(v)  # noqa: E731
-    lines += [f"  {k}: {shown(c['from'])} -> {shown(c['to'])}" for k, c in (ch.get("options") or {}).items()]
+    lines += [f"  {k}: {shown(c['from'])} -> {shown(c['to'])}"
+              for k, c in {**(ch.get("options") or {}), **(ch.get("engine") or {})}.items()]
     return "\n".join([*lines, render_code(res)])
 
 

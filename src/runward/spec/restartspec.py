@@ -127,10 +127,32 @@ def changes(last_spec: dict, kw: dict) -> dict:
         out["env"] = env
     old_opts, new_opts = _options(last_spec), _options(kw)
     options = {k: {"from": old_opts.get(k), "to": new_opts.get(k)} for k in sorted(set(old_opts) | set(new_opts))
-               if old_opts.get(k) != new_opts.get(k)}
+               if _compared(k, old_opts.get(k)) != _compared(k, new_opts.get(k))}
     if options:
         out["options"] = options
     return out
+
+
+def _compared(key: str, v):
+    """A value as changes() compares it: a stop signal by its number, as the target takes it."""
+    if key == "stop_signal" and v is not None:
+        from .signals import normalized
+        return normalized(v)
+    return v
+
+
+def engine_changes(last: dict | None, target) -> dict:
+    """The target's engine options (runward.toml's [targets.X]: a Ray target's resources, a
+    Slurm one's partition and options) against those the last attempt was submitted with (the
+    spec reply's "engine"), each as "NAME.key" {"from", "to"}; none for an older record or
+    another launcher (the target's start refuses that)."""
+    engine = getattr(target.engine, "NAME", None)
+    old = (last or {}).get(engine) if engine else None
+    if old is None:
+        return {}
+    new = target.engine_spec or {}
+    return {f"{engine}.{k}": {"from": old.get(k), "to": new.get(k)} for k in sorted(old)
+            if k in new and (old.get(k) or None) != (new.get(k) or None)}
 
 
 def _options(kw: dict) -> dict:

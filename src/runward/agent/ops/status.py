@@ -16,6 +16,10 @@ from ..core.sidelock import SIDE_WAIT_S, SideLocked
 from ..core.store import RunStore, check_name, read_json
 from ..core.wire import AgentFailure, caller_gone
 
+# an attempt record's engine entry less what the engine itself said (job id, script, times):
+# what the request's engine spec gave it (the CLI's targets/NAME.py engine_spec)
+ENGINE_OPTIONS = {"slurm": ("partition", "options"), "ray": ("dashboard", "resources")}
+
 
 # --- status
 
@@ -363,14 +367,18 @@ def spec(req, home):
     the target: a start with reuse_env takes them from the attempt record there. env_from's
     values were never here: the CLI reads them again from where the start took them."""
     store = RunStore.existing(home, req.get("name"))
-    launchers.refuse_other(req, store.latest())  # restart's first call: refused before its stop
+    latest = store.latest()
+    launchers.refuse_other(req, latest)  # restart's first call: refused before its stop
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
     if sp.get("multinode"):
         sp["multinode"] = shown_multinode(sp["multinode"])
     out = {"name": store.name, "attempt": run.get("attempt"), "spec": sp,
-           "hashes": (store.latest() or {}).get("hashes") or {}}  # what it started with: restart's "code"
+           "hashes": (latest or {}).get("hashes") or {}}  # what it started with: restart's "code"
+    engine = launchers.named(latest)
+    if engine:  # what the target's engine options were (restart's "changed" compares the target's now)
+        out["engine"] = {engine: {k: latest[engine].get(k) for k in ENGINE_OPTIONS[engine]}}
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:
         out["deployed"] = dep
