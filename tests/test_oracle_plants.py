@@ -5,7 +5,7 @@ rules, and the violation the check must print. The same sequence passes on the t
 each found about its check.
 
 - kill-pid-alone: a wedged hop's call ended by a kill of its pid alone, not its process group
-  (what exchange.Spawned did once). The hung `pct exec`'s child lives on, holding the call's
+  (what targets/spawn.Spawned would do). The hung `pct exec`'s child lives on, holding the call's
   output: "no hung pct left" must say so. Before the stand-in hung as pct does (a child of its
   own), this plant passed the check.
 - rm-refused-writes-record: a refused rm (the run lives) that notes the refusal in the
@@ -24,7 +24,7 @@ import pytest
 from oracle import machine, world
 
 PLANTS = {   # name: (file under src/, the text, what it becomes)
-    "kill-pid-alone": ("runward/transport/exchange.py", "os.killpg(self.pid, 9)", "os.kill(self.pid, 9)"),
+    "kill-pid-alone": ("runward/targets/spawn.py", "os.killpg(self.pid, 9)", "os.kill(self.pid, 9)"),
     "rm-refused-writes-record": (
         "runward/agent/ops/records.py",
         '        if live is not None:\n            raise AgentFailure("RunAlive",',
