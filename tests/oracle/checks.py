@@ -166,6 +166,12 @@ def runward_leftovers(session, models: dict) -> list[str]:
     return out
 
 
+# a health reader's state (read offsets, facts so far, the stall watch, the attribution kept),
+# not a record: the shim's health watcher and every status rewrite them while a run lives,
+# whatever verb is refused meanwhile
+READER_STATE = frozenset(("health.json", "stall.json", "attribution.json"))
+
+
 def records(target, name: str) -> dict:
     """The run's records on a target, as a refused or failed verb must leave them (issue 39,
     "Bad input": no file written, no record touched): {path under runs/NAME: sha256}; its
@@ -176,6 +182,8 @@ def records(target, name: str) -> dict:
         for f in files:
             rel = os.path.relpath(os.path.join(d, f), base)
             if rel.endswith(".lock"):   # a lock, not a record: its holder line is rewritten by each verb
+                continue
+            if rel in READER_STATE:     # what health readers keep of the log, rewritten by whoever reads
                 continue
             data = None if rel == "log" or rel.endswith(".shim.log") else truth._read(os.path.join(d, f))
             out[rel] = "a log" if data is None else truth.hashlib.sha256(data).hexdigest()
