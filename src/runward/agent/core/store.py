@@ -293,6 +293,16 @@ class RunStore(object):
         finally:
             os.close(fd)  # and the lock with it
 
+    def keep_end(self, att, ex):
+        """An engine's end of attempt ATT kept in its record, unless one is kept already (a
+        status and a stop may both get here): the first end recorded stands. ATT's "exit"
+        becomes the record's."""
+        def keep(now):
+            if (now.get("exit") or {}).get("state"):
+                return False
+            now["exit"] = ex
+        att["exit"] = self.update_attempt(att["attempt"], keep).get("exit", ex)
+
     def latest(self):
         r = self.run()
         if not r or not r.get("attempt"):

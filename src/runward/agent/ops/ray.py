@@ -12,15 +12,15 @@ import time
 
 from ..supervise import logfiles
 from ..core import ray
-from ..core.boot import PROTOCOL
 from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..core.procfs import HOME_MARKER, MARKER, boot_id, scan
+from ..core.procfs import HOME_MARKER, MARKER, scan
 from ..proc.runs import log_info
-from ..core.secrets import mask_url_passwords, redact_env
-from ..core.store import RunStore, open_log, write_all, write_json
+from ..core.secrets import redact_env
+from ..core.store import RunStore
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..core.wire import AgentFailure, bad_input, event
-from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
+from ..core.wire import AgentFailure, bad_input
+from . import engine
+from .start import LOG_TAIL_LINES, plan_of
 
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
@@ -108,47 +108,19 @@ def _alive(att):
 
 
 def _submit(store, req, home, plan, spec, version):
-    """Write the log's header and the records, submit; a refused submission leaves nothing:
-    the log cut back, a run directory made now removed."""
-    fresh = not os.path.isdir(store.dir)
-    for d in (store.dir, os.path.join(store.dir, "attempts")):
-        if not os.path.isdir(d):
-            os.makedirs(d, 0o700)
-    run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
-    n = max([run.get("attempt", 0)] + store.attempts()) + 1
+    """Submit the attempt (ops/engine.py: the log's header and the records around it; a
+    refused submission leaves nothing)."""
+    run, n, fresh = engine.next_attempt(store)
     marker = "%s.%d" % (store.name, n)
     # Ray refuses a submission id it has seen: one per attempt, and per home and boot
     sid = "runward-%s-%d-%s" % (store.name, n, os.urandom(4).hex())
-    header = ("=== runward: %s attempt %d submitted %s: %s ===\n" % (
-        store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        mask_url_passwords(plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"])))).encode()
-    lfd = open_log(plan["log"])
-    size = os.fstat(lfd).st_size
-    try:
-        write_all(lfd, header, plan["log"])
+
+    def send():
         ray.submit(spec["dashboard"], job_body(req, plan, spec, sid, marker, home.id))
-    except BaseException:
-        os.ftruncate(lfd, size)  # only our header was written after size: the job never ran
-        os.close(lfd)
-        if fresh:
-            from ..core.minimal import rmtree
-            rmtree(store.dir)
-        raise
-    st = os.fstat(lfd)
-    os.close(lfd)
-    att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
-           "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"],
-           "marker": marker, "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
-           "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
-           "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
-           "log_file": [st.st_ino, st.st_dev], "cgroups": [],
-           "ray": {"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
-                   "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()}}
-    write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req))})
-    write_json(os.path.join(store.dir, "run.json"), run)
-    event({"started": {"attempt": n, "pid": None, "submission_id": sid}})
-    return n, size + len(header)
+        return ({"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
+                 "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()},
+                {"submission_id": sid})
+    return engine.submit(store, req, home, plan, run, n, fresh, marker, "ray", send)
 
 
 def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
@@ -273,12 +245,7 @@ def record_end(store, att, info):
         ex["stopped_by"] = "runward"
     elif info["status"] == "STOPPED":
         ex["stopped_by"] = "someone else"  # `ray job stop`, the dashboard, another client
-
-    def keep(now):  # under the record lock: a status and a stop may both get here
-        if (now.get("exit") or {}).get("state"):
-            return False
-        now["exit"] = ex
-    att["exit"] = store.update_attempt(att["attempt"], keep).get("exit", ex)
+    store.keep_end(att, ex)
 
 
 # --- stop

@@ -11,15 +11,15 @@ import time
 
 from ..supervise import logfiles
 from ..core import slurm
-from ..core.boot import PROTOCOL
 from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
-from ..core.procfs import HOME_MARKER, MARKER, boot_id, protected, scan
+from ..core.procfs import HOME_MARKER, MARKER, protected, scan
 from ..proc.runs import log_info
-from ..core.secrets import mask_url_passwords, redact_env
-from ..core.store import RunStore, open_log, remove_file, write_all, write_json
+from ..core.secrets import redact_env
+from ..core.store import RunStore, remove_file
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..core.wire import AgentFailure, bad_input, event
-from .start import LOG_TAIL_LINES, SPEC_KEYS, plan_of, stored_env
+from ..core.wire import AgentFailure, bad_input
+from . import engine
+from .start import LOG_TAIL_LINES, plan_of
 
 POLL_S = 0.1         # squeue is polled: Slurm has no event to wait on
 KILL_WAIT_S = 90.0   # after the plain scancel: Slurm's KillWait (30 s here) and its cleanup
@@ -116,14 +116,9 @@ def _refuse_supervision(sup):
 
 
 def _submit(store, req, home, plan, spec):
-    """Write the script, the log's header and the records, submit; a refused sbatch leaves
-    nothing: the log cut back, the script and a run directory made now removed."""
-    fresh = not os.path.isdir(store.dir)
-    for d in (store.dir, os.path.join(store.dir, "attempts")):
-        if not os.path.isdir(d):
-            os.makedirs(d, 0o700)
-    run = store.run() or {"name": store.name, "attempt": 0, "created": time.time()}
-    n = max([run.get("attempt", 0)] + store.attempts()) + 1
+    """Write the batch script and submit it (ops/engine.py: the log's header and the records
+    around it; a refused sbatch leaves nothing, the script removed too)."""
+    run, n, fresh = engine.next_attempt(store)
     env = plan["env"]
     env[MARKER], env[HOME_MARKER] = "%s.%d" % (store.name, n), home.id
     script = os.path.join(store.dir, "attempts", "%d.sbatch" % n)
@@ -131,37 +126,13 @@ def _submit(store, req, home, plan, spec):
     with open(script, "w") as f:
         f.write(script_text(store, n, plan, opts))
     os.chmod(script, 0o700)
-    header = ("=== runward: %s attempt %d submitted %s: %s ===\n" % (
-        store.name, n, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        mask_url_passwords(plan["sh"] if plan["sh"] is not None else " ".join(plan["argv"])))).encode()
-    lfd = open_log(plan["log"])
-    size = os.fstat(lfd).st_size
-    try:
-        write_all(lfd, header, plan["log"])
+
+    def send():
         job_id = slurm.submit(sbatch_args(spec, store, n, plan) + [script], env)
-    except BaseException:
-        os.ftruncate(lfd, size)  # only our header was written after size: the job never ran
-        os.close(lfd)
-        remove_file(script)
-        if fresh:
-            from ..core.minimal import rmtree
-            rmtree(store.dir)
-        raise
-    st = os.fstat(lfd)
-    os.close(lfd)
-    att = {"v": PROTOCOL, "run": store.name, "attempt": n, "argv": plan["argv"], "sh": plan["sh"],
-           "cwd": plan["cwd"], "env": stored_env(req), "env_from": req["env_from"], "log": plan["log"],
-           "marker": env[MARKER], "home_id": home.id, "boot_id": boot_id(), "created_at": time.time(),
-           "started_at": None, "stop_signal": signal_name(plan["stop_sig"]), "grace": float(req.get("grace", GRACE_S)),
-           "gpus": None, "settle": plan["settle"], "ready": plan["ready"], "log_offset": size + len(header),
-           "log_file": [st.st_ino, st.st_dev], "cgroups": [],
-           "slurm": {"job_id": job_id, "partition": spec["partition"], "options": opts, "script": script,
-                     "submitted_at": time.time()}}
-    write_json(store.attempt_path(n), att)
-    run.update({"attempt": n, "spec": dict({k: req.get(k) for k in SPEC_KEYS}, env=stored_env(req))})
-    write_json(os.path.join(store.dir, "run.json"), run)
-    event({"started": {"attempt": n, "pid": None, "job_id": job_id}})
-    return n, size + len(header)
+        return ({"job_id": job_id, "partition": spec["partition"], "options": opts, "script": script,
+                 "submitted_at": time.time()}, {"job_id": job_id})
+    return engine.submit(store, req, home, plan, run, n, fresh, env[MARKER], "slurm", send,
+                         undo=lambda: remove_file(script))
 
 
 def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
@@ -235,12 +206,7 @@ def record_end(store, att, st):
         return
     ex = {k: st[k] for k in ("code", "signal", "exit_code", "start", "end") if st.get(k) not in (None, "", "Unknown")}
     ex.update({"at": time.time(), "state": st["state"], "source": st.get("source")})
-
-    def keep(now):  # under the record lock: a status and a stop may both get here
-        if (now.get("exit") or {}).get("state"):
-            return False
-        now["exit"] = ex
-    att["exit"] = store.update_attempt(att["attempt"], keep).get("exit", ex)
+    store.keep_end(att, ex)
 
 
 def requeued(store, att):
@@ -256,7 +222,7 @@ def requeued(store, att):
     if not slurm.same_job(q, att):  # the id names another job now (a controller that lost its state)
         return None
 
-    def reopen(now):  # under the record lock, as record_end writes it
+    def reopen(now):  # under the record lock, as store.keep_end writes the end
         if not (now.get("exit") or {}).get("state"):
             return False
         now.setdefault("requeued", []).append(dict(now.pop("exit"), seen_active_again=q["state"]))
