@@ -5,9 +5,11 @@ Linux whatever the CLI runs on, so the CLI's own `signal` module (macOS names) i
 
 from __future__ import annotations
 
-LINUX_SIGNALS = frozenset(
-    "HUP INT QUIT ILL TRAP ABRT IOT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CLD CONT "
-    "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO POLL PWR SYS RTMIN RTMAX".split())
+# Linux's numbers (signal(7), x86 and arm): a name and its number are one signal to compare
+NUMBERS = dict(zip("HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT "
+                   "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(), range(1, 32)))
+NUMBERS.update(IOT=6, CLD=17, POLL=29, RTMIN=34, RTMAX=64)
+LINUX_SIGNALS = frozenset(NUMBERS)
 
 HINT = "use a name such as TERM, INT, KILL, USR1, or a number from 1 to 64"
 
@@ -17,12 +19,6 @@ def known(sig) -> bool:
     if s.isdigit():
         return 0 < int(s) < 65
     return s.removeprefix("SIG") in LINUX_SIGNALS
-
-
-# Linux's numbers (signal(7), x86 and arm): a name and its number are one signal to compare
-NUMBERS = dict(zip("HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT "
-                   "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(), range(1, 32)))
-NUMBERS.update(IOT=6, CLD=17, POLL=29, RTMIN=34, RTMAX=64)
 
 
 def normalized(sig):
