@@ -35,6 +35,9 @@ def test_the_request_of_an_engine_target_chooses_its_launcher(name):
     assert launchers.named(req) == name
     assert launchers.named(dict(req, op="status")) == name  # the attempt record keeps the same entry
     assert render.engine_view({name: req[name]}) is render.ENGINE_VIEWS[name]
+    # what restart's "changed" compares: the keys of the target's spec the attempt entry keeps
+    keys = launchers.queries(name).TARGET_KEYS
+    assert keys and set(keys) <= set(target.engine_spec), (keys, target.engine_spec)
 
 
 def test_a_forked_run_has_no_launcher_nor_view():

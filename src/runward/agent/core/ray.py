@@ -13,6 +13,8 @@ from .procfs import HOME_MARKER, MARKER, protected, scan
 from .wire import AgentFailure, bad_input
 
 API_TIMEOUT = 10.0
+# the attempt entry's keys the target gave it (its engine_spec): restart compares them with the target's now
+TARGET_KEYS = ("dashboard", "resources")
 # Ray's JobStatus -> runward's states. A job that ended by a stop (Ray's or runward's) is
 # "stopped"; FAILED with a driver exit code is the program's own end.
 STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "exited", "FAILED": "exited",

@@ -15,6 +15,8 @@ from .minimal import which
 from .wire import AgentFailure, bad_input
 
 CMD_TIMEOUT = 30.0
+# the attempt entry's keys the target gave it (its engine_spec): restart compares them with the target's now
+TARGET_KEYS = ("partition", "options")
 # Slurm's job states (squeue(1), "JOB STATE CODES") -> runward's states. "pending" is the
 # one runward state only a scheduler has. A job that ended by a scancel is "stopped".
 STATES = {

@@ -16,10 +16,6 @@ from ..core.sidelock import SIDE_WAIT_S, SideLocked
 from ..core.store import RunStore, check_name, read_json
 from ..core.wire import AgentFailure, caller_gone
 
-# an attempt record's engine entry less what the engine itself said (job id, script, times):
-# what the request's engine spec gave it (the CLI's targets/NAME.py engine_spec)
-ENGINE_OPTIONS = {"slurm": ("partition", "options"), "ray": ("dashboard", "resources")}
-
 
 # --- status
 
@@ -378,7 +374,7 @@ def spec(req, home):
            "hashes": (latest or {}).get("hashes") or {}}  # what it started with: restart's "code"
     engine = launchers.named(latest)
     if engine:  # what the target's engine options were (restart's "changed" compares the target's now)
-        out["engine"] = {engine: {k: latest[engine].get(k) for k in ENGINE_OPTIONS[engine]}}
+        out["engine"] = {engine: {k: latest[engine].get(k) for k in launchers.queries(engine).TARGET_KEYS}}
     dep = read_json(os.path.join(store.dir, "deployed.json"))
     if dep:
         out["deployed"] = dep
