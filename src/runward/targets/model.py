@@ -6,6 +6,7 @@ these, so they live here, below both (no import cycle between the package and it
 
 from __future__ import annotations
 
+from ..errors import BadInput
 from . import docker, lxc, pct, podman, ssh
 
 # The container hops, by the kind written in a target (`KIND:NAME`).
@@ -108,6 +109,20 @@ class Target:
 
     def hop_names(self) -> list[str]:
         return ["local", *(str(h) for h in self.hops)]
+
+
+def head_hops(hostpart: str, text: str, what: str, fix: str) -> tuple[Hop, ...]:
+    """The hops to an engine's host (a Slurm login node, a Ray head), where its agent runs:
+    none for `local`, else one ssh hop of `[user@]host[:port]`; BadInput names WHAT."""
+    if hostpart == "local":
+        return ()
+    parsed = ssh.parse(hostpart)
+    if parsed is None:
+        raise BadInput(f"invalid {what} {hostpart!r} in target {text!r}", fix)
+    host, user, port = parsed
+    if port is not None and not 0 < port < 65536:
+        raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
+    return (Hop("ssh", host, user, port),)
 
 
 def _engine_key(t: Target):

@@ -16,8 +16,7 @@ import re
 import sys
 
 from ..errors import BadInput
-from .model import Hop, Target
-from .ssh import parse as parse_ssh
+from .model import Target, head_hops
 
 NAME = "ray"          # the request's and the attempt record's key; the agent's launcher; the view's ENGINE
 LABEL = "Ray"
@@ -35,16 +34,7 @@ def parse(text: str, *, label=None, home=None, python=None, options=None) -> Tar
     fix = "write ray://[user@]head[:sshport], or ray://local on the head"
     if not hostpart or "/" in hostpart:
         raise BadInput(f"invalid Ray target {text!r}", fix)
-    hops = ()
-    if hostpart != "local":
-        parsed = parse_ssh(hostpart)
-        if parsed is None:
-            raise BadInput(f"invalid head {hostpart!r} in target {text!r}", fix)
-        host, user, port = parsed
-        if port is not None and not 0 < port < 65536:
-            raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
-        hops = (Hop("ssh", host, user, port),)
-    t = Target(hops, label=label, home=home, python=python)
+    t = Target(head_hops(hostpart, text, "head", fix), label=label, home=home, python=python)
     t.engine = sys.modules[__name__]
     t.engine_spec = check_options(options or {}, label or text)
     return t

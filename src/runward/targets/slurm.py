@@ -14,8 +14,7 @@ import re
 import sys
 
 from ..errors import BadInput
-from .model import Hop, Target
-from .ssh import parse as parse_ssh
+from .model import Target, head_hops
 
 NAME = "slurm"        # the request's and the attempt record's key; the agent's launcher; the view's ENGINE
 LABEL = "Slurm"
@@ -37,16 +36,7 @@ def parse(text: str, *, label=None, home=None, python=None, options=None) -> Tar
     if not re.match(_PART_PAT, part):
         raise BadInput(f"invalid Slurm partition {part!r} in target {text!r}", "partition names are letters, "
                        "digits, '_', '.', '-' (`sinfo -s` lists them)")
-    hops = ()
-    if hostpart != "local":
-        parsed = parse_ssh(hostpart)
-        if parsed is None:
-            raise BadInput(f"invalid login host {hostpart!r} in target {text!r}", fix)
-        host, user, port = parsed
-        if port is not None and not 0 < port < 65536:
-            raise BadInput(f"invalid port {port} in target {text!r}", "ports are 1-65535")
-        hops = (Hop("ssh", host, user, port),)
-    t = Target(hops, label=label, home=home, python=python)
+    t = Target(head_hops(hostpart, text, "login host", fix), label=label, home=home, python=python)
     t.engine = sys.modules[__name__]
     t.engine_spec = {"partition": part, "options": check_options(options or {}, label or text)}
     return t
