@@ -39,7 +39,7 @@ def watch(req, home, emit):
     t0, start = time.monotonic(), time.time()
     saved, _, new_points = scan(store, att, rules.get("metrics"))
     judges = _judges(store, att, saved, rules, start, req.get("since_s"))
-    facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
+    facts = _unwatched(saved)
     while True:
         if new_points:
             emit({"points": new_points[-20:]})
@@ -54,21 +54,23 @@ def watch(req, home, emit):
         if caller_gone(min(0.5, max(0.0, window - (time.monotonic() - t0)))):
             return {"name": store.name, "caller_gone": True}  # nobody reads it: the watch ends
         latest = store.latest() or att
-        if latest.get("attempt") != att.get("attempt"):  # restarted meanwhile: judge the new one
-            att = latest
-            saved, _, new_points = scan(store, att, rules.get("metrics"))
-            judges = _judges(store, att, saved, rules, time.time(), None)
-            facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
-            continue
+        restarted = latest.get("attempt") != att.get("attempt")
         att = latest
-        # every fact not yet watched, not only those this scan found: another reader (a
-        # status, the shim's idle check) may have scanned the new lines, or added one, first
         saved, _, new_points = scan(store, att, rules.get("metrics"))
-        facts = [a for a in saved.get("alerts") or [] if not a.get("watched")]
+        if restarted:  # restarted meanwhile: judge the new one
+            judges = _judges(store, att, saved, rules, time.time(), None)
+        facts = _unwatched(saved)
     out = _reply(store, att, saved, alerts, facts, judges[0], round(time.monotonic() - t0, 2))
     if rules.get("baseline"):
         out["baseline"] = judges[-1].last  # what the baseline rules saw last (docs/history.md)
     return out
+
+
+def _unwatched(saved):
+    """Every fact of the run's health state that no watch has reported yet, not only those
+    this watch's own scan found: another reader (a status, the shim's idle check) may have
+    scanned the new lines, or added a fact, first."""
+    return [a for a in saved.get("alerts") or [] if not a.get("watched")]
 
 
 def _judges(store, att, saved, rules, start, since_s):
