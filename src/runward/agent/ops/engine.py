@@ -10,7 +10,8 @@ from ..core.procfs import boot_id
 from ..core.runspec import GRACE_S
 from ..core.secrets import mask_url_passwords
 from ..core.store import open_log, write_all, write_json
-from ..core.wire import event
+from ..core.wire import AgentFailure, event
+from ..supervise import logfiles
 from ..proc.terminate import signal_name
 from .start import SPEC_KEYS, stored_env
 
@@ -62,3 +63,32 @@ def submit(store, req, home, plan, run, n, fresh, marker, name, send, undo=None)
     write_json(os.path.join(store.dir, "run.json"), run)
     event({"started": dict({"attempt": n, "pid": None}, **said)})
     return n, size + len(header)
+
+
+class ReadyWatch(object):
+    """--ready on an engine's job: the first log line matching it, read as the log grows
+    (read() at each poll), and the start's verdict on it (said())."""
+
+    def __init__(self, plan, pos):
+        self.re, self.pos, self.pending, self.line, self.log = plan["ready_re"], pos, b"", None, plan["log"]
+
+    def read(self):
+        if self.done():
+            return
+        data, self.pos = logfiles.read_on(self.log, self.pos)
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        self.line = next((s for s in (x.decode("utf-8", "replace") for x in lines) if self.re.search(s)), None)
+
+    def done(self):
+        return self.re is None or self.line is not None
+
+    def said(self, res, job, timeout):
+        """The ready line in the start's result, or NotVerified (the job runs, silent) naming JOB."""
+        if self.re is None:
+            return
+        res["ready"] = self.line is not None
+        if self.line is None:
+            raise AgentFailure("NotVerified", "%s (%s) runs but printed no line matching --ready within %ss" % (
+                res["name"], job, timeout), "raise --ready-timeout or check the regex", result=res)
+        res["ready_line"] = self.line
+        res["verified"].append("ready_line")

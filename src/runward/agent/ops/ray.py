@@ -132,7 +132,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
     res = {"name": store.name, "attempt": n, "submission_id": sid, "pid": None, "log": plan["log"],
            "settle_s": plan["settle"], "ray": att["ray"], "env": redact_env(att.get("env")), "replaced": replaced}
     t0, running_since, drv = time.monotonic(), None, None
-    ready = _ReadyWatch(plan, log_from)
+    ready = engine.ReadyWatch(plan, log_from)
     while True:
         info = ray.job(dash, sid) or {"status": "UNKNOWN"}
         now = time.monotonic()
@@ -161,31 +161,8 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
                 "node_id": drv["node_id"], "waited_s": round(time.monotonic() - t0, 3),
                 "alive_after_settle": True, "verified": ["ray_running", "driver_alive_after_settle"],
                 "node_pids": ray.processes(att), "first_lines": logfiles.first_lines(plan["log"], log_from, 10)})
-    if ready.re is not None:
-        res["ready"] = ready.line is not None
-        if ready.line is None:
-            raise AgentFailure("NotVerified", "%s (Ray job %s) runs but printed no line matching --ready within %ss" % (
-                store.name, sid, ready_timeout), "raise --ready-timeout or check the regex", result=res)
-        res["ready_line"] = ready.line
-        res["verified"].append("ready_line")
+    ready.said(res, "Ray job %s" % sid, ready_timeout)
     return res
-
-
-class _ReadyWatch(object):
-    """The first log line matching --ready, read as the log grows."""
-
-    def __init__(self, plan, pos):
-        self.re, self.pos, self.pending, self.line, self.log = plan["ready_re"], pos, b"", None, plan["log"]
-
-    def read(self):
-        if self.re is None or self.line is not None:
-            return
-        data, self.pos = logfiles.read_on(self.log, self.pos)
-        *lines, self.pending = (self.pending + data).split(b"\n")
-        self.line = next((s for s in (x.decode("utf-8", "replace") for x in lines) if self.re.search(s)), None)
-
-    def done(self):
-        return self.re is None or self.line is not None
 
 
 def _record_driver(store, att, drv):

@@ -146,7 +146,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
     res = {"name": store.name, "attempt": n, "job_id": job_id, "pid": None, "log": plan["log"],
            "settle_s": plan["settle"], "slurm": att["slurm"], "env": redact_env(att.get("env")),
            "replaced": replaced}
-    ready_re, ready_line, pos, pending = plan["ready_re"], None, log_from, b""
+    ready = engine.ReadyWatch(plan, log_from)
     running_since = None
     while True:
         st = slurm.job_state(job_id) or {"state": "UNKNOWN", "source": "none"}
@@ -155,20 +155,16 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
             running_since = now
             att["started_at"] = time.time()
             store.update_attempt(n, lambda now: now.update(started_at=att["started_at"]))
-        if ready_re is not None and ready_line is None:
-            data, pos = logfiles.read_on(plan["log"], pos)
-            pending += data
-            *lines, pending = pending.split(b"\n")
-            ready_line = next((s for s in (x.decode("utf-8", "replace") for x in lines) if ready_re.search(s)), None)
+        ready.read()
         if st["state"] not in slurm.ACTIVE:
             return _ended_early(store, n, att, st, res, log_from)
         settled = running_since is not None and now - running_since >= plan["settle"]
-        if settled and (ready_re is None or ready_line is not None):
+        if settled and ready.done():
             break
         if running_since is None and now - t0 >= plan["settle"] and (
                 st.get("reason") not in ("None", "", None) or now - t0 >= FIRST_LOOK_S):
             break  # still pending after the settle, for a reason Slurm gives: say so, with it
-        if running_since is not None and ready_re is not None and now - running_since >= ready_timeout:
+        if running_since is not None and ready.re is not None and now - running_since >= ready_timeout:
             break
         time.sleep(POLL_S)
     res.update({"state": slurm.STATES.get(st["state"], st["state"].lower()), "slurm_state": st["state"],
@@ -178,13 +174,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
         res.update({"pending": True, "verified": ["submitted", "pending"]})
         return res
     res.update({"alive_after_settle": True, "verified": ["alive_after_settle"], "node_pids": _node_pids(store, att)})
-    if ready_re is not None:
-        res["ready"] = ready_line is not None
-        if ready_line is None:
-            raise AgentFailure("NotVerified", "%s (job %s) runs but printed no line matching --ready within %ss" % (
-                store.name, job_id, ready_timeout), "raise --ready-timeout or check the regex", result=res)
-        res["ready_line"] = ready_line
-        res["verified"].append("ready_line")
+    ready.said(res, "job %s" % job_id, ready_timeout)
     return res
 
 
