@@ -7,7 +7,7 @@ import time
 
 from ..core.boot import PROTOCOL
 from ..core.procfs import boot_id
-from ..core.runspec import GRACE_S
+from ..core.runspec import GRACE_S, STOP_SIGNAL
 from ..core.secrets import mask_url_passwords
 from ..core.store import open_log, write_all, write_json
 from ..core.wire import AgentFailure, event
@@ -63,6 +63,13 @@ def submit(store, req, home, plan, run, n, fresh, marker, name, send, undo=None)
     write_json(os.path.join(store.dir, "run.json"), run)
     event({"started": dict({"attempt": n, "pid": None}, **said)})
     return n, size + len(header)
+
+
+def stop_terms(req, att):
+    """An engine job's stop: (its signal, its grace), the request's, else the attempt's own
+    (what its start was given), else the defaults."""
+    grace = req.get("grace") if req.get("grace") is not None else att.get("grace", GRACE_S)
+    return req.get("signal") or att.get("stop_signal", STOP_SIGNAL), float(grace)
 
 
 class ReadyWatch(object):

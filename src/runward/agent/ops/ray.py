@@ -232,8 +232,7 @@ def stop(req, home):
     fd = store.lock("stop", req.get("lock_timeout"))
     try:
         att = store.latest()
-        sig = req.get("signal") or att.get("stop_signal", STOP_SIGNAL)
-        grace = float(req["grace"]) if req.get("grace") is not None else float(att.get("grace", GRACE_S))
+        sig, grace = engine.stop_terms(req, att)
         return _stop_job(store, att, sig, grace)
     finally:
         store.unlock(fd)

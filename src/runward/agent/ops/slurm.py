@@ -238,8 +238,7 @@ def stop(req, home):
     fd = store.lock("stop", req.get("lock_timeout"))
     try:
         att = store.latest()
-        sig = req.get("signal") or att.get("stop_signal", STOP_SIGNAL)
-        grace = float(req["grace"]) if req.get("grace") is not None else float(att.get("grace", GRACE_S))
+        sig, grace = engine.stop_terms(req, att)
         ckpt = None
         if req.get("checkpoint") is not None:  # through scancel to the job's program (slurmckpt.py)
             from . import slurmckpt
