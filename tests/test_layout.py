@@ -25,9 +25,10 @@ PKG = SRC / "runward"
 AGENT = "runward.agent"  # the far side: one node, whether a module or a package
 # stackgroup: pure grouping of stack captures, so a multi-node merge says it as one node does
 AGENT_ALLOWED = ("runward.agent.core.boot", "runward.agent.core.runspec", "runward.agent.logmetrics", "runward.agent.core.secrets", "runward.agent.health.stackgroup")
-# one module may run the agent's entry itself: the CLI's local read-only calls (issue 27's
-# start-up goal; transport/inprocess.py's docstring says why that is safe and where it is not used)
-AGENT_ENTRY_ALLOWED = {"runward.transport.inprocess": "runward.agent.main"}
+# one module may run the agent's entry itself: the CLI, which hands its serve() to
+# transport/inprocess.py for the CLI's local read-only calls (issue 27's start-up goal; that
+# module's docstring says why it is safe and where it is not used)
+AGENT_ENTRY_ALLOWED = {"runward.cli": "runward.agent.main"}
 
 
 def _modules() -> dict[str, Path]:
