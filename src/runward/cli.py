@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .cliparser import BadArguments
 
 
-# Each verb, its one-line help, and its module under runward/verbs/.
+# Each verb, its one-line help, and its module under runward/verbs/ (mcp: runward/mcp/verb.py).
 VERBS = (
     ("start", "start a run; verified alive after settling", "start"),
     ("stop", "stop a run; verified dead (the whole tree)", "stop"),
@@ -74,6 +74,8 @@ MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus", "deploy"
 
 
 def _verb_module(module: str):
+    if module == "mcp":  # a front end beside the verbs (it serves them all as tools): mcp/'s own
+        return importlib.import_module("runward.mcp.verb")
     return importlib.import_module(f"{__package__}.verbs.{module}")
 
 
