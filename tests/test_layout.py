@@ -222,6 +222,8 @@ NEVER_IMPORTS = {
     "runward.transport": ("runward.operations", "runward.spec"),
     "runward.targets": ("runward.transport",),  # what a hop is and resolves to sits below what runs it
     "runward.multinode": ("runward.operations", "runward.views"),
+    "runward.api": ("runward.views",),  # the client asks and returns data; views/ say it
+    "runward.views": ("runward.files", "runward.sync"),  # a view says a result, it moves no file
     "runward.spec": ("runward.api", "runward.library", "runward.transport"),  # the client
     # the agent's side, bottom up: logmetrics, core (the wire, the home, /proc read), proc, health
     # (the judges), supervise (the shim), ops (the verbs), the entry (main, __main__)
