@@ -179,3 +179,32 @@ def test_a_worker_on_a_node_that_is_not_the_heads_is_named_unchecked_never_dead(
     assert marked("w2.1") == {}
     # Ray itself ends the job's actor there (its job is STOPPED)
     wait_for(lambda: not alive(held["pid"]), timeout=60, what="Ray ended the far actor")
+
+
+def test_gpus_on_ray_answers_from_the_head_naming_the_jobs_driver_and_worker(cli, tb, tmp_path):
+    """`gpus --on ray://local` reads the head's nvidia-smi (the stand-in on PATH, as on an ssh
+    target): the driver and the job's actor, each holding a fake GPU, are named the run's;
+    the library's document has the CLI's shape."""
+    import fakegpu
+    from test_ray import _shape
+    state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
+    rcli = NetnsCLI(cli, tb["netns"])
+    rcli.env = fakegpu.env_with_standin(state, rcli.env)
+    res, job_id = start_job(rcli, tb, "w3", "-", "-")
+    held = next(a for a in ray_state(tb, "actors", job_id) if a["state"] == "ALIVE")
+    fakegpu.attach(state, 0, res["driver"]["pid"], 1000)
+    fakegpu.attach(state, 1, held["pid"], 2000)
+    try:
+        rc, doc = rcli.json("gpus", "--on", "ray://local")
+        assert rc == 0, doc
+        who = {g["index"]: [(p["pid"], p["run"], p["attempt"]) for p in g["processes"]] for g in doc["result"]["gpus"]}
+        assert who == {0: [(res["driver"]["pid"], "w3", 1)], 1: [(held["pid"], "w3", 1)]}, doc["result"]
+        code = ("import json, runward\n"
+                "print(json.dumps(runward.gpus(on=runward.Target('ray://local')).to_json()))")
+        p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], cwd=rcli.cwd,
+                           env=rcli.env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert _shape(json.loads(p.stdout)) == _shape(doc)
+    finally:
+        rc, doc = rcli.json("stop", "w3")
+    assert rc == 0 and not alive(held["pid"]), doc

@@ -256,10 +256,10 @@ def end_hint(w):
     return "ray.kill(HANDLE) from a driver that holds a handle to its %s actor (id %s)" % (a.get("class"), a.get("id"))
 
 
-def stack_extra(att):
-    """`stacks` on a Ray run: the job's workers alive on this node ("here": {pid: Proc}), those
-    on other nodes (out of this agent's sight), or a note where Ray cannot be asked (the
-    driver's own tree is dumped all the same)."""
+def job_workers(att):
+    """The Ray job's workers alive on this node ("here": {pid: Proc}), those on other nodes
+    (out of this agent's sight), or a note where Ray cannot be asked: `stacks` dumps those
+    here beside the driver's tree, `gpus` names them the run's (launchers.py)."""
     r = att["ray"]
     try:
         info = job(r["dashboard"], r["submission_id"])

@@ -13,10 +13,10 @@ def stacks(req, home):
     if not att:
         raise AgentFailure("RunNotFound", "run %s has no attempt on this target" % store.name,
                            "`runward start %s` first" % store.name)
-    # an engine's processes of the job outside its tree and marker (a Ray job's workers): core/NAME.py's stack_extra
+    # an engine's processes of the job outside its tree and marker (a Ray job's workers): core/NAME.py's job_workers
     name = launchers.named(att)
     q = launchers.queries(name) if name else None
-    ws = q.stack_extra(att) if hasattr(q, "stack_extra") else None
+    ws = q.job_workers(att) if hasattr(q, "job_workers") else None
     doc = cap.capture(att, native=bool(req.get("native")), timeout=float(req.get("timeout") or 10.0),
                       home_dir=home.path, want=req.get("py_spy_sha256"), extra=ws and ws["here"])
     if ws:  # an engine's word on the job's processes beside the tree: each one's role, those out of sight
