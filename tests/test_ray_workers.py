@@ -208,3 +208,48 @@ def test_gpus_on_ray_answers_from_the_head_naming_the_jobs_driver_and_worker(cli
     finally:
         rc, doc = rcli.json("stop", "w3")
     assert rc == 0 and not alive(held["pid"]), doc
+
+
+def test_mcp_and_the_library_dump_the_same_stacks_and_gpus_of_a_ray_job_as_the_cli(rcli, tb, tmp_path):
+    """MCP's stacks and gpus tools and runward.stacks/gpus, run on the head, answer with the
+    CLI's documents: the job's worker is among the stacks of each."""
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    import fakegpu
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from test_ray import _shape
+    rcli.env = fakegpu.env_with_standin(fakegpu.create_state(tmp_path / "smi.json", gpus=1), rcli.env)
+    res, job_id = start_job(rcli, tb, "w4", "-", "-")
+    task_pid, _ = spin_worker(tb, job_id)
+    cli = {"stacks": rcli.json("stacks", "w4", "--on", "ray://local")[1], "gpus": rcli.json("gpus", "--on", "ray://local")[1]}
+    docs = {}
+
+    async def main():
+        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
+                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
+        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
+            async with stdio_client(params, errlog=err) as (r, w):
+                async with ClientSession(r, w) as s:
+                    with anyio.fail_after(120):
+                        await s.initialize()
+                        for verb, args in (("stacks", {"name": "w4", "on": "ray://local"}), ("gpus", {"on": "ray://local"})):
+                            out = await s.call_tool(verb, args)
+                            docs[verb] = (out.is_error, json.loads(out.content[0].text))
+    try:
+        anyio.run(main)
+        code = ("import json, sys, runward\nt = runward.Target('ray://local')\n"
+                "print(json.dumps({'stacks': runward.stacks('w4', on=t).to_json(), 'gpus': runward.gpus(on=t).to_json()}))")
+        p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], cwd=rcli.cwd,
+                           env=rcli.env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        lib = json.loads(p.stdout)
+    finally:
+        rcli.json("stop", "w4")
+    for verb in ("stacks", "gpus"):
+        err, doc = docs[verb]
+        assert not err and doc["ok"] and lib[verb]["ok"] and cli[verb]["ok"], (verb, doc, lib[verb], cli[verb])
+        assert _shape(doc) == _shape(cli[verb]) == _shape(lib[verb]), verb
+    for doc in (docs["stacks"][1], lib["stacks"], cli["stacks"]):
+        said = json.dumps(doc["result"])
+        assert f'"pid": {task_pid},' in said and f'"pid": {res["driver"]["pid"]},' in said, said[:2000]
