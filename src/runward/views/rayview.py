@@ -42,7 +42,28 @@ def stop(r: dict) -> str:
         lines.append("  no process of the run left on this node (verified by the marker)")
     for p in r.get("processes") or []:
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:60]}")
-    return "\n".join(lines)
+    return "\n".join(lines + _workers(r))
+
+
+def _node(w: dict) -> str:
+    return f"node {str(w.get('node_id'))[:12]} ({w.get('node_ip')})"
+
+
+def _workers(r: dict) -> list[str]:
+    """The job's Ray workers (Ray's state API), those out of this agent's sight, and the
+    detached actors Ray keeps by design, each named with how to end it."""
+    here = [w for w in r.get("workers") or [] if w.get("here")]
+    lines = [f"  Ray workers of the job on this node: {len(here)}, "
+             + ", ".join(f"pid {w['pid']} {w['fate']}" for w in here)] if here else []
+    for w in r.get("unchecked") or []:
+        lines.append(f"  UNCHECKED: {w['kind']} pid {w.get('pid')} on {_node(w)}: not this node, its /proc is out of "
+                     "sight" + (f"; Ray says {w['ray_says']}" if w.get("ray_says") else ""))
+    for w in r.get("detached_actors") or []:
+        a = w.get("actor") or {}
+        life = {True: "alive", False: "gone", None: "not checked (another node)"}[w.get("alive")]
+        lines.append(f"  detached actor {a.get('name') or '(no name)'} ({a.get('class')}) pid {w['pid']} on {_node(w)}: "
+                     f"{life}; Ray keeps it by design and runward leaves it: end it with {w['end_with']}")
+    return lines
 
 
 def status_line(r: dict) -> list[str]:

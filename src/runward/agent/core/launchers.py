@@ -51,6 +51,21 @@ def refuse_other(req, latest):
                         "under another name; `runward rm %s` forgets the old one" % req.get("name"))
 
 
+def engine_alive(att):
+    """Whether an engine's attempt lives (core/NAME.py's alive), None for the fork's."""
+    name = named(att)
+    return queries(name).alive(att) if name else None
+
+
+def engine_workers(att):
+    """{pid: Proc} of an engine's processes of the attempt on this host outside its tree and
+    marker (a Ray job's workers: core/NAME.py's job_workers), {} for the fork's; where the
+    engine cannot be asked, {} too (its own note goes with the stacks that ask it)."""
+    name = named(att)
+    q = queries(name) if name else None
+    return q.job_workers(att)["here"] if hasattr(q, "job_workers") else {}
+
+
 def queries(name):
     """The launcher's light module (core/NAME.py)."""
     return __import__(name, globals(), None, ["alive"], 1)

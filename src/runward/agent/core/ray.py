@@ -190,3 +190,103 @@ def history_row(att):
     r, ex = att["ray"], att.get("exit") or {}
     return {"submission_id": r.get("submission_id"), "node": r.get("node"), "state": ex.get("state"),
             "exit_code": ex.get("exit_code"), "stopped_by": ex.get("stopped_by")}
+
+
+# --- the job's Ray worker processes (its tasks' and actors' workers: children of a raylet,
+# not of the driver, and without the marker) and its detached actors, from Ray's state API
+
+STATE_LIMIT = 10000   # the state API's rows per call (its own default is 100)
+
+
+def _state(dashboard, kind, job_id=None):
+    path = "/api/v0/%s?limit=%d&detail=1" % (kind, STATE_LIMIT)
+    if job_id:
+        path += "&filter_keys=job_id&filter_predicates=%3D&filter_values=" + job_id
+    doc = _json(dashboard, "GET", path)
+    return ((doc.get("data") or {}).get("result") or {}).get("result") or []
+
+
+def nodes(dashboard):
+    """{node id: {"ip", "head", "state"}} of every node Ray lists."""
+    return {n["node_id"]: {"ip": n.get("node_ip"), "head": bool(n.get("is_head_node")), "state": n.get("state")}
+            for n in _state(dashboard, "nodes") if n.get("node_id")}
+
+
+def workers(dashboard, job_id):
+    """The Ray job JOB_ID's worker processes, pids sorted per node: each actor of the job not
+    DEAD (detached ones too, which Ray keeps after the job by design) and each task's worker.
+    `here`: the node's address is the head's, so this agent's /proc is that node's; a process
+    on another address is out of its sight (docs/ray.md, Nodes)."""
+    found = {}
+    for a in _state(dashboard, "actors", job_id):
+        if a.get("pid") and a.get("state") != "DEAD" and a.get("node_id"):
+            found[(a["node_id"], a["pid"])] = {
+                "pid": a["pid"], "node_id": a["node_id"], "kind": "detached actor" if a.get("is_detached") else "actor",
+                "actor": {"name": a.get("name") or None, "class": a.get("class_name"), "id": a.get("actor_id"),
+                          "namespace": a.get("ray_namespace"), "state": a.get("state")}}
+    for t in _state(dashboard, "tasks", job_id):
+        key = (t.get("node_id"), t.get("worker_pid"))
+        if key[0] and key[1] and not t.get("actor_id") and key not in found:
+            found[key] = {"pid": key[1], "node_id": key[0], "kind": "task worker", "task": t.get("name")}
+    ns = nodes(dashboard) if found else {}
+    head_ip = next((n["ip"] for n in ns.values() if n["head"]), None)
+    for w in found.values():
+        n = ns.get(w["node_id"]) or {}
+        w["node_ip"], w["here"] = n.get("ip"), head_ip is not None and n.get("ip") == head_ip
+    return sorted(found.values(), key=lambda w: (w["node_id"], w["pid"]))
+
+
+def local_workers(ws, procs):
+    """{pid: Proc} of the workers WS on this node that live: a Ray worker by its title
+    (ray::...), and the same process as first seen (its start time, once known)."""
+    out = {}
+    for w in ws:
+        p = procs.get(w["pid"]) if w["here"] else None
+        if p is not None and not p.dead and p.cmdline_raw().startswith(RAY_WORKER) and w.get("start") in (None, p.start):
+            w["start"] = p.start
+            out[p.pid] = p
+    return out
+
+
+def end_hint(w):
+    """How a detached actor is ended: Ray keeps it by design; runward names it, never kills it."""
+    a = w.get("actor") or {}
+    if a.get("name"):
+        return "ray.kill(ray.get_actor(%r, namespace=%r))" % (a["name"], a.get("namespace"))
+    return "ray.kill(HANDLE) from a driver that holds a handle to its %s actor (id %s)" % (a.get("class"), a.get("id"))
+
+
+def job_workers(att):
+    """The Ray job's workers alive on this node ("here": {pid: Proc}), those on other nodes
+    (out of this agent's sight), or a note where Ray cannot be asked: `stacks` dumps those
+    here beside the driver's tree, `gpus` names them the run's (launchers.py)."""
+    r = att["ray"]
+    try:
+        info = job(r["dashboard"], r["submission_id"])
+        ws = workers(r["dashboard"], info["job_id"]) if info and info.get("job_id") else []
+    except AgentFailure as e:
+        return {"here": {}, "workers": [], "note": "the job's Ray workers not read: " + e.message}
+    procs = scan()
+    return {"here": local_workers(ws, procs), "workers": ws}
+
+
+def stack_said(ws, doc):
+    """Each dumped worker's role (its actor or task) in the capture; the job's workers on other
+    nodes named as not read; the summary says both."""
+    role = {w["pid"]: w for w in ws["workers"] if w["here"]}
+    for p in doc.get("procs") or ():
+        w = role.get(p.get("pid"))
+        if w is not None:
+            p["ray"] = {k: w[k] for k in ("kind", "actor", "task", "node_id") if w.get(k) is not None}
+    far = [w for w in ws["workers"] if not w["here"]]
+    doc["ray_workers_here"] = sorted(ws["here"])
+    doc["ray_unchecked"] = [{k: w.get(k) for k in ("pid", "node_id", "node_ip", "kind")} for w in far]
+    more = ["%d Ray worker(s) of the job here" % len(ws["here"])] if ws["here"] else []
+    if far:
+        more.append("%d on other nodes not read (%s)" % (len(far), ", ".join(
+            "pid %s on %s" % (w["pid"], w.get("node_ip")) for w in far)))
+    if ws.get("note"):
+        doc["ray_note"] = ws["note"]
+        more.append(ws["note"])
+    if more:
+        doc["summary"] = "; ".join([doc.get("summary") or ""] + more).lstrip("; ")

@@ -151,10 +151,11 @@ def _dump_one(spy, p, native, timeout):
     return out
 
 
-def capture(rec, native=False, timeout=10.0, home_dir=None, want=None):
+def capture(rec, native=False, timeout=10.0, home_dir=None, want=None, extra=None):
     """One node's capture: every live member of the attempt REC (the set status counts: job
-    tree, marker, cgroup, adopted) dumped by py-spy in parallel, within TIMEOUT seconds.
-    Never raises for "cannot": `ok` False with `error` and `hint` say why."""
+    tree, marker, cgroup, adopted), and EXTRA ({pid: Proc}: an engine's processes of the job
+    outside that set, a Ray job's workers), dumped by py-spy in parallel, within TIMEOUT
+    seconds. Never raises for "cannot": `ok` False with `error` and `hint` say why."""
     t0 = time.time()
     doc = {"v": VERSION, "run": rec.get("run"), "attempt": rec.get("attempt"), "at": t0,
            "native": bool(native), "host": os.uname()[1], "machine": os.uname()[4], "procs": []}
@@ -163,6 +164,7 @@ def capture(rec, native=False, timeout=10.0, home_dir=None, want=None):
         doc["node"] = node
     procs = ProcTable(scan())
     mem = members(rec.get("run"), rec, procs, protected(procs))
+    mem.update(extra or {})
     spy = find_py_spy(home_dir, want)
     if want and spy != os.path.join(home_dir or "", "tools", "py-spy"):
         doc.update(ok=False, error="py-spy hash mismatch",

@@ -254,7 +254,10 @@ def _stop_job(store, att, sig, grace):
            "grace_s": grace, "ray": att["ray"]}
     t0 = time.monotonic()
     info = ray.job(dash, sid)  # a dashboard that does not answer: nothing is sent
-    members = _members(att)
+    job_id = (info or {}).get("job_id")
+    seen = ray.workers(dash, job_id) if job_id else []  # Ray's word on the job's workers, before its stop
+    ours = [w for w in seen if w["kind"] != "detached actor"]
+    members = {**_members(att), **ray.local_workers(ours, scan())}
     active = info is not None and info["status"] in ray.ACTIVE
     res["already_stopped"] = not members and not active
     fates = []
@@ -263,7 +266,8 @@ def _stop_job(store, att, sig, grace):
         att["stop_requested"] = time.time()
         res["ray_stop_sent"] = ray.stop(dash, sid) if active else False
         if members:  # the snapshot from before Ray's stop: each one's fate is said, also the driver's
-            fates = terminate(members, scan(), parse_signal(sig), grace, find_more=lambda: _members(att))
+            fates = terminate(members, scan(), parse_signal(sig), grace,
+                              find_more=lambda: {**_members(att), **ray.local_workers(ours, scan())})
         info = _await_end(dash, sid) if active else info
     if info is None and not (att.get("exit") or {}).get("state"):
         info = {"status": "STOPPED" if not res["already_stopped"] else "UNKNOWN",
@@ -271,15 +275,23 @@ def _stop_job(store, att, sig, grace):
     record_end(store, att, info)
     res.update(_leave_check(att, sig))
     res["processes"] = fates + res["processes"]
+    _workers_check(res, att, job_id, seen, info, sig)
     ex = att.get("exit") or {}
     res.update({"ray_state": (info or {}).get("status") or ex.get("state"), "exit": ex,
                 "state": ray.STATES.get(ex.get("state"), "lost"), "stop_s": round(time.monotonic() - t0, 3)})
     res["verified"] = ["ray_job_ended"] * (res["ray_state"] in ray.STATES and res["ray_state"] not in ray.ACTIVE) + \
-        ["no_process_of_run_alive"] * bool(res["verified_dead"])
+        ["no_process_of_run_alive"] * bool(res["verified_dead"] and not res["unchecked"])
     if not res["verified_dead"]:
         raise AgentFailure("NotVerified", "%s: %d process(es) of Ray job %s survived the stop: %s" % (
             store.name, len(res["survivors"]), sid, ", ".join(str(s["pid"]) for s in res["survivors"])),
             "see each one's state (D: stuck in the kernel); `runward ps` names them", result=res)
+    if res["unchecked"]:
+        raise AgentFailure("NotVerified", "%s: %d process(es) of Ray job %s are on nodes this agent cannot see, "
+                           "unchecked: %s" % (store.name, len(res["unchecked"]), sid, ", ".join(
+                               "pid %s on node %s (%s)" % (u["pid"], str(u["node_id"])[:12], u.get("node_ip"))
+                               for u in res["unchecked"])),
+                           "this agent reads the head's /proc only; check those nodes (`ray list workers "
+                           "--filter node_id=ID` on the head, or ps there) (docs/ray.md, Nodes)", result=res)
     if res["ray_state"] in ray.ACTIVE:  # no process here, but Ray keeps the job: it may yet run
         raise AgentFailure("NotVerified", "%s: Ray still says %s for job %s %gs after its stop (Ray's stop does not "
                            "end a job it has not placed yet): it may start when the cluster can place it" % (
@@ -309,6 +321,57 @@ def _leave_check(att, sig):
     fates = terminate(left, scan(), parse_signal(sig), ESCAPED_GRACE_S)
     survivors = [f for f in fates if f["fate"] == "survived"]
     return {"verified_dead": not survivors, "processes": fates, "survivors": survivors, "outlived_ray": sorted(left)}
+
+
+def _workers_check(res, att, job_id, seen, info, sig):
+    """The job's Ray workers after the stop (Ray's state API asked again: a worker started
+    during the stop too): one still alive here is ended (the stop signal, then KILL) and its
+    fate said; one on a node whose address is not the head's is `unchecked`, never counted
+    dead; a detached actor, which Ray keeps by design, is named with how to end it, never
+    killed. The driver placed on such a node is unchecked too."""
+    dash = att["ray"]["dashboard"]
+    byid = {(w["node_id"], w["pid"]): w for w in seen}
+    try:
+        for w in (ray.workers(dash, job_id) if job_id else []):
+            byid.setdefault((w["node_id"], w["pid"]), w)["ray_says"] = (w.get("actor") or {}).get("state")
+    except AgentFailure as e:  # the stop is sent: those seen before it are still checked, and this said
+        res["workers_note"] = "Ray's state API not asked again after the stop: " + e.message
+    ours = sorted((w for w in byid.values() if w["kind"] != "detached actor"), key=lambda w: (not w["here"], w["pid"]))
+    late = terminate(ray.local_workers([w for w in ours if w["here"]], scan()), scan(), parse_signal(sig),
+                     ESCAPED_GRACE_S)
+    res["processes"] += late
+    res["survivors"] += [f for f in late if f["fate"] == "survived"]
+    fate = {f["pid"]: f["fate"] for f in res["processes"]}
+    live = scan()
+    for w in ours:
+        w["fate"] = "unchecked" if not w["here"] else fate.get(
+            w["pid"], "alive" if ray.local_workers([w], live) else "gone")
+    res["detached_actors"] = [dict(w, end_with=ray.end_hint(w)) for w in byid.values() if w["kind"] == "detached actor"]
+    for w in res["detached_actors"]:
+        w["alive"] = bool(ray.local_workers([w], live)) if w["here"] else None
+    res["workers"] = ours
+    res["unchecked"] = [w for w in ours if not w["here"]]
+    far = _driver_far(att, dash, info)
+    if far:
+        res["unchecked"].insert(0, far)
+    res["verified_dead"] = not res["survivors"]
+
+
+def _driver_far(att, dash, info):
+    """The job's driver, when it was never seen here and Ray placed it on a node whose address
+    is not the head's (or Ray cannot say where that node is: never counted dead either)."""
+    node = (info or {}).get("driver_node_id")
+    if not node or att["ray"].get("driver"):
+        return None
+    try:
+        ns = ray.nodes(dash)
+    except AgentFailure:
+        ns = {}
+    head_ip = next((n["ip"] for n in ns.values() if n["head"]), None)
+    if node in ns and ns[node]["ip"] == head_ip:
+        return None
+    return {"pid": int((info.get("driver_info") or {}).get("pid") or 0) or None, "node_id": node,
+            "node_ip": (ns.get(node) or {}).get("ip"), "kind": "driver", "here": False, "fate": "unchecked"}
 
 
 # --- status (state.status_of hands a Ray attempt here)

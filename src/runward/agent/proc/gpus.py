@@ -7,6 +7,7 @@ bounded by its timeout, and ends with an answer, never a hang."""
 import time
 
 from ..core.boot import held_message
+from ..core.launchers import engine_alive, engine_workers
 from ..core.procfs import (HOME_MARKER, MARKER, boot_id, in_host_pidns, marker_run, pid_namespace, protected, read_proc,
                      scan)
 from .runs import attempt_state, members
@@ -197,7 +198,8 @@ class GpuView(object):
         for nm in self.home.run_names():
             store = RunStore(self.home, nm)
             att = store.latest() if store.exists() else None
-            if att and attempt_state(att, procs, bid) in ("running", "orphaned", "starting"):
+            eng = engine_alive(att) if att else None  # an engine's attempt has no shim: its launcher says
+            if att and (eng if eng is not None else attempt_state(att, procs, bid) in ("running", "orphaned", "starting")):
                 out.append((nm, att))
         return out
 
@@ -207,7 +209,7 @@ class GpuView(object):
             procs = self.procs()
             prot = protected(procs)
             for nm, att in self._runs():
-                for m in members(nm, att, procs, prot):
+                for m in list(members(nm, att, procs, prot)) + list(engine_workers(att)):
                     self._members[m] = (nm, att.get("attempt"))
         return self._members.get(pid, (None, None))
 

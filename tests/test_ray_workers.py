@@ -1,0 +1,255 @@
+"""A Ray job's own worker processes (its tasks' and actors' workers: children of a raylet,
+not of the driver, without the marker) and its detached actors, on the real cluster of
+tests/test_ray.py; a node whose address is not the head's is started for the test
+(127.0.0.2 in the namespace, no CPUs: only this test's actor goes there). Ground truth from
+/proc and from Ray's state API (docs/ray.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import alive, marked, read_stat, wait_for
+from test_ray import NetnsCLI, ray_job, ray_testbed
+
+# the job: a driver that starts an actor (on the node with RESOURCE, if given), a task and,
+# if given a NAME, a detached actor of that name; it prints its workers' pids, then waits
+DRIVER = """\
+import os, sys, time, ray
+ray.init()
+@ray.remote
+class Holder:
+    def pid(self): return os.getpid()
+    def hold(self): time.sleep(900)
+@ray.remote
+def spin(): time.sleep(900)
+name, res = sys.argv[1], sys.argv[2]
+held = Holder.options(**({"num_cpus": 0, "resources": {res: 1}} if res != "-" else {})).remote()
+kept = Holder.options(name=name, lifetime="detached").remote() if name != "-" else None
+print("pids", ray.get(held.pid.remote()), kept and ray.get(kept.pid.remote()), flush=True)
+held.hold.remote(); task = spin.remote()
+time.sleep(900)
+"""
+
+
+@pytest.fixture
+def tb():
+    return ray_testbed()
+
+
+@pytest.fixture
+def rcli(cli, tb):
+    return NetnsCLI(cli, tb["netns"])
+
+
+def ray_state(tb: dict, kind: str, job_id: str | None = None) -> list:
+    """Ray's state API (GET /api/v0/KIND, the job's rows), from inside the namespace."""
+    url = tb["dashboard"] + f"/api/v0/{kind}?limit=10000&detail=1"
+    if job_id:
+        url += f"&filter_keys=job_id&filter_predicates=%3D&filter_values={job_id}"
+    code = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+    out = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, url],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["data"]["result"]["result"]
+
+
+def start_job(rcli, tb, name: str, *args: str) -> tuple[dict, str]:
+    drv = rcli.cwd / "driver.py"
+    drv.write_text(DRIVER)
+    rc, doc = rcli.json("start", name, "--on", "ray://local", "--settle", "1", "--ready", "^pids",
+                        "--ready-timeout", "120", "--", sys.executable, str(drv), *args)
+    assert rc == 0, doc
+    return doc["result"], ray_job(tb, doc["result"]["submission_id"])["job_id"]
+
+
+def spin_worker(tb: dict, job_id: str) -> tuple[int, str]:
+    """The pid and node of the job's running `spin` task, by Ray's word, once it runs."""
+    t = wait_for(lambda: next((t for t in ray_state(tb, "tasks", job_id) if t["name"] == "spin"
+                               and t["state"] == "RUNNING" and t.get("worker_pid")), None), timeout=60, what="spin")
+    return t["worker_pid"], t["node_id"]
+
+
+def test_stop_ends_the_jobs_ray_workers_and_names_its_detached_actor(rcli, tb):
+    keeper = "keep-" + uuid.uuid4().hex[:8]
+    res, job_id = start_job(rcli, tb, "w1", keeper, "-")
+    actors = {a["is_detached"]: a for a in ray_state(tb, "actors", job_id) if a["state"] == "ALIVE"}
+    held, kept = actors[False], actors[True]
+    task_pid, _ = spin_worker(tb, job_id)
+    starts = {p: read_stat(p)[1] for p in (held["pid"], task_pid, kept["pid"])}
+    assert all(alive(p, s) for p, s in starts.items()) and not set(starts) & set(marked("w1.1")), \
+        "the job's workers live, and the marker does not find them"
+    assert open(f"/proc/{held['pid']}/cmdline", "rb").read().startswith(b"ray::Holder")
+
+    rc, doc = rcli.json("stacks", "w1")
+    assert rc == 0, doc
+    said = json.dumps(doc["result"])
+    for pid in (res["driver"]["pid"], held["pid"], task_pid, kept["pid"]):
+        assert f'"pid": {pid},' in said, (pid, said[:2000])
+    assert "Ray worker(s) of the job here" in said and '"kind": "task worker"' in said, said[:2000]
+
+    rc, doc = rcli.json("stop", "w1")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    r = doc["result"]
+    assert not alive(held["pid"], starts[held["pid"]]) and not alive(task_pid, starts[task_pid])
+    fates = {w["pid"]: w["fate"] for w in r["workers"]}
+    assert {held["pid"], task_pid} <= set(fates) and "alive" not in fates.values(), r["workers"]
+    assert r["unchecked"] == [], r
+    # the detached actor: kept by Ray, named by runward with how to end it, never killed
+    assert alive(kept["pid"], starts[kept["pid"]]), "runward never kills a detached actor"
+    det = r["detached_actors"]
+    assert [(d["pid"], d["actor"]["name"], d["alive"], d["node_id"]) for d in det] == [
+        (kept["pid"], keeper, True, kept["node_id"])], det
+    from runward.views import rayview
+    text = rayview.stop(r)
+    assert f"detached actor {keeper} (Holder) pid {kept['pid']}" in text and "ray.kill(ray.get_actor(" in text, text
+    # its hint ends it
+    code = f"import ray; ray.init(address={tb['gcs']!r}); {det[0]['end_with']}"
+    subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], check=True, timeout=120,
+                   capture_output=True, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+    wait_for(lambda: not alive(kept["pid"], starts[kept["pid"]]), timeout=30, what="the detached actor ended")
+
+
+@pytest.fixture
+def far_node(tb):
+    """A node at 127.0.0.2, with no CPUs and one `far_node`: its processes share this
+    machine's /proc, but by its address it is another machine, out of the head's sight.
+    Ended by pid after the test (`ray start --block` and every process under it)."""
+    p = subprocess.Popen(["ip", "netns", "exec", tb["netns"], tb["ray"], "start", "--address", tb["gcs"],
+                          "--node-ip-address=127.0.0.2", "--num-cpus=0", '--resources={"far_node": 1}',
+                          "--object-store-memory=100000000", "--disable-usage-stats", "--block"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+    try:
+        node = wait_for(lambda: next((n["node_id"] for n in ray_state(tb, "nodes") if n["node_ip"] == "127.0.0.2"
+                                      and n["state"] == "ALIVE"), None), timeout=90, what="the node at 127.0.0.2")
+        yield node
+    finally:
+        tree = _tree(p.pid)
+        p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while any(alive(q) for q in tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for q in tree:
+            if alive(q):
+                os.kill(q, signal.SIGKILL)
+        p.wait(timeout=10)
+
+
+def _tree(root: int) -> list[int]:
+    kids = {}
+    for d in os.listdir("/proc"):
+        st = d.isdigit() and read_stat(int(d))
+        if st:
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        q = todo.pop()
+        out.append(q)
+        todo += kids.get(q, [])
+    return out
+
+
+def test_a_worker_on_a_node_that_is_not_the_heads_is_named_unchecked_never_dead(rcli, tb, far_node):
+    res, job_id = start_job(rcli, tb, "w2", "-", "far_node")
+    held = next(a for a in ray_state(tb, "actors", job_id) if a["state"] == "ALIVE")
+    assert held["node_id"] == far_node, held
+
+    rc, doc = rcli.json("stacks", "w2")
+    assert rc == 0, doc
+    said = json.dumps(doc["result"])
+    assert f'"pid": {held["pid"]}, "node_id": "{far_node}", "node_ip": "127.0.0.2"' in said, said[:3000]
+    assert "on other nodes not read" in said, said[:3000]
+
+    rc, doc = rcli.json("stop", "w2")
+    assert rc == 5 and doc["error"]["type"] == "NotVerified", doc
+    r = doc["result"]
+    far = [u for u in r["unchecked"] if u["pid"] == held["pid"]]
+    assert far and far[0]["node_id"] == far_node and far[0]["node_ip"] == "127.0.0.2", r["unchecked"]
+    assert held["pid"] not in {p["pid"] for p in r["processes"]}, "never counted dead: never signalled from here"
+    assert "127.0.0.2" in doc["error"]["message"] and str(held["pid"]) in doc["error"]["message"], doc
+    assert r["verified_dead"], "the head's own processes of the run are verified gone"
+    assert marked("w2.1") == {}
+    # Ray itself ends the job's actor there (its job is STOPPED)
+    wait_for(lambda: not alive(held["pid"]), timeout=60, what="Ray ended the far actor")
+
+
+def test_gpus_on_ray_answers_from_the_head_naming_the_jobs_driver_and_worker(cli, tb, tmp_path):
+    """`gpus --on ray://local` reads the head's nvidia-smi (the stand-in on PATH, as on an ssh
+    target): the driver and the job's actor, each holding a fake GPU, are named the run's;
+    the library's document has the CLI's shape."""
+    import fakegpu
+    from test_ray import _shape
+    state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
+    rcli = NetnsCLI(cli, tb["netns"])
+    rcli.env = fakegpu.env_with_standin(state, rcli.env)
+    res, job_id = start_job(rcli, tb, "w3", "-", "-")
+    held = next(a for a in ray_state(tb, "actors", job_id) if a["state"] == "ALIVE")
+    fakegpu.attach(state, 0, res["driver"]["pid"], 1000)
+    fakegpu.attach(state, 1, held["pid"], 2000)
+    try:
+        rc, doc = rcli.json("gpus", "--on", "ray://local")
+        assert rc == 0, doc
+        who = {g["index"]: [(p["pid"], p["run"], p["attempt"]) for p in g["processes"]] for g in doc["result"]["gpus"]}
+        assert who == {0: [(res["driver"]["pid"], "w3", 1)], 1: [(held["pid"], "w3", 1)]}, doc["result"]
+        code = ("import json, runward\n"
+                "print(json.dumps(runward.gpus(on=runward.Target('ray://local')).to_json()))")
+        p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], cwd=rcli.cwd,
+                           env=rcli.env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert _shape(json.loads(p.stdout)) == _shape(doc)
+    finally:
+        rc, doc = rcli.json("stop", "w3")
+    assert rc == 0 and not alive(held["pid"]), doc
+
+
+def test_mcp_and_the_library_dump_the_same_stacks_and_gpus_of_a_ray_job_as_the_cli(rcli, tb, tmp_path):
+    """MCP's stacks and gpus tools and runward.stacks/gpus, run on the head, answer with the
+    CLI's documents: the job's worker is among the stacks of each."""
+    pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
+    import anyio
+    import fakegpu
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from test_ray import _shape
+    rcli.env = fakegpu.env_with_standin(fakegpu.create_state(tmp_path / "smi.json", gpus=1), rcli.env)
+    res, job_id = start_job(rcli, tb, "w4", "-", "-")
+    task_pid, _ = spin_worker(tb, job_id)
+    cli = {"stacks": rcli.json("stacks", "w4", "--on", "ray://local")[1], "gpus": rcli.json("gpus", "--on", "ray://local")[1]}
+    docs = {}
+
+    async def main():
+        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
+                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
+        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
+            async with stdio_client(params, errlog=err) as (r, w):
+                async with ClientSession(r, w) as s:
+                    with anyio.fail_after(120):
+                        await s.initialize()
+                        for verb, args in (("stacks", {"name": "w4", "on": "ray://local"}), ("gpus", {"on": "ray://local"})):
+                            out = await s.call_tool(verb, args)
+                            docs[verb] = (out.is_error, json.loads(out.content[0].text))
+    try:
+        anyio.run(main)
+        code = ("import json, sys, runward\nt = runward.Target('ray://local')\n"
+                "print(json.dumps({'stacks': runward.stacks('w4', on=t).to_json(), 'gpus': runward.gpus(on=t).to_json()}))")
+        p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], cwd=rcli.cwd,
+                           env=rcli.env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        lib = json.loads(p.stdout)
+    finally:
+        rcli.json("stop", "w4")
+    for verb in ("stacks", "gpus"):
+        err, doc = docs[verb]
+        assert not err and doc["ok"] and lib[verb]["ok"] and cli[verb]["ok"], (verb, doc, lib[verb], cli[verb])
+        assert _shape(doc) == _shape(cli[verb]) == _shape(lib[verb]), verb
+    for doc in (docs["stacks"][1], lib["stacks"], cli["stacks"]):
+        said = json.dumps(doc["result"])
+        assert f'"pid": {task_pid},' in said and f'"pid": {res["driver"]["pid"]},' in said, said[:2000]
