@@ -25,7 +25,7 @@ from .targets import Target
 from .gpumap import gpus, held_line, name_holders  # noqa: F401  (gpus: api.gpus)
 from .spec.inputs import (health_rules, parse_duration, parse_env, parse_limits, parse_size,  # noqa: F401
                      read_env, read_env_file, resolve_env_from)
-from .spec.restartspec import (after_stop, changes, check_notify_kept, check_start, code_changes, engine_changes,  # noqa: F401
+from .spec.restartspec import (after_stop, changes, check_notify_kept, check_rotation_kept, check_start, code_changes, engine_changes,  # noqa: F401
                                restart_kwargs, start_kwargs)
 
 
@@ -214,6 +214,7 @@ def restart(target: Target, name: str, *, overrides: dict | None = None, grace: 
         raise BadInput(f"{name}: working directory does not exist on the target: {kw['cwd']} (nothing was stopped)",
                        "create it, or pass an existing --cwd")
     check_notify_kept(name, kw)
+    check_rotation_kept(name, kw, target)
     noted = check(last) if check is not None else None
     changed = changes(last.get("spec") or {}, kw)
     engine = engine_changes(last.get("engine"), target)

@@ -75,12 +75,19 @@ def config_targets(cfg) -> list:
     """Every target runward.toml names: its [targets], then each run's own (its nodes for a
     multi-node run, local for a run without `on`), each once."""
     seen: list = []
-    own = [t for run in cfg.runs for t in ([cfg.target(n) for n in cfg.runs.placement(run)["nodes"]]
-                                           if cfg.runs.placement(run).get("nodes") else [cfg.target(None, run)])]
+    own = [t for run in cfg.runs if not _on_bad_target(cfg, run)
+           for t in ([cfg.target(n) for n in cfg.runs.placement(run)["nodes"]]
+                     if cfg.runs.placement(run).get("nodes") else [cfg.target(None, run)])]
     for t in [*cfg.named_targets(), *own]:
         if t not in seen:
             seen.append(t)
     return seen
+
+
+def _on_bad_target(cfg, run: str) -> bool:
+    """Whether RUN lives on a target whose table is bad (on_all says that target failed)."""
+    where = cfg.runs.placement(run)
+    return any(n in cfg.bad_targets for n in where.get("nodes") or [where.get("on")])
 
 
 def did_you_mean(name: str, cfg, target=None) -> str | None:
@@ -163,9 +170,11 @@ def on_all(cfg, command: str, op, render, *, failed, exit_code, targets=None) ->
     section each; a target's failure is labelled failed(error); the exit code is
     exit_code(the failed results, all results)."""
     targets = cfg.named_targets() if targets is None else targets
-    if not targets:
+    if not targets and not cfg.bad_targets:
         raise BadInput("--all: no [targets] in runward.toml", "define named targets, or use --on")
-    results = fan_out(targets, op)
+    # a target whose table is bad is used here: its error is its answer, beside the others'
+    results = fan_out(targets, op) + [{"target": name, "ok": False, "error": e.to_dict()}
+                                      for name, e in cfg.bad_targets.items()]
     failures = [r for r in results if not r["ok"]]
     code = exit_code(failures, results) if failures else EXIT_OK
     return Outcome(command, code, {"ok": code == EXIT_OK, "command": command, "targets": results}, lambda: "\n".join(

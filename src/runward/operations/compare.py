@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import BadInput
 from . import Outcome, Targeted, single
 from .common import load_config, target_of
-from .history import changed
+from .history import changed, partial
 
 
 class CompareOptions(Targeted):
@@ -50,6 +50,9 @@ def render(res: dict) -> str:
         for row in res["rows"]:
             lines.append("  ".join(f"{_cell(v):>12}" for v in row))
     lines.append(res.get("verdict") or "no metrics at steps both attempts reached")
+    for f in res.get("attempts") or []:
+        if f.get("log_partial"):
+            lines.append(f"attempt {f.get('attempt')}: {partial(f)}")
     return "\n".join(lines)
 
 

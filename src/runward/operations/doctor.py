@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import EXIT_OK, EXIT_UNREACHABLE
+from ..errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE
 from . import Outcome, Targeted, single
 from .common import load_config, target_of
 
@@ -18,7 +18,11 @@ def doctor(opts: DoctorOptions) -> Outcome:
     res = api.doctor(target)
     if any((h.get("checks") or {}).get("modules_missing") for h in res["hops"]):
         res["ok"] = False  # reached, but the ops that import those modules would fail there
-    return single("doctor", target, res, lambda: render_doctor(res), EXIT_OK if res["ok"] else EXIT_UNREACHABLE)
+    code = EXIT_OK if res["ok"] else EXIT_UNREACHABLE
+    if cfg.bad_targets:  # kept for where they are used (spec/config.py); doctor says them all, exit 2
+        res["config_errors"] = [{"target": n, **e.to_dict()} for n, e in cfg.bad_targets.items()]
+        code = max(code, EXIT_BAD_INPUT)
+    return single("doctor", target, res, lambda: render_doctor(res), code)
 
 
 def render_doctor(res: dict) -> str:
@@ -56,6 +60,8 @@ def render_doctor(res: dict) -> str:
                          "or an init (tini, catatonit) as the container's entrypoint")
         if c.get("resident"):
             lines.append(f"  {'':<24} resident agent: {_resident_text(c['resident'])}")
+    for e in res.get("config_errors") or []:
+        lines.append(f"  BAD TARGET {e['target']}: {e['message']}" + (f"\n  {'':<24} hint: {e['hint']}" if e.get("hint") else ""))
     return "\n".join(lines)
 
 

@@ -63,10 +63,19 @@ def line(r: dict) -> str:
         parts.append(f"{tp['metric']} too few points")
     if r.get("loss"):
         parts.append(f"{r['loss']['metric']} {r['loss']['last']}")
+    if r.get("log_partial"):
+        parts.append(partial(r))
     text = "  ".join(parts)
     if r.get("changed") is not None:
         text += "  | " + (changed(r["changed"]) or "no change")
     return text
+
+
+def partial(r: dict) -> str:
+    """A section too long to parse whole (agent/health/attempts.py): its last step and loss are
+    its true last ones, its throughput median stands on the parsed head and tail only."""
+    half, size = r["log_partial"] / 2 / (1 << 20), (r.get("log_bytes") or 0) / (1 << 20)
+    return f"(log partial: median over its first and last {half:.0f} MiB of {size:.0f} MiB)"
 
 
 def where(r: dict) -> list[str]:

@@ -29,7 +29,7 @@ def status(opts: StatusOptions) -> Outcome:
     if opts.name is None and opts.on is None and cfg.path:
         # in a project: its runs live on runward.toml's targets, not necessarily here
         targets = config_targets(cfg)
-        if targets and targets != [target_of(opts, cfg)]:
+        if cfg.bad_targets or (targets and targets != [target_of(opts, cfg)]):
             return on_all(cfg, "status", lambda t: api.status(t), lambda r: render_status(r["result"], r["target"]),
                           failed=_failed, exit_code=_all_code, targets=targets)
     if opts.name:  # here, not at the top: a plain `status` (the start-up budget) imports none of it

@@ -90,6 +90,10 @@ class Config:
     def __init__(self, path: str | None = None):
         self.path = path
         self.targets: dict[str, dict] = {}
+        # [targets.X] tables whose own check failed: kept, and raised only where X is used (by
+        # --on, by a run that names it, by a project-wide status, which says it failed beside
+        # the others), so a typo in one target's table blocks no verb on the others
+        self.bad_targets: dict[str, BadInput] = {}
         self.runs = Runs()
         self.ssh_config: str | None = None
         self.ssh_alive_timeout: float | None = None
@@ -103,6 +107,8 @@ class Config:
             text, where = self.runs.placement(run).get("on"), f"[runs.{run}] on"
         if text is None:
             return Target(())
+        if text in self.bad_targets:
+            raise self.bad_targets[text]
         if text in self.targets:
             t = self.targets[text]
             return parse_target(t["on"], label=text, home=t.get("home"), python=t.get("python"),
@@ -278,13 +284,11 @@ def _validate(p: str, data: dict) -> Config:
                            'e.g. alive_timeout = 15 or "15s"')
         cfg.ssh_alive_timeout = float(v)
     for name, t in (data.get("targets") or {}).items():
-        if not isinstance(t, dict) or "on" not in t:
-            raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")
-        bad = set(t) - TARGET_KEYS
-        if bad:
-            raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}",
-                           _nearest(bad, TARGET_KEYS) + f"keys: {', '.join(sorted(TARGET_KEYS))}")
-        parse_target(t["on"], label=name, engine_options=engine_options(t))  # validate now, name the section on error
+        try:
+            _check_target(p, name, t)
+        except BadInput as e:  # kept, raised where the target is used (Config.bad_targets)
+            cfg.bad_targets[name] = e
+            continue
         cfg.targets[name] = t
     for name, r in (data.get("runs") or {}).items():
         if not isinstance(r, dict):
@@ -322,6 +326,16 @@ def _validate(p: str, data: dict) -> Config:
             cfg.runs.bad[name] = bad
         cfg.runs[name] = r
     return cfg
+
+
+def _check_target(p: str, name: str, t) -> None:
+    if not isinstance(t, dict) or "on" not in t:
+        raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")
+    bad = set(t) - TARGET_KEYS
+    if bad:
+        raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}",
+                       _nearest(bad, TARGET_KEYS) + f"keys: {', '.join(sorted(TARGET_KEYS))}")
+    parse_target(t["on"], label=name, engine_options=engine_options(t))  # validate now, name the section on error
 
 
 def _api_shapes(where: str, r: dict) -> dict:

@@ -52,6 +52,18 @@ def check_start(name: str, kw: dict) -> None:
             raise BadInput(f"{name}: invalid {key} {v!r} {where}", f"give {want}")
 
 
+def check_rotation_kept(name: str, kw: dict, target) -> None:
+    """An engine's job has no runward shim, so nothing would rotate its log: the target's
+    start refuses log_max (agent/core/launchers.refuse_rotation); a restart refuses it here,
+    before it stops anything."""
+    engine = getattr(target.engine, "NAME", None)
+    if engine and kw.get("log_max") is not None:
+        raise BadInput(f"restart {name}: --log-max (runward.toml's log_max, log_keep) on a {engine.capitalize()} run: "
+                       f"nothing would rotate its log (the log's rotation is the runward shim's, and a {engine} job "
+                       "has none; nothing was stopped)",
+                       f"remove log_max and log_keep from [runs.{name}], or restart without --log-max")
+
+
 def check_notify_kept(name: str, kw: dict) -> None:
     """A notify URL's password is kept in no record (the spec shows it as ***): a restart
     from the last spec cannot send it, so it refuses before it stops anything."""

@@ -43,6 +43,7 @@ def refuse_other(req, latest):
     or written, so a Ray or Slurm run restarted without its --on never turns into a process
     forked here (nor a forked run into an engine's job)."""
     this, last = named(req), named(latest)
+    refuse_rotation(req)
     if latest is not None and this != last:
         word = lambda n: "%s jobs" % n if n else "processes forked on this host"  # noqa: E731
         raise bad_input("run %s's attempts are %s; this target's would be %s" % (req.get("name"), word(last),
@@ -64,6 +65,18 @@ def engine_workers(att):
     name = named(att)
     q = queries(name) if name else None
     return q.job_workers(att)["here"] if hasattr(q, "job_workers") else {}
+
+
+def refuse_rotation(req):
+    """The log's rotation (log_max, log_keep) is the shim's (supervise/logfiles.py), and an
+    engine's job has none: the engine writes the log, and a size saved here would never be
+    kept. Refused as a supervision policy is, naming the options, before anything is submitted."""
+    this = named(req)
+    if this and req.get("log_max") is not None:
+        said = "--log-max" + (" and --log-keep" if req.get("log_keep") is not None else "")
+        raise bad_input("%s (runward.toml's log_max, log_keep) on a %s run: nothing here would rotate its log (the "
+                        "log's rotation is the runward shim's, and a %s job has none)" % (said, this.capitalize(), this),
+                        "start without them; bound the log in the job itself (its logging's own rotation)")
 
 
 def queries(name):

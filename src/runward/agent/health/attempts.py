@@ -58,20 +58,42 @@ def short_hashes(hashes):
 
 def metrics(store, att, series, metric=None):
     """steps reached, the main throughput (its name, median after warm-up, the points it
-    had), the last loss; "log_partial" when the section was longer than SECTION_MAX."""
+    had), the last loss; a section longer than SECTION_MAX is parsed at its head and its tail
+    (parsed_lines), so the last step and loss are its true last ones, and "log_partial" (the
+    bytes parsed) with "log_bytes" (the section's size) say the median stands on those two."""
     if not att.get("log"):
         return {"steps": None, "throughput": None, "loss": None}
     lo, hi = section(store, att)
     pts, names = [], set()
     partial = hi - lo > SECTION_MAX
-    for line in forwards(att["log"], lo, min(hi, lo + SECTION_MAX)):
+    for line in parsed_lines(att["log"], lo, hi):
         if not any(c.isdigit() for c in line):
             continue
         m = parse_line(line)
         if m:
             pts.append(m)
             names.update(m)
-    return summarize(pts, names, partial, series, metric)
+    out = summarize(pts, names, partial, series, metric)
+    if partial:
+        out["log_bytes"] = hi - lo
+    return out
+
+
+def parsed_lines(path, lo, hi):
+    """The lines of [lo, hi) that are parsed: all of them up to SECTION_MAX bytes, else the
+    whole lines of its first and last SECTION_MAX/2 bytes (a line cut at either seam is left out)."""
+    if hi - lo <= SECTION_MAX:
+        yield from forwards(path, lo, hi)
+        return
+    half = SECTION_MAX // 2
+    held = None
+    for line in forwards(path, lo, lo + half):
+        if held is not None:
+            yield held
+        held = line
+    tail = forwards(path, hi - half, hi)
+    next(tail, None)
+    yield from tail
 
 
 def summarize(pts, names, partial, series, metric=None):
