@@ -21,6 +21,7 @@ from .tracebacks import TB_MAX_LINES
 
 CHUNK = 4 << 20
 CONTEXT = 2  # lines before a hit parsed with it
+FORK_MIN = 32 << 20  # a skim this long may be searched by several processes (skimfork.py)
 # Words of the lines that show training went on (a loss, a step, a throughput). The last such
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
@@ -160,6 +161,11 @@ class Skim(object):
     def run(self, f, cursor, stop):
         """Read F from CURSOR's offset to STOP; the unfinished line there is left in
         CURSOR's carry for the full read. Returns the bytes read."""
+        if stop - cursor.offset >= FORK_MIN:  # a big first read: its search over the cores
+            from .skimfork import run as spread
+            done = spread(self, f, cursor, stop, CHUNK)
+            if done is not None:
+                return done
         f.seek(cursor.offset)
         pending, skip = cursor.carry, cursor.skip_long
         pos = start = cursor.offset
@@ -192,17 +198,28 @@ class Skim(object):
                 self.chunk(buf, cut)
             if long_line:
                 self.chunk(long_line)
-        if self.before:  # the full read goes on from here: the burst ends where line by line it does
+        self.end()
+        cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
+        return pos - start
+
+    def end(self):
+        """After the last chunk: the full read goes on from here, so a burst open ends where
+        line by line it does."""
+        if self.before:
             p, lines = self._last_progress(*self.before), self.feed.lines
             if p is not None:
                 self._feed_at(p)
                 self.feed.lines = lines
         self.before = None
-        cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
-        return pos - start
 
-    def chunk(self, body, end=None):
-        """BODY[:END]: complete lines, the first numbered feed.lines + 1; all are counted."""
+    @staticmethod
+    def found(body, end):
+        """What a chunk's search finds in BODY[:END] from its bytes alone: (hits, newlines)."""
+        return hits(body, end), newlines(body, end)
+
+    def chunk(self, body, end=None, found=None):
+        """BODY[:END]: complete lines, the first numbered feed.lines + 1; all are counted.
+        FOUND: (hits, newlines) of BODY[:END], where another process searched it."""
         feed = self.feed
         end = len(body) if end is None else end
         base = feed.lines  # lines before BODY
@@ -212,7 +229,8 @@ class Skim(object):
         if done:
             self.before = None  # fed on from the last chunk: none of it is left unfed
         count = [0, base]  # a line start and the lines before it, moved forward only
-        for i in hits(body, end):
+        found = found or self.found(body, end)
+        for i in found[0]:
             ls = body.rfind(b"\n", 0, i) + 1
             if ls < done:
                 continue  # in a line already fed
@@ -235,7 +253,7 @@ class Skim(object):
             if feed.events.tracebacks.open:
                 self.follow = 1
                 done = self._follow(body, le, self._number(body, le, count), end)
-        feed.lines = base + newlines(body, end)
+        feed.lines = base + found[1]
         if done < end and (feed.events.quiet or feed.rules.violating):
             self.before = self._unfed(body, done, end, feed.lines)
         else:
