@@ -34,7 +34,7 @@ def answer(path, chunk, budget, forked, monkeypatch, cores=4):
     monkeypatch.setattr(lm_skim, "CHUNK", chunk)
     monkeypatch.setattr(lm_skim, "FORK_MIN", 0 if forked else 1 << 62)
     monkeypatch.setattr(skimfork, "MIN_CHUNKS", 1)
-    monkeypatch.setattr(skimfork, "cores", lambda: cores)
+    monkeypatch.setattr(lm_skim, "cores", lambda: cores)
     spreads = []
     real = skimfork.spread
 
@@ -127,9 +127,11 @@ def test_a_process_without_an_answer_has_its_part_searched_here(tmp_path):
             os.waitpid(pid, os.WNOHANG)  # reaped
 
 
-def test_one_core_or_a_small_skim_forks_nothing(monkeypatch):
-    monkeypatch.setattr(skimfork, "cores", lambda: 1)
-    assert skimfork.workers(400 << 20, 4 << 20) == 1
-    monkeypatch.setattr(skimfork, "cores", lambda: 16)
-    assert skimfork.workers(400 << 20, 4 << 20) == skimfork.MAX_WORKERS
-    assert skimfork.workers(lm_skim.CHUNK * skimfork.MIN_CHUNKS - 1, lm_skim.CHUNK) == 1
+def test_one_core_or_a_small_skim_forks_nothing(tmp_path, monkeypatch):
+    assert skimfork.workers(400 << 20, 4 << 20, 1) == 1
+    assert skimfork.workers(400 << 20, 4 << 20, 16) == skimfork.MAX_WORKERS
+    assert skimfork.workers(lm_skim.CHUNK * skimfork.MIN_CHUNKS - 1, lm_skim.CHUNK, 16) == 1
+    path = tmp_path / "train.log"
+    path.write_bytes(b"step 1 | loss 2.5\n" * 2000)
+    one, spreads = answer(path, 256, 64, True, monkeypatch, cores=1)
+    assert spreads == []

@@ -14,6 +14,7 @@ patterns.EVENT_RE and every NaN/Inf value token: tests/test_health_window.py and
 tests/test_skim_reference.py check that the skim and the full parse report the same alerts.
 """
 
+import os
 import re
 
 from .reader import CARRY_MAX
@@ -146,6 +147,14 @@ def newlines(body, end):
     return body.count(b"\n", 0, end)
 
 
+def cores():
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class Skim(object):
     """One pass over [offset, stop) of a log, feeding the lines that matter to FEED."""
 
@@ -161,9 +170,10 @@ class Skim(object):
     def run(self, f, cursor, stop):
         """Read F from CURSOR's offset to STOP; the unfinished line there is left in
         CURSOR's carry for the full read. Returns the bytes read."""
-        if stop - cursor.offset >= FORK_MIN:  # a big first read: its search over the cores
+        n = cores() if stop - cursor.offset >= FORK_MIN else 1
+        if n > 1:  # a big first read: its search over the cores
             from .skimfork import run as spread
-            done = spread(self, f, cursor, stop, CHUNK)
+            done = spread(self, f, cursor, stop, CHUNK, n)
             if done is not None:
                 return done
         f.seek(cursor.offset)

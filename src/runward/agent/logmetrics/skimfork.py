@@ -22,20 +22,13 @@ MIN_CHUNKS = 4  # chunks a process searches at least: a fork costs ~1-2 ms
 PROBE = 4096  # bytes read back from a chunk's end to find its last newline, doubled until found
 
 
-def cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def workers(size, chunk):
-    """Processes that skim SIZE bytes in CHUNK-byte reads: 1 on one core, for a small skim, or where this process
+def workers(size, chunk, cores):
+    """Processes that skim SIZE bytes in CHUNK-byte reads on CORES cores: 1 on one core, for a small skim, or where this process
     runs threads (a fork copies only the calling thread: a lock another one holds stays held)."""
     threading = sys.modules.get("threading")
     if threading is not None and threading.active_count() > 1:
         return 1
-    return max(1, min(cores(), MAX_WORKERS, size // (chunk * MIN_CHUNKS)))
+    return max(1, min(cores, MAX_WORKERS, size // (chunk * MIN_CHUNKS)))
 
 
 def _cut(fd, pos, n):
@@ -151,10 +144,10 @@ def spread(fd, chunks, n, found):
                     pass
 
 
-def run(sk, f, cursor, stop, chunk):
-    """Skim.run (its reads CHUNK bytes) over several processes; None where one is as quick, or the chunks are not
+def run(sk, f, cursor, stop, chunk, cores):
+    """Skim.run (its reads CHUNK bytes) over up to CORES processes; None where one is as quick, or the chunks are not
     plan()'s (run's loop reads them)."""
-    n = workers(stop - cursor.offset, chunk)
+    n = workers(stop - cursor.offset, chunk, cores)
     if n < 2 or cursor.carry or cursor.skip_long:
         return None
     fd = f.fileno()
