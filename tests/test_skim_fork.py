@@ -114,7 +114,7 @@ def test_a_process_without_an_answer_has_its_part_searched_here(tmp_path):
     path.write_bytes(body)
     with open(path, "rb") as f:
         fd = f.fileno()
-        chunks = [(i, 1000) for i in range(0, 40000, 1000)]
+        chunks = [(i, 1000, 1000) for i in range(0, 40000, 1000)]
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
