@@ -135,3 +135,13 @@ def test_one_core_or_a_small_skim_forks_nothing(tmp_path, monkeypatch):
     path.write_bytes(b"step 1 | loss 2.5\n" * 2000)
     one, spreads = answer(path, 256, 64, True, monkeypatch, cores=1)
     assert spreads == []
+
+
+def test_a_cgroup_cpu_quota_caps_the_processes():
+    """A container's --cpus (cgroup v2 cpu.max) counts as its cores: whole ones, at least 1."""
+    assert lm_skim.quota_cores("200000 100000\n") == 2
+    assert lm_skim.quota_cores("150000 100000\n") == 1
+    assert lm_skim.quota_cores("50000 100000\n") == 1
+    assert lm_skim.quota_cores("max 100000\n") is None
+    assert lm_skim.quota_cores("") is None
+    assert 1 <= lm_skim.cores() <= len(os.sched_getaffinity(0))

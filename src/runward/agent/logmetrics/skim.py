@@ -148,11 +148,34 @@ def newlines(body, end):
 
 
 def cores():
-    """The cores this process may run on."""
+    """The cores this process may run on: its CPU affinity, or its cgroup's CPU quota where
+    that is lower (a container's --cpus: more processes than it allows only add CPU)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+    return min(n, quota_cores(_cpu_max()) or n)
+
+
+def _cpu_max():
+    """This process's cgroup v2 cpu.max ("QUOTA PERIOD", or "max PERIOD"), or ""."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((x[3:].strip() for x in f if x.startswith("0::")), None)
+        if path is None:
+            return ""
+        with open("/sys/fs/cgroup" + path.rstrip("/") + "/cpu.max") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return ""
+
+
+def quota_cores(cpu_max):
+    """Whole cores a cgroup's cpu.max text allows (1.5 CPUs: 1), or None where unlimited."""
+    parts = cpu_max.split()
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or not int(parts[1]):
+        return None
+    return max(1, int(parts[0]) // int(parts[1]))
 
 
 class Skim(object):
