@@ -8,7 +8,8 @@ Writes a log of rank-prefixed training lines (`[rank3]: step 120 | loss 2.31 | t
 | ...`, torchrun's `[default3]:` prefix on some, chatter, a warning now and then) into a
 temporary directory, then, --repeat times: starts a run on this machine whose job `cat`s
 that file into its log and sleeps (running), waits until the whole file is in the log, and
-times `runward status NAME --json` (its first status: nothing of the log read before);
+times `runward status NAME --json` (its first status: nothing of the log read before; on more
+than one core its skim forks, logmetrics/skimfork.py: `taskset -c 0` shows one core's);
 and `grep -c step LOG` on the same log. Prints the best of each and the ratio (goal <= 3x).
 Everything lives in the temporary directory (RUNWARD_HOME too); each run is stopped.
 
@@ -126,6 +127,8 @@ def main(argv=None):
                            "src/ as is, .pyc %s" % ("not written (PYTHONDONTWRITEBYTECODE set): each call compiles"
                                                     if os.environ.get("PYTHONDONTWRITEBYTECODE") else
                                                     "written to __pycache__ by the first call")))
+        print("machine: %d cores this process may run on (the skim's search forks over up to 8 of them), "
+              "load average %.1f %.1f %.1f" % ((len(os.sched_getaffinity(0)),) + os.getloadavg()))
         print("status --json:  %7.3f s  (each: %s)" % (ts, ", ".join("%.3f" % t for t in t_status)))
         print("grep -c step:   %7.3f s  (each: %s)" % (tg, ", ".join("%.3f" % t for t in t_grep)))
         print("ratio:          the first status takes %.1fx the time of grep -c (best of %d each; goal <= 3x)"

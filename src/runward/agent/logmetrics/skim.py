@@ -14,6 +14,7 @@ patterns.EVENT_RE and every NaN/Inf value token: tests/test_health_window.py and
 tests/test_skim_reference.py check that the skim and the full parse report the same alerts.
 """
 
+import os
 import re
 
 from .reader import CARRY_MAX
@@ -21,6 +22,7 @@ from .tracebacks import TB_MAX_LINES
 
 CHUNK = 4 << 20
 CONTEXT = 2  # lines before a hit parsed with it
+FORK_MIN = 32 << 20  # a skim this long may be searched by several processes (skimfork.py)
 # Words of the lines that show training went on (a loss, a step, a throughput). The last such
 # line between two hits is parsed too: it ends a burst of errors, or a run of NaN, as it
 # would line by line.
@@ -145,6 +147,37 @@ def newlines(body, end):
     return body.count(b"\n", 0, end)
 
 
+def cores():
+    """The cores this process may run on: its CPU affinity, or its cgroup's CPU quota where
+    that is lower (a container's --cpus: more processes than it allows only add CPU)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+    return min(n, quota_cores(_cpu_max()) or n)
+
+
+def _cpu_max():
+    """This process's cgroup v2 cpu.max ("QUOTA PERIOD", or "max PERIOD"), or ""."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((x[3:].strip() for x in f if x.startswith("0::")), None)
+        if path is None:
+            return ""
+        with open("/sys/fs/cgroup" + path.rstrip("/") + "/cpu.max") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return ""
+
+
+def quota_cores(cpu_max):
+    """Whole cores a cgroup's cpu.max text allows (1.5 CPUs: 1), or None where unlimited."""
+    parts = cpu_max.split()
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or not int(parts[1]):
+        return None
+    return max(1, int(parts[0]) // int(parts[1]))
+
+
 class Skim(object):
     """One pass over [offset, stop) of a log, feeding the lines that matter to FEED."""
 
@@ -160,6 +193,12 @@ class Skim(object):
     def run(self, f, cursor, stop):
         """Read F from CURSOR's offset to STOP; the unfinished line there is left in
         CURSOR's carry for the full read. Returns the bytes read."""
+        n = cores() if stop - cursor.offset >= FORK_MIN else 1
+        if n > 1:  # a big first read: its search over the cores
+            from .skimfork import run as spread
+            done = spread(self, f, cursor, stop, CHUNK, n)
+            if done is not None:
+                return done
         f.seek(cursor.offset)
         pending, skip = cursor.carry, cursor.skip_long
         pos = start = cursor.offset
@@ -192,17 +231,28 @@ class Skim(object):
                 self.chunk(buf, cut)
             if long_line:
                 self.chunk(long_line)
-        if self.before:  # the full read goes on from here: the burst ends where line by line it does
+        self.end()
+        cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
+        return pos - start
+
+    def end(self):
+        """After the last chunk: the full read goes on from here, so a burst open ends where
+        line by line it does."""
+        if self.before:
             p, lines = self._last_progress(*self.before), self.feed.lines
             if p is not None:
                 self._feed_at(p)
                 self.feed.lines = lines
         self.before = None
-        cursor.offset, cursor.carry, cursor.skip_long = pos, pending, skip
-        return pos - start
 
-    def chunk(self, body, end=None):
-        """BODY[:END]: complete lines, the first numbered feed.lines + 1; all are counted."""
+    @staticmethod
+    def found(body, end):
+        """What a chunk's search finds in BODY[:END] from its bytes alone: (hits, newlines)."""
+        return hits(body, end), newlines(body, end)
+
+    def chunk(self, body, end=None, found=None):
+        """BODY[:END]: complete lines, the first numbered feed.lines + 1; all are counted.
+        FOUND: (hits, newlines) of BODY[:END], where another process searched it."""
         feed = self.feed
         end = len(body) if end is None else end
         base = feed.lines  # lines before BODY
@@ -212,7 +262,8 @@ class Skim(object):
         if done:
             self.before = None  # fed on from the last chunk: none of it is left unfed
         count = [0, base]  # a line start and the lines before it, moved forward only
-        for i in hits(body, end):
+        found = found or self.found(body, end)
+        for i in found[0]:
             ls = body.rfind(b"\n", 0, i) + 1
             if ls < done:
                 continue  # in a line already fed
@@ -235,7 +286,7 @@ class Skim(object):
             if feed.events.tracebacks.open:
                 self.follow = 1
                 done = self._follow(body, le, self._number(body, le, count), end)
-        feed.lines = base + newlines(body, end)
+        feed.lines = base + found[1]
         if done < end and (feed.events.quiet or feed.rules.violating):
             self.before = self._unfed(body, done, end, feed.lines)
         else:
