@@ -85,21 +85,22 @@ def alive(pid: int, start: int | None = None) -> bool:
     return start is None or st[1] == start
 
 
-def marked(prefix: str) -> dict[int, int]:
-    """Ground truth from /proc: pid -> start of every live process whose RUNWARD_RUN starts with prefix."""
+def marked(*prefixes: str) -> dict[int, int]:
+    """Ground truth from /proc: pid -> start of every live process whose RUNWARD_RUN starts with
+    one of the prefixes (one pass over /proc for all of them)."""
     # one search in C per process, not a loop over its items: an ssh master's retitled
     # environ reads as thousands of empty items, and a suite keeps dozens of masters alive
-    needle = b"\0RUNWARD_RUN=" + prefix.encode()
+    needles = [b"\0RUNWARD_RUN=" + prefix.encode() for prefix in prefixes]
     out = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read()
+                env = b"\0" + f.read()
         except OSError:
             continue
-        if needle in b"\0" + env:
+        if any(needle in env for needle in needles):
             st = read_stat(int(d))
             if st and st[0] not in ("Z", "X"):
                 out[int(d)] = st[1]
@@ -134,17 +135,15 @@ def cli(tmp_path):
     work.mkdir()
     c = CLI(home, work)
     yield c
-    # cleanup: anything still marked by this home's runs is killed by pid+start
-    if (home / "runs").is_dir():
-        for name in os.listdir(home / "runs"):
-            if name.startswith("."):
-                continue
-            for pid, start in marked(name + ".").items():
-                if alive(pid, start):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+    # cleanup: anything still marked by this home's runs is killed by pid+start (one pass over
+    # /proc for them all: a test may leave hundreds of runs)
+    names = [n + "." for n in os.listdir(home / "runs") if not n.startswith(".")] if (home / "runs").is_dir() else []
+    for pid, start in (marked(*names) if names else {}).items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @pytest.fixture

@@ -61,11 +61,14 @@ class SilentRelay:
             pass
 
     def close(self):
+        # shutdown first: a close alone, while a pump thread waits in recv on the socket,
+        # sends no FIN, and the ssh master behind it would wait out its keepalive (~10 s)
         for s in self.socks:
             try:
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
 
 
 @pytest.fixture
