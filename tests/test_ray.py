@@ -67,6 +67,14 @@ def ray_job(tb: dict, sid: str) -> dict | None:
     return json.loads(out)
 
 
+def ray_jobs(tb: dict) -> list:
+    """Ray's own job list (GET /api/jobs/, from inside the namespace)."""
+    code = "import sys, urllib.request\nprint(urllib.request.urlopen(sys.argv[1] + '/api/jobs/', timeout=10).read().decode())"
+    out = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, tb["dashboard"]],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
 def second_node(tb: dict) -> str:
     """The node id of the cluster's live node that is not the head (the one with fake_gpu):
     a node that died (a restart of the head or of this node) stays listed, DEAD."""
@@ -131,12 +139,15 @@ def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_lea
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert marked("r1.1") == {}, "no process of the run is left, the escaped child included"
     assert not alive(gone)
-    assert ray_job(tb, r["submission_id"])["status"] == "STOPPED"
+    # runward's SIGTERM ended the driver (Ray's stop, which would TERM and KILL 3 s later, is
+    # left for a job still active after it): Ray's record says so, runward calls it stopped
+    info = ray_job(tb, r["submission_id"])
+    assert (info["status"], info["driver_exit_code"]) == ("FAILED", -15), info
     st = rcli.status("r1")
-    assert st["exit"]["stopped_by"] == "runward"
+    assert (st["state"], st["exit"]["stopped_by"]) == ("stopped", "runward"), st
     # its alerts say what is known of the end (Ray's word), not that nobody saw it end
     said = json.dumps((st.get("health") or {}).get("alerts") or [])
-    assert "nobody saw it end" not in said and "Ray says STOPPED" in said, said
+    assert "nobody saw it end" not in said and "killed by TERM" in said, said
 
     # the same job under Ray's own submit and stop: the escaped child lives on
     marker = f"rwcmp{uuid.uuid4().hex[:8]}.1"
@@ -181,21 +192,43 @@ def test_rays_stop_behind_runwards_back_is_said_with_its_survivor(rcli, tb):
     assert marked("r3.1") == {} and not alive(left)
 
 
-def test_a_job_ray_cannot_place_is_called_stopped_only_when_ray_ended_it(rcli, tb):
-    """Resources no node has: the start gives up after the settle (and PENDING_S), stops the
-    job, and says it stopped only when Ray's own record says it ended: Ray's stop leaves a job
-    it has not placed PENDING, to run when the resources appear. Ground truth: Ray's API."""
+def test_a_job_no_node_can_ever_hold_is_refused_before_it_is_submitted(rcli, tb):
+    """Resources no live node has (fake_gpu 5: the second node has 1; a GPU: none has one): exit
+    2 naming the resource and the cluster's totals, nothing submitted (Ray would keep the job
+    PENDING for ever). Ground truth: Ray's job list, the run's directory."""
     (rcli.cwd / "runward.toml").write_text('[targets.big]\non = "ray://local"\nresources = {fake_gpu = 5}\n')
-    rc, doc = rcli.json("start", "r10", "--on", "big", "--settle", "0.5", "--", "sleep", "1000")
+    for name, flags, said in (("r10", ["--on", "big"], "it asks fake_gpu 5; no live node has that much (the "
+                                                         "cluster's totals: fake_gpu 1;"),
+                              ("r11", ["--on", "ray://local", "--gpus", "0"], "it asks GPU 1; no live node has "
+                                                                              "that much (the cluster's totals: GPU 0;")):
+        rc, doc = rcli.json("start", name, *flags, "--settle", "0.5", "--", "sleep", "1000")
+        assert rc == 2 and said in doc["error"]["message"], doc
+        assert not (rcli.home / "runs" / name).exists()
+        assert not [j for j in ray_jobs(tb) if (j.get("submission_id") or "").startswith(f"runward-{name}-")]
+    assert marked("r10.") == {} and marked("r11.") == {}
+
+
+def test_a_job_ray_keeps_pending_is_called_stopped_only_when_ray_ended_it(rcli, tb):
+    """Resources a node has, held by another job: the start gives up after the settle (and
+    PENDING_S), stops the job, and says it stopped only when Ray's own record says it ended:
+    Ray's stop leaves a job it has not placed PENDING, to run when the resources free."""
+    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
+    rc, doc = rcli.json("start", "r12", "--on", "node2", "--settle", "0.5", "--", "sleep", "1000")
+    assert rc == 0, doc
+    rc, doc = rcli.json("start", "r13", "--on", "node2", "--settle", "0.5", "--", "sleep", "1000")
     assert rc == 2 and "could not place" in doc["error"]["message"], doc
     ray_says = ray_job(tb, doc["result"]["submission_id"])["status"]
     if ray_says in ("PENDING", "RUNNING"):
         assert "NOT verified" in doc["error"]["message"] and ray_says in doc["error"]["message"], (ray_says, doc)
-        rc, doc = rcli.json("stop", "r10")
+        rc, doc = rcli.json("stop", "r13")
         assert rc == 5 and doc["error"]["type"] == "NotVerified" and ray_says in doc["error"]["message"], doc
     else:
         assert "it was stopped (verified)" in doc["error"]["message"], (ray_says, doc)
-    assert marked("r10.") == {}
+    rc, doc = rcli.json("stop", "r12")
+    assert rc == 0, doc
+    if ray_says in ("PENDING", "RUNNING"):  # placed once r12 freed its fake_gpu: now it ends
+        wait_for(lambda: rcli.json("stop", "r13")[0] == 0, timeout=60, what="r13 placed, then stopped")
+    assert marked("r12.") == {} and marked("r13.") == {}
 
 
 def test_an_unreachable_dashboard_is_exit_3_naming_it(rcli, tb):
@@ -319,7 +352,7 @@ def test_mcp_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
     assert docs["status"][1]["result"]["runs"][0]["state"] == "running"
     assert docs["stop"][1]["result"]["verified_dead"]
     assert marked("m1.1") == {} and marked("c1.1") == {}, "the escaped children too"
-    assert ray_job(tb, docs["start"][1]["result"]["submission_id"])["status"] == "STOPPED"
+    assert ray_job(tb, docs["start"][1]["result"]["submission_id"])["status"] not in ("PENDING", "RUNNING")
 
 
 def test_the_python_api_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
@@ -345,7 +378,7 @@ def test_the_python_api_starts_reads_and_stops_a_ray_job_with_the_clis_documents
     assert _shape(status) == _shape(rcli.json("status", "l1")[1])
     stop = api("stop")
     assert stop["ok"] and stop["result"]["verified_dead"], stop
-    assert marked("l1.1") == {} and ray_job(tb, sid)["status"] == "STOPPED"
+    assert marked("l1.1") == {} and ray_job(tb, sid)["status"] not in ("PENDING", "RUNNING")
 
 
 def test_the_worker_node_killed_mid_run_is_said_naming_the_node(rcli, tb):
