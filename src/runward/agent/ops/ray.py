@@ -326,7 +326,7 @@ def _stop_job(store, att, sig, grace):
     res.update(_leave_check(att, sig))
     res["verified_by"] = VERIFIED_BY
     res["processes"] = fates + res["processes"]
-    _workers_check(res, dash, job_id, seen, info, sig)
+    _workers_check(res, att, job_id, seen, info, sig)
     ex = att.get("exit") or {}
     res.update({"ray_state": (info or {}).get("status") or ex.get("state"), "exit": ex,
                 "state": ray.state_of(ex), "stop_s": round(time.monotonic() - t0, 3)})
@@ -395,15 +395,19 @@ def _leave_check(att, sig):
     return {"verified_dead": not survivors, "processes": fates, "survivors": survivors, "outlived_ray": sorted(left)}
 
 
-def _workers_check(res, dash, job_id, seen, info, sig):
+def _workers_check(res, att, job_id, seen, info, sig):
     """The job's Ray workers after the stop (Ray's state API asked again: a worker started
     during the stop too): one still alive here is ended (the stop signal, then KILL) and its
     fate said; one on a node whose address is not the head's is `unchecked`, never counted
     dead; a detached actor, which Ray keeps by design, is named with how to end it, never
     killed. The driver placed on such a node is unchecked too."""
+    dash = att["ray"]["dashboard"]
     byid = {(w["node_id"], w["pid"]): w for w in seen}
-    for w in (ray.workers(dash, job_id) if job_id else []):
-        byid.setdefault((w["node_id"], w["pid"]), w)["ray_says"] = (w.get("actor") or {}).get("state")
+    try:
+        for w in (ray.workers(dash, job_id) if job_id else []):
+            byid.setdefault((w["node_id"], w["pid"]), w)["ray_says"] = (w.get("actor") or {}).get("state")
+    except AgentFailure as e:  # the stop is sent: those seen before it are still checked, and this said
+        res["workers_note"] = "Ray's state API not asked again after the stop: " + e.message
     ours = sorted((w for w in byid.values() if w["kind"] != "detached actor"), key=lambda w: (not w["here"], w["pid"]))
     late = terminate(ray.local_workers([w for w in ours if w["here"]], scan()), scan(), parse_signal(sig),
                      ESCAPED_GRACE_S)
@@ -419,21 +423,27 @@ def _workers_check(res, dash, job_id, seen, info, sig):
         w["alive"] = bool(ray.local_workers([w], live)) if w["here"] else None
     res["workers"] = ours
     res["unchecked"] = [w for w in ours if not w["here"]]
-    far = _driver_far(dash, info)
+    far = _driver_far(att, dash, info)
     if far:
         res["unchecked"].insert(0, far)
     res["verified_dead"] = not res["survivors"]
 
 
-def _driver_far(dash, info):
-    """The job's driver, when Ray placed it on a node whose address is not the head's."""
+def _driver_far(att, dash, info):
+    """The job's driver, when it was never seen here and Ray placed it on a node whose address
+    is not the head's (or Ray cannot say where that node is: never counted dead either)."""
     node = (info or {}).get("driver_node_id")
-    ns = ray.nodes(dash) if node else {}
+    if not node or att["ray"].get("driver"):
+        return None
+    try:
+        ns = ray.nodes(dash)
+    except AgentFailure:
+        ns = {}
     head_ip = next((n["ip"] for n in ns.values() if n["head"]), None)
-    if not node or node not in ns or ns[node]["ip"] == head_ip:
+    if node in ns and ns[node]["ip"] == head_ip:
         return None
     return {"pid": int((info.get("driver_info") or {}).get("pid") or 0) or None, "node_id": node,
-            "node_ip": ns[node]["ip"], "kind": "driver", "here": False, "fate": "unchecked"}
+            "node_ip": (ns.get(node) or {}).get("ip"), "kind": "driver", "here": False, "fate": "unchecked"}
 
 
 # --- status (state.status_of hands a Ray attempt here)
