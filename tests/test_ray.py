@@ -222,6 +222,9 @@ def test_a_job_ray_keeps_pending_is_called_stopped_only_when_ray_ended_it(rcli, 
         assert "NOT verified" in doc["error"]["message"] and ray_says in doc["error"]["message"], (ray_says, doc)
         rc, doc = rcli.json("stop", "r13")
         assert rc == 5 and doc["error"]["type"] == "NotVerified" and ray_says in doc["error"]["message"], doc
+        sid = doc["result"]["submission_id"]
+        rc, doc = rcli.json("rm", "r13")  # no process of it yet: the job is named, not "pid None"
+        assert rc != 0 and sid in doc["error"]["message"] and "None" not in doc["error"]["message"], doc
     else:
         assert "it was stopped (verified)" in doc["error"]["message"], (ray_says, doc)
     rc, doc = rcli.json("stop", "r12")
