@@ -152,6 +152,9 @@ def test_watch_and_history_say_a_ray_runs_end_as_ray_dated_it(rcli, tb, tmp_path
     # watch is the first to look after the end: it asks the launcher, as status does
     rc, doc = rcli.json("watch", "s6", "--for", "5")
     assert doc["result"]["ended"] and doc["result"]["alert"]["detail"] == "the job exited with code 0", doc
+    # without --on, status names the attempt's target, as with it
+    said = [rcli.json("status", "s6", *on) for on in ((), ("--on", "ray://local"))]
+    assert [(rc, doc["target"]) for rc, doc in said] == [(0, "ray://local")] * 2, said
     rc, doc = rcli.json("history", "s6")
     row = doc["result"]["attempts"][0]
     assert row["ran_s"] == round((info["end_time"] - info["start_time"]) / 1000, 1), (row, info)
