@@ -25,6 +25,7 @@ from .start import LOG_TAIL_LINES, plan_of
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
 RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIME_S (3 s), then KILLs
+PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING (Ray 2.60)
 NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
 ESCAPED_GRACE_S = 2.0
 VERIFIED_BY = ("verified by the marker and the driver's session; a child that cleared its environment and left "
@@ -369,6 +370,9 @@ def _end_job(att, res, members, ours, sig, grace, info):
     info = _await_end(dash, sid, NOTICE_S if members else 0)
     if info is not None and info["status"] in ray.ACTIVE:
         res["ray_stop_sent"] = ray.stop(dash, sid)
+        info = _await_end(dash, sid, RAY_END_S if info["status"] == "RUNNING" else PENDING_STOP_S)
+    if info is not None and info["status"] == "PENDING":  # Ray's stop leaves a job not placed waiting
+        res["pending_end"] = ray.end_pending(dash, sid) or "its JobSupervisor actor killed"
         info = _await_end(dash, sid, RAY_END_S)
     return fates, info
 
