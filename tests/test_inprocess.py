@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
+from runward.agent.main import serve
 from runward.transport import inprocess, agentcall as transport
 from runward.targets import parse_target
 
@@ -40,7 +41,7 @@ def test_in_process_and_spawned_agents_give_the_same_document(cli, monkeypatch):
     monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
     monkeypatch.setattr(inprocess, "ON", [])
     spawned = _status("inproc-same")
-    monkeypatch.setattr(inprocess, "ON", [True])
+    monkeypatch.setattr(inprocess, "ON", [serve])
     here = _status("inproc-same")
     monkeypatch.setattr(inprocess, "ON", [])
     again = _status("inproc-same")
@@ -118,7 +119,7 @@ def test_a_status_with_a_timeout_is_not_answered_in_process(cli, monkeypatch, tm
         hang.touch()
         monkeypatch.setenv("RUNWARD_HOME", str(cli.home))
         monkeypatch.setenv("PATH", path)
-        monkeypatch.setattr(inprocess, "ON", [True])  # the CLI's process, its main thread
+        monkeypatch.setattr(inprocess, "ON", [serve])  # the CLI's process, its main thread
         t0 = time.monotonic()
         try:
             transport.call(parse_target("local"), {"op": "status", "names": ["inproc-timeout"]}, timeout=1.0)

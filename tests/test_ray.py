@@ -75,6 +75,12 @@ def ray_jobs(tb: dict) -> list:
     return json.loads(out)
 
 
+def recorded(path: str) -> list[tuple[int, int]]:
+    """The (pid, start time) pairs scripts/ray-testbed wrote of a node's daemons."""
+    with open(path) as f:
+        return [(int(p), int(t)) for p, t in (line.split() for line in f if line.strip())]
+
+
 def second_node(tb: dict) -> str:
     """The node id of the cluster's live node that is not the head (the one with fake_gpu):
     a node that died (a restart of the head or of this node) stays listed, DEAD."""
@@ -390,8 +396,8 @@ def test_the_worker_node_killed_mid_run_is_said_naming_the_node(rcli, tb):
     sid, drv, node = doc["result"]["submission_id"], doc["result"]["driver"], second_node(tb)
     assert drv["node_id"] == node == ray_job(tb, sid)["driver_node_id"]
     left = escapee("r8.1")
-    raylet = [int(p) for p in open(os.path.join(tb["dir"], "node2.pids")).read().split()
-              if open(f"/proc/{p}/comm").read().strip() == "raylet"]
+    raylet = [pid for pid, start in recorded(os.path.join(tb["dir"], "node2.pids"))
+              if alive(pid, start) and open(f"/proc/{pid}/comm").read().strip() == "raylet"]
     assert len(raylet) == 1
     again = None  # the node's restart, begun as soon as Ray has said its verdict
 

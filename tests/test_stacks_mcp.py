@@ -56,7 +56,7 @@ def test_an_agent_brings_py_spy_through_the_stacks_tool(cli, tmp_path):
     import hashlib
     import shutil
 
-    from runward.views.stacksview import local_py_spy
+    from runward.api import local_py_spy
     from helpers_stacks import _remote, _stop
     name = _remote(cli, tmp_path, "ssh", "ssh://rw1", "mcp")
     dest = f"/tmp/rwstk-mcp-{os.getpid()}/tools/py-spy"

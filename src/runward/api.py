@@ -433,8 +433,80 @@ def stacks(targets: Target | list[Target], name: str, *, native: bool = False, t
     and named by rank, kept with the attempt on each node (docs/diagnosis.md). `ok` False with
     `error`/`hint` when none could be read (py-spy missing, ptrace denied). bring: a target
     without py-spy gets this machine's (same architecture), pushed and hash-checked."""
-    from .views import stacksview
     if timeout <= 0:
         raise BadInput(f"invalid --timeout {timeout}", "give seconds > 0")
-    return stacksview.capture(targets if isinstance(targets, list) else [targets], name,
-                              native=native, timeout=timeout, allow_bring=bring)
+    return _capture_stacks(targets if isinstance(targets, list) else [targets], name,
+                          native=native, timeout=timeout, allow_bring=bring)
+
+
+def local_py_spy() -> str | None:
+    """The py-spy binary the `stacks` extra's wheel installed here (beside this python), or on PATH."""
+    import shutil
+    import sys
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.path.isfile(here) else shutil.which("py-spy")
+
+
+def _bring_py_spy(target, doc: dict, req: dict) -> dict:
+    """A target without py-spy: push this machine's (same architecture only), into runward's
+    home there (tools/py-spy), sha256-checked by the push and again by the agent before it
+    runs it; then capture again. Anything that stops it is said in the answer, not raised."""
+    import platform
+    from . import files  # a bring's alone: status --json's import budget
+    import hashlib
+    spy = local_py_spy()
+    if spy is None:
+        return dict(doc, bring="no py-spy here to bring: pip install 'runward[stacks]' where runward runs")
+    if doc.get("machine") != platform.machine():
+        return dict(doc, bring=f"not brought: the target is {doc.get('machine')}, this machine's py-spy is "
+                               f"{platform.machine()}; install py-spy there")
+    dest = doc["home"].rstrip("/") + "/tools/py-spy"
+    try:
+        files.push(target, [f"{spy}:{dest}"])
+    except RunwardError as e:
+        return dict(doc, bring=f"push of py-spy to {dest} failed: {e.message}")
+    again = transport.call(target, dict(req, py_spy_sha256=hashlib.sha256(open(spy, "rb").read()).hexdigest()))
+    again["brought"] = dest
+    return again
+
+
+def _capture_stacks(targets: list, name: str, *, native: bool = False, timeout: float = 10.0,
+            allow_bring: bool = False) -> dict:
+    """Every node's capture (in parallel), merged: `nodes` (each target's own document, or
+    its error), and `groups` / `summary` over every process read, each tagged with its node.
+    allow_bring: a node without py-spy gets this machine's (_bring_py_spy)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from .agent.health.stackgroup import group, summary  # a stacks call's alone: status --json's import budget
+    req = {"op": "stacks", "name": name, "native": native, "timeout": timeout}
+
+    def one(t):
+        try:
+            d = transport.call(t, dict(req))
+            if allow_bring and d.get("error") == "py-spy missing":
+                d = _bring_py_spy(t, d, req)
+            return d
+        except RunwardError as e:
+            if len(targets) == 1:
+                raise
+            return {"ok": False, "error": e.to_dict().get("type"), "hint": e.message, "procs": []}
+
+    with ThreadPoolExecutor(max_workers=min(8, len(targets))) as ex:
+        docs = list(ex.map(one, targets))
+    if len(docs) == 1:
+        docs[0]["target"] = str(targets[0])
+        return docs[0]
+    procs = []
+    for i, (t, d) in enumerate(zip(targets, docs)):
+        d["target"] = str(t)
+        for p in d.get("procs") or ():
+            procs.append(dict(p, node=d.get("node", i)))
+    out = {"run": name, "nodes": docs, "procs": procs, "ok": any(d.get("ok") for d in docs),
+           "took_s": max((d.get("took_s") or 0) for d in docs)}
+    bad = [d for d in docs if not d.get("ok")]
+    if not out["ok"] and bad:
+        out.update(error=bad[0].get("error"), hint=bad[0].get("hint"))
+    out["groups"] = group(procs)
+    out["summary"] = summary(out) + "".join(
+        "; node %s (%s): %s" % (d.get("node", i), d["target"], d.get("error"))
+        for i, d in enumerate(docs) if not d.get("ok") and out["ok"])
+    return out

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .cliparser import BadArguments
 
 
-# Each verb, its one-line help, and its module under runward/verbs/.
+# Each verb, its one-line help, and its module under runward/verbs/ (mcp: runward/mcp/verb.py).
 VERBS = (
     ("start", "start a run; verified alive after settling", "start"),
     ("stop", "stop a run; verified dead (the whole tree)", "stop"),
@@ -74,6 +74,8 @@ MULTI_NODE_VERBS = ("start", "stop", "status", "logs", "watch", "gpus", "deploy"
 
 
 def _verb_module(module: str):
+    if module == "mcp":  # a front end beside the verbs (it serves them all as tools): mcp/'s own
+        return importlib.import_module("runward.mcp.verb")
     return importlib.import_module(f"{__package__}.verbs.{module}")
 
 
@@ -162,7 +164,7 @@ def _main(argv: list[str]) -> int:
     from .errors import RunwardError
     from .verbs._common import Out
     from .transport.inprocess import ON
-    ON[:] = [True]  # this process is the CLI's: a local read-only call may be answered here
+    ON[:] = [serve_agent_here]  # this process is the CLI's: a local read-only call may be answered here
     out = Out(getattr(args, "json", False))
     if args.cmd != "mcp":  # the MCP server's client ends it as it likes
         _terminal_signals_as_ctrl_c()
@@ -183,6 +185,15 @@ def _main(argv: list[str]) -> int:
         from .errors import Interrupted
         said = getattr(module, "INTERRUPTED", None) or "interrupted"
         return _fail(out, args, Interrupted(said))
+
+
+def serve_agent_here(stdin, stdout) -> None:
+    """The agent's serve() in this process, for transport/inprocess.py's local read-only calls.
+    The CLI hands it in because the choice to host the agent is the CLI's alone (the library and
+    the MCP server spawn one per call); its import waits for the first such call, so `--help` and
+    the other verbs load no agent code."""
+    from .agent import main as agent_main
+    agent_main.serve(stdin, stdout)
 
 
 def _terminal_signals_as_ctrl_c() -> None:

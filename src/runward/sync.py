@@ -329,24 +329,3 @@ def _stream(sends: list[dict], progress: Progress):
                 yield b"0" * 64 + b"\n"
                 continue
         yield h.hexdigest().encode() + b"\n"
-
-
-def describe(res: dict, target, word: str) -> str:
-    """The human text: a line per file sent, link made or path deleted, then the counts."""
-    would = "would be " if res.get("dry_run") else ""
-    lines = [f"{would or ''}{word if not would else 'sent'} {f.get('local', '?')} -> {target}:{f['remote']}"
-             + (f"  sha256 {f['sha256'][:12]} verified" if f.get("sha256") else "") for f in res["sent"]]
-    lines += [f"{would}linked {target}:{ln['remote']} -> {ln['target']}" for ln in res.get("links", [])]
-    lines += [f"{would}deleted {target}:{d['remote']}" for d in res.get("deleted", [])]
-    lines.append(f"{len(res['sent'])} {would}sent ({_size(res['bytes_sent'])}), "
-                 f"{len(res['unchanged'])} unchanged ({_size(res['bytes_unchanged'])}), "
-                 f"{len(res.get('deleted', []))} {would}deleted ({_size(res.get('bytes_deleted', 0))})")
-    return "\n".join(lines)
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

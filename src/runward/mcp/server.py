@@ -12,7 +12,7 @@ start's own command, sh, env or cwd, and a restart's env, are exec: EXEC_ARGS),
 and push only the pairs runward.toml's runs deploy (`files = ["LOCAL:REMOTE"]`, on the run's
 own target, that LOCAL onto that REMOTE). A refused call is an error result naming the key that would allow it.
 
-Imported only by verbs/mcp.py's run: the SDK (pydantic, anyio, ...) is never loaded by any
+Imported only by mcp/verb.py's run: the SDK (pydantic, anyio, ...) is never loaded by any
 other verb, nor by `runward --help`.
 """
 

@@ -172,3 +172,13 @@ def on_all(cfg, command: str, op, render, *, failed, exit_code, targets=None) ->
         f"== {r['target']}\n" + (render(r) if r["ok"] else f"  {failed(r['error'])}: {r['error']['message']}" + (
             f"\n  hint: {r['error']['hint']}" if r["error"].get("hint") else ""))
         for r in results))
+
+
+def require_extra(module: str, verb: str, what: str, extra: str) -> None:
+    """The optional library VERB needs (runward[EXTRA]), checked before anything else: its
+    absence is bad input naming the extra to install, never an ImportError traceback."""
+    import importlib
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise BadInput(f"runward {verb} needs {what}", f"pip install 'runward[{extra}]'") from None

@@ -17,7 +17,7 @@ class DeployOptions(SyncOptions):
 def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
     """PROGRESS: as push's."""
     from .. import files as _files
-    from ..sync import describe
+    from ..views.render import describe_sync
     if not opts.name:
         raise BadInput("deploy needs a run name", "name a run of runward.toml that has files = [...]")
     cfg = load_config(opts)
@@ -40,4 +40,4 @@ def deploy(opts: DeployOptions, progress: bool = False) -> Outcome:
         return outcome
     res = _files.push(target, run_cfg["files"], run=opts.name, progress=progress, base=config_dir(cfg),
                       **sync_kwargs(opts))
-    return single("deploy", target, res, lambda: describe(res, target, "deployed"))
+    return single("deploy", target, res, lambda: describe_sync(res, target, "deployed"))

@@ -28,8 +28,8 @@ def sync_kwargs(opts: SyncOptions) -> dict:
 def push(opts: PushOptions, progress: bool = False) -> Outcome:
     """PROGRESS: a line per file on stderr as it goes (the CLI's human mode; never in a document)."""
     from .. import files as _files
-    from ..sync import describe
+    from ..views.render import describe_sync
     cfg = load_config(opts)
     target = target_of(opts, cfg)
     res = _files.push(target, opts.specs, progress=progress, **sync_kwargs(opts))
-    return single("push", target, res, lambda: describe(res, target, "pushed"))
+    return single("push", target, res, lambda: describe_sync(res, target, "pushed"))

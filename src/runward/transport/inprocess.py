@@ -1,7 +1,8 @@
 """A local read-only call answered by the agent's code in this process (the start-up budget:
 `runward status --json` within 3x `python3 -c pass`, bench/startup.py), not a second Python.
 
-Only where that is safe: the CLI's own process (cli.main turns it on; the Python API and the
+Only where that is safe: the CLI's own process (cli.main turns it on by handing in the agent's
+serve(), so this layer imports none of the agent's code above its boot; the Python API and the
 long-lived MCP server keep one agent process per call, isolated), the target `local`, and
 ops that only read (status). A local agent is this same interpreter (sys.executable) on
 this same machine, user, RUNWARD_HOME and environment, so it sees what a spawned one would
@@ -20,7 +21,7 @@ import json
 from .exchange import Replies
 
 OPS = frozenset(("status",))  # read-only, one reply, nothing left running
-ON = []  # [True] once cli.main has said this process is the CLI's
+ON = []  # [the agent's serve] once cli.main has said this process is the CLI's
 
 
 def wanted(target, req: dict, payload, late, timeout=None) -> bool:
@@ -63,7 +64,6 @@ class _Lines(io.RawIOBase):
 
 def call(req: dict, on_event) -> dict | None:
     """The agent's reply to req, or None where it gave none (the caller then spawns one)."""
-    from ..agent import main as agent_main
     from ..cache import local_home, make_private_dir
     try:
         # a spawned agent's call made the home 0700 (an older runward's 0755 narrowed) on its
@@ -74,5 +74,6 @@ def call(req: dict, on_event) -> dict | None:
     except OSError:
         pass  # not ours alone: the op itself says so, as it would to a spawned agent
     got = Replies(on_event)
-    agent_main.serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))
+    serve = ON[0]
+    serve(io.BytesIO(json.dumps(req).encode() + b"\n"), _Lines(got))
     return got.reply

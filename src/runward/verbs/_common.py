@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import BadInput
-# what the CLI-only verbs (top, mcp, _complete) read: runward.toml, --on and a project's targets
+# what the CLI-only verbs (top, _complete) read: runward.toml, --on and a project's targets
 from ..operations.common import config_targets, load_config, target_of  # noqa: F401
 
 
@@ -104,14 +103,4 @@ def show(out, outcome) -> int:
         e.verdict = outcome.code
         raise
     return outcome.code
-
-
-def require_extra(module: str, verb: str, what: str, extra: str) -> None:
-    """The optional library VERB needs (runward[EXTRA]), checked before anything else: its
-    absence is bad input naming the extra to install, never an ImportError traceback."""
-    import importlib
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        raise BadInput(f"runward {verb} needs {what}", f"pip install 'runward[{extra}]'") from None
 

@@ -19,7 +19,8 @@ import threading
 import time
 
 from ..errors import EXIT_OK, BadInput, RunwardError
-from ._common import config_targets, load_config, require_extra, target_of
+from ._common import config_targets, load_config, target_of
+from ..operations.common import require_extra
 
 LOG_LINES = 20
 

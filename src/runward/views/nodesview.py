@@ -92,7 +92,7 @@ def checkpoint_lines(rows: list[dict]) -> list[str]:
 
 
 def render_deploy(res: dict) -> str:
-    from ..sync import describe
+    from .render import describe_sync
     word = "would deploy" if res.get("dry_run") else "deployed"
     ok = sum(1 for r in res["nodes"] if r["ok"])
     lines = [f"{res['name']}: {word} to {ok} of {res['nnodes']} nodes"]
@@ -102,7 +102,7 @@ def render_deploy(res: dict) -> str:
             lines.append(head + f"{r['error']['type']}: {r['error']['message']}")
             continue
         lines.append(head + ("sha256 verified on the node" if r["result"].get("verified") else "dry run"))
-        lines += ["    " + ln for ln in describe(r["result"], r["target"], "deployed").splitlines()]
+        lines += ["    " + ln for ln in describe_sync(r["result"], r["target"], "deployed").splitlines()]
     if res.get("message"):
         lines.append(res["message"])
     return "\n".join(lines)

@@ -315,3 +315,25 @@ def mib(v, raw: dict | None = None, key: str = "used_mib") -> str:
     if v is None:
         return (raw or {}).get(key, "?")
     return f"{v:,.0f} MiB" if isinstance(v, (int, float)) else str(v)
+
+
+def describe_sync(res: dict, target, word: str) -> str:
+    """A push's or deploy's result (sync.py) for people: a line per file sent, link made or path
+    deleted, then the counts."""
+    would = "would be " if res.get("dry_run") else ""
+    lines = [f"{would or ''}{word if not would else 'sent'} {f.get('local', '?')} -> {target}:{f['remote']}"
+             + (f"  sha256 {f['sha256'][:12]} verified" if f.get("sha256") else "") for f in res["sent"]]
+    lines += [f"{would}linked {target}:{ln['remote']} -> {ln['target']}" for ln in res.get("links", [])]
+    lines += [f"{would}deleted {target}:{d['remote']}" for d in res.get("deleted", [])]
+    lines.append(f"{len(res['sent'])} {would}sent ({_sync_size(res['bytes_sent'])}), "
+                 f"{len(res['unchanged'])} unchanged ({_sync_size(res['bytes_unchanged'])}), "
+                 f"{len(res.get('deleted', []))} {would}deleted ({_sync_size(res.get('bytes_deleted', 0))})")
+    return "\n".join(lines)
+
+
+def _sync_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

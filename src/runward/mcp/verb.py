@@ -1,12 +1,14 @@
 """runward mcp: serve the verbs as MCP tools over stdio, for coding agents (docs/agents.md).
 
-The SDK is the optional extra runward[mcp], imported here only, inside run: no other verb
-and not `runward --help` ever loads it (tests/test_layout.py)."""
+A front end beside verbs/, not one of them: it serves every verb as a tool through library.py,
+so cli.py dispatches here directly and verbs/ stays off mcp/. The SDK is the optional extra
+runward[mcp], imported only inside run (server.py): no other verb and not `runward --help`
+or `runward mcp --help` ever loads it (tests/test_layout.py, tests/test_api.py)."""
 
 from __future__ import annotations
 
 from ..errors import BadInput
-from ._common import load_config, require_extra
+from ..operations.common import load_config, require_extra
 
 
 def add_arguments(p) -> None:
@@ -23,7 +25,7 @@ def run(args, out) -> int:
         raise BadInput("runward mcp speaks MCP on stdout; it has no --json",
                        "register it with an MCP client (docs/agents.md)")
     cfg = load_config(args)
-    from ..mcp import server as mcpserver
+    from . import server as mcpserver
     policy = mcpserver.policy_from(cfg, args.allow, args.targets)
     mcpserver.serve(getattr(args, "config", None), policy)
     return 0
