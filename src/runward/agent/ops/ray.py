@@ -498,6 +498,7 @@ def status_of(store, att, with_details=True):
     if found and not driver_alive:
         out["survivors"] = found
         if out["state"] == "exited":  # the job's exit is not the run's end: stop still has work
-            out.update({"state": "stray", "stray_processes": found, "note": "the job exited; %d of its processes "
-                        "are still alive: stop ends them" % len(found)})
+            left = "%d of its processes are still alive: stop ends them" % len(found)
+            out.update({"state": "stray", "stray_processes": found,
+                        "note": out["note"] + "; " + left if out.get("note") else "the job exited; " + left})
     return out
