@@ -252,7 +252,7 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
     unsure = decision.get("waited") or decision.get("gave_up") or "lost" in decision
     now = _ask(target, name) if not started and not reply and unsure else {}
     if started:
-        msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, pid {started.get('pid')} "
+        msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, {_ident(started)} "
                f"(its settle period was not watched to the end)")
     elif reply and not reply.get("ok"):
         msg, launched = _refused(name, reply.get("error") or {})
@@ -269,7 +269,7 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
     else:  # the far agent ended without a word of a launch (or the Ctrl-C came before the call)
         seen_by = "status"
         msg = (f"interrupted before this start was seen to launch {name}; the target says {name} attempt "
-               f"{now.get('attempt')} is running now, pid {now.get('pid')}" if now else
+               f"{now.get('attempt')} is running now, {_ident(now)}" if now else
                f"interrupted before {name} was launched: " + (
                    "the target's agent ended without launching it, and nothing of it runs there"
                    if decision.get("ended") else "nothing of it runs on the target now"))
@@ -283,6 +283,15 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
     return Outcome(cmd, 130, {"ok": False, "command": cmd, "target": str(target), "result": seen,
                               "error": {"type": "Interrupted", "message": msg, "hint": hint, "exit_code": 130}},
                    stderr=f"{msg}, {hint}")
+
+
+def _ident(d: dict) -> str:
+    """How a running attempt is named: its pid, or, where none is known yet (an engine's job
+    not placed), its job's id."""
+    if d.get("pid") is not None:
+        return f"pid {d['pid']}"
+    job = d.get("submission_id") or (d.get("ray") or {}).get("submission_id") or d.get("job_id")
+    return f"job {job} (no process of it seen yet)" if job else "no process of it seen yet"
 
 
 def _refused(name: str, err: dict) -> tuple[str, bool]:

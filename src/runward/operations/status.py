@@ -53,7 +53,14 @@ def status(opts: StatusOptions) -> Outcome:
             res["runs"][0]["local_drift_unknown"] = e.message
         if d:
             res["runs"][0]["local_drift"] = d
-    return single("status", target, res, lambda: render_status(res, str(target)))
+    shown = _attempt_target(target, res["runs"][0]) if opts.name and res.get("runs") else str(target)
+    return single("status", shown, res, lambda: render_status(res, shown))
+
+
+def _attempt_target(target, run: dict) -> str:
+    """The target the run's attempt lives on: a Ray job's run asked on this host without --on
+    (the head itself) is `ray://local`, as its start said, not the bare host "local"."""
+    return "ray://local" if str(target) == "local" and run.get("ray") else str(target)
 
 
 def _failed(error: dict) -> str:

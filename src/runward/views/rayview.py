@@ -35,11 +35,11 @@ def stop(r: dict) -> str:
     if r.get("already_stopped"):
         lines = [f"{head}: already ended: {r.get('ray_state')}, {_exit(r.get('exit'))}"]
     else:
-        how = "Ray's stop and " if r.get("ray_stop_sent") else ""
-        lines = [f"stopped {head}: {how}{r['signal']} to its processes here; Ray says {r.get('ray_state')}, "
-                 f"{_exit(r.get('exit'))} ({r.get('stop_s', 0):.2f}s)"]
+        how = ", then Ray's stop" if r.get("ray_stop_sent") else ""
+        lines = [f"stopped {head}: {r['signal']} to its processes here (grace {r.get('grace_s', 0):g}s){how}; "
+                 f"Ray says {r.get('ray_state')}, {_exit(r.get('exit'))} ({r.get('stop_s', 0):.2f}s)"]
     if r.get("verified_dead"):
-        lines.append("  no process of the run left on this node (verified by the marker)")
+        lines.append(f"  no process of the run left on this node ({r.get('verified_by')})")
     for p in r.get("processes") or []:
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:60]}")
     return "\n".join(lines + _workers(r))

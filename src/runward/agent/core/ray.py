@@ -20,6 +20,12 @@ TARGET_KEYS = ("dashboard", "resources")
 STATES = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "exited", "FAILED": "exited",
           "STOPPED": "stopped"}
 ACTIVE = frozenset(("PENDING", "RUNNING"))
+
+
+def state_of(ex):
+    """runward's state of an ended attempt: "stopped" when runward's stop ended it, whatever
+    Ray's word (its driver ended by runward's signal is FAILED or SUCCEEDED in Ray's record)."""
+    return "stopped" if ex.get("stopped_by") == "runward" else STATES.get(ex.get("state"), "lost")
 # Ray's JobSupervisor actor's worker: the parent of the entrypoint's shell, the job's driver
 RAY_WORKER = b"ray::"
 
@@ -117,9 +123,47 @@ def stop(dashboard, sid):
     return bool(json.loads(text).get("stopped"))
 
 
+# Ends a job Ray keeps PENDING (its stop leaves such a job waiting): its JobSupervisor actor
+# killed, which Ray then records FAILED. A Ray client call, which the stdlib agent cannot make:
+# it runs with the Python of the head's own dashboard, whose Ray it is.
+KILL_SUPERVISOR = ("import sys, ray\n"
+                   "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+                   "ray.kill(ray.get_actor('_ray_internal_job_actor_' + sys.argv[2], "
+                   "namespace='SUPERVISOR_ACTOR_RAY_NAMESPACE'))\n")
+
+
+def end_pending(dashboard, sid, timeout=60.0):
+    """Kill the JobSupervisor actor of the PENDING job SID: None when done, else why not (no
+    dashboard process of this port here to borrow Ray's Python and GCS address from, or the
+    call's own error)."""
+    import subprocess
+    port = "--port=" + dashboard.rstrip("/").rsplit(":", 1)[-1]
+    for p in scan().values():
+        argv = p.cmdline()
+        if not p.dead and any(a.endswith("ray/dashboard/dashboard.py") for a in argv[:2]) and port in argv:
+            gcs = next((a.split("=", 1)[1] for a in argv if a.startswith("--gcs-address=")), None)
+            try:
+                # its argv[0], not /proc's exe: a virtualenv's python is a link to the base one,
+                # which has not the virtualenv's Ray
+                exe = argv[0] if argv[0].startswith("/") else __import__("os").readlink("/proc/%d/exe" % p.pid)
+                r = subprocess.run([exe, "-c", KILL_SUPERVISOR, gcs or "auto", sid], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, timeout=timeout, env=dict(
+                                       __import__("os").environ, RAY_USAGE_STATS_ENABLED="0"))
+            except (OSError, subprocess.TimeoutExpired) as e:
+                return "killing its JobSupervisor actor failed: %s" % e
+            return None if r.returncode == 0 else "killing its JobSupervisor actor failed: %s" % (
+                r.stderr.decode("utf-8", "replace").strip().splitlines() or ["exit %d" % r.returncode])[-1]
+    return "no Ray dashboard process (%s) on this host to make the Ray call with" % port
+
+
 def exit_fact(info):
     """Ray's end of a job as runward's exit fact: its state, driver_exit_code, message."""
-    ex = {"state": info["status"], "at": time.time(), "source": "ray"}
+    # the end as Ray dated it (ms since the epoch), not when runward first looked
+    end = info.get("end_time")
+    ex = {"state": info["status"], "at": end / 1000.0 if isinstance(end, (int, float)) and end else time.time(),
+          "source": "ray"}
+    if isinstance(info.get("start_time"), (int, float)) and info["start_time"]:
+        ex["ray_started_at"] = info["start_time"] / 1000.0
     code = info.get("driver_exit_code")
     if isinstance(code, int):
         ex["exit_code"] = code
@@ -149,13 +193,31 @@ def _signame(n):
 
 
 def processes(att, procs=None):
-    """This host's live processes carrying the attempt's marker, pids sorted: the driver and
-    its descendants (the entrypoint exports the marker: Ray's own JobSupervisor worker and the
-    watchdog it starts beside the driver do not carry it), setsid and double-fork escapees too."""
+    """This host's live processes of the attempt, pids sorted: those carrying its marker (the
+    driver and its descendants: the entrypoint exports it, Ray's own JobSupervisor worker and
+    the watchdog it starts beside the driver do not carry it; setsid and double-fork escapees
+    too) and every process of the driver's session (session())."""
     procs = procs if procs is not None else scan()
     prot = protected(procs)
-    return sorted(p.pid for p in procs.values() if not p.dead and p.pid not in prot
-                  and p.env(MARKER) == att.get("marker") and p.env(HOME_MARKER) in (None, att.get("home_id")))
+    return sorted(set(p.pid for p in procs.values() if not p.dead and p.pid not in prot
+                      and p.env(MARKER) == att.get("marker") and p.env(HOME_MARKER) in (None, att.get("home_id")))
+                  | set(session(att, procs, prot)))
+
+
+def session(att, procs, prot=()):
+    """The processes of the driver's session: Ray starts the driver as a session leader, so a
+    child that cleared its environment but kept the session is still the job's. A pid in use
+    as a session id is not reused while the session lives; a leader alive with another start
+    time is another session (the driver's ended and its pid was reused), and a member started
+    before the driver is not the driver's."""
+    drv = (att.get("ray") or {}).get("driver") or {}
+    sid, start = drv.get("pid"), drv.get("start")
+    if not sid or start is None:
+        return []
+    leader = procs.get(sid)
+    if leader is not None and not leader.dead and leader.start != start:
+        return []
+    return [p.pid for p in procs.values() if p.sid == sid and not p.dead and p.start >= start and p.pid not in prot]
 
 
 def driver(att, procs):
@@ -210,6 +272,30 @@ def nodes(dashboard):
     """{node id: {"ip", "head", "state"}} of every node Ray lists."""
     return {n["node_id"]: {"ip": n.get("node_ip"), "head": bool(n.get("is_head_node")), "state": n.get("state")}
             for n in _state(dashboard, "nodes") if n.get("node_id")}
+
+
+def unplaceable(dashboard, want):
+    """Why no node of the cluster can ever hold a job asking WANT ({resource: amount}), or
+    None where one can (or Ray's state API cannot say, or lists no node: the job is then
+    submitted, and one Ray keeps PENDING is given up after the settle). Each node's totals, not
+    what is free now: a busy node frees its resources, a node without them never has them; a
+    node Ray lists DEAD counts too (a node restarting comes back with what it had)."""
+    want = {k: v for k, v in (want or {}).items() if v}
+    if not want:
+        return None
+    try:
+        live = [n for n in _state(dashboard, "nodes") if n.get("node_id")]
+    except AgentFailure:
+        return None
+    tot = [n.get("resources_total") or {} for n in live]
+    if not live or any(all(t.get(k, 0) >= v for k, v in want.items()) for t in tot):
+        return None
+    alive = [t for n, t in zip(live, tot) if n.get("state") == "ALIVE"]
+    return "it asks %s; no node has that much (the cluster's totals: %s; per node: %s)" % (
+        ", ".join("%s %g" % kv for kv in sorted(want.items())),
+        ", ".join("%s %g" % (k, sum(t.get(k, 0) for t in alive)) for k in sorted(want)),
+        "; ".join("%s (%s, %s): %s" % (n["node_id"][:12], n.get("node_ip"), n.get("state"), ", ".join(
+            "%s %g" % (k, t.get(k, 0)) for k in sorted(want))) for n, t in zip(live, tot)))
 
 
 def workers(dashboard, job_id):

@@ -60,10 +60,29 @@ def watch(req, home, emit):
         if restarted:  # restarted meanwhile: judge the new one
             judges = _judges(store, att, saved, rules, time.time(), None)
         facts = _unwatched(saved)
+    if not alerts and not saved["alive"]:
+        saved = _engine_end(store, att, rules.get("metrics")) or saved
+        facts = _unwatched(saved)
     out = _reply(store, att, saved, alerts, facts, judges[0], round(time.monotonic() - t0, 2))
     if rules.get("baseline"):
         out["baseline"] = judges[-1].last  # what the baseline rules saw last (docs/history.md)
     return out
+
+
+def _engine_end(store, att, metrics):
+    """An engine's attempt (Ray, Slurm) has its end in its record once its launcher asked the
+    engine (status, stop): a watch that saw it end asks the launcher too, so that it says the
+    end as status does. The scan's state after, or None where there is nothing to ask."""
+    from ..core import launchers
+    from . import launcher_ops
+    launcher = launchers.named(att)
+    if launcher is None or (att.get("exit") or {}).get("state"):
+        return None
+    try:
+        launcher_ops(launcher).status_of(store, att, with_details=False)
+    except AgentFailure:  # the engine cannot be asked now: the watch says what it saw
+        return None
+    return scan(store, store.attempt(att["attempt"]) or att, metrics)[0]
 
 
 def _unwatched(saved):

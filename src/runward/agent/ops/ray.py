@@ -25,7 +25,11 @@ from .start import LOG_TAIL_LINES, plan_of
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
 RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIME_S (3 s), then KILLs
+PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING (Ray 2.60)
+NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
 ESCAPED_GRACE_S = 2.0
+VERIFIED_BY = ("verified by the marker and the driver's session; a child that cleared its environment and left "
+               "the session is not seen")
 
 
 # --- start
@@ -37,9 +41,24 @@ def entrypoint(plan, marker, home_id):
     The marker is set here, not in runtime_env's env_vars, which Ray also gives its own
     JobSupervisor worker: only the job's processes carry it."""
     import shlex
-    return "cd %s && %s=%s %s=%s exec %s >> %s 2>&1" % (
+    import sys
+    return "cd %s && %s=%s %s=%s exec %s -S -E -c %s %s >> %s 2>&1" % (
         shlex.quote(plan["cwd"]), MARKER, shlex.quote(marker), HOME_MARKER, shlex.quote(home_id),
-        " ".join(shlex.quote(a) for a in plan["argv"]), shlex.quote(plan["log"]))
+        shlex.quote(sys.executable), shlex.quote(UNBLOCK), " ".join(shlex.quote(a) for a in plan["argv"]),
+        shlex.quote(plan["log"]))
+
+
+# The exec wrapper between the entrypoint's shell and the command: Ray's worker blocks SIGINT
+# and its children inherit the mask through exec, so a job stopped with --stop-signal INT
+# (torchrun's orderly stop) would never see it. It clears the mask, gives back the SIGPIPE and
+# SIGXFSZ that Python ignores, and execs the command (the driver stays the command itself); a
+# program that cannot be run is the shell's 127 (126: not executable), with the shell's words.
+UNBLOCK = ("import os,signal,sys\n"
+           "for s in (signal.SIGPIPE, signal.SIGXFSZ): signal.signal(s, signal.SIG_DFL)\n"
+           "signal.pthread_sigmask(signal.SIG_SETMASK, ())\n"
+           "try: os.execvp(sys.argv[1], sys.argv[1:])\n"
+           "except OSError as e:\n"
+           " sys.stderr.write('%s: %s\\n' % (sys.argv[1], e.strerror)); os._exit(127 if e.errno == 2 else 126)\n")
 
 
 def job_body(req, plan, spec, sid, marker, home_id):
@@ -79,6 +98,12 @@ def start(req, home):
                         % ", ".join(hidden), "give it as --env NAME=VALUE where Ray may show it, or have the job "
                         "read it from a file on the nodes")
     version = ray.check_api(spec["dashboard"])  # no Jobs API: said before anything is written
+    want = dict(spec.get("resources") or {}, GPU=len(req.get("gpus") or ()))
+    why = ray.unplaceable(spec["dashboard"], want)
+    if why:  # Ray would keep it PENDING for ever: refused, nothing submitted
+        raise bad_input("no node of the Ray cluster at %s can ever place %s's job: %s" % (
+            spec["dashboard"], req.get("name"), why), "ask for resources a node has: the target's resources "
+            "option, --gpus N (`ray status` on the head lists each node's)")
     store = RunStore(home, req.get("name"))
     plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
@@ -137,7 +162,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
         info = ray.job(dash, sid) or {"status": "UNKNOWN"}
         now = time.monotonic()
         if info["status"] not in ray.ACTIVE:
-            return _ended_early(store, att, info, res)
+            return _ended_early(store, att, info, res, t0 + plan["settle"])
         if info["status"] == "RUNNING":
             procs = scan()
             d = ray.driver(att, procs)
@@ -175,14 +200,41 @@ def _record_driver(store, att, drv):
     store.update_attempt(att["attempt"], keep)
 
 
-def _ended_early(store, att, info, res):
+def _ended_early(store, att, info, res, until):
     record_end(store, att, info)
     ex = att.get("exit") or {}
     res.update({"alive_after_settle": False, "state": ray.STATES.get(info["status"], "lost"),
                 "ray_state": info["status"], "exit": ex, "last_lines": logfiles.tail(att["log"], LOG_TAIL_LINES)})
+    if info["status"] != "STOPPED":
+        _strays(store, att, info, res, until)
     raise AgentFailure("ExitedEarly", "%s: Ray job %s ended during the settle period: %s, driver_exit_code %s" % (
         store.name, att["ray"]["submission_id"], info["status"], ex.get("exit_code", "?")),
         "see the last log lines; `runward logs %s`" % store.name, result=res)
+
+
+def _strays(store, att, info, res, until):
+    """The driver ended during the settle and processes of the run live on (a backgrounded
+    child): as on every target, they are the run's (status: stray), named, exit 5; they are
+    looked for to the settle's end (one may be on its way out)."""
+    procs = scan()
+    left = ray.processes(att, procs)
+    while left and time.monotonic() < until:
+        time.sleep(POLL_S)
+        procs = scan()
+        left = ray.processes(att, procs)
+    if not left:
+        return
+    res.update({"state": "stray", "children": [procs[p].describe() for p in left]})
+    raise AgentFailure("NotVerified", "%s: Ray job %s's driver exited during the settle period (Ray: %s, "
+                       "driver_exit_code %s), and %d process(es) it started run on: %s; they are the run's (status: "
+                       "stray), but no job of theirs is watched, nor its exit recorded" % (
+                           store.name, att["ray"]["submission_id"], info["status"],
+                           (att.get("exit") or {}).get("exit_code", "?"), len(left),
+                           ", ".join("pid %d %s" % (d["pid"], d["cmd"]) for d in res["children"])),
+                       "exec the job instead of backgrounding it (--sh 'exec python3 train.py', no & or nohup; in "
+                       "run.sh: exec python3 train.py), then `runward start %s --replace`; or keep them as they "
+                       "are: `runward status %s` lists them, `runward stop %s` ends them" % ((store.name,) * 3),
+                       result=res)
 
 
 def _elsewhere(store, att, info, res):
@@ -218,11 +270,14 @@ def record_end(store, att, info):
     if (att.get("exit") or {}).get("state") or info is None or info.get("status") in ray.ACTIVE:
         return
     ex = ray.exit_fact(info)
-    if att.get("stop_requested"):
-        ex["stopped_by"] = "runward"
+    if att.get("stop_requested"):  # its KILL is the stop's, not the kernel's OOM killer's
+        ex["stopped_by"], ex["stopped"] = "runward", True
     elif info["status"] == "STOPPED":
         ex["stopped_by"] = "someone else"  # `ray job stop`, the dashboard, another client
     store.keep_end(att, ex)
+    if att["exit"] is ex and ex.get("ray_started_at"):  # the run's time is Ray's, end_time - start_time
+        att["started_at"] = ex["ray_started_at"]
+        store.update_attempt(att["attempt"], lambda now: now.update(started_at=ex["ray_started_at"]))
 
 
 # --- stop
@@ -244,10 +299,10 @@ def _members(att):
 
 
 def _stop_job(store, att, sig, grace):
-    """Ray's stop (POST /api/jobs/ID/stop), and runward's own at once: the stop signal to
-    every process of the job here (by the marker: setsid and double-fork escapees too), KILL
-    after the grace; then Ray's end awaited and every marked process
-    verified gone from this host."""
+    """runward's stop of a Ray job: the stop signal to every process of the job here (by the
+    marker: setsid and double-fork escapees too; the driver's session), KILL after the grace
+    (_end_job); Ray's end awaited (Ray's stop for a job still active), and every process of
+    the run verified gone from this host."""
     sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
     sig = signal_name(parse_signal(sig))
     res = {"name": store.name, "attempt": att.get("attempt"), "submission_id": sid, "signal": sig,
@@ -264,21 +319,18 @@ def _stop_job(store, att, sig, grace):
     if not res["already_stopped"]:
         store.update_attempt(att["attempt"], lambda now: now.update(stop_requested=time.time()))
         att["stop_requested"] = time.time()
-        res["ray_stop_sent"] = ray.stop(dash, sid) if active else False
-        if members:  # the snapshot from before Ray's stop: each one's fate is said, also the driver's
-            fates = terminate(members, scan(), parse_signal(sig), grace,
-                              find_more=lambda: {**_members(att), **ray.local_workers(ours, scan())})
-        info = _await_end(dash, sid) if active else info
+        fates, info = _end_job(att, res, members, ours, sig, grace, info if active else None)
     if info is None and not (att.get("exit") or {}).get("state"):
         info = {"status": "STOPPED" if not res["already_stopped"] else "UNKNOWN",
                 "message": "Ray no longer knows the job (its head restarted?)"}
     record_end(store, att, info)
     res.update(_leave_check(att, sig))
+    res["verified_by"] = VERIFIED_BY
     res["processes"] = fates + res["processes"]
     _workers_check(res, att, job_id, seen, info, sig)
     ex = att.get("exit") or {}
     res.update({"ray_state": (info or {}).get("status") or ex.get("state"), "exit": ex,
-                "state": ray.STATES.get(ex.get("state"), "lost"), "stop_s": round(time.monotonic() - t0, 3)})
+                "state": ray.state_of(ex), "stop_s": round(time.monotonic() - t0, 3)})
     res["verified"] = ["ray_job_ended"] * (res["ray_state"] in ray.STATES and res["ray_state"] not in ray.ACTIVE) + \
         ["no_process_of_run_alive"] * bool(res["verified_dead"] and not res["unchecked"])
     if not res["verified_dead"]:
@@ -301,10 +353,34 @@ def _stop_job(store, att, sig, grace):
     return res
 
 
-def _await_end(dash, sid):
+def _end_job(att, res, members, ours, sig, grace, info):
+    """runward's own stop first, as on every target: its signal, its grace, then KILL, to the
+    snapshot MEMBERS (each one's fate: runward sent every signal). Ray sees its driver end by
+    itself (it polls it every 0.1 s) and records it; Ray's stop (its own SIGTERM, KILL 3 s
+    later) is sent only to a job still active then (INFO: Ray's record of an active job): one
+    PENDING, or a driver out of this host's sight. (fates, Ray's record after)."""
+    sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
+    fates = []
+    if members:
+        fates = terminate(members, scan(), parse_signal(sig), grace,
+                          find_more=lambda: {**_members(att), **ray.local_workers(ours, scan())})
+    res["ray_stop_sent"] = False
+    if info is None:
+        return fates, info
+    info = _await_end(dash, sid, NOTICE_S if members else 0)
+    if info is not None and info["status"] in ray.ACTIVE:
+        res["ray_stop_sent"] = ray.stop(dash, sid)
+        info = _await_end(dash, sid, RAY_END_S if info["status"] == "RUNNING" else PENDING_STOP_S)
+    if info is not None and info["status"] == "PENDING":  # Ray's stop leaves a job not placed waiting
+        res["pending_end"] = ray.end_pending(dash, sid) or "its JobSupervisor actor killed"
+        info = _await_end(dash, sid, RAY_END_S)
+    return fates, info
+
+
+def _await_end(dash, sid, wait_s):
     """Ray's record once the job is no longer active (None: forgotten), polled; still active
-    after RAY_END_S is returned as it is (the stop is then not verified by Ray)."""
-    deadline = time.monotonic() + RAY_END_S
+    after WAIT_S is returned as it is (the stop is then not verified by Ray)."""
+    deadline = time.monotonic() + wait_s
     while True:
         info = ray.job(dash, sid)
         if info is None or info["status"] not in ray.ACTIVE or time.monotonic() >= deadline:
@@ -404,7 +480,7 @@ def status_of(store, att, with_details=True):
         elif info is not None and info["status"] != "RUNNING":
             out["note"] = "Ray says %s, but its driver (pid %d) is alive here" % (info["status"], drv["pid"])
     elif ex.get("state"):
-        out.update({"state": ray.STATES.get(ex["state"], "lost"), "exit": ex, "stopped_by": ex.get("stopped_by")})
+        out.update({"state": ray.state_of(ex), "exit": ex, "stopped_by": ex.get("stopped_by")})
         if ex.get("error_type") and "exit_code" not in ex:  # Ray's failure, not the program's end
             out["note"] = "Ray says %s (%s) on node %s; the driver's exit status is unknown" % (
                 ex["state"], ex["error_type"], str(ex.get("node_id"))[:12])
@@ -421,4 +497,8 @@ def status_of(store, att, with_details=True):
     out["node_pids"] = found
     if found and not driver_alive:
         out["survivors"] = found
+        if out["state"] == "exited":  # the job's exit is not the run's end: stop still has work
+            left = "%d of its processes are still alive: stop ends them" % len(found)
+            out.update({"state": "stray", "stray_processes": found,
+                        "note": out["note"] + "; " + left if out.get("note") else "the job exited; " + left})
     return out

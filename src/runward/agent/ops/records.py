@@ -29,8 +29,8 @@ def rm(req, home):
         att = store.latest()
         live = _live(store, att, procs)
         if live is not None:
-            raise AgentFailure("RunAlive", "run %s is %s (attempt %s, pid %s): not removed" % (
-                store.name, live["state"], live["attempt"], live["pid"]),
+            raise AgentFailure("RunAlive", "run %s is %s (attempt %s%s): not removed" % (
+                store.name, live["state"], live["attempt"], _pid(live)),
                 "stop it first: `runward stop %s`" % store.name, **live)
         res = _remove(store, bool(req.get("logs")), _shared(_log_owners(home), store.name))
         return _unseen(res, att, procs)
@@ -66,7 +66,7 @@ def prune(req, home):
                 continue
             ended = ended_at(att, store)
             if live is not None:
-                kept.append({"name": name, "why": "live (%s, pid %s)" % (live["state"], live["pid"])})
+                kept.append({"name": name, "why": "live (%s%s)" % (live["state"], _pid(live))})
             elif ended is not None and now - ended <= older:
                 kept.append({"name": name, "why": "ended %ds ago" % (now - ended), "ended_at": ended})
             elif req.get("dry_run"):
@@ -106,6 +106,12 @@ def ended_at(att, store):
         return os.stat(att.get("log") or "").st_mtime
     except OSError:
         return att.get("started_at") or att.get("created_at")
+
+
+def _pid(live):
+    """", pid P" of what lives; nothing where no process of it is known (an engine's job not
+    placed yet: its state names the job)."""
+    return ", pid %s" % live["pid"] if live.get("pid") is not None else ""
 
 
 def _live(store, att, procs):

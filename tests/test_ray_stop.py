@@ -1,0 +1,161 @@
+"""A Ray run's stop keeps runward's --stop-signal and --grace (Ray's own stop sends SIGTERM
+and KILLs 3 s later), its fates are true, and it ends every process of the driver's session;
+a Ray run's end, outliving processes, its times, watch and a request no node can hold read as
+on every target (issue #41's review). Against the real cluster (scripts/ray-testbed up);
+ground truth from /proc, the log file and Ray's /api/jobs."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import alive, marked, read_stat, wait_for
+from test_ray import NetnsCLI, ray_job, ray_testbed
+
+# a driver whose TERM and INT handler saves for SAVE seconds, then exits 0; each signal is logged
+SAVER = ("import signal, sys, time\n"
+         "def h(s, f):\n"
+         "    print('got', signal.Signals(s).name, flush=True); time.sleep(float(sys.argv[1]))\n"
+         "    print('saved', flush=True); sys.exit(0)\n"
+         "signal.signal(signal.SIGTERM, h); signal.signal(signal.SIGINT, h)\n"
+         "print('ready', flush=True)\n"
+         "while True: time.sleep(1)\n")
+
+
+@pytest.fixture
+def tb():
+    return ray_testbed()
+
+
+@pytest.fixture
+def rcli(cli, tb):
+    return NetnsCLI(cli, tb["netns"])
+
+
+def _status_field(pid: int, field: str) -> str:
+    for ln in open(f"/proc/{pid}/status"):
+        if ln.startswith(field + ":"):
+            return ln.split()[1]
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def _died_at(pid: int, start: int) -> dict:
+    """A thread that notes (monotonic) when PID dies, read from /proc: the ground truth of how
+    long the stop let it live."""
+    out: dict = {}
+
+    def watch():
+        while alive(pid, start):
+            time.sleep(0.02)
+        out["t"] = time.monotonic()
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    out["thread"] = th
+    return out
+
+
+def test_stop_keeps_runwards_grace_and_signal_and_says_true_fates(rcli, tb, tmp_path):
+    saver = tmp_path / "saver.py"
+    saver.write_text(SAVER)
+    # a TERM handler that saves for 5 s, past Ray's 3 s: runward's grace (20 s) lets it finish, once
+    rc, doc = rcli.json("start", "s1", "--on", "ray://local", "--settle", "1", "--grace", "20", "--",
+                        sys.executable, str(saver), "5")
+    assert rc == 0, doc
+    drv = doc["result"]["driver"]
+    rc, doc = rcli.json("stop", "s1")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    log = (rcli.home / "runs" / "s1" / "log").read_text()
+    assert log.count("got SIGTERM") == 1 and "saved" in log and "got SIGINT" not in log, log
+    fate = next(p for p in doc["result"]["processes"] if p["pid"] == drv["pid"])
+    assert fate["fate"] == "exited_after_SIGTERM" and fate["exited_after"] >= 4.5, fate
+    assert ray_job(tb, doc["result"]["submission_id"])["status"] not in ("PENDING", "RUNNING")
+    assert (doc["result"]["state"], doc["result"]["exit"]["stopped_by"]) == ("stopped", "runward"), doc["result"]
+
+    # --stop-signal INT reaches the driver: its mask (inherited from Ray's worker) is cleared
+    rc, doc = rcli.json("start", "s2", "--on", "ray://local", "--settle", "1", "--stop-signal", "INT", "--",
+                        sys.executable, str(saver), "0")
+    assert rc == 0, doc
+    pid = doc["result"]["driver"]["pid"]
+    assert int(_status_field(pid, "SigBlk"), 16) & 2 == 0, "SIGINT is not blocked in the driver"
+    assert open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[1] == str(saver).encode(), "the command itself"
+    rc, doc = rcli.json("stop", "s2")
+    assert rc == 0, doc
+    log = (rcli.home / "runs" / "s2" / "log").read_text()
+    assert "got SIGINT" in log and "SIGTERM" not in log, log
+    assert next(p for p in doc["result"]["processes"] if p["pid"] == pid)["fate"] == "exited_after_SIGINT"
+
+    # a job that ignores TERM lives through the whole grace (6 s), not Ray's 3 s, and is said killed
+    rc, doc = rcli.json("start", "s3", "--on", "ray://local", "--settle", "1", "--grace", "6", "--sh",
+                        "trap '' TERM; exec sleep 300")
+    assert rc == 0, doc
+    drv = doc["result"]["driver"]
+    died = _died_at(drv["pid"], drv["start"])
+    t0 = time.monotonic()
+    rc, doc = rcli.json("stop", "s3")
+    died["thread"].join(5)
+    assert rc == 0 and died["t"] - t0 >= 5.5, (died, doc)
+    fate = next(p for p in doc["result"]["processes"] if p["pid"] == drv["pid"])
+    assert fate["fate"] == "killed" and fate["signals"] == ["SIGTERM", "SIGKILL"], fate
+
+
+def test_stop_ends_a_child_of_the_drivers_session_that_cleared_its_environment(rcli, tb):
+    rc, doc = rcli.json("start", "s4", "--on", "ray://local", "--settle", "1", "--sh",
+                        "(env -i sleep 921 &); exec sleep 300")
+    assert rc == 0, doc
+    drv = doc["result"]["driver"]
+
+    def find():
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and open(f"/proc/{d}/cmdline", "rb").read() == b"sleep\x00921\x00":
+                    if int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[3]) == drv["pid"]:
+                        return int(d)
+            except OSError:
+                continue
+    child = wait_for(find, timeout=20, what="the env -i child in the driver's session")
+    assert child not in marked("s4.1"), "it carries no marker"
+    start = read_stat(child)[1]
+    rc, doc = rcli.json("stop", "s4")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not alive(child, start), "the driver's session member is ended"
+    assert doc["result"]["verified_by"] == ("verified by the marker and the driver's session; a child that cleared "
+                                            "its environment and left the session is not seen")
+    assert any(p["pid"] == child and p["fate"].startswith("exited_after_SIG") for p in doc["result"]["processes"])
+
+
+def test_processes_outliving_the_driver_are_stray_named_exit_5_as_on_every_target(rcli, tb):
+    rc, doc = rcli.json("start", "s5", "--on", "ray://local", "--settle", "1", "--sh",
+                        "setsid sleep 907 & (sleep 908 &); exit 0")
+    left = marked("s5.1")
+    assert rc == 5 and doc["error"]["type"] == "NotVerified" and doc["result"]["state"] == "stray", doc
+    assert len(left) == 2 and all(f"pid {p} sleep 90" in doc["error"]["message"] for p in left), (left, doc)
+    assert "`runward stop s5` ends them" in doc["error"]["hint"], doc
+    st = rcli.status("s5")
+    assert (st["state"], st["stray_processes"]) == ("stray", sorted(left)), st
+    rc, doc = rcli.json("stop", "s5")
+    assert rc == 0 and marked("s5.1") == {}, doc
+
+
+def test_watch_and_history_say_a_ray_runs_end_as_ray_dated_it(rcli, tb, tmp_path):
+    gate = tmp_path / "go"
+    rc, doc = rcli.json("start", "s6", "--on", "ray://local", "--settle", "1", "--sh",
+                        f"until [ -e '{gate}' ]; do sleep 0.05; done; echo done")
+    assert rc == 0, doc
+    sid = doc["result"]["submission_id"]
+    gate.touch()
+    info = wait_for(lambda: (lambda j: j if j["status"] == "SUCCEEDED" else None)(ray_job(tb, sid)),
+                    timeout=30, what="Ray's SUCCEEDED")
+    # watch is the first to look after the end: it asks the launcher, as status does
+    rc, doc = rcli.json("watch", "s6", "--for", "5")
+    assert doc["result"]["ended"] and doc["result"]["alert"]["detail"] == "the job exited with code 0", doc
+    # without --on, status names the attempt's target, as with it
+    said = [rcli.json("status", "s6", *on) for on in ((), ("--on", "ray://local"))]
+    assert [(rc, doc["target"]) for rc, doc in said] == [(0, "ray://local")] * 2, said
+    rc, doc = rcli.json("history", "s6")
+    row = doc["result"]["attempts"][0]
+    assert row["ran_s"] == round((info["end_time"] - info["start_time"]) / 1000, 1), (row, info)
+    assert row["exit"]["at"] == info["end_time"] / 1000, row
