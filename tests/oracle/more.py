@@ -304,9 +304,9 @@ class MoreRules:
                 raise self.violation("%s: alive after stop+restart, but the job did not start again" % m.name)
             m.state, m.escapees, m.exits, m.paused = "running", 0, set(), 0
             m.running_version = m.deployed_version
-        else:       # restart, then stop
-            m.state, m.escapees, m.paused = "exited", 0, 0
-            m.exits = {("signal", "SIGTERM")} | ({("code", 143)} if m.sh else set())
+        else:       # restart, then stop: the new attempt's verified stop
+            m.state = "running"
+            m.stopped()
 
 
 def restart_cancelled_by_stop(rc: int, doc: dict) -> bool:
