@@ -226,7 +226,7 @@ class OracleRules(OracleBase):
         self.as_they_were(what + " (refused)", before)
         if truth.tree(m.token, self.target(m).pidns) or ray.marked(m.name):
             raise Violation("%s: refused, but a process of the job lives" % what)
-        m.state, m.log_removed = "removed", True
+        m.state, m.log_removed, m.attempt = "removed", True, 0   # attempt 0: it never ran (pull has nothing)
 
     def define(self, kind: str, sh: bool = False, supervised: bool = False, health: bool = False) -> RunModel:
         """A run of that kind written into runward.toml, its code written and deployed: all a

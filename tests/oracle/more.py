@@ -94,7 +94,8 @@ class MoreRules:
     def pull(self, i, node):
         """pull the job's own file (ran-TOKEN, which it writes) from the node it runs on: the
         bytes here are the bytes in the job's filesystem there."""
-        m = self.pick(i, lambda m: not (m.supervised and m.live))   # its restarts append to the file
+        # a supervised run's restarts append to the file; a run refused at its start never wrote it
+        m = self.pick(i, lambda m: not (m.supervised and m.live) and m.attempt > 0)
         if m is None:
             return
         self.acted("pull", m)
