@@ -283,6 +283,13 @@ class OracleRules(OracleBase):
             raise Violation("%s: the stop of a paused job did not let its TERM handler run (term-%s unchanged)" % (
                 m.name, m.token))
         m.stopped()
+        self.ray_history(m)
+
+    def ray_history(self, m: RunModel):
+        """A Ray run's history after its stop or its end: what runward keeps of Ray's word."""
+        v = checks.settle(lambda: ray.history_says(self.cli, m)) if m.kind == "ray" else []
+        if v:
+            raise Violation(v[0])
 
     def terms(self, m: RunModel) -> int:
         """How many times the job's TERM handler ran (its lines in term-TOKEN)."""
@@ -375,6 +382,7 @@ class OracleRules(OracleBase):
         else:
             self.signal_job(m, "%s %d" % (verb, n))
         m.job_ended(how, n, ray.exits(m.sh, how, n, self.gated("ray-signal-name")) if m.kind == "ray" else None)
+        self.ray_history(m)
         m.running_version = m.deployed_version  # a supervised restart runs what is on disk
 
     def _can_escape(self, m, kind):

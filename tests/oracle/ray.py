@@ -86,3 +86,35 @@ def check(m, doc: dict | None) -> list[str]:
         return ["inv3 %s: stopped by runward, status says Ray %s, stopped_by %s" % (
             m.name, doc.get("ray_state"), ex.get("stopped_by"))]
     return []
+
+
+def exit_codes(facts: set) -> set:
+    """The `driver_exit_code`s Ray may give for these exit facts: N for a code; for a signal,
+    -N (the driver died by it) or 128+N (a shell above it)."""
+    out = set()
+    for fact in facts:
+        if fact[0] == "code":
+            out.add(fact[1])
+        elif fact[0] == "signal":
+            n = int(signal.Signals["SIG" + fact[1].replace("SIG", "", 1)])
+            out |= {-n, 128 + n}
+    return out
+
+
+def history_says(cli, m) -> list[str]:
+    """`history NAME` of a Ray run keeps what Ray forgets (docs/ray.md): one row per attempt,
+    the last in the model's state, with Ray's word (a stop runward made: stopped_by runward;
+    an end by itself: Ray's exit code, the signal's 128+N or -N where it died by one)."""
+    rc, doc = cli("history", m.name, kind=m.kind)
+    rows = (doc.get("result") or {}).get("attempts") or []
+    if rc != 0 or len(rows) != m.attempt:
+        return ["history %s: exit %d, %d attempts, the model %d: %s" % (m.name, rc, len(rows), m.attempt, str(doc)[:300])]
+    last, said = rows[-1], rows[-1].get("ray") or {}
+    if last.get("state") != m.state:
+        return ["history %s: attempt %d reads %s, the model %s" % (m.name, m.attempt, last.get("state"), m.state)]
+    if m.state == "stopped" and said.get("stopped_by") != "runward":
+        return ["history %s: stopped by runward, its ray row says %s" % (m.name, said)]
+    if m.state == "exited" and m.exits:
+        if said.get("exit_code") not in exit_codes(m.exits):
+            return ["history %s: Ray's exit code %s, the job's end is %s" % (m.name, said.get("exit_code"), sorted(m.exits))]
+    return []
