@@ -26,8 +26,11 @@ SEEN: list = []  # every violation and harness failure, as it happened (soak.py 
 
 class Violation(AssertionError):
     def __init__(self, msg: str = ""):
+        why = ray.restarted()   # the shared cluster restarted by someone else: the world's doing
+        if why:
+            msg = "%s; %s" % (why, msg)
         AssertionError.__init__(self, msg)
-        seen("violation", msg)
+        seen("harness" if why else "violation", msg)
 
 
 def seen(what: str, msg: str) -> None:

@@ -118,3 +118,28 @@ def history_says(cli, m) -> list[str]:
         if said.get("exit_code") not in exit_codes(m.exits):
             return ["history %s: Ray's exit code %s, the job's end is %s" % (m.name, said.get("exit_code"), sorted(m.exits))]
     return []
+
+
+# The cluster is shared: another user's `scripts/ray-testbed restart-head|restart-node2` (which
+# rewrites that node's pids file) makes the Jobs API refuse a while and Ray forget its jobs.
+# A failure in a session that saw it is said as the harness's, not as runward's.
+SEEN_AT: dict = {}
+
+
+def restarts() -> tuple:
+    """When each node of the cluster last (re)started: its pids file's mtime."""
+    out = []
+    for f in ("head.pids", "node2.pids"):
+        try:
+            out.append(os.stat(os.path.join(RAY_DIR, f)).st_mtime_ns)
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def restarted() -> str | None:
+    """Why a failure now is the world's: a node of the cluster restarted since a session of
+    the ray kind began (SEEN_AT), or None."""
+    if "at" in SEEN_AT and restarts() != SEEN_AT["at"]:
+        return "a node of the shared Ray cluster restarted under the session (%s/*.pids rewritten)" % RAY_DIR
+    return None
