@@ -9,7 +9,7 @@ import os
 import time
 
 from . import ray, seams, truth
-from .model import ENDED, LIVE
+from .model import ENDED
 from .world import NODES
 
 DEADLINE_S = 20.0

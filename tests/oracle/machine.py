@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from . import checks, link, more, ray, seams, truth, world
-from .model import KNOWN_HOLES, LIVE, MAX_RUNS, RunModel
+from .model import KNOWN_HOLES, MAX_RUNS, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
