@@ -30,7 +30,7 @@ class Violation(AssertionError):
         if why:
             msg = "%s; %s" % (why, msg)
         AssertionError.__init__(self, msg)
-        seen("harness" if why else "violation", msg)
+        seen("world" if why else "violation", msg)
 
 
 def seen(what: str, msg: str) -> None:

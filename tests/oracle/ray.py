@@ -137,9 +137,30 @@ def restarts() -> tuple:
     return tuple(out)
 
 
+def down() -> list:
+    """The cluster's nodes none of whose daemons live now (a restart's KILL, before its pids
+    file is written again)."""
+    out = []
+    for f in ("head.pids", "node2.pids"):
+        try:
+            with open(os.path.join(RAY_DIR, f)) as fh:
+                pids = [int(w) for w in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+        if pids and not any(os.path.exists("/proc/%d" % p) for p in pids):
+            out.append(f.split(".")[0])
+    return out
+
+
 def restarted() -> str | None:
     """Why a failure now is the world's: a node of the cluster restarted since a session of
-    the ray kind began (SEEN_AT), or None."""
-    if "at" in SEEN_AT and restarts() != SEEN_AT["at"]:
+    the ray kind began (SEEN_AT), or is down now, or None."""
+    if "at" not in SEEN_AT:
+        return None
+    if restarts() != SEEN_AT["at"]:
         return "a node of the shared Ray cluster restarted under the session (%s/*.pids rewritten)" % RAY_DIR
+    gone = down()
+    if gone:
+        return "the shared Ray cluster's %s is down (no daemon of %s/%s.pids lives)" % (
+            " and ".join(gone), RAY_DIR, gone[0])
     return None
