@@ -19,7 +19,10 @@ HOP_BOUND_S = 1.0
 
 
 # target kinds walked together in one session share its ~20 rules (docs/testing.md)
-GROUPS = ["local,user", "ssh,link,mn", "podman,podown", "pct,mnct", "alias,pctw"]
+GROUPS = ["local,user", "ssh,link,mn", "podman,podown", "pct,mnct", "alias,pctw", "ray"]
+# a group's examples where not EXAMPLES: each Ray verb waits on Ray's own (a submission turns
+# RUNNING in ~1.5 s), so the ray kind walks a session of its own, with fewer of them
+EXAMPLES_OF = {"ray": 4}
 
 
 @pytest.mark.parametrize("kinds", GROUPS)
@@ -31,10 +34,11 @@ def test_oracle_ci_profile(kinds, monkeypatch):
         if why:
             pytest.skip(why)
     machine.STATS.update(steps=0, checks=0, verbs=0)
-    found = soak.run_once(kinds, SEED, EXAMPLES, PER_EXAMPLE, holes=False, shrink=False)
+    examples = EXAMPLES_OF.get(",".join(kinds), EXAMPLES)
+    found = soak.run_once(kinds, SEED, examples, PER_EXAMPLE, holes=False, shrink=False)
     assert found is None, found
     print("oracle %s: %s" % (",".join(kinds), machine.STATS))
-    assert machine.STATS["steps"] >= EXAMPLES, machine.STATS   # the rules acted, not only no-ops
+    assert machine.STATS["steps"] >= examples, machine.STATS   # the rules acted, not only no-ops
 
 
 def test_oracle_deploy_of_a_two_node_run_lands_on_both_filesystems():

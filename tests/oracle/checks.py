@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import time
 
-from . import seams, truth
-from .model import ENDED, LIVE
+from . import ray, seams, truth
+from .model import ENDED
 from .world import NODES
 
 DEADLINE_S = 20.0
@@ -25,7 +25,10 @@ def exit_fact(run_doc: dict) -> tuple:
 
 
 def members(run_doc: dict) -> set:
-    return set((run_doc.get("tree") or {}).get("pids") or ()) | set(run_doc.get("stray_processes") or ())
+    """The processes status names as the run's: its tree and strays; a Ray run's node_pids
+    and the survivors of its driver."""
+    return (set((run_doc.get("tree") or {}).get("pids") or ()) | set(run_doc.get("stray_processes") or ())
+            | set(run_doc.get("node_pids") or ()) | set(run_doc.get("survivors") or ()))
 
 
 def check_state(m, doc: dict | None) -> list[str]:
@@ -42,7 +45,7 @@ def check_state(m, doc: dict | None) -> list[str]:
         out.append("inv3 %s: status says attempt %s, the model %s" % (name, doc.get("attempt"), m.attempt))
     if m.state in ENDED + ("stray",) and m.exits and exit_fact(doc) not in m.exits:
         out.append("inv4 %s: exit reported %s, the job's real one is %s" % (name, exit_fact(doc), sorted(m.exits)))
-    return out + check_paused(m, doc)
+    return out + check_paused(m, doc) + (ray.check(m, doc) if m.kind == "ray" else [])
 
 
 def check_paused(m, doc: dict) -> list[str]:
@@ -217,21 +220,29 @@ def check_all(session, models: dict, status_of) -> list[str]:
         t = session.targets[tname]
         ms = [(m, tok) for m, tok in ms if not seams.hidden(session, m)]   # checked unlisted: check_answer
         procs = truth.scan()
-        before = {tok: truth.tree(tok, t.pidns, procs) for m, tok in ms}
+        before = {tok: live_of(m, tok, t, procs) for m, tok in ms}
         docs = status_of(tname)
         out += seams.check_answer(session, tname, docs, models)
         procs = truth.scan()
-        after = {tok: truth.tree(tok, t.pidns, procs) for m, tok in ms}
+        after = {tok: live_of(m, tok, t, procs) for m, tok in ms}
         for m, tok in ms:
             doc = docs.get(m.name)
             found = check_state(m, doc) + check_members(m, t, doc, before[tok], after[tok])
             found += check_version(m, t, tok) + check_log(m, t, removed_logs(t, m.name), tok)
             seen = [p for p in after[tok].values() if not unseeable(p, doc, after[tok])]
-            strays_named = m.state == "gave_up" and m.escapees   # listed as strays: check_members' part
+            # listed as strays (gave_up), as a Ray driver's survivors (exited): check_members' part
+            strays_named = m.state == "gave_up" and m.escapees or m.kind == "ray" and m.state == "exited" and m.escapees
             if m.state in ENDED + ("removed",) and seen and not found and not strays_named:
                 found.append("inv1 %s: %s, but %d of its processes live" % (m.name, m.state, len(seen)))
             out += [v.replace(m.name, "%s@%s" % (m.name, tname), 1) if m.kind in NODES else v for v in found]
     return out + runward_leftovers(session, models)
+
+
+def live_of(m, tok: str, target, procs: list | None = None) -> dict:
+    """The run's live processes from ground truth: its token's tree; for a Ray run, also every
+    process that carries its marker (what Ray or the entrypoint started without the token)."""
+    tree = truth.tree(tok, target.pidns, procs)
+    return {**ray.marked(m.name, procs), **tree} if m.kind == "ray" else tree
 
 
 def settle(fn, deadline_s: float = DEADLINE_S) -> list[str]:

@@ -11,8 +11,8 @@ import sys
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from . import checks, link, more, seams, truth, world
-from .model import KNOWN_HOLES, LIVE, MAX_RUNS, RunModel
+from . import checks, link, more, ray, seams, truth, world
+from .model import KNOWN_HOLES, MAX_RUNS, RunModel
 
 STATS = {"steps": 0, "checks": 0, "verbs": 0}  # steps: rules that acted
 TRACE = bool(os.environ.get("ORACLE_TRACE"))  # each verb and its exit code on stderr
@@ -26,8 +26,11 @@ SEEN: list = []  # every violation and harness failure, as it happened (soak.py 
 
 class Violation(AssertionError):
     def __init__(self, msg: str = ""):
+        why = ray.restarted()   # the shared cluster restarted by someone else: the world's doing
+        if why:
+            msg = "%s; %s" % (why, msg)
         AssertionError.__init__(self, msg)
-        seen("violation", msg)
+        seen("world" if why else "violation", msg)
 
 
 def seen(what: str, msg: str) -> None:
@@ -204,11 +207,29 @@ class OracleRules(OracleBase):
         kind = self.KINDS[k % len(self.KINDS)]
         if kind in world.NODES:
             sh = supervised = health = False   # a multi-node run: argv (its {node_rank}), unsupervised
+        if kind == "ray":   # a policy is refused on Ray: a quarter of its starts ask one (k's bit 8 says which)
+            both = supervised and health
+            supervised, health = both and not k >> 8 & 1, both and bool(k >> 8 & 1)
         self.acted("start")
         m = self.define(kind, sh, supervised, health)
+        if kind == "ray" and (supervised or health):
+            return self.refused_on_ray(m)
         rc, doc = self.cli("start", m.name, kind=m.kind)
         self.expect("start %s" % m.name, rc, doc, (0,))
         m.running_version = m.deployed_version
+
+    def refused_on_ray(self, m: RunModel):
+        """A supervision policy on a Ray run (docs/ray.md): refused, exit 2, before anything is
+        asked of Ray: no record but deploy's, nothing of the job alive. The run is then never
+        listed (the model's removed)."""
+        before = self.kept([m])
+        rc, doc = self.cli("start", m.name, kind=m.kind)
+        what = "start %s on Ray with %s" % (m.name, "restart" if m.supervised else "health actions")
+        self.expect(what, rc, doc, (2,))
+        self.as_they_were(what + " (refused)", before)
+        if truth.tree(m.token, self.target(m).pidns) or ray.marked(m.name):
+            raise Violation("%s: refused, but a process of the job lives" % what)
+        m.state, m.log_removed, m.attempt = "removed", True, 0   # attempt 0: it never ran (pull has nothing)
 
     def define(self, kind: str, sh: bool = False, supervised: bool = False, health: bool = False) -> RunModel:
         """A run of that kind written into runward.toml, its code written and deployed: all a
@@ -253,7 +274,8 @@ class OracleRules(OracleBase):
         res = doc.get("result") or {}
         if m.live and not res.get("verified_dead"):
             raise Violation("stop %s: exit 0 without verified_dead: %s" % (m.name, str(res)[:400]))
-        trees = [truth.tree(tok, t.pidns) for t, tok in self.nodes(m)]
+        procs = truth.scan()
+        trees = [checks.live_of(m, tok, t, procs) for t, tok in self.nodes(m)]
         # what the stop says it cannot see (its blind_spot: no cgroup, the shim killed) is said,
         # not hidden: excused exactly as invariant 1 excuses it (checks.unseeable)
         left = {p.pid: p for tree in trees for p in tree.values() if not checks.unseeable(p, res, tree)}
@@ -264,6 +286,13 @@ class OracleRules(OracleBase):
             raise Violation("%s: the stop of a paused job did not let its TERM handler run (term-%s unchanged)" % (
                 m.name, m.token))
         m.stopped()
+        self.ray_history(m)
+
+    def ray_history(self, m: RunModel):
+        """A Ray run's history after its stop or its end: what runward keeps of Ray's word."""
+        v = checks.settle(lambda: ray.history_says(self.cli, m)) if m.kind == "ray" else []
+        if v:
+            raise Violation(v[0])
 
     def terms(self, m: RunModel) -> int:
         """How many times the job's TERM handler ran (its lines in term-TOKEN)."""
@@ -276,7 +305,8 @@ class OracleRules(OracleBase):
         """Ctrl-Z, a debugger: the job's python is stopped (SIGSTOP) from outside. It lives,
         paused: status must say so (checks.check_paused), and a stop must resume it after its
         signal so that its TERM handler runs (the stop rule reads term-TOKEN)."""
-        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not m.paused)
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not m.paused
+                      and not (m.kind == "ray" and self.gated("ray-paused")))
         if m is None:
             return
         self.acted("pause", m)
@@ -349,16 +379,19 @@ class OracleRules(OracleBase):
             return
         self.acted("job_ends", m)
         verb, n = how.split()
+        how, n = ("signal", 9) if verb == "kill" else ("code" if verb == "exit" else "signal", int(n))
         if verb == "kill":
             os.kill(self.job(m).pid, signal.SIGKILL)
-            m.job_ended("signal", 9)
         else:
-            self.signal_job(m, how)
-            m.job_ended("code" if verb == "exit" else "signal", int(n))
+            self.signal_job(m, "%s %d" % (verb, n))
+        m.job_ended(how, n, ray.exits(m.sh, how, n, self.gated("ray-signal-name")) if m.kind == "ray" else None)
+        self.ray_history(m)
         m.running_version = m.deployed_version  # a supervised restart runs what is on disk
 
     def _can_escape(self, m, kind):
         if m.state != "running" or not self.single(m) or m.paused or (m.supervised and not SUPERVISED_ESCAPEES):
+            return False
+        if kind == "envi" and m.kind == "ray" and self.gated("ray-envi-escapee"):
             return False
         return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
 
@@ -392,7 +425,8 @@ class OracleRules(OracleBase):
     @rule(i=PICK)
     def kill_shim(self, i):
         """SIGKILL from outside to the run's shim: the job lives on, unsupervised (orphaned)."""
-        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not (m.escapees and self.gated("lost-run-members")))
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and m.kind != "ray"   # Ray's: no shim
+                      and not (m.escapees and self.gated("lost-run-members")))
         if m is None:
             return
         self.acted("kill_shim", m)

@@ -94,7 +94,8 @@ class MoreRules:
     def pull(self, i, node):
         """pull the job's own file (ran-TOKEN, which it writes) from the node it runs on: the
         bytes here are the bytes in the job's filesystem there."""
-        m = self.pick(i, lambda m: not (m.supervised and m.live))   # its restarts append to the file
+        # a supervised run's restarts append to the file; a run refused at its start never wrote it
+        m = self.pick(i, lambda m: not (m.supervised and m.live) and m.attempt > 0)
         if m is None:
             return
         self.acted("pull", m)
@@ -304,9 +305,9 @@ class MoreRules:
                 raise self.violation("%s: alive after stop+restart, but the job did not start again" % m.name)
             m.state, m.escapees, m.exits, m.paused = "running", 0, set(), 0
             m.running_version = m.deployed_version
-        else:       # restart, then stop
-            m.state, m.escapees, m.paused = "exited", 0, 0
-            m.exits = {("signal", "SIGTERM")} | ({("code", 143)} if m.sh else set())
+        else:       # restart, then stop: the new attempt's verified stop
+            m.state = "running"
+            m.stopped()
 
 
 def restart_cancelled_by_stop(rc: int, doc: dict) -> bool:

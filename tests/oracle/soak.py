@@ -52,27 +52,28 @@ def run_once(kinds: list[str], seed: int, examples: int, per_example: int, holes
 
 def soak(kinds: list[str], steps: int, seed: int, holes=False, per_example=25, shrink=True, every=0.0, out=None):
     """Runs examples with seeds seed, seed+1, ... until `steps` verbs have run. Returns
-    (steps, checks, violations). EVERY > 0: a progress line on OUT that often (seconds), so
+    (steps, checks, violations, world failures: examples ended by the shared Ray cluster's
+    restart, machine.Violation's "world"). EVERY > 0: a progress line on OUT that often (seconds), so
     that a soak stopped part way has said how far it got."""
     machine.STATS.update(steps=0, checks=0, verbs=0)
-    found = []
+    found, world_failed = [], []
     done = threading.Event()
     if every > 0:
         t0 = time.monotonic()
 
         def progress():
             while not done.wait(every):
-                print("oracle: progress: %d steps, %d checks, %d violations, %.0f s" % (
-                    machine.STATS["steps"], machine.STATS["checks"], len(found), time.monotonic() - t0),
-                    file=out, flush=True)
+                print("oracle: progress: %d steps, %d checks, %d violations, %d world failures, %.0f s" % (
+                    machine.STATS["steps"], machine.STATS["checks"], len(found), len(world_failed),
+                    time.monotonic() - t0), file=out, flush=True)
         threading.Thread(target=progress, daemon=True).start()
     try:
-        return _soak(kinds, steps, seed, holes, per_example, shrink, found)
+        return _soak(kinds, steps, seed, holes, per_example, shrink, found, world_failed)
     finally:
         done.set()
 
 
-def _soak(kinds, steps, seed, holes, per_example, shrink, found):
+def _soak(kinds, steps, seed, holes, per_example, shrink, found, world_failed):
     s = seed
     while machine.STATS["steps"] < steps:
         before = machine.STATS["steps"]
@@ -80,9 +81,9 @@ def _soak(kinds, steps, seed, holes, per_example, shrink, found):
         # that the budget is reached in one run, with ~half the rules acting in each
         examples = 1 + max(1, (steps - before) * 2 // per_example)
         v = run_once(kinds, s, examples, per_example, holes, shrink)
-        if v:
-            found.append(v)
+        if v:   # the first thing seen decides: the world's doing (a Ray restart), or a violation
+            (world_failed if machine.SEEN and machine.SEEN[0].startswith("world:") else found).append(v)
         s += 1
         if machine.STATS["steps"] == before:   # nothing ran at all: do not spin
             break
-    return machine.STATS["steps"], machine.STATS["checks"], found
+    return machine.STATS["steps"], machine.STATS["checks"], found, world_failed

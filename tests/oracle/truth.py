@@ -123,7 +123,6 @@ def alive(p: Proc) -> bool:
 def kill_tokens(tokens: list[str]):
     """SIGKILL every live process (any namespace) carrying one of `tokens`, and their
     descendants, each checked by pid and start time just before: the oracle's own cleanup."""
-    import signal
     if not tokens:
         return
     everything = scan()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import testbed
 
-from . import seams, truth
+from . import ray, seams, truth
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOB = Path(__file__).resolve().parent / "job.py"
@@ -34,6 +34,7 @@ KINDS = {
     "mnct": (None, "pct"),         # one run over two filesystems: podman (mnct0) and LXC (mnct1)
     "alias": ("ssh://rworacle-alias", "ssh"),   # an alias the walker re-points between rw1 and rw2 (seams.py)
     "pctw": ("pct:200", "pct"),    # pct through the session's own stand-in, which the walker wedges (seams.py)
+    "ray": (ray.ON, None),         # the head of scripts/ray-testbed's cluster, the CLI in its namespace (ray.py)
 }
 # a multi-node kind's nodes: (target name in runward.toml, its `on`, the container kind or None)
 NODES = {
@@ -78,6 +79,8 @@ def why_not(kind: str) -> str | None:
     feature = KINDS[kind][1]
     if kind == "user" and not os.access("/usr/bin/python3", os.X_OK):
         return "the oracle's user kind needs /usr/bin/python3 for the ordinary user"
+    if kind == "ray":
+        return ray.why_not()
     if feature is None:
         return None
     tb = testbed.load()
@@ -132,6 +135,10 @@ class Session:
             self.podman("run", "-d", "--name", self.container, "--hostname", self.container, "--init",
                         "--network", "none", self.podman("inspect", "-f", "{{.ImageName}}", self.tb["podman"]),
                         "sleep", "infinity")
+        if "ray" in kinds:   # failures after a restart of the shared cluster are the harness's (ray.restarted)
+            ray.SEEN_AT["at"] = ray.restarts()
+        else:
+            ray.SEEN_AT.clear()
         self.targets = {}
         for k in kinds:
             for name, on, ct in NODES.get(k, ((k, KINDS[k][0], None),)):
@@ -161,6 +168,8 @@ class Session:
             return Target(kind, on, b + "/home", b + "/app", "/", os.readlink("/proc/self/ns/pid"))
         if kind == "local":
             return Target(kind, on, str(self.home), str(self.dir / "app"), "/", os.readlink("/proc/self/ns/pid"))
+        if kind == "ray":   # ray://local: the agent on the head is this machine's, with the CLI's home
+            return Target(kind, on, str(self.home), str(self.dir / "app-ray"), "/", os.readlink("/proc/self/ns/pid"))
         if kind == "alias":
             return self.alias_targets[self.alias_host]
         if kind == "podown":
@@ -213,14 +222,17 @@ class Session:
             parts.append('[targets.%s]\non = "%s"\n' % (k, t.on))
             if k == "alias":   # its home is the HOME its python wrapper gives on the host it runs on
                 parts.append('python = "%s"\n' % seams.ALIAS_PYTHON.format(id=self.id))
-            elif k not in ("local", "user"):
+            elif k not in ("local", "user", "ray"):
                 parts.append('home = "%s"\npython = "/usr/bin/python3"\n' % t.home)
         parts.extend(self.runs_toml.values())
         (self.work / "runward.toml").write_text("\n".join(parts))
 
     def how(self, kind: str = "") -> tuple[list, dict, dict]:
         """(argv head, env, subprocess options) of runward's CLI as a user runs it; for the user
-        kind's runs, as that ordinary user, with a home of its own."""
+        kind's runs, as that ordinary user, with a home of its own; for the ray kind's, on the
+        head: inside the cluster's network namespace."""
+        if kind == "ray":
+            return ray.argv_head(), self.env, {}
         if kind != "user":
             return [sys.executable, "-m", "runward"], self.env, {}
         env = {"PATH": "/usr/bin:/bin", "RUNWARD_HOME": self.targets["user"].home, "LANG": "C.UTF-8",
@@ -268,6 +280,6 @@ class Session:
         # this machine's /tmp/oracle-ID too: where a misdirected deploy (issue 25 item 9) writes
         shutil.rmtree("/tmp/oracle-%s" % self.id, ignore_errors=True)
         for t in self.targets.values():
-            if t.kind not in ("local", "user"):
+            if t.kind not in ("local", "user", "ray"):
                 shutil.rmtree(t.host_path("/tmp/oracle-%s" % self.id), ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
