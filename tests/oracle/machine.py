@@ -305,8 +305,7 @@ class OracleRules(OracleBase):
         """Ctrl-Z, a debugger: the job's python is stopped (SIGSTOP) from outside. It lives,
         paused: status must say so (checks.check_paused), and a stop must resume it after its
         signal so that its TERM handler runs (the stop rule reads term-TOKEN)."""
-        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not m.paused
-                      and not (m.kind == "ray" and self.gated("ray-paused")))
+        m = self.pick(i, lambda m: m.state == "running" and self.single(m) and not m.paused)
         if m is None:
             return
         self.acted("pause", m)
@@ -384,7 +383,7 @@ class OracleRules(OracleBase):
             os.kill(self.job(m).pid, signal.SIGKILL)
         else:
             self.signal_job(m, "%s %d" % (verb, n))
-        m.job_ended(how, n, ray.exits(m.sh, how, n, self.gated("ray-signal-name")) if m.kind == "ray" else None)
+        m.job_ended(how, n, ray.exits(m.sh, how, n) if m.kind == "ray" else None)
         self.ray_history(m)
         m.running_version = m.deployed_version  # a supervised restart runs what is on disk
 

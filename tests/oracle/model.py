@@ -10,10 +10,6 @@ from dataclasses import dataclass, field
 # report the violation. Remove an entry once its fix lands: the CI profile then covers it.
 # Each of issue 25's holes the oracle walked (items 3, 8, 11) is mended; these are the Ray kind's.
 KNOWN_HOLES: dict = {
-    "ray-paused": "status of a Ray run whose driver is stopped (SIGSTOP) says running, with no `paused`: "
-                  "every other kind names the paused pids (the CI profile never pauses a Ray job)",
-    "ray-signal-name": "a Ray run ended by a signal reads `exit.signal` USR2, KILL where every other kind "
-                       "says SIGUSR2, SIGKILL (the CI profile accepts both names)",
     "ray-envi-escapee": "an escapee of a Ray run that clears its environment (env -i) carries no marker: "
                         "status and stop do not see it (docs/ray.md, 'What is caught and what is not')",
 }
@@ -62,8 +58,8 @@ class RunModel:
         (a Ray run's: what Ray's driver_exit_code says, `facts`)."""
         facts = facts or exits_for(self.sh, how, n)
         self.paused = 0
-        if self.kind == "ray":   # Ray's word: exited; escapees are named survivors, the run not stray
-            self.exits, self.state = facts, "exited"
+        if self.kind == "ray":   # Ray's driver_exit_code; escapees alive make the run stray, as anywhere
+            self.exits, self.state = facts, ("stray" if self.escapees else "exited")
             return
         if self.state == "orphaned":   # no shim to record it: lost, its exit unknown
             self.state, self.exits = "lost", {("unknown",)}
@@ -81,8 +77,10 @@ class RunModel:
     def stopped(self):
         """A verified stop: nothing of the run lives; the exit is the stop's signal, or
         unknown where no shim was there to see it (an orphan)."""
-        if self.state == "running" and self.kind == "ray":   # Ray's STOPPED: no exit code
-            self.exits, self.state = {("unknown",)}, "stopped"
+        if self.state == "running" and self.kind == "ray":
+            # runward's own signal to the driver's tree (docs/ray.md), then Ray's record of
+            # it (FAILED -15, or SUCCEEDED where the job's handler exits 0)
+            self.exits, self.state = {("unknown",), ("signal", "SIGTERM"), ("code", 143), ("code", 0)}, "stopped"
         elif self.state == "running":
             self.exits = {("signal", "SIGTERM")} | ({("code", 143)} if self.sh else set())
         elif self.state == "orphaned":

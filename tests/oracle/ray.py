@@ -7,12 +7,13 @@ environment), read here so that a process of the run that carries no token is st
 What the model expects of a Ray run, beside an ordinary one (docs/ray.md):
 - a supervision policy (restart, health actions) is refused at start: exit 2, nothing
   started, no record made but deploy's;
-- a stop ends the run as `stopped` (Ray's STOPPED), `exit.stopped_by` runward, with no exit
-  code (Ray has none for a stopped job);
+- a stop ends the run as `stopped`, `exit.stopped_by` runward: runward's own signal and grace
+  to the driver's tree, so Ray records the driver's end (FAILED -15, or SUCCEEDED where the
+  job's handler exits 0), not its STOPPED;
 - an end by itself is `exited` with Ray's `driver_exit_code`; a signal's end reads as that
   signal (Ray's 128+N and -N alike), so a --sh run's shell exit 128+N may read either way;
-- escapees that outlive the driver do not make the run `stray`: it is `exited` (Ray's word),
-  and status names them as `survivors`; rm is refused while they live;
+- escapees that outlive the driver make the run `stray`, as on every target, and status names
+  them (`stray_processes`); rm is refused while they live;
 - no shim: nothing kills one."""
 
 from __future__ import annotations
@@ -54,14 +55,11 @@ def argv_head() -> list:
     return ["ip", "netns", "exec", NETNS, sys.executable, "-m", "runward"]
 
 
-def exits(sh: bool, how: str, n: int, short_names: bool) -> set:
-    """The exit facts a Ray run ending `how` with `n` may be reported as. `short_names`:
-    also the signal's name without its SIG (model.KNOWN_HOLES "ray-signal-name")."""
+def exits(sh: bool, how: str, n: int) -> set:
+    """The exit facts a Ray run ending `how` with `n` may be reported as."""
     if how == "code":
         return {("code", n)}
-    name = signal.Signals(n).name
-    out = {("signal", name)} | ({("code", 128 + n)} if sh else set())
-    return out | ({("signal", name[3:])} if short_names else set())
+    return {("signal", signal.Signals(n).name)} | ({("code", 128 + n)} if sh else set())
 
 
 def marked(name: str, procs: list | None = None) -> dict:
@@ -78,11 +76,11 @@ def marked(name: str, procs: list | None = None) -> dict:
 
 def check(m, doc: dict | None) -> list[str]:
     """What a Ray run's status must say beside the common invariants: a stop runward made is
-    Ray's STOPPED, stopped by runward."""
+    stopped by runward, whatever Ray's record of the driver's end."""
     if m.state != "stopped" or doc is None:
         return []
     ex = doc.get("exit") or {}
-    if doc.get("ray_state") != "STOPPED" or ex.get("stopped_by") != "runward":
+    if ex.get("stopped_by") != "runward":
         return ["inv3 %s: stopped by runward, status says Ray %s, stopped_by %s" % (
             m.name, doc.get("ray_state"), ex.get("stopped_by"))]
     return []
@@ -144,7 +142,7 @@ def down() -> list:
     for f in ("head.pids", "node2.pids"):
         try:
             with open(os.path.join(RAY_DIR, f)) as fh:
-                pids = [int(w) for w in fh.read().split()]
+                pids = [int(line.split()[0]) for line in fh if line.strip()]   # "pid starttime" lines
         except (OSError, ValueError):
             continue
         if pids and not any(os.path.exists("/proc/%d" % p) for p in pids):

@@ -185,11 +185,12 @@ def exit_fact(info):
 
 
 def _signame(n):
+    """The signal's name as every other target's exit says it (SIGTERM, not TERM)."""
     import signal
     try:
-        return signal.Signals(n).name[3:]
+        return signal.Signals(n).name
     except ValueError:
-        return str(n)
+        return "SIG%d" % n
 
 
 def processes(att, procs=None):

@@ -14,7 +14,7 @@ from ..supervise import logfiles
 from ..core import ray
 from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
 from ..core.procfs import HOME_MARKER, MARKER, scan
-from ..proc.runs import log_info
+from ..proc.runs import log_info, paused
 from ..core.secrets import redact_env
 from ..core.store import RunStore
 from ..proc.terminate import parse_signal, signal_name, terminate
@@ -495,6 +495,9 @@ def status_of(store, att, with_details=True):
     else:
         out["state"] = ray.STATES.get(info["status"], "lost")
     out["node_pids"] = found
+    held = paused({pid: procs[pid] for pid in found if pid in procs}, drv.get("pid")) if out["state"] == "running" else None
+    if held:  # stopped by a signal or a debugger: alive, making no progress, as on every target
+        out["paused"] = held
     if found and not driver_alive:
         out["survivors"] = found
         if out["state"] == "exited":  # the job's exit is not the run's end: stop still has work
