@@ -153,7 +153,7 @@ def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_lea
     assert (st["state"], st["exit"]["stopped_by"]) == ("stopped", "runward"), st
     # its alerts say what is known of the end (Ray's word), not that nobody saw it end
     said = json.dumps((st.get("health") or {}).get("alerts") or [])
-    assert "nobody saw it end" not in said and "killed by TERM" in said, said
+    assert "nobody saw it end" not in said and "killed by SIGTERM" in said, said
 
     # the same job under Ray's own submit and stop: the escaped child lives on
     marker = f"rwcmp{uuid.uuid4().hex[:8]}.1"
