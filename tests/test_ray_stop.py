@@ -159,3 +159,23 @@ def test_watch_and_history_say_a_ray_runs_end_as_ray_dated_it(rcli, tb, tmp_path
     row = doc["result"]["attempts"][0]
     assert row["ran_s"] == round((info["end_time"] - info["start_time"]) / 1000, 1), (row, info)
     assert row["exit"]["at"] == info["end_time"] / 1000, row
+
+
+def test_a_paused_driver_is_said_paused_and_its_stop_resumes_it_so_its_handler_runs(rcli, tb, tmp_path):
+    """Ctrl-Z or a debugger's SIGSTOP on a Ray driver: status says paused, naming it, as on
+    every target; the stop resumes it after its signal, so the TERM handler saves (the log)."""
+    saver = tmp_path / "saver.py"
+    saver.write_text(SAVER)
+    rc, doc = rcli.json("start", "p1", "--on", "ray://local", "--settle", "1", "--grace", "20", "--",
+                        sys.executable, str(saver), "1")
+    assert rc == 0, doc
+    drv = doc["result"]["driver"]
+    os.kill(drv["pid"], 19)  # SIGSTOP
+    wait_for(lambda: read_stat(drv["pid"])[0] == "T", timeout=10, what="the driver stopped (state T)")
+    st = rcli.status("p1")
+    assert st["state"] == "running" and drv["pid"] in st["paused"]["pids"] and st["paused"]["job"], st
+    rc, doc = rcli.json("stop", "p1")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not alive(drv["pid"], drv["start"])
+    log = (rcli.home / "runs" / "p1" / "log").read_text()
+    assert "got SIGTERM" in log and "saved" in log, log
