@@ -75,6 +75,31 @@ def ray_jobs(tb: dict) -> list:
     return json.loads(out)
 
 
+def mcp_calls(rcli, tb: dict, calls: list, after=None) -> dict:
+    """Each (tool, args) of CALLS through one `runward mcp` server in the cluster's namespace:
+    tool -> (is_error, its JSON document); AFTER(tool, docs) runs after each call."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    docs = {}
+
+    async def main():
+        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
+                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
+        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
+            async with stdio_client(params, errlog=err) as (r, w):
+                async with ClientSession(r, w) as s:
+                    with anyio.fail_after(120):
+                        await s.initialize()
+                        for tool, args in calls:
+                            res = await s.call_tool(tool, args)
+                            docs[tool] = (res.is_error, json.loads(res.content[0].text))
+                            if after:
+                                after(tool, docs)
+    anyio.run(main)
+    return docs
+
+
 def recorded(path: str) -> list[tuple[int, int]]:
     """The (pid, start time) pairs scripts/ray-testbed wrote of a node's daemons."""
     with open(path) as f:
@@ -320,9 +345,6 @@ def test_mcp_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
     """The MCP server, run on the head (in the namespace), starts a run runward.toml defines on
     ray://local, reads its status and stops it; each document has the CLI's shape."""
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
-    import anyio
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
     cmd = json.dumps(["/bin/sh", "-c", ESCAPING])
     (rcli.cwd / "runward.toml").write_text(
         f'[runs.m1]\non = "ray://local"\ncommand = {cmd}\nsettle = 1\n\n'
@@ -330,25 +352,13 @@ def test_mcp_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):
     cli = {"start": rcli.json("start", "c1")}
     assert cli["start"][0] == 0, cli
     cli["status"] = rcli.json("status", "c1")
-    docs = {}
 
-    async def main():
-        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
-                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
-        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
-            async with stdio_client(params, errlog=err) as (r, w):
-                async with ClientSession(r, w) as s:
-                    with anyio.fail_after(120):
-                        await s.initialize()
-                        for verb in ("start", "status", "stop"):
-                            res = await s.call_tool(verb, {"name": "m1"})
-                            docs[verb] = (res.is_error, json.loads(res.content[0].text))
-                            if verb == "status":  # the driver MCP reported lives, by /proc and by Ray
-                                drv = docs["start"][1]["result"]["driver"]
-                                assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("m1.1")
-                                sid = docs["start"][1]["result"]["submission_id"]
-                                assert ray_job(tb, sid)["status"] == "RUNNING"
-    anyio.run(main)
+    def after(verb, docs):
+        if verb == "status":  # the driver MCP reported lives, by /proc and by Ray
+            drv = docs["start"][1]["result"]["driver"]
+            assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("m1.1")
+            assert ray_job(tb, docs["start"][1]["result"]["submission_id"])["status"] == "RUNNING"
+    docs = mcp_calls(rcli, tb, [(verb, {"name": "m1"}) for verb in ("start", "status", "stop")], after)
     cli["stop"] = rcli.json("stop", "c1")
     for verb in ("start", "status", "stop"):
         err, doc = docs[verb]

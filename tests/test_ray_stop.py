@@ -11,10 +11,8 @@ import sys
 import threading
 import time
 
-import pytest
-
 from conftest import alive, marked, read_stat, wait_for
-from test_ray import NetnsCLI, ray_job, ray_testbed
+from test_ray import ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
 
 # a driver whose TERM and INT handler saves for SAVE seconds, then exits 0; each signal is logged
 SAVER = ("import signal, sys, time\n"
@@ -24,16 +22,6 @@ SAVER = ("import signal, sys, time\n"
          "signal.signal(signal.SIGTERM, h); signal.signal(signal.SIGINT, h)\n"
          "print('ready', flush=True)\n"
          "while True: time.sleep(1)\n")
-
-
-@pytest.fixture
-def tb():
-    return ray_testbed()
-
-
-@pytest.fixture
-def rcli(cli, tb):
-    return NetnsCLI(cli, tb["netns"])
 
 
 def _status_field(pid: int, field: str) -> str:

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from conftest import alive, marked, read_stat, wait_for
-from test_ray import NetnsCLI, ray_job, ray_testbed
+from test_ray import NetnsCLI, ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
 
 # the job: a driver that starts an actor (on the node with RESOURCE, if given), a task and,
 # if given a NAME, a detached actor of that name; it prints its workers' pids, then waits
@@ -37,16 +37,6 @@ print("pids", ray.get(held.pid.remote()), kept and ray.get(kept.pid.remote()), f
 held.hold.remote(); task = spin.remote()
 time.sleep(900)
 """
-
-
-@pytest.fixture
-def tb():
-    return ray_testbed()
-
-
-@pytest.fixture
-def rcli(cli, tb):
-    return NetnsCLI(cli, tb["netns"])
 
 
 def ray_state(tb: dict, kind: str, job_id: str | None = None) -> list:
@@ -214,30 +204,14 @@ def test_mcp_and_the_library_dump_the_same_stacks_and_gpus_of_a_ray_job_as_the_c
     """MCP's stacks and gpus tools and runward.stacks/gpus, run on the head, answer with the
     CLI's documents: the job's worker is among the stacks of each."""
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
-    import anyio
     import fakegpu
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-    from test_ray import _shape
+    from test_ray import _shape, mcp_calls
     rcli.env = fakegpu.env_with_standin(fakegpu.create_state(tmp_path / "smi.json", gpus=1), rcli.env)
     res, job_id = start_job(rcli, tb, "w4", "-", "-")
     task_pid, _ = spin_worker(tb, job_id)
     cli = {"stacks": rcli.json("stacks", "w4", "--on", "ray://local")[1], "gpus": rcli.json("gpus", "--on", "ray://local")[1]}
-    docs = {}
-
-    async def main():
-        params = StdioServerParameters(command="ip", args=["netns", "exec", tb["netns"], sys.executable, "-m",
-                                                           "runward", "mcp"], env=rcli.env, cwd=str(rcli.cwd))
-        with open(rcli.cwd / "mcp-server.stderr", "a") as err:
-            async with stdio_client(params, errlog=err) as (r, w):
-                async with ClientSession(r, w) as s:
-                    with anyio.fail_after(120):
-                        await s.initialize()
-                        for verb, args in (("stacks", {"name": "w4", "on": "ray://local"}), ("gpus", {"on": "ray://local"})):
-                            out = await s.call_tool(verb, args)
-                            docs[verb] = (out.is_error, json.loads(out.content[0].text))
     try:
-        anyio.run(main)
+        docs = mcp_calls(rcli, tb, [("stacks", {"name": "w4", "on": "ray://local"}), ("gpus", {"on": "ray://local"})])
         code = ("import json, sys, runward\nt = runward.Target('ray://local')\n"
                 "print(json.dumps({'stacks': runward.stacks('w4', on=t).to_json(), 'gpus': runward.gpus(on=t).to_json()}))")
         p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], cwd=rcli.cwd,
