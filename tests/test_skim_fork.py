@@ -28,6 +28,13 @@ RULES = {"drop_fraction": 0.5, "drop_median_only": True, "max_points": 2000, "sk
 NOW = 1796659999.0
 
 
+@pytest.fixture(autouse=True)
+def unthreaded(monkeypatch):
+    """The suite's process may run threads other tests left (a watcher, a server), which turn
+    the forked way off (skimfork.threaded): here the forked way's answer is what is tested."""
+    monkeypatch.setattr(skimfork, "threaded", lambda: False)
+
+
 def answer(path, chunk, budget, forked, monkeypatch, cores=4):
     """lm.scan of PATH as a first status reads it: chunks of CHUNK bytes, the newest BUDGET
     parsed line by line; FORKED: the search over CORES processes (and that way taken)."""
@@ -145,3 +152,18 @@ def test_a_cgroup_cpu_quota_caps_the_processes():
     assert lm_skim.quota_cores("max 100000\n") is None
     assert lm_skim.quota_cores("") is None
     assert 1 <= lm_skim.cores() <= len(os.sched_getaffinity(0))
+
+
+def test_a_process_running_threads_forks_nothing(monkeypatch):
+    """A fork copies only the calling thread: with another thread running, one process skims."""
+    import threading
+    monkeypatch.undo()  # the real threaded(), not the module's stand-in
+    stop = threading.Event()
+    th = threading.Thread(target=stop.wait, daemon=True)
+    th.start()
+    try:
+        assert skimfork.threaded()
+        assert skimfork.workers(400 << 20, 4 << 20, 16) == 1
+    finally:
+        stop.set()
+        th.join(5)

@@ -22,11 +22,17 @@ MIN_CHUNKS = 4  # chunks a process searches at least: a fork costs ~1-2 ms
 PROBE = 4096  # bytes read back from a chunk's end to find its last newline, doubled until found
 
 
-def workers(size, chunk, cores):
-    """Processes that skim SIZE bytes in CHUNK-byte reads on CORES cores: 1 on one core, for a small skim, or where this process
-    runs threads (a fork copies only the calling thread: a lock another one holds stays held)."""
+def threaded():
+    """Whether this process runs other threads: a fork copies only the calling thread, so a
+    lock another one holds stays held in the child."""
     threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
+    return threading is not None and threading.active_count() > 1
+
+
+def workers(size, chunk, cores):
+    """Processes that skim SIZE bytes in CHUNK-byte reads on CORES cores: 1 on one core, for a
+    small skim, or where this process runs threads (threaded())."""
+    if threaded():
         return 1
     return max(1, min(cores, MAX_WORKERS, size // (chunk * MIN_CHUNKS)))
 
