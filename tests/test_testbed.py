@@ -75,8 +75,17 @@ def test_sessions_share_the_hosts_pids_and_files():
     assert p.returncode == 0, p.stderr
     pid = int(p.stdout)
     try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            assert f.read() == b"sleep\0" + tag.encode() + b"\0"
+        want = b"sleep\0" + tag.encode() + b"\0"
+
+        def cmdline():
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                return f.read()
+        # `echo $!` prints the pid as the child forks: its exec of sleep may not be done yet
+        # (the cmdline reads the shell's, or nothing mid-exec)
+        deadline = time.monotonic() + 10
+        while cmdline() != want and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert cmdline() == want
         assert os.readlink("/proc/%d/ns/net" % pid) != os.readlink("/proc/self/ns/net")
         assert os.readlink("/proc/%d/ns/pid" % pid) == os.readlink("/proc/self/ns/pid")
         with open(name) as f:
