@@ -12,7 +12,7 @@ import sys
 import uuid
 
 from helpers_slurm import in_queue, sb  # noqa: F401  (sb: fixture)
-from test_ray import NetnsCLI, ray_cli, ray_testbed
+from helpers_ray import NetnsCLI, ray_cli, ray_testbed
 
 SLURM = "slurm://local/debug"
 

@@ -12,7 +12,7 @@ import threading
 import time
 
 from conftest import alive, marked, read_stat, wait_for
-from test_ray import ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
+from helpers_ray import ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
 
 # a driver whose TERM and INT handler saves for SAVE seconds, then exits 0; each signal is logged
 SAVER = ("import signal, sys, time\n"

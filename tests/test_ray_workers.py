@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from conftest import alive, marked, read_stat, wait_for
-from test_ray import NetnsCLI, ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
+from helpers_ray import NetnsCLI, _shape, mcp_calls, ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
 
 # the job: a driver that starts an actor (on the node with RESOURCE, if given), a task and,
 # if given a NAME, a detached actor of that name; it prints its workers' pids, then waits
@@ -176,7 +176,6 @@ def test_gpus_on_ray_answers_from_the_head_naming_the_jobs_driver_and_worker(cli
     target): the driver and the job's actor, each holding a fake GPU, are named the run's;
     the library's document has the CLI's shape."""
     import fakegpu
-    from test_ray import _shape
     state = fakegpu.create_state(tmp_path / "smi.json", gpus=2)
     rcli = NetnsCLI(cli, tb["netns"])
     rcli.env = fakegpu.env_with_standin(state, rcli.env)
@@ -205,7 +204,6 @@ def test_mcp_and_the_library_dump_the_same_stacks_and_gpus_of_a_ray_job_as_the_c
     CLI's documents: the job's worker is among the stacks of each."""
     pytest.importorskip("mcp", reason="needs the MCP SDK: pip install -e '.[mcp]'")
     import fakegpu
-    from test_ray import _shape, mcp_calls
     rcli.env = fakegpu.env_with_standin(fakegpu.create_state(tmp_path / "smi.json", gpus=1), rcli.env)
     res, job_id = start_job(rcli, tb, "w4", "-", "-")
     task_pid, _ = spin_worker(tb, job_id)

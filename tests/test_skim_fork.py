@@ -20,7 +20,7 @@ from runward.agent import logmetrics as lm
 from runward.agent.logmetrics import skim as lm_skim
 from runward.agent.logmetrics import skimfork
 
-from test_skim_reference import log as random_log
+from helpers_skim import log as random_log
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parent.parent
