@@ -70,9 +70,9 @@ def watch(req, home, emit):
 
 
 def _engine_end(store, att, metrics):
-    """An engine's attempt (a launcher's: agent/core/launchers.py) has its end in its record once its launcher asked the
-    engine (status, stop): a watch that saw it end asks the launcher too, so that it says the
-    end as status does. The scan's state after, or None where there is nothing to ask."""
+    """An engine's attempt (agent/core/launchers.py) has its end in its record once its
+    launcher asked the engine (status, stop): a watch that saw it end asks the launcher too,
+    so that it says the end as status does. The scan's state after, or None where there is nothing to ask."""
     from ..core import launchers
     from . import launcher_ops
     launcher = launchers.named(att)
