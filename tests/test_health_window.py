@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE, wait_for
+from helpers_skim import EVENTS
 from runward.agent import logmetrics as lm
 from runward.agent.logmetrics import skim as lm_skim
 
@@ -97,15 +98,7 @@ def test_every_event_pattern_has_a_needle():
 
 def test_every_event_alternative_and_nan_spelling_has_a_needle():
     """Each alternative of EVENT_RE on a line of its own, and NaN/Inf in every case."""
-    events = ["Traceback (most recent call last):", "CUDA out of memory", "CUDA error: out of memory",
-              "HIP out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
-              "cudaErrorMemoryAllocation", "RESOURCE_EXHAUSTED: Out of memory", "NCCL WARN", "NCCL error",
-              "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError", "ncclRemoteError",
-              "ncclInvalidUsage", "ncclInvalidArgument", "DistBackendError",
-              "Watchdog caught collective operation timeout", "watchdog got stuck",
-              "NCCL communicator was aborted", "Some NCCL operations have failed or timed out",
-              "x.sh: line 3:  1234 Killed  python", "Signal 9 (SIGKILL) received by PID 7",
-              "exitcode  : -9", "(exitcode: -9)"]
+    events = EVENTS + ["x.sh: line 3:  1234 Killed  python"]
     lines = ["at %s here" % e for e in events] + ["Killed", "  Killed \r", "\u5df2\u6740\u6b7b"]
     for ln in lines:
         b = ln.encode() + b"\n"
