@@ -26,15 +26,22 @@ def named(d):
 
 def of_request(req, home):
     """The launcher of this start (the target's) or stop (the run's latest attempt's). A start
-    whose target's launcher is not the one of the run's attempts is refused (refuse_other)."""
+    whose target's launcher is not the one of the run's attempts is refused (refuse_start)."""
     try:
         latest = RunStore(home, req.get("name")).latest()
     except AgentFailure:
         latest = None
     if req.get("op") != "start":
         return named(latest)
-    refuse_other(req, latest)
+    refuse_start(req, latest)
     return named(req)
+
+
+def refuse_start(req, latest):
+    """What a start (a restart, --replace) is refused for before any launcher runs: another
+    launcher than the run's (refuse_other), a log rotation no shim would keep (refuse_rotation)."""
+    refuse_other(req, latest)
+    refuse_rotation(req)
 
 
 def refuse_other(req, latest):
@@ -43,7 +50,6 @@ def refuse_other(req, latest):
     or written, so a Ray or Slurm run restarted without its --on never turns into a process
     forked here (nor a forked run into an engine's job)."""
     this, last = named(req), named(latest)
-    refuse_rotation(req)
     if latest is not None and this != last:
         word = lambda n: "%s jobs" % n if n else "processes forked on this host"  # noqa: E731
         raise bad_input("run %s's attempts are %s; this target's would be %s" % (req.get("name"), word(last),

@@ -364,7 +364,7 @@ def spec(req, home):
     values were never here: the CLI reads them again from where the start took them."""
     store = RunStore.existing(home, req.get("name"))
     latest = store.latest()
-    launchers.refuse_other(req, latest)  # restart's first call: refused before its stop
+    launchers.refuse_start(req, latest)  # restart's first call: refused before its stop
     run = store.run()
     sp = dict(run.get("spec") or {})
     sp["env"] = redact_env(sp.get("env"))
