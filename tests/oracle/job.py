@@ -74,11 +74,13 @@ def main():
     signal.signal(signal.SIGUSR1, on_usr1)
     nonce = main.nonce = "%d.%d" % (os.getpid(), time.time_ns())
     signal.signal(signal.SIGTERM, on_term)
+    # printed before it is recorded: a ran- line names a line the job has printed, so a stop
+    # landing between the two (a loaded machine, a short settle) cannot pass for a lost line
+    print("oracle-job %s version %s nonce %s" % (TOKEN, VERSION, nonce), flush=True)
     with open(os.path.join(HERE, "ran-" + TOKEN), "a") as f:
         f.write("%s %s\n" % (VERSION, nonce))
     # kept referenced: the pipe's write end must stay open while the job lives
     main.worker = subprocess.Popen(["sh", "-c", "read x; : %s-worker" % TOKEN], stdin=subprocess.PIPE)
-    print("oracle-job %s version %s nonce %s" % (TOKEN, VERSION, nonce), flush=True)
     while True:
         signal.pause()
 
