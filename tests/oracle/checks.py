@@ -175,6 +175,13 @@ def runward_leftovers(session, models: dict) -> list[str]:
 READER_STATE = frozenset(("health.json", "stall.json", "attribution.json"))
 
 
+def _reader_state_mid_write(rel: str) -> bool:
+    """A reader state's atomic rewrite in flight (`.stall.json.tmp.PID`, renamed over it a
+    moment later): the live shim's, as the state itself is."""
+    head, sep, pid = rel.rpartition(".tmp.")
+    return bool(sep) and pid.isdigit() and head.startswith(".") and head[1:] in READER_STATE
+
+
 def records(target, name: str) -> dict:
     """The run's records on a target, as a refused or failed verb must leave them (issue 39,
     "Bad input": no file written, no record touched): {path under runs/NAME: sha256}; its
@@ -186,7 +193,7 @@ def records(target, name: str) -> dict:
             rel = os.path.relpath(os.path.join(d, f), base)
             if rel.endswith(".lock"):   # a lock, not a record: its holder line is rewritten by each verb
                 continue
-            if rel in READER_STATE:     # what health readers keep of the log, rewritten by whoever reads
+            if rel in READER_STATE or _reader_state_mid_write(rel):
                 continue
             data = None if rel == "log" or rel.endswith(".shim.log") else truth._read(os.path.join(d, f))
             out[rel] = "a log" if data is None else truth.hashlib.sha256(data).hexdigest()
