@@ -63,9 +63,12 @@ def _add_common(p: argparse.ArgumentParser, on: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
     p.add_argument("--config", metavar="PATH", help="runward.toml to use (default: found in . or a parent)")
     if on:
+        # a verb that takes --on parses a target, so the grammar is loaded anyway; the top-level
+        # --help, which takes none, loads none of it
+        from .targets import ENGINES
         p.add_argument("--on", metavar="TARGET", action=OnAction,
-                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, slurm://LOGIN/PARTITION, ray://HEAD, "
-                            "or a name from runward.toml"
+                       help="local, ssh://[user@]host[:port], KIND:NAME, ssh://host/pct:200, "
+                            + "".join(f"{m.FORM}, " for m in ENGINES.values()) + "or a name from runward.toml"
                             "; start/stop/status/logs/watch/gpus/deploy: repeat it for a run over several nodes")
         p.set_defaults(nodes=[])
 

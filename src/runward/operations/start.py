@@ -288,9 +288,10 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
 def _ident(d: dict) -> str:
     """How a running attempt is named: its pid, or, where none is known yet (an engine's job
     not placed), its job's id."""
+    from ..views.render import engine_job
     if d.get("pid") is not None:
         return f"pid {d['pid']}"
-    job = d.get("submission_id") or (d.get("ray") or {}).get("submission_id") or d.get("job_id")
+    job = engine_job(d)
     return f"job {job} (no process of it seen yet)" if job else "no process of it seen yet"
 
 

@@ -5,6 +5,7 @@ names (--all, or a project's runs where they live)."""
 from __future__ import annotations
 
 from ..errors import EXIT_OK, RunwardError
+from ..targets import engine_of
 from . import Outcome, Targeted, single
 from .common import config_dir, config_targets, load_config, on_all, target_of
 
@@ -58,9 +59,11 @@ def status(opts: StatusOptions) -> Outcome:
 
 
 def _attempt_target(target, run: dict) -> str:
-    """The target the run's attempt lives on: a Ray job's run asked on this host without --on
-    (the head itself) is `ray://local`, as its start said, not the bare host "local"."""
-    return "ray://local" if str(target) == "local" and run.get("ray") else str(target)
+    """The target the run's attempt lives on: an engine's run asked on this host without --on is
+    said as its scheme names this host (targets/NAME.py's HERE, where the scheme needs no more
+    than the host), as its start said, not the bare host "local"."""
+    engine = engine_of(run) if str(target) == "local" else None
+    return getattr(engine, "HERE", None) or str(target)
 
 
 def _failed(error: dict) -> str:

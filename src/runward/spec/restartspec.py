@@ -154,8 +154,8 @@ def _compared(key: str, v):
 
 
 def engine_changes(last: dict | None, target) -> dict:
-    """The target's engine options (runward.toml's [targets.X]: a Ray target's resources, a
-    Slurm one's partition and options) against those the last attempt was submitted with (the
+    """The target's engine options (what its scheme read: the target's own words and
+    runward.toml's [targets.X] keys) against those the last attempt was submitted with (the
     spec reply's "engine"), each as "NAME.key" {"from", "to"}; none for an older record or
     another launcher (the target's start refuses that)."""
     engine = getattr(target.engine, "NAME", None)

@@ -26,6 +26,12 @@ ENGINES = {m.NAME: m for m in (slurm, ray)}
 ENGINE_OPTION_KEYS = tuple(k for m in ENGINES.values() for k in m.OPTION_KEYS)  # runward.toml [targets.X] keys
 
 
+def engine_of(d: dict | None):
+    """The engine's scheme module a request, result or attempt record names (its NAME key, as
+    the agent's launchers.named reads it), None for a run the shim forked."""
+    return next((m for n, m in ENGINES.items() if d and d.get(n)), None)
+
+
 def engine_options(t: dict) -> dict:
     """The keys of a runward.toml [targets.X] section that are an engine's options."""
     return {k: t[k] for k in ENGINE_OPTION_KEYS if k in t}

@@ -112,7 +112,7 @@ class Target:
 
 
 def head_hops(hostpart: str, text: str, what: str, fix: str) -> tuple[Hop, ...]:
-    """The hops to an engine's host (a Slurm login node, a Ray head), where its agent runs:
+    """The hops to an engine's host (where its jobs are submitted and its agent runs):
     none for `local`, else one ssh hop of `[user@]host[:port]`; BadInput names WHAT."""
     if hostpart == "local":
         return ()

@@ -22,6 +22,7 @@ NAME = "ray"          # the request's and the attempt record's key; the agent's 
 LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
+HERE = SCHEME + "local"  # this host as the target: `status NAME` asked here without --on says it, as the start did
 OPTION_KEYS = ("dashboard", "resources")  # runward.toml's [targets.X] keys (docs/ray.md)
 DASHBOARD = "http://127.0.0.1:8265"
 _URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"

@@ -6,6 +6,11 @@ from __future__ import annotations
 ENGINE = "ray"  # the key of its results and rows: targets/ray.py's NAME
 
 
+def job(d: dict):
+    """The job's id a result, a started event or a status row says (its submission id)."""
+    return d.get("submission_id") or (d.get(ENGINE) or {}).get("submission_id")
+
+
 def _exit(ex: dict | None) -> str:
     ex = ex or {}
     out = (f"driver_exit_code {ex['exit_code']}" if ex.get("exit_code") is not None else "no driver_exit_code") + (

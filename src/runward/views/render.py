@@ -82,6 +82,12 @@ def engine_view(r: dict):
     return next((v for k, v in ENGINE_VIEWS.items() if r.get(k)), None)
 
 
+def engine_job(d: dict):
+    """The id of an engine's job a result or a started event says (each view's job; the event
+    carries the launcher's own fields, not its entry, so every view is asked); None for none."""
+    return next(filter(None, (v.job(d) for v in ENGINE_VIEWS.values())), None)
+
+
 def render_start(r: dict) -> str:
     view = engine_view(r)
     if view is not None:

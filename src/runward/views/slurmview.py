@@ -6,6 +6,11 @@ from __future__ import annotations
 ENGINE = "slurm"  # the key of its results and rows: targets/slurm.py's NAME
 
 
+def job(d: dict):
+    """The job's id a result, a started event or a status row says."""
+    return d.get("job_id")
+
+
 def _exit(ex: dict | None) -> str:
     ex = ex or {}
     return f"ExitCode {ex.get('exit_code', '?')}" + (f" (killed by {ex['signal']})" if ex.get("signal") else "")

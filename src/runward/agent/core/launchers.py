@@ -47,7 +47,7 @@ def refuse_start(req, latest):
 def refuse_other(req, latest):
     """A run's attempts keep one launcher: a start (a restart, --replace) on a target whose
     launcher is not the one of the run's LATEST attempt is refused before anything is stopped
-    or written, so a Ray or Slurm run restarted without its --on never turns into a process
+    or written, so an engine's run restarted without its --on never turns into a process
     forked here (nor a forked run into an engine's job)."""
     this, last = named(req), named(latest)
     if latest is not None and this != last:
@@ -66,7 +66,7 @@ def engine_alive(att):
 
 def engine_workers(att):
     """{pid: Proc} of an engine's processes of the attempt on this host outside its tree and
-    marker (a Ray job's workers: core/NAME.py's job_workers), {} for the fork's; where the
+    marker (workers the engine started: core/NAME.py's job_workers), {} for the fork's; where the
     engine cannot be asked, {} too (its own note goes with the stacks that ask it)."""
     name = named(att)
     q = queries(name) if name else None

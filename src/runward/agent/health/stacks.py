@@ -154,7 +154,7 @@ def _dump_one(spy, p, native, timeout):
 def capture(rec, native=False, timeout=10.0, home_dir=None, want=None, extra=None):
     """One node's capture: every live member of the attempt REC (the set status counts: job
     tree, marker, cgroup, adopted), and EXTRA ({pid: Proc}: an engine's processes of the job
-    outside that set, a Ray job's workers), dumped by py-spy in parallel, within TIMEOUT
+    outside that set, workers the engine started), dumped by py-spy in parallel, within TIMEOUT
     seconds. Never raises for "cannot": `ok` False with `error` and `hint` say why."""
     t0 = time.time()
     doc = {"v": VERSION, "run": rec.get("run"), "attempt": rec.get("attempt"), "at": t0,

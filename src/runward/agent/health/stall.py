@@ -191,7 +191,7 @@ def _tree_use(procs, job, att=None):
     pids = set([job]) | set(descendants([job], procs))
     if att is not None and att.get("run"):
         # every member status counts (runs.members: the marker, the cgroup, what the shim
-        # adopted): a loader that daemonized (a ray/dask-style server, double fork) is the
+        # adopted): a loader that daemonized (a data server, double fork) is the
         # shim's child, not the job's, and its busy core read as a still tree, a stall
         from ..core.procfs import protected
         from ..proc.runs import members

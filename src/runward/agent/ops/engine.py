@@ -1,4 +1,4 @@
-"""What an engine's launcher (ops/slurm.py, ops/ray.py) does alike when it submits an
+"""What every engine's launcher (ops/NAME.py, core/launchers.py) does alike when it submits an
 attempt: the next attempt's number, the log's header, and the records written once the engine
 has taken the job; a refused submission leaves nothing behind."""
 

@@ -13,7 +13,7 @@ def stacks(req, home):
     if not att:
         raise AgentFailure("RunNotFound", "run %s has no attempt on this target" % store.name,
                            "`runward start %s` first" % store.name)
-    # an engine's processes of the job outside its tree and marker (a Ray job's workers): core/NAME.py's job_workers
+    # an engine's processes of the job outside its tree and marker (workers the engine started): core/NAME.py's job_workers
     name = launchers.named(att)
     q = launchers.queries(name) if name else None
     ws = q.job_workers(att) if hasattr(q, "job_workers") else None
