@@ -122,13 +122,13 @@ def test_a_node_whose_agent_cannot_be_reached_is_exit_3_naming_the_hop_and_stays
     """runward.toml maps the node's address to a closed port: exit 3 naming that hop, the
     worker there `unchecked` (never counted dead, never signalled)."""
     toml = scli.cwd / "runward.toml"
-    toml.write_text(toml.read_text() + 'nodes = {"127.0.0.2" = "ssh://root@127.0.0.2:2291"}\n')
+    toml.write_text(toml.read_text() + 'node_ssh = {"127.0.0.2" = "ssh://root@127.0.0.2:2291"}\n')
     pid, start, sid = _far_job(scli, tb, far_node, "n2")
     rc, doc = scli.json("stop", "n2", "--on", "head")
     assert rc == 3 and not doc["ok"], doc
     err, r = doc["error"], doc["result"]
     assert err["hop"] == "ssh://root@127.0.0.2:2291" and "127.0.0.2" in err["message"], err
-    assert f"pid {pid}" in err["message"] and "nodes = " in err["hint"], err
+    assert f"pid {pid}" in err["message"] and "node_ssh = " in err["hint"], err
     far = [u for u in r["unchecked"] if u["pid"] == pid]
     assert far and far[0]["fate"] == "unchecked" and far[0]["node_ip"] == "127.0.0.2", r["unchecked"]
     assert pid not in {p["pid"] for p in r["processes"]}, "never counted dead: never signalled"

@@ -2,7 +2,7 @@
 names the job's processes out of its sight `unchecked` (pid, Ray's node id, the node's
 address); here they are grouped by address, and the agent on each of those nodes, reached by
 its own ssh hop (`ssh://USER@ADDRESS`, USER the head's; or the Ray target's runward.toml map
-`nodes = {ADDRESS = "ssh://..."}`), stops them (agent/ops/raynode.py: the stop signal, the
+`node_ssh = {ADDRESS = "ssh://..."}`), stops them (agent/ops/raynode.py: the stop signal, the
 grace, KILL, each one's fate) -- all nodes at once, one agent call each. A node whose agent
 cannot be reached leaves its processes `unchecked`, never dead: exit 3 naming the hop.
 Survivors on any node: exit 5 naming node and pid."""
@@ -26,7 +26,7 @@ def unchecked(target, result) -> list:
 def node_target(target, address: str | None):
     """The ssh target of the agent on the node at ADDRESS, or None where there is no way in."""
     from ..targets import parse_target
-    mapped = (getattr(target, "engine_spec", None) or {}).get("nodes") or {}
+    mapped = (getattr(target, "engine_spec", None) or {}).get("node_ssh") or {}
     if address in mapped:
         text = mapped[address]
     elif address:
@@ -103,12 +103,11 @@ def _verdict(name, res, error, failed):
         address, t, out = failed[0]
         left = ", ".join(f"pid {u.get('pid')} on node {u.get('node_ip')}" for u in res["unchecked"])
         why = out.message if isinstance(out, RunwardError) else "no address to reach it by"
-        e = HopFailed(f"{name}: the agent on node {address} ({t or 'no ssh target'}) was not reached: {why}; "
+        raise HopFailed(f"{name}: the agent on node {address} ({t or 'no ssh target'}) was not reached: {why}; "
                       f"its process(es) of Ray job {sid} are unchecked, not known dead: {left}",
                       "reach the node by ssh, or map its address to an ssh target in runward.toml's Ray target: "
-                      f'nodes = {{"{address}" = "ssh://USER@HOST"}}; then `runward stop {name}` again',
+                      f'node_ssh = {{"{address}" = "ssh://USER@HOST"}}; then `runward stop {name}` again',
                       hop=str(t) if t is not None else None, result=res)
-        raise e
     if res.get("ray_state") in ("PENDING", "RUNNING"):
         raise error  # Ray keeps the job: the head's own verdict stands
     if "no_process_of_run_alive" not in res.get("verified", []):

@@ -22,7 +22,7 @@ NAME = "ray"          # the request's and the attempt record's key; the agent's 
 LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
-OPTION_KEYS = ("dashboard", "resources", "nodes")  # runward.toml's [targets.X] keys (docs/ray.md)
+OPTION_KEYS = ("dashboard", "resources", "node_ssh")  # runward.toml's [targets.X] keys (docs/ray.md)
 DASHBOARD = "http://127.0.0.1:8265"
 _URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"
 _RES_PAT = r"^[A-Za-z0-9_.:/-]{1,64}$"
@@ -46,8 +46,8 @@ def check_options(opts: dict, where: str) -> dict:
     for k, v in opts.items():
         if k not in OPTION_KEYS:
             raise BadInput(f"[targets.{where}] unknown Ray option {k!r}", f"options: {', '.join(OPTION_KEYS)}")
-        if k == "nodes":
-            out[k] = check_nodes(v, where)
+        if k == "node_ssh":
+            out[k] = check_node_ssh(v, where)
         elif k == "dashboard":
             if not isinstance(v, str) or not re.match(_URL_PAT, v):
                 raise BadInput(f"[targets.{where}] invalid dashboard {v!r}",
@@ -69,17 +69,18 @@ def check_options(opts: dict, where: str) -> dict:
     return out
 
 
-def check_nodes(v, where: str) -> dict:
-    """nodes: a table of a node's address (as Ray lists it) to the ssh target that reaches the
-    agent there (operations/raynodes.py; default ssh://USER@ADDRESS, USER the head's)."""
+def check_node_ssh(v, where: str) -> dict:
+    """node_ssh: a table of a node's address (as Ray lists it) to the ssh target that reaches
+    the agent there (operations/raynodes.py; default ssh://USER@ADDRESS, USER the head's).
+    Not `nodes`, which a Slurm target's options already name (a node count)."""
     from .ssh import parse as parse_ssh
-    fix = 'a table of node addresses to ssh targets, e.g. nodes = {"10.0.0.7" = "ssh://gpu7"}'
+    fix = 'a table of node addresses to ssh targets, e.g. node_ssh = {"10.0.0.7" = "ssh://gpu7"}'
     if not isinstance(v, dict):
-        raise BadInput(f"[targets.{where}] invalid nodes {v!r}", fix)
+        raise BadInput(f"[targets.{where}] invalid node_ssh {v!r}", fix)
     for addr, on in v.items():
         hop = parse_ssh(on[len("ssh://"):]) if isinstance(on, str) and on.startswith("ssh://") else None
         if hop is None or not 0 < (hop[2] or 22) < 65536:
-            raise BadInput(f"[targets.{where}] nodes: {addr!r} = {on!r} is not an ssh target", fix)
+            raise BadInput(f"[targets.{where}] node_ssh: {addr!r} = {on!r} is not an ssh target", fix)
     return dict(v)
 
 
@@ -91,5 +92,5 @@ def render(target: Target) -> str:
 def request(target, req: dict) -> dict:
     """Every request to a Ray target carries its dashboard and resources: the agent's start
     submits with them (its stop and status read the job from the run's records)."""
-    req[NAME] = {k: v for k, v in target.engine_spec.items() if k != "nodes"}  # nodes: the CLI's, for its hops
+    req[NAME] = {k: v for k, v in target.engine_spec.items() if k != "node_ssh"}  # the CLI's, for its hops
     return req
