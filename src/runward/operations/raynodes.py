@@ -9,6 +9,7 @@ Survivors on any node: exit 5 naming node and pid."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import HopFailed, NotVerified, RunwardError
@@ -41,6 +42,7 @@ def stop(target, name: str, error: RunwardError) -> dict:
     """The head's stop (ERROR: its NotVerified, naming processes unchecked) completed on each
     node: the result, verified, or the error that says what is not."""
     from ..transport import agentcall as transport
+    t0 = time.monotonic()
     res = error.result
     groups: dict = {}
     for u in unchecked(target, res):
@@ -66,6 +68,7 @@ def stop(target, name: str, error: RunwardError) -> dict:
         _merge(res, address, t, out, groups[address], failed)
     res["unchecked"] = [u for u in res["unchecked"] if u.get("fate") == "unchecked"]
     res["verified_dead"] = not res.get("survivors")
+    res["nodes_s"] = round(time.monotonic() - t0, 3)  # the nodes' agents, all at once: one ssh round trip each
     return _verdict(name, res, error, failed)
 
 
