@@ -72,7 +72,7 @@ def check_options(opts: dict, where: str) -> dict:
 def check_node_ssh(v, where: str) -> dict:
     """node_ssh: a table of a node's address (as Ray lists it) to the ssh target that reaches
     the agent there (operations/raynodes.py; default ssh://USER@ADDRESS, USER the head's).
-    Not `nodes`, which a Slurm target's options already name (a node count)."""
+    Not `nodes`: another engine's option already has that name (a node count)."""
     from .ssh import parse as parse_ssh
     fix = 'a table of node addresses to ssh targets, e.g. node_ssh = {"10.0.0.7" = "ssh://gpu7"}'
     if not isinstance(v, dict):
