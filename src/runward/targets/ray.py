@@ -23,7 +23,7 @@ LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
 HERE = SCHEME + "local"  # this host as the target: `status NAME` asked here without --on says it, as the start did
-OPTION_KEYS = ("dashboard", "resources")  # runward.toml's [targets.X] keys (docs/ray.md)
+OPTION_KEYS = ("dashboard", "resources", "node_ssh")  # runward.toml's [targets.X] keys (docs/ray.md)
 DASHBOARD = "http://127.0.0.1:8265"
 _URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"
 _RES_PAT = r"^[A-Za-z0-9_.:/-]{1,64}$"
@@ -47,7 +47,9 @@ def check_options(opts: dict, where: str) -> dict:
     for k, v in opts.items():
         if k not in OPTION_KEYS:
             raise BadInput(f"[targets.{where}] unknown Ray option {k!r}", f"options: {', '.join(OPTION_KEYS)}")
-        if k == "dashboard":
+        if k == "node_ssh":
+            out[k] = check_node_ssh(v, where)
+        elif k == "dashboard":
             if not isinstance(v, str) or not re.match(_URL_PAT, v):
                 raise BadInput(f"[targets.{where}] invalid dashboard {v!r}",
                                'the Jobs API\'s address as seen from the head, e.g. dashboard = "http://127.0.0.1:8265"')
@@ -68,6 +70,21 @@ def check_options(opts: dict, where: str) -> dict:
     return out
 
 
+def check_node_ssh(v, where: str) -> dict:
+    """node_ssh: a table of a node's address (as Ray lists it) to the ssh target that reaches
+    the agent there (operations/raynodes.py; default ssh://USER@ADDRESS, USER the head's).
+    Not `nodes`: another engine's option already has that name (a node count)."""
+    from .ssh import parse as parse_ssh
+    fix = 'a table of node addresses to ssh targets, e.g. node_ssh = {"10.0.0.7" = "ssh://gpu7"}'
+    if not isinstance(v, dict):
+        raise BadInput(f"[targets.{where}] invalid node_ssh {v!r}", fix)
+    for addr, on in v.items():
+        hop = parse_ssh(on[len("ssh://"):]) if isinstance(on, str) and on.startswith("ssh://") else None
+        if hop is None or not 0 < (hop[2] or 22) < 65536:
+            raise BadInput(f"[targets.{where}] node_ssh: {addr!r} = {on!r} is not an ssh target", fix)
+    return dict(v)
+
+
 def render(target: Target) -> str:
     """ray://HEAD, HEAD `local` when no ssh hop reaches the head."""
     return SCHEME + (str(target.hops[0])[len("ssh://"):] if target.hops else "local")
@@ -76,5 +93,5 @@ def render(target: Target) -> str:
 def request(target, req: dict) -> dict:
     """Every request to a Ray target carries its dashboard and resources: the agent's start
     submits with them (its stop and status read the job from the run's records)."""
-    req[NAME] = target.engine_spec
+    req[NAME] = {k: v for k, v in target.engine_spec.items() if k != "node_ssh"}  # the CLI's, for its hops
     return req

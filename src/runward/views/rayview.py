@@ -46,7 +46,12 @@ def stop(r: dict) -> str:
     if r.get("verified_dead"):
         lines.append(f"  no process of the run left on this node ({r.get('verified_by')})")
     for p in r.get("processes") or []:
-        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:60]}")
+        where = f" (node {p['node_ip']})" if p.get("node_ip") else ""
+        lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:60]}{where}")
+    for n in r.get("nodes") or []:  # the agents on the other nodes the job touched (operations/raynodes.py)
+        lines.append(f"  node {n['node_ip']} via {n['via']}: " + (
+            f"{n['processes']} process(es) of the job stopped by the agent there, {n['survivors']} survived"
+            if n.get("checked") else f"NOT REACHED ({n.get('error')}): its processes unchecked"))
     return "\n".join(lines + _workers(r))
 
 
