@@ -2,7 +2,7 @@
 """The first `runward status NAME --json` of a running run whose log is big, against
 `grep -c` of the same file, in the same run: what the user waits for, the CLI's whole call.
 
-    python bench/status_first.py [--mb 400] [--repeat 3] [--ranks 8] [--pyc]
+    python bench/status_first.py [--mb 400] [--repeat 3] [--ranks 8] [--pyc] [--rt]
 
 Writes a log of rank-prefixed training lines (`[rank3]: step 120 | loss 2.31 | tok/s 14,512
 | ...`, torchrun's `[default3]:` prefix on some, chatter, a warning now and then) into a
@@ -17,7 +17,12 @@ The CLI runs from this checkout's src/, as the environment has it: where
 PYTHONDONTWRITEBYTECODE is set (this machine) every call compiles the ~80 modules a status
 imports (~0.1 s of CPU). `pip install` writes the .pyc files whatever that variable says
 (python -m compileall at install): --pyc runs the CLI from a copy of src/ compiled so, what
-an installed runward costs. The output says which."""
+an installed runward costs. The output says which.
+
+--rt (root): the two timed commands, and what they fork, run under SCHED_FIFO (`chrt -f
+10`), ahead of every ordinary process: on a machine other work keeps busy, the wall of a
+quiet one with the same cores (caches and memory bandwidth are still shared). The rest
+(the log's writing, start, stop) runs as usual."""
 import argparse
 import json
 import os
@@ -78,6 +83,8 @@ def main(argv=None):
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--pyc", action="store_true",
                     help="the CLI from a copy of src/ with its .pyc files, as pip install leaves it")
+    ap.add_argument("--rt", action="store_true",
+                    help="time status and grep under SCHED_FIFO (chrt -f 10, root): a quiet machine's wall on a busy one")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="runward-status-bench-")
     code = os.path.join(ROOT, "src")
@@ -87,6 +94,7 @@ def main(argv=None):
                PYTHONPATH=code + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("RUNWARD_CONFIG", None)
     cli = [sys.executable, "-m", "runward"]
+    timed = ["chrt", "-f", "10"] if args.rt else []  # the timed commands only: see --rt
     try:
         src = os.path.join(tmp, "train.out")
         size = write_log(src, int(args.mb * 1e6), args.ranks)
@@ -105,7 +113,7 @@ def main(argv=None):
                     sys.exit("error: the job did not write the whole file")
                 time.sleep(0.05)
             t0, c0 = time.perf_counter(), _children_cpu()
-            p = subprocess.run(cli + ["status", name, "--json"], env=env, cwd=tmp, stdout=subprocess.PIPE,
+            p = subprocess.run(timed + cli + ["status", name, "--json"], env=env, cwd=tmp, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
             t_status.append(time.perf_counter() - t0)
             c_status.append(_children_cpu() - c0)
@@ -114,7 +122,7 @@ def main(argv=None):
             if p.returncode != 0 or run["state"] != "running":
                 sys.exit("error: status: %s" % p.stdout[:500])
             t0, c0 = time.perf_counter(), _children_cpu()
-            subprocess.run(["grep", "-c", "step", log], stdout=subprocess.PIPE, check=True)
+            subprocess.run(timed + ["grep", "-c", "step", log], stdout=subprocess.PIPE, check=True)
             t_grep.append(time.perf_counter() - t0)
             c_grep.append(_children_cpu() - c0)
             subprocess.run(cli + ["stop", name, "--grace", "1"], env=env, cwd=tmp, stdout=subprocess.PIPE,
@@ -128,7 +136,8 @@ def main(argv=None):
                                                     if os.environ.get("PYTHONDONTWRITEBYTECODE") else
                                                     "written to __pycache__ by the first call")))
         print("machine: %d cores this process may run on (the skim's search forks over up to 8 of them), "
-              "load average %.1f %.1f %.1f" % ((len(os.sched_getaffinity(0)),) + os.getloadavg()))
+              "load average %.1f %.1f %.1f%s" % ((len(os.sched_getaffinity(0)),) + os.getloadavg() + (
+                  "; status and grep timed under SCHED_FIFO (--rt): a quiet machine's wall" if args.rt else "",)))
         print("status --json:  %7.3f s  (each: %s)" % (ts, ", ".join("%.3f" % t for t in t_status)))
         print("grep -c step:   %7.3f s  (each: %s)" % (tg, ", ".join("%.3f" % t for t in t_grep)))
         print("ratio:          the first status takes %.1fx the time of grep -c (best of %d each; goal <= 3x)"

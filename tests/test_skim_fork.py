@@ -1,14 +1,15 @@
 """The skim's search over several processes (logmetrics/skimfork.py) answers what one process
 does, field for field: the whole lm.scan answer (state, points, alerts, lines, units) of every
 fixture log, of the status bench's log with events and NaN put in, and of random logs, with
-chunks cut anywhere (the processes' parts then begin mid-traceback, mid-burst, on a NaN line).
-A process that gives no answer has its part searched by the caller."""
+chunks cut anywhere (the processes' tasks then begin mid-traceback, mid-burst, on a NaN line).
+A process that gives no answer has the tasks it took searched by the caller."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -115,23 +116,67 @@ def test_random_logs_forked_answer_as_one_process(tmp_path_factory, body, chunk,
         same(path, chunk, budget, mp, cores)
 
 
-def test_a_process_without_an_answer_has_its_part_searched_here(tmp_path):
+def test_a_process_that_dies_with_its_tasks_has_them_searched_here(tmp_path):
+    """The queue's tasks a process took and never answered (it died) are searched by the
+    caller: the answer is every chunk's, in order, as one process's."""
     body = b"".join(b"step %d | loss %s\n" % (i, b"nan" if i % 50 == 7 else b"2.5") for i in range(4000))
     path = tmp_path / "train.log"
     path.write_bytes(body)
     with open(path, "rb") as f:
         fd = f.fileno()
         chunks = [(i, 1000, 1000) for i in range(0, 40000, 1000)]
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os._exit(1)  # dies with nothing written
-        os.close(w)
-        got = skimfork._collect(fd, (pid, r, chunks), lm_skim.Skim.found)
+        runs = skimfork.tasks(chunks)
+        q = skimfork.queue(len(runs))
+        try:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.read(q, 3 * skimfork.TASK)  # takes three tasks, then dies with nothing written
+                os._exit(1)
+            os.close(w)
+            os.waitpid(pid, 0)  # its tasks are gone from the queue before the rest are taken
+            done = skimfork.work(fd, q, chunks, runs, lm_skim.Skim.found)
+            lost = skimfork._collect((pid, r))
+        finally:
+            os.close(q)
+        assert lost == {} and sorted(done) == list(range(3, len(runs)))
+        got = skimfork.answers(fd, chunks, runs, done, lm_skim.Skim.found)
         assert got == skimfork.search(fd, chunks, lm_skim.Skim.found)
         assert any(hits for hits, _ in got)
-        with pytest.raises(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reaped
+
+
+def test_the_queue_hands_each_task_once_to_the_process_that_asks_first(tmp_path):
+    """A process the scheduler leaves waiting takes fewer chunks: here one stopped before it
+    asks takes none, the caller searches them all, and the stopped one, let go, finds the
+    queue empty and answers nothing."""
+    path = tmp_path / "train.log"
+    path.write_bytes(b"step 1 | loss 2.5\n" * 4000)
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        chunks = [(i, 18 * 50, 18 * 50) for i in range(0, 18 * 4000, 18 * 50)]
+        runs = skimfork.tasks(chunks)
+        q = skimfork.queue(len(runs))
+        try:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.kill(os.getpid(), signal.SIGSTOP)
+                skimfork._child(r, w, fd, q, chunks, runs, lm_skim.Skim.found)
+            os.close(w)
+            _, status = os.waitpid(pid, os.WUNTRACED)
+            assert os.WIFSTOPPED(status)
+            done = skimfork.work(fd, q, chunks, runs, lm_skim.Skim.found)
+            os.kill(pid, signal.SIGCONT)
+            late = skimfork._collect((pid, r))
+        finally:
+            os.close(q)
+        assert sorted(done) == list(range(len(runs))) and late == {}
+        assert skimfork.answers(fd, chunks, runs, done, lm_skim.Skim.found) == skimfork.search(
+            fd, chunks, lm_skim.Skim.found)
+    many = [(i, 10, 10) for i in range(0, 10 * 5000, 10)]
+    runs = skimfork.tasks(many)
+    assert len(runs) == skimfork.MAX_TASKS and runs[0][0] == 0 and runs[-1][1] == len(many)
+    assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
 
 
 def test_one_core_or_a_small_skim_forks_nothing(tmp_path, monkeypatch):

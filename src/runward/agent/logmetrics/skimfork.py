@@ -4,11 +4,12 @@ one feeds the lines that matter in the log's order, as one process would.
 
 Exact by construction: the chunks are those Skim.run cuts (plan() finds each one's last
 newline as run's loop does), and a process computes for each chunk only what depends on its
-bytes alone, skim.hits and skim.newlines; every step that carries state from one chunk to the
-next (line numbers, a traceback followed on, a burst's context and progress line, the feed)
-runs here, in order, on the same offsets (tests/test_skim_fork.py: the scan's answer field
-for field against one process). A log whose chunks run's loop cuts otherwise (a line longer
-than CARRY_MAX, a carry from the last call, a short read) is skimmed by that loop. Stdlib only.
+bytes alone, skim.hits and skim.newlines, taking chunks from a queue while it is free; every
+step that carries state from one chunk to the next (line numbers, a traceback followed on,
+a burst's context and progress line, the feed) runs here, in order, on the same offsets
+(tests/test_skim_fork.py: the scan's answer field for field against one process). A log
+whose chunks run's loop cuts otherwise (a line longer than CARRY_MAX, a carry from the last
+call, a short read) is skimmed by that loop. Stdlib only.
 """
 
 import marshal
@@ -20,6 +21,8 @@ from .reader import CARRY_MAX
 MAX_WORKERS = 8  # a training host's cores are the job's: a first read takes a few at most
 MIN_CHUNKS = 4  # chunks a process searches at least: a fork costs ~1-2 ms
 PROBE = 4096  # bytes read back from a chunk's end to find its last newline, doubled until found
+TASK = 4  # bytes of a task's number, as the queue's pipe holds it
+MAX_TASKS = 4096 // TASK  # the queue written in one write that any pipe holds (a page)
 
 
 def threaded():
@@ -72,26 +75,62 @@ def plan(fd, pos, stop, chunk):
     return chunks, pos
 
 
-def search(fd, chunks, found):
+def search(fd, chunks, found, held=None):
     """[FOUND(body, length)] of each of CHUNKS ((hits, newlines): what depends on its bytes
     alone). Each is read whole, as run's loop reads it: reads of one size reuse the memory
     the last one freed, where a size that varies (each chunk's complete lines) has malloc
-    map fresh pages for most (a page fault per 4 KiB, ~15% more CPU)."""
+    map fresh pages for most (a page fault per 4 KiB, ~15% more CPU). Each is read while the
+    one before is still held (HELD, a list: the last read is left there for the next call):
+    a chunk freed first leaves the heap's free top over malloc's trim threshold, given back
+    to the kernel, and every read faults fresh pages in again (~180K faults for the bench's
+    log against ~5K: 2x the CPU)."""
+    held = [None] if held is None else held
     out = []
     for off, n, cut in chunks:
-        body = os.pread(fd, n, off)
+        held[0] = body = os.pread(fd, n, off)
         if len(body) != n:
             raise OSError("the log is shorter than its skim's plan")
         out.append(found(body, cut))
     return out
 
 
-def _child(r, w, fd, part, found):
-    """In a forked process: search PART, write its marshalled answer to W, exit."""
+def tasks(chunks):
+    """CHUNKS as at most MAX_TASKS runs of consecutive chunks, [(first, end)]: the queue's
+    tasks, taken one at a time by whichever process is free."""
+    n = min(len(chunks), MAX_TASKS)
+    return [(i * len(chunks) // n, (i + 1) * len(chunks) // n) for i in range(n)]
+
+
+def queue(n):
+    """A pipe holding the task numbers 0..N-1, its write end closed: its read end, where a
+    read of TASK bytes takes one task (the records are written whole, in one write of
+    at most a page, which any pipe holds: pipe(7)), and an empty queue reads as its end."""
+    r, w = os.pipe()
+    try:
+        os.write(w, b"".join(k.to_bytes(TASK, "little") for k in range(n)))
+    finally:
+        os.close(w)
+    return r
+
+
+def work(fd, q, chunks, runs, found):
+    """Search the tasks taken from queue Q until it is empty: {task: [FOUND of its chunks]}."""
+    out, held = {}, [None]
+    while True:
+        rec = os.read(q, TASK)
+        if len(rec) != TASK:
+            return out
+        k = int.from_bytes(rec, "little")
+        lo, hi = runs[k]
+        out[k] = search(fd, chunks[lo:hi], found, held)
+
+
+def _child(r, w, fd, q, chunks, runs, found):
+    """In a forked process: work the queue, write its marshalled answers to W, exit."""
     code = 1
     try:
         os.close(r)
-        view = memoryview(marshal.dumps(search(fd, part, found)))
+        view = memoryview(marshal.dumps(work(fd, q, chunks, runs, found)))
         while view:
             view = view[os.write(w, view):]
         code = 0
@@ -99,57 +138,69 @@ def _child(r, w, fd, part, found):
         os._exit(code)
 
 
-def _collect(fd, kid, found):
-    """A process's answer for its part; the part searched here where it gave none whole (a
-    truncated marshal does not load; its exit status may be reaped by a SIGCHLD ignored)."""
-    pid, r, part = kid
-    data = b""
-    if r is not None:
-        with os.fdopen(r, "rb") as pipe:
-            data = pipe.read()
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+def _collect(kid):
+    """A process's answers ({task: [found]}), or {} where it gave none whole (a truncated
+    marshal does not load; its exit status may be reaped by a SIGCHLD ignored)."""
+    pid, r = kid
+    with os.fdopen(r, "rb") as pipe:
+        data = pipe.read()
     try:
-        found = marshal.loads(data)
-        if isinstance(found, list) and len(found) == len(part):
-            return found
-    except (EOFError, ValueError, TypeError):
+        os.waitpid(pid, 0)
+    except ChildProcessError:
         pass
-    return search(fd, part, found)
+    try:
+        got = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def answers(fd, chunks, runs, done, found):
+    """Every chunk's answer in CHUNKS' order from DONE ({task: [found]}); a task no process
+    answered whole (one that died having taken it) is searched here."""
+    out = []
+    for k, (lo, hi) in enumerate(runs):
+        got = done.get(k)
+        if not isinstance(got, list) or len(got) != hi - lo:
+            got = search(fd, chunks[lo:hi], found)
+        out.extend(got)
+    return out
 
 
 def spread(fd, chunks, n, found):
-    """search() of CHUNKS over N processes, this one included, in CHUNKS' order."""
-    parts = [chunks[i * len(chunks) // n:(i + 1) * len(chunks) // n] for i in range(n)]
+    """search() of CHUNKS over N processes, this one included, in CHUNKS' order. The
+    chunks are a queue each process takes from while it is free, not a fixed share: on a
+    busy host a process the scheduler leaves waiting takes fewer, and the others do the
+    rest (a fixed half left the caller idle for the slower one's, ~0.15 s of a first status
+    here at load 1.5 on 2 cores)."""
+    runs = tasks(chunks)
+    q = queue(len(runs))
     kids = []
     try:
-        for part in parts[1:]:
+        for _ in range(n - 1):
             r, w = os.pipe()
             try:
                 pid = os.fork()
-            except OSError:  # no process left: searched here
+            except OSError:  # no process left: the others take its tasks
                 os.close(r)
                 os.close(w)
-                kids.append((None, None, part))
-                continue
+                break
             if pid == 0:
-                _child(r, w, fd, part, found)
+                _child(r, w, fd, q, chunks, runs, found)
             os.close(w)
-            kids.append((pid, r, part))
-        out = search(fd, parts[0], found)
+            kids.append((pid, r))
+        done = work(fd, q, chunks, runs, found)
         while kids:
-            out.extend(_collect(fd, kids.pop(0), found))
-        return out
+            done.update(_collect(kids.pop(0)))
     finally:
-        for pid, r, _ in kids:  # an error here: each process reaped, none left behind
-            if r is not None:
-                os.close(r)
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
+        os.close(q)
+        for pid, r in kids:  # an error here: each process reaped, none left behind
+            os.close(r)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return answers(fd, chunks, runs, done, found)
 
 
 def run(sk, f, cursor, stop, chunk, cores):
