@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import traceback
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -66,6 +67,14 @@ class OracleBase(RuleBasedStateMachine):
     # --- helpers
 
     def teardown(self):
+        # hypothesis runs teardown in a `finally`: an error a rule raised that is not a
+        # Violation (a harness fault, a verb's timeout) is in flight here, and is said now, since
+        # hypothesis' replay of the example may end in FlakyStrategyDefinition and lose it
+        err = sys.exc_info()[1]
+        if (isinstance(err, Exception) and not isinstance(err, Violation) and not getattr(err, "_oracle_seen", False)
+                and not type(err).__module__.startswith("hypothesis")):   # its own control flow (StopTest)
+            err._oracle_seen = True
+            seen("error", "".join(traceback.format_exception(type(err), err, err.__traceback__))[-3000:])
         if self._session is not None:
             self._session.cleanup([m.token for m in self.runs.values()])
 
