@@ -244,6 +244,14 @@ def _proc_use(pid: int) -> tuple[float, int]:
             int(io["read_bytes"]) + int(io["write_bytes"]))
 
 
+def _ppid(pid: int) -> int | None:
+    """PID's parent, None once it is gone: the daemon's middle fork exits at any moment."""
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @pytest.mark.parametrize("load", ["cpu", "io", "children", "mmap", "daemon"])
 def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_path, load):
     """A job silent while it loads (then stepping normally) got a stall at stall_after; now a
@@ -259,8 +267,7 @@ def test_a_silent_load_before_the_first_step_is_starting_not_a_stall(cli, tmp_pa
     pid = doc["result"]["pid"]
     if load == "daemon":  # its ground truth: the member the shim adopted (its parent), with the marker
         job = pid
-        shim = lambda p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])  # noqa: E731 (ppid)
-        pid = wait_for(lambda: next((p for p in marked(f"{name}.") if p != job and shim(p) != job), None),
+        pid = wait_for(lambda: next((p for p in marked(f"{name}.") if p != job and _ppid(p) not in (job, None)), None),
                        10, "the daemon adopted by the shim")
     wait_for(lambda: os.path.exists(f"{blob}.loading"), 30, "the load to begin")
     before = _proc_use(pid)
