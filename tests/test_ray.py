@@ -44,8 +44,12 @@ def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_lea
     assert info["status"] == "RUNNING" and r["ray_state"] == "RUNNING", (info, r)
     drv = r["driver"]
     assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("r1.1"), "the driver reported lives, by /proc"
-    ppid = int(open(f"/proc/{drv['pid']}/stat").read().rsplit(")", 1)[1].split()[1])
-    assert open(f"/proc/{ppid}/cmdline", "rb").read().startswith(b"ray::JobSupervisor"), "Ray's driver, not a child"
+    # the job's parent is the entry's subreaper, whose parent is the entry, Ray's child (core/rayreaper.py)
+    up = [drv["pid"]]
+    for _ in range(3):
+        up.append(int(open(f"/proc/{up[-1]}/stat").read().rsplit(")", 1)[1].split()[1]))
+    assert open(f"/proc/{up[1]}/comm").read().strip() == "rw-reaper" and up[2] == drv["session"]["pid"], up
+    assert open(f"/proc/{up[3]}/cmdline", "rb").read().startswith(b"ray::JobSupervisor"), "Ray's entry, the job under it"
     assert open(f"/proc/{drv['pid']}/cmdline", "rb").read() == b"sleep\x00300\x00", "the command (exec'd) itself"
     assert drv["node_id"] == info["driver_node_id"]
     gone = escapee("r1.1")
