@@ -390,8 +390,6 @@ class OracleRules(OracleBase):
     def _can_escape(self, m, kind):
         if m.state != "running" or not self.single(m) or m.paused or (m.supervised and not SUPERVISED_ESCAPEES):
             return False
-        if kind == "envi" and m.kind == "ray" and self.gated("ray-envi-escapee"):
-            return False
         return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
 
     @precondition(lambda self: bool(self.runs))
