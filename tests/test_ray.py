@@ -101,12 +101,19 @@ def test_a_missing_program_is_exited_early_with_rays_exit_code(rcli, tb):
 def test_rays_stop_behind_runwards_back_is_said_with_its_survivor(rcli, tb):
     # placed by the target's entrypoint resources on the second node (the only one with fake_gpu)
     (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
-    rc, doc = rcli.json("start", "r3", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    # its TERM trap starts a child after Ray's stop took its snapshot of the tree: Ray's stop
+    # never sees it. The double-forked child is the entry's reaper's, in that snapshot: Ray's
+    # own stop ends it too (core/rayreaper.py)
+    late = 'trap "setsid sleep 903 & exit 0" TERM; ' + ESCAPING.replace("exec sleep 300", "while :; do sleep 0.1; done")
+    rc, doc = rcli.json("start", "r3", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", late)
     assert rc == 0, doc
     assert doc["result"]["driver"]["node_id"] == second_node(tb) == ray_job(tb, doc["result"]["submission_id"])["driver_node_id"]
-    left = escapee("r3.1")
+    caught = escapee("r3.1")
     assert ray_cli(tb, "stop", doc["result"]["submission_id"]).returncode == 0
     wait_for(lambda: ray_job(tb, doc["result"]["submission_id"])["status"] == "STOPPED", timeout=20, what="STOPPED")
+    assert not alive(caught), "Ray's stop ends the reaper's orphan with the tree"
+    left = wait_for(lambda: next((p for p in marked("r3.1") if open(f"/proc/{p}/cmdline", "rb").read() ==
+                                  b"sleep\x00903\x00"), None), timeout=20, what="the child started after Ray's snapshot")
     st = rcli.status("r3")
     assert (st["state"], st["exit"]["stopped_by"]) == ("stopped", "someone else"), st
     assert alive(left) and st["survivors"] == [left], st

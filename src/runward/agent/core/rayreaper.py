@@ -26,6 +26,11 @@ now" (proc/terminate.py). All three stay in Ray's session and process group: Ray
 KILLs that group when its JobSupervisor worker dies (a head restart), as it KILLed the
 driver before. A program that cannot be run is the shell's 127 (126: not executable).
 
+REAPER and the job share their parent's fate (prctl PR_SET_PDEATHSIG: KILL), REAPER until the
+job has ended: a JobSupervisor worker that dies (its node lost, a head restart) KILLs its own
+children, the entry among them, where it KILLed the driver before; the job dies with it, as
+it did, and REAPER's orphans go to pid 1, as they did.
+
 REAPER names itself (its comm, prctl PR_SET_NAME) before it forks the job, and renames itself
 once the job has ended and before it is reaped (waitid WNOWAIT): the job is then REAPER's
 earliest child, and no adopted orphan is ever taken for it."""
@@ -91,23 +96,30 @@ def unheld():
             continue
     return out
 
-def job():
+def share_fate(parent):
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent: os._exit(128 + signal.SIGKILL)
+
+def job(parent=None):
+    if parent: share_fate(parent)
     for s, h in given.items():
         signal.signal(s, h)
     try: os.execvp(argv[0], argv)
     except OSError as e:
         sys.stderr.write("%s: %s\n" % (argv[0], e.strerror)); sys.stderr.flush(); os._exit(127 if e.errno == 2 else 126)
 
-def reaper(w):
+def reaper(w, entry):
+    share_fate(entry)
     libc.prctl(36, 1, 0, 0, 0)
     name("''' + REAPER_NAME + r'''")
     pid = os.fork()
     if pid == 0:
-        os.close(w); job()
+        os.close(w); job(os.getppid())
     while True:
         got = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
         if got.si_pid == pid: break
         os.waitpid(got.si_pid, 0)
+    libc.prctl(1, 0, 0, 0, 0)
     name("''' + REAPER_DONE + r'''")
     _, status = os.waitpid(pid, 0)
     os.write(w, ("%d\n" % status).encode()); os.close(w)
@@ -132,7 +144,7 @@ if libc is None: job()
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
-    os.close(r); reaper(w)
+    os.close(r); reaper(w, os.getppid())
 os.close(w)
 said = b""
 while True:
