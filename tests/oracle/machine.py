@@ -399,7 +399,7 @@ class OracleRules(OracleBase):
         m = self.pick(i, lambda m: self._can_escape(m, kind))
         if m is None:
             return
-        self.acted("escape", m)
+        self.acted("escape %s" % kind, m)
         self.signal_job(m, "escape %s" % kind)
         m.escapees += 1
         t = self.target(m)
