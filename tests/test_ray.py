@@ -44,8 +44,12 @@ def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_lea
     assert info["status"] == "RUNNING" and r["ray_state"] == "RUNNING", (info, r)
     drv = r["driver"]
     assert alive(drv["pid"], drv["start"]) and drv["pid"] in marked("r1.1"), "the driver reported lives, by /proc"
-    ppid = int(open(f"/proc/{drv['pid']}/stat").read().rsplit(")", 1)[1].split()[1])
-    assert open(f"/proc/{ppid}/cmdline", "rb").read().startswith(b"ray::JobSupervisor"), "Ray's driver, not a child"
+    # the job's parent is the entry's subreaper, whose parent is the entry, Ray's child (core/rayreaper.py)
+    up = [drv["pid"]]
+    for _ in range(3):
+        up.append(int(open(f"/proc/{up[-1]}/stat").read().rsplit(")", 1)[1].split()[1]))
+    assert open(f"/proc/{up[1]}/comm").read().strip() == "rw-reaper" and up[2] == drv["session"]["pid"], up
+    assert open(f"/proc/{up[3]}/cmdline", "rb").read().startswith(b"ray::JobSupervisor"), "Ray's entry, the job under it"
     assert open(f"/proc/{drv['pid']}/cmdline", "rb").read() == b"sleep\x00300\x00", "the command (exec'd) itself"
     assert drv["node_id"] == info["driver_node_id"]
     gone = escapee("r1.1")
@@ -97,12 +101,19 @@ def test_a_missing_program_is_exited_early_with_rays_exit_code(rcli, tb):
 def test_rays_stop_behind_runwards_back_is_said_with_its_survivor(rcli, tb):
     # placed by the target's entrypoint resources on the second node (the only one with fake_gpu)
     (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
-    rc, doc = rcli.json("start", "r3", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", ESCAPING)
+    # its TERM trap starts a child after Ray's stop took its snapshot of the tree: Ray's stop
+    # never sees it. The double-forked child is the entry's reaper's, in that snapshot: Ray's
+    # own stop ends it too (core/rayreaper.py)
+    late = 'trap "setsid sleep 903 & exit 0" TERM; ' + ESCAPING.replace("exec sleep 300", "while :; do sleep 0.1; done")
+    rc, doc = rcli.json("start", "r3", "--on", "node2", "--settle", "1", "--", "/bin/sh", "-c", late)
     assert rc == 0, doc
     assert doc["result"]["driver"]["node_id"] == second_node(tb) == ray_job(tb, doc["result"]["submission_id"])["driver_node_id"]
-    left = escapee("r3.1")
+    caught = escapee("r3.1")
     assert ray_cli(tb, "stop", doc["result"]["submission_id"]).returncode == 0
     wait_for(lambda: ray_job(tb, doc["result"]["submission_id"])["status"] == "STOPPED", timeout=20, what="STOPPED")
+    assert not alive(caught), "Ray's stop ends the reaper's orphan with the tree"
+    left = wait_for(lambda: next((p for p in marked("r3.1") if open(f"/proc/{p}/cmdline", "rb").read() ==
+                                  b"sleep\x00903\x00"), None), timeout=20, what="the child started after Ray's snapshot")
     st = rcli.status("r3")
     assert (st["state"], st["exit"]["stopped_by"]) == ("stopped", "someone else"), st
     assert alive(left) and st["survivors"] == [left], st

@@ -100,7 +100,8 @@ def test_stop_ends_a_child_of_the_drivers_session_that_cleared_its_environment(r
         for d in os.listdir("/proc"):
             try:
                 if d.isdigit() and open(f"/proc/{d}/cmdline", "rb").read() == b"sleep\x00921\x00":
-                    if int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[3]) == drv["pid"]:
+                    # the session Ray made for the entry, the job's too (core/rayreaper.py)
+                    if int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[3]) == drv["session"]["pid"]:
                         return int(d)
             except OSError:
                 continue
@@ -110,9 +111,80 @@ def test_stop_ends_a_child_of_the_drivers_session_that_cleared_its_environment(r
     rc, doc = rcli.json("stop", "s4")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert not alive(child, start), "the driver's session member is ended"
-    assert doc["result"]["verified_by"] == ("verified by the marker and the driver's session; a child that cleared "
-                                            "its environment and left the session is not seen")
+    assert doc["result"]["verified_by"] == ("verified by the marker, the driver's session and the entry's subreaper "
+                                            "(every orphan of the job's tree, env -i and setsid ones too, is its child)")
     assert any(p["pid"] == child and p["fate"].startswith("exited_after_SIG") for p in doc["result"]["processes"])
+
+
+def _escapee(tok: str) -> int:
+    """The pid of the process whose argv is `sleep TOK` (ground truth from /proc)."""
+    want = b"sleep\x00" + tok.encode() + b"\x00"
+
+    def find():
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and open(f"/proc/{d}/cmdline", "rb").read() == want:
+                    return int(d)
+            except OSError:
+                continue
+    return wait_for(find, timeout=20, what=f"the escapee sleep {tok}")
+
+
+def test_an_env_i_setsid_escapee_is_the_entrys_and_a_verified_stop_ends_it(rcli, tb):
+    """A child that clears its environment and leaves the session carries nothing of the run;
+    orphaned, it comes to the entry's subreaper (core/rayreaper.py), not pid 1: the stop ends it."""
+    tok = "3600.%06d" % (os.getpid() % 1000000)
+    rc, doc = rcli.json("start", "e1", "--on", "ray://local", "--settle", "1", "--sh",
+                        f"env -i setsid sh -c '(sleep {tok} &)'; exec sleep 300")
+    assert rc == 0, doc
+    drv = doc["result"]["driver"]
+    child = _escapee(tok)
+    start = read_stat(child)[1]
+    assert child not in marked("e1.1"), "it carries no marker"
+    sid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[3])  # noqa: E731
+    assert sid(child) != sid(drv["pid"]), "it left the job's session"
+    entry = drv.get("session")
+    rc, doc = rcli.json("stop", "e1")
+    left = alive(child, start)
+    if left:  # nothing of runward's would end it
+        os.kill(child, 9)
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not left, "the env -i setsid escapee is ended"
+    assert any(p["pid"] == child and p["fate"].startswith("exited_after_SIG") for p in doc["result"]["processes"])
+    assert (doc["result"]["state"], doc["result"]["exit"]["stopped_by"]) == ("stopped", "runward"), doc["result"]
+    # the driver runward reported is the job itself (stacks, gpus and paused read it), under the entry,
+    # which leads the session Ray made
+    assert entry["pid"] != drv["pid"] and entry["start"] <= drv["start"], drv
+
+
+def test_an_env_i_setsid_escapee_outliving_the_driver_is_stray_and_stop_ends_it(rcli, tb):
+    """The shim's rule: what the subreaper adopted and nothing else finds keeps it alive past the
+    job's end, so status says stray and stop ends it; Ray records the job's own exit at once."""
+    tok = "3601.%06d" % (os.getpid() % 1000000)
+    rc, doc = rcli.json("start", "e2", "--on", "ray://local", "--settle", "1", "--sh",
+                        f"env -i setsid sh -c '(sleep {tok} &)'; exit 3")
+    child = _escapee(tok)
+    start = read_stat(child)[1]
+    assert rc == 5 and doc["result"]["state"] == "stray", doc
+    assert f"pid {child} sleep {tok}" in doc["error"]["message"], doc
+    assert ray_job(tb, doc["result"]["submission_id"])["driver_exit_code"] == 3
+    st = rcli.status("e2")
+    assert st["state"] == "stray" and child in st["stray_processes"], st
+    rc, doc = rcli.json("stop", "e2")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not alive(child, start) and marked("e2.1") == {}
+
+
+def test_rays_driver_exit_code_is_the_jobs_through_the_entry(rcli, tb, tmp_path):
+    """The entry exits as its job did: Ray's driver_exit_code for exits 0 and 1, a missing
+    program (127) and a death by a signal (-15) reads as it did with the command exec'd."""
+    cases = [("x0", ["--", "true"], 0), ("x1", ["--", "false"], 1),
+             ("x127", ["--sh", f"exec {tmp_path}/no-such-program"], 127), ("xsig", ["--sh", "kill -TERM $$"], -15)]
+    for name, cmd, code in cases:
+        rc, doc = rcli.json("start", name, "--on", "ray://local", "--settle", "1", *cmd)
+        assert rc == 1 and doc["error"]["type"] == "ExitedEarly", doc
+        info = ray_job(tb, doc["result"]["submission_id"])
+        assert info["driver_exit_code"] == code and doc["result"]["exit"]["exit_code"] == code, (name, info, doc)
 
 
 def test_processes_outliving_the_driver_are_stray_named_exit_5_as_on_every_target(rcli, tb):

@@ -399,8 +399,6 @@ class OracleRules(OracleBase):
     def _can_escape(self, m, kind):
         if m.state != "running" or not self.single(m) or m.paused or (m.supervised and not SUPERVISED_ESCAPEES):
             return False
-        if kind == "envi" and m.kind == "ray" and self.gated("ray-envi-escapee"):
-            return False
         return not (kind == "envi" and m.kind in NO_CGROUP_KINDS and self.gated("escapee-no-cgroup"))
 
     @precondition(lambda self: bool(self.runs))
@@ -410,7 +408,7 @@ class OracleRules(OracleBase):
         m = self.pick(i, lambda m: self._can_escape(m, kind))
         if m is None:
             return
-        self.acted("escape", m)
+        self.acted("escape %s" % kind, m)
         self.signal_job(m, "escape %s" % kind)
         m.escapees += 1
         t = self.target(m)

@@ -9,7 +9,8 @@ import this module on every call (launchers.py)."""
 import json
 import time
 
-from .procfs import HOME_MARKER, MARKER, protected, scan
+from . import rayreaper
+from .procfs import HOME_MARKER, MARKER, descendants, protected, scan
 from .wire import AgentFailure, bad_input
 
 API_TIMEOUT = 10.0
@@ -197,22 +198,28 @@ def processes(att, procs=None):
     """This host's live processes of the attempt, pids sorted: those carrying its marker (the
     driver and its descendants: the entrypoint exports it, Ray's own JobSupervisor worker and
     the watchdog it starts beside the driver do not carry it; setsid and double-fork escapees
-    too) and every process of the driver's session (session())."""
+    too), every process of the driver's session (session()), and every descendant of those:
+    the orphans the entry's subreaper adopted, env -i and setsid ones too (core/rayreaper.py)."""
     procs = procs if procs is not None else scan()
     prot = protected(procs)
-    return sorted(set(p.pid for p in procs.values() if not p.dead and p.pid not in prot
-                      and p.env(MARKER) == att.get("marker") and p.env(HOME_MARKER) in (None, att.get("home_id")))
-                  | set(session(att, procs, prot)))
+    found = set(p.pid for p in procs.values() if not p.dead and p.pid not in prot
+                and p.env(MARKER) == att.get("marker") and p.env(HOME_MARKER) in (None, att.get("home_id")))
+    found |= set(session(att, procs, prot))
+    found |= set(pid for pid in descendants(found, procs) if not procs[pid].dead and pid not in prot)
+    return sorted(found)
 
 
 def session(att, procs, prot=()):
-    """The processes of the driver's session: Ray starts the driver as a session leader, so a
-    child that cleared its environment but kept the session is still the job's. A pid in use
-    as a session id is not reused while the session lives; a leader alive with another start
-    time is another session (the driver's ended and its pid was reused), and a member started
-    before the driver is not the driver's."""
+    """The processes of the driver's session: Ray starts the entry as a session leader (the
+    entry's pid, `session`, for an attempt whose driver is the job under the entry's
+    subreaper; the driver's own for one whose entry exec'd the command), so a child that
+    cleared its environment but kept the session is still the job's. A pid in use as a
+    session id is not reused while the session lives; a leader alive with another start time
+    is another session (the entry ended and its pid was reused), and a member started before
+    the leader is not the job's."""
     drv = (att.get("ray") or {}).get("driver") or {}
-    sid, start = drv.get("pid"), drv.get("start")
+    lead = drv.get("session") or drv
+    sid, start = lead.get("pid"), lead.get("start")
     if not sid or start is None:
         return []
     leader = procs.get(sid)
@@ -221,14 +228,26 @@ def session(att, procs, prot=()):
     return [p.pid for p in procs.values() if p.sid == sid and not p.dead and p.start >= start and p.pid not in prot]
 
 
-def driver(att, procs):
-    """The job's driver here: the marked process whose parent is Ray's JobSupervisor worker
-    (the entrypoint's shell, which execs the command), or None."""
+def entry(att, procs):
+    """The job's entry here: the marked process whose parent is Ray's JobSupervisor worker
+    (the entrypoint's shell, exec'd into the entry), or None."""
     for pid in processes(att, procs):
         parent = procs.get(procs[pid].ppid)
         if parent is not None and parent.cmdline_raw().startswith(RAY_WORKER):
             return pid
     return None
+
+
+def driver(att, procs):
+    """The job's driver here (pid), or None: the job under the entry's subreaper
+    (rayreaper.job_of), or the entry itself where it exec'd the command (a Python without
+    ctypes, an attempt of an older runward)."""
+    e = entry(att, procs)
+    if e is None:
+        return None
+    if rayreaper.LOADER not in procs[e].cmdline()[:5]:
+        return e
+    return rayreaper.job_of(e, procs)
 
 
 def alive(att):

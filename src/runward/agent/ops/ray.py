@@ -11,7 +11,7 @@ import os
 import time
 
 from ..supervise import logfiles
-from ..core import ray
+from ..core import ray, rayreaper
 from ..core.runspec import GRACE_S, READY_TIMEOUT_S, STOP_SIGNAL
 from ..core.procfs import HOME_MARKER, MARKER, scan
 from ..proc.runs import log_info, paused
@@ -28,37 +28,26 @@ RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIM
 PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING (Ray 2.60)
 NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
 ESCAPED_GRACE_S = 2.0
-VERIFIED_BY = ("verified by the marker and the driver's session; a child that cleared its environment and left "
-               "the session is not seen")
+VERIFIED_BY = ("verified by the marker, the driver's session and the entry's subreaper (every orphan of the job's "
+               "tree, env -i and setsid ones too, is its child)")
 
 
 # --- start
 
 def entrypoint(plan, marker, home_id):
     """The job's entrypoint, a shell line Ray runs with /bin/sh -c: it enters the run's
-    directory, sets the marker and execs the command (so the driver is the command, and its
-    exit status Ray's driver_exit_code), appending its output to runward's log of the attempt.
+    directory, sets the marker and execs the entry (core/rayreaper.py: a subreaper whose job
+    is the command, and whose exit status, the job's, is Ray's driver_exit_code), appending
+    its output to runward's log of the attempt.
     The marker is set here, not in runtime_env's env_vars, which Ray also gives its own
     JobSupervisor worker: only the job's processes carry it."""
+    import json
     import shlex
     import sys
-    return "cd %s && %s=%s %s=%s exec %s -S -E -c %s %s >> %s 2>&1" % (
+    return "cd %s && %s=%s %s=%s %s=%s %s=%s exec %s -S -E -c %s >> %s 2>&1" % (
         shlex.quote(plan["cwd"]), MARKER, shlex.quote(marker), HOME_MARKER, shlex.quote(home_id),
-        shlex.quote(sys.executable), shlex.quote(UNBLOCK), " ".join(shlex.quote(a) for a in plan["argv"]),
-        shlex.quote(plan["log"]))
-
-
-# The exec wrapper between the entrypoint's shell and the command: Ray's worker blocks SIGINT
-# and its children inherit the mask through exec, so a job stopped with --stop-signal INT
-# (torchrun's orderly stop) would never see it. It clears the mask, gives back the SIGPIPE and
-# SIGXFSZ that Python ignores, and execs the command (the driver stays the command itself); a
-# program that cannot be run is the shell's 127 (126: not executable), with the shell's words.
-UNBLOCK = ("import os,signal,sys\n"
-           "for s in (signal.SIGPIPE, signal.SIGXFSZ): signal.signal(s, signal.SIG_DFL)\n"
-           "signal.pthread_sigmask(signal.SIG_SETMASK, ())\n"
-           "try: os.execvp(sys.argv[1], sys.argv[1:])\n"
-           "except OSError as e:\n"
-           " sys.stderr.write('%s: %s\\n' % (sys.argv[1], e.strerror)); os._exit(127 if e.errno == 2 else 126)\n")
+        rayreaper.CODE_VAR, shlex.quote(rayreaper.ENTRY), rayreaper.ARGV_VAR, shlex.quote(json.dumps(plan["argv"])),
+        shlex.quote(sys.executable), shlex.quote(rayreaper.LOADER), shlex.quote(plan["log"]))
 
 
 def job_body(req, plan, spec, sid, marker, home_id):
@@ -168,6 +157,9 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
             d = ray.driver(att, procs)
             if d is not None and (drv is None or drv["pid"] != d):
                 drv = {"pid": d, "start": procs[d].start, "node_id": info.get("driver_node_id")}
+                e = ray.entry(att, procs)
+                if e is not None and e != d:  # the session's leader: the entry above the job
+                    drv["session"] = procs[e].ident()
                 running_since = now
                 _record_driver(store, att, drv)
             elif d is None:  # gone while Ray still says RUNNING: not settled; Ray's word on its end follows
