@@ -40,7 +40,7 @@ LOG_WORDS = {"slurm": {"runward/agent/logmetrics/patterns.py": 1}}
 REACHES = {"ray": {"runward/agent/main.py": 2, "runward/operations/stop.py": 3}}
 # An engine's own files: its scheme, its launcher's queries and ops, its CLI-side operations,
 # its view.
-OWN = (r"runward/targets/{n}\.py", r"runward/agent/core/{n}\.py", r"runward/agent/ops/{n}\w*\.py",
+OWN = (r"runward/targets/{n}\.py", r"runward/agent/core/{n}\w*\.py", r"runward/agent/ops/{n}\w*\.py",
        r"runward/operations/{n}\w*\.py", r"runward/views/{n}view\.py")
 
 
