@@ -33,6 +33,12 @@ if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda signum, frame: None)
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
+# an xdist worker (scripts/test's parallel step) is given COLUMNS=80 and LINES=24 by its
+# gateway; every CLI a test starts would take them for its terminal's size (runward top in a
+# 200-column tmux pane drew 80 columns), where a suite run alone has neither
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 
 class CLI:
@@ -91,6 +97,13 @@ def home_ids(uid: int, homes) -> set[bytes]:
     return {hashlib.sha1(f"{uid}:{os.path.abspath(h)}".encode()).hexdigest()[:10].encode() for h in homes}
 
 
+# under xdist (scripts/test's parallel step) each worker runs a test at a time, and a local run's
+# processes carry the worker's PYTEST_XDIST_WORKER from the CLI's environment: one that carries
+# another worker's is another test's, whatever its run's name
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_OTHER_WORKER = re.compile(rb"\0PYTEST_XDIST_WORKER=(?!" + re.escape(_WORKER.encode()) + rb"\0)") if _WORKER else None
+
+
 def marked(*prefixes: str, homes=None) -> dict[int, int]:
     """Ground truth from /proc: pid -> start of every live process whose RUNWARD_RUN starts with
     one of the prefixes (one pass over /proc for all of them). homes: only those whose
@@ -109,6 +122,8 @@ def marked(*prefixes: str, homes=None) -> dict[int, int]:
         except OSError:
             continue
         if any(needle in env for needle in needles):
+            if _OTHER_WORKER and _OTHER_WORKER.search(env):
+                continue
             if homes is not None and not _of_homes(int(d), env, homes):
                 continue
             st = read_stat(int(d))
@@ -126,7 +141,8 @@ def _of_homes(pid: int, env: bytes, homes) -> bool:
         uid = os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return False
-    return value in home_ids(uid, homes)
+    # root in a container whose uids are mapped reads as another uid here
+    return value in home_ids(uid, homes) | home_ids(0, homes)
 
 
 def homes_of(cli: "CLI") -> list[str]:
