@@ -44,7 +44,12 @@ def test_every_file_on_the_ray_cluster_runs_under_its_lock():
 
 def test_the_serial_set_names_files_that_exist_each_with_its_reason():
     names = {p.name for p in TESTS.rglob("test_*.py")}
-    assert set(conftest.SERIAL) <= names, set(conftest.SERIAL) - names
+    for entry in conftest.SERIAL:
+        base, _, test = entry.partition("::")
+        assert base in names, entry
+        if test:
+            text = next(TESTS.rglob(base)).read_text()
+            assert re.search(rf"^def {re.escape(test)}\(", text, re.M), f"{entry}: no such test"
     assert all(reason.strip() for reason in conftest.SERIAL.values())
     for entry in conftest.RAY:
         assert entry.split("::")[0] in conftest.SERIAL, f"{entry}: a Ray test is serial too"
