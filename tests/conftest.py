@@ -308,7 +308,7 @@ SERIAL = {
     "test_multinode_partition.py": "iptables rules in rw2's network namespace (a partition)",
     "test_gatebarrier_stop.py": "iptables rules in rw2's network namespace (a node cut)",
     "test_restart_gate_barrier.py": "cuts a node (rw2's network namespace)",
-    "test_hop_diagnosis.py": "counts every `podman exec ... rwpod` on the machine",
+    "test_hop_diagnosis.py": "times hop bounds of 2 s; a probe's end is read as its call returns",
     "test_follow_leak.py": "counts every agent new in rwpod's pid namespace during a follow",
     "test_testbed.py": "times the slow hosts' added delay; walks rwlxc's pid namespace",
     "test_oracle.py": "its walks time wedged hops against a 1 s bound and read every process of a kind",
