@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,12 @@ if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda signum, frame: None)
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
+# an xdist worker (scripts/test's parallel step) is given COLUMNS=80 and LINES=24 by its
+# gateway; every CLI a test starts would take them for its terminal's size (runward top in a
+# 200-column tmux pane drew 80 columns), where a suite run alone has neither
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 
 class CLI:
@@ -85,9 +92,23 @@ def alive(pid: int, start: int | None = None) -> bool:
     return start is None or st[1] == start
 
 
-def marked(*prefixes: str) -> dict[int, int]:
+def home_ids(uid: int, homes) -> set[bytes]:
+    """The RUNWARD_HOME_ID a run of each of these homes carries when run as uid (store.Home.id)."""
+    return {hashlib.sha1(f"{uid}:{os.path.abspath(h)}".encode()).hexdigest()[:10].encode() for h in homes}
+
+
+# under xdist (scripts/test's parallel step) each worker runs a test at a time, and a local run's
+# processes carry the worker's PYTEST_XDIST_WORKER from the CLI's environment: one that carries
+# another worker's is another test's, whatever its run's name
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_OTHER_WORKER = re.compile(rb"\0PYTEST_XDIST_WORKER=(?!" + re.escape(_WORKER.encode()) + rb"\0)") if _WORKER else None
+
+
+def marked(*prefixes: str, homes=None) -> dict[int, int]:
     """Ground truth from /proc: pid -> start of every live process whose RUNWARD_RUN starts with
-    one of the prefixes (one pass over /proc for all of them)."""
+    one of the prefixes (one pass over /proc for all of them). homes: only those whose
+    RUNWARD_HOME_ID is one of these homes' (or that carry none): run names like "w" recur
+    across tests, and a suite run in parallel (docs/testing.md) has another test's "w" alive."""
     # one search in C per process, not a loop over its items: an ssh master's retitled
     # environ reads as thousands of empty items, and a suite keeps dozens of masters alive
     needles = [b"\0RUNWARD_RUN=" + prefix.encode() for prefix in prefixes]
@@ -101,10 +122,39 @@ def marked(*prefixes: str) -> dict[int, int]:
         except OSError:
             continue
         if any(needle in env for needle in needles):
+            if _OTHER_WORKER and _OTHER_WORKER.search(env):
+                continue
+            if homes is not None and not _of_homes(int(d), env, homes):
+                continue
             st = read_stat(int(d))
             if st and st[0] not in ("Z", "X"):
                 out[int(d)] = st[1]
     return out
+
+
+def _of_homes(pid: int, env: bytes, homes) -> bool:
+    at = env.find(b"\0RUNWARD_HOME_ID=")
+    if at < 0:
+        return True
+    value = env[at + len(b"\0RUNWARD_HOME_ID="):].split(b"\0", 1)[0]
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return False
+    # root in a container whose uids are mapped reads as another uid here
+    return value in home_ids(uid, homes) | home_ids(0, homes)
+
+
+def homes_of(cli: "CLI") -> list[str]:
+    """The homes a test's runs can have on this machine's filesystem: its own, and each
+    `home = "..."` of its runward.toml (the testbed's ssh hosts share this filesystem)."""
+    homes = [str(cli.home)]
+    toml = cli.cwd / "runward.toml"
+    try:
+        homes += re.findall(r'^\s*home\s*=\s*"([^"~$]+)"', toml.read_text(), re.M)
+    except OSError:
+        pass
+    return homes
 
 
 def gate(path: Path) -> str:
@@ -138,7 +188,7 @@ def cli(tmp_path):
     # cleanup: anything still marked by this home's runs is killed by pid+start (one pass over
     # /proc for them all: a test may leave hundreds of runs)
     names = [n + "." for n in os.listdir(home / "runs") if not n.startswith(".")] if (home / "runs").is_dir() else []
-    for pid, start in (marked(*names) if names else {}).items():
+    for pid, start in (marked(*names, homes=homes_of(c)) if names else {}).items():
         if alive(pid, start):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -234,3 +284,66 @@ def nothing_started(cli: CLI, name: str) -> None:
     """A refused start of NAME left no process with its marker and no attempt record."""
     assert not marked(name + "."), f"a refused start of {name} started something"
     assert not (cli.home / "runs" / name / "attempts" / "1.json").exists(), f"a refused start of {name} left a record"
+
+
+# --- parallel runs (docs/testing.md "Running the suite in parallel") -------------------------
+# scripts/test runs the suite in two phases: `-m "not serial"` over several xdist workers, then
+# `-m serial` alone, one test at a time. A file is here when one of its tests changes state that
+# other tests share (the testbed's hosts and links, the one Slurm, the one Ray cluster, a
+# user's processes), or when its verdict reads state that another running test changes (every
+# process of a kind, the next pids, the machine's load). The reason says which.
+SERIAL = {
+    # the one Ray cluster (scripts/ray-testbed): also `ray` below, run under the cluster's lock
+    "test_ray.py": "the one Ray cluster: restarts its head, kills its second node",
+    "test_ray_stop.py": "the one Ray cluster: its jobs, and every process of a driver's session",
+    "test_ray_workers.py": "the one Ray cluster: adds a node of its own to it",
+    "test_engine_log_rotation.py": "the one Ray cluster and the one Slurm",
+    # the one Slurm (scripts/slurm-testbed): its queue and its node's slots
+    "test_slurm.py": "the one Slurm: its queue, its node's slots",
+    "test_slurm_state_now.py": "the one Slurm: the state of its jobs now",
+    "test_history_slurm.py": "the one Slurm: its accounting",
+    "test_rm_prune.py": "the one Slurm: a job left in its queue",
+    "test_stop_checkpoint_nodes.py": "the one Slurm: its queue",
+    # the testbed's hosts, shared by every test that reaches them
+    "test_multinode_partition.py": "iptables rules in rw2's network namespace (a partition)",
+    "test_gatebarrier_stop.py": "iptables rules in rw2's network namespace (a node cut)",
+    "test_restart_gate_barrier.py": "cuts a node (rw2's network namespace)",
+    "test_hop_diagnosis.py": "times hop bounds of 2 s; a probe's end is read as its call returns",
+    "test_follow_leak.py": "counts every agent new in rwpod's pid namespace during a follow",
+    "test_testbed.py": "times the slow hosts' added delay; walks rwlxc's pid namespace",
+    "test_oracle.py": "its walks time wedged hops against a 1 s bound and read every process of a kind",
+    # a verdict that the machine's load or other tests' forks change
+    "test_link_loss.py": "times a silent link's notice (< 17.5 s of a 15 s alive timeout)",
+    "test_planted_links.py": "plants links under the next pids (/proc/loadavg): other tests' forks take them",
+    "test_fake_nvidia_smi.py": "times the stand-in's 1 s release delay from a process's death",
+    # single tests (FILE::TEST, every parametrization): each failed in the parallel step of a
+    # full run at load 9-10 and passed alone
+    "test_library_logs_watch.py::test_watch_of_nodes_says_health_on_stdout_and_an_alert_on_stderr":
+        "reads `healthy for 1s` of each node of a 1 s watch: load adds a second",
+    "test_restart_gate.py::test_a_stop_as_the_gpu_is_released_cancels_the_blocked_restart_at_once":
+        "a stop timed against the GPU's release delay",
+    "test_refusals_agree.py::test_a_run_whose_table_says_settle_minus_1_stops_alone_and_restart_refuses":
+        "takes the run's marked processes right after its start: under load more than the job's",
+    "test_restart_code.py::test_restart_compares_files_never_deployed_with_the_targets_copy":
+        "takes the run's marked processes right after its start: under load more than the job's",
+}
+# files and tests that touch the one Ray cluster: scripts/test runs them after the other serial
+# ones, under RUNWARD_RAY_LOCK where set (a cluster shared with more than this suite)
+RAY = {"test_ray.py", "test_ray_stop.py", "test_ray_workers.py", "test_engine_log_rotation.py",
+       "test_oracle.py::test_oracle_ci_profile[ray]"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: changes or reads state other tests share; scripts/test "
+                                       "runs it alone, after the parallel phase (tests/conftest.py SERIAL)")
+    config.addinivalue_line("markers", "ray: uses the one Ray cluster; scripts/test runs it last, under "
+                                       "RUNWARD_RAY_LOCK where set")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        base = item.path.name
+        if base in SERIAL or f"{base}::{item.originalname}" in SERIAL:
+            item.add_marker(pytest.mark.serial)
+        if base in RAY or f"{base}::{item.name}" in RAY:
+            item.add_marker(pytest.mark.ray)
