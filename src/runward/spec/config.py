@@ -335,7 +335,12 @@ def _check_target(p: str, name: str, t) -> None:
     if bad:
         raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}",
                        _nearest(bad, TARGET_KEYS) + f"keys: {', '.join(sorted(TARGET_KEYS))}")
-    parse_target(t["on"], label=name, engine_options=engine_options(t))  # validate now, name the section on error
+    try:  # validated now; an engine option's error names the file, as the table's own errors do
+        parse_target(t["on"], label=name, engine_options=engine_options(t))
+    except BadInput as e:
+        if not e.message.startswith(f"[targets.{name}]"):
+            raise
+        raise BadInput(f"{p}: {e.message}", e.hint) from None
 
 
 def _api_shapes(where: str, r: dict) -> dict:

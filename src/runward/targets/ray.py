@@ -22,7 +22,7 @@ NAME = "ray"          # the request's and the attempt record's key; the agent's 
 LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
-OPTION_KEYS = ("dashboard", "resources")  # runward.toml's [targets.X] keys (docs/ray.md)
+OPTION_KEYS = ("dashboard", "resources", "pending_timeout")  # runward.toml's [targets.X] keys (docs/ray.md)
 DASHBOARD = "http://127.0.0.1:8265"
 _URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"
 _RES_PAT = r"^[A-Za-z0-9_.:/-]{1,64}$"
@@ -41,12 +41,17 @@ def parse(text: str, *, label=None, home=None, python=None, options=None) -> Tar
 
 
 def check_options(opts: dict, where: str) -> dict:
-    """dashboard: an http(s) URL with no path; resources: a table of names to positive numbers."""
+    """dashboard: an http(s) URL with no path; resources: a table of names to positive numbers;
+    pending_timeout: seconds or a duration, how long after the settle a job Ray keeps PENDING is
+    waited for before it is given up (an autoscaler's nodes take minutes; absent: the agent's
+    default, ops/ray.py PENDING_S)."""
     out = {"dashboard": DASHBOARD, "resources": {}}
     for k, v in opts.items():
         if k not in OPTION_KEYS:
             raise BadInput(f"[targets.{where}] unknown Ray option {k!r}", f"options: {', '.join(OPTION_KEYS)}")
-        if k == "dashboard":
+        if k == "pending_timeout":
+            out[k] = _pending_timeout(v, where)
+        elif k == "dashboard":
             if not isinstance(v, str) or not re.match(_URL_PAT, v):
                 raise BadInput(f"[targets.{where}] invalid dashboard {v!r}",
                                'the Jobs API\'s address as seen from the head, e.g. dashboard = "http://127.0.0.1:8265"')
@@ -65,6 +70,16 @@ def check_options(opts: dict, where: str) -> dict:
                                "e.g. {fake_gpu = 1}, place the driver)")
             out[k] = dict(v)
     return out
+
+
+def _pending_timeout(v, where: str) -> float:
+    # imported here: the CLI's --help and status --json import budgets (tests/test_protocol.py)
+    from ..spec.options import MAX_SECONDS, duration
+    s = duration(v) if isinstance(v, str) else v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if s is None or not 0 <= s <= MAX_SECONDS:
+        raise BadInput(f"[targets.{where}] invalid pending_timeout {v!r}: not a number of seconds or a duration",
+                       'how long after the settle a job Ray keeps PENDING is waited for, e.g. pending_timeout = "5m"')
+    return float(s)
 
 
 def render(target: Target) -> str:

@@ -24,6 +24,7 @@ from .start import LOG_TAIL_LINES, describe_exit, plan_of
 
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
+#                       (the target's pending_timeout, where runward.toml gives one: an autoscaler's nodes take minutes)
 RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIME_S (3 s), then KILLs
 PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING (Ray 2.60)
 NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
@@ -143,16 +144,18 @@ def _submit(store, req, home, plan, spec, version):
 
     def send():
         ray.submit(spec["dashboard"], job_body(req, plan, spec, sid, marker, home.id))
-        return ({"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
-                 "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()},
-                {"submission_id": sid})
+        kept = {"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
+                "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()}
+        if spec.get("pending_timeout") is not None:
+            kept["pending_timeout"] = float(spec["pending_timeout"])
+        return kept, {"submission_id": sid}
     return engine.submit(store, req, home, plan, run, n, fresh, marker, "ray", send)
 
 
 def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
     """Started = Ray says RUNNING and the driver lives here (pid, start) through the settle
     (and until the ready line); an end during it is ExitedEarly with Ray's driver_exit_code;
-    a job Ray cannot place (PENDING past the settle and PENDING_S) is stopped and said."""
+    a job Ray cannot place (PENDING past the settle and the pending bound) is stopped and said."""
     att = store.attempt(n)
     sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
     res = {"name": store.name, "attempt": n, "submission_id": sid, "pid": None, "log": plan["log"],
@@ -178,7 +181,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
             break
         if running_since is not None and ready.re is not None and now - running_since >= ready_timeout:
             break
-        if running_since is None and now - t0 >= plan["settle"] + PENDING_S:
+        if running_since is None and now - t0 >= plan["settle"] + _pending_s(att):
             if info["status"] == "RUNNING":  # placed where this agent cannot see
                 return _elsewhere(store, att, info, res)
             return _unplaced(store, att, info, res)
@@ -265,10 +268,17 @@ def _unplaced(store, att, info, res):
     res.update({"state": "stopped" if left is None else "stop_not_verified", "ray_state": info["status"],
                 "stopped": stopped})
     raise bad_input("Ray could not place %s's job %s: still PENDING after %gs (%s); %s" % (
-        store.name, att["ray"]["submission_id"], att["settle"] + PENDING_S, info.get("message") or "no reason given",
-        "it was stopped (verified)" if left is None else "its stop is NOT verified: " + left),
+        store.name, att["ray"]["submission_id"], att["settle"] + _pending_s(att), info.get("message") or
+        "no reason given", "it was stopped (verified)" if left is None else "its stop is NOT verified: " + left),
         "ask for resources the cluster has (`ray status` on the head lists them): the target's resources "
-        "option, --gpus N", result=res)
+        "option, --gpus N; or wait longer for them (an autoscaler's new nodes): the target's pending_timeout",
+        result=res)
+
+
+def _pending_s(att):
+    """How long after the settle a job Ray keeps PENDING is waited for: the target's
+    pending_timeout, else PENDING_S."""
+    return float(att["ray"].get("pending_timeout", PENDING_S))
 
 
 def record_end(store, att, info):
