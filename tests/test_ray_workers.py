@@ -276,3 +276,31 @@ def test_a_process_an_actor_started_in_a_new_session_is_ended_by_the_jobs_ray_jo
     assert not alive(left, start), "the actor's child in its own session is ended"
     said = {p["pid"]: p for p in doc["result"]["job_id_processes"]}
     assert said[left]["ray_job_id"] == job_id and said[left]["fate"].startswith(("exited_after_SIG", "killed")), said
+
+
+def test_a_process_is_the_jobs_by_ray_job_id_only_within_its_bounds():
+    """No cluster: real processes carrying a RAY_JOB_ID, and the scope a stop builds
+    (ray.job_scope): the job's id, this node's raylets, the driver's start, the detached actors
+    spared. Each bound excludes a process on its own; one with a marker is never found by id."""
+    from runward.agent.core import ray
+    from runward.agent.core.procfs import scan
+    env = dict(os.environ, RAY_JOB_ID="0a000000", RAY_RAYLET_PID="4242")
+    plain = subprocess.Popen(["sleep", "60"], env=env)
+    other = subprocess.Popen(["sleep", "60"], env=dict(env, RUNWARD_RUN="other.1"))
+    try:
+        wait_for(lambda: all(read_stat(p.pid) for p in (plain, other)), what="the sleeps")
+        start = read_stat(plain.pid)[1]
+
+        def found(**change):
+            scope = dict({"job_id": "0a000000", "raylets": {"4242"}, "since": start, "spare": set(), "found": set()},
+                         **change)
+            return {plain.pid, other.pid} & set(ray.job_id_processes(scope, scan()))
+        assert found() == {plain.pid}, "by the job's id; never one with another run's marker"
+        assert found(job_id="0b000000") == set(), "another job's id"
+        assert found(raylets={"4243"}) == set(), "under a raylet not of this node (or since restarted)"
+        assert found(since=start + 1) == set(), "started before the job's driver: an older job's"
+        assert found(spare={plain.pid}) == set(), "a detached actor's (Ray keeps it by design)"
+    finally:
+        for p in (plain, other):
+            p.kill()
+            p.wait()
