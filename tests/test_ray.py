@@ -37,8 +37,14 @@ def test_the_ray_target_reads_its_head_and_options():
                             ("ray://h", {"pending_timeout": True}, "invalid pending_timeout")):
         with pytest.raises(BadInput, match=word):
             parse_target(bad, label="c", engine_options=opts)
-    for given, said in (("5m", 300.0), (90, 90.0), ("1h30m", 5400.0), (0.5, 0.5)):
-        assert parse_target("ray://h", engine_options={"pending_timeout": given}).engine_spec["pending_timeout"] == said
+    assert parse_target("ray://h", engine_options={"pending_timeout": 0.5}).engine_spec["pending_timeout"] == 0.5
+
+
+def test_pending_timeout_takes_a_duration_as_every_duration_key(tmp_path):
+    from runward.spec.config import load
+    for given, said in (('"5m"', 300.0), ("90", 90.0), ('"1h30m"', 5400.0), ("0.5", 0.5)):
+        (tmp_path / "runward.toml").write_text(f'[targets.c]\non = "ray://h"\npending_timeout = {given}\n')
+        assert load(tmp_path / "runward.toml").target("c").engine_spec["pending_timeout"] == said, given
 
 
 def test_a_bad_pending_timeout_in_runward_toml_names_the_file_the_table_and_the_key(cli):

@@ -292,7 +292,7 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
 
 
 def _job(d: dict) -> str | None:
-    """The id of an engine's job (a Ray submission, a Slurm job) an attempt is, if any."""
+    """The id of the engine's job an attempt is (a Ray submission id, a batch job's id), if any."""
     return d.get("submission_id") or (d.get("ray") or {}).get("submission_id") or d.get("job_id")
 
 

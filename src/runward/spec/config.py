@@ -30,8 +30,8 @@ from __future__ import annotations
 import os
 
 from ..errors import BadInput
-from .options import OPTS
-from ..targets import ENGINE_OPTION_KEYS, Target, engine_options, parse_target
+from .options import OPTS, seconds
+from ..targets import ENGINE_DURATION_KEYS, ENGINE_OPTION_KEYS, Target, engine_options, parse_target
 
 FILENAME = "runward.toml"
 # [runs.NAME]'s keys: each declared option that runward.toml takes (spec/options.py), and the keys no
@@ -284,6 +284,7 @@ def _validate(p: str, data: dict) -> Config:
                            'e.g. alive_timeout = 15 or "15s"')
         cfg.ssh_alive_timeout = float(v)
     for name, t in (data.get("targets") or {}).items():
+        t = _target_seconds(t)
         try:
             _check_target(p, name, t)
         except BadInput as e:  # kept, raised where the target is used (Config.bad_targets)
@@ -326,6 +327,14 @@ def _validate(p: str, data: dict) -> Config:
             cfg.runs.bad[name] = bad
         cfg.runs[name] = r
     return cfg
+
+
+def _target_seconds(t):
+    """An engine's duration keys ([targets.X] pending_timeout = "5m") as seconds, as a run's
+    are (_durations); a word that says none stays, for the engine's check to refuse, naming it."""
+    if not isinstance(t, dict):
+        return t
+    return {k: seconds(v) if k in ENGINE_DURATION_KEYS else v for k, v in t.items()}
 
 
 def _check_target(p: str, name: str, t) -> None:

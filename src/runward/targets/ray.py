@@ -12,6 +12,7 @@ docs/architecture.md, "a new engine"."""
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -23,6 +24,7 @@ LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
 OPTION_KEYS = ("dashboard", "resources", "pending_timeout")  # runward.toml's [targets.X] keys (docs/ray.md)
+DURATION_KEYS = ("pending_timeout",)  # seconds or a duration ("5m"), made seconds by spec/config.py
 DASHBOARD = "http://127.0.0.1:8265"
 _URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"
 _RES_PAT = r"^[A-Za-z0-9_.:/-]{1,64}$"
@@ -42,9 +44,9 @@ def parse(text: str, *, label=None, home=None, python=None, options=None) -> Tar
 
 def check_options(opts: dict, where: str) -> dict:
     """dashboard: an http(s) URL with no path; resources: a table of names to positive numbers;
-    pending_timeout: seconds or a duration, how long after the settle a job Ray keeps PENDING is
-    waited for before it is given up (an autoscaler's nodes take minutes; absent: the agent's
-    default, ops/ray.py PENDING_S)."""
+    pending_timeout: seconds, how long past the start's watch a job Ray keeps PENDING is waited
+    for before it is given up (an autoscaler's nodes take minutes; absent: the agent's default,
+    ops/ray.py PENDING_S)."""
     out = {"dashboard": DASHBOARD, "resources": {}}
     for k, v in opts.items():
         if k not in OPTION_KEYS:
@@ -73,13 +75,13 @@ def check_options(opts: dict, where: str) -> dict:
 
 
 def _pending_timeout(v, where: str) -> float:
-    # imported here: the CLI's --help and status --json import budgets (tests/test_protocol.py)
-    from ..spec.options import MAX_SECONDS, duration
-    s = duration(v) if isinstance(v, str) else v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    if s is None or not 0 <= s <= MAX_SECONDS:
+    """Seconds: runward.toml's duration ("5m") is made seconds where the file is read
+    (spec/config.py, DURATION_KEYS), as a run's are; what is left a word says none."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise BadInput(f"[targets.{where}] invalid pending_timeout {v!r}: not a number of seconds or a duration",
-                       'how long after the settle a job Ray keeps PENDING is waited for, e.g. pending_timeout = "5m"')
-    return float(s)
+                       'how long past the start\'s watch a job Ray keeps PENDING is waited for, e.g. '
+                       'pending_timeout = "5m"')
+    return float(v)
 
 
 def render(target: Target) -> str:
