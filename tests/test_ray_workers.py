@@ -300,6 +300,7 @@ def test_a_process_is_the_jobs_by_ray_job_id_only_within_its_bounds():
         assert found(raylets={"4243"}) == set(), "under a raylet not of this node (or since restarted)"
         assert found(since=start + 1) == set(), "started before the job's driver: an older job's"
         assert found(spare={plain.pid}) == set(), "a detached actor's (Ray keeps it by design)"
+        assert found(raylets={"4242", str(os.getpid())}) == set(), "a raylet's child: a Ray worker, by Ray's word only"
     finally:
         for p in (plain, other):
             p.kill()

@@ -268,12 +268,16 @@ def job_id_processes(scope, procs, prot=None):
     finds: what the job's Ray workers start, in any session (a worker is the raylet's child,
     not the driver's): started since the job's start, under one of this node's raylets,
     carrying no marker (one with the run's is processes()'s; another run's is that run's),
-    not protected, not a detached actor's. Each is remembered in SCOPE's "found"."""
+    not protected, not a detached actor's. Not a raylet's child: that is a Ray worker, ended by
+    Ray's word on it (workers()), never by the id alone: an idle worker Ray starts for the job
+    and loses mid-start holds the raylet's startup slots until its registration times out, and
+    the next job waits PENDING. Each is remembered in SCOPE's "found"."""
     prot = protected(procs) if prot is None else prot
     spare = set(scope["spare"]) | descendants(scope["spare"], procs)
     out = [p.pid for p in procs.values() if not p.dead and p.start >= scope["since"] and p.pid not in spare
            and p.pid not in prot and p.env(JOB_ID_VAR) == scope["job_id"]
-           and p.env(RAYLET_VAR) in scope["raylets"] and p.env(MARKER) is None]
+           and p.env(RAYLET_VAR) in scope["raylets"] and str(p.ppid) not in scope["raylets"]
+           and p.env(MARKER) is None]
     scope["found"].update(out)
     return sorted(out)
 
