@@ -60,7 +60,7 @@ def test_using_a_bad_target_gives_its_error_and_doctor_says_it(cli: CLI):
     (cli.cwd / "runward.toml").write_text(TOML)
     rc, doc = cli.json("start", "other")  # the run names the bad target
     assert rc == 2 and doc["error"]["type"] == "BadInput", doc
-    assert doc["error"]["message"].startswith("[targets.bad] resources names CPU"), doc
+    assert doc["error"]["message"].startswith(f"{cli.cwd / 'runward.toml'}: [targets.bad] resources names CPU"), doc
     assert not (cli.home / "runs" / "other").exists()
     rc, doc = cli.json("status", "--on", "bad3")
     assert rc == 2 and doc["error"]["message"] == f"{cli.cwd / 'runward.toml'}: [targets.bad3] unknown key(s) colour", doc

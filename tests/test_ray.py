@@ -31,9 +31,32 @@ def test_the_ray_target_reads_its_head_and_options():
                             ("ray://h", {"dashboard": "8265"}, "invalid dashboard"),
                             ("ray://h", {"resources": {"GPU": 0}}, "invalid resources"),
                             ("ray://h", {"resources": {"GPU": True}}, "invalid resources"),
-                            ("ray://h", {"resources": {"CPU": 1}}, "no CPU, GPU or memory")):
+                            ("ray://h", {"resources": {"CPU": 1}}, "no CPU, GPU or memory"),
+                            ("ray://h", {"pending_timeout": "5x"}, "invalid pending_timeout"),
+                            ("ray://h", {"pending_timeout": -1}, "invalid pending_timeout"),
+                            ("ray://h", {"pending_timeout": True}, "invalid pending_timeout")):
         with pytest.raises(BadInput, match=word):
             parse_target(bad, label="c", engine_options=opts)
+    assert parse_target("ray://h", engine_options={"pending_timeout": 0.5}).engine_spec["pending_timeout"] == 0.5
+
+
+def test_pending_timeout_takes_a_duration_as_every_duration_key(tmp_path):
+    from runward.spec.config import load
+    for given, said in (('"5m"', 300.0), ("90", 90.0), ('"1h30m"', 5400.0), ("0.5", 0.5)):
+        (tmp_path / "runward.toml").write_text(f'[targets.c]\non = "ray://h"\npending_timeout = {given}\n')
+        assert load(tmp_path / "runward.toml").target("c").engine_spec["pending_timeout"] == said, given
+
+
+def test_a_bad_pending_timeout_in_runward_toml_names_the_file_the_table_and_the_key(cli):
+    """As every duration key: exit 2 where the target is used, before anything is asked (no
+    dashboard answers here), naming the file, [targets.X] and pending_timeout."""
+    (cli.cwd / "runward.toml").write_text('[targets.c]\non = "ray://local"\npending_timeout = "soon"\n')
+    rc, doc = cli.json("start", "r20", "--on", "c", "--", "sleep", "30")
+    assert rc == 2 and doc["error"]["type"] == "BadInput", doc
+    msg = doc["error"]["message"]
+    assert msg.startswith(str(cli.cwd / "runward.toml") + ": [targets.c] invalid pending_timeout 'soon'"), msg
+    assert 'pending_timeout = "5m"' in doc["error"]["hint"], doc
+    assert not (cli.home / "runs" / "r20").exists()
 
 
 def test_start_is_verified_running_and_stop_leaves_no_process_where_rays_own_leaves_one(rcli, tb):
@@ -139,15 +162,18 @@ def test_a_job_no_node_can_ever_hold_is_refused_before_it_is_submitted(rcli, tb)
 
 
 def test_a_job_ray_keeps_pending_is_given_up_and_ended_for_good(rcli, tb):
-    """Resources a node has, held by another job: the start gives up after the settle (and
-    PENDING_S) and stops the job; Ray's stop leaves a job it has not placed PENDING, so the stop
-    kills its JobSupervisor actor: Ray's own record says it ended, and it never runs when the
-    resources free. Ground truth: Ray's API, /proc."""
-    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n')
+    """Resources a node has, held by another job: the start gives up after the settle and the
+    target's pending_timeout (2 s here) and stops the job; Ray's stop leaves a job it has not
+    placed PENDING, so the stop kills its JobSupervisor actor: Ray's own record says it ended,
+    and it never runs when the resources free. Ground truth: Ray's API, /proc."""
+    (rcli.cwd / "runward.toml").write_text('[targets.node2]\non = "ray://local"\nresources = {fake_gpu = 1}\n'
+                                           '[targets.node2soon]\non = "ray://local"\nresources = {fake_gpu = 1}\n'
+                                           'pending_timeout = "2s"\n')
     rc, doc = rcli.json("start", "r12", "--on", "node2", "--settle", "0.5", "--", "sleep", "1000")
     assert rc == 0, doc
-    rc, doc = rcli.json("start", "r13", "--on", "node2", "--settle", "0.5", "--", "sleep", "1000")
+    rc, doc = rcli.json("start", "r13", "--on", "node2soon", "--settle", "0.5", "--", "sleep", "1000")
     assert rc == 2 and "could not place" in doc["error"]["message"], doc
+    assert "still PENDING after 2.5s" in doc["error"]["message"], doc
     assert "it was stopped (verified)" in doc["error"]["message"], doc
     sid = doc["result"]["submission_id"]
     assert doc["result"]["stopped"]["pending_end"] == "its JobSupervisor actor killed", doc["result"]

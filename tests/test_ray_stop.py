@@ -6,7 +6,9 @@ ground truth from /proc, the log file and Ray's /api/jobs."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -111,8 +113,8 @@ def test_stop_ends_a_child_of_the_drivers_session_that_cleared_its_environment(r
     rc, doc = rcli.json("stop", "s4")
     assert rc == 0 and doc["result"]["verified_dead"], doc
     assert not alive(child, start), "the driver's session member is ended"
-    assert doc["result"]["verified_by"] == ("verified by the marker, the driver's session and the entry's subreaper "
-                                            "(every orphan of the job's tree, env -i and setsid ones too, is its child)")
+    from runward.agent.ops.ray import VERIFIED_BY
+    assert doc["result"]["verified_by"] == VERIFIED_BY and "subreaper" in VERIFIED_BY and "RAY_JOB_ID" in VERIFIED_BY
     assert any(p["pid"] == child and p["fate"].startswith("exited_after_SIG") for p in doc["result"]["processes"])
 
 
@@ -239,3 +241,62 @@ def test_a_paused_driver_is_said_paused_and_its_stop_resumes_it_so_its_handler_r
     assert not alive(drv["pid"], drv["start"])
     log = (rcli.home / "runs" / "p1" / "log").read_text()
     assert "got SIGTERM" in log and "saved" in log, log
+
+
+def _driver_seen(rcli, name: str):
+    """The driver's pid once the start has recorded it (and said so to the CLI)."""
+    def seen():
+        try:
+            att = json.loads((rcli.home / "runs" / name / "attempts" / "1.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return ((att.get("ray") or {}).get("driver") or {}).get("pid")
+    return wait_for(seen, timeout=60, what=f"{name}'s driver recorded")
+
+
+def test_a_stop_during_the_starts_settle_is_said_as_the_stops_as_on_local(rcli, tb):
+    """`runward stop` lands while the start watches its settle: the start says so in local's
+    words (exit 1, Cancelled), and status and history say stopped by runward, as they do of
+    the same stop after the settle. Ground truth: /proc, Ray's record."""
+    p = rcli.popen("start", "s7", "--on", "ray://local", "--settle", "60", "--json", "--", "sleep", "300")
+    try:
+        drv = _driver_seen(rcli, "s7")
+        rc, doc = rcli.json("stop", "s7")
+        assert rc == 0 and doc["result"]["verified_dead"] and not alive(drv), doc
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    start = json.loads(out)
+    assert (p.returncode, start["error"]["type"]) == (1, "Cancelled"), (out, err)
+    assert start["error"]["message"].startswith(
+        "start of s7 cancelled: stopped by `runward stop` during the settle period ("), start
+    assert ray_job(tb, start["result"]["submission_id"])["status"] not in ("PENDING", "RUNNING")
+    st = rcli.status("s7")
+    assert (st["state"], st["stopped_by"]) == ("stopped", "runward"), st
+    rc, doc = rcli.json("history", "s7")
+    row = doc["result"]["attempts"][0]
+    assert (row["state"], row["ray"]["stopped_by"]) == ("stopped", "runward"), row
+
+
+def test_ctrl_c_of_a_start_mid_settle_names_the_job_its_driver_and_how_to_stop_it(rcli, tb):
+    """A real SIGINT to the CLI's process group while the start watches the settle: the job
+    goes on (its agent has a session of its own), and the CLI says it was submitted, its
+    submission id, the driver's pid, and how to check and stop it (tests/test_start_interrupted.py)."""
+    p = rcli.popen("start", "s8", "--on", "ray://local", "--settle", "60", "--json", "--", "sleep", "300",
+                   start_new_session=True)
+    try:
+        drv = _driver_seen(rcli, "s8")
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+        out, err = p.communicate(timeout=60)
+        doc = json.loads(out)
+        assert (p.returncode, doc["error"]["type"]) == (130, "Interrupted"), (out, err)
+        msg, hint = doc["error"]["message"], doc["error"]["hint"]
+        sid = doc["result"]["submission_id"]
+        assert doc["result"]["pid"] == drv and f"pid {drv}" in msg and sid in msg, doc
+        assert "no process of it seen yet" not in msg and "running" in msg, doc
+        assert "runward status s8" in hint and "runward stop s8" in hint, doc
+        assert alive(drv) and ray_job(tb, sid)["status"] == "RUNNING", "the job goes on without the CLI"
+    finally:
+        p.kill()
+        rc, doc = rcli.json("stop", "s8")
+    assert rc == 0 and marked("s8.1") == {}, doc

@@ -39,6 +39,22 @@ time.sleep(900)
 """
 
 
+# an actor that starts a process in a new session and returns: the process lives on under
+# pid 1, without the marker (the actor's worker is the raylet's child, not the driver's)
+SPAWNER = """\
+import os, subprocess, sys, time, ray
+ray.init()
+@ray.remote
+class Spawner:
+    def spawn(self, n):
+        subprocess.Popen(["sh", "-c", "(sleep %s &)" % n], start_new_session=True).wait()
+        return os.getpid()
+s = Spawner.remote()
+print("spawned", ray.get(s.spawn.remote(sys.argv[1])), flush=True)
+time.sleep(900)
+"""
+
+
 def ray_state(tb: dict, kind: str, job_id: str | None = None) -> list:
     """Ray's state API (GET /api/v0/KIND, the job's rows), from inside the namespace."""
     url = tb["dashboard"] + f"/api/v0/{kind}?limit=10000&detail=1"
@@ -228,3 +244,67 @@ def test_mcp_and_the_library_dump_the_same_stacks_and_gpus_of_a_ray_job_as_the_c
     for doc in (docs["stacks"][1], lib["stacks"], cli["stacks"]):
         said = json.dumps(doc["result"])
         assert f'"pid": {task_pid},' in said and f'"pid": {res["driver"]["pid"]},' in said, said[:2000]
+
+
+def _environ(pid: int) -> dict:
+    return dict(e.split("=", 1) for e in open(f"/proc/{pid}/environ", "rb").read().decode().split("\0") if "=" in e)
+
+
+def test_a_process_an_actor_started_in_a_new_session_is_ended_by_the_jobs_ray_job_id(rcli, tb):
+    """The actor's child left the session and the tree, carries no marker, but carries the
+    job's RAY_JOB_ID: the stop ends it and says its fate. --env gives the job a runtime_env,
+    so Ray starts the job's workers for it (a worker Ray started before the job, leased to a
+    job without one, carries RAY_JOB_ID=ffffffff: docs/ray.md, not caught)."""
+    drv = rcli.cwd / "spawner.py"
+    drv.write_text(SPAWNER)
+    rc, doc = rcli.json("start", "w5", "--on", "ray://local", "--settle", "1", "--env", "W5=1", "--ready", "^spawned",
+                        "--ready-timeout", "120", "--", sys.executable, str(drv), "9337")
+    assert rc == 0, doc
+    res = doc["result"]
+    job_id = ray_job(tb, res["submission_id"])["job_id"]
+
+    def find():
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and open(f"/proc/{d}/cmdline", "rb").read() == b"sleep\x009337\x00":
+                    return int(d)
+            except OSError:
+                continue
+    left = wait_for(find, timeout=30, what="the actor's child")
+    start, env = read_stat(left)[1], _environ(left)
+    assert env.get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in env, env
+    assert left not in marked("w5.1") and os.getsid(left) not in (os.getsid(res["driver"]["pid"]), 0)
+    rc, doc = rcli.json("stop", "w5")
+    assert rc == 0 and doc["result"]["verified_dead"], doc
+    assert not alive(left, start), "the actor's child in its own session is ended"
+    said = {p["pid"]: p for p in doc["result"]["job_id_processes"]}
+    assert said[left]["ray_job_id"] == job_id and said[left]["fate"].startswith(("exited_after_SIG", "killed")), said
+
+
+def test_a_process_is_the_jobs_by_ray_job_id_only_within_its_bounds():
+    """No cluster: real processes carrying a RAY_JOB_ID, and the scope a stop builds
+    (ray.job_scope): the job's id, this node's raylets, the driver's start, the detached actors
+    spared. Each bound excludes a process on its own; one with a marker is never found by id."""
+    from runward.agent.core import ray
+    from runward.agent.core.procfs import scan
+    env = dict(os.environ, RAY_JOB_ID="0a000000", RAY_RAYLET_PID="4242")
+    plain = subprocess.Popen(["sleep", "60"], env=env)
+    other = subprocess.Popen(["sleep", "60"], env=dict(env, RUNWARD_RUN="other.1"))
+    try:
+        wait_for(lambda: all(read_stat(p.pid) for p in (plain, other)), what="the sleeps")
+        start = read_stat(plain.pid)[1]
+
+        def found(**change):
+            scope = dict({"job_id": "0a000000", "raylets": {"4242"}, "since": start, "spare": set(), "found": set()},
+                         **change)
+            return {plain.pid, other.pid} & set(ray.job_id_processes(scope, scan()))
+        assert found() == {plain.pid}, "by the job's id; never one with another run's marker"
+        assert found(job_id="0b000000") == set(), "another job's id"
+        assert found(raylets={"4243"}) == set(), "under a raylet not of this node (or since restarted)"
+        assert found(since=start + 1) == set(), "started before the job's driver: an older job's"
+        assert found(spare={plain.pid}) == set(), "a detached actor's (Ray keeps it by design)"
+        assert found(raylets={"4242", str(os.getpid())}) == set(), "a raylet's child: a Ray worker, by Ray's word only"
+    finally:
+        for p in (plain, other):
+            p.kill()
+            p.wait()

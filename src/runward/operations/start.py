@@ -251,7 +251,14 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
     # target shows now is its word (a launch already made), else unknown
     unsure = decision.get("waited") or decision.get("gave_up") or "lost" in decision
     now = _ask(target, name) if not started and not reply and unsure else {}
-    if started:
+    from ..views.render import engine_job
+    job = engine_job(started)  # an engine's job goes on without the CLI: how to end it is said too
+    if started and job:
+        hint += f"; `runward stop {name}" + (f" --on {on}`" if on else "`") + " ends it"
+    if started and started.get("pid") is None and job:  # submitted, no process of it seen yet
+        msg = (f"interrupted; {name} attempt {started.get('attempt')} was submitted as job {job}, no process of it "
+               f"seen yet (its settle period was not watched to the end)")
+    elif started:
         msg = (f"interrupted; {name} attempt {started.get('attempt')} is running, {_ident(started)} "
                f"(its settle period was not watched to the end)")
     elif reply and not reply.get("ok"):
@@ -286,12 +293,12 @@ def interrupted(cmd: str, target, name: str, started: dict, on: str | None, deci
 
 
 def _ident(d: dict) -> str:
-    """How a running attempt is named: its pid, or, where none is known yet (an engine's job
-    not placed), its job's id."""
+    """How a running attempt is named: its pid (and its engine's job), or, where none is known
+    yet (an engine's job not placed), its job's id."""
     from ..views.render import engine_job
-    if d.get("pid") is not None:
-        return f"pid {d['pid']}"
     job = engine_job(d)
+    if d.get("pid") is not None:
+        return f"pid {d['pid']}" + (f" (job {job})" if job else "")
     return f"job {job} (no process of it seen yet)" if job else "no process of it seen yet"
 
 

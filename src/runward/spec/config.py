@@ -30,8 +30,8 @@ from __future__ import annotations
 import os
 
 from ..errors import BadInput
-from .options import OPTS
-from ..targets import ENGINE_OPTION_KEYS, Target, engine_options, parse_target
+from .options import OPTS, seconds
+from ..targets import ENGINE_DURATION_KEYS, ENGINE_OPTION_KEYS, Target, engine_options, parse_target
 
 FILENAME = "runward.toml"
 # [runs.NAME]'s keys: each declared option that runward.toml takes (spec/options.py), and the keys no
@@ -284,6 +284,7 @@ def _validate(p: str, data: dict) -> Config:
                            'e.g. alive_timeout = 15 or "15s"')
         cfg.ssh_alive_timeout = float(v)
     for name, t in (data.get("targets") or {}).items():
+        t = _target_seconds(t)
         try:
             _check_target(p, name, t)
         except BadInput as e:  # kept, raised where the target is used (Config.bad_targets)
@@ -328,6 +329,14 @@ def _validate(p: str, data: dict) -> Config:
     return cfg
 
 
+def _target_seconds(t):
+    """An engine's duration keys ([targets.X] pending_timeout = "5m") as seconds, as a run's
+    are (_durations); a word that says none stays, for the engine's check to refuse, naming it."""
+    if not isinstance(t, dict):
+        return t
+    return {k: seconds(v) if k in ENGINE_DURATION_KEYS else v for k, v in t.items()}
+
+
 def _check_target(p: str, name: str, t) -> None:
     if not isinstance(t, dict) or "on" not in t:
         raise BadInput(f"{p}: [targets.{name}] needs on = \"ssh://...\"", "see `runward --help`")
@@ -335,7 +344,12 @@ def _check_target(p: str, name: str, t) -> None:
     if bad:
         raise BadInput(f"{p}: [targets.{name}] unknown key(s) {', '.join(sorted(bad))}",
                        _nearest(bad, TARGET_KEYS) + f"keys: {', '.join(sorted(TARGET_KEYS))}")
-    parse_target(t["on"], label=name, engine_options=engine_options(t))  # validate now, name the section on error
+    try:  # validated now; an engine option's error names the file, as the table's own errors do
+        parse_target(t["on"], label=name, engine_options=engine_options(t))
+    except BadInput as e:
+        if not e.message.startswith(f"[targets.{name}]"):
+            raise
+        raise BadInput(f"{p}: {e.message}", e.hint) from None
 
 
 def _api_shapes(where: str, r: dict) -> dict:

@@ -24,6 +24,8 @@ from .ssh import quote_argv  # re-exported: transport and the tests quote with i
 # module, which parses the scheme, renders it, and adds its entry to every request.
 ENGINES = {m.NAME: m for m in (slurm, ray)}
 ENGINE_OPTION_KEYS = tuple(k for m in ENGINES.values() for k in m.OPTION_KEYS)  # runward.toml [targets.X] keys
+# those of them that are seconds or a duration, as runward.toml writes them ("5m")
+ENGINE_DURATION_KEYS = tuple(k for m in ENGINES.values() for k in getattr(m, "DURATION_KEYS", ()))
 
 
 def engine_of(d: dict | None):

@@ -12,6 +12,7 @@ docs/architecture.md, "a new engine"."""
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -23,7 +24,8 @@ LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
 HERE = SCHEME + "local"  # this host as the target: `status NAME` asked here without --on says it, as the start did
-OPTION_KEYS = ("dashboard", "resources", "node_ssh")  # runward.toml's [targets.X] keys (docs/ray.md)
+OPTION_KEYS = ("dashboard", "resources", "node_ssh", "pending_timeout")  # runward.toml's [targets.X] keys (docs/ray.md)
+DURATION_KEYS = ("pending_timeout",)  # seconds or a duration ("5m"), made seconds by spec/config.py
 DASHBOARD = "http://127.0.0.1:8265"
 _URL_PAT = r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}(:[0-9]{1,5})?/?$"
 _RES_PAT = r"^[A-Za-z0-9_.:/-]{1,64}$"
@@ -42,13 +44,18 @@ def parse(text: str, *, label=None, home=None, python=None, options=None) -> Tar
 
 
 def check_options(opts: dict, where: str) -> dict:
-    """dashboard: an http(s) URL with no path; resources: a table of names to positive numbers."""
+    """dashboard: an http(s) URL with no path; resources: a table of names to positive numbers;
+    pending_timeout: seconds, how long past the start's watch a job Ray keeps PENDING is waited
+    for before it is given up (an autoscaler's nodes take minutes; absent: the agent's default,
+    ops/ray.py PENDING_S)."""
     out = {"dashboard": DASHBOARD, "resources": {}}
     for k, v in opts.items():
         if k not in OPTION_KEYS:
             raise BadInput(f"[targets.{where}] unknown Ray option {k!r}", f"options: {', '.join(OPTION_KEYS)}")
         if k == "node_ssh":
             out[k] = check_node_ssh(v, where)
+        elif k == "pending_timeout":
+            out[k] = _pending_timeout(v, where)
         elif k == "dashboard":
             if not isinstance(v, str) or not re.match(_URL_PAT, v):
                 raise BadInput(f"[targets.{where}] invalid dashboard {v!r}",
@@ -83,6 +90,16 @@ def check_node_ssh(v, where: str) -> dict:
         if hop is None or not 0 < (hop[2] or 22) < 65536:
             raise BadInput(f"[targets.{where}] node_ssh: {addr!r} = {on!r} is not an ssh target", fix)
     return dict(v)
+
+
+def _pending_timeout(v, where: str) -> float:
+    """Seconds: runward.toml's duration ("5m") is made seconds where the file is read
+    (spec/config.py, DURATION_KEYS), as a run's are; what is left a word says none."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise BadInput(f"[targets.{where}] invalid pending_timeout {v!r}: not a number of seconds or a duration",
+                       'how long past the start\'s watch a job Ray keeps PENDING is waited for, e.g. '
+                       'pending_timeout = "5m"')
+    return float(v)
 
 
 def render(target: Target) -> str:

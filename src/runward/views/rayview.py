@@ -65,6 +65,10 @@ def _workers(r: dict) -> list[str]:
     here = [w for w in r.get("workers") or [] if w.get("here")]
     lines = [f"  Ray workers of the job on this node: {len(here)}, "
              + ", ".join(f"pid {w['pid']} {w['fate']}" for w in here)] if here else []
+    by_id = r.get("job_id_processes") or []
+    if by_id:  # started by the job's Ray workers, out of the driver's tree: found by RAY_JOB_ID
+        lines.append(f"  by the job's RAY_JOB_ID {by_id[0]['ray_job_id']} (started by its Ray workers): "
+                     + ", ".join(f"pid {p['pid']} {p['fate']}" for p in by_id))
     for w in r.get("unchecked") or []:
         lines.append(f"  UNCHECKED: {w['kind']} pid {w.get('pid')} on {_node(w)}: not this node, its /proc is out of "
                      "sight" + (f"; Ray says {w['ray_says']}" if w.get("ray_says") else ""))

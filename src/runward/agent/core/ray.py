@@ -10,7 +10,7 @@ import json
 import time
 
 from . import rayreaper
-from .procfs import HOME_MARKER, MARKER, descendants, protected, scan
+from .procfs import CLK_TCK, HOME_MARKER, MARKER, boot_time, descendants, protected, scan
 from .wire import AgentFailure, bad_input
 
 API_TIMEOUT = 10.0
@@ -226,6 +226,67 @@ def session(att, procs, prot=()):
     if leader is not None and not leader.dead and leader.start != start:
         return []
     return [p.pid for p in procs.values() if p.sid == sid and not p.dead and p.start >= start and p.pid not in prot]
+
+
+# Ray's word on a worker's job, in its environment and its children's: a worker Ray starts
+# for the job carries the job's id (hex, as Ray's job record gives it); one Ray started
+# before the job and leased to it keeps ffffffff (measured, ray 2.60)
+JOB_ID_VAR = "RAY_JOB_ID"
+RAYLET_VAR = "RAY_RAYLET_PID"  # the raylet that started the worker: which node, which incarnation of it
+
+
+def job_scope(att, info, spare=()):
+    """What ties a process here to the attempt's Ray job without the marker (job_id_processes):
+    the job id of Ray's current record of the attempt's own submission, and the earliest start
+    a process of the job has (the driver's, else Ray's start_time less 1 s for btime's
+    rounding); None where Ray no longer knows the job. Ray's job ids restart with its head (the
+    counter lives in the GCS's memory: 02000000 again after a restart), so an id kept from
+    before could name a newer job's processes; one read now names this GCS's job, and a process
+    started before the driver is an older job's. Its workers' raylet is one of this node's, as
+    Ray lists them now (raylets_here): a process of a node at another address is out of this
+    agent's sight even where it shares this /proc (the test cluster's), and a raylet since
+    restarted is another GCS's. SPARE: the detached actors' pids here, which Ray keeps after
+    the job by design, they and their children spared."""
+    drv = (att.get("ray") or {}).get("driver") or {}
+    started = (info or {}).get("start_time")
+    if not (info or {}).get("job_id"):
+        return None
+    if drv.get("start") is not None:
+        since = drv["start"]
+    elif isinstance(started, (int, float)) and started:
+        since = int((started / 1000.0 - boot_time() - 1) * CLK_TCK)
+    else:
+        return None
+    return {"job_id": info["job_id"], "since": since, "spare": set(spare), "found": set(),
+            "raylets": raylets_here(att["ray"]["dashboard"], scan())}
+
+
+def raylets_here(dashboard, procs):
+    """The pids (as their workers' RAY_RAYLET_PID says them) of this node's live raylets: those
+    started with the --node_id of a node Ray lists ALIVE at the head's address."""
+    ns = nodes(dashboard)
+    head_ip = next((n["ip"] for n in ns.values() if n["head"]), None)
+    ids = {"--node_id=" + i for i, n in ns.items() if n["ip"] == head_ip and n["state"] == "ALIVE"}
+    return {str(p.pid) for p in procs.values() if p.comm == "raylet" and not p.dead and ids & set(p.cmdline())}
+
+
+def job_id_processes(scope, procs, prot=None):
+    """The live processes here with the job's RAY_JOB_ID (SCOPE: job_scope) that no marker
+    finds: what the job's Ray workers start, in any session (a worker is the raylet's child,
+    not the driver's): started since the job's start, under one of this node's raylets,
+    carrying no marker (one with the run's is processes()'s; another run's is that run's),
+    not protected, not a detached actor's. Not a raylet's child: that is a Ray worker, ended by
+    Ray's word on it (workers()), never by the id alone: an idle worker Ray starts for the job
+    and loses mid-start holds the raylet's startup slots until its registration times out, and
+    the next job waits PENDING. Each is remembered in SCOPE's "found"."""
+    prot = protected(procs) if prot is None else prot
+    spare = set(scope["spare"]) | descendants(scope["spare"], procs)
+    out = [p.pid for p in procs.values() if not p.dead and p.start >= scope["since"] and p.pid not in spare
+           and p.pid not in prot and p.env(JOB_ID_VAR) == scope["job_id"]
+           and p.env(RAYLET_VAR) in scope["raylets"] and str(p.ppid) not in scope["raylets"]
+           and p.env(MARKER) is None]
+    scope["found"].update(out)
+    return sorted(out)
 
 
 def entry(att, procs):

@@ -18,18 +18,20 @@ from ..proc.runs import log_info, paused
 from ..core.secrets import redact_env
 from ..core.store import RunStore
 from ..proc.terminate import parse_signal, signal_name, terminate
-from ..core.wire import AgentFailure, bad_input
+from ..core.wire import AgentFailure, bad_input, event
 from . import engine
-from .start import LOG_TAIL_LINES, plan_of
+from .start import LOG_TAIL_LINES, describe_exit, plan_of
 
 POLL_S = 0.1          # the Jobs API is polled: Ray has no event to wait on
 PENDING_S = 20.0      # a job still PENDING this long after the settle cannot be placed: given up, stopped
+#                       (the target's pending_timeout, where runward.toml gives one: an autoscaler's nodes take minutes)
 RAY_END_S = 15.0      # after a stop: Ray's own stop waits RAY_JOB_STOP_WAIT_TIME_S (3 s), then KILLs
 PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING (Ray 2.60)
 NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
 ESCAPED_GRACE_S = 2.0
-VERIFIED_BY = ("verified by the marker, the driver's session and the entry's subreaper (every orphan of the job's "
-               "tree, env -i and setsid ones too, is its child)")
+VERIFIED_BY = ("verified by the marker, the driver's session, the entry's subreaper (every orphan of the job's "
+               "tree, env -i and setsid ones too, is its child) and the job's RAY_JOB_ID; not seen: a process a "
+               "Ray worker started before the job (RAY_JOB_ID ffffffff) starts in a new session")
 
 
 # --- start
@@ -131,16 +133,18 @@ def _submit(store, req, home, plan, spec, version):
 
     def send():
         ray.submit(spec["dashboard"], job_body(req, plan, spec, sid, marker, home.id))
-        return ({"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
-                 "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()},
-                {"submission_id": sid})
+        kept = {"submission_id": sid, "dashboard": spec["dashboard"], "resources": spec.get("resources") or {},
+                "num_gpus": len(req.get("gpus") or ()), "ray_version": version, "submitted_at": time.time()}
+        if spec.get("pending_timeout") is not None:
+            kept["pending_timeout"] = float(spec["pending_timeout"])
+        return kept, {"submission_id": sid}
     return engine.submit(store, req, home, plan, run, n, fresh, marker, "ray", send)
 
 
 def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
     """Started = Ray says RUNNING and the driver lives here (pid, start) through the settle
     (and until the ready line); an end during it is ExitedEarly with Ray's driver_exit_code;
-    a job Ray cannot place (PENDING past the settle and PENDING_S) is stopped and said."""
+    a job Ray cannot place (PENDING past the settle and the pending bound) is stopped and said."""
     att = store.attempt(n)
     sid, dash = att["ray"]["submission_id"], att["ray"]["dashboard"]
     res = {"name": store.name, "attempt": n, "submission_id": sid, "pid": None, "log": plan["log"],
@@ -169,7 +173,7 @@ def _verify_start(store, n, plan, log_from, ready_timeout, replaced=None):
             break
         if running_since is not None and ready.re is not None and now - running_since >= ready_timeout:
             break
-        if running_since is None and now - t0 >= plan["settle"] + PENDING_S:
+        if running_since is None and now - t0 >= plan["settle"] + _pending_s(att):
             if info["status"] == "RUNNING":  # placed where this agent cannot see
                 return _elsewhere(store, att, info, res)
             return _unplaced(store, att, info, res)
@@ -190,13 +194,19 @@ def _record_driver(store, att, drv):
     def keep(now):
         now["ray"]["driver"], now["started_at"], now["pid"] = drv, att["started_at"], drv["pid"]
     store.update_attempt(att["attempt"], keep)
+    # an interrupted CLI says the driver's pid, not only the job's id (operations/start.py)
+    event({"started": {"attempt": att["attempt"], "pid": drv["pid"], "submission_id": att["ray"]["submission_id"]}})
 
 
 def _ended_early(store, att, info, res, until):
+    att = store.attempt(att["attempt"]) or att  # a stop marks the record before it signals
     record_end(store, att, info)
     ex = att.get("exit") or {}
     res.update({"alive_after_settle": False, "state": ray.STATES.get(info["status"], "lost"),
                 "ray_state": info["status"], "exit": ex, "last_lines": logfiles.tail(att["log"], LOG_TAIL_LINES)})
+    if att.get("stop_requested"):  # not an early exit: `runward stop` ended it, as on every target
+        raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle period "
+                           "(%s)" % (store.name, describe_exit(ex)), result=res)
     if info["status"] != "STOPPED":
         _strays(store, att, info, res, until)
     raise AgentFailure("ExitedEarly", "%s: Ray job %s ended during the settle period: %s, driver_exit_code %s" % (
@@ -250,10 +260,17 @@ def _unplaced(store, att, info, res):
     res.update({"state": "stopped" if left is None else "stop_not_verified", "ray_state": info["status"],
                 "stopped": stopped})
     raise bad_input("Ray could not place %s's job %s: still PENDING after %gs (%s); %s" % (
-        store.name, att["ray"]["submission_id"], att["settle"] + PENDING_S, info.get("message") or "no reason given",
-        "it was stopped (verified)" if left is None else "its stop is NOT verified: " + left),
+        store.name, att["ray"]["submission_id"], att["settle"] + _pending_s(att), info.get("message") or
+        "no reason given", "it was stopped (verified)" if left is None else "its stop is NOT verified: " + left),
         "ask for resources the cluster has (`ray status` on the head lists them): the target's resources "
-        "option, --gpus N", result=res)
+        "option, --gpus N; or wait longer for them (an autoscaler's new nodes): the target's pending_timeout",
+        result=res)
+
+
+def _pending_s(att):
+    """How long after the settle a job Ray keeps PENDING is waited for: the target's
+    pending_timeout, else PENDING_S."""
+    return float(att["ray"].get("pending_timeout", PENDING_S))
 
 
 def record_end(store, att, info):
@@ -285,9 +302,12 @@ def stop(req, home):
         store.unlock(fd)
 
 
-def _members(att):
+def _members(att, scope=None):
+    """The run's processes here: by the marker and the driver's session, and (SCOPE, from
+    ray.job_scope) by the job's RAY_JOB_ID."""
     procs = scan()
-    return {p: procs[p] for p in ray.processes(att, procs)}
+    pids = set(ray.processes(att, procs)) | set(ray.job_id_processes(scope, procs) if scope else ())
+    return {p: procs[p] for p in pids}
 
 
 def _stop_job(store, att, sig, grace):
@@ -304,22 +324,24 @@ def _stop_job(store, att, sig, grace):
     job_id = (info or {}).get("job_id")
     seen = ray.workers(dash, job_id) if job_id else []  # Ray's word on the job's workers, before its stop
     ours = [w for w in seen if w["kind"] != "detached actor"]
-    members = {**_members(att), **ray.local_workers(ours, scan())}
+    scope = ray.job_scope(att, info, [w["pid"] for w in seen if w["kind"] == "detached actor" and w["here"]])
+    members = {**_members(att, scope), **ray.local_workers(ours, scan())}
     active = info is not None and info["status"] in ray.ACTIVE
     res["already_stopped"] = not members and not active
     fates = []
     if not res["already_stopped"]:
         store.update_attempt(att["attempt"], lambda now: now.update(stop_requested=time.time()))
         att["stop_requested"] = time.time()
-        fates, info = _end_job(att, res, members, ours, sig, grace, info if active else None)
+        fates, info = _end_job(att, res, members, ours, sig, grace, info if active else None, scope)
     if info is None and not (att.get("exit") or {}).get("state"):
         info = {"status": "STOPPED" if not res["already_stopped"] else "UNKNOWN",
                 "message": "Ray no longer knows the job (its head restarted?)"}
     record_end(store, att, info)
-    res.update(_leave_check(att, sig))
+    res.update(_leave_check(att, sig, scope))
     res["verified_by"] = VERIFIED_BY
     res["processes"] = fates + res["processes"]
     _workers_check(res, att, job_id, seen, info, sig)
+    _job_id_said(res, scope)
     ex = att.get("exit") or {}
     res.update({"ray_state": (info or {}).get("status") or ex.get("state"), "exit": ex,
                 "state": ray.state_of(ex), "stop_s": round(time.monotonic() - t0, 3)})
@@ -345,7 +367,7 @@ def _stop_job(store, att, sig, grace):
     return res
 
 
-def _end_job(att, res, members, ours, sig, grace, info):
+def _end_job(att, res, members, ours, sig, grace, info, scope=None):
     """runward's own stop first, as on every target: its signal, its grace, then KILL, to the
     snapshot MEMBERS (each one's fate: runward sent every signal). Ray sees its driver end by
     itself (it polls it every 0.1 s) and records it; Ray's stop (its own SIGTERM, KILL 3 s
@@ -355,7 +377,7 @@ def _end_job(att, res, members, ours, sig, grace, info):
     fates = []
     if members:
         fates = terminate(members, scan(), parse_signal(sig), grace,
-                          find_more=lambda: {**_members(att), **ray.local_workers(ours, scan())})
+                          find_more=lambda: {**_members(att, scope), **ray.local_workers(ours, scan())})
     res["ray_stop_sent"] = False
     if info is None:
         return fates, info
@@ -380,10 +402,10 @@ def _await_end(dash, sid, wait_s):
         time.sleep(POLL_S)
 
 
-def _leave_check(att, sig):
+def _leave_check(att, sig, scope=None):
     """The last look: a process of the run forked during the stop, or one Ray's end left,
     is ended by runward (the stop signal, then KILL) and named."""
-    left = _members(att)
+    left = _members(att, scope)
     if not left:
         return {"verified_dead": True, "processes": [], "survivors": []}
     fates = terminate(left, scan(), parse_signal(sig), ESCAPED_GRACE_S)
@@ -425,6 +447,14 @@ def _workers_check(res, att, job_id, seen, info, sig):
     if res["unchecked"]:  # what the agent on each of those nodes looks for (operations/raynodes.py)
         res["node_check"] = {"marker": att.get("marker"), "home_id": att.get("home_id")}
     res["verified_dead"] = not res["survivors"]
+
+
+def _job_id_said(res, scope):
+    """Each process found by the job's RAY_JOB_ID alone (not one of Ray's listed workers) with
+    its fate, as the workers' are said: `job_id_processes`."""
+    workers = {w["pid"] for w in res["workers"] if w["here"]}
+    res["job_id_processes"] = [dict(f, ray_job_id=scope["job_id"]) for f in res["processes"]
+                               if scope and f["pid"] in scope["found"] - workers]
 
 
 def _driver_far(att, dash, info):
