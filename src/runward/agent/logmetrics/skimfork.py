@@ -125,21 +125,32 @@ def work(fd, q, chunks, runs, found):
         out[k] = search(fd, chunks[lo:hi], found, held)
 
 
-def _child(r, w, fd, q, chunks, runs, found):
-    """In a forked process: work the queue, write its marshalled answers to W, exit."""
-    code = 1
+def forked(fn):
+    """FN() run in a forked process, its answer marshalled back to this one: (pid, read
+    end) for answer(), or None where no process could be forked."""
+    r, w = os.pipe()
     try:
+        pid = os.fork()
+    except OSError:
         os.close(r)
-        view = memoryview(marshal.dumps(work(fd, q, chunks, runs, found)))
-        while view:
-            view = view[os.write(w, view):]
-        code = 0
-    finally:
-        os._exit(code)
+        os.close(w)
+        return None
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            view = memoryview(marshal.dumps(fn()))
+            while view:
+                view = view[os.write(w, view):]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    return pid, r
 
 
-def _collect(kid):
-    """A process's answers ({task: [found]}), or {} where it gave none whole (a truncated
+def answer(kid):
+    """What forked()'s process answered, or None where it gave none whole (a truncated
     marshal does not load; its exit status may be reaped by a SIGCHLD ignored)."""
     pid, r = kid
     with os.fdopen(r, "rb") as pipe:
@@ -149,9 +160,14 @@ def _collect(kid):
     except ChildProcessError:
         pass
     try:
-        got = marshal.loads(data)
+        return marshal.loads(data)
     except (EOFError, ValueError, TypeError):
-        return {}
+        return None
+
+
+def _collect(kid):
+    """A process's answers ({task: [found]}), or {} where it gave none whole."""
+    got = answer(kid)
     return got if isinstance(got, dict) else {}
 
 
@@ -178,17 +194,10 @@ def spread(fd, chunks, n, found):
     kids = []
     try:
         for _ in range(n - 1):
-            r, w = os.pipe()
-            try:
-                pid = os.fork()
-            except OSError:  # no process left: the others take its tasks
-                os.close(r)
-                os.close(w)
+            kid = forked(lambda: work(fd, q, chunks, runs, found))
+            if kid is None:  # no process left: the others take its tasks
                 break
-            if pid == 0:
-                _child(r, w, fd, q, chunks, runs, found)
-            os.close(w)
-            kids.append((pid, r))
+            kids.append(kid)
         done = work(fd, q, chunks, runs, found)
         while kids:
             done.update(_collect(kids.pop(0)))

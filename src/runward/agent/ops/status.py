@@ -1,7 +1,6 @@
 """status, logs, spec and ping: what a run is now on this target, read from its records
 against /proc (the read-only verbs, which the resident agent also serves)."""
 
-import marshal
 import os
 import sys
 import time
@@ -302,40 +301,13 @@ def _stall_beside(store, att):
         return None
     if not big or skimfork.threaded() or skim.cores() < 2:
         return None
-    r, w = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return None
-    if pid == 0:  # the forked process: its answer marshalled to W, then out
-        code = 1
-        try:
-            os.close(r)
-            view = memoryview(marshal.dumps(_judge_stall(store, att)))
-            while view:
-                view = view[os.write(w, view):]
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    return pid, r
+    return skimfork.forked(lambda: _judge_stall(store, att))
 
 
 def _stall_collect(kid):
     """The forked judgement's answer, or None where it gave none whole (judged here then)."""
-    pid, r = kid
-    with os.fdopen(r, "rb") as pipe:
-        data = pipe.read()
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
-    try:
-        got = marshal.loads(data)
-    except (EOFError, ValueError, TypeError):
-        return None
+    from ..logmetrics import skimfork
+    got = skimfork.answer(kid)
     return got if isinstance(got, tuple) and got and got[0] in ("ok", "locked", "error") else None
 
 
