@@ -157,17 +157,15 @@ def test_the_queue_hands_each_task_once_to_the_process_that_asks_first(tmp_path)
         runs = skimfork.tasks(chunks)
         q = skimfork.queue(len(runs))
         try:
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
+            def late_worker():  # stopped before it asks the queue for a task
                 os.kill(os.getpid(), signal.SIGSTOP)
-                skimfork._child(r, w, fd, q, chunks, runs, lm_skim.Skim.found)
-            os.close(w)
-            _, status = os.waitpid(pid, os.WUNTRACED)
+                return skimfork.work(fd, q, chunks, runs, lm_skim.Skim.found)
+            kid = skimfork.forked(late_worker)
+            _, status = os.waitpid(kid[0], os.WUNTRACED)
             assert os.WIFSTOPPED(status)
             done = skimfork.work(fd, q, chunks, runs, lm_skim.Skim.found)
-            os.kill(pid, signal.SIGCONT)
-            late = skimfork._collect((pid, r))
+            os.kill(kid[0], signal.SIGCONT)
+            late = skimfork._collect(kid)
         finally:
             os.close(q)
         assert sorted(done) == list(range(len(runs))) and late == {}
