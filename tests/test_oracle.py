@@ -36,8 +36,8 @@ def test_oracle_ci_profile(kinds, monkeypatch):
     machine.STATS.update(steps=0, checks=0, verbs=0)
     examples = EXAMPLES_OF.get(",".join(kinds), EXAMPLES)
     found = soak.run_once(kinds, SEED, examples, PER_EXAMPLE, holes=False, shrink=False)
-    assert found is None, found
-    print("oracle %s: %s" % (",".join(kinds), machine.STATS))
+    assert found is None or soak.harness_only(found), found   # a harness end fails nothing: said below
+    print("oracle %s: %s%s" % (",".join(kinds), machine.STATS, "; ended by hypothesis' data tree" if found else ""))
     assert machine.STATS["steps"] >= examples, machine.STATS   # the rules acted, not only no-ops
 
 
