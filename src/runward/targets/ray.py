@@ -22,6 +22,7 @@ NAME = "ray"          # the request's and the attempt record's key; the agent's 
 LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
+NODE_OP = "ray_node_check"  # the agent op that stops the job's processes on a node not the head (transport/nodeagents.py)
 HERE = SCHEME + "local"  # this host as the target: `status NAME` asked here without --on says it, as the start did
 OPTION_KEYS = ("dashboard", "resources", "node_ssh")  # runward.toml's [targets.X] keys (docs/ray.md)
 DASHBOARD = "http://127.0.0.1:8265"
@@ -72,7 +73,7 @@ def check_options(opts: dict, where: str) -> dict:
 
 def check_node_ssh(v, where: str) -> dict:
     """node_ssh: a table of a node's address (as Ray lists it) to the ssh target that reaches
-    the agent there (operations/raynodes.py; default ssh://USER@ADDRESS, USER the head's).
+    the agent there (transport/nodeagents.py; default ssh://USER@ADDRESS, USER the head's).
     Not `nodes`: another engine's option already has that name (a node count)."""
     from .ssh import parse as parse_ssh
     fix = 'a table of node addresses to ssh targets, e.g. node_ssh = {"10.0.0.7" = "ssh://gpu7"}'
@@ -88,6 +89,12 @@ def check_node_ssh(v, where: str) -> dict:
 def render(target: Target) -> str:
     """ray://HEAD, HEAD `local` when no ssh hop reaches the head."""
     return SCHEME + (str(target.hops[0])[len("ssh://"):] if target.hops else "local")
+
+
+def keeps_job(res: dict) -> bool:
+    """Whether Ray still keeps the job a stop's result is of (PENDING, RUNNING): the head's
+    verdict on it then stands, whatever the nodes' agents found."""
+    return res.get("ray_state") in ("PENDING", "RUNNING")
 
 
 def request(target, req: dict) -> dict:
