@@ -35,9 +35,9 @@ REGISTRIES = {
 LOG_WORDS = {"slurm": {"runward/agent/logmetrics/patterns.py": 1}}
 # Where one engine reaches past the three registries, each named with why: a Ray job's processes
 # on nodes other than the head (docs/ray.md, Nodes) are stopped by an agent op of Ray's own,
-# listed in the agent's op table (and its HOMELESS set), which operations/stop.py hands the
-# head's `unchecked` processes to (an import and two calls).
-REACHES = {"ray": {"runward/agent/main.py": 2, "runward/operations/stop.py": 3}}
+# listed in the agent's op table (and its HOMELESS set); the CLI side asks it by the scheme's
+# NODE_OP (transport/nodeagents.py, which names no engine).
+REACHES = {"ray": {"runward/agent/main.py": 2}}
 # An engine's own files: its scheme, its launcher's queries and ops, its CLI-side operations,
 # its view.
 OWN = (r"runward/targets/{n}\.py", r"runward/agent/core/{n}\w*\.py", r"runward/agent/ops/{n}\w*\.py",

@@ -140,11 +140,11 @@ def test_a_node_whose_agent_cannot_be_reached_is_exit_3_naming_the_hop_and_stays
 NODE_CHECK = """
 import json, sys
 from runward.errors import NotVerified
-from runward.operations import raynodes
+from runward.transport import nodeagents
 from runward.targets import parse_target
 t = parse_target(sys.argv[1], home=sys.argv[2])
 try:
-    print(json.dumps({"code": 0, "res": raynodes.stop(t, "nc", NotVerified("unchecked", result=json.loads(sys.argv[3])))}))
+    print(json.dumps({"code": 0, "res": nodeagents.stop(t, "nc", NotVerified("unchecked", result=json.loads(sys.argv[3])))}))
 except Exception as e:
     print(json.dumps({"code": e.exit_code, "res": e.result, "message": e.message}))
 """

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .transport import agentcall as transport
+from .transport import agentcall as transport, nodeagents
 from .agent.core.runspec import DEFAULTS
 from .errors import BadInput, NotVerified, RunwardError
 from .spec.options import OPTS, START_REQUEST, refuse
@@ -85,12 +85,32 @@ def start(target: Target, name: str, *, argv: list[str] | None = None, sh: str |
         req["reply_hashes"] = True
     try:
         return transport.call(target, req, on_event=on_event, late=late)
+    except NotVerified as e:
+        if not (req["replace"] and nodeagents.unchecked(target, e.result)):
+            raise
+        replaced = _replaced_on_nodes(target, name, e)
     except RunwardError as e:
         res = e.result or {}
         if e.kind == "GpusBusy" and res.get("gpus") and not res.get("pids_are_local", True):
             if name_holders(target, res["gpus"], res.get("pidns"), res.get("home_id")):
                 res["gpus_held"] = [held_line(g, "holds") for g in res["gpus"] if not g.get("free")]
                 e.message = f"GPUs not free after {res.get('timeout_s', 0):g}s: " + "; ".join(res["gpus_held"])
+        raise
+    res = transport.call(target, req, on_event=on_event, late=late)  # the old attempt is dead on every node now
+    res["replaced"] = replaced
+    return res
+
+
+def _replaced_on_nodes(target: Target, name: str, e: NotVerified) -> dict:
+    """start --replace of an engine's job with processes on other nodes: the target's agent
+    stopped the old attempt where it sees, named the rest unchecked and submitted nothing; the
+    agents on those nodes finish that stop (nodeagents.stop), and only a stop verified there
+    lets the start be asked again. Not verified: the start is refused, naming what is left."""
+    try:
+        return nodeagents.stop(target, name, e)
+    except RunwardError as err:
+        err.message = f"start --replace stopped at the old attempt's stop: {err.message} (nothing was started)"
+        err.details["failed_step"] = "stop"
         raise
 
 
@@ -129,6 +149,10 @@ def stop(target: Target, name: str, *, grace: float | None = None, signal: str |
         req["checkpoint"] = checkpoint
     try:
         res = transport.call(target, req, on_event=on_event)
+    except NotVerified as e:
+        if not nodeagents.unchecked(target, e.result):
+            raise
+        res = nodeagents.stop(target, name, e)  # an engine job's processes on other nodes: their agents
     except RunwardError as e:
         if begun and e.exit_code == 3 and _agent_itself_killed(target, e):
             # the agent was the stop: it is gone, with its KILL after the grace and its record

@@ -27,7 +27,7 @@ def stop(opts: StopOptions) -> Outcome:
     if not opts.name:
         raise BadInput("no run named", "runward stop NAME, or --all for every run in runward.toml")
     from ..multinode import nodes as multinode
-    from . import nodes as on_nodes, raynodes
+    from . import nodes as on_nodes
     nodes = on_nodes.nodes_of(opts, cfg, opts.name)
     if nodes is None:
         target = target_of(opts, cfg, opts.name)
@@ -37,9 +37,6 @@ def stop(opts: StopOptions) -> Outcome:
         except KeyboardInterrupt:
             return interrupted(target, opts.name, bool(began), opts.on)
         except RunwardError as e:
-            if raynodes.unchecked(target, e.result):  # a Ray job's processes on other nodes: their agents
-                res = raynodes.stop(target, opts.name, e)
-                return single("stop", target, res, lambda: render_stop(res))
             # that node's stop not verified (its blocked shim not seen to end): the other nodes
             # are stopped all the same, and its row says what it said (exit 5 the worst)
             nodes = multinode.nodes_from_record(e.result) if isinstance(e.result, dict) else None

@@ -23,6 +23,7 @@ NAME = "ray"          # the request's and the attempt record's key; the agent's 
 LABEL = "Ray"
 SCHEME = "ray://"
 FORM = "ray://HEAD"
+NODE_OP = "ray_node_check"  # the agent op that stops the job's processes on a node not the head (transport/nodeagents.py)
 HERE = SCHEME + "local"  # this host as the target: `status NAME` asked here without --on says it, as the start did
 OPTION_KEYS = ("dashboard", "resources", "node_ssh", "pending_timeout")  # runward.toml's [targets.X] keys (docs/ray.md)
 DURATION_KEYS = ("pending_timeout",)  # seconds or a duration ("5m"), made seconds by spec/config.py
@@ -79,7 +80,7 @@ def check_options(opts: dict, where: str) -> dict:
 
 def check_node_ssh(v, where: str) -> dict:
     """node_ssh: a table of a node's address (as Ray lists it) to the ssh target that reaches
-    the agent there (operations/raynodes.py; default ssh://USER@ADDRESS, USER the head's).
+    the agent there (transport/nodeagents.py; default ssh://USER@ADDRESS, USER the head's).
     Not `nodes`: another engine's option already has that name (a node count)."""
     from .ssh import parse as parse_ssh
     fix = 'a table of node addresses to ssh targets, e.g. node_ssh = {"10.0.0.7" = "ssh://gpu7"}'
@@ -105,6 +106,12 @@ def _pending_timeout(v, where: str) -> float:
 def render(target: Target) -> str:
     """ray://HEAD, HEAD `local` when no ssh hop reaches the head."""
     return SCHEME + (str(target.hops[0])[len("ssh://"):] if target.hops else "local")
+
+
+def keeps_job(res: dict) -> bool:
+    """Whether Ray still keeps the job a stop's result is of (PENDING, RUNNING): the head's
+    verdict on it then stands, whatever the nodes' agents found."""
+    return res.get("ray_state") in ("PENDING", "RUNNING")
 
 
 def request(target, req: dict) -> dict:

@@ -48,7 +48,7 @@ def stop(r: dict) -> str:
     for p in r.get("processes") or []:
         where = f" (node {p['node_ip']})" if p.get("node_ip") else ""
         lines.append(f"  pid {p['pid']:>7}  {p['fate']:<20} {p.get('cmd', '')[:60]}{where}")
-    for n in r.get("nodes") or []:  # the agents on the other nodes the job touched (operations/raynodes.py)
+    for n in r.get("nodes") or []:  # the agents on the other nodes the job touched (transport/nodeagents.py)
         lines.append(f"  node {n['node_ip']} via {n['via']}: " + (
             f"{n['processes']} process(es) of the job stopped by the agent there, {n['survivors']} survived"
             if n.get("checked") else f"NOT REACHED ({n.get('error')}): its processes unchecked"))

@@ -444,7 +444,7 @@ def _workers_check(res, att, job_id, seen, info, sig):
     far = _driver_far(att, dash, info)
     if far:
         res["unchecked"].insert(0, far)
-    if res["unchecked"]:  # what the agent on each of those nodes looks for (operations/raynodes.py)
+    if res["unchecked"]:  # what the agent on each of those nodes looks for (transport/nodeagents.py)
         res["node_check"] = {"marker": att.get("marker"), "home_id": att.get("home_id")}
     res["verified_dead"] = not res["survivors"]
 

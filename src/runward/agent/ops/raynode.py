@@ -1,5 +1,5 @@
 """ray_node_check: the stop of a Ray job's processes on one node that is not the head, asked
-by the CLI of this node's agent over its own ssh hop (operations/raynodes.py) after the head's
+by the CLI of this node's agent over its own ssh hop (transport/nodeagents.py) after the head's
 agent named them `unchecked` (docs/ray.md, Nodes).
 
 On this node: the run's marked processes (its driver's tree and escapees, when Ray placed the

@@ -1,25 +1,36 @@
-"""A Ray job's stop on the nodes that are not the head (docs/ray.md, Nodes): the head's agent
-names the job's processes out of its sight `unchecked` (pid, Ray's node id, the node's
-address); here they are grouped by address, and the agent on each of those nodes, reached by
-its own ssh hop (`ssh://USER@ADDRESS`, USER the head's; or the Ray target's runward.toml map
-`node_ssh = {ADDRESS = "ssh://..."}`), stops them (agent/ops/raynode.py: the stop signal, the
-grace, KILL, each one's fate) -- all nodes at once, one agent call each. A node whose agent
-cannot be reached leaves its processes `unchecked`, never dead: exit 3 naming the hop.
-Survivors on any node: exit 5 naming node and pid."""
+"""An engine job's stop finished by the agents on its other nodes (the engine's docs, Nodes): the
+target's agent (on the engine's head) names the job's processes out of its sight `unchecked`
+(pid, the engine's node id, the node's address) with what an agent there looks for
+(`node_check`); here they are grouped by address, and the agent on each of those nodes,
+reached by its own ssh hop (`ssh://USER@ADDRESS`, USER the head's; or the target's runward.toml
+map `node_ssh = {ADDRESS = "ssh://..."}`), stops them with the engine's node op (its scheme's
+NODE_OP: the stop signal, the grace, KILL, each one's fate) -- all nodes at once, one agent
+call each. A node whose agent cannot be reached leaves its processes `unchecked`, never dead:
+exit 3 naming the hop. Survivors on any node: exit 5 naming node and pid.
+
+api.stop calls it, and api.start for the attempt --replace stops: so every verb that stops
+(stop, stop --all, restart, start --replace, the library's and MCP's) reaches the nodes."""
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import HopFailed, NotVerified, RunwardError
 
 
+def engine(target, result):
+    """The scheme module of the engine whose stop RESULT is (its record's key, else the
+    target's), when that engine has a node op."""
+    from ..targets import engine_of
+    scheme = engine_of(result) or getattr(target, "engine", None)
+    return scheme if getattr(scheme, "NODE_OP", None) else None
+
+
 def unchecked(target, result) -> list:
-    """The processes a Ray job's stop left to other nodes' agents: its head's agent says what
-    they look for (`node_check`), whether the target was written ray:// or the run's record
-    named the launcher (a stop without --on)."""
-    if not isinstance(result, dict) or not isinstance(result.get("node_check"), dict):
+    """The processes a stop left to other nodes' agents: the head's agent says what they look
+    for (`node_check`), whether the target was written with the engine's scheme or the run's
+    record named the launcher (a stop without --on)."""
+    if not isinstance(result, dict) or not isinstance(result.get("node_check"), dict) or engine(target, result) is None:
         return []
     return [u for u in result.get("unchecked") or [] if isinstance(u, dict)]
 
@@ -41,14 +52,15 @@ def node_target(target, address: str | None):
 def stop(target, name: str, error: RunwardError) -> dict:
     """The head's stop (ERROR: its NotVerified, naming processes unchecked) completed on each
     node: the result, verified, or the error that says what is not."""
-    from ..transport import agentcall as transport
+    from concurrent.futures import ThreadPoolExecutor  # here: api imports this module, a status needs none of it
+    from . import agentcall as transport
     t0 = time.monotonic()
     res = error.result
     groups: dict = {}
     for u in unchecked(target, res):
         groups.setdefault(u.get("node_ip"), []).append(u)
     ask = res.get("node_check") or {}
-    req = {"op": "ray_node_check", "marker": ask.get("marker"), "home_id": ask.get("home_id"),
+    req = {"op": engine(target, res).NODE_OP, "marker": ask.get("marker"), "home_id": ask.get("home_id"),
            "signal": res.get("signal"), "grace": res.get("grace_s")}
 
     def one(address):
@@ -69,7 +81,7 @@ def stop(target, name: str, error: RunwardError) -> dict:
     res["unchecked"] = [u for u in res["unchecked"] if u.get("fate") == "unchecked"]
     res["verified_dead"] = not res.get("survivors")
     res["nodes_s"] = round(time.monotonic() - t0, 3)  # the nodes' agents, all at once: one ssh round trip each
-    return _verdict(name, res, error, failed)
+    return _verdict(target, name, res, error, failed)
 
 
 def _merge(res, address, t, out, group, failed):
@@ -89,17 +101,18 @@ def _merge(res, address, t, out, group, failed):
         row.update(checked=True, processes=len(procs), survivors=sum(p.get("fate") == "survived" for p in procs))
     else:
         why = out.message if isinstance(out, RunwardError) else (
-            f"no way in to node {address!r}: Ray gave no address" if address is None else "")
+            f"no way in to node {address!r}: the engine gave no address" if address is None else "")
         row.update(checked=False, error=why)
         failed.append((address, t, out))
     res["nodes"].append(row)
 
 
-def _verdict(name, res, error, failed):
-    sid = res.get("submission_id")
+def _verdict(target, name, res, error, failed):
+    scheme = engine(target, res)
+    job = f"{scheme.LABEL} job {res.get('submission_id')}"
     if res.get("survivors"):
         said = ", ".join(f"pid {s['pid']} on node {s.get('node_ip') or 'the head'}" for s in res["survivors"])
-        raise NotVerified(f"{name}: {len(res['survivors'])} process(es) of Ray job {sid} survived the stop: {said}",
+        raise NotVerified(f"{name}: {len(res['survivors'])} process(es) of {job} survived the stop: {said}",
                           "see each one's state on its node (D: stuck in the kernel); `runward ps --on NODE`",
                           result=res)
     if failed:
@@ -107,12 +120,12 @@ def _verdict(name, res, error, failed):
         left = ", ".join(f"pid {u.get('pid')} on node {u.get('node_ip')}" for u in res["unchecked"])
         why = out.message if isinstance(out, RunwardError) else "no address to reach it by"
         raise HopFailed(f"{name}: the agent on node {address} ({t or 'no ssh target'}) was not reached: {why}; "
-                      f"its process(es) of Ray job {sid} are unchecked, not known dead: {left}",
-                      "reach the node by ssh, or map its address to an ssh target in runward.toml's Ray target: "
-                      f'node_ssh = {{"{address}" = "ssh://USER@HOST"}}; then `runward stop {name}` again',
-                      hop=str(t) if t is not None else None, result=res)
-    if res.get("ray_state") in ("PENDING", "RUNNING"):
-        raise error  # Ray keeps the job: the head's own verdict stands
+                        f"its process(es) of {job} are unchecked, not known dead: {left}",
+                        f"reach the node by ssh, or map its address to an ssh target in runward.toml's {scheme.LABEL} "
+                        f'target: node_ssh = {{"{address}" = "ssh://USER@HOST"}}; then `runward stop {name}` again',
+                        hop=str(t) if t is not None else None, result=res)
+    if scheme.keeps_job(res):
+        raise error  # the engine keeps the job: the head's own verdict stands
     if "no_process_of_run_alive" not in res.get("verified", []):
         res["verified"] = list(res.get("verified") or []) + ["no_process_of_run_alive"]
     return res
