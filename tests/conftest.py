@@ -298,6 +298,7 @@ SERIAL = {
     "test_ray_stop.py": "the one Ray cluster: its jobs, and every process of a driver's session",
     "test_ray_workers.py": "the one Ray cluster: adds a node of its own to it",
     "test_ray_ssh.py": "the one Ray cluster, through the sshd in its namespace; adds a node of its own to it",
+    "test_ray_nodes.py": "the one Ray cluster: adds a node of its own to it, stops through its sshd",
     "test_engine_log_rotation.py": "the one Ray cluster and the one Slurm",
     # the one Slurm (scripts/slurm-testbed): its queue and its node's slots
     "test_slurm.py": "the one Slurm: its queue, its node's slots",
@@ -330,7 +331,8 @@ SERIAL = {
 }
 # files and tests that touch the one Ray cluster: scripts/test runs them after the other serial
 # ones, under RUNWARD_RAY_LOCK where set (a cluster shared with more than this suite)
-RAY = {"test_ray.py", "test_ray_stop.py", "test_ray_workers.py", "test_ray_ssh.py", "test_engine_log_rotation.py",
+RAY = {"test_ray.py", "test_ray_stop.py", "test_ray_workers.py", "test_ray_ssh.py", "test_ray_nodes.py",
+       "test_engine_log_rotation.py",
        "test_oracle.py::test_oracle_ci_profile[ray]"}
 
 
