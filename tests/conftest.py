@@ -328,8 +328,6 @@ SERIAL = {
         "takes the run's marked processes right after its start: under load more than the job's",
     "test_restart_code.py::test_restart_compares_files_never_deployed_with_the_targets_copy":
         "takes the run's marked processes right after its start: under load more than the job's",
-    "test_bad_values.py::test_restart_with_huge_settle_refused_before_the_stop_the_old_attempt_lives":
-        "takes the run's marked processes right after its start: under load more than the job's",
 }
 # files and tests that touch the one Ray cluster: scripts/test runs them after the other serial
 # ones, under RUNWARD_RAY_LOCK where set (a cluster shared with more than this suite)

@@ -14,12 +14,15 @@ Each case here got through before the fix, every one of them in at least one doo
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
 from conftest import fresh_name, marked, nothing_started
 
-SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
+# the interpreter itself, not `python3` on PATH: a pyenv shim there runs bash helpers before its
+# exec, which a look at the run's processes right after its start would take for the job's
+SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 BAD_START = [
