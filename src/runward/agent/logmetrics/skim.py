@@ -239,10 +239,10 @@ class Skim(object):
         """After the last chunk: the full read goes on from here, so a burst open ends where
         line by line it does."""
         if self.before:
-            p, lines = self._last_progress(*self.before), self.feed.lines
-            if p is not None:
-                self._feed_at(p)
-                self.feed.lines = lines
+            lines = self.feed.lines
+            for x in self._progress_lines(*self.before):
+                self._feed_at(x)
+            self.feed.lines = lines
         self.before = None
 
     @staticmethod
@@ -318,9 +318,8 @@ class Skim(object):
         self.before = None
         used = ctx[len(ctx) - want:] if want else []
         if not (cs and self._progress(body, 0, cs, count)):
-            p = self._last_progress(ctx[:len(ctx) - len(used)], prog)
-            if p is not None:
-                self._feed_at(p)
+            for x in self._progress_lines(ctx[:len(ctx) - len(used)], prog):
+                self._feed_at(x)
         for x in used:
             self._feed_at(x)
 
@@ -351,6 +350,13 @@ class Skim(object):
             if prog is None:
                 prog = self._last_progress(older, old_prog)
         return ctx, prog
+
+    @staticmethod
+    def _progress_lines(lines, prog):
+        """PROG and each of LINES ((number, line), after PROG) that may show progress, in order:
+        a word is not the parser's progress ("val_loss=na" has "loss", no value), so a later
+        such line does not stand for an earlier one that ends the burst; a few lines at most."""
+        return ([prog] if prog is not None else []) + [x for x in lines if any(w in x[1] for w in PROGRESS)]
 
     @staticmethod
     def _last_progress(lines, prog):
