@@ -219,7 +219,9 @@ def test_watch_and_history_say_a_ray_runs_end_as_ray_dated_it(rcli, tb, tmp_path
     assert [(rc, doc["target"]) for rc, doc in said] == [(0, "ray://local")] * 2, said
     rc, doc = rcli.json("history", "s6")
     row = doc["result"]["attempts"][0]
-    assert row["ran_s"] == round((info["end_time"] - info["start_time"]) / 1000, 1), (row, info)
+    # Ray's own times (ms), which history keeps to 0.01 s and rounds to 0.1 s: at a .x5 the two
+    # roundings may part by one tenth, never more
+    assert abs(row["ran_s"] - (info["end_time"] - info["start_time"]) / 1000) <= 0.05 + 0.011, (row, info)
     assert row["exit"]["at"] == info["end_time"] / 1000, row
 
 

@@ -85,6 +85,24 @@ class Spawned:
                 except ProcessLookupError:
                     pass
 
+    def await_death(self, bound: float = 1.0) -> bool:
+        """After kill(): True once the child is dead (a zombie, reaped, or gone), within BOUND
+        seconds. SIGKILL is delivered when the process next runs, which on a loaded host is
+        after killpg() has returned: a CLI that exits at once would leave it alive a moment."""
+        import time
+        deadline = time.monotonic() + bound
+        while True:
+            try:
+                with open(f"/proc/{self.pid}/stat", "rb") as f:
+                    state = f.read().rsplit(b") ", 1)[1][:1]
+            except (OSError, IndexError):
+                return True
+            if state in (b"Z", b"X") or self.returncode is not None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
     def hop_tag(self) -> tuple[int, int] | None:
         """(pid, start time) that a tagged ssh hop's remote shell wrote first on stderr
         (targets/ssh.py's TAG), read from the stderr file as it is now; None without one."""

@@ -316,8 +316,11 @@ class _Probing:
 
     def end(self) -> None:
         with self._lock:
-            if self.proc is not None:
-                self.proc.kill()
+            proc = self.proc
+            if proc is not None:
+                proc.kill()
+        if proc is not None:
+            proc.await_death()  # the CLI may exit next: the probe is dead first
 
     def end_far(self, tag) -> None:
         end_far(self.target, tag)
