@@ -6,6 +6,7 @@ when that cluster is not up."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -252,6 +253,40 @@ def test_an_env_value_passed_by_name_is_refused_where_ray_would_show_it(cli):
         assert p.returncode == 2 and "RW_SECRET" in doc["error"]["message"] and "job record" in doc["error"]["message"], doc
         assert "hunter2" not in p.stdout + p.stderr
         assert not (cli.home / "runs" / "r11").exists()
+
+
+def test_rays_own_job_id_and_raylet_in_the_runs_env_are_refused_from_every_way_in(rcli, tb):
+    """RAY_JOB_ID or RAY_RAYLET_PID in the run's env: Ray's supervisor would never start the job,
+    and the stop matches processes by the job's id. Refused (exit 2, naming it and why) from the
+    flag, runward.toml, the library and MCP, nothing submitted; other RAY_* variables pass."""
+    before = {j["submission_id"] for j in ray_jobs(tb)}
+    for var in ("RAY_JOB_ID", "RAY_RAYLET_PID"):
+        rc, doc = rcli.json("start", "j1", "--on", "ray://local", "--env", f"{var}=02000000", "--", "sleep", "30")
+        assert rc == 2 and f"--env {var} on a Ray target" in doc["error"]["message"], doc
+        assert "runward and Ray set" in doc["error"]["message"] and var in doc["error"]["hint"], doc
+    (rcli.cwd / "runward.toml").write_text('[runs.j2]\non = "ray://local"\ncommand = ["sleep", "30"]\n'
+                                           'env = { RAY_JOB_ID = "03000000" }\n')
+    rc, doc = rcli.json("start", "j2")
+    assert rc == 2 and "--env RAY_JOB_ID on a Ray target" in doc["error"]["message"], doc
+    code = ("import json, runward\n"
+            "r = runward.start('j3', ['sleep', '30'], on=runward.Target('ray://local'), env={'RAY_RAYLET_PID': '1'})\n"
+            "print(json.dumps(r.to_json()))\n")
+    p = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], cwd=rcli.cwd, env=rcli.env,
+                       capture_output=True, text=True, timeout=120)
+    err = json.loads(p.stdout)["error"]
+    assert (err["type"], err["exit_code"]) == ("BadInput", 2) and "RAY_RAYLET_PID on a Ray target" in err["message"], err
+    if importlib.util.find_spec("mcp"):
+        err, doc = mcp_calls(rcli, tb, [("start", {"name": "j2"})])["start"]
+        assert err and doc["error"]["type"] == "BadInput" and "RAY_JOB_ID" in doc["error"]["message"], doc
+    assert not any((rcli.home / "runs" / n).exists() for n in ("j1", "j2", "j3"))
+    assert {j["submission_id"] for j in ray_jobs(tb)} == before, "nothing submitted"
+    # another RAY_* variable is Ray's setting: it passes to the job
+    rc, doc = rcli.json("start", "j4", "--on", "ray://local", "--settle", "1", "--env", "RAY_DEDUP_LOGS=0", "--",
+                        "sh", "-c", "echo dedup=$RAY_DEDUP_LOGS; exec sleep 30")
+    assert rc == 0, doc
+    wait_for(lambda: "dedup=0" in (rcli.home / "runs" / "j4" / "log").read_text(), what="the job's env in its log")
+    rc, doc = rcli.json("stop", "j4")
+    assert rc == 0, doc
 
 
 def test_mcp_starts_reads_and_stops_a_ray_job_with_the_clis_documents(rcli, tb):

@@ -302,3 +302,68 @@ def test_ctrl_c_of_a_start_mid_settle_names_the_job_its_driver_and_how_to_stop_i
         p.kill()
         rc, doc = rcli.json("stop", "s8")
     assert rc == 0 and marked("s8.1") == {}, doc
+
+
+def _submitted(rcli, name: str) -> str:
+    """The job's submission id once the start has recorded it (before Ray runs the job)."""
+    def seen():
+        try:
+            att = json.loads((rcli.home / "runs" / name / "attempts" / "1.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return (att.get("ray") or {}).get("submission_id")
+    return wait_for(seen, timeout=60, what=f"{name}'s submission recorded")
+
+
+def test_a_stop_before_ray_ran_the_job_is_said_in_rays_words(rcli, tb):
+    """A stop as soon as the job is submitted: Ray says STOPPED with no driver_exit_code, and
+    the cancelled start says so in Ray's words, not "exit code None"."""
+    p = rcli.popen("start", "s10", "--on", "ray://local", "--settle", "60", "--json", "--", "sleep", "300")
+    try:
+        sid = _submitted(rcli, "s10")
+        rc, doc = rcli.json("stop", "s10")
+        assert rc == 0 and doc["result"]["verified_dead"], doc
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    info = ray_job(tb, sid)
+    assert (info["status"], info.get("driver_exit_code")) == ("STOPPED", None), info  # the case itself
+    start = json.loads(out)
+    assert (p.returncode, start["error"]["type"]) == (1, "Cancelled"), (out, err)
+    assert start["error"]["message"] == ("start of s10 cancelled: stopped by `runward stop` during the settle "
+                                         "period (Ray: STOPPED, no exit code)"), start
+
+
+def test_a_start_interrupted_before_it_saw_the_driver_has_it_found_by_status(rcli, tb):
+    """Ctrl-C as soon as the job is submitted, before any process of it was seen: the job goes
+    on; status finds its driver as start does, keeps it in the attempt once, and says a running
+    run with its pid and Ray's start time (the stall clock runs from it), no survivors; stacks
+    names the driver. Ground truth: /proc, Ray's record."""
+    tok = "3602.%06d" % (os.getpid() % 1000000)
+    p = rcli.popen("start", "s9", "--on", "ray://local", "--settle", "60", "--json", "--", "sleep", tok,
+                   start_new_session=True)
+    try:
+        sid = _submitted(rcli, "s9")
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        out, err = p.communicate(timeout=60)
+        doc = json.loads(out)
+        assert (p.returncode, doc["result"]["pid"]) == (130, None), (out, err)
+        assert "no process of it seen yet" in doc["error"]["message"], doc  # the case itself
+        pid = _escapee(tok)  # the job's process, once Ray runs it
+        start = read_stat(pid)[1]
+        st = rcli.status("s9")
+        assert (st["state"], st["pid"]) == ("running", pid) and not st.get("survivors"), st
+        assert st["started_at"] == ray_job(tb, sid)["start_time"] / 1000, st
+        att = json.loads((rcli.home / "runs" / "s9" / "attempts" / "1.json").read_text())
+        assert (att["pid"], att["ray"]["driver"]["start"], att["ray"]["driver"]["adopted"]) == (pid, start, True), att
+        assert st["ray"]["driver"]["session"]["pid"] != pid, st  # the entry leads the job's session
+        again = rcli.status("s9")
+        assert (again["pid"], again["started_at"]) == (pid, st["started_at"]), again
+        assert again["stall"]["no_step_yet"]["for_s"] > 0, again  # the run's clock runs from Ray's start
+        rc, doc = rcli.json("stacks", "s9")
+        assert doc["result"].get("ray_driver") == pid and f"the job's driver: pid {pid}" in doc["result"]["summary"], doc
+        assert next(q for q in doc["result"]["procs"] if q["pid"] == pid)["ray"] == {"kind": "driver"}, doc
+    finally:
+        p.kill()
+        rc, doc = rcli.json("stop", "s9")
+    assert rc == 0 and doc["result"]["verified_dead"] and not alive(pid, start), doc

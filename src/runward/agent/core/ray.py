@@ -233,6 +233,7 @@ def session(att, procs, prot=()):
 # before the job and leased to it keeps ffffffff (measured, ray 2.60)
 JOB_ID_VAR = "RAY_JOB_ID"
 RAYLET_VAR = "RAY_RAYLET_PID"  # the raylet that started the worker: which node, which incarnation of it
+OWNED_VARS = (JOB_ID_VAR, RAYLET_VAR)  # Ray's own, never the run's: a start that gives one is refused
 
 
 def job_scope(att, info, spare=()):
@@ -309,6 +310,50 @@ def driver(att, procs):
     if rayreaper.LOADER not in procs[e].cmdline()[:5]:
         return e
     return rayreaper.job_of(e, procs)
+
+
+def adopt(store, att, info=None):
+    """The driver of an attempt whose start never saw it (a start interrupted in its settle
+    before Ray ran the job): found as start finds it (entry, driver), dated by Ray's start_time,
+    and kept in the attempt, so that status, watch and stacks have its pid, its start and the
+    run's clock. Kept once, under the run's lock (a start or stop that holds it records or ends
+    the job itself: nothing is written then) and the record's lock; the first driver recorded
+    stands. INFO: Ray's record of the job, where the caller has it. Returns the attempt."""
+    import fcntl
+    import os
+    if (att.get("ray") or {}).get("driver") or (att.get("exit") or {}).get("state"):
+        return att
+    procs = scan()
+    d = driver(att, procs)
+    if d is None:
+        return att
+    if info is None:
+        try:
+            info = job(att["ray"]["dashboard"], att["ray"]["submission_id"]) or {}
+        except AgentFailure:  # the process is the fact; Ray's date and node are left out
+            info = {}
+    drv = {"pid": d, "start": procs[d].start, "node_id": info.get("driver_node_id"), "adopted": True}
+    e = entry(att, procs)
+    if e is not None and e != d:
+        drv["session"] = procs[e].ident()
+    st = info.get("start_time")
+    started = st / 1000.0 if isinstance(st, (int, float)) and st else time.time()
+
+    def keep(now):
+        if (now.get("ray") or {}).get("driver") or (now.get("exit") or {}).get("state"):
+            return False
+        now["ray"]["driver"], now["pid"] = drv, d
+        now["started_at"] = now.get("started_at") or started
+    fd = os.open(store.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return att
+    try:
+        return store.update_attempt(att["attempt"], keep) or att
+    finally:
+        os.close(fd)
 
 
 def alive(att):
@@ -434,13 +479,16 @@ def job_workers(att):
     except AgentFailure as e:
         return {"here": {}, "workers": [], "note": "the job's Ray workers not read: " + e.message}
     procs = scan()
-    return {"here": local_workers(ws, procs), "workers": ws}
+    return {"here": local_workers(ws, procs), "workers": ws, "driver": (r.get("driver") or {}).get("pid")}
 
 
 def stack_said(ws, doc):
     """Each dumped worker's role (its actor or task) in the capture; the job's workers on other
     nodes named as not read; the summary says both."""
     role = {w["pid"]: w for w in ws["workers"] if w["here"]}
+    if ws.get("driver"):  # the job's own process (entrypoint's command), beside Ray's workers
+        role[ws["driver"]] = {"kind": "driver"}
+        doc["ray_driver"] = ws["driver"]
     for p in doc.get("procs") or ():
         w = role.get(p.get("pid"))
         if w is not None:
@@ -449,6 +497,8 @@ def stack_said(ws, doc):
     doc["ray_workers_here"] = sorted(ws["here"])
     doc["ray_unchecked"] = [{k: w.get(k) for k in ("pid", "node_id", "node_ip", "kind")} for w in far]
     more = ["%d Ray worker(s) of the job here" % len(ws["here"])] if ws["here"] else []
+    if ws.get("driver"):
+        more.insert(0, "the job's driver: pid %d" % ws["driver"])
     if far:
         more.append("%d on other nodes not read (%s)" % (len(far), ", ".join(
             "pid %s on %s" % (w["pid"], w.get("node_ip")) for w in far)))

@@ -15,7 +15,16 @@ def _latest(req, home):
     att = store.latest()
     if not att or not att.get("log"):
         raise AgentFailure("RunNotFound", "run %s has no attempt yet" % store.name, "start it first")
-    return store, att
+    return store, _adopted(store, att)
+
+
+def _adopted(store, att):
+    """An engine's attempt whose start never saw its driver has it found and kept
+    (core/NAME.py's adopt): the watch's clock and paused check need its pid and start."""
+    from ..core import launchers
+    name = launchers.named(att)
+    q = launchers.queries(name) if name else None
+    return q.adopt(store, att) if hasattr(q, "adopt") else att
 
 
 def health(req, home):
@@ -53,7 +62,7 @@ def watch(req, home, emit):
             break
         if caller_gone(min(0.5, max(0.0, window - (time.monotonic() - t0)))):
             return {"name": store.name, "caller_gone": True}  # nobody reads it: the watch ends
-        latest = store.latest() or att
+        latest = _adopted(store, store.latest() or att)
         restarted = latest.get("attempt") != att.get("attempt")
         att = latest
         saved, _, new_points = scan(store, att, rules.get("metrics"))

@@ -82,6 +82,13 @@ def start(req, home):
     if req.get("wait_gpus_free"):
         raise bad_input("--wait-gpus-free reads this host's GPUs; on Ray the cluster places the job",
                         "leave it out: --gpus N asks Ray for N GPUs")
+    owned = sorted(k for k in req.get("env") or {} if k in ray.OWNED_VARS)
+    if owned:  # Ray's supervisor then never starts the job, and a stop matches processes by the job's id
+        raise bad_input("--env %s on a Ray target: runward and Ray set %s for the job's processes (the job's id, "
+                        "its raylet), which a stop matches them by; given by the run, Ray never starts the job and "
+                        "one run could claim another job's processes" % (", ".join(owned), " and ".join(owned)),
+                        "leave %s out of the run's environment (--env, the target's or run's env in runward.toml); "
+                        "other RAY_* variables are Ray's settings and pass" % " and ".join(owned))
     hidden = sorted(k for k in req.get("env_from") or {} if k in (req.get("env") or {}))
     if hidden:  # Ray keeps runtime_env in its job record: the promise of --env NAME cannot hold there
         raise bad_input("--env %s: a value passed by name (or --env-file) is never stored on the target, and Ray "
@@ -206,7 +213,8 @@ def _ended_early(store, att, info, res, until):
                 "ray_state": info["status"], "exit": ex, "last_lines": logfiles.tail(att["log"], LOG_TAIL_LINES)})
     if att.get("stop_requested"):  # not an early exit: `runward stop` ended it, as on every target
         raise AgentFailure("Cancelled", "start of %s cancelled: stopped by `runward stop` during the settle period "
-                           "(%s)" % (store.name, describe_exit(ex)), result=res)
+                           "(%s)" % (store.name, describe_exit(ex) if "exit_code" in ex else "Ray: %s, no exit code" % (
+                               ex.get("state") or info["status"])), result=res)
     if info["status"] != "STOPPED":
         _strays(store, att, info, res, until)
     raise AgentFailure("ExitedEarly", "%s: Ray job %s ended during the settle period: %s, driver_exit_code %s" % (
@@ -477,6 +485,7 @@ def _driver_far(att, dash, info):
 # --- status (state.status_of hands a Ray attempt here)
 
 def status_of(store, att, with_details=True):
+    att = ray.adopt(store, att)  # a start interrupted before it saw the driver: found now
     r = att["ray"]
     out = {"name": store.name, "attempt": att.get("attempt"), "argv": att.get("argv"), "cwd": att.get("cwd"),
            "started_at": att.get("started_at"), "log": log_info(att.get("log")), "ray": r,

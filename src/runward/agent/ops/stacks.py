@@ -16,6 +16,8 @@ def stacks(req, home):
     # an engine's processes of the job outside its tree and marker (workers the engine started): core/NAME.py's job_workers
     name = launchers.named(att)
     q = launchers.queries(name) if name else None
+    if hasattr(q, "adopt"):  # a start interrupted before it saw the driver: found and named now
+        att = q.adopt(store, att)
     ws = q.job_workers(att) if hasattr(q, "job_workers") else None
     doc = cap.capture(att, native=bool(req.get("native")), timeout=float(req.get("timeout") or 10.0),
                       home_dir=home.path, want=req.get("py_spy_sha256"), extra=ws and ws["here"])

@@ -76,6 +76,7 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if launcher is not None:  # an engine's job: its launcher says what it is
         out = launcher_ops(launcher).status_of(store, att)
         if with_drift and out["state"] != "lost":
+            att = store.attempt(att["attempt"]) or att  # as the launcher left it (a driver it found and kept)
             _details(out, store, att, out["state"], since)
         return out
     state = attempt_state(att, procs, bid)
