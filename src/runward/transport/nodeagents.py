@@ -69,7 +69,7 @@ def stop(target, name: str, error: RunwardError) -> dict:
             return address, None, None
         workers = [{k: u.get(k) for k in ("pid", "node_id", "kind")} for u in groups[address]]
         ids = {u.get("node_id") for u in groups[address]}
-        by_id = {k: ask[k] for k in ("job_id", "job_since") if k in ask}  # the job's RAY_JOB_ID there too
+        by_id = {k: ask[k] for k in ("job_id", "job_since") if k in ask}  # matched by the job's id there too
         if by_id:
             by_id["detached"] = [d for d in ask.get("detached") or [] if d.get("node_id") in ids]
         try:

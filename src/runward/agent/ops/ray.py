@@ -30,8 +30,9 @@ PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING 
 NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
 ESCAPED_GRACE_S = 2.0
 VERIFIED_BY = ("verified by the marker, the driver's session, the entry's subreaper (every orphan of the job's "
-               "tree, env -i and setsid ones too, is its child) and the job's RAY_JOB_ID; not seen: a process a "
-               "Ray worker started before the job (RAY_JOB_ID ffffffff) starts in a new session")
+               "tree, env -i and setsid ones too, is its child) and the job's RAY_JOB_ID (on each node); not seen: "
+               "a process a Ray worker started before the job (RAY_JOB_ID ffffffff) starts in a new session; left "
+               "and named: one the id alone ties to the job while its detached actor lives (it may be the actor's)")
 
 
 # --- start
