@@ -240,7 +240,8 @@ def test_what_the_jobs_actor_on_another_node_orphaned_is_ended_by_the_agent_ther
         said = {p["pid"]: p for p in row["job_id_processes"]}
         assert said[orphan]["fate"].startswith(("exited_after_SIG", "killed")), row
         from runward.views import rayview
-        assert f"by the job's RAY_JOB_ID there: pid {orphan} " in rayview.stop(doc["result"]), rayview.stop(doc["result"])
+        text = rayview.stop(doc["result"])
+        assert f"by the job's RAY_JOB_ID there: pid {orphan} " in text, text
     finally:
         if alive(orphan, start):
             subprocess.run(["kill", "-KILL", str(orphan)])
