@@ -104,8 +104,10 @@ def _merge(res, address, t, out, group, failed):
         res["survivors"] = (res.get("survivors") or []) + [p for p in procs if p.get("fate") == "survived"]
         res["detached_processes"] = (res.get("detached_processes") or []) + [
             dict(p, node_ip=address) for p in out.get("detached_processes") or []]
-        row.update(checked=True, processes=len(procs), survivors=sum(p.get("fate") == "survived" for p in procs),
-                   job_id_processes=[p for p in procs if p.get("pid") in set(out.get("job_id_processes") or ())])
+        row.update(checked=True, processes=len(procs), survivors=sum(p.get("fate") == "survived" for p in procs))
+        by_id = [p for p in procs if p.get("pid") in set(out.get("job_id_processes") or ())]
+        if by_id:  # what the job's workers there started out of every tree, found by the job's id
+            row["job_id_processes"] = by_id
     else:
         why = out.message if isinstance(out, RunwardError) else (
             f"no way in to node {address!r}: the engine gave no address" if address is None else "")
