@@ -119,3 +119,22 @@ def test_the_python_apis_stop_and_mcps_restart_reach_the_other_nodes_agent(scli,
     assert out.get("code") == 0, (out, p.stderr)
     assert not alive(pid2, start2), "ground truth: api.stop ended the worker on the other node"
     _stopped_on_the_node(out["res"], pid2)
+
+
+def test_restart_ends_what_the_jobs_actor_on_the_other_node_orphaned(scli, tb, far_node):
+    """restart goes through the same node op as stop: the orphan there, tied to the job by its
+    RAY_JOB_ID only, is dead before the new attempt starts."""
+    from test_ray_ssh import far_orphan_job
+    orphan, start, job_id = far_orphan_job(scli, tb, "r8", 9371)
+    try:
+        rc, doc = scli.json("restart", "r8", "--on", "head", "--settle", "1")
+        assert rc == 0 and doc["ok"], doc
+        assert not alive(orphan, start), "ground truth: the old attempt's orphan on the other node is dead"
+        stop = {s["step"]: s["result"] for s in doc["result"]["steps"]}["stop"]
+        assert orphan in {p["pid"] for p in stop["nodes"][0]["job_id_processes"]}, stop["nodes"]
+    finally:  # the new attempt's actor left its own orphan: its stop ends it, else its pid
+        scli.json("stop", "r8", "--on", "head")
+        from test_ray_workers import _sleep_of
+        for pid in {orphan} | ({_sleep_of(9371)} - {None}):
+            if alive(pid):
+                subprocess.run(["kill", "-KILL", str(pid)])

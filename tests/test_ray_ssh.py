@@ -192,3 +192,56 @@ def test_the_agent_on_a_node_signals_the_ray_workers_of_that_nodes_raylet_only(s
         for q in (polite, stubborn):
             if alive(q):
                 subprocess.run(["kill", "-KILL", str(q)])
+
+
+# the job's actor on the node at 127.0.0.2 starts a process in a new session that leaves its
+# tree (an orphan): only the job's RAY_JOB_ID ties it to the job
+FAR_SPAWNER = """\
+import os, subprocess, sys, time, ray
+ray.init()
+@ray.remote(num_cpus=0, resources={"far_node": 1})
+class Far:
+    def spawn(self, n):
+        subprocess.Popen(["sh", "-c", "(sleep %s &)" % n], start_new_session=True).wait()
+        return os.getpid()
+f = Far.remote()
+print("spawned", ray.get(f.spawn.remote(sys.argv[1])), flush=True)
+time.sleep(900)
+"""
+
+
+def far_orphan_job(scli, tb, name, n):
+    """A job through the ssh hop whose actor on 127.0.0.2 left an orphan `sleep N` there:
+    (the orphan's pid, its start time, the job's id)."""
+    from test_ray_workers import _environ, _sleep_of
+    drv = scli.cwd / "fardrv.py"
+    drv.write_text(FAR_SPAWNER)
+    rc, doc = scli.json("start", name, "--on", "head", "--settle", "1", "--env", "F1=1", "--ready", "^spawned",
+                        "--ready-timeout", "120", "--", sys.executable, str(drv), str(n))
+    assert rc == 0, doc
+    job_id = ray_job(tb, doc["result"]["submission_id"])["job_id"]
+    orphan = wait_for(lambda: _sleep_of(n), timeout=30, what="the far actor's orphan")
+    env = _environ(orphan)
+    assert env.get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in env, env
+    return orphan, read_stat(orphan)[1], job_id
+
+
+def test_what_the_jobs_actor_on_another_node_orphaned_is_ended_by_the_agent_there(scli, tb, far_node):
+    """The node's agent matches by the job's RAY_JOB_ID as the head's does (the head gives the
+    job's id, its start, the node's id): the orphan is dead when the stop answers, exit 0, and
+    the node's row names it."""
+    orphan, start, job_id = far_orphan_job(scli, tb, "n8", 9361)
+    try:
+        rc, doc = scli.json("stop", "n8", "--on", "head")
+        assert rc == 0 and doc["ok"], doc
+        assert not alive(orphan, start), "ground truth: the orphan on the other node is dead"
+        row = doc["result"]["nodes"][0]
+        assert row["node_ip"] == "127.0.0.2" and row["checked"], row
+        said = {p["pid"]: p for p in row["job_id_processes"]}
+        assert said[orphan]["fate"].startswith(("exited_after_SIG", "killed")), row
+        from runward.views import rayview
+        text = rayview.stop(doc["result"])
+        assert f"by the job's RAY_JOB_ID there: pid {orphan} " in text, text
+    finally:
+        if alive(orphan, start):
+            subprocess.run(["kill", "-KILL", str(orphan)])

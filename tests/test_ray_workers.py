@@ -290,13 +290,13 @@ def test_a_process_is_the_jobs_by_ray_job_id_only_within_its_bounds():
     env = dict(os.environ, RAY_JOB_ID="0a000000", RAY_RAYLET_PID="4242")
     plain = subprocess.Popen(["sleep", "60"], env=env)
     other = subprocess.Popen(["sleep", "60"], env=dict(env, RUNWARD_RUN="other.1"))
+    keeper = subprocess.Popen(["sleep", "60"])
     try:
         wait_for(lambda: all(read_stat(p.pid) for p in (plain, other)), what="the sleeps")
         start = read_stat(plain.pid)[1]
 
         def found(**change):
-            scope = dict({"job_id": "0a000000", "raylets": {"4242"}, "since": start, "spare": set(), "found": set()},
-                         **change)
+            scope = ray.make_scope(**dict({"job_id": "0a000000", "raylets": {"4242"}, "since": start}, **change))
             return {plain.pid, other.pid} & set(ray.job_id_processes(scope, scan()))
         assert found() == {plain.pid}, "by the job's id; never one with another run's marker"
         assert found(job_id="0b000000") == set(), "another job's id"
@@ -304,7 +304,79 @@ def test_a_process_is_the_jobs_by_ray_job_id_only_within_its_bounds():
         assert found(since=start + 1) == set(), "started before the job's driver: an older job's"
         assert found(spare={plain.pid}) == set(), "a detached actor's (Ray keeps it by design)"
         assert found(raylets={"4242", str(os.getpid())}) == set(), "a raylet's child: a Ray worker, by Ray's word only"
+        # a live detached actor here (KEEPER stands for it): the id alone is not enough (the
+        # actor carries the same id); in the tree of the job's other workers (this test's) it is
+        scope = ray.make_scope("0a000000", start, {"4242"}, spare={keeper.pid}, names=["keeper"])
+        assert ray.job_id_processes(scope, scan()) == [] and set(scope["held"]) == {plain.pid}, scope
+        assert "may be detached actor keeper's" in scope["held"][plain.pid]["why"], scope
+        assert found(spare={keeper.pid}, ours={os.getpid()}) == {plain.pid}, "in a worker's tree: the job's"
+        keeper.kill()
+        keeper.wait()
+        assert found(spare={keeper.pid}) == {plain.pid}, "the detached actor gone: the id ties it again"
     finally:
-        for p in (plain, other):
+        for p in (plain, other, keeper):
             p.kill()
             p.wait()
+
+
+# a detached actor that starts a process in a new session (its child) and one that leaves
+# its tree (an orphan under pid 1): both carry the job's RAY_JOB_ID, as the actor does
+DETACHED_SPAWNER = """\
+import os, subprocess, sys, time, ray
+ray.init()
+@ray.remote
+class Det:
+    def spawn(self, n):
+        subprocess.Popen(["sleep", str(n)], start_new_session=True)
+        subprocess.Popen(["sh", "-c", "(sleep %d &)" % (n + 1)], start_new_session=True).wait()
+        return os.getpid()
+d = Det.options(name=sys.argv[2], lifetime="detached", namespace="rwtest").remote()
+print("spawned", ray.get(d.spawn.remote(int(sys.argv[1]))), flush=True)
+time.sleep(900)
+"""
+
+
+def _sleep_of(n: int):
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and open(f"/proc/{d}/cmdline", "rb").read() == b"sleep\x00%d\x00" % n:
+                return int(d)
+        except OSError:
+            continue
+
+
+def test_what_a_detached_actor_orphaned_is_named_beside_it_never_killed_by_the_job_id_alone(rcli, tb):
+    """The orphan carries the job's RAY_JOB_ID and nothing else ties it to the job or to the
+    actor: while the job's detached actor lives, it may be the actor's (Ray keeps those by
+    design), so the stop leaves it and names it with how to end it; exit 0, as for the actor."""
+    name = "det-" + uuid.uuid4().hex[:8]
+    drv = rcli.cwd / "det.py"
+    drv.write_text(DETACHED_SPAWNER)
+    rc, doc = rcli.json("start", "w8", "--on", "ray://local", "--settle", "1", "--env", "W8=1", "--ready", "^spawned",
+                        "--ready-timeout", "120", "--", sys.executable, str(drv), "9351", name)
+    assert rc == 0, doc
+    job_id = ray_job(tb, doc["result"]["submission_id"])["job_id"]
+    actor = next(a for a in ray_state(tb, "actors", job_id) if a["is_detached"] and a["state"] == "ALIVE")
+    child = wait_for(lambda: _sleep_of(9351), timeout=30, what="the actor's child")
+    orphan = wait_for(lambda: _sleep_of(9352), timeout=30, what="the actor's orphan")
+    starts = {p: read_stat(p)[1] for p in (actor["pid"], child, orphan)}
+    try:
+        assert _environ(orphan).get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in _environ(orphan)
+        rc, doc = rcli.json("stop", "w8")
+        assert rc == 0 and doc["result"]["verified_dead"], doc
+        r = doc["result"]
+        assert all(alive(p, s) for p, s in starts.items()), "the actor, its child and its orphan are left"
+        held = {p["pid"]: p for p in r["detached_processes"]}
+        assert set(held) == {orphan}, r["detached_processes"]
+        assert held[orphan]["why"] == f"may be detached actor {name}'s: Ray keeps it by design", held
+        assert held[orphan]["end_with"] == f"kill {orphan}" and "sleep 9352" in held[orphan]["cmd"], held
+        assert orphan not in {p["pid"] for p in r["processes"]}, "never signalled"
+        from runward.views import rayview
+        assert f"pid {orphan} (sleep 9352), by the job's RAY_JOB_ID only" in rayview.stop(r), rayview.stop(r)
+    finally:
+        code = f"import ray; ray.init(address={tb['gcs']!r}); ray.kill(ray.get_actor({name!r}, namespace='rwtest'))"
+        subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code], timeout=120,
+                       capture_output=True, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+        for p in (child, orphan):
+            if alive(p, starts[p]):
+                os.kill(p, signal.SIGKILL)

@@ -68,8 +68,12 @@ def stop(target, name: str, error: RunwardError) -> dict:
         if t is None:
             return address, None, None
         workers = [{k: u.get(k) for k in ("pid", "node_id", "kind")} for u in groups[address]]
+        ids = {u.get("node_id") for u in groups[address]}
+        by_id = {k: ask[k] for k in ("job_id", "job_since") if k in ask}  # matched by the job's id there too
+        if by_id:
+            by_id["detached"] = [d for d in ask.get("detached") or [] if d.get("node_id") in ids]
         try:
-            return address, t, transport.call(t, dict(req, workers=workers))
+            return address, t, transport.call(t, dict(req, workers=workers, **by_id))
         except RunwardError as e:
             return address, t, e
 
@@ -98,7 +102,12 @@ def _merge(res, address, t, out, group, failed):
         procs = [dict(p, node_ip=address) for p in out.get("processes") or []]
         res["processes"] = (res.get("processes") or []) + procs
         res["survivors"] = (res.get("survivors") or []) + [p for p in procs if p.get("fate") == "survived"]
+        res["detached_processes"] = (res.get("detached_processes") or []) + [
+            dict(p, node_ip=address) for p in out.get("detached_processes") or []]
         row.update(checked=True, processes=len(procs), survivors=sum(p.get("fate") == "survived" for p in procs))
+        by_id = [p for p in procs if p.get("pid") in set(out.get("job_id_processes") or ())]
+        if by_id:  # what the job's workers there started out of every tree, found by the job's id
+            row["job_id_processes"] = by_id
     else:
         why = out.message if isinstance(out, RunwardError) else (
             f"no way in to node {address!r}: the engine gave no address" if address is None else "")

@@ -52,6 +52,9 @@ def stop(r: dict) -> str:
         lines.append(f"  node {n['node_ip']} via {n['via']}: " + (
             f"{n['processes']} process(es) of the job stopped by the agent there, {n['survivors']} survived"
             if n.get("checked") else f"NOT REACHED ({n.get('error')}): its processes unchecked"))
+        if n.get("job_id_processes"):  # started by the job's Ray workers there, out of every tree
+            lines.append("    by the job's RAY_JOB_ID there: " + ", ".join(
+                f"pid {p['pid']} {p['fate']}" for p in n["job_id_processes"]))
     return "\n".join(lines + _workers(r))
 
 
@@ -77,6 +80,10 @@ def _workers(r: dict) -> list[str]:
         life = {True: "alive", False: "gone", None: "not checked (another node)"}[w.get("alive")]
         lines.append(f"  detached actor {a.get('name') or '(no name)'} ({a.get('class')}) pid {w['pid']} on {_node(w)}: "
                      f"{life}; Ray keeps it by design and runward leaves it: end it with {w['end_with']}")
+    for p in r.get("detached_processes") or []:  # the job's id alone ties them to it, as it does the actor's
+        where = f" on node {p['node_ip']}" if p.get("node_ip") else ""
+        lines.append(f"  pid {p['pid']}{where} ({p['cmd'][:60]}), by the job's RAY_JOB_ID only: {p['why']}; "
+                     f"runward leaves it: end it with {p['end_with']}")
     return lines
 
 

@@ -236,7 +236,7 @@ RAYLET_VAR = "RAY_RAYLET_PID"  # the raylet that started the worker: which node,
 OWNED_VARS = (JOB_ID_VAR, RAYLET_VAR)  # Ray's own, never the run's: a start that gives one is refused
 
 
-def job_scope(att, info, spare=()):
+def job_scope(att, info, spare=(), ours=(), names=()):
     """What ties a process here to the attempt's Ray job without the marker (job_id_processes):
     the job id of Ray's current record of the attempt's own submission, and the earliest start
     a process of the job has (the driver's, else Ray's start_time less 1 s for btime's
@@ -246,8 +246,8 @@ def job_scope(att, info, spare=()):
     started before the driver is an older job's. Its workers' raylet is one of this node's, as
     Ray lists them now (raylets_here): a process of a node at another address is out of this
     agent's sight even where it shares this /proc (the test cluster's), and a raylet since
-    restarted is another GCS's. SPARE: the detached actors' pids here, which Ray keeps after
-    the job by design, they and their children spared."""
+    restarted is another GCS's. SPARE: the detached actors' pids here (NAMES theirs), OURS the
+    job's other workers here (make_scope)."""
     drv = (att.get("ray") or {}).get("driver") or {}
     started = (info or {}).get("start_time")
     if not (info or {}).get("job_id"):
@@ -258,8 +258,33 @@ def job_scope(att, info, spare=()):
         since = int((started / 1000.0 - boot_time() - 1) * CLK_TCK)
     else:
         return None
-    return {"job_id": info["job_id"], "since": since, "spare": set(spare), "found": set(),
-            "raylets": raylets_here(att["ray"]["dashboard"], scan())}
+    return make_scope(info["job_id"], since, raylets_here(att["ray"]["dashboard"], scan()), spare, ours, names)
+
+
+def make_scope(job_id, since, raylets, spare=(), ours=(), names=()):
+    """The bounds job_id_processes applies, the head's (job_scope) and another node's agent's
+    (node_scope) alike: the job's id, its earliest start (ticks since this machine's boot),
+    this node's raylets (pids as text), SPARE the detached actors' pids here, which Ray keeps
+    after the job by design (they and their children spared), NAMES theirs, OURS the job's
+    other workers here (a process of their tree is theirs)."""
+    return {"job_id": job_id, "since": since, "raylets": set(raylets), "spare": set(spare), "ours": set(ours),
+            "names": list(names), "found": set(), "held": {}}
+
+
+def scope_epoch(scope):
+    """The scope's earliest start as epoch seconds, for another machine's agent (its ticks
+    since boot count from another boot)."""
+    return scope["since"] / float(CLK_TCK) + boot_time()
+
+
+def node_scope(job_id, since_epoch, node_ids, procs, spare=(), ours=(), names=()):
+    """The scope on a node that is not the head's (agent/ops/raynode.py): its raylets are the
+    processes started with the `--node_id=` of a node id the head gave; the job's start, epoch
+    seconds, made this machine's ticks less 1 s for btime's rounding."""
+    ids = {"--node_id=" + i for i in node_ids}
+    raylets = {str(p.pid) for p in procs.values() if p.comm == "raylet" and not p.dead and ids & set(p.cmdline())}
+    since = int((since_epoch - boot_time() - 1) * CLK_TCK)
+    return make_scope(job_id, since, raylets, spare, ours, names)
 
 
 def raylets_here(dashboard, procs):
@@ -272,22 +297,46 @@ def raylets_here(dashboard, procs):
 
 
 def job_id_processes(scope, procs, prot=None):
-    """The live processes here with the job's RAY_JOB_ID (SCOPE: job_scope) that no marker
+    """The live processes here with the job's RAY_JOB_ID (SCOPE: make_scope) that no marker
     finds: what the job's Ray workers start, in any session (a worker is the raylet's child,
     not the driver's): started since the job's start, under one of this node's raylets,
     carrying no marker (one with the run's is processes()'s; another run's is that run's),
     not protected, not a detached actor's. Not a raylet's child: that is a Ray worker, ended by
     Ray's word on it (workers()), never by the id alone: an idle worker Ray starts for the job
     and loses mid-start holds the raylet's startup slots until its registration times out, and
-    the next job waits PENDING. Each is remembered in SCOPE's "found"."""
+    the next job waits PENDING. While a detached actor of the job lives here, a process the id
+    alone ties to the job (out of the job's other workers' trees: an orphan) may be that
+    actor's, which carries the same id: it is held, not returned, and named in SCOPE's "held"
+    (held_row). Each one returned is remembered in SCOPE's "found"."""
     prot = protected(procs) if prot is None else prot
     spare = set(scope["spare"]) | descendants(scope["spare"], procs)
     out = [p.pid for p in procs.values() if not p.dead and p.start >= scope["since"] and p.pid not in spare
            and p.pid not in prot and p.env(JOB_ID_VAR) == scope["job_id"]
            and p.env(RAYLET_VAR) in scope["raylets"] and str(p.ppid) not in scope["raylets"]
            and p.env(MARKER) is None]
+    if any(pid in procs and not procs[pid].dead for pid in scope["spare"]):
+        tree = descendants(scope["ours"], procs)
+        for pid in out:
+            if pid not in tree:
+                scope["held"].setdefault(pid, held_row(scope, procs[pid]))
+        out = [pid for pid in out if pid in tree]
     scope["found"].update(out)
     return sorted(out)
+
+
+def held_row(scope, p):
+    """A process the stop leaves as maybe a detached actor's: pid, command, whose, how to end it."""
+    names = ", ".join(scope["names"]) or "(no name)"
+    cmd = p.cmdline_raw().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+    return {"pid": p.pid, "start": p.start, "cmd": cmd,
+            "ray_job_id": scope["job_id"], "detached_actors": list(scope["names"]),
+            "why": "may be detached actor %s's: Ray keeps it by design" % names, "end_with": "kill %d" % p.pid}
+
+
+def held_left(scope, procs):
+    """The held processes still alive, pids sorted (the same process: its start time)."""
+    return [r for pid, r in sorted(scope["held"].items())
+            if pid in procs and not procs[pid].dead and procs[pid].start == r["start"]] if scope else []
 
 
 def entry(att, procs):

@@ -30,8 +30,9 @@ PENDING_STOP_S = 3.0  # Ray's stop of a job it has not placed: it stays PENDING 
 NOTICE_S = 10.0       # after runward's stop ended the driver: Ray records the end at its next poll (0.1 s)
 ESCAPED_GRACE_S = 2.0
 VERIFIED_BY = ("verified by the marker, the driver's session, the entry's subreaper (every orphan of the job's "
-               "tree, env -i and setsid ones too, is its child) and the job's RAY_JOB_ID; not seen: a process a "
-               "Ray worker started before the job (RAY_JOB_ID ffffffff) starts in a new session")
+               "tree, env -i and setsid ones too, is its child) and the job's RAY_JOB_ID (on each node); not seen: "
+               "a process a Ray worker started before the job (RAY_JOB_ID ffffffff) starts in a new session; left "
+               "and named: one the id alone ties to the job while its detached actor lives (it may be the actor's)")
 
 
 # --- start
@@ -332,7 +333,9 @@ def _stop_job(store, att, sig, grace):
     job_id = (info or {}).get("job_id")
     seen = ray.workers(dash, job_id) if job_id else []  # Ray's word on the job's workers, before its stop
     ours = [w for w in seen if w["kind"] != "detached actor"]
-    scope = ray.job_scope(att, info, [w["pid"] for w in seen if w["kind"] == "detached actor" and w["here"]])
+    kept = [w for w in seen if w["kind"] == "detached actor" and w["here"]]
+    scope = ray.job_scope(att, info, [w["pid"] for w in kept], [w["pid"] for w in ours if w["here"]],
+                          [(w.get("actor") or {}).get("name") or "(no name)" for w in kept])
     members = {**_members(att, scope), **ray.local_workers(ours, scan())}
     active = info is not None and info["status"] in ray.ACTIVE
     res["already_stopped"] = not members and not active
@@ -348,8 +351,9 @@ def _stop_job(store, att, sig, grace):
     res.update(_leave_check(att, sig, scope))
     res["verified_by"] = VERIFIED_BY
     res["processes"] = fates + res["processes"]
-    _workers_check(res, att, job_id, seen, info, sig)
+    _workers_check(res, att, job_id, seen, info, sig, scope)
     _job_id_said(res, scope)
+    res["detached_processes"] = ray.held_left(scope, scan())
     ex = att.get("exit") or {}
     res.update({"ray_state": (info or {}).get("status") or ex.get("state"), "exit": ex,
                 "state": ray.state_of(ex), "stop_s": round(time.monotonic() - t0, 3)})
@@ -421,7 +425,7 @@ def _leave_check(att, sig, scope=None):
     return {"verified_dead": not survivors, "processes": fates, "survivors": survivors, "outlived_ray": sorted(left)}
 
 
-def _workers_check(res, att, job_id, seen, info, sig):
+def _workers_check(res, att, job_id, seen, info, sig, scope=None):
     """The job's Ray workers after the stop (Ray's state API asked again: a worker started
     during the stop too): one still alive here is ended (the stop signal, then KILL) and its
     fate said; one on a node whose address is not the head's is `unchecked`, never counted
@@ -454,6 +458,10 @@ def _workers_check(res, att, job_id, seen, info, sig):
         res["unchecked"].insert(0, far)
     if res["unchecked"]:  # what the agent on each of those nodes looks for (transport/nodeagents.py)
         res["node_check"] = {"marker": att.get("marker"), "home_id": att.get("home_id")}
+        if scope:  # and by the job's RAY_JOB_ID there, as here (raynode.py, ray.node_scope)
+            res["node_check"].update(job_id=scope["job_id"], job_since=ray.scope_epoch(scope), detached=[
+                {"pid": w["pid"], "node_id": w["node_id"], "name": (w.get("actor") or {}).get("name") or "(no name)"}
+                for w in byid.values() if w["kind"] == "detached actor" and not w["here"]])
     res["verified_dead"] = not res["survivors"]
 
 

@@ -8,8 +8,12 @@ title, child of the raylet whose `--node_id=` is the node id Ray gave (a pid alo
 process across machines; the raylet's node id ties it to this node). Each gets the stop signal,
 the grace, then KILL, and its fate; a last look names any survivor. A listed pid that is no
 such worker here is `not_found`: not signalled (Ray's word was about a process that has
-ended, or the pid is another's now). Detached actors
-are never sent here: the head names them."""
+ended, or the pid is another's now). And, where the head gives the job's id (`job_id`, its
+start `job_since` in epoch seconds), what the job's workers here started out of every tree:
+the head's rule (ray.job_id_processes) with this node's raylets (`--node_id=` of the listed
+workers' nodes) and the detached actors the head names here spared, their possible orphans
+held and named (`detached_processes`). Detached actors are never sent here: the head names
+them."""
 
 import os
 
@@ -29,6 +33,7 @@ def check(req, home):
     sig = parse_signal(req.get("signal") or "TERM")
     att = {"marker": marker, "home_id": home_id}
     procs = scan()
+    att["scope"] = _scope(req, listed, procs)
     members = _members(att, listed, procs)
     seen = {w["pid"]: dict(w) for w in listed if isinstance(w, dict) and isinstance(w.get("pid"), int)}
     fates = terminate(members, procs, sig, float(req.get("grace") or 0),
@@ -40,12 +45,28 @@ def check(req, home):
     for pid, w in seen.items():
         w["fate"] = fate.get(pid, "not_found")
     return {"node": os.uname().nodename, "signal": signal_name(sig), "processes": fates, "workers": list(seen.values()),
-            "survivors": [f for f in fates if f["fate"] == "survived"], "outlived_stop": sorted(left)}
+            "survivors": [f for f in fates if f["fate"] == "survived"], "outlived_stop": sorted(left),
+            "detached_processes": ray.held_left(att["scope"], scan()),
+            "job_id_processes": sorted(att["scope"]["found"]) if att["scope"] else []}
+
+
+def _scope(req, listed, procs):
+    """The job's RAY_JOB_ID scope on this node (ray.node_scope), or None where the head gave
+    no job id (an older runward's CLI)."""
+    if not req.get("job_id") or not isinstance(req.get("job_since"), (int, float)):
+        return None
+    ids = sorted({w.get("node_id") for w in listed if isinstance(w, dict) and isinstance(w.get("node_id"), str)})
+    det = [d for d in req.get("detached") or [] if isinstance(d, dict) and d.get("node_id") in ids
+           and isinstance(d.get("pid"), int)]
+    ours = [w["pid"] for w in listed if isinstance(w, dict) and isinstance(w.get("pid"), int)]
+    return ray.node_scope(req["job_id"], req["job_since"], ids, procs, [d["pid"] for d in det], ours,
+                          [str(d.get("name")) for d in det])
 
 
 def _members(att, listed, procs):
     """{pid: Proc} of the run here: its marked processes and the listed Ray workers of this node."""
     out = {p: procs[p] for p in ray.processes(att, procs)}
+    out.update((p, procs[p]) for p in (ray.job_id_processes(att["scope"], procs) if att.get("scope") else ()))
     raylets = {}
     for w in listed:
         p = procs.get(w.get("pid")) if isinstance(w, dict) else None
