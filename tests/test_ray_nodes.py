@@ -12,8 +12,7 @@ import sys
 
 from conftest import alive, marked, read_stat, wait_for
 from helpers_ray import mcp_calls, ray_job, ray_jobs, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
-from test_ray_ssh import _far_job, scli  # noqa: F401 (scli: the fixture)
-from test_ray_workers import DRIVER, far_node, ray_state  # noqa: F401 (far_node: the fixture)
+from helpers_raynodes import DRIVER, environ, far_job, far_node, far_orphan_job, ray_state, scli, sleep_of  # noqa: F401 (far_node, scli: the fixtures)
 
 
 def _far_actor(tb, sid, far_node):
@@ -33,7 +32,7 @@ def _stopped_on_the_node(r, pid):
 
 
 def test_restart_stops_the_worker_on_the_other_node_through_its_agent_then_starts(scli, tb, far_node):
-    pid, start, sid = _far_job(scli, tb, far_node, "r1")
+    pid, start, sid = far_job(scli, tb, far_node, "r1")
     rc, doc = scli.json("restart", "r1", "--on", "head", "--settle", "1")
     assert rc == 0 and doc["ok"], doc
     assert not alive(pid, start), "ground truth: the old attempt's worker on the other node is dead"
@@ -49,7 +48,7 @@ def test_restart_starts_nothing_while_the_other_nodes_agent_cannot_be_reached(sc
     is not verified starts none."""
     toml = scli.cwd / "runward.toml"
     toml.write_text(toml.read_text() + 'node_ssh = {"127.0.0.2" = "ssh://root@127.0.0.2:2291"}\n')
-    pid, start, sid = _far_job(scli, tb, far_node, "r2")
+    pid, start, sid = far_job(scli, tb, far_node, "r2")
     before = {j["submission_id"] for j in ray_jobs(tb)}
     rc, doc = scli.json("restart", "r2", "--on", "head", "--settle", "1")
     assert rc == 3 and not doc["ok"], doc
@@ -81,7 +80,7 @@ def test_stop_all_stops_the_worker_on_the_other_node_through_its_agent(scli, tb,
 
 
 def test_start_replace_stops_the_old_attempts_worker_on_the_other_node_first(scli, tb, far_node):
-    pid, start, sid = _far_job(scli, tb, far_node, "r3")
+    pid, start, sid = far_job(scli, tb, far_node, "r3")
     rc, doc = scli.json("start", "r3", "--on", "head", "--replace", "--settle", "1", "--ready", "^pids",
                         "--ready-timeout", "120", "--", sys.executable, str(scli.cwd / "driver.py"), "-", "far_node")
     assert rc == 0 and doc["ok"], doc
@@ -103,7 +102,7 @@ except RunwardError as e:
 
 
 def test_the_python_apis_stop_and_mcps_restart_reach_the_other_nodes_agent(scli, tb, far_node):
-    pid, start, sid = _far_job(scli, tb, far_node, "r4")
+    pid, start, sid = far_job(scli, tb, far_node, "r4")
     docs = mcp_calls(scli, tb, [("restart", {"name": "r4", "on": "head", "settle": 1})])
     err, doc = docs["restart"]
     assert not err and doc["ok"], doc
@@ -124,7 +123,6 @@ def test_the_python_apis_stop_and_mcps_restart_reach_the_other_nodes_agent(scli,
 def test_restart_ends_what_the_jobs_actor_on_the_other_node_orphaned(scli, tb, far_node):
     """restart goes through the same node op as stop: the orphan there, tied to the job by its
     RAY_JOB_ID only, is dead before the new attempt starts."""
-    from test_ray_ssh import far_orphan_job
     orphan, start, job_id = far_orphan_job(scli, tb, "r8", 9371)
     try:
         rc, doc = scli.json("restart", "r8", "--on", "head", "--settle", "1")
@@ -134,7 +132,6 @@ def test_restart_ends_what_the_jobs_actor_on_the_other_node_orphaned(scli, tb, f
         assert orphan in {p["pid"] for p in stop["nodes"][0]["job_id_processes"]}, stop["nodes"]
     finally:  # the new attempt's actor left its own orphan: its stop ends it, else its pid
         scli.json("stop", "r8", "--on", "head")
-        from test_ray_workers import _sleep_of
-        for pid in {orphan} | ({_sleep_of(9371)} - {None}):
+        for pid in {orphan} | ({sleep_of(9371)} - {None}):
             if alive(pid):
                 subprocess.run(["kill", "-KILL", str(pid)])

@@ -14,27 +14,9 @@ import pytest
 
 from conftest import alive, marked, read_stat, wait_for
 from helpers_ray import ESCAPING, escapee, ray_job, ray_jobs, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
-from test_ray_workers import DRIVER, far_node, ray_state  # noqa: F401 (far_node: the fixture)
+from helpers_raynodes import DRIVER, environ, far_job, far_node, far_orphan_job, ray_state, scli, sleep_of  # noqa: F401 (far_node, scli: the fixtures)
 
 
-@pytest.fixture
-def scli(rcli, tb, tmp_path):
-    """The namespace's CLI with the testbed sshd's ssh config; runward.toml's `head` is the
-    cluster's head through ssh (`ray://root@127.0.0.1:2290`), with a home of the test's own
-    there. The runs' marked processes are killed by pid and start time after the test."""
-    ssh = tb.get("ssh") or pytest.skip("no sshd in the Ray testbed's namespace: `scripts/testbed up`, "
-                                       "then `scripts/ray-testbed up` (ray.json has no `ssh`)")
-    rcli.env["RUNWARD_SSH_CONFIG"] = ssh["ssh_config"]
-    rcli.head = f"ray://root@127.0.0.1:{ssh['port']}"
-    rcli.ssh = ssh
-    rcli.remote_home = tmp_path / "remote"
-    (rcli.cwd / "runward.toml").write_text(f'[targets.head]\non = "{rcli.head}"\nhome = "{rcli.remote_home}"\n')
-    yield rcli
-    runs = rcli.remote_home / "runs"
-    names = [n.name + "." for n in runs.iterdir() if not n.name.startswith(".")] if runs.is_dir() else []
-    for pid, start in (marked(*names) if names else {}).items():
-        if alive(pid, start):
-            subprocess.run(["kill", "-KILL", str(pid)])
 
 
 def test_start_status_logs_stop_history_through_the_ssh_hop_to_the_head(scli, tb):
@@ -85,18 +67,6 @@ def test_an_ssh_hop_that_cannot_connect_is_exit_3_naming_the_hop_not_rays(scli, 
 
 
 
-def _far_job(scli, tb, far_node, name):
-    """A job through the ssh hop to the head whose actor Ray places on the node at 127.0.0.2:
-    (the actor's pid and start time, the job's submission id)."""
-    drv = scli.cwd / "driver.py"
-    drv.write_text(DRIVER)
-    rc, doc = scli.json("start", name, "--on", "head", "--settle", "1", "--ready", "^pids", "--ready-timeout", "120",
-                        "--", sys.executable, str(drv), "-", "far_node")
-    assert rc == 0, doc
-    sid = doc["result"]["submission_id"]
-    held = next(a for a in ray_state(tb, "actors", ray_job(tb, sid)["job_id"]) if a["state"] == "ALIVE")
-    assert held["node_id"] == far_node, held
-    return held["pid"], read_stat(held["pid"])[1], sid
 
 
 def test_a_worker_on_another_node_is_stopped_by_the_agent_there_through_its_ssh_hop(scli, tb, far_node):
@@ -104,7 +74,7 @@ def test_a_worker_on_another_node_is_stopped_by_the_agent_there_through_its_ssh_
     node (ssh://root@127.0.0.2, the default: the head's user at the node's address), which
     ends it, or finds no such worker of its raylet left (Ray ends a job's actors once the
     driver has ended, often first): the stop is verified, exit 0."""
-    pid, start, sid = _far_job(scli, tb, far_node, "n1")
+    pid, start, sid = far_job(scli, tb, far_node, "n1")
     rc, doc = scli.json("stop", "n1", "--on", "head")
     assert rc == 0 and doc["ok"], doc
     r = doc["result"]
@@ -123,7 +93,7 @@ def test_a_node_whose_agent_cannot_be_reached_is_exit_3_naming_the_hop_and_stays
     worker there `unchecked` (never counted dead, never signalled)."""
     toml = scli.cwd / "runward.toml"
     toml.write_text(toml.read_text() + 'node_ssh = {"127.0.0.2" = "ssh://root@127.0.0.2:2291"}\n')
-    pid, start, sid = _far_job(scli, tb, far_node, "n2")
+    pid, start, sid = far_job(scli, tb, far_node, "n2")
     rc, doc = scli.json("stop", "n2", "--on", "head")
     assert rc == 3 and not doc["ok"], doc
     err, r = doc["error"], doc["result"]
@@ -194,36 +164,6 @@ def test_the_agent_on_a_node_signals_the_ray_workers_of_that_nodes_raylet_only(s
                 subprocess.run(["kill", "-KILL", str(q)])
 
 
-# the job's actor on the node at 127.0.0.2 starts a process in a new session that leaves its
-# tree (an orphan): only the job's RAY_JOB_ID ties it to the job
-FAR_SPAWNER = """\
-import os, subprocess, sys, time, ray
-ray.init()
-@ray.remote(num_cpus=0, resources={"far_node": 1})
-class Far:
-    def spawn(self, n):
-        subprocess.Popen(["sh", "-c", "(sleep %s &)" % n], start_new_session=True).wait()
-        return os.getpid()
-f = Far.remote()
-print("spawned", ray.get(f.spawn.remote(sys.argv[1])), flush=True)
-time.sleep(900)
-"""
-
-
-def far_orphan_job(scli, tb, name, n):
-    """A job through the ssh hop whose actor on 127.0.0.2 left an orphan `sleep N` there:
-    (the orphan's pid, its start time, the job's id)."""
-    from test_ray_workers import _environ, _sleep_of
-    drv = scli.cwd / "fardrv.py"
-    drv.write_text(FAR_SPAWNER)
-    rc, doc = scli.json("start", name, "--on", "head", "--settle", "1", "--env", "F1=1", "--ready", "^spawned",
-                        "--ready-timeout", "120", "--", sys.executable, str(drv), str(n))
-    assert rc == 0, doc
-    job_id = ray_job(tb, doc["result"]["submission_id"])["job_id"]
-    orphan = wait_for(lambda: _sleep_of(n), timeout=30, what="the far actor's orphan")
-    env = _environ(orphan)
-    assert env.get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in env, env
-    return orphan, read_stat(orphan)[1], job_id
 
 
 def test_what_the_jobs_actor_on_another_node_orphaned_is_ended_by_the_agent_there(scli, tb, far_node):

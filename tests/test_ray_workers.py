@@ -18,25 +18,8 @@ import pytest
 
 from conftest import alive, marked, read_stat, wait_for
 from helpers_ray import NetnsCLI, _shape, mcp_calls, ray_job, rcli, tb  # noqa: F401 (rcli, tb: the fixtures)
+from helpers_raynodes import DRIVER, environ, far_node, ray_state, sleep_of  # noqa: F401 (far_node: the fixture)
 
-# the job: a driver that starts an actor (on the node with RESOURCE, if given), a task and,
-# if given a NAME, a detached actor of that name; it prints its workers' pids, then waits
-DRIVER = """\
-import os, sys, time, ray
-ray.init()
-@ray.remote
-class Holder:
-    def pid(self): return os.getpid()
-    def hold(self): time.sleep(900)
-@ray.remote
-def spin(): time.sleep(900)
-name, res = sys.argv[1], sys.argv[2]
-held = Holder.options(**({"num_cpus": 0, "resources": {res: 1}} if res != "-" else {})).remote()
-kept = Holder.options(name=name, lifetime="detached").remote() if name != "-" else None
-print("pids", ray.get(held.pid.remote()), kept and ray.get(kept.pid.remote()), flush=True)
-held.hold.remote(); task = spin.remote()
-time.sleep(900)
-"""
 
 
 # an actor that starts a process in a new session and returns: the process lives on under
@@ -55,15 +38,6 @@ time.sleep(900)
 """
 
 
-def ray_state(tb: dict, kind: str, job_id: str | None = None) -> list:
-    """Ray's state API (GET /api/v0/KIND, the job's rows), from inside the namespace."""
-    url = tb["dashboard"] + f"/api/v0/{kind}?limit=10000&detail=1"
-    if job_id:
-        url += f"&filter_keys=job_id&filter_predicates=%3D&filter_values={job_id}"
-    code = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
-    out = subprocess.run(["ip", "netns", "exec", tb["netns"], sys.executable, "-c", code, url],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["data"]["result"]["result"]
 
 
 def start_job(rcli, tb, name: str, *args: str) -> tuple[dict, str]:
@@ -122,45 +96,6 @@ def test_stop_ends_the_jobs_ray_workers_and_names_its_detached_actor(rcli, tb):
     wait_for(lambda: not alive(kept["pid"], starts[kept["pid"]]), timeout=30, what="the detached actor ended")
 
 
-@pytest.fixture
-def far_node(tb):
-    """A node at 127.0.0.2, with no CPUs and one `far_node`: its processes share this
-    machine's /proc, but by its address it is another machine, out of the head's sight.
-    Ended by pid after the test (`ray start --block` and every process under it)."""
-    p = subprocess.Popen(["ip", "netns", "exec", tb["netns"], tb["ray"], "start", "--address", tb["gcs"],
-                          "--node-ip-address=127.0.0.2", "--num-cpus=0", '--resources={"far_node": 1}',
-                          "--object-store-memory=100000000", "--disable-usage-stats", "--block"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                         env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
-    try:
-        node = wait_for(lambda: next((n["node_id"] for n in ray_state(tb, "nodes") if n["node_ip"] == "127.0.0.2"
-                                      and n["state"] == "ALIVE"), None), timeout=90, what="the node at 127.0.0.2")
-        yield node
-    finally:
-        tree = _tree(p.pid)
-        p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while any(alive(q) for q in tree) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for q in tree:
-            if alive(q):
-                os.kill(q, signal.SIGKILL)
-        p.wait(timeout=10)
-
-
-def _tree(root: int) -> list[int]:
-    kids = {}
-    for d in os.listdir("/proc"):
-        st = d.isdigit() and read_stat(int(d))
-        if st:
-            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
-            kids.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        q = todo.pop()
-        out.append(q)
-        todo += kids.get(q, [])
-    return out
 
 
 def test_a_worker_on_a_node_that_is_not_the_heads_is_named_unchecked_never_dead(rcli, tb, far_node):
@@ -246,8 +181,6 @@ def test_mcp_and_the_library_dump_the_same_stacks_and_gpus_of_a_ray_job_as_the_c
         assert f'"pid": {task_pid},' in said and f'"pid": {res["driver"]["pid"]},' in said, said[:2000]
 
 
-def _environ(pid: int) -> dict:
-    return dict(e.split("=", 1) for e in open(f"/proc/{pid}/environ", "rb").read().decode().split("\0") if "=" in e)
 
 
 def test_a_process_an_actor_started_in_a_new_session_is_ended_by_the_jobs_ray_job_id(rcli, tb):
@@ -271,7 +204,7 @@ def test_a_process_an_actor_started_in_a_new_session_is_ended_by_the_jobs_ray_jo
             except OSError:
                 continue
     left = wait_for(find, timeout=30, what="the actor's child")
-    start, env = read_stat(left)[1], _environ(left)
+    start, env = read_stat(left)[1], environ(left)
     assert env.get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in env, env
     assert left not in marked("w5.1") and os.getsid(left) not in (os.getsid(res["driver"]["pid"]), 0)
     rc, doc = rcli.json("stop", "w5")
@@ -336,13 +269,6 @@ time.sleep(900)
 """
 
 
-def _sleep_of(n: int):
-    for d in os.listdir("/proc"):
-        try:
-            if d.isdigit() and open(f"/proc/{d}/cmdline", "rb").read() == b"sleep\x00%d\x00" % n:
-                return int(d)
-        except OSError:
-            continue
 
 
 def test_what_a_detached_actor_orphaned_is_named_beside_it_never_killed_by_the_job_id_alone(rcli, tb):
@@ -357,11 +283,11 @@ def test_what_a_detached_actor_orphaned_is_named_beside_it_never_killed_by_the_j
     assert rc == 0, doc
     job_id = ray_job(tb, doc["result"]["submission_id"])["job_id"]
     actor = next(a for a in ray_state(tb, "actors", job_id) if a["is_detached"] and a["state"] == "ALIVE")
-    child = wait_for(lambda: _sleep_of(9351), timeout=30, what="the actor's child")
-    orphan = wait_for(lambda: _sleep_of(9352), timeout=30, what="the actor's orphan")
+    child = wait_for(lambda: sleep_of(9351), timeout=30, what="the actor's child")
+    orphan = wait_for(lambda: sleep_of(9352), timeout=30, what="the actor's orphan")
     starts = {p: read_stat(p)[1] for p in (actor["pid"], child, orphan)}
     try:
-        assert _environ(orphan).get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in _environ(orphan)
+        assert environ(orphan).get("RAY_JOB_ID") == job_id and "RUNWARD_RUN" not in environ(orphan)
         rc, doc = rcli.json("stop", "w8")
         assert rc == 0 and doc["result"]["verified_dead"], doc
         r = doc["result"]
