@@ -28,6 +28,24 @@ def test_a_process_gone_mid_capture_is_said_per_process():
 
 
 @needs_spy
+def test_a_stopped_process_is_said_stopped_not_ptrace_denied():
+    """py-spy cannot attach a process in state T: it read "ptrace denied" with a hint about
+    permissions, while status said the job was paused (a black-box review, run as root)."""
+    import signal
+    from runward.agent.health import stacks
+    from runward.agent.core.procfs import ProcTable, scan
+    p = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)\n"])
+    try:
+        os.kill(p.pid, signal.SIGSTOP)
+        os.waitpid(p.pid, os.WUNTRACED)  # it is stopped now (ground truth: the kernel says so)
+        out = stacks._dump_one(SPY, ProcTable(scan())[p.pid], False, 10.0)
+        assert out["error"] == "stopped" and f"kill -CONT {p.pid}" in out["hint"], out
+    finally:
+        p.kill()
+        p.wait()
+
+
+@needs_spy
 def test_stacks_bring_in_runward_toml_brings_without_the_flag(cli, tmp_path):
     name = _remote(cli, tmp_path, "ssh", "ssh://rw1", "cfg")
     toml = cli.cwd / "runward.toml"

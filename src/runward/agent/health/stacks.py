@@ -112,11 +112,23 @@ def _classify(err, p):
     low = err.lower()
     if not live(p.ident()):
         return "gone", "the process ended during the capture"
+    if _stopped(p.pid):  # ptrace cannot attach a stopped process either: not a permission
+        return "stopped", ("the process is stopped (SIGSTOP, Ctrl-Z, a debugger): its stack is read once it runs "
+                           "(`kill -CONT %d`), or stop the run" % p.pid)
     if "permission denied" in low or "operation not permitted" in low or "ptrace" in low:
         return "ptrace denied", ptrace_hint()
     if "python version" in low or "python interpreter" in low or "not a python" in low:
         return "not python", "not a Python process (a shell or launcher): no Python stack"
     return "failed", (err.strip().splitlines() or ["py-spy failed"])[0][:300]
+
+
+def _stopped(pid):
+    """PID is stopped now (state T: a stop signal; t: a tracer's stop)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b") ", 1)[1][:1] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
 
 
 def _dump_one(spy, p, native, timeout):
