@@ -368,8 +368,6 @@ def adopt(store, att, info=None):
     run's clock. Kept once, under the run's lock (a start or stop that holds it records or ends
     the job itself: nothing is written then) and the record's lock; the first driver recorded
     stands. INFO: Ray's record of the job, where the caller has it. Returns the attempt."""
-    import fcntl
-    import os
     if (att.get("ray") or {}).get("driver") or (att.get("exit") or {}).get("state"):
         return att
     procs = scan()
@@ -393,16 +391,13 @@ def adopt(store, att, info=None):
             return False
         now["ray"]["driver"], now["pid"] = drv, d
         now["started_at"] = now.get("started_at") or started
-    fd = os.open(store.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = store.try_lock("status")
+    if fd is None:  # a start or stop holds it: what it writes wins
         return att
     try:
         return store.update_attempt(att["attempt"], keep) or att
     finally:
-        os.close(fd)
+        store.unlock(fd)
 
 
 def alive(att):

@@ -156,6 +156,20 @@ class RunStore(object):
             raise
         return fd
 
+    def try_lock(self, verb):
+        """The run's lock if it is free now (its holder VERB written), else None: for a verb
+        that waits for no one (prune, a status adopting a Ray driver). unlock() releases it."""
+        import fcntl
+        self.home.ensure()
+        fd = os.open(self.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        write_holder(fd, verb)
+        return fd
+
     def _wait_lock(self, fd, timeout, on_wait):
         holder = read_holder(fd)
         notice("waiting for run %s: %s" % (self.name, describe_holder(holder)))

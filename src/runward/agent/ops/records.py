@@ -53,7 +53,7 @@ def prune(req, home):
         store = RunStore(home, name)
         if not store.exists():
             continue
-        fd = _try_lock(store)
+        fd = store.try_lock("prune")
         if fd is None:
             kept.append({"name": name, "why": "busy: another runward verb holds it"})
             continue
@@ -137,19 +137,6 @@ def _live(store, att, procs):
             "pids": sorted(found)}
 
 
-def _try_lock(store):
-    """The run's lock if free now, else None: prune waits for no one."""
-    import fcntl
-    from ..core.store import write_holder
-    store.home.ensure()
-    fd = os.open(store.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    write_holder(fd, "prune")
-    return fd
 
 
 def _logs_of(store):
