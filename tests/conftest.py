@@ -178,6 +178,17 @@ def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
         delay = min(delay * 1.5, 0.2)
 
 
+@pytest.fixture(autouse=True)
+def _hidden_env_per_test():
+    """targets/sshconf.HIDDEN_ENV is this process's (a library caller's `env` names taken from
+    its environment stay out of every later child, and keep local status spawned): one test's
+    names would change another's in the same worker (xdist runs many in one process)."""
+    yield
+    sshconf = sys.modules.get("runward.targets.sshconf")
+    if sshconf is not None:
+        sshconf.HIDDEN_ENV.clear()
+
+
 @pytest.fixture
 def cli(tmp_path):
     home = tmp_path / "home"

@@ -8,6 +8,7 @@ stop meanwhile cancels every node's, and nothing starts anywhere."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -142,3 +143,33 @@ def test_a_stop_of_one_node_while_blocked_cancels_every_node(cli, tmp_path, mg):
     rc, st = cli.json("status", name)
     assert [r["state"] for r in st["result"]["nodes"]] == ["failed", "failed"], st
     assert not any(_rec(tmp_path, i, name, 2).get("job") for i in (0, 1))
+
+
+def test_a_stop_reaching_a_node_its_peer_already_cancelled_says_the_cancel_not_a_gpu_wait(cli, tmp_path, mg):
+    """Which node a multi-node stop reaches first is a race: node 0's cancel is told to node
+    1's waiting shim (the barrier), which ends before the stop's own call to node 1 arrives.
+    That call's answer is the same cancel, at once, not a stop of an ended run that waits
+    gpu_release_timeout for a GPU the attempt never held (CI saw exit 5 after 60 s). Made
+    deterministic here: node 0's record gets the mark a stop writes there first (its waiting
+    shim reads it, ends and tells node 1's), and the run's stop comes once node 1 is cancelled."""
+    name, states, holder = mg
+    assert cli.json("start", name, timeout=120)[0] == 0
+    fakegpu.attach(states[1], 1, holder.pid, 2000)
+    _blocked(cli, name, holder)
+    run0 = tmp_path / "node0" / "runs" / name
+    with open(run0 / "record.lock", "a") as lk:  # the record lock, as every writer of the record takes it
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        att = json.loads((run0 / "attempts" / "2.json").read_text())
+        att["stop_requested"] = {"at": time.time(), "pid": os.getpid(), "by": "cli"}  # as ops/stop.py marks it
+        (run0 / "attempts" / "2.json.tmp").write_text(json.dumps(att))
+        (run0 / "attempts" / "2.json.tmp").rename(run0 / "attempts" / "2.json")
+    wait_for(lambda: (_rec(tmp_path, 1, name, 2).get("blocked") or {}).get("cancelled_at"), 20, "node 1's cancel, told by node 0")
+    t0 = time.monotonic()
+    p = cli.run("stop", name)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith("  node ")]
+    assert len(rows) == 2 and all("cancelled the blocked start of attempt 2 (it never ran)" in ln for ln in rows), p.stdout
+    assert time.monotonic() - t0 < 30, "no wait for a GPU the attempt never held"
+    # answered once: a later stop is a stop of an ended run, and says the GPU still held (exit 5)
+    rc, doc = cli.json("stop", name, "--gpu-release-timeout", "1", timeout=120)
+    assert rc == 5 and str(holder.pid) in doc["result"]["nodes"][1]["error"]["message"], doc

@@ -158,7 +158,7 @@ class RunStore(object):
 
     def try_lock(self, verb):
         """The run's lock if it is free now (its holder VERB written), else None: for a verb
-        that waits for no one (prune, a status adopting a Ray driver). unlock() releases it."""
+        that waits for no one (prune, a status adopting a job an engine started). unlock() releases it."""
         import fcntl
         self.home.ensure()
         fd = os.open(self.lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -39,8 +39,9 @@ def stop(req, home):
             stopckpt.check(req["checkpoint"], att)
         mark_stop_requested(store, att, procs, req.get("by"))
         from ..supervise import gatewait
-        if gatewait.pending(att):  # restart's attempt blocked on the GPUs: it never ran; cancelled
-            res = gatewait.stop_result(store, att, gatewait.cancel(store, att))
+        if gatewait.pending(att) or gatewait.cancel_unanswered(att):  # restart's attempt blocked on the GPUs: it never ran; cancelled
+            ended = gatewait.cancel(store, att) if gatewait.pending(att) else True
+            res = gatewait.stop_result(store, att, ended)
             # restart's stop: the next attempt must pass the gate too, or a second restart
             # while blocked starts on the GPUs still held (a plain stop does not wait for them)
             res = gpus.stop_check(res, store, att, [], req.get("gpu_timeout")) if req.get("gpu_gate") else res

@@ -182,9 +182,22 @@ def cancel(store, att):
     return ((store.attempt(att["attempt"]) or {}).get("blocked") or {}).get("cancelled_at") is not None
 
 
+def cancel_unanswered(att):
+    """A multi-node attempt whose shim another node's stop cancelled (the barrier's tell,
+    supervise/gatebarrier.py) before any stop reached this node: the stop arriving now is that
+    same stop (or its like), and its answer here is the cancel, as it is where its own mark
+    ended the shim. Which node a stop reaches first is a race; the answer does not depend on it.
+    Once answered (stop_result records it), a later stop is a stop of an ended run."""
+    b = (att or {}).get("blocked") or {}
+    return bool((att or {}).get("multinode") and b.get("by") == "restart" and b.get("cancelled_at")
+                and not b.get("cancel_answered") and not att.get("job"))
+
+
 def stop_result(store, att, ended):
     """The stop's answer for a blocked attempt: nothing of it ever ran, so no process to end
     and no GPU of its to wait for."""
+    if ended:
+        store.update_attempt(att["attempt"], lambda a: a.setdefault("blocked", {}).update(cancel_answered=time.time()))
     res = {"name": store.name, "attempt": att.get("attempt"), "already_stopped": True, "processes": [],
            "verified_dead": True, "restart_cancelled": ended, "state": "failed" if ended else "blocked",
            "verified": ["no_process_of_run_alive"] + (["start_cancelled"] if ended else [])}
