@@ -110,6 +110,28 @@ def test_slurm_silent_in_the_middle_of_a_stop_exits_3_saying_the_scancel_was_sen
     assert rc == 0 and not in_queue(job_id), doc
 
 
+# squeue's states of a job put back in the queue: PENDING once the controller has it back, and
+# REQUEUED (or REQUEUE_HOLD) while its last run's end is still being cleaned up
+_REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
+
+
+def _requeue(job_id: str) -> None:
+    """`scontrol requeue JOB`, once the controller takes it (a job still completing its last
+    run is refused for a moment), then in the queue again as squeue says."""
+    said = []
+
+    def done():
+        p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
+        said.append((p.returncode, p.stderr.strip(), _squeue(job_id)))
+        return p.returncode == 0
+    try:
+        wait_for(done, timeout=30, what=f"scontrol requeue {job_id} to be taken")
+        wait_for(lambda: said.append(_squeue(job_id)) or said[-1] in _REQUEUED, timeout=30,
+                 what=f"job {job_id} in the queue again")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last answers (rc, stderr, squeue): {said[-3:]}") from None
+
+
 def test_a_requeued_job_is_live_again_for_status_rm_and_stop(cli, sb, tmp_path):  # noqa: F811
     """The job fails (exit 3) and runward records FAILED 3:0; `scontrol requeue` brings the
     same job id back, PENDING, then RUNNING (its second run finds the flag and sleeps):
@@ -123,14 +145,13 @@ def test_a_requeued_job_is_live_again_for_status_rm_and_stop(cli, sb, tmp_path):
     wait_for(lambda: _status(cli, "sl-rq", on).get("state") == "exited", timeout=60, what="the first end")
     st = _status(cli, "sl-rq", on)
     assert (st["slurm_state"], st["exit"]["exit_code"]) == ("FAILED", "3:0"), st
-    subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True)
-    assert _squeue(job_id) == "PENDING"
+    _requeue(job_id)
     st = _status(cli, "sl-rq", on)
-    assert (st["state"], st["slurm_state"]) == ("pending", "PENDING") and "exit" not in st, st
+    assert st["state"] == "pending" and st["slurm_state"] in _REQUEUED and "exit" not in st, st
     assert st["requeued"][0]["exit_code"] == "3:0", st  # the recorded end is kept as history
     rc, doc = cli.json("rm", "sl-rq", "--on", on)
     assert rc == 1 and doc["error"]["type"] == "RunAlive", doc
-    assert (cli.home / "runs" / "sl-rq" / "run.json").is_file() and _squeue(job_id) == "PENDING"
+    assert (cli.home / "runs" / "sl-rq" / "run.json").is_file() and _squeue(job_id) in _REQUEUED
     # Slurm holds a requeued job back (BeginTime); let it run now
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True, capture_output=True)
     wait_for(lambda: _squeue(job_id) == "RUNNING", timeout=60, what="the requeued job to run")
