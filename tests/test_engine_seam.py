@@ -33,11 +33,11 @@ REGISTRIES = {
 # slurmstepd's; a job of any launcher may run srun), which the log parser skips; it sits below
 # the launchers, and both sides read it.
 LOG_WORDS = {"slurm": {"runward/agent/logmetrics/patterns.py": 1}}
-# Where one engine reaches past the three registries, each named with why: a Ray job's processes
-# on nodes other than the head (docs/ray.md, Nodes) are stopped by an agent op of Ray's own,
-# listed in the agent's op table (and its HOMELESS set); the CLI side asks it by the scheme's
-# NODE_OP (transport/nodeagents.py, which names no engine).
-REACHES = {"ray": {"runward/agent/main.py": 2}}
+# Where one engine reaches past the three registries, each named with why. None now: a Ray
+# job's processes on nodes other than the head (docs/ray.md, Nodes) are stopped by the agent op
+# node_check, which runs the engine's own agent/ops/NAMEnode.py (ops/nodes.py), asked by
+# transport/nodeagents.py where the scheme says NODE_CHECK; neither names an engine.
+REACHES: dict = {}
 # An engine's own files: its scheme, its launcher's queries and ops, its CLI-side operations,
 # its view.
 OWN = (r"runward/targets/{n}\.py", r"runward/agent/core/{n}\w*\.py", r"runward/agent/ops/{n}\w*\.py",
@@ -104,3 +104,20 @@ def test_no_file_but_an_engines_own_and_the_registries_names_it():
         own = sorted(p.relative_to(shape.SRC).as_posix() for p in shape.PKG.rglob(f"{name}*.py"))
         strays = [f for f in own if not any(re.fullmatch(o.format(n=name), f) for o in OWN)]
         assert not strays, f"{strays}: a file named after {name} is not one of an engine's own places"
+
+
+def test_node_check_runs_the_engines_own_node_module_and_names_an_engine_without_one(tmp_path, monkeypatch):
+    """The agent's one op for an engine job's processes on a node not its head: the engine's
+    ops/NAMEnode.py answers (here Ray's, for a marker no process carries: nothing to stop);
+    an engine with no node module, or a name no launcher has, is a BadInput naming it."""
+    from runward.errors import BadInput
+    from runward.transport import agentcall
+    from runward.targets import parse_target
+    monkeypatch.setenv("RUNWARD_HOME", str(tmp_path / "home"))
+    req = {"op": "node_check", "marker": "nc-" + tmp_path.name, "home_id": "h", "workers": [], "signal": "TERM", "grace": 1}
+    res = agentcall.call(parse_target("local"), dict(req, engine="ray"))
+    assert res["processes"] == [] and res["survivors"] == [] and res["signal"] == "SIGTERM", res
+    for engine, said in (("slurm", "the engine 'slurm' has no node check"), ("bogus", "unknown engine 'bogus'")):
+        with pytest.raises(BadInput, match=said):
+            agentcall.call(parse_target("local"), dict(req, engine=engine))
+    assert {n for n in ENGINES if getattr(ENGINES[n], "NODE_CHECK", False)} == {"ray"}

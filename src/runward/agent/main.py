@@ -37,7 +37,7 @@ OPS = {
     "doctor": ("ops.doctor", "doctor", PLAIN),
     "stacks": ("ops.stacks", "stacks", PLAIN),
     "free_ports": ("ops.nodes", "free_ports", PLAIN),
-    "ray_node_check": ("ops.raynode", "check", PLAIN),  # a Ray job's processes on a node not the head
+    "node_check": ("ops.nodes", "node_check", PLAIN),  # an engine job's processes on a node not its head
     "history": ("ops.history", "history", PLAIN),
     "compare": ("ops.compare", "compare", PLAIN),
     "overlay": ("ops.overlay", "overlay", PLAIN),  # plot --attempts
@@ -70,7 +70,7 @@ def _request(line, stdout, extra):
 
 
 # The ops that never touch the home: they run where a root caller has another user's HOME.
-HOMELESS = frozenset(("ping", "exec", "ps", "kill", "gpus", "nspid", "doctor", "free_ports", "ray_node_check"))
+HOMELESS = frozenset(("ping", "exec", "ps", "kill", "gpus", "nspid", "doctor", "free_ports", "node_check"))
 
 
 def _run(req, home, stdin, stdout, extra):

@@ -4,7 +4,8 @@ target's agent (on the engine's head) names the job's processes out of its sight
 (`node_check`); here they are grouped by address, and the agent on each of those nodes,
 reached by its own ssh hop (`ssh://USER@ADDRESS`, USER the head's; or the target's runward.toml
 map `node_ssh = {ADDRESS = "ssh://..."}`), stops them with the engine's node op (its scheme's
-NODE_OP: the stop signal, the grace, KILL, each one's fate) -- all nodes at once, one agent
+agent op node_check, which runs the engine's agent/ops/NAMEnode.py: the stop signal, the
+grace, KILL, each one's fate) -- all nodes at once, one agent
 call each. A node whose agent cannot be reached leaves its processes `unchecked`, never dead:
 exit 3 naming the hop. Survivors on any node: exit 5 naming node and pid.
 
@@ -20,10 +21,10 @@ from ..errors import HopFailed, NotVerified, RunwardError
 
 def engine(target, result):
     """The scheme module of the engine whose stop RESULT is (its record's key, else the
-    target's), when that engine has a node op."""
+    target's), when that engine has a node check (its scheme's NODE_CHECK)."""
     from ..targets import engine_of
     scheme = engine_of(result) or getattr(target, "engine", None)
-    return scheme if getattr(scheme, "NODE_OP", None) else None
+    return scheme if getattr(scheme, "NODE_CHECK", False) else None
 
 
 def unchecked(target, result) -> list:
@@ -60,7 +61,7 @@ def stop(target, name: str, error: RunwardError) -> dict:
     for u in unchecked(target, res):
         groups.setdefault(u.get("node_ip"), []).append(u)
     ask = res.get("node_check") or {}
-    req = {"op": engine(target, res).NODE_OP, "marker": ask.get("marker"), "home_id": ask.get("home_id"),
+    req = {"op": "node_check", "engine": engine(target, res).NAME, "marker": ask.get("marker"), "home_id": ask.get("home_id"),
            "signal": res.get("signal"), "grace": res.get("grace_s")}
 
     def one(address):

@@ -1,4 +1,4 @@
-"""ray_node_check: the stop of a Ray job's processes on one node that is not the head, asked
+"""node_check for Ray (ops/nodes.py): the stop of a Ray job's processes on one node that is not the head, asked
 by the CLI of this node's agent over its own ssh hop (transport/nodeagents.py) after the head's
 agent named them `unchecked` (docs/ray.md, Nodes).
 
@@ -29,7 +29,7 @@ def check(req, home):
     marker, home_id = req.get("marker"), req.get("home_id")
     listed = req.get("workers") or []
     if not marker or not isinstance(listed, list):
-        raise bad_input("ray_node_check needs the run's marker and the job's workers on this node")
+        raise bad_input("node_check (ray) needs the run's marker and the job's workers on this node")
     sig = parse_signal(req.get("signal") or "TERM")
     att = {"marker": marker, "home_id": home_id}
     procs = scan()
