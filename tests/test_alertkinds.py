@@ -43,8 +43,12 @@ def test_a_new_log_event_is_a_pattern_and_a_row(tmp_path):
     (tmp_path / "work").mkdir()
     cli = CLI(tmp_path / "home", tmp_path / "work")
     cli.env["PYTHONPATH"] = str(src)
-    job = "import sys; print('step 1 loss 2.0', flush=True); print(%r, flush=True); sys.exit(1)" % LINE
+    # the job ends once the start has answered (a gate file, not a sleep a loaded machine outlasts)
+    gate = tmp_path / "gate"
+    job = ("import os, sys, time; print('step 1 loss 2.0', flush=True); print(%r, flush=True)\n"
+           "while not os.path.exists(%r): time.sleep(0.02)\nsys.exit(1)") % (LINE, str(gate))
     assert cli.run("start", "ckpt", "--settle", "0", "--", sys.executable, "-c", job).returncode == 0
+    gate.touch()
     record = cli.home / "runs" / "ckpt" / "attempts" / "1.json"
     deadline = time.time() + 30
     while (json.loads(record.read_text()).get("exit") or None) is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import uuid
 
 import testbed
@@ -18,7 +19,7 @@ def _project(cli, name: str, dest: str, on: str | None = None) -> None:
     (cli.cwd / "job.py").write_text(JOB.format(v="v1"))
     (cli.cwd / "runward.toml").write_text(
         (getattr(cli, "toml_head", "")) + f'[runs.{name}]\n' + (f'on = "{on}"\n' if on else "")
-        + f'command = ["python3", "{dest}/job.py"]\nfiles = ["job.py:{dest}/job.py"]\nsettle = 0.3\n')
+        + f'command = ["{sys.executable if on is None else "python3"}", "{dest}/job.py"]\nfiles = ["job.py:{dest}/job.py"]\nsettle = 0.3\n')
 
 
 def test_restart_names_each_file_whose_code_changed_and_says_when_none_did(cli, tmp_path):

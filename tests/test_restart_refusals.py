@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def _project(cli: CLI, name: str, dest: str, on: str | None = None, extra: str =
     (cli.cwd / "runward.toml").write_text(
         (cli.toml_head if hasattr(cli, "toml_head") else "")
         + f'[runs.{name}]\n' + (f'on = "{on}"\n' if on else "")
-        + f'command = ["python3", "{dest}/job.py"]\nfiles = ["job.py:{dest}/job.py", "conf:{dest}/conf"]\n'
+        + f'command = ["{sys.executable if on is None else "python3"}", "{dest}/job.py"]\nfiles = ["job.py:{dest}/job.py", "conf:{dest}/conf"]\n'
         f'settle = 0.3\n{extra}')
 
 
@@ -80,7 +81,7 @@ def test_restart_checks_every_local_input_before_it_stops_the_run(cli, tmp_path)
         (cli.cwd / "runward.toml").write_text(toml.replace("settle = 0.3\n", bad if "settle" in bad else
                                                            "settle = 0.3\n" + bad))
         assert word in _refused(cli, name, job)["message"], bad
-    (cli.cwd / "runward.toml").write_text(toml.replace(f'command = ["python3", "{dest}/job.py"]\n', ""))
+    (cli.cwd / "runward.toml").write_text(toml.replace(f'command = ["{sys.executable}", "{dest}/job.py"]\n', ""))
     assert "command" in _refused(cli, name, job)["message"]
     (cli.cwd / "runward.toml").write_text(toml)
     assert "settle" in _refused(cli, name, job, "--settle", "-1")["message"]
