@@ -63,7 +63,8 @@ def _started_by_us(p, procs: dict, own: set, ports: set) -> bool:
     """p, a process in a container, was started by this session: an ancestor of it is ours
     (OWN: carries our RUNWARD_HOME here) or under an sshd session of our connections (pct's
     lxc-attach); past a podman exec's conmon, which init adopts and whose environment podman
-    clears, the `podman exec` client that shares a pipe with it stands for its parent."""
+    clears, the `podman exec` client at the other end of its attach socket stands for its
+    parent."""
     q, seen = p, set()
     while q is not None and q.pid not in seen:
         seen.add(q.pid)
@@ -116,9 +117,9 @@ def follow_procs(session, target, before: set) -> list:
     podman child), or are an agent in the target's pid namespace started for this session: on
     an ssh host, one under an sshd session of our own connections; in a container, one whose
     host-side ancestry leads to a process of ours (_started_by_us). A shared container (rwpod,
-    pct:200) holds other callers' agents too: a test's follower that began in the window was
-    counted as ours once, still running 20 s later with its own caller (the podman soak,
-    seed 14000). Shims, residents and ssh control masters (`[mux]`) are the docs' to keep."""
+    pct:200) holds other callers' agents too, some begun while ours follows and alive with
+    their own caller long after: those are not ours (docs/testing.md, "logs -f in a shared
+    container"). Shims, residents and ssh control masters (`[mux]`) are the docs' to keep."""
     homes = [str(session.home)] + [t.home for t in session.targets.values() if t.kind == "user"]
     mine = [("RUNWARD_HOME=%s\0" % h).encode() for h in homes]
     procs = {p.pid: p for p in truth.scan()}
