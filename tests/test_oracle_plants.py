@@ -12,7 +12,11 @@ each found about its check.
   attempt record first. "Changed nothing" must see the record touched; the checks of state,
   exit, members, code and log alone never did.
 - restart-refused-stops-first: the restart's drift check made after its stop, so a refused
-  restart (a local edit, no --deploy) has stopped the run: records and processes changed."""
+  restart (a local edit, no --deploy) has stopped the run: records and processes changed.
+- follower-deaf-to-stdin: the agent never watches the stdin its follower's caller holds, so
+  an interrupted `logs -f` through ssh and podman leaves it following (conmon reads its
+  output for good): invariant 7 must name it, found in the shared container by its ancestry
+  (more._started_by_us), not as any new agent there."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import shutil
 
 import pytest
 
-from oracle import machine, world
+from oracle import machine, more, truth, world
 
 PLANTS = {   # name: (file under src/, the text, what it becomes)
     "kill-pid-alone": ("runward/targets/spawn.py", "os.killpg(self.pid, 9)", "os.kill(self.pid, 9)"),
@@ -34,6 +38,10 @@ PLANTS = {   # name: (file under src/, the text, what it becomes)
         "runward/api.py",
         "    noted = check(last) if check is not None else None\n    changed = ",
         "    changed = "),
+    "follower-deaf-to-stdin": (
+        "runward/agent/main.py",
+        'set_caller(stdin.fileno() if req.get("stdin_held") else None, stdout.fileno(), _silent_s(req))',
+        'set_caller(None, stdout.fileno(), _silent_s(req))'),
 }
 # restart-refused-stops-first: the check, taken out above, comes back after the stop
 _AFTER_STOP = ('        e.message = f"restart stopped at step \'stop\': {e.message} (nothing was started)"\n'
@@ -95,3 +103,20 @@ def test_a_refused_restart_that_stopped_the_run_first_is_a_change(monkeypatch, t
             lambda s: s.restart(i=0, deploy=False)],
            r"restart orc\w+-1 after a local edit, without --deploy \(refused\) changed the records of orc\w+-1 "
            r"on local: attempts/1.json rewritten")
+
+
+def test_a_follower_deaf_to_its_callers_stdin_is_left_running_and_the_oracle_says_so(monkeypatch, tmp_path):
+    seen = []   # what the follows started, killed after: the plant's follower never ends itself
+    real = more.follow_procs
+
+    def recorded(session, target, before):
+        got = real(session, target, before)
+        seen.extend(got)
+        return got
+    monkeypatch.setattr(more, "follow_procs", recorded)
+    try:
+        caught(monkeypatch, tmp_path, "follower-deaf-to-stdin", "podman",
+               [lambda s: s.start(k=0, sh=False, supervised=False), lambda s: s.logs_follow_interrupted(i=0)],
+               r"inv7 orc\w+-1: logs -f ended \(Ctrl-C\), still running: \[.*python3 -S -c import sys,os,marshal")
+    finally:
+        truth.kill_procs(seen)

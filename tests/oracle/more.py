@@ -6,8 +6,10 @@ the job's files, never from runward."""
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
+import subprocess
 import time
 
 from hypothesis import strategies as st
@@ -57,6 +59,53 @@ def _via_our_ssh(p, procs: dict, ports: set) -> bool:
     return False
 
 
+def _started_by_us(p, procs: dict, own: set, ports: set) -> bool:
+    """p, a process in a container, was started by this session: an ancestor of it is ours
+    (OWN: carries our RUNWARD_HOME here) or under an sshd session of our connections (pct's
+    lxc-attach); past a podman exec's conmon, which init adopts and whose environment podman
+    clears, the `podman exec` client at the other end of its attach socket stands for its
+    parent."""
+    q, seen = p, set()
+    while q is not None and q.pid not in seen:
+        seen.add(q.pid)
+        if q.pid in own:
+            return True
+        if os.path.basename(q.cmdline.split(" ", 1)[0]) == "conmon":
+            client = _exec_client(q, procs)
+            return client is not None and (client.pid in own or _via_our_ssh(client, procs, ports))
+        q = procs.get(q.ppid)
+    return _via_our_ssh(p, procs, ports)
+
+
+def _sockets(pid: int) -> set:
+    try:
+        links = [os.readlink("/proc/%d/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%d/fd" % pid)]
+    except OSError:
+        return set()
+    return {ln[8:-1] for ln in links if ln.startswith("socket:[")}
+
+
+def _exec_client(conmon, procs: dict):
+    """The `podman exec` whose session this conmon keeps: the podman process at the other end
+    of a unix socket conmon holds (the exec session's attach socket), as the kernel's socket
+    table in conmon's network namespace pairs them (`ss -x`). None once that client is gone."""
+    mine = _sockets(conmon.pid)
+    try:
+        table = subprocess.run(["nsenter", "--net=/proc/%d/ns/net" % conmon.pid, "ss", "-xpnH"],
+                               capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in table.split("\n"):
+        w = line.split()
+        if len(w) < 9 or w[7] not in mine:
+            continue
+        for pid in re.findall(r"pid=(\d+),", line):
+            q = procs.get(int(pid))
+            if q is not None and " exec " in q.cmdline and os.path.basename(q.cmdline.split(" ", 1)[0]) == "podman":
+                return q
+    return None
+
+
 def _has_ssh_child(pid: int) -> bool:
     """The CLI has spawned its ssh: the request is on its way to the target."""
     return any(p.ppid == pid and p.cmdline.split(" ", 1)[0].endswith("ssh") for p in truth.scan())
@@ -65,23 +114,27 @@ def _has_ssh_child(pid: int) -> bool:
 def follow_procs(session, target, before: set) -> list:
     """What runward started for a follow, read from /proc: processes new since `before` (pid,
     start) that carry one of this session's RUNWARD_HOMEs here (local agents, the CLI's ssh or
-    podman child), or are an agent in the target's pid namespace: in a container's, any new
-    one; on an ssh host, one under an sshd session of our own connections. Shims, residents
-    and ssh control masters (`[mux]`) are the docs' to keep."""
+    podman child), or are an agent in the target's pid namespace started for this session: on
+    an ssh host, one under an sshd session of our own connections; in a container, one whose
+    host-side ancestry leads to a process of ours (_started_by_us). A shared container (rwpod,
+    pct:200) holds other callers' agents too, some begun while ours follows and alive with
+    their own caller long after: those are not ours (docs/testing.md, "logs -f in a shared
+    container"). Shims, residents and ssh control masters (`[mux]`) are the docs' to keep."""
     homes = [str(session.home)] + [t.home for t in session.targets.values() if t.kind == "user"]
     mine = [("RUNWARD_HOME=%s\0" % h).encode() for h in homes]
     procs = {p.pid: p for p in truth.scan()}
     ours = [p for p in procs.values() if any(w in (truth._read("/proc/%d/environ" % p.pid) or b"") for w in mine)]
     dirs = [str(session.dir)] + ([str(session.user_base)] if session.user_base else [])
     masters = [p.pid for p in procs.values() if "[mux]" in p.cmdline and any(d in p.cmdline for d in dirs)]
-    ports = _ports([p.pid for p in ours] + masters) if target.root == "/" else set()
+    ports = _ports([p.pid for p in ours] + masters)
     out = [p for p in ours if (p.pid, p.start) not in before]
+    own = {p.pid for p in ours}
     for p in procs.values():
         if (p.pid, p.start) in before or p in out or p.pidns != target.pidns or BOOTSTRAP not in p.cmdline:
             continue
         if target.kind in ("local", "user"):
             continue
-        if target.root != "/" or _via_our_ssh(p, procs, ports):
+        if _started_by_us(p, procs, own, ports) if target.root != "/" else _via_our_ssh(p, procs, ports):
             out.append(p)
     return [p for p in out if not any(w in p.cmdline for w in ("runward-shim", "runward-resident", "[mux]"))]
 
