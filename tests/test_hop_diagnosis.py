@@ -111,9 +111,11 @@ def test_a_container_tools_passing_failure_is_said_transient_at_its_hop(tcli, tm
 # --------------------------------------------------------------------------- a hop's bound
 
 def _wedged_pct(tmp_path: Path) -> tuple[Path, Path]:
-    """A `pct` that never answers (a hung `pct exec`): each one's pid in a file, then sleep."""
+    """A `pct` that never answers, as a hung `pct exec` hangs: pct execs lxc-attach, which
+    waits on a child of its own, in its process group. Each call's line in a file: the
+    stand-in's pid and its child's."""
     pids = tmp_path / "pct-pids"
-    return _standin(tmp_path, f'echo $$ >> {pids}\nexec sleep 1000\n'), pids
+    return _standin(tmp_path, f'sleep 1000 &\necho $$ $! >> {pids}\nwait\n'), pids
 
 
 def _none_alive(pids: Path) -> bool:
@@ -132,8 +134,8 @@ def test_a_wedged_container_hop_is_ended_within_its_bound_and_named(tcli, tmp_pa
     assert err["hop"] == "pct:200" and "did not answer within 2s" in err["message"], err
     assert err["details"]["wedged"] is True and "RUNWARD_HOP_TIMEOUT" in err["hint"], err
     assert took < 15, took  # the bound, and one probe's
-    assert len(pids.read_text().split()) == 2  # the call's pct and the probe's
-    assert _none_alive(pids)  # nothing of either left running
+    assert len(pids.read_text().splitlines()) == 2  # the call's pct and the probe's
+    assert _none_alive(pids)  # nothing of either left running, as the CLI exits: no moment later
 
 
 def test_a_long_call_through_an_answering_hop_goes_on_past_the_bound(tcli, tmp_path):
@@ -174,7 +176,7 @@ def test_ctrl_c_of_a_call_through_a_wedged_hop_leaves_nothing_running(tcli, tmp_
     tcli.env.update(PATH=f"{bindir}:{tcli.env['PATH']}", RUNWARD_HOP_TIMEOUT="60")
     p = tcli.popen("status", "--on", "pct:200")
     wait_for(lambda: pids.exists() and pids.read_text().strip()
-             and _cmd(int(pids.read_text().split()[0])).startswith("sleep 1000"), what="the hung pct")
+             and _cmd(int(pids.read_text().split()[1])).startswith("sleep 1000"), what="the hung pct")
     p.send_signal(signal.SIGINT)
     rc = p.wait(timeout=30)
     assert rc == 130, (rc, p.stderr.read())

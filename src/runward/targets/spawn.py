@@ -86,22 +86,39 @@ class Spawned:
                     pass
 
     def await_death(self, bound: float = 1.0) -> bool:
-        """After kill(): True once the child is dead (a zombie, reaped, or gone), within BOUND
-        seconds. SIGKILL is delivered when the process next runs, which on a loaded host is
-        after killpg() has returned: a CLI that exits at once would leave it alive a moment."""
+        """After kill(): True once no process of the child's group runs (each a zombie, reaped,
+        or gone), within BOUND seconds. SIGKILL is delivered when a process next runs, which on
+        a loaded host is after killpg() has returned: a CLI that exits at once would leave them
+        alive a moment -- the child, and what it started in its group (a hop's own child: the
+        attach of lxc-attach under `pct exec`, a shell's background job)."""
         import time
         deadline = time.monotonic() + bound
-        while True:
-            try:
-                with open(f"/proc/{self.pid}/stat", "rb") as f:
-                    state = f.read().rsplit(b") ", 1)[1][:1]
-            except (OSError, IndexError):
-                return True
-            if state in (b"Z", b"X") or self.returncode is not None:
-                return True
+        while self._group_runs():
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.005)
+        return True
+
+    def _group_runs(self) -> bool:
+        """Whether a process of the child's group (its pid is the group's id) is alive and
+        not a zombie. The id cannot be given to another group while one of its members lives."""
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # a member that became another user's (a setuid program): read /proc as below
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    fields = f.read().rsplit(b") ", 1)[1].split(b" ", 3)
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(self.pid).encode() and fields[0] not in (b"Z", b"X"):
+                return True
+        return False
 
     def hop_tag(self) -> tuple[int, int] | None:
         """(pid, start time) that a tagged ssh hop's remote shell wrote first on stderr

@@ -98,6 +98,8 @@ def run_call(argv, head, payload, on_event, timeout, on_data=None, held=False, l
         if watch is not None:
             watch.cancel()
         rc = None if left else proc.wait()
+        if proc.killed and not left:
+            proc.await_death()  # the CLI may exit next: what the kill ended is dead first
         if timer:
             timer.cancel()
         if watch is not None and proc.killed and not left:
@@ -118,6 +120,7 @@ def _give_up(proc: "Spawned", watch) -> None:
     finally:
         proc.kill()
     proc.wait()
+    proc.await_death()
     if watch is not None:
         watch.end_far(proc.hop_tag())
     proc.stderr_bytes()
