@@ -81,8 +81,10 @@ def test_oracle_an_env_i_escapee_of_an_attempt_whose_shim_was_killed_is_said_aft
     ordinary user), an `env -i` escapee, the shim SIGKILLed (the escapee goes to pid 1), then
     restart. Its stop named attempt 1's blind spot; attempt 2 runs with a live shim and its
     status said nothing of the escapee, alive, of the same run (invariant 1), nor did the next
-    stop (invariant 2). Every later attempt carries that blind spot now. local (root, a
-    cgroup): the escapee is found and stopped by restart, and nothing is said blind."""
+    stop (invariant 2). Every later attempt carries that blind spot now. Then rm removes the
+    run, saying it (docs/runs.md); the oracle took the escapee for a removed run's process alive
+    and now judges it as status's note. local (root, a cgroup): the escapee is found and stopped
+    by restart, and nothing is said blind."""
     state = _session(kind)
     try:
         state.start(k=0, sh=True, supervised=False)
@@ -94,6 +96,8 @@ def test_oracle_an_env_i_escapee_of_an_attempt_whose_shim_was_killed_is_said_aft
         state.restart(i=0, deploy=False)
         state.all_true()
         state.stop(i=0)
+        state.all_true()
+        state.rm(i=0, logs=False)
         state.all_true()
     finally:
         state.teardown()
