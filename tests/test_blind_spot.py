@@ -140,6 +140,50 @@ def test_a_backoff_with_an_adopted_orphan_still_says_the_pending_restart(ordinar
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
 
 
+# --- an earlier attempt's blind spot: no later attempt's search finds what it dropped ---------
+
+def test_an_escapee_dropped_by_a_killed_shim_is_said_by_every_later_attempt(ordinary):
+    """No cgroup; attempt 1's `env -i` escapee goes to pid 1 when its shim is SIGKILLed; then
+    restart. Before: restart's stop named the blind spot, but attempt 2 (running, a live shim)
+    said nothing in status or in its own stop while the escapee, of this run, lived (the
+    podown soak's inv1, seeds 13000 and 13001). The note is carried by each later attempt:
+    one started after a stop, and a supervised restart's. Ground truth: /proc."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}9"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
+    p = run("start", "carried", "--settle", "0.2", "--json", "--sh", line)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = record(run.home, "carried")
+        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        os.kill(att["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
+        p = run("restart", "carried", "--settle", "0.2", "--grace", "2", "--json")
+        assert p.returncode == 0, p.stdout + p.stderr
+        # ground truth: of the run (its token), alive, tied to it by nothing runward can read
+        # (no marker in its environment, a parent that is no shim, a session of its own)
+        assert alive(esc) and b"RUNWARD_RUN" not in open(f"/proc/{esc}/environ", "rb").read()
+        assert int(stat_fields(esc)[1]) != att["shim"]["pid"] and int(stat_fields(esc)[3]) != att["job"]["pid"]
+        st = json.loads(run("status", "carried", "--json").stdout)["result"]["runs"][0]
+        assert st["state"] == "running" and st["attempt"] == 2 and esc not in st["tree"]["pids"], st
+        assert "attempt 1 of this run" in (st.get("blind_spot") or "") and "cannot be found" in st["blind_spot"], st
+        assert "note: attempt 1 of this run" in run("status", "carried").stdout
+        doc = json.loads(run("stop", "carried", "--grace", "2", "--json").stdout)["result"]
+        assert doc["verified_dead"] and "attempt 1 of this run" in (doc.get("blind_spot") or ""), doc
+        # attempt 3 fails once; the shim restarts it as attempt 4, which carries the note too
+        sup = 'n=${RUNWARD_RUN##*.}; [ $n = 3 ] && exit 3; exec sleep 600'
+        p = run("start", "carried", "--settle", "0", "--restart", "on-failure", "--max-restarts", "1",
+                "--backoff", "0", "--json", "--sh", sup)
+        assert p.returncode in (0, 1), p.stdout + p.stderr  # attempt 3 may end within the settle
+        st = wait_for(lambda: (lambda s: s if s["state"] == "running" and s["attempt"] == 4 else None)(
+            json.loads(run("status", "carried", "--json").stdout)["result"]["runs"][0]), what="attempt 4 running")
+        assert alive(esc) and "attempt 1 of this run" in (st.get("blind_spot") or ""), st
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+        run("stop", "carried", "--grace", "1")
+
+
 # --- rm over what status says it cannot see -------------------------------------------------
 
 def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_silence(ordinary):

@@ -75,6 +75,34 @@ def test_oracle_a_stop_that_names_its_blind_spot_is_judged_as_status_is():
         state.teardown()
 
 
+@pytest.mark.parametrize("kind", ["podown", "podman", "user", "local"])
+def test_oracle_an_env_i_escapee_of_an_attempt_whose_shim_was_killed_is_said_after_restart(kind):
+    """Found by the podown soak (seeds 13000, 13001): no cgroup (a podman container, an
+    ordinary user), an `env -i` escapee, the shim SIGKILLed (the escapee goes to pid 1), then
+    restart. Its stop named attempt 1's blind spot; attempt 2 runs with a live shim and its
+    status said nothing of the escapee, alive, of the same run (invariant 1), nor did the next
+    stop (invariant 2). Every later attempt carries that blind spot now. Then rm removes the
+    run, saying it (docs/runs.md); the oracle took the escapee for a removed run's process alive
+    and now judges it as status's note. local (root, a cgroup): the escapee is found and stopped
+    by restart, and nothing is said blind."""
+    state = _session(kind)
+    try:
+        state.start(k=0, sh=True, supervised=False)
+        state.all_true()
+        state.escape(i=0, kind="envi")
+        state.all_true()
+        state.kill_shim(i=0)
+        state.all_true()
+        state.restart(i=0, deploy=False)
+        state.all_true()
+        state.stop(i=0)
+        state.all_true()
+        state.rm(i=0, logs=False)
+        state.all_true()
+    finally:
+        state.teardown()
+
+
 def test_the_oracle_tells_run_1s_processes_from_run_10s():
     """Found by the user soak (seed 8200): with ten runs in one session, run 10's processes
     (token ORCTOK-ID-10) were counted as removed run 1's (ORCTOK-ID-1 is a substring of it),

@@ -64,7 +64,8 @@ def check_paused(m, doc: dict) -> list[str]:
 def unseeable(p, doc: dict | None, procs: dict) -> bool:
     """A process runward says it cannot see: an env -i escapee (its token's kind), or its
     child, of a run whose status names that blind spot (no cgroup, the shim killed: README,
-    doctor). Said is not hidden; the escapee outside that case still counts."""
+    doctor), or whose rm or prune named it (`said`). Said is not hidden; the escapee outside
+    that case still counts."""
     if not (doc and doc.get("blind_spot")):
         return False
     while p is not None:
@@ -74,17 +75,24 @@ def unseeable(p, doc: dict | None, procs: dict) -> bool:
     return False
 
 
+def said(m, doc: dict | None) -> dict | None:
+    """What names the run's blind spot: its status; once rm or prune removed it, what that
+    verb said (the model keeps it), since no status lists the run then."""
+    return {"blind_spot": m.unseen} if m.state == "removed" else doc
+
+
 def check_members(m, target, doc: dict | None, before: dict, after: dict) -> list[str]:
     """Invariant 1: each process of the run alive before and after the status read (same pid
     and start time) is a member status knows; none alive that status calls ended."""
-    both = [p for pid, p in after.items() if pid in before and before[pid].start == p.start]
+    both = [p for pid, p in after.items() if pid in before and before[pid].start == p.start
+            and not unseeable(p, said(m, doc), after)]
     if not both:
         return []
     if doc is None or m.state == "removed":
         return ["inv1 %s: %d processes alive (%s) but the run is removed" % (
             m.name, len(both), [p.cmdline[:60] for p in both])]
     known = members(doc)
-    missing = [p for p in both if p.nspid not in known and not unseeable(p, doc, after)]
+    missing = [p for p in both if p.nspid not in known]
     if not missing:
         return []
     return ["inv1 %s: status (%s) does not know live %s" % (
@@ -236,7 +244,7 @@ def check_all(session, models: dict, status_of) -> list[str]:
             doc = docs.get(m.name)
             found = check_state(m, doc) + check_members(m, t, doc, before[tok], after[tok])
             found += check_version(m, t, tok) + check_log(m, t, removed_logs(t, m.name), tok)
-            seen = [p for p in after[tok].values() if not unseeable(p, doc, after[tok])]
+            seen = [p for p in after[tok].values() if not unseeable(p, said(m, doc), after[tok])]
             # listed as strays (gave_up), as a Ray driver's survivors (exited): check_members' part
             strays_named = m.state == "gave_up" and m.escapees or m.kind == "ray" and m.state == "exited" and m.escapees
             if m.state in ENDED + ("removed",) and seen and not found and not strays_named:

@@ -464,6 +464,7 @@ class OracleRules(OracleBase):
             return
         self.expect("rm %s" % m.name, rc, doc, (0,))
         m.state, m.log_removed = "removed", logs
+        m.unseen = (doc.get("result") or {}).get("blind_spot") or ""
 
     @precondition(lambda self: bool(self.runs))
     @rule(k=PICK)
@@ -486,7 +487,7 @@ class OracleRules(OracleBase):
                     self.session.alias_host, m.name, m.host))
             if m.live or m.escapees:
                 raise Violation("prune removed %s, which the model calls %s (%d escapees)" % (m.name, m.state, m.escapees))
-            m.state = "removed"
+            m.state, m.unseen = "removed", r.get("blind_spot") or ""
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=PICK)

@@ -46,6 +46,7 @@ class RunModel:
     log_removed: bool = False
     host: str = ""            # the alias kind's: the host the alias named when it started (seams.py)
     paused: int = 0           # the job's python (its pid in the target) stopped by SIGSTOP from outside
+    unseen: str = ""          # the blind spot rm or prune named as it removed the run: what may live on
 
     @property
     def live(self) -> bool:

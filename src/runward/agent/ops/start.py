@@ -14,7 +14,7 @@ from ..supervise import shim, policy as supervise
 from ..core.boot import PROTOCOL
 from ..core.runspec import GRACE_S, READY_TIMEOUT_S, SETTLE_S, SPEC_KEYS, STOP_SIGNAL
 from ..core.procfs import HOME_MARKER, MARKER, boot_id, live, protected, scan
-from ..proc.runs import attempt_state, members
+from ..proc.runs import attempt_state, carried_blind_spot, members
 from ..core.secrets import is_shown_form, mask_url_passwords, redact_env
 from ..core.store import RunStore, file_hashes, open_log, read_json, remove_file, write_all, write_json
 from ..proc.terminate import parse_signal, signal_name
@@ -299,6 +299,8 @@ def _write_attempt(store, req, home, plan, made):
         "multinode": req.get("multinode"),  # this node's rank and its peers (supervise/peers.py)
         "stall": req.get("stall"),  # stall_after, straggler_ratio (health/stall.py)
     }
+    if plan.get("blind_spot_before"):  # an escapee of an earlier attempt no search finds (proc/runs.py)
+        att["blind_spot_before"] = plan["blind_spot_before"]
     if req.get("gate"):  # restart's GPU gate (supervise/gatewait.py): the shim starts the job once they are released
         from ..supervise import gatewait
         att["gate"] = {k: req["gate"].get(k) for k in ("gpus", "max_used_mib")}
@@ -364,7 +366,10 @@ def _start(req, home, store):
     plan = plan_of(req, home, store)
     fd = store.lock("start", req.get("lock_timeout"))
     try:
-        replaced = _replace_old(store, req, scan())
+        procs = scan()
+        # read before the stop below, which ends what the old attempt's search can see
+        plan["blind_spot_before"] = carried_blind_spot(store.latest(), procs)
+        replaced = _replace_old(store, req, procs)
         gpu_wait = None
         if req.get("wait_gpus_free") and req.get("gpus") and not req.get("gate"):  # gated: the shim waits
             store.note_gpu_wait(fd, req["gpus"], gpus.wait_timeout(req["wait_gpus_free"]))

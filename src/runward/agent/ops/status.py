@@ -10,7 +10,7 @@ from . import launcher_ops
 from ..supervise import logfiles
 from ..proc import cgroups
 from ..core.procfs import alive_in, boot_id, protected, scan, uptime
-from ..proc.runs import attempt_state, blind_spot, drift, log_info, members, paused, summarize_tree
+from ..proc.runs import attempt_state, blind_spot, blind_spot_before, drift, log_info, members, paused, summarize_tree
 from ..core.secrets import mask_url_passwords, redact_env, shown_multinode
 from ..core.sidelock import SIDE_WAIT_S, SideLocked
 from ..core.store import RunStore, check_name, read_json
@@ -116,7 +116,8 @@ def status_of(store, procs, prot, bid, up, with_drift=True, since=None):
     if state in ("stray", "failed", "lost") and found:
         out["stray_processes"] = sorted(found)
     _ending(out, att, state, bid)
-    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited", "stray") else None
+    # a live shim sees what this attempt left; an earlier attempt's blind spot stays
+    unseen = blind_spot(att, procs) if state in ("orphaned", "lost", "exited", "stray") else blind_spot_before(att)
     if unseen:
         out["blind_spot"] = unseen  # what the member search cannot see here
     if att.get("supervise"):  # restarts, policy, next restart, gave_up; only then (signal, enum)

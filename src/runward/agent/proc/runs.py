@@ -75,7 +75,12 @@ BLIND_SPOT = ("this run has no cgroup here and its shim was killed: a process of
 def blind_spot(att, procs):
     """What this attempt's member search cannot see, said rather than hidden (design rule 11):
     with no cgroup, the shim's adoption is all that finds an escapee that cleared its
-    environment and left the job's session; a shim killed from outside takes that with it."""
+    environment and left the job's session; a shim killed from outside takes that with it.
+    An earlier attempt's, which no later search sees either, too (blind_spot_before)."""
+    return _own_blind_spot(att, procs) or blind_spot_before(att)
+
+
+def _own_blind_spot(att, procs):
     shim = (att or {}).get("shim")
     if not shim or (att or {}).get("cgroups") or not (att or {}).get("job"):
         return None
@@ -89,6 +94,28 @@ def blind_spot(att, procs):
         # was killed while it held adopted orphans (shim._wait_adopted): they went to pid 1
         return None
     return BLIND_SPOT.replace("was killed", "failed") if att.get("shim_failed") else BLIND_SPOT
+
+
+def carried_blind_spot(prev, procs):
+    """What a new attempt records of the attempt before it (PREV, with PROCS read before its
+    stop): its own blind spot, else the one it carried. An escapee that went to pid 1 is
+    tied to no attempt, so the member search of every later one misses it as well; it may
+    live as long as the machine's boot does. None when nothing is carried."""
+    if not prev or (prev.get("boot_id") and prev["boot_id"] != this_boot()):
+        return None  # a process of another boot is gone
+    own = _own_blind_spot(prev, procs)
+    if own:
+        return {"attempt": prev.get("attempt"), "note": own}
+    return prev.get("blind_spot_before")
+
+
+def blind_spot_before(att):
+    """The blind spot of an earlier attempt of this run (carried_blind_spot, recorded at
+    the start of this one and copied to a supervised restart's), on this boot; else None."""
+    was = (att or {}).get("blind_spot_before")
+    if not was or (att.get("boot_id") and att["boot_id"] != this_boot()):
+        return None
+    return "attempt %s of this run: %s" % (was.get("attempt"), was.get("note"))
 
 
 def job_session(att, procs):
