@@ -214,6 +214,36 @@ def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_si
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
 
 
+# --- a reboot ends what a killed shim dropped ---------------------------------------------------
+
+def test_a_record_of_another_boot_names_no_blind_spot(ordinary):
+    """No cgroup; the shim and the job SIGKILLed: status says the blind spot (a process may
+    live unfound). Then a reboot (a record of another boot id, as tests/faults' reboot): every
+    process of that boot is gone. Before: status (`lost`, 'the machine rebooted'), stop and rm
+    all said a process of the run went to pid 1 and cannot be found, on a machine where
+    nothing of it can live; a new attempt carried nothing, the old one's own words did."""
+    run = ordinary
+    p = run("start", "rebooted", "--settle", "0.2", "--json", "--sh", "exec sleep 600")
+    assert p.returncode == 0, p.stdout + p.stderr
+    path = run.home / "runs" / "rebooted" / "attempts" / "1.json"
+    att = json.loads(path.read_text())
+    for who in (att["shim"], att["job"]):
+        os.kill(who["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
+    st = json.loads(run("status", "rebooted", "--json").stdout)["result"]["runs"][0]
+    assert "cannot be found" in (st.get("blind_spot") or ""), st  # this boot: it may live
+    att = json.loads(path.read_text())
+    att["boot_id"] = "00000000-0000-0000-0000-000000000000"
+    path.write_text(json.dumps(att))
+    st = json.loads(run("status", "rebooted", "--json").stdout)["result"]["runs"][0]
+    assert st["state"] == "lost" and not st.get("blind_spot"), st
+    assert "cannot be found" not in run("status", "rebooted").stdout
+    doc = json.loads(run("stop", "rebooted", "--json").stdout)["result"]
+    assert not doc.get("blind_spot"), doc
+    doc = json.loads(run("rm", "rebooted", "--json").stdout)
+    assert "cannot be found" not in json.dumps(doc), doc
+
+
 # --- a supervised restart's earlier attempt's cgroup is searched by nobody --------------------
 
 def test_a_supervised_runs_first_attempt_escapee_is_ended_before_its_restart(cli):
