@@ -214,6 +214,39 @@ def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_si
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
 
 
+# --- a multi-node run's node names its blind spot in text as in --json ----------------------
+
+def test_a_nodes_blind_spot_is_said_in_the_multi_node_text_too(ordinary):
+    """Two local nodes (homes of their own), no cgroup; node 1's job leaves an env -i escapee
+    the shim adopts, and node 1's shim is SIGKILLed: the escapee goes to pid 1. --json gave
+    node 1's blind_spot; the text of status and stop did not (a node's line alone: 'stopped
+    by runward stop, ... verified dead' while `sleep TOKEN` lived)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}3"
+    base = run.home.parent
+    (base / "runward.toml").write_text(
+        f'[targets.n0]\non = "local"\nhome = "{base}/n0"\n\n[targets.n1]\non = "local"\nhome = "{base}/n1"\n\n'
+        f'[runs.mnblind]\nnodes = ["n0", "n1"]\nsettle = 0.3\ncommand = ["sh", "-c", '
+        f'"[ {{node_rank}} = 1 ] && env -i setsid sh -c \'(sleep {token} &); exit 0\'; exec sleep 600"]\n')
+    p = run("start", "mnblind", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = record(base / "n1", "mnblind")
+        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        os.kill(att["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
+        node = json.loads(run("status", "mnblind", "--json").stdout)["result"]["nodes"][1]
+        assert "cannot be found" in (node["run"].get("blind_spot") or ""), node
+        text = run("status", "mnblind").stdout
+        assert "    note: this run has no cgroup here" in text, text
+        p = run("stop", "mnblind", "--grace", "2")
+        assert alive(esc) and "    note: this run has no cgroup here" in p.stdout, p.stdout + p.stderr
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+        run("stop", "mnblind", "--grace", "1")
+
+
 # --- a reboot ends what a killed shim dropped ---------------------------------------------------
 
 def test_a_record_of_another_boot_names_no_blind_spot(ordinary):
