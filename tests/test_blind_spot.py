@@ -184,6 +184,28 @@ def test_an_escapee_dropped_by_a_killed_shim_is_said_by_every_later_attempt(ordi
         run("stop", "carried", "--grace", "1")
 
 
+def test_start_replace_says_the_blind_spot_of_the_attempt_it_replaced(ordinary):
+    """No cgroup; attempt 1's escapee goes to pid 1 with its SIGKILLed shim; `start --replace`.
+    Its --json said the replaced attempt's blind_spot; its text said only 'stopped attempt 1
+    first (verified dead)' while `sleep TOKEN` lived (restart's stop step says the note)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}2"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
+    assert run("start", "repl", "--settle", "0.2", "--sh", line).returncode == 0
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = record(run.home, "repl")
+        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        os.kill(att["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
+        p = run("start", "repl", "--replace", "--settle", "0.2", "--grace", "2", "--sh", "exec sleep 600")
+        assert p.returncode == 0 and alive(esc), p.stdout + p.stderr
+        assert "stopped attempt 1 first" in p.stdout and "  note: this run has no cgroup here" in p.stdout, p.stdout
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+        run("stop", "repl", "--grace", "1")
+
+
 # --- rm over what status says it cannot see -------------------------------------------------
 
 def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_silence(ordinary):
