@@ -184,6 +184,28 @@ def test_an_escapee_dropped_by_a_killed_shim_is_said_by_every_later_attempt(ordi
         run("stop", "carried", "--grace", "1")
 
 
+def test_start_replace_says_the_blind_spot_of_the_attempt_it_replaced(ordinary):
+    """No cgroup; attempt 1's escapee goes to pid 1 with its SIGKILLed shim; `start --replace`.
+    Its --json said the replaced attempt's blind_spot; its text said only 'stopped attempt 1
+    first (verified dead)' while `sleep TOKEN` lived (restart's stop step says the note)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}2"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
+    assert run("start", "repl", "--settle", "0.2", "--sh", line).returncode == 0
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = record(run.home, "repl")
+        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        os.kill(att["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
+        p = run("start", "repl", "--replace", "--settle", "0.2", "--grace", "2", "--sh", "exec sleep 600")
+        assert p.returncode == 0 and alive(esc), p.stdout + p.stderr
+        assert "stopped attempt 1 first" in p.stdout and "  note: this run has no cgroup here" in p.stdout, p.stdout
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+        run("stop", "repl", "--grace", "1")
+
+
 # --- rm over what status says it cannot see -------------------------------------------------
 
 def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_silence(ordinary):
@@ -212,6 +234,69 @@ def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_si
             "rm removed the records in silence while sleep %s (pid %d) lives: %s" % (token, esc, said))
     finally:
         kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+
+
+# --- a multi-node run's node names its blind spot in text as in --json ----------------------
+
+def test_a_nodes_blind_spot_is_said_in_the_multi_node_text_too(ordinary):
+    """Two local nodes (homes of their own), no cgroup; node 1's job leaves an env -i escapee
+    the shim adopts, and node 1's shim is SIGKILLed: the escapee goes to pid 1. --json gave
+    node 1's blind_spot; the text of status and stop did not (a node's line alone: 'stopped
+    by runward stop, ... verified dead' while `sleep TOKEN` lived)."""
+    run = ordinary
+    token = f"7{os.getpid() % 100000:05d}3"
+    base = run.home.parent
+    (base / "runward.toml").write_text(
+        f'[targets.n0]\non = "local"\nhome = "{base}/n0"\n\n[targets.n1]\non = "local"\nhome = "{base}/n1"\n\n'
+        f'[runs.mnblind]\nnodes = ["n0", "n1"]\nsettle = 0.3\ncommand = ["sh", "-c", '
+        f'"[ {{node_rank}} = 1 ] && env -i setsid sh -c \'(sleep {token} &); exit 0\'; exec sleep 600"]\n')
+    p = run("start", "mnblind", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+        att = record(base / "n1", "mnblind")
+        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        os.kill(att["shim"]["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
+        node = json.loads(run("status", "mnblind", "--json").stdout)["result"]["nodes"][1]
+        assert "cannot be found" in (node["run"].get("blind_spot") or ""), node
+        text = run("status", "mnblind").stdout
+        assert "    note: this run has no cgroup here" in text, text
+        p = run("stop", "mnblind", "--grace", "2")
+        assert alive(esc) and "    note: this run has no cgroup here" in p.stdout, p.stdout + p.stderr
+    finally:
+        kill_all(procs_with(f"sleep\0{token}\0".encode(), run.uid))
+        run("stop", "mnblind", "--grace", "1")
+
+
+# --- a reboot ends what a killed shim dropped ---------------------------------------------------
+
+def test_a_record_of_another_boot_names_no_blind_spot(ordinary):
+    """No cgroup; the shim and the job SIGKILLed: status says the blind spot (a process may
+    live unfound). Then a reboot (a record of another boot id, as tests/faults' reboot): every
+    process of that boot is gone. Before: status (`lost`, 'the machine rebooted'), stop and rm
+    all said a process of the run went to pid 1 and cannot be found, on a machine where
+    nothing of it can live; a new attempt carried nothing, the old one's own words did."""
+    run = ordinary
+    p = run("start", "rebooted", "--settle", "0.2", "--json", "--sh", "exec sleep 600")
+    assert p.returncode == 0, p.stdout + p.stderr
+    path = run.home / "runs" / "rebooted" / "attempts" / "1.json"
+    att = json.loads(path.read_text())
+    for who in (att["shim"], att["job"]):
+        os.kill(who["pid"], signal.SIGKILL)
+        wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
+    st = json.loads(run("status", "rebooted", "--json").stdout)["result"]["runs"][0]
+    assert "cannot be found" in (st.get("blind_spot") or ""), st  # this boot: it may live
+    att = json.loads(path.read_text())
+    att["boot_id"] = "00000000-0000-0000-0000-000000000000"
+    path.write_text(json.dumps(att))
+    st = json.loads(run("status", "rebooted", "--json").stdout)["result"]["runs"][0]
+    assert st["state"] == "lost" and not st.get("blind_spot"), st
+    assert "cannot be found" not in run("status", "rebooted").stdout
+    doc = json.loads(run("stop", "rebooted", "--json").stdout)["result"]
+    assert not doc.get("blind_spot"), doc
+    doc = json.loads(run("rm", "rebooted", "--json").stdout)
+    assert "cannot be found" not in json.dumps(doc), doc
 
 
 # --- a supervised restart's earlier attempt's cgroup is searched by nobody --------------------

@@ -61,6 +61,9 @@ def render(res: dict, verb: str) -> str:
     from .health import format_alert
     for r in res["nodes"]:
         lines.append(node_line(r))
+        unseen = r["ok"] and (r.get("result") or r.get("run") or {}).get("blind_spot")
+        if unseen:  # what this node's search cannot see (agent/proc/runs.py), said as one node's status says it
+            lines.append("    note: " + unseen)
         for a in ((r.get("run") or {}).get("health") or {}).get("alerts") or ():
             if a.get("kind") in ("stall", "straggler"):  # a live node's own (agent/health/stall.py names the node)
                 lines.append("    alert: " + format_alert(a))

@@ -96,6 +96,8 @@ def render_start(r: dict) -> str:
              + (f", ready: {r['ready_line']!r}" if r.get("ready_line") else "")]
     if r.get("replaced") and not r["replaced"].get("already_stopped"):
         lines.insert(0, f"stopped attempt {r['replaced'].get('attempt')} first (verified dead)")
+    if (r.get("replaced") or {}).get("blind_spot"):  # what that stop could not see, as stop says it
+        lines.insert(1, f"  note: {r['replaced']['blind_spot']}")
     if r.get("gpus") is not None:
         lines.append(f"  gpus: {','.join(map(str, r['gpus']))}"
                      + (f" (free after waiting {r['gpu_wait']['waited_s']:.1f}s)" if r.get("gpu_wait") else ""))

@@ -84,6 +84,8 @@ def _own_blind_spot(att, procs):
     shim = (att or {}).get("shim")
     if not shim or (att or {}).get("cgroups") or not (att or {}).get("job"):
         return None
+    if att.get("boot_id") and att["boot_id"] != this_boot():
+        return None  # the reboot ended what the shim held: nothing of that boot lives unseen
     sp = procs.get(shim.get("pid"))
     if sp is not None and sp.start == shim.get("start") and not sp.dead:
         return None
