@@ -91,7 +91,9 @@ def test_slurm_silent_in_the_middle_of_a_stop_exits_3_saying_the_scancel_was_sen
 
     def flip():  # squeue reads its slurm.conf at each call
         wait_for(lambda: "caught" in log.read_text().splitlines(), timeout=30, what="the stop's TERM")
-        conf.write_text(silent)
+        tmp = conf.with_suffix(".new")  # whole, by a rename: squeue never reads a half-written file
+        tmp.write_text(silent)
+        tmp.rename(conf)
     flipper = threading.Thread(target=flip, daemon=True)
     flipper.start()
     try:
