@@ -142,6 +142,23 @@ def test_a_backoff_with_an_adopted_orphan_still_says_the_pending_restart(ordinar
 
 # --- an earlier attempt's blind spot: no later attempt's search finds what it dropped ---------
 
+def _start_escaping(run, name: str, digit: str) -> str:
+    """Start NAME whose job leaves an `env -i setsid` escapee (`sleep TOKEN`); the token."""
+    token = f"7{os.getpid() % 100000:05d}{digit}"
+    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
+    p = run("start", name, "--settle", "0.2", "--json", "--sh", line)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return token
+
+
+def _adopted(run, name: str, token: str) -> tuple[int, dict]:
+    """(the escapee's pid, the attempt record) once the run's shim has adopted the escapee."""
+    esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
+    att = record(run.home, name)
+    wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+    return esc, att
+
+
 def test_an_escapee_dropped_by_a_killed_shim_is_said_by_every_later_attempt(ordinary):
     """No cgroup; attempt 1's `env -i` escapee goes to pid 1 when its shim is SIGKILLed; then
     restart. Before: restart's stop named the blind spot, but attempt 2 (running, a live shim)
@@ -149,14 +166,9 @@ def test_an_escapee_dropped_by_a_killed_shim_is_said_by_every_later_attempt(ordi
     podown soak's inv1, seeds 13000 and 13001). The note is carried by each later attempt:
     one started after a stop, and a supervised restart's. Ground truth: /proc."""
     run = ordinary
-    token = f"7{os.getpid() % 100000:05d}9"
-    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
-    p = run("start", "carried", "--settle", "0.2", "--json", "--sh", line)
-    assert p.returncode == 0, p.stdout + p.stderr
+    token = _start_escaping(run, "carried", "9")
     try:
-        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
-        att = record(run.home, "carried")
-        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        esc, att = _adopted(run, "carried", token)
         os.kill(att["shim"]["pid"], signal.SIGKILL)
         wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
         p = run("restart", "carried", "--settle", "0.2", "--grace", "2", "--json")
@@ -189,13 +201,9 @@ def test_start_replace_says_the_blind_spot_of_the_attempt_it_replaced(ordinary):
     Its --json said the replaced attempt's blind_spot; its text said only 'stopped attempt 1
     first (verified dead)' while `sleep TOKEN` lived (restart's stop step says the note)."""
     run = ordinary
-    token = f"7{os.getpid() % 100000:05d}2"
-    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
-    assert run("start", "repl", "--settle", "0.2", "--sh", line).returncode == 0
+    token = _start_escaping(run, "repl", "2")
     try:
-        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
-        att = record(run.home, "repl")
-        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        esc, att = _adopted(run, "repl", token)
         os.kill(att["shim"]["pid"], signal.SIGKILL)
         wait_for(lambda: not alive(att["shim"]["pid"], att["shim"]["start"]), what="the shim gone")
         p = run("start", "repl", "--replace", "--settle", "0.2", "--grace", "2", "--sh", "exec sleep 600")
@@ -213,14 +221,9 @@ def test_rm_of_a_run_whose_status_names_a_blind_spot_does_not_pass_over_it_in_si
     shim SIGKILLed: status says (blind_spot) that an escapee may live unfound, and one does.
     Before: `rm` removed the records with not a word of it (exit 0), while `sleep TOKEN` ran."""
     run = ordinary
-    token = f"7{os.getpid() % 100000:05d}8"
-    line = f'env -i setsid sh -c "(sleep {token} &); exit 0"; exec sleep 600'
-    p = run("start", "escrm", "--settle", "0.2", "--json", "--sh", line)
-    assert p.returncode == 0, p.stdout + p.stderr
+    token = _start_escaping(run, "escrm", "8")
     try:
-        esc = wait_for(lambda: procs_with(f"sleep\0{token}\0".encode(), run.uid), what="the escapee")[0]
-        att = record(run.home, "escrm")
-        wait_for(lambda: int(stat_fields(esc)[1]) == att["shim"]["pid"], what="the shim to adopt the escapee")
+        esc, att = _adopted(run, "escrm", token)
         for who in (att["shim"], att["job"]):
             os.kill(who["pid"], signal.SIGKILL)
             wait_for(lambda: not alive(who["pid"], who["start"]), what="the run's process gone")
